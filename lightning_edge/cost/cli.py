@@ -1,0 +1,100 @@
+"""``lightning-edge analyze``: per-layer FLOP, bytes and arithmetic intensity of a model."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+HELP = "per-layer FLOP, MAC, bytes and arithmetic intensity of a model, from shapes (nothing is run)"
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("model", help="zoo:NAME (e.g. zoo:resnet50; see --list) or module.path:factory for your own "
+                                 "model (the factory returns a model, or a (model, example_inputs) pair)")
+    p.add_argument("--batch-size", "-b", type=int, default=1, help="batch size of the example inputs (default 1)")
+    p.add_argument("--seq-len", type=int, default=None, help="sequence length for text models (zoo default)")
+    p.add_argument("--input-shape", action="append", default=None, metavar="C,H,W",
+                   help="shape of one input without the batch dimension, for a user model whose factory "
+                        "returns only the model (repeat for several inputs)")
+    p.add_argument("--input-dtype", default="float32", help="dtype of --input-shape inputs (float32, long ...)")
+    p.add_argument("--training", action="store_true", help="also count the backward pass")
+    p.add_argument("--fold-bn", action="store_true", help="fold BatchNorm into the preceding conv (inference engines)")
+    p.add_argument("--dtype", default=None, help="cast the model to fp16 / bf16 / fp32 before counting")
+    p.add_argument("--sort", choices=["flops", "bytes", "macs", "params"], default=None,
+                   help="order the table by this column (default: execution order)")
+    p.add_argument("--top", type=int, default=None, help="show only the first N rows of the table")
+    p.add_argument("--json", metavar="PATH", default=None, help="also write the full result as JSON")
+    p.add_argument("--list", action="store_true", help="list the zoo models and exit")
+
+
+def load_model(spec: str, batch_size: int, seq_len: int | None, input_shapes=None, input_dtype="float32"):
+    """Resolve ``zoo:NAME`` or ``module.path:factory`` to (model on meta, example inputs)."""
+    import torch
+
+    if spec.startswith("zoo:"):
+        from lightning_edge import zoo
+
+        entry = zoo.get(spec[4:])
+        kw = {"batch_size": batch_size, "device": torch.device("meta")}
+        if seq_len is not None:
+            if entry.task != "text":
+                raise ValueError(f"--seq-len applies to text models; {entry.name} takes images")
+            kw["seq_len"] = seq_len
+        return entry.build(device=torch.device("meta")), tuple(entry.inputs(**kw))
+    if ":" not in spec:
+        raise ValueError(f"model {spec!r} not understood: expected zoo:NAME (e.g. zoo:resnet50) or "
+                         "module.path:factory (e.g. mypkg.models:build)")
+    mod_name, fn_name = spec.rsplit(":", 1)
+    sys.path.insert(0, ".")
+    try:
+        module = importlib.import_module(mod_name)
+    except ModuleNotFoundError as exc:
+        raise ValueError(f"cannot import {mod_name!r} ({exc}); run from the folder that holds it or install it") from exc
+    factory = getattr(module, fn_name, None)
+    if factory is None:
+        raise ValueError(f"module {mod_name!r} has no attribute {fn_name!r}")
+    made = factory()
+    if isinstance(made, tuple) and len(made) == 2:
+        model, inputs = made
+        inputs = inputs if isinstance(inputs, tuple) else (inputs,)
+        return model, inputs
+    if not input_shapes:
+        raise ValueError(f"{spec} returned only a model: give its input shape(s) without the batch dimension, "
+                         "e.g. --input-shape 3,224,224, or return (model, example_inputs) from the factory")
+    dt = getattr(torch, input_dtype, None)
+    if not isinstance(dt, torch.dtype):
+        raise ValueError(f"--input-dtype {input_dtype!r} is not a torch dtype (float32, float16, long ...)")
+    inputs = []
+    for s in input_shapes:
+        try:
+            dims = [int(x) for x in s.replace("x", ",").split(",") if x]
+        except ValueError as exc:
+            raise ValueError(f"--input-shape {s!r}: expected comma-separated integers such as 3,224,224") from exc
+        inputs.append(torch.empty((batch_size, *dims), dtype=dt, device="meta"))
+    return made, tuple(inputs)
+
+
+def run(args: argparse.Namespace) -> int:
+    from lightning_edge.cost import analyze
+
+    if args.list:
+        from lightning_edge import zoo
+
+        for name in zoo.names():
+            e = zoo.get(name)
+            print(f"zoo:{name:<20} {e.task:<10} {e.reference_params / 1e6:8.2f}M params  {e.description}")
+        return 0
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
+    model, inputs = load_model(args.model, args.batch_size, args.seq_len, args.input_shape, args.input_dtype)
+    cost = analyze(model, *inputs, training=args.training, fold_bn=args.fold_bn, dtype=args.dtype)
+    print(cost.table(top=args.top, sort=args.sort))
+    t = cost.total
+    print(f"\n{args.model} batch {args.batch_size}: {t.flops / 1e9:.3f} GFLOP, {t.macs / 1e9:.3f} GMAC, "
+          f"{t.bytes / 1e6:.2f} MB moved, intensity {t.intensity:.2f} FLOP/B "
+          "(estimated from shapes, nothing was run)")
+    if args.json:
+        cost.to_json(args.json)
+        print(f"wrote {args.json}")
+    return 0

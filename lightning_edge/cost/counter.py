@@ -1,0 +1,370 @@
+"""Counting a model's cost at the aten-op level, attributed to the innermost module running it.
+
+How it works:
+
+* The model runs once on the *meta* device through ``torch.func.functional_call`` with meta
+  copies of its parameters, buffers and inputs: shapes and dtypes flow, no arithmetic runs and
+  no weight is materialised; the model object itself is left as it was (its train/eval flags
+  are restored, its parameters are never replaced for longer than the call).
+* A ``TorchDispatchMode`` sees every aten op (so functional calls such as ``F.conv2d``,
+  ``q @ k.transpose(-1, -2)`` or ``torch.cat`` inside a ``forward`` are counted) and charges it
+  to the module on top of a stack kept by forward pre/post hooks on every sub-module.
+* Backward ops (``training=True``) are charged through the autograd graph: after each module's
+  forward, the autograd nodes it created (walked back from its outputs until nodes already
+  owned) are recorded as that module's, and during backward the node being executed
+  (``torch._C._current_autograd_node()``) says whose gradient is being computed. This is exact
+  for residual branches and in-place ops, where a stack of backward hooks is not.
+* ``F.scaled_dot_product_attention`` is routed to one fused attention op (as the real backends
+  run it) so that forward and backward count one fused kernel each, not the math decomposition.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import Counter
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from lightning_edge.cost.formulas import is_free, numel, op_cost, op_name, tensors_in
+from lightning_edge.cost.model_cost import ModelCost
+from lightning_edge.cost.types import Cost, LayerCost
+
+#: accepted spellings of ``dtype=``
+DTYPES: dict[str, torch.dtype] = {
+    "fp32": torch.float32, "float32": torch.float32, "float": torch.float32,
+    "fp16": torch.float16, "float16": torch.float16, "half": torch.float16,
+    "bf16": torch.bfloat16, "bfloat16": torch.bfloat16,
+    "fp64": torch.float64, "float64": torch.float64, "double": torch.float64,
+}
+
+_CONV_OPS = frozenset({"convolution", "_convolution", "conv1d", "conv2d", "conv3d", "cudnn_convolution",
+                       "mkldnn_convolution"})
+_BN_OPS = frozenset({"native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
+                     "batch_norm", "cudnn_batch_norm", "_batch_norm_no_update"})
+
+_warned: set[str] = set()
+META = torch.device("meta")
+
+
+def resolve_dtype(dtype) -> torch.dtype | None:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    key = str(dtype).lower().removeprefix("torch.")
+    if key not in DTYPES:
+        raise ValueError(f"dtype {dtype!r} is not supported: expected one of {sorted(set(DTYPES))} or a torch.dtype")
+    return DTYPES[key]
+
+
+def _to_meta(t: torch.Tensor, dtype: torch.dtype | None, requires_grad: bool = False) -> torch.Tensor:
+    dt = dtype if (dtype is not None and t.is_floating_point()) else t.dtype
+    return torch.empty(t.shape, dtype=dt, device=META, requires_grad=requires_grad and dt.is_floating_point)
+
+
+def _map_tensors(obj, fn):
+    if isinstance(obj, torch.Tensor):
+        return fn(obj)
+    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
+        return type(obj)(*(_map_tensors(o, fn) for o in obj))
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_map_tensors(o, fn) for o in obj)
+    if isinstance(obj, dict):
+        return {k: _map_tensors(v, fn) for k, v in obj.items()}
+    return obj
+
+
+def _leaves(obj):
+    if isinstance(obj, torch.Tensor):
+        yield obj
+    elif isinstance(obj, (list, tuple)):
+        for o in obj:
+            yield from _leaves(o)
+    elif isinstance(obj, dict):
+        for o in obj.values():
+            yield from _leaves(o)
+
+
+class _Recorder:
+    """Shared state of one ``analyze`` run."""
+
+    def __init__(self, model: nn.Module, fold_bn: bool):
+        self.names: dict[nn.Module, str] = {m: n for n, m in model.named_modules()}
+        self.root = model
+        self.fold_bn = fold_bn
+        self.layers: dict[str, LayerCost] = {}
+        self.modules: dict[str, nn.Module] = {}
+        self.stack: list[str] = []
+        self.backward = False
+        self.suppress = 0
+        self.node_owner: dict[int, str] = {}
+        self._nodes: list = []  # keeps owned nodes alive so their ids stay unique
+        self.uncounted: Counter = Counter()
+        self.counted_ops: set[str] = set()  # layers that got at least one non-free op
+        # fold_bn bookkeeping
+        self.conv_out: dict[int, tuple[str, torch.Tensor, bool]] = {}
+        self.folded: set[str] = set()
+        self.extra_params: Counter = Counter()
+        self._biased: set[str] = set()
+        self._seen_params: set[int] = set()
+
+    # -- module stack -------------------------------------------------------------------
+    def layer(self, name: str) -> LayerCost:
+        lc = self.layers.get(name)
+        if lc is None:
+            mod = self.modules.get(name)
+            kind = type(mod).__name__ if mod is not None else "(functional)"
+            params = 0
+            if mod is not None:  # a tied parameter (shared embedding/decoder) counts once, where first used
+                for p in mod.parameters(recurse=False):
+                    if id(p) not in self._seen_params:
+                        self._seen_params.add(id(p))
+                        params += p.numel()
+            lc = self.layers[name] = LayerCost(name=name, kind=kind, params=params)
+        return lc
+
+    def pre_hook(self, module, args, kwargs):
+        name = self.names.get(module)
+        if name is None:
+            return
+        if torch.is_grad_enabled():
+            # autograd nodes that produced this module's inputs belong to whoever ran them so far
+            self.claim_nodes((args, kwargs), self.stack[-1] if self.stack else "")
+        self.modules.setdefault(name, module)
+        self.stack.append(name)
+        self.layer(name).calls += 1
+
+    def post_hook(self, module, args, output):
+        name = self.names.get(module)
+        if name is None:
+            return
+        if self.stack and self.stack[-1] == name:
+            self.stack.pop()
+        elif name in self.stack:  # an exception unwound some frames: drop through to this one
+            del self.stack[self.stack.index(name):]
+        if torch.is_grad_enabled():
+            self.claim_nodes(output, name)
+
+    def claim_nodes(self, output, name: str) -> None:
+        todo = [t.grad_fn for t in _leaves(output) if t.grad_fn is not None]
+        owner = self.node_owner
+        while todo:
+            node = todo.pop()
+            if node is None or id(node) in owner:
+                continue
+            owner[id(node)] = name
+            self._nodes.append(node)
+            todo.extend(n for n, _ in node.next_functions if n is not None)
+
+    def current(self) -> str:
+        if self.backward:
+            node = torch._C._current_autograd_node()
+            if node is not None:
+                return self.node_owner.get(id(node), "")
+            return ""
+        return self.stack[-1] if self.stack else ""
+
+    # -- ops --------------------------------------------------------------------------------
+    def record(self, func, args, kwargs, out) -> None:
+        name = op_name(func)
+        if is_free(name) or self.suppress:
+            return
+        where = self.current()
+        if not self.backward and self.fold_bn:
+            if name in _CONV_OPS and isinstance(out, torch.Tensor):
+                bias = args[2] if len(args) > 2 else kwargs.get("bias")
+                self.conv_out[id(out)] = (where, out, bias is not None)
+            elif name in _BN_OPS and args and id(args[0]) in self.conv_out:
+                self.fold_into_conv(where, args[0])
+                return
+        cost = op_cost(name, args, kwargs, out)
+        lc = self.layer(where)
+        lc.ops[name] += 1
+        self.counted_ops.add(where)
+        if cost is None:
+            self.uncounted[name] += 1
+            return
+        flops, macs, read, written = cost
+        c = lc.backward if self.backward else lc.forward
+        c.flops += flops
+        c.macs += macs
+        c.bytes_read += read
+        c.bytes_written += written
+
+    def fold_into_conv(self, bn_layer: str, conv_output: torch.Tensor) -> None:
+        """BatchNorm after a convolution: the BN disappears and the conv gains a bias."""
+        conv_layer, out, had_bias = self.conv_out[id(conv_output)]
+        self.folded.add(bn_layer)
+        if had_bias:
+            return  # the conv's own bias absorbs the BN shift: nothing more to count
+        lc = self.layer(conv_layer)
+        c_out = out.shape[1]
+        lc.forward.flops += numel(out)  # one bias add per output element
+        lc.forward.bytes_read += c_out * out.dtype.itemsize  # the bias vector
+        if conv_layer not in self._biased:
+            self._biased.add(conv_layer)
+            self.extra_params[conv_layer] += c_out
+
+
+class _CountMode(TorchDispatchMode):
+    def __init__(self, rec: _Recorder):
+        super().__init__()
+        self.rec = rec
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        self.rec.record(func, args, kwargs, out)
+        return out
+
+
+def _fused_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                enable_gqa=False):
+    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
+        query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
+    )[0]
+
+
+class _FusedAttentionMode(TorchFunctionMode):
+    """Route ``F.scaled_dot_product_attention`` to one fused attention op, as real backends do."""
+
+    def __init__(self):
+        super().__init__()
+        self.fallbacks = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func is F.scaled_dot_product_attention:
+            q = args[0] if args else kwargs.get("query")
+            if isinstance(q, torch.Tensor) and q.dim() == 4 and not kwargs.get("enable_gqa", False):
+                try:
+                    return _fused_sdpa(*args, **kwargs)
+                except (RuntimeError, TypeError, NotImplementedError):
+                    self.fallbacks += 1  # shapes the fused op does not take: count the math path
+        return func(*args, **kwargs)
+
+
+def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: bool = False,
+            dtype=None, **example_kwargs) -> ModelCost:
+    """Per-layer FLOP, MAC, bytes and arithmetic intensity of ``model(*example_inputs)``.
+
+    Nothing real is computed and no weight is materialised: the model runs on the meta device.
+
+    Args:
+        model: any ``nn.Module`` (LightningModules included), on any device, meta included.
+        example_inputs: inputs for one forward call (their shapes and dtypes are what matter;
+            meta tensors are fine). Keyword inputs can be passed as keyword arguments.
+        training: also count the backward pass (input and weight gradients), attributed to
+            the module whose forward produced them; ``LayerCost.forward/backward`` keep them apart.
+            The forward then runs in train mode (BatchNorm batch statistics, dropout).
+        fold_bn: count the model as an inference engine runs it after folding every BatchNorm
+            that follows a convolution into it (Pagoda's ONNX convention): the BN disappears and
+            the conv gains a bias. Inference only.
+        dtype: count the model cast to this floating dtype (``"fp16"``, ``"bf16"``, ``torch.float16``...);
+            integer inputs (token ids) keep theirs.
+
+    Returns:
+        a :class:`ModelCost` with one :class:`LayerCost` per module, in execution order.
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"analyze() expects a torch.nn.Module, got {type(model).__name__}")
+    if training and fold_bn:
+        raise ValueError("fold_bn=True describes an inference engine (BatchNorm folded into the conv); "
+                         "it cannot be combined with training=True: drop one of them")
+    if not example_inputs and not example_kwargs:
+        raise ValueError("analyze() needs example inputs: analyze(model, torch.randn(1, 3, 224, 224)); "
+                         "zoo models provide them, e.g. lightning_edge.zoo.get('resnet50').inputs(batch_size=1)")
+    target = resolve_dtype(dtype)
+
+    # meta copies of parameters and buffers (tied tensors stay tied)
+    memo: dict[int, torch.Tensor] = {}
+    state: dict[str, torch.Tensor] = {}
+    for n, p in model.named_parameters(remove_duplicate=False):
+        if id(p) not in memo:
+            memo[id(p)] = _to_meta(p, target, requires_grad=training and p.requires_grad)
+        state[n] = memo[id(p)]
+    for n, b in model.named_buffers(remove_duplicate=False):
+        if id(b) not in memo:
+            memo[id(b)] = _to_meta(b, target)
+        state[n] = memo[id(b)]
+    meta_args = _map_tensors(example_inputs, lambda t: _to_meta(t, target))
+    meta_kwargs = _map_tensors(example_kwargs, lambda t: _to_meta(t, target))
+
+    rec = _Recorder(model, fold_bn)
+    rec.modules[""] = model
+    modes = [(m, m.training) for m in model.modules()]
+    handles = []
+    attention = _FusedAttentionMode()
+    try:
+        model.train(training)
+        for m in model.modules():
+            handles.append(m.register_forward_pre_hook(rec.pre_hook, with_kwargs=True))
+            handles.append(m.register_forward_hook(rec.post_hook))
+        with torch.set_grad_enabled(training), attention, _CountMode(rec):
+            out = torch.func.functional_call(model, state, meta_args, meta_kwargs, strict=False,
+                                             tie_weights=True)
+        if training:
+            outs = [t for t in _leaves(out) if t.requires_grad]
+            if not outs:
+                raise ValueError("training=True but no output of the model requires grad: are all "
+                                 "parameters frozen (requires_grad=False)?")
+            grads = [torch.ones_like(t) for t in outs]
+            rec.backward = True
+            with attention, _CountMode(rec):
+                torch.autograd.backward(outs, grads)
+    finally:
+        for h in handles:
+            h.remove()
+        for m, flag in modes:
+            m.training = flag
+
+    # keep leaves (every layer shows, even at zero cost) and any module that ran ops itself
+    layers = []
+    for name, lc in rec.layers.items():
+        mod = rec.modules.get(name)
+        is_leaf = mod is not None and next(iter(mod.children()), None) is None
+        if name in rec.folded and not lc.ops:
+            continue  # a BatchNorm folded away
+        if not (is_leaf or name in rec.counted_ops):
+            continue
+        lc.params += rec.extra_params.get(name, 0)
+        layers.append(lc)
+
+    if rec.uncounted:
+        new = sorted(set(rec.uncounted) - _warned)
+        if new:
+            _warned.update(new)
+            warnings.warn(
+                "lightning_edge.analyze: no cost formula for aten ops "
+                + ", ".join(f"{n} (x{rec.uncounted[n]})" for n in new)
+                + "; they count as zero and are listed in cost.uncounted",
+                stacklevel=2,
+            )
+    notes = []
+    if attention.fallbacks:
+        notes.append(f"{attention.fallbacks} attention call(s) counted through the math decomposition "
+                     "(shapes the fused kernel does not take)")
+    if fold_bn:
+        notes.append(f"{len(rec.folded)} BatchNorm layer(s) folded into the preceding convolution")
+    return ModelCost(
+        layers=layers,
+        uncounted=rec.uncounted,
+        training=training,
+        fold_bn=fold_bn,
+        dtype=str(target or _infer_dtype(model)).removeprefix("torch."),
+        model=type(model).__name__,
+        inputs=[tuple(t.shape) for t in tensors_in(list(_leaves((example_inputs, example_kwargs))))],
+        notes=notes,
+    )
+
+
+def _infer_dtype(model: nn.Module) -> torch.dtype:
+    for p in model.parameters():
+        if p.is_floating_point():
+            return p.dtype
+    return torch.get_default_dtype()
+
+
+__all__ = ["analyze", "Cost", "LayerCost", "ModelCost"]

@@ -1,0 +1,119 @@
+"""Cost records: what one op, one layer and one model cost, in FLOP, MAC and bytes.
+
+Conventions (see docs/cost-model.md): FLOP = 2 x MAC for multiply-accumulates plus one FLOP
+per output element for a bias add; bytes = every tensor read + every tensor written, at the
+tensor's own element size; views move nothing.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Cost:
+    """FLOP, MAC and bytes moved by some piece of work (one op, or a sum of ops)."""
+
+    flops: int = 0
+    macs: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+
+    @property
+    def bytes(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+    @property
+    def intensity(self) -> float:
+        """Arithmetic intensity in FLOP per byte moved (inf when nothing moves, 0 when no FLOP)."""
+        if self.bytes == 0:
+            return math.inf if self.flops else 0.0
+        return self.flops / self.bytes
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(
+            self.flops + other.flops,
+            self.macs + other.macs,
+            self.bytes_read + other.bytes_read,
+            self.bytes_written + other.bytes_written,
+        )
+
+    def __iadd__(self, other: Cost) -> Cost:
+        self.flops += other.flops
+        self.macs += other.macs
+        self.bytes_read += other.bytes_read
+        self.bytes_written += other.bytes_written
+        return self
+
+    def to_dict(self) -> dict:
+        return {
+            "flops": self.flops,
+            "macs": self.macs,
+            "bytes_read": self.bytes_read,
+            "bytes_written": self.bytes_written,
+            "bytes": self.bytes,
+            "intensity": _finite(self.intensity),
+        }
+
+
+def _finite(x: float) -> float | None:
+    return None if math.isinf(x) or math.isnan(x) else x
+
+
+@dataclass
+class LayerCost:
+    """The cost of one module's own work (ops run directly inside it, not in its children).
+
+    ``forward`` and ``backward`` are kept apart; the flat attributes (``flops``, ``bytes`` ...)
+    are their sum. ``ops`` counts the aten ops attributed to the layer, by name.
+    """
+
+    name: str
+    kind: str
+    params: int = 0
+    forward: Cost = field(default_factory=Cost)
+    backward: Cost = field(default_factory=Cost)
+    calls: int = 0
+    ops: Counter = field(default_factory=Counter)
+
+    @property
+    def total(self) -> Cost:
+        return self.forward + self.backward
+
+    @property
+    def flops(self) -> int:
+        return self.forward.flops + self.backward.flops
+
+    @property
+    def macs(self) -> int:
+        return self.forward.macs + self.backward.macs
+
+    @property
+    def bytes_read(self) -> int:
+        return self.forward.bytes_read + self.backward.bytes_read
+
+    @property
+    def bytes_written(self) -> int:
+        return self.forward.bytes_written + self.backward.bytes_written
+
+    @property
+    def bytes(self) -> int:
+        return self.bytes_read + self.bytes_written
+
+    @property
+    def intensity(self) -> float:
+        return self.total.intensity
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name,
+            "kind": self.kind,
+            "params": self.params,
+            "calls": self.calls,
+            **self.total.to_dict(),
+            "forward": self.forward.to_dict(),
+            "backward": self.backward.to_dict(),
+            "ops": dict(self.ops),
+        }

@@ -1,0 +1,68 @@
+"""lightning-edge analyze: zoo models, user factories, JSON output and clear errors."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from lightning_edge.cli import main
+
+
+def test_analyze_zoo_model(capsys, tmp_path):
+    out = tmp_path / "c.json"
+    assert main(["analyze", "zoo:resnet18", "--batch-size", "2", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert "layer1.0.conv1" in text and "TOTAL" in text and "estimated" in text
+    data = json.loads(out.read_text())
+    assert data["inputs"] == [[2, 3, 224, 224]]
+    assert data["layers"][0]["name"] == "conv1"
+
+
+def test_analyze_training_fp16_fold(capsys):
+    assert main(["analyze", "zoo:mobilenet_v2", "--training", "--dtype", "fp16", "--top", "5"]) == 0
+    assert "training" in capsys.readouterr().out
+    assert main(["analyze", "zoo:resnet18", "--fold-bn", "--sort", "flops", "--top", "3"]) == 0
+    assert "folded" in capsys.readouterr().out
+
+
+def test_analyze_user_factory(tmp_path, capsys, monkeypatch):
+    (tmp_path / "mymodels.py").write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+        def build():
+            return nn.Sequential(nn.Conv2d(3, 8, 3), nn.ReLU())
+        def build_with_inputs():
+            return build(), torch.randn(1, 3, 16, 16)
+    """))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["analyze", "mymodels:build", "--input-shape", "3,16,16", "-b", "4"]) == 0
+    assert "0" in capsys.readouterr().out
+    assert main(["analyze", "mymodels:build_with_inputs"]) == 0
+    # no shapes for a bare model: a clear error, exit 1
+    assert main(["analyze", "mymodels:build"]) == 1
+    assert "--input-shape" in capsys.readouterr().err
+
+
+def test_analyze_bad_names(capsys):
+    assert main(["analyze", "zoo:resnet1000"]) == 1
+    assert "resnet18" in capsys.readouterr().err  # lists what exists
+    assert main(["analyze", "not_a_spec"]) == 1
+    assert "zoo:NAME" in capsys.readouterr().err
+    assert main(["analyze", "zoo:resnet18", "--batch-size", "0"]) == 1
+
+
+def test_console_script_runs():
+    r = subprocess.run([sys.executable, "-m", "lightning_edge", "analyze", "zoo:lstm", "--seq-len", "8"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "GFLOP" in r.stdout
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["analyze", "--help"]])
+def test_help(argv, capsys):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 0
