@@ -29,7 +29,7 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from lightning_edge.cost.formulas import is_free, numel, op_cost, op_name, tensors_in
+from lightning_edge.cost.formulas import ELEMENTWISE_FLOP, is_free, numel, op_cost, op_name, tensors_in
 from lightning_edge.cost.model_cost import ModelCost
 from lightning_edge.cost.types import Cost, LayerCost
 
@@ -208,16 +208,70 @@ class _Recorder:
             self.extra_params[conv_layer] += c_out
 
 
+_SCALARS = (int, float, bool, str, type(None), torch.dtype, torch.device, torch.layout, torch.memory_format)
+
+
+def _signature(obj):
+    """A hashable description of an op argument (tensors by shape/stride/dtype), or raise TypeError."""
+    if isinstance(obj, torch.Tensor):
+        return (obj.shape, obj.stride(), obj.dtype, obj.device.type)
+    if isinstance(obj, (list, tuple)):
+        return tuple(_signature(o) for o in obj)
+    if isinstance(obj, _SCALARS):
+        return obj
+    raise TypeError
+
+
 class _CountMode(TorchDispatchMode):
-    def __init__(self, rec: _Recorder):
+    """Counts every op; also a shape cache in front of the meta kernels.
+
+    Many meta kernels are Python decompositions (~1 ms an element-wise op). An op that returns fresh
+    tensors (no aliasing, no mutation) gives the same output shapes for the same input shapes, so
+    repeated calls (RNN time steps, repeated blocks) get empty meta tensors of the cached shapes.
+    An in-place element-wise op returns its (unchanged) first argument without running its kernel.
+    """
+
+    def __init__(self, rec: _Recorder, cache: dict):
         super().__init__()
         self.rec = rec
+        self.cache = cache
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        out = self._fast(func, args, kwargs)
         self.rec.record(func, args, kwargs, out)
         return out
+
+    def _fast(self, func, args, kwargs):
+        schema = func._schema
+        if schema.is_mutable:
+            if (args and isinstance(args[0], torch.Tensor) and args[0].device.type == "meta"
+                    and _inplace_elementwise(func)):
+                return args[0]
+            return func(*args, **kwargs)
+        cacheable = all(r.alias_info is None for r in schema.returns) and schema.returns
+        if not cacheable:
+            return func(*args, **kwargs)
+        try:
+            key = (func, _signature(args), tuple((k, _signature(v)) for k, v in kwargs.items()))
+        except TypeError:
+            return func(*args, **kwargs)
+        spec = self.cache.get(key)
+        if spec is None:
+            out = func(*args, **kwargs)
+            outs = out if isinstance(out, (tuple, list)) else (out,)
+            if all(isinstance(o, torch.Tensor) and o.device.type == "meta" for o in outs):
+                self.cache[key] = (isinstance(out, (tuple, list)),
+                                   [(o.shape, o.stride(), o.dtype) for o in outs])
+            return out
+        is_seq, metas = spec
+        outs = [torch.empty_strided(sh, st, dtype=dt, device=META) for sh, st, dt in metas]
+        return tuple(outs) if is_seq else outs[0]
+
+
+def _inplace_elementwise(func) -> bool:
+    name = op_name(func)
+    return name.endswith("_") and name[:-1] in ELEMENTWISE_FLOP
 
 
 def _fused_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -302,7 +356,8 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
         for m in model.modules():
             handles.append(m.register_forward_pre_hook(rec.pre_hook, with_kwargs=True))
             handles.append(m.register_forward_hook(rec.post_hook))
-        with torch.set_grad_enabled(training), attention, _CountMode(rec):
+        cache: dict = {}
+        with torch.set_grad_enabled(training), attention, _CountMode(rec, cache):
             out = torch.func.functional_call(model, state, meta_args, meta_kwargs, strict=False,
                                              tie_weights=True)
         if training:
@@ -312,7 +367,7 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
                                  "parameters frozen (requires_grad=False)?")
             grads = [torch.ones_like(t) for t in outs]
             rec.backward = True
-            with attention, _CountMode(rec):
+            with attention, _CountMode(rec, cache):
                 torch.autograd.backward(outs, grads)
     finally:
         for h in handles:

@@ -1,0 +1,238 @@
+"""What we know about Jetson boards: power-mode grids, sysfs paths, CPU clusters, nvpmodel names.
+
+Sources: /work/shared/spec/orin-agx-twin.md (Orin AGX 32 GB, JetPack 5) and the Fulcrum paper
+(the 441-mode experimental subset). A real board's ``available_frequencies`` win over these
+tables: images differ (see :func:`lightning_edge.devices.controllers.jetson.discover_space`).
+
+All sysfs paths here are *relative* to the file-system root so that tests can point a
+controller at a fake tree (``root=tmp_path``).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from lightning_edge.devices.modes import PowerMode, PowerModeSpace
+
+# --------------------------------------------------------------------------- Orin AGX 32 GB grid
+ORIN_AGX_CPU_KHZ: tuple[int, ...] = (
+    115200, 192000, 268800, 345600, 422400, 499200, 576000, 652800, 729600, 806400,
+    883200, 960000, 1036800, 1113600, 1190400, 1267200, 1344000, 1420800, 1497600, 1574400,
+    1651200, 1728000, 1804800, 1881600, 1958400, 2035200, 2112000, 2188800, 2201600,
+)  # fmt: skip
+"""``scaling_available_frequencies`` of every CPU cluster (kHz), 29 values."""
+
+ORIN_AGX_GPU_HZ: tuple[int, ...] = (
+    114750000, 216750000, 318750000, 420750000, 522750000, 624750000, 726750000,
+    828750000, 930750000, 1032750000, 1134750000, 1236750000, 1300500000,
+)  # fmt: skip
+"""GPU devfreq ``available_frequencies`` (Hz), 13 values."""
+
+ORIN_AGX_EMC_HZ: tuple[int, ...] = (204000000, 665600000, 2133000000, 3199000000)
+"""Memory (EMC) rates (Hz), 4 values."""
+
+ORIN_AGX_CORES = 12
+
+ORIN_AGX_MAXN = PowerMode(12, 2201.6, 1300.5, 3199.0)
+"""MAXN: ``12c/2201/1300/3199``."""
+
+# --------------------------------------------------------------------------- Fulcrum's 441-mode subset
+# Fulcrum (Table 9c): cores {4, 8, 12} x 7 CPU (422-2200 MHz) x 7 GPU (115-1300 MHz) x 3 memory
+# (665-3200 MHz), "uniformly distributed" over the 18,096 modes, midpoint 8c/1344/727/2133.
+# The paper does not list the 7 values; we take every 4th CPU value from 422.4 MHz and every other
+# GPU value from 114.75 MHz: both are evenly spread, end at the maximum (2201.6, 1300.5) and have
+# the paper's midpoint in the middle (1344.0, 726.75). They also contain the paper's other named
+# modes (1651 MHz CPU; 0.3 / 0.7 / 1.1 GHz GPU in Pagoda).
+FULCRUM_CORES: tuple[int, ...] = (4, 8, 12)
+FULCRUM_CPU_MHZ: tuple[float, ...] = (422.4, 729.6, 1036.8, 1344.0, 1651.2, 1958.4, 2201.6)
+FULCRUM_GPU_MHZ: tuple[float, ...] = (114.75, 318.75, 522.75, 726.75, 930.75, 1134.75, 1300.5)
+FULCRUM_MEM_MHZ: tuple[float, ...] = (665.6, 2133.0, 3199.0)
+FULCRUM_MIDPOINT = PowerMode(8, 1344.0, 726.75, 2133.0)
+"""Fulcrum's ``mid1`` mode, ``8c/1344/727/2133`` in the paper (printed ``8c/1344/726/2133``)."""
+
+
+def orin_agx_space() -> PowerModeSpace:
+    """The full Orin AGX 32 GB grid: 12 x 29 x 13 x 4 = 18,096 modes."""
+    return PowerModeSpace(
+        cores=range(1, ORIN_AGX_CORES + 1),
+        cpu_mhz=[k / 1e3 for k in ORIN_AGX_CPU_KHZ],
+        gpu_mhz=[h / 1e6 for h in ORIN_AGX_GPU_HZ],
+        mem_mhz=[h / 1e6 for h in ORIN_AGX_EMC_HZ],
+        name="orin-agx",
+    )
+
+
+def fulcrum_space() -> PowerModeSpace:
+    """Fulcrum's 441-mode subset of the Orin AGX grid (3 x 7 x 7 x 3)."""
+    return orin_agx_space().subspace(
+        cores=FULCRUM_CORES,
+        cpu_mhz=FULCRUM_CPU_MHZ,
+        gpu_mhz=FULCRUM_GPU_MHZ,
+        mem_mhz=FULCRUM_MEM_MHZ,
+        name="fulcrum",
+    )
+
+
+SPACES = {"orin-agx": orin_agx_space, "fulcrum": fulcrum_space}
+"""Named spaces: ``named_space("fulcrum")``."""
+
+
+def named_space(name: str) -> PowerModeSpace:
+    try:
+        return SPACES[name]()
+    except KeyError:
+        raise ValueError(f"unknown power-mode space {name!r}: known are {', '.join(SPACES)}") from None
+
+
+# --------------------------------------------------------------------------- sysfs paths (relative to root)
+CPU_DIR = "sys/devices/system/cpu"
+CPUFREQ_DIR = "sys/devices/system/cpu/cpufreq"
+GPU_DEVFREQ_DIRS: dict[str, str] = {
+    "jetpack5": "sys/devices/17000000.ga10b/devfreq/17000000.ga10b",
+    "jetpack6": "sys/devices/platform/bus@0/17000000.gpu/devfreq/17000000.gpu",
+}
+"""GPU devfreq directory (``available_frequencies``, ``min_freq``, ``max_freq``, ``cur_freq``, Hz)."""
+EMC_CLK_DIR = "sys/kernel/debug/bpmp/debug/clk/emc"
+"""bpmp debugfs EMC clock: ``rate``, ``mrq_rate_locked``, ``max_rate``, ``min_rate``, ``possible_rates`` (Hz)."""
+EMC_NVPMODEL_CAP = "sys/kernel/nvpmodel_emc_cap/emc_iso_cap"
+"""Where nvpmodel writes ``EMC MAX_FREQ`` (Hz, 0 = no cap)."""
+DEBUGFS_DIR = "sys/kernel/debug"
+NVPMODEL_CONF = "etc/nvpmodel.conf"
+NVPMODEL_STATUS = "var/lib/nvpmodel/status"
+TEGRA_RELEASE = "etc/nv_tegra_release"
+DT_MODEL = "proc/device-tree/model"
+DT_COMPATIBLE = "proc/device-tree/compatible"
+
+
+@dataclass(frozen=True)
+class BoardInfo:
+    """One Jetson module: its CPU layout and, where known, its frequency grids."""
+
+    key: str
+    name: str
+    cpu_count: int
+    clusters: tuple[tuple[int, ...], ...]
+    compatible: tuple[str, ...] = ()
+    cpu_khz: tuple[int, ...] | None = None
+    gpu_hz: tuple[int, ...] | None = None
+    emc_hz: tuple[int, ...] | None = None
+    nvpmodel_clusters: tuple[str, ...] = field(default=())
+    """nvpmodel.conf names of the CPU clusters, in cluster order (``CPU_A78_0``...)."""
+
+    def space(self) -> PowerModeSpace | None:
+        """The grid from the catalogue, or ``None`` when the frequencies must be read from the board."""
+        if not (self.cpu_khz and self.gpu_hz and self.emc_hz):
+            return None
+        return PowerModeSpace(
+            cores=range(1, self.cpu_count + 1),
+            cpu_mhz=[k / 1e3 for k in self.cpu_khz],
+            gpu_mhz=[h / 1e6 for h in self.gpu_hz],
+            mem_mhz=[h / 1e6 for h in self.emc_hz],
+            name=self.key,
+        )
+
+    def cluster_of(self, cpu: int) -> int:
+        for i, cl in enumerate(self.clusters):
+            if cpu in cl:
+                return i
+        raise ValueError(f"cpu{cpu} is not in any cluster of {self.name}")
+
+
+_A78 = tuple(f"CPU_A78_{i}" for i in range(3))
+
+BOARDS: dict[str, BoardInfo] = {
+    "orin-agx": BoardInfo(
+        key="orin-agx",
+        name="NVIDIA Jetson AGX Orin 32GB",
+        cpu_count=12,
+        clusters=((0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11)),
+        compatible=("p3701-0000", "p3701-0004"),
+        cpu_khz=ORIN_AGX_CPU_KHZ,
+        gpu_hz=ORIN_AGX_GPU_HZ,
+        emc_hz=ORIN_AGX_EMC_HZ,
+        nvpmodel_clusters=_A78,
+    ),
+    "orin-agx-64gb": BoardInfo(
+        key="orin-agx-64gb",
+        name="NVIDIA Jetson AGX Orin 64GB",
+        cpu_count=12,
+        clusters=((0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11)),
+        compatible=("p3701-0005",),
+        nvpmodel_clusters=_A78,
+    ),
+    "orin-nx-16gb": BoardInfo(
+        key="orin-nx-16gb",
+        name="NVIDIA Jetson Orin NX 16GB",
+        cpu_count=8,
+        clusters=((0, 1, 2, 3), (4, 5, 6, 7)),
+        compatible=("p3767-0000",),
+        nvpmodel_clusters=_A78[:2],
+    ),
+    "orin-nx-8gb": BoardInfo(
+        key="orin-nx-8gb",
+        name="NVIDIA Jetson Orin NX 8GB",
+        cpu_count=6,
+        clusters=((0, 1, 2, 3), (4, 5)),
+        compatible=("p3767-0001",),
+        nvpmodel_clusters=_A78[:2],
+    ),
+    "orin-nano": BoardInfo(
+        key="orin-nano",
+        name="NVIDIA Jetson Orin Nano",
+        cpu_count=6,
+        clusters=((0, 1, 2, 3), (4, 5)),
+        compatible=("p3767-0003", "p3767-0004", "p3767-0005"),
+        nvpmodel_clusters=_A78[:2],
+    ),
+}
+
+
+def board_info(key: str) -> BoardInfo:
+    try:
+        return BOARDS[key]
+    except KeyError:
+        raise ValueError(f"unknown board {key!r}: known are {', '.join(BOARDS)}") from None
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_bytes().replace(b"\x00", b"\n").decode("utf-8", "replace").strip()
+    except OSError:
+        return None
+
+
+def is_jetson(root: str | Path = "/") -> bool:
+    """True if ``root`` looks like a Jetson (L4T release file or a tegra device tree)."""
+    r = Path(root)
+    if (r / TEGRA_RELEASE).exists():
+        return True
+    compat = _read(r / DT_COMPATIBLE) or ""
+    return "tegra" in compat.lower()
+
+
+def detect_board(root: str | Path = "/") -> BoardInfo | None:
+    """The board under ``root`` from ``/proc/device-tree/compatible`` (then ``model``), or ``None``."""
+    r = Path(root)
+    compat = (_read(r / DT_COMPATIBLE) or "").lower()
+    for info in BOARDS.values():
+        if any(c in compat for c in info.compatible):
+            return info
+    model = (_read(r / DT_MODEL) or "").lower()
+    if "agx orin" in model or "orin agx" in model:
+        return BOARDS["orin-agx-64gb" if "64gb" in model else "orin-agx"]
+    if "orin nx" in model:
+        return BOARDS["orin-nx-8gb" if "8gb" in model else "orin-nx-16gb"]
+    if "orin nano" in model:
+        return BOARDS["orin-nano"]
+    return None
+
+
+def jetpack_major(root: str | Path = "/") -> int | None:
+    """JetPack major version from ``/etc/nv_tegra_release`` (L4T R35 -> 5, R36 -> 6), or ``None``."""
+    text = _read(Path(root) / TEGRA_RELEASE) or ""
+    m = re.search(r"#\s*R(\d+)", text)
+    if not m:
+        return None
+    return {32: 4, 34: 5, 35: 5, 36: 6}.get(int(m.group(1)))

@@ -1,0 +1,243 @@
+"""``lightning-edge mode``: show, list and switch power modes, and put the board back.
+
+::
+
+    lightning-edge mode show    [--device auto|jetson|nvpmodel|nvml[:N]|sim:orin-agx] [--json]
+    lightning-edge mode list    [--all] [--subset fulcrum] [--json]
+    lightning-edge mode set 8c/1344/727/2133 [--dry-run]
+    lightning-edge mode restore [--dry-run]
+
+``set`` leaves the board in the new mode when the command ends (that is its point) and records
+the mode found before the first change in the board's state file; ``restore`` puts that back.
+On the twin (``--device sim:orin-agx``) the simulated mode persists in the state dir, so
+``set`` and a later ``show`` agree. Imports nothing heavy.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+HELP = "show, list and switch power modes (and put the board back)"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from lightning_edge.devices.controllers import DEVICES_HELP
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--device",
+        default="auto",
+        help=f"which board: {DEVICES_HELP} (default: auto = this Jetson; NVML is never picked by auto)",
+    )
+    common.add_argument(
+        "--dry-run", action="store_true", help="print the exact writes or commands, change nothing"
+    )
+    common.add_argument(
+        "--state-dir",
+        default=None,
+        help="where the state and lock files live (default: $LIGHTNING_EDGE_STATE_DIR or the user state dir)",
+    )
+    common.add_argument("--root", default="/", help=argparse.SUPPRESS)  # a fake sysfs root, for tests
+
+    sub = parser.add_subparsers(dest="mode_command", metavar="ACTION")
+    p = sub.add_parser(
+        "show", parents=[common], help="print the current mode", description="Print the current mode."
+    )
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p = sub.add_parser(
+        "list",
+        parents=[common],
+        help="print the space of valid modes",
+        description="Print the valid values of each knob and the size of the mode space.",
+    )
+    p.add_argument("--all", action="store_true", help="print every mode, one per line")
+    p.add_argument("--subset", choices=["fulcrum"], help="only a named subset (fulcrum: the 441-mode grid)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    p = sub.add_parser(
+        "set",
+        parents=[common],
+        help="switch to a mode and leave it set",
+        description="Switch to MODE and leave it set; `mode restore` puts back the original.",
+    )
+    p.add_argument("mode", help="CORESc/CPU/GPU/MEM in MHz (e.g. 8c/1344/727/2133), or maxn, min, mid")
+    sub.add_parser(
+        "restore",
+        parents=[common],
+        help="put back the mode found before lightning_edge changed it",
+        description="Put back the mode recorded in the board's state file.",
+    )
+    parser.set_defaults(_mode_parser=parser)
+
+
+def _controller(args: argparse.Namespace):
+    from lightning_edge.devices.controllers import get_controller
+    from lightning_edge.devices.safety import default_state_dir
+
+    kwargs: dict = {"dry_run": bool(getattr(args, "dry_run", False)), "state_dir": args.state_dir}
+    device = str(args.device)
+    if device.split(":", 1)[0].lower() == "sim":
+        state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
+        board = device.partition(":")[2] or "orin-agx"
+        kwargs.update(state_dir=state_dir, board_file=state_dir / f"sim-{board}.board.json")
+    else:
+        kwargs["root"] = args.root
+    return get_controller(device, **kwargs)
+
+
+def _describe_device(ctl) -> str:
+    if ctl.source == "simulated":
+        from lightning_edge.devices.catalog import BOARDS
+
+        board = getattr(ctl, "board", "")
+        name = BOARDS[board].name if board in BOARDS else board
+        return f"{ctl.cli_args()[1]} - simulated {name} (the twin: values are simulated, not measured)"
+    layout = getattr(ctl, "layout", None)
+    if layout is not None:
+        jp = f", JetPack {layout.jetpack}" if layout.jetpack else ""
+        return f"{ctl.name} - {layout.board.name}{jp} ({ctl.device_id})"
+    return f"{ctl.name} ({ctl.device_id})"
+
+
+def _show(args) -> int:
+    ctl = _controller(args)
+    mode = ctl.current()
+    space = ctl.space
+    state = ctl._safety.state.read() if ctl._safety is not None else None
+    if args.json:
+        out = {
+            "device": ctl.device_id,
+            "backend": ctl.name,
+            "source": ctl.source,
+            "mode": str(mode),
+            "values": mode.to_dict(),
+            "in_space": mode in space,
+            "original": (state or {}).get("original"),
+            "state_file": ctl.state_path if state else None,
+        }
+        print(json.dumps(out, indent=2))
+        return 0
+    tags = [ctl.source]
+    if mode == space.max_mode():
+        tags.append("MAXN")
+    print(f"device: {_describe_device(ctl)}")
+    print(f"mode:   {mode}  ({mode.describe()})  [{', '.join(tags)}]")
+    if mode in space:
+        print(f"        mode {space.index(mode)} of {space.size:,} in the {space.name or 'device'} grid")
+    else:
+        print(
+            f"        not a point of the {space.name or 'device'} grid (DVFS ranges or a mode set by another tool)"
+        )
+    if state:
+        owner = state.get("pid")
+        who = f"process {owner} is changing it" if owner else "left set by `lightning-edge mode set`"
+        print(f"        {who}; the original mode {state.get('original')} is recorded in {ctl.state_path}")
+        print(f"        undo with: {ctl.restore_command()}")
+    return 0
+
+
+def _list(args) -> int:
+    from lightning_edge.devices.catalog import fulcrum_space
+
+    ctl = _controller(args)
+    space = ctl.space
+    if args.subset == "fulcrum":
+        sub = fulcrum_space()
+        if not sub.is_subspace_of(space):
+            print(
+                f"note: the Fulcrum subset is defined on the Orin AGX grid; {space.name or 'this board'} "
+                "lacks some of its values",
+                file=sys.stderr,
+            )
+        space = sub
+    if args.json:
+        d = space.to_dict()
+        d["size"] = space.size
+        if args.all:
+            d["modes"] = [str(m) for m in space]
+        print(json.dumps(d, indent=2))
+        return 0
+    lines = space.describe().splitlines()
+    if ctl.source == "simulated":
+        lines[0] += "  [simulated board]"
+    print("\n".join(lines))
+    print(f"  highest (MAXN): {space.max_mode()}  ({space.max_mode().describe()})")
+    print(f"  midpoint:       {space.midpoint()}  ({space.midpoint().describe()})")
+    print(f"  lowest:         {space.min_mode()}  ({space.min_mode().describe()})")
+    if args.all:
+        for i, m in enumerate(space):
+            print(f"{i:>6}  {str(m):<20} {m.describe()}")
+    return 0
+
+
+def _set(args) -> int:
+    from lightning_edge.devices.controllers.errors import ModeVerificationError
+
+    ctl = _controller(args)
+    target = ctl.space.coerce(args.mode)
+    if ctl.dry_run:
+        ctl.apply(target)
+        return 0
+    try:
+        applied = ctl.apply(target)
+    except ModeVerificationError:
+        ctl.restore()
+        print(
+            "lightning-edge mode set: the board did not take the mode; the original mode was restored",
+            file=sys.stderr,
+        )
+        raise
+    except BaseException:
+        if ctl.active:
+            ctl.restore()
+        raise
+    ctl.keep()
+    print(f"{ctl.device_id}: {applied.settled}  ({applied.settled.describe()})  [{applied.source}]")
+    print(f"undo with: {ctl.restore_command()}")
+    return 0
+
+
+def _restore(args) -> int:
+    ctl = _controller(args)
+    result = ctl.restore()
+    if ctl.dry_run:
+        return 0
+    if result is None and ctl.recovered is not None:
+        result = ctl.recovered
+    if result is None:
+        where = f" ({ctl.state_path})" if ctl.state_path else ""
+        print(f"nothing to restore on {ctl.device_id}: no state file{where}; the mode is {ctl.current()}")
+        return 0
+    print(f"{ctl.device_id}: restored {result.settled}  ({result.settled.describe()})  [{result.source}]")
+    for m in result.mismatches:
+        print(f"  warning: {m}", file=sys.stderr)
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
+    action = getattr(args, "mode_command", None)
+    if not action:
+        args._mode_parser.print_help()
+        return 2
+    return {"show": _show, "list": _list, "set": _set, "restore": _restore}[action](args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``lightning-edge mode ...`` on its own, without loading the other sub-commands (``python -m`` this module)."""
+    parser = argparse.ArgumentParser(prog="lightning-edge mode", description=HELP)
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return int(run(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (ValueError, FileNotFoundError, PermissionError, RuntimeError) as exc:
+        print(f"lightning-edge mode: error: {exc}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

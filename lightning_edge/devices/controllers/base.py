@@ -1,0 +1,509 @@
+"""The one interface every power-mode controller implements, and the safety logic they share.
+
+A controller switches one board between the modes of its :class:`PowerModeSpace`::
+
+    with get_controller("sim:orin-agx") as ctl:      # the mode found here is restored at exit
+        applied = ctl.apply("8c/1344/727/2133")      # validated, written, read back
+        print(applied.settled, applied.source)       # what the board actually settled at
+
+Subclasses implement five small hooks (read the mode, snapshot the board, write a mode, write a
+snapshot back, say why they are unavailable); this class does the rest the same way for all of
+them: the state file written before the first write, the advisory lock, exit/signal handlers,
+recovery of a leftover from a dead process, dry runs and read-back verification.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import sys
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, TextIO
+
+from lightning_edge.devices import safety as _safety
+from lightning_edge.devices.controllers.errors import (
+    BoardBusyError,
+    ModePermissionError,
+    ModeVerificationError,
+    RecoveryError,
+)
+from lightning_edge.devices.modes import ModeLike, PowerMode, PowerModeSpace
+
+
+@dataclass(frozen=True)
+class AppliedMode:
+    """The outcome of :meth:`ModeController.apply` (or of a restore).
+
+    ``settled`` is what the board reads back after the change (``None`` for a dry run);
+    ``actions`` are the exact writes or commands, in order; ``mismatches`` lists every read-back
+    that differs from what was written. ``source`` says how ``settled`` was obtained:
+    ``measured`` (read back from hardware), ``simulated`` (the twin) or ``planned`` (dry run).
+    """
+
+    requested: PowerMode
+    settled: PowerMode | None
+    actions: tuple[str, ...] = ()
+    dry_run: bool = False
+    source: str = "measured"
+    mismatches: tuple[str, ...] = ()
+    settled_at_s: float | None = None
+    details: dict[str, Any] = field(default_factory=dict, compare=False)
+
+    @property
+    def verified(self) -> bool:
+        """True when the board reads back exactly the requested mode."""
+        return not self.dry_run and not self.mismatches and self.settled == self.requested
+
+    def __str__(self) -> str:
+        if self.dry_run:
+            return f"{self.requested} (dry run: {len(self.actions)} action(s) planned, nothing written)"
+        tail = "" if self.verified else f", settled at {self.settled} ({len(self.mismatches)} mismatch(es))"
+        return f"{self.requested} [{self.source}]{tail}"
+
+
+class ModeController(ABC):
+    """Base class of power-mode controllers: ``current()``, ``apply(mode)``, ``restore()``.
+
+    Common keyword arguments (every subclass accepts them):
+
+    - ``dry_run``: print the exact writes / commands instead of doing them (reads still happen).
+    - ``strict``: raise :class:`ModeVerificationError` when the read-back differs (default True).
+    - ``state_dir``: where the state and lock files live (default :func:`safety.default_state_dir`).
+    - ``safety``: use the state file and lock (default True). Off only for throw-away boards.
+    - ``recover``: on start, restore a leftover state file of a dead process (default True).
+    - ``handle_exit``: restore at interpreter exit and on SIGTERM/SIGINT (default True).
+    - ``out``: stream for dry-run output and notices (default ``sys.stdout`` / ``sys.stderr``).
+    """
+
+    #: backend name used by :func:`~lightning_edge.devices.get_controller` and in state files
+    name: ClassVar[str] = "abstract"
+    #: how values read from this controller were obtained: "measured" or "simulated"
+    source: ClassVar[str] = "measured"
+    #: whether restoring the board needs root (so the printed recovery command starts with sudo)
+    needs_root: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        *,
+        space: PowerModeSpace,
+        device_id: str,
+        dry_run: bool = False,
+        strict: bool = True,
+        state_dir: str | os.PathLike | None = None,
+        safety: bool = True,
+        recover: bool = True,
+        handle_exit: bool = True,
+        out: TextIO | None = None,
+    ) -> None:
+        self._space = space
+        self.device_id = device_id
+        self.dry_run = bool(dry_run)
+        self.strict = bool(strict)
+        self.handle_exit = bool(handle_exit)
+        self._out = out
+        self._safety = _safety.BoardSafety(device_id, state_dir) if safety else None
+        self._session: dict[str, Any] | None = None  # set while the board is changed by us
+        self._last: AppliedMode | None = None
+        self.recovered: AppliedMode | None = None
+        if self._safety is not None and recover:
+            self.recovered = self.recover()
+
+    # ------------------------------------------------------------------ to implement
+    @classmethod
+    def why_unavailable(cls, **kwargs: Any) -> str | None:
+        """Why this controller cannot run here (``None`` when it can). Cheap: never writes."""
+        return None
+
+    @classmethod
+    def available(cls, **kwargs: Any) -> bool:
+        return cls.why_unavailable(**kwargs) is None
+
+    @abstractmethod
+    def _read_mode(self) -> PowerMode:
+        """The board's mode now."""
+
+    @abstractmethod
+    def _snapshot(self) -> dict[str, Any]:
+        """Everything needed to put the board back exactly as it is now (JSON-able)."""
+
+    @abstractmethod
+    def _mode_of_snapshot(self, snapshot: dict[str, Any]) -> PowerMode | None:
+        """The mode a snapshot corresponds to, for messages and verification."""
+
+    @abstractmethod
+    def _apply_mode(self, mode: PowerMode) -> tuple[list[str], list[str]]:
+        """Write ``mode`` (or, when ``self.dry_run``, print what would be written).
+
+        Returns ``(actions, mismatches)``: the writes/commands in order, and read-back mismatches.
+        Raise ``PermissionError`` as is: the base class turns it into an actionable message.
+        """
+
+    @abstractmethod
+    def _apply_snapshot(self, snapshot: dict[str, Any]) -> tuple[list[str], list[str]]:
+        """Put the board back to ``snapshot``; same contract as :meth:`_apply_mode`."""
+
+    def cli_args(self) -> list[str]:
+        """Arguments of ``lightning-edge mode ...`` that select this board (for printed commands)."""
+        return ["--device", self.name]
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def space(self) -> PowerModeSpace:
+        """The valid modes of this board."""
+        return self._space
+
+    @property
+    def active(self) -> bool:
+        """True while this controller holds the board and will restore it."""
+        return self._session is not None
+
+    @property
+    def original(self) -> PowerMode | None:
+        """The mode found when this controller first took the board (the restore target)."""
+        return self._session["original_mode"] if self._session else None
+
+    @property
+    def last_applied(self) -> AppliedMode | None:
+        return self._last
+
+    @property
+    def state_path(self) -> str | None:
+        return str(self._safety.state.path) if self._safety else None
+
+    def current(self) -> PowerMode:
+        """The board's mode now (read from the board, or the twin's simulated mode)."""
+        return self._read_mode()
+
+    def apply(self, mode: ModeLike) -> AppliedMode:
+        """Switch the board to ``mode`` (a PowerMode or a label like ``"8c/1344/727/2133"``).
+
+        The first call takes the board's lock, snapshots the board and writes the state file;
+        the snapshot is restored by :meth:`restore`, by the context manager, at exit, or by the
+        next controller to start if this process dies. Returns the requested and settled mode.
+        """
+        target = self._space.coerce(mode)
+        if self.dry_run:
+            self._say(
+                f"# dry run: {self.name} would switch {self.device_id} to {target} ({target.describe()})"
+            )
+            actions, _ = self._apply_mode(target)
+            applied = AppliedMode(target, None, tuple(actions), dry_run=True, source="planned")
+            self._last = applied
+            return applied
+        self.begin()
+        self._write_state(phase="applying", applied=target)
+        try:
+            actions, mismatches = self._apply_mode(target)
+        except PermissionError as exc:
+            if isinstance(exc, ModePermissionError):
+                raise
+            raise ModePermissionError.for_path(getattr(exc, "filename", None) or str(exc)) from exc
+        settled = self._read_mode()
+        self._write_state(phase="applied", applied=target, settled=settled)
+        if settled != target and not mismatches:
+            mismatches = [f"mode reads back as {settled} ({settled.describe()}), not {target}"]
+        applied = AppliedMode(
+            target,
+            settled,
+            tuple(actions),
+            source=self.source,
+            mismatches=tuple(mismatches),
+            settled_at_s=time.time(),
+        )
+        self._last = applied
+        if mismatches and self.strict:
+            raise ModeVerificationError(
+                f"{self.device_id} did not take mode {target}: it settled at {settled} ({settled.describe()}).\n"
+                + "\n".join(f"  {m}" for m in mismatches)
+                + "\nThe board may cap this value (thermal or power limits, a different image). The original "
+                "mode is restored when this controller restores or exits; pass strict=False to accept "
+                "the settled mode.",
+                applied,
+            )
+        return applied
+
+    def begin(self) -> None:
+        """Take the board: lock it, snapshot it, write the state file, install exit handlers.
+
+        Called by :meth:`apply` and ``__enter__``; a no-op when already taken or in a dry run.
+        """
+        if self._session is not None or self.dry_run:
+            return
+        prior = None
+        if self._safety is not None:
+            self._safety.lock.acquire()
+            try:
+                prior = self._safety.state.read()
+                if prior is not None and prior.get("pid") is not None:
+                    # a leftover that appeared after we started (or recover=False): handle it now
+                    self._recover_locked(prior)
+                    prior = self._safety.state.read()
+                if prior is not None and not prior.get("kept"):
+                    prior = None
+            except BaseException:
+                self._safety.lock.release()
+                raise
+        snap = self._snapshot()
+        self._session = {
+            "snapshot": snap,
+            "original_mode": self._mode_of_snapshot(snap),
+            "kept_state": prior,
+        }
+        self._write_state(phase="started", applied=None)
+        if self.handle_exit:
+            _safety.register(self)
+
+    def restore(self) -> AppliedMode | None:
+        """Put the board back to the mode found at start; returns what was done, ``None`` if nothing to do.
+
+        Without an active session (another process changed the board, e.g. ``mode set``), restores
+        the original recorded in the board's state file, if there is one.
+        """
+        if self.dry_run:
+            state = self._safety.state.read() if self._safety else None
+            if not state or "snapshot" not in state:
+                self._say(f"# dry run: nothing to restore on {self.device_id} (no state file)")
+                return None
+            target = self._mode_from_state(state)
+            self._say(f"# dry run: {self.name} would restore {self.device_id} to {target}")
+            actions, _ = self._apply_snapshot(state["snapshot"])
+            return AppliedMode(target or self.current(), None, tuple(actions), dry_run=True, source="planned")
+        if self._session is not None:
+            snap = self._session["snapshot"]
+            kept = self._session["kept_state"]
+            result = self._finish_restore(snap, kept, reason="restore")
+            self._end_session()
+            return result
+        if self._safety is None:
+            return None
+        state = self._safety.state.read()
+        if not state or "snapshot" not in state:
+            return None
+        self._safety.lock.acquire()
+        try:
+            state = self._safety.state.read()
+            if not state or "snapshot" not in state:
+                return None
+            kept = state.get("kept_state") if not state.get("kept") else None
+            return self._finish_restore(state["snapshot"], kept, reason="restore")
+        finally:
+            self._safety.lock.release()
+
+    def keep(self) -> None:
+        """Leave the board in the applied mode after this process ends (what ``mode set`` does).
+
+        The state file stays, owned by nobody, so ``lightning-edge mode restore`` can still put
+        back the mode found before the first lightning_edge change.
+        """
+        if self._session is None:
+            return
+        if self._safety is not None:
+            kept = self._session["kept_state"]
+            snap = kept["snapshot"] if kept else self._session["snapshot"]
+            original = self._mode_of_snapshot(snap)
+            rec = self._safety.new_record(
+                controller=self.name,
+                pid=None,
+                kept=True,
+                phase="kept",
+                snapshot=snap,
+                original=str(original) if original else None,
+                original_mode=original.to_dict() if original else None,
+                applied=self._last.settled.to_dict() if self._last and self._last.settled else None,
+                restore_command=self.restore_command(),
+            )
+            if kept:
+                rec["started_at"] = kept.get("started_at", rec["started_at"])
+            self._safety.state.write(rec)
+        self._end_session()
+
+    def close(self) -> None:
+        """Restore the board if this controller changed it."""
+        if self._session is not None:
+            self.restore()
+
+    def __enter__(self) -> ModeController:
+        self.begin()
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if self._session is None:
+            return
+        try:
+            self.restore()
+        except Exception as rexc:
+            if exc is None:
+                raise
+            print(f"lightning_edge: restoring {self.device_id} failed: {rexc}", file=sys.stderr)
+
+    # ------------------------------------------------------------------ recovery
+    def recover(self) -> AppliedMode | None:
+        """Restore the board if a process died leaving it changed (a leftover state file).
+
+        Does nothing when there is no state file, when its owner is alive (it holds the lock), or
+        when the board was deliberately left in a mode (``mode set``). Raises :class:`RecoveryError`
+        with the exact command to run when the board cannot be written from here.
+        """
+        if self._safety is None:
+            return None
+        state = self._safety.state.read()
+        if not state or state.get("pid") is None:
+            return None
+        if self.dry_run:
+            target = self._mode_from_state(state)
+            self._say(
+                f"# dry run: leftover state file {self._safety.state.path} from pid {state.get('pid')}; "
+                f"would restore {self.device_id} to {target}"
+            )
+            if "snapshot" in state:
+                self._apply_snapshot(state["snapshot"])
+            return None
+        try:
+            self._safety.lock.acquire()
+        except BoardBusyError:
+            return None  # its owner is alive and will restore it
+        try:
+            state = self._safety.state.read()
+            if not state or state.get("pid") is None:
+                return None
+            return self._recover_locked(state)
+        finally:
+            if self._session is None:
+                self._safety.lock.release()
+
+    def _recover_locked(self, state: dict[str, Any]) -> AppliedMode | None:
+        """Restore a leftover; the caller holds the lock (so its owner is gone)."""
+        assert self._safety is not None
+        path = self._safety.state.path
+        if state.get("corrupt") or "snapshot" not in state:
+            raise RecoveryError(
+                f"the state file {path} is unreadable, so the original power mode of {self.device_id} is "
+                f"unknown. Put the board back by hand (on a Jetson: `sudo nvpmodel -m <your mode>` and "
+                f"`sudo jetson_clocks --restore` if you use it), then delete {path}.",
+                command=f"rm {shlex.quote(str(path))}",
+                path=str(path),
+            )
+        pid = state.get("pid")
+        target = self._mode_from_state(state)
+        applied = (state.get("applied") or {}) if isinstance(state.get("applied"), dict) else {}
+        applied_txt = str(PowerMode.from_dict(applied)) if applied else "an unknown mode"
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(state.get("updated_at", 0)))
+        rebooted = state.get("boot_id") and _safety.boot_id() and state["boot_id"] != _safety.boot_id()
+        self._notice(
+            f"lightning_edge: process {pid} ended at {when} or later without restoring {self.device_id} "
+            f"(phase {state.get('phase')!r}, switching to {applied_txt}); restoring the original mode "
+            f"{target} from {path}"
+            + (" (the machine has rebooted since: the recorded original is re-applied)" if rebooted else "")
+        )
+        try:
+            result = self._finish_restore(state["snapshot"], state.get("kept_state"), reason="recovery")
+        except PermissionError as exc:
+            cmd = self.restore_command()
+            raise RecoveryError(
+                f"process {pid} died leaving {self.device_id} in {applied_txt}; the original mode {target} "
+                f"is recorded in {path} but restoring it needs more permission than this process has "
+                f"({exc}).\nRun exactly:\n    {cmd}",
+                command=cmd,
+                path=str(path),
+            ) from exc
+        return result
+
+    # ------------------------------------------------------------------ internals
+    def _finish_restore(self, snapshot: dict[str, Any], kept: dict | None, reason: str) -> AppliedMode:
+        target = self._mode_of_snapshot(snapshot)
+        try:
+            actions, mismatches = self._apply_snapshot(snapshot)
+        except PermissionError as exc:
+            if isinstance(exc, ModePermissionError):
+                raise
+            raise ModePermissionError.for_path(getattr(exc, "filename", None) or str(exc), "restore") from exc
+        settled = self._read_mode()
+        if self._safety is not None:
+            if kept:
+                self._safety.state.write(kept)
+            else:
+                self._safety.state.remove()
+        result = AppliedMode(
+            target or settled,
+            settled,
+            tuple(actions),
+            source=self.source,
+            mismatches=tuple(mismatches),
+            settled_at_s=time.time(),
+            details={"reason": reason},
+        )
+        if reason == "recovery":
+            self.recovered = result
+        if mismatches:
+            self._notice(
+                f"lightning_edge: {self.device_id} restored to {settled}, but read-back differs:\n"
+                + "\n".join(f"  {m}" for m in mismatches)
+            )
+        return result
+
+    def _end_session(self) -> None:
+        self._session = None
+        _safety.unregister(self)
+        if self._safety is not None:
+            self._safety.lock.release()
+
+    def _restore_on_exit(self, reason: str) -> None:
+        if self._session is not None:
+            self._notice(f"lightning_edge: restoring {self.device_id} on {reason}")
+            self.restore()
+
+    def _write_state(
+        self, *, phase: str, applied: PowerMode | None, settled: PowerMode | None = None
+    ) -> None:
+        if self._safety is None or self._session is None:
+            return
+        original = self._session["original_mode"]
+        old = self._safety.state.read() or {}
+        rec = self._safety.new_record(
+            controller=self.name,
+            phase=phase,
+            kept=False,
+            snapshot=self._session["snapshot"],
+            original=str(original) if original else None,
+            original_mode=original.to_dict() if original else None,
+            applied=applied.to_dict() if applied else None,
+            settled=settled.to_dict() if settled else None,
+            kept_state=self._session["kept_state"],
+            restore_command=self.restore_command(),
+        )
+        if old.get("pid") == os.getpid() and "started_at" in old:
+            rec["started_at"] = old["started_at"]
+        self._safety.state.write(rec)
+
+    def _mode_from_state(self, state: dict[str, Any]) -> PowerMode | None:
+        if isinstance(state.get("original_mode"), dict):
+            try:
+                return PowerMode.from_dict(state["original_mode"])
+            except ValueError:
+                pass
+        if "snapshot" in state:
+            return self._mode_of_snapshot(state["snapshot"])
+        return None
+
+    def restore_command(self) -> str:
+        """The exact command that puts this board back from its state file."""
+        args = ["lightning-edge", "mode", "restore", *self.cli_args()]
+        if self._safety is not None and not self._safety.is_default_dir:
+            args += ["--state-dir", str(self._safety.state_dir)]
+        prefix = ["sudo"] if self.needs_root and os.geteuid() != 0 else []
+        if prefix and self._safety is not None and self._safety.is_default_dir:
+            # root has its own state dir: point sudo at ours
+            args += ["--state-dir", str(self._safety.state_dir)]
+        return " ".join(shlex.quote(a) for a in prefix + args)
+
+    def _say(self, text: str) -> None:
+        print(text, file=self._out or sys.stdout)
+
+    def _notice(self, text: str) -> None:
+        print(text, file=self._out or sys.stderr)
+
+    def __repr__(self) -> str:
+        flags = " dry-run" if self.dry_run else ""
+        return f"<{type(self).__name__} {self.device_id}{flags} space={self._space!r}>"

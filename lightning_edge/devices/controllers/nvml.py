@@ -1,0 +1,210 @@
+"""Locked GPU clocks and power limit on a desktop / server NVIDIA GPU through NVML. Opt-in only.
+
+Never chosen by ``get_controller("auto")``: changing clocks of a shared workstation GPU is a
+decision the user makes explicitly (``get_controller("nvml")`` or ``allow_nvml=True``).
+
+A mode here has one core count (``os.cpu_count()``, not controlled) and CPU frequency 0
+("not controlled"); the GPU knob is the locked graphics clock, the memory knob the locked
+memory clock (``nvmlDeviceSetMemoryLockedClocks``, Ampere and newer; applications clocks
+otherwise). An optional ``power_limit_w`` is applied with every mode. ``restore()`` resets the
+locked clocks and puts the power limit back.
+
+The equivalent ``nvidia-smi`` commands are what a dry run prints.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any, TextIO
+
+from lightning_edge.devices.controllers.base import ModeController
+from lightning_edge.devices.controllers.errors import ControllerUnavailableError, ModePermissionError
+from lightning_edge.devices.modes import PowerMode, PowerModeSpace
+
+
+def _import_nvml():
+    try:
+        import pynvml  # nvidia-ml-py
+    except ImportError:
+        return None
+    return pynvml
+
+
+class NvmlController(ModeController):
+    """GPU locked clocks / power limit through NVML (``pip install 'lightning-edge[nvml]'``). Opt-in.
+
+    ``NvmlController(index=0, nvml=None, power_limit_w=None, **common)``; ``nvml`` is the pynvml
+    module (injectable). Read-back compares the clocks NVML reports, which may sit below a lock at
+    idle, so ``strict`` defaults to False here.
+    """
+
+    name = "nvml"
+    source = "measured"
+
+    def __init__(
+        self,
+        index: int = 0,
+        *,
+        nvml: Any = None,
+        power_limit_w: float | None = None,
+        space: PowerModeSpace | None = None,
+        dry_run: bool = False,
+        strict: bool = False,
+        out: TextIO | None = None,
+        **common: Any,
+    ) -> None:
+        reason = self.why_unavailable(index=index, nvml=nvml)
+        if reason:
+            raise ControllerUnavailableError(f"nvml: {reason}", {"nvml": reason})
+        self.nvml = nvml or _import_nvml()
+        self.index = index
+        self.power_limit_w = power_limit_w
+        self.handle = self.nvml.nvmlDeviceGetHandleByIndex(index)
+        uuid = self.nvml.nvmlDeviceGetUUID(self.handle)
+        uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
+        super().__init__(
+            space=space or self._discover_space(),
+            device_id=f"nvml-{uuid}",
+            dry_run=dry_run,
+            strict=strict,
+            out=out,
+            **common,
+        )
+
+    @classmethod
+    def why_unavailable(cls, index: int = 0, nvml: Any = None, **_: Any) -> str | None:
+        nv = nvml or _import_nvml()
+        if nv is None:
+            return "pynvml is not installed (pip install nvidia-ml-py, or pip install 'lightning-edge[nvml]')"
+        try:
+            nv.nvmlInit()
+            count = nv.nvmlDeviceGetCount()
+        except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded...
+            return f"NVML could not start ({exc}): no NVIDIA driver on this machine?"
+        if count <= index:
+            return f"no NVIDIA GPU with index {index} (NVML sees {count})"
+        return None
+
+    def cli_args(self) -> list[str]:
+        return ["--device", f"nvml:{self.index}"]
+
+    def _discover_space(self) -> PowerModeSpace:
+        nv, h = self.nvml, self.handle
+        mems = sorted(nv.nvmlDeviceGetSupportedMemoryClocks(h))
+        gpus: set[int] = set()
+        for m in mems:
+            gpus.update(nv.nvmlDeviceGetSupportedGraphicsClocks(h, m))
+        name = nv.nvmlDeviceGetName(h)
+        name = name.decode() if isinstance(name, bytes) else str(name)
+        return PowerModeSpace(
+            cores=[os.cpu_count() or 1], cpu_mhz=[0.0], gpu_mhz=sorted(gpus), mem_mhz=mems, name=name
+        )
+
+    # ------------------------------------------------------------------ hooks
+    def _read_mode(self) -> PowerMode:
+        nv, h = self.nvml, self.handle
+        gpu = nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_GRAPHICS)
+        mem = nv.nvmlDeviceGetClockInfo(h, nv.NVML_CLOCK_MEM)
+        return PowerMode(self.space.cores[0], 0.0, gpu, mem)
+
+    def _snapshot(self) -> dict[str, Any]:
+        nv, h = self.nvml, self.handle
+        snap: dict[str, Any] = {"kind": "nvml", "index": self.index, "mode": self._read_mode().to_dict()}
+        try:
+            snap["power_limit_mw"] = int(nv.nvmlDeviceGetPowerManagementLimit(h))
+        except Exception:
+            snap["power_limit_mw"] = None
+        return snap
+
+    def _mode_of_snapshot(self, snapshot: dict[str, Any]) -> PowerMode | None:
+        try:
+            return PowerMode.from_dict(snapshot["mode"])
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def _call(self, fn_name: str, *args: Any, smi: str) -> str:
+        if self.dry_run:
+            print(smi, file=self._out or sys.stdout)
+            return smi
+        try:
+            getattr(self.nvml, fn_name)(self.handle, *args)
+        except Exception as exc:
+            if "permission" in type(exc).__name__.lower() or "permission" in str(exc).lower():
+                raise ModePermissionError(
+                    f"NVML refused {fn_name}: {exc}. Locking clocks needs root: run as root (sudo) or use "
+                    f"`sudo {smi}`; see docs/power-modes.md"
+                ) from exc
+            raise
+        return smi
+
+    def _apply_mode(self, mode: PowerMode) -> tuple[list[str], list[str]]:
+        g, m, i = int(mode.gpu_mhz), int(mode.mem_mhz), self.index
+        actions = [
+            self._call(
+                "nvmlDeviceSetGpuLockedClocks", g, g, smi=f"nvidia-smi -i {i} --lock-gpu-clocks={g},{g}"
+            ),
+        ]
+        try:
+            actions.append(
+                self._call(
+                    "nvmlDeviceSetMemoryLockedClocks",
+                    m,
+                    m,
+                    smi=f"nvidia-smi -i {i} --lock-memory-clocks={m},{m}",
+                )
+            )
+        except Exception as exc:  # pre-Ampere: applications clocks
+            if isinstance(exc, ModePermissionError):
+                raise
+            actions.append(
+                self._call(
+                    "nvmlDeviceSetApplicationsClocks",
+                    m,
+                    g,
+                    smi=f"nvidia-smi -i {i} --applications-clocks={m},{g}",
+                )
+            )
+        if self.power_limit_w is not None:
+            mw = int(round(self.power_limit_w * 1000))
+            actions.append(
+                self._call(
+                    "nvmlDeviceSetPowerManagementLimit",
+                    mw,
+                    smi=f"nvidia-smi -i {i} --power-limit={self.power_limit_w:g}",
+                )
+            )
+        mismatches = []
+        if not self.dry_run:
+            now = self._read_mode()
+            if int(now.gpu_mhz) != g:
+                mismatches.append(f"GPU clock reads {now.gpu_mhz:g} MHz after locking at {g} MHz")
+        return actions, mismatches
+
+    def _apply_snapshot(self, snapshot: dict[str, Any]) -> tuple[list[str], list[str]]:
+        i = self.index
+        actions = [self._call("nvmlDeviceResetGpuLockedClocks", smi=f"nvidia-smi -i {i} --reset-gpu-clocks")]
+        try:
+            actions.append(
+                self._call(
+                    "nvmlDeviceResetMemoryLockedClocks", smi=f"nvidia-smi -i {i} --reset-memory-clocks"
+                )
+            )
+        except Exception as exc:
+            if isinstance(exc, ModePermissionError):
+                raise
+            actions.append(
+                self._call(
+                    "nvmlDeviceResetApplicationsClocks", smi=f"nvidia-smi -i {i} --reset-applications-clocks"
+                )
+            )
+        mw = snapshot.get("power_limit_mw")
+        if self.power_limit_w is not None and mw:
+            actions.append(
+                self._call(
+                    "nvmlDeviceSetPowerManagementLimit",
+                    int(mw),
+                    smi=f"nvidia-smi -i {i} --power-limit={int(mw) / 1000:g}",
+                )
+            )
+        return actions, []

@@ -1,0 +1,316 @@
+"""Putting the board back: state file, advisory lock, exit and signal handlers.
+
+- **State file** (JSON, one per board, ``<state_dir>/<device_id>.json``): written *before* the first
+  write to the board, it records who is changing the board (pid), what the board looked like at
+  start (a controller-specific snapshot, plus the mode in words) and the mode being applied. It is
+  deleted when the board is restored. A state file whose owner is gone (SIGKILL, power loss) is a
+  *leftover*: the next controller to start on that board restores the snapshot, or tells the user
+  exactly what to run.
+- **Advisory lock** (``fcntl.flock`` on ``<state_dir>/<device_id>.lock``): held from the first change
+  until the restore, so two processes never fight over one board. The kernel drops it when the
+  holder dies, which is also how a leftover is told apart from a live owner (no pid guessing).
+- **Exit handlers**: ``atexit`` plus SIGTERM/SIGINT handlers restore every controller that still has
+  a changed board, then chain to the previous handler (or re-raise the signal with its default action).
+
+The state directory is ``$LIGHTNING_EDGE_STATE_DIR`` if set, else platformdirs' user state dir for
+``lightning_edge`` (``~/.local/state/lightning_edge`` on Linux; ``/root/.local/state/...`` under sudo).
+"""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import json
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from lightning_edge.devices.controllers.errors import BoardBusyError
+
+try:  # pragma: no cover - fcntl exists on every POSIX system; Windows gets no locking
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
+
+STATE_VERSION = 1
+ENV_STATE_DIR = "LIGHTNING_EDGE_STATE_DIR"
+
+
+def default_state_dir() -> Path:
+    """``$LIGHTNING_EDGE_STATE_DIR``, else the user state dir of ``lightning_edge`` (platformdirs)."""
+    env = os.environ.get(ENV_STATE_DIR)
+    if env:
+        return Path(env).expanduser()
+    try:
+        from platformdirs import user_state_dir
+
+        return Path(user_state_dir("lightning_edge", appauthor=False))
+    except ImportError:  # pragma: no cover - platformdirs is a dependency
+        return Path.home() / ".local" / "state" / "lightning_edge"
+
+
+def pid_alive(pid: int | None) -> bool:
+    """True if a process with this pid exists (it may belong to another user)."""
+    if not pid or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:  # pragma: no cover
+        return False
+    return True
+
+
+def boot_id() -> str | None:
+    """This boot's id (``/proc/sys/kernel/random/boot_id``): tells a crash from a power loss / reboot."""
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return None
+
+
+def _safe_name(device_id: str) -> str:
+    return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in device_id)
+
+
+class StateFile:
+    """A small JSON file written atomically (temp file + fsync + rename)."""
+
+    def __init__(self, path: str | os.PathLike) -> None:
+        self.path = Path(path)
+
+    def read(self) -> dict[str, Any] | None:
+        try:
+            text = self.path.read_text()
+        except FileNotFoundError:
+            return None
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError:
+            # a torn write cannot happen (rename is atomic); this is a file someone edited by hand
+            # pid -1: treated as a leftover, so recovery stops and says what to do
+            return {"corrupt": True, "pid": -1, "path": str(self.path), "text": text[:200]}
+        return data if isinstance(data, dict) else None
+
+    def write(self, data: dict[str, Any]) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
+        payload = json.dumps(data, indent=2, sort_keys=True)
+        with open(tmp, "w") as fh:
+            fh.write(payload + "\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, self.path)
+        try:  # make the rename itself durable (power loss right after a write)
+            dfd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        except OSError:  # pragma: no cover
+            pass
+
+    def remove(self) -> None:
+        try:
+            self.path.unlink()
+        except FileNotFoundError:
+            pass
+
+    def exists(self) -> bool:
+        return self.path.exists()
+
+
+class BoardLock:
+    """Exclusive, non-blocking advisory lock on one board (``fcntl.flock``), naming its holder's pid."""
+
+    def __init__(self, path: str | os.PathLike, device_id: str = "") -> None:
+        self.path = Path(path)
+        self.device_id = device_id
+        self._fd: int | None = None
+
+    @property
+    def held(self) -> bool:
+        return self._fd is not None
+
+    def holder_pid(self) -> int | None:
+        try:
+            text = self.path.read_text().strip()
+        except OSError:
+            return None
+        try:
+            return int(text.split()[0])
+        except (ValueError, IndexError):
+            return None
+
+    def acquire(self) -> None:
+        """Take the lock or raise :class:`BoardBusyError` naming the pid that holds it."""
+        if self._fd is not None:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        if fcntl is not None:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as exc:
+                os.close(fd)
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise
+                pid = self.holder_pid()
+                who = f"process {pid}" if pid else "another process"
+                if pid == os.getpid():
+                    who = f"another controller in this process (pid {pid})"
+                raise BoardBusyError(
+                    f"board {self.device_id or self.path.stem} is busy: {who} holds its power-mode lock "
+                    f"({self.path}). Two processes must not switch modes on one board at once: wait for it "
+                    f"to finish (it restores the board when it ends) or stop it"
+                    + (f" (kill {pid})" if pid and pid != os.getpid() else "")
+                    + ".",
+                    pid=pid,
+                    lock_path=str(self.path),
+                ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{os.getpid()}\n".encode())
+        self._fd = fd
+
+    def release(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        try:
+            os.ftruncate(fd, 0)
+        except OSError:  # pragma: no cover
+            pass
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+    def __del__(self) -> None:  # pragma: no cover - best effort
+        try:
+            self.release()
+        except Exception:
+            pass
+
+
+class BoardSafety:
+    """The state file and lock of one board, in ``state_dir``."""
+
+    def __init__(self, device_id: str, state_dir: str | os.PathLike | None = None) -> None:
+        self.device_id = device_id
+        self.state_dir = Path(state_dir) if state_dir is not None else default_state_dir()
+        name = _safe_name(device_id)
+        self.state = StateFile(self.state_dir / f"{name}.json")
+        self.lock = BoardLock(self.state_dir / f"{name}.lock", device_id)
+
+    @property
+    def is_default_dir(self) -> bool:
+        return self.state_dir == default_state_dir()
+
+    def new_record(self, **fields: Any) -> dict[str, Any]:
+        now = time.time()
+        rec = {
+            "version": STATE_VERSION,
+            "device_id": self.device_id,
+            "pid": os.getpid(),
+            "argv": " ".join(sys.argv)[:300],
+            "boot_id": boot_id(),
+            "started_at": now,
+            "updated_at": now,
+        }
+        rec.update(fields)
+        return rec
+
+
+# --------------------------------------------------------------------------- exit and signal handlers
+_ACTIVE: list = []  # controllers with a changed board, in the order they started
+_REG_LOCK = threading.RLock()
+_ATEXIT_DONE = False
+_PREVIOUS: dict[int, Any] = {}
+HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def register(controller) -> None:
+    """Restore ``controller`` at interpreter exit or on SIGTERM/SIGINT, until :func:`unregister`."""
+    global _ATEXIT_DONE
+    with _REG_LOCK:
+        if controller not in _ACTIVE:
+            _ACTIVE.append(controller)
+        if not _ATEXIT_DONE:
+            atexit.register(_restore_all, "interpreter exit")
+            _ATEXIT_DONE = True
+        _install_signal_handlers()
+
+
+def unregister(controller) -> None:
+    with _REG_LOCK:
+        if controller in _ACTIVE:
+            _ACTIVE.remove(controller)
+        if not _ACTIVE:
+            _uninstall_signal_handlers()
+
+
+def active_controllers() -> list:
+    return list(_ACTIVE)
+
+
+def _restore_all(reason: str) -> None:
+    """Restore every registered controller, newest first; never raises."""
+    with _REG_LOCK:
+        todo = list(reversed(_ACTIVE))
+    for ctl in todo:
+        try:
+            ctl._restore_on_exit(reason)
+        except BaseException as exc:  # noqa: BLE001 - an exit path must not raise
+            print(
+                f"lightning_edge: could not restore the power mode of {getattr(ctl, 'device_id', ctl)} "
+                f"on {reason}: {exc}",
+                file=sys.stderr,
+            )
+        finally:
+            unregister(ctl)
+
+
+def _on_signal(signum: int, frame) -> None:
+    name = signal.Signals(signum).name
+    prev = _PREVIOUS.get(signum, signal.SIG_DFL)
+    _restore_all(f"signal {name}")
+    _uninstall_signal_handlers()
+    if callable(prev):
+        prev(signum, frame)  # e.g. default_int_handler raises KeyboardInterrupt
+    elif prev == signal.SIG_IGN:
+        return
+    else:  # SIG_DFL (or None: installed from C): die of the same signal, as without us
+        signal.signal(signum, signal.SIG_DFL)
+        os.kill(os.getpid(), signum)
+
+
+def _install_signal_handlers() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return  # signal.signal only works in the main thread; atexit still covers normal exits
+    for sig in HANDLED_SIGNALS:
+        if sig in _PREVIOUS:
+            continue
+        try:
+            prev = signal.getsignal(sig)
+            signal.signal(sig, _on_signal)
+        except (ValueError, OSError):  # pragma: no cover
+            continue
+        _PREVIOUS[sig] = prev
+
+
+def _uninstall_signal_handlers() -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return
+    for sig, prev in list(_PREVIOUS.items()):
+        try:
+            if signal.getsignal(sig) is _on_signal:
+                signal.signal(sig, prev if prev is not None else signal.SIG_DFL)
+        except (ValueError, OSError):  # pragma: no cover
+            pass
+        _PREVIOUS.pop(sig, None)

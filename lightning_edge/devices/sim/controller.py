@@ -1,0 +1,173 @@
+"""The twin's power-mode controller: a simulated Orin AGX that switches modes in memory.
+
+Same interface as the real controllers, so callbacks and CLI commands run unchanged on it.
+Everything it reports is labelled ``simulated``. It remembers when the mode last changed
+(``last_change_s``, on an injectable clock) so a simulated power sensor can model the 2-3 s
+the power takes to settle after a change.
+
+With ``board_file`` the simulated board's mode lives in a small JSON file, so it persists
+across processes (``lightning-edge mode set`` then ``mode show``) and crash recovery can be
+tested end to end; the state and lock files then live next to it by default.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+from lightning_edge.devices import catalog
+from lightning_edge.devices.controllers.base import ModeController
+from lightning_edge.devices.modes import KNOBS, PowerMode, PowerModeSpace
+from lightning_edge.devices.safety import StateFile
+
+SIM_BOARDS = {"orin-agx": (catalog.orin_agx_space, catalog.ORIN_AGX_MAXN)}
+"""Boards the twin can play: key -> (space factory, power-on mode)."""
+
+
+class SimModeController(ModeController):
+    """Simulated power-mode controller of the twin (``--device sim:orin-agx``).
+
+    ``SimModeController(board="orin-agx", space=None, initial=None, board_file=None,
+    clock=time.monotonic, on_step=None, **common)``:
+
+    - ``initial``: the mode of a fresh board (default MAXN);
+    - ``board_file``: JSON file holding the simulated mode across processes (default: in memory);
+    - ``clock``: seconds, for ``last_change_s`` (inject a fake clock in tests);
+    - ``on_step(knob, old, new)``: called before each knob changes (a test seam, e.g. to die mid-change).
+
+    Without ``board_file`` the state file and lock are off by default (nothing outlives the
+    process); pass ``safety=True`` and ``state_dir`` to turn them on.
+    """
+
+    name = "sim"
+    source = "simulated"
+    needs_root = False
+
+    def __init__(
+        self,
+        board: str = "orin-agx",
+        *,
+        space: PowerModeSpace | None = None,
+        initial: PowerMode | str | None = None,
+        board_file: str | os.PathLike | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        on_step: Callable[[str, Any, Any], None] | None = None,
+        dry_run: bool = False,
+        state_dir: str | os.PathLike | None = None,
+        safety: bool | None = None,
+        handle_exit: bool | None = None,
+        out: TextIO | None = None,
+        **common: Any,
+    ) -> None:
+        if board not in SIM_BOARDS:
+            raise ValueError(f"no simulated board {board!r}: the twin plays {', '.join(SIM_BOARDS)}")
+        make_space, power_on = SIM_BOARDS[board]
+        self.board = board
+        self.clock = clock
+        self.on_step = on_step
+        space = space or make_space()
+        self._initial = space.coerce(initial) if initial is not None else space.coerce(power_on)
+        self._file = StateFile(board_file) if board_file is not None else None
+        self._mode = self._initial
+        self._last_change_s: float | None = None
+        if safety is None:
+            safety = board_file is not None or state_dir is not None
+        if state_dir is None and board_file is not None:
+            state_dir = Path(board_file).parent
+        if handle_exit is None:
+            handle_exit = board_file is not None
+        super().__init__(
+            space=space,
+            device_id=f"sim-{board}",
+            dry_run=dry_run,
+            state_dir=state_dir,
+            safety=safety,
+            handle_exit=handle_exit,
+            out=out,
+            **common,
+        )
+
+    def cli_args(self) -> list[str]:
+        return ["--device", f"sim:{self.board}"]
+
+    @property
+    def label(self) -> str:
+        return f"simulated {self.space.name or self.board}"
+
+    @property
+    def last_change_s(self) -> float | None:
+        """``clock()`` at the last mode change made by this controller (``None``: none yet)."""
+        return self._last_change_s
+
+    def seconds_since_change(self) -> float | None:
+        return None if self._last_change_s is None else self.clock() - self._last_change_s
+
+    # ------------------------------------------------------------------ the simulated board
+    def _load(self) -> PowerMode:
+        if self._file is None:
+            return self._mode
+        data = self._file.read()
+        if not data or "mode" not in data:
+            return self._initial
+        return PowerMode.from_dict(data["mode"])
+
+    def _store(self, mode: PowerMode) -> None:
+        self._mode = mode
+        if self._file is not None:
+            self._file.write(
+                {
+                    "board": self.board,
+                    "mode": mode.to_dict(),
+                    "label": str(mode),
+                    "simulated": True,
+                    "changed_at_unix": time.time(),
+                }
+            )
+
+    def _set(self, mode: PowerMode) -> list[str]:
+        """Change the simulated board knob by knob (cores last when lowering, like the real order)."""
+        cur = self._load()
+        actions = []
+        order = list(KNOBS[1:]) + ["cores"] if mode.cores < cur.cores else list(KNOBS)
+        for k in order:
+            old, new = getattr(cur, k), getattr(mode, k)
+            if old == new:
+                continue
+            actions.append(f"sim:{self.board}: {k} {old} -> {new} (simulated)")
+            if self.dry_run:
+                print(actions[-1], file=self._out or sys.stdout)
+                continue
+            if self.on_step is not None:
+                self.on_step(k, old, new)
+            cur = cur.replace(**{k: new})
+            self._store(cur)
+        if actions and not self.dry_run:
+            self._last_change_s = self.clock()
+        return actions
+
+    # ------------------------------------------------------------------ hooks
+    def _read_mode(self) -> PowerMode:
+        return self._load()
+
+    def _snapshot(self) -> dict[str, Any]:
+        return {"kind": "sim", "board": self.board, "mode": self._load().to_dict()}
+
+    def _mode_of_snapshot(self, snapshot: dict[str, Any]) -> PowerMode | None:
+        try:
+            return PowerMode.from_dict(snapshot["mode"])
+        except (KeyError, TypeError, ValueError):
+            return None
+
+    def _apply_mode(self, mode: PowerMode) -> tuple[list[str], list[str]]:
+        return self._set(mode), []
+
+    def _apply_snapshot(self, snapshot: dict[str, Any]) -> tuple[list[str], list[str]]:
+        mode = self._mode_of_snapshot(snapshot)
+        if mode is None:
+            return [], [f"unreadable simulated snapshot: {json.dumps(snapshot)[:120]}"]
+        return self._set(mode), []

@@ -1,0 +1,37 @@
+"""Per-layer energy estimators behind one interface (``EnergyEstimator.estimate / estimate_many``).
+
+* ``RooflineEnergy``: Pagoda eq. 2, E = eps_flop W + eps_mop Q + pi_0 T (seed 000);
+* ``RefinedRoofline``: the time model with utilisation efficiency (seed 003), usable inside RooflineEnergy;
+* ``ConvFCEnergyModel``: the empirical conv/FC model with published TX2 / Xavier NX parameters (seed 002);
+* ``MACRegression``: MAC-count energy regression, fitted or SyNERGY's published TX1 model (seed 004).
+
+All results are labelled ``estimated``.
+"""
+
+from lightning_edge.energy.base import EnergyEstimator, LayerEnergies, LayerEnergy, resolve_roofline
+from lightning_edge.energy.conv_fc import (
+    BOARDS,
+    TX2,
+    XAVIER_NX,
+    ConvFCEnergyModel,
+    ConvFCParams,
+    ConvShape,
+    FCShape,
+    fit_h_params,
+    shapes_from_model,
+)
+from lightning_edge.energy.mac_regression import SYNERGY_TX1, MACRegression, RegressionReport
+from lightning_edge.energy.refined import (
+    ORIN_AGX_SMS,
+    RefinedRoofline,
+    gemm_utilization,
+    utilization_efficiency,
+)
+from lightning_edge.energy.roofline_energy import RooflineEnergy
+
+__all__ = [
+    "EnergyEstimator", "LayerEnergy", "LayerEnergies", "resolve_roofline",
+    "RooflineEnergy", "RefinedRoofline", "utilization_efficiency", "gemm_utilization", "ORIN_AGX_SMS",
+    "ConvFCEnergyModel", "ConvFCParams", "ConvShape", "FCShape", "TX2", "XAVIER_NX", "BOARDS", "fit_h_params",
+    "shapes_from_model", "MACRegression", "RegressionReport", "SYNERGY_TX1",
+]

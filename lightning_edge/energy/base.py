@@ -1,0 +1,139 @@
+"""The one interface every per-layer energy estimator follows.
+
+``estimator.estimate(layer, target) -> LayerEnergy`` and ``estimator.estimate_many(layers, target) ->
+LayerEnergies``. A *layer* is anything LayerCost-like (``name``, ``kind``, ``flops``, ``macs``, ``bytes``;
+see ``lightning_edge.cost.types``), optionally carrying shape information (``ConvShape``/``FCShape``)
+for the estimators that need it. A *target* says which device and mode: a ``Roofline``, a profile mode
+entry, or a mode string resolved against the estimator's profile. Estimators whose parameters are tied
+to one board (the conv/FC model, a fitted regression) ignore it.
+
+Every number an estimator returns is labelled ``estimated`` (model only, nothing measured).
+"""
+
+from __future__ import annotations
+
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from lightning_edge.roofline.model import Roofline
+from lightning_edge.roofline.profile import DeviceProfile, ModeEntry
+
+__all__ = ["LayerEnergy", "LayerEnergies", "EnergyEstimator", "resolve_roofline", "layer_attr"]
+
+
+@dataclass(frozen=True)
+class LayerEnergy:
+    """Energy (and, where the method models it, time) of one layer."""
+
+    energy_j: float
+    time_s: float | None
+    method: str
+    label: str = "estimated"
+    name: str | None = None
+    details: dict = field(default_factory=dict)
+
+    @property
+    def power_w(self) -> float | None:
+        """Average power energy_j / time_s, or None when the method gives no time."""
+        if self.time_s is None or not self.time_s > 0:
+            return None
+        return self.energy_j / self.time_s
+
+
+@dataclass
+class LayerEnergies:
+    """Energies of many layers (arrays, one entry per layer; (M, L) for M modes of an array roofline)."""
+
+    energy_j: np.ndarray
+    time_s: np.ndarray | None
+    method: str
+    names: list[str]
+    label: str = "estimated"
+    details: list[dict] = field(default_factory=list)
+
+    @property
+    def total_energy_j(self):
+        """Sum over layers (per mode for (M, L) results)."""
+        s = np.sum(self.energy_j, axis=-1)
+        return float(s) if np.ndim(s) == 0 else s
+
+    @property
+    def total_time_s(self):
+        if self.time_s is None:
+            return None
+        s = np.sum(self.time_s, axis=-1)
+        return float(s) if np.ndim(s) == 0 else s
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __iter__(self) -> Iterator[LayerEnergy]:
+        if np.ndim(self.energy_j) != 1:
+            raise TypeError("iterate over a one-mode result; this one has shape "
+                            f"{np.shape(self.energy_j)} (modes x layers): index it first")
+        for i, name in enumerate(self.names):
+            t = None if self.time_s is None or math.isnan(self.time_s[i]) else float(self.time_s[i])
+            yield LayerEnergy(float(self.energy_j[i]), t, self.method, self.label, name,
+                              self.details[i] if i < len(self.details) else {})
+
+    def to_rows(self) -> list[dict]:
+        return [{"name": e.name, "energy_j": e.energy_j, "time_s": e.time_s, "method": e.method, "label": e.label}
+                for e in self]
+
+
+def layer_attr(layer: Any, name: str, default=None):
+    """``layer.name`` or ``layer[name]`` (LayerCost objects and plain dicts both work)."""
+    if isinstance(layer, Mapping):
+        return layer.get(name, default)
+    return getattr(layer, name, default)
+
+
+def resolve_roofline(target: Any, profile: DeviceProfile | None = None, precision: str = "fp32",
+                     default: Roofline | None = None) -> Roofline:
+    """Turn an estimator target into a Roofline.
+
+    Accepts a Roofline; a ``ModeEntry`` or a mode-entry dict; a mode (string or ``PowerMode``) looked up
+    in ``profile``; or None for ``default``.
+    """
+    if isinstance(target, Roofline):
+        return target
+    if isinstance(target, ModeEntry):
+        return target.roofline(precision)
+    if isinstance(target, Mapping) and "precision" in target:
+        return ModeEntry.from_dict(dict(target)).roofline(precision)
+    if target is None:
+        if default is not None:
+            return default
+        if profile is not None:
+            return profile.roofline(None, precision)
+        raise ValueError("no device given: pass a Roofline (or a mode with profile= set on the estimator), "
+                         "e.g. estimator.estimate(layer, load_profile('orin-agx-pagoda').roofline('12c/2201/1300/3199'))")
+    if profile is None:
+        raise ValueError(f"mode {str(target)!r} given but the estimator has no profile to look it up in: "
+                         "construct it with profile=load_profile(...) or pass a Roofline")
+    return profile.roofline(target, precision)
+
+
+class EnergyEstimator(ABC):
+    """Base class: implement ``estimate``; override ``estimate_many`` when it can be vectorised."""
+
+    method: str = "abstract"
+
+    @abstractmethod
+    def estimate(self, layer: Any, target: Any = None) -> LayerEnergy:
+        """Energy of one layer on ``target`` (a Roofline, mode entry or mode; see the module docstring)."""
+
+    def estimate_many(self, layers: Sequence[Any], target: Any = None) -> LayerEnergies:
+        """Energies of many layers; the default loops over ``estimate``."""
+        res = [self.estimate(layer, target) for layer in layers]
+        times = [np.nan if r.time_s is None else r.time_s for r in res]
+        return LayerEnergies(
+            energy_j=np.array([r.energy_j for r in res], dtype=float),
+            time_s=None if all(r.time_s is None for r in res) else np.array(times, dtype=float),
+            method=self.method, names=[r.name or "" for r in res], details=[r.details for r in res],
+        )

@@ -1,0 +1,49 @@
+"""Time and energy rooflines (Pagoda), device profiles, microbenchmarks and roofline pictures.
+
+``Roofline`` and the profile functions are pure numpy and import fast; ``plot_rooflines`` (matplotlib)
+and the microbenchmarks (torch) load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from lightning_edge.roofline.model import Bound, Roofline
+from lightning_edge.roofline.profile import (
+    DeviceProfile,
+    ModeEntry,
+    ModeLookupError,
+    ProfileError,
+    available_profiles,
+    format_mode,
+    load_profile,
+    parse_mode,
+    save_profile,
+    validate_profile,
+)
+
+_LAZY = {
+    "plot_rooflines": "lightning_edge.roofline.plot",
+    "run_microbench": "lightning_edge.roofline.microbench",
+    "MicrobenchResult": "lightning_edge.roofline.microbench",
+    "EnergyMeter": "lightning_edge.roofline.microbench",
+    "NullEnergyMeter": "lightning_edge.roofline.microbench",
+    "find_energy_meter": "lightning_edge.roofline.microbench",
+    "fit_energy_coefficients": "lightning_edge.roofline.fit",
+    "EnergyFit": "lightning_edge.roofline.fit",
+    "nnls": "lightning_edge.roofline.fit",
+}
+
+__all__ = [
+    "Roofline", "Bound", "DeviceProfile", "ModeEntry", "ModeLookupError", "ProfileError", "available_profiles", "format_mode",
+    "load_profile", "parse_mode", "save_profile", "validate_profile", *_LAZY,
+]
+
+
+def __getattr__(name: str):
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'lightning_edge.roofline' has no attribute {name!r}")
+    value = getattr(importlib.import_module(mod), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,278 @@
+"""``lightning-edge roofline``: measure this device's roofline, or draw one from a profile.
+
+Examples::
+
+    lightning-edge roofline --quick --out profile.json          # measure the current mode (time roofline
+                                                                # only without a power sensor)
+    lightning-edge roofline --profile orin-agx-pagoda --plot orin.png
+    lightning-edge roofline --profile orin-agx-pagoda --model zoo:resnet50 --batch-size 1 --plot r50.png
+    lightning-edge roofline --modes 12c/2201/1300/3199 8c/1344/726/2133 --out modes.json   # on a Jetson
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import inspect
+import time
+
+HELP = "measure the time/energy roofline of this device (or draw one from a profile)"
+
+SETTLE_S = 3.0  # Pagoda: power takes 2-3 s to stabilise after a mode change
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available, else cpu)")
+    parser.add_argument("--quick", action="store_true", help="small sweeps, 3 repeats (seconds, not minutes)")
+    parser.add_argument("--out", metavar="PROFILE.json", help="write the measured (or selected) profile here")
+    parser.add_argument("--modes", nargs="+", metavar="MODE",
+                        help="power modes to measure (e.g. 12c/2201/1300/3199); needs a mode controller (a Jetson). "
+                             "With --profile: the modes of the profile to show")
+    parser.add_argument("--precision", nargs="+", metavar="P",
+                        help="precisions to measure (fp32 tf32 fp16 bf16; default: fp32 plus the fast ones the device "
+                             "runs); the first is the one plotted")
+    parser.add_argument("--plot", metavar="OUT.png", help="draw the time and energy rooflines to this PNG")
+    parser.add_argument("--model", metavar="SPEC",
+                        help="place a model's layers on the rooflines: zoo:NAME (lightning_edge.zoo) or package.module:factory")
+    parser.add_argument("--batch-size", type=int, default=1, help="batch size of the --model input (default 1)")
+    parser.add_argument("--profile", metavar="PATH_OR_NAME",
+                        help="use this profile instead of measuring (a file, or a shipped name such as orin-agx-pagoda)")
+    parser.add_argument("--device-name", help="device model name written into the profile (default: detected)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from lightning_edge.roofline.profile import DeviceProfile, load_profile, save_profile
+
+    if args.device and args.device.startswith("sim"):
+        raise ValueError(f"--device {args.device}: the simulated twin is not measured with microbenchmarks; its roofline "
+                         "comes from a profile (--profile orin-agx-pagoda, or the twin's own profile)")
+    if args.batch_size < 1:
+        raise ValueError(f"--batch-size: expected a positive integer, got {args.batch_size}")
+    precision = (args.precision or ["fp32"])[0]
+
+    if args.profile:
+        profile = load_profile(args.profile)
+        if args.modes:
+            entries = [profile.entry(m) for m in args.modes]
+            profile = DeviceProfile(device=profile.device, source=profile.source, modes=entries, created=profile.created,
+                                    host=profile.host, mode_space=profile.mode_space, fit=profile.fit,
+                                    reference=profile.reference, notes=profile.notes)
+        print(f"profile {args.profile!r}: device {profile.device}, source {profile.source}, {len(profile.modes)} mode(s)")
+    else:
+        profile = _measure(args)
+
+    layers = _model_layers(args.model, args.batch_size) if args.model else None
+
+    if not any(precision in m.precision for m in profile.modes):
+        have = sorted({p for m in profile.modes for p in m.precision})
+        raise ValueError(f"--precision {precision}: the profile has no such roofline; it has {', '.join(have)}")
+    _print_table(profile, precision)
+
+    if args.out:
+        path = save_profile(profile, args.out)
+        print(f"wrote {path} (validated)")
+
+    if layers is not None:
+        roof = profile.roofline(profile.modes[0].mode, precision) if precision in profile.modes[0].precision \
+            else next(m.roofline(precision) for m in profile.modes if precision in m.precision)
+        _print_layers(layers, roof)
+
+    if args.plot:
+        from lightning_edge.roofline.plot import plot_rooflines
+
+        roofs = {m.mode: m.roofline(precision, source=profile.source) for m in profile.modes if precision in m.precision}
+        title = f"{profile.device} ({profile.source}, {precision})"
+        if args.model:
+            title += f": {args.model}, batch {args.batch_size}"
+        fig = plot_rooflines(roofs, layers=layers, path=args.plot, title=title)
+        del fig
+        print(f"wrote {args.plot}")
+    return 0
+
+
+# ------------------------------------------------------------------------------------------ measuring
+def _measure(args):
+    import torch
+
+    from lightning_edge.roofline.microbench import find_energy_meter, run_microbench
+    from lightning_edge.roofline.profile import DeviceProfile
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    meter = find_energy_meter(device)
+
+    def log(msg):
+        print(msg, flush=True)
+
+    if args.modes:
+        entries = []
+        result = None
+        with _get_controller() as ctl:  # the mode found at start is restored on exit
+            for mode in args.modes:
+                print(f"switching to mode {mode} ...", flush=True)
+                applied = ctl.apply(mode)
+                time.sleep(SETTLE_S)
+                result = run_microbench(device, quick=args.quick, precisions=args.precision, meter=meter, log=log)
+                entries.append(result.mode_entry(str(applied.settled or applied.requested)))
+        profile = DeviceProfile(device=args.device_name or _slug(result.device_name), source="measured",
+                                modes=entries, host=result.host)
+    else:
+        print(f"measuring the roofline of the current mode ({'quick' if args.quick else 'full'} run) ...", flush=True)
+        result = run_microbench(device, quick=args.quick, precisions=args.precision, meter=meter, log=log)
+        mode = _current_mode_string()
+        profile = result.to_profile(mode=mode, device=args.device_name)
+        print(f"done in {result.elapsed_s:.1f} s")
+    if not meter.available:
+        print(meter.reason)
+    return profile
+
+
+def _slug(text):
+    from lightning_edge.roofline.microbench import _slug as slug
+
+    return slug(text)
+
+
+def _get_controller():
+    """The power-mode controller of this board (``lightning_edge.devices.get_controller("auto")``), or a clear error."""
+    try:
+        from lightning_edge.devices import get_controller
+    except ImportError:
+        raise RuntimeError(
+            "--modes needs a power-mode controller (lightning_edge.devices.get_controller), which this install does "
+            "not have; run without --modes to measure the current mode, or switch modes yourself and run once per mode"
+        ) from None
+    try:
+        return get_controller("auto")
+    except RuntimeError as exc:
+        raise RuntimeError(
+            f"--modes needs a power-mode controller to switch modes, and none is available here:\n{exc}\n"
+            "Run without --modes to measure the current mode."
+        ) from None
+
+
+def _current_mode_string() -> str:
+    """The board's current mode as 'Nc/CPU/GPU/MEM' when a Jetson controller can read it, else 'current'.
+
+    Reading only: the controller is opened without its state file, lock, recovery or exit handlers."""
+    try:
+        from lightning_edge.devices import get_controller
+
+        ctl = get_controller("auto", safety=False, recover=False, handle_exit=False)
+        return str(ctl.current())
+    except Exception:  # noqa: BLE001 - not a Jetson (or no controller yet): the mode has no knob name
+        return "current"
+
+
+# ------------------------------------------------------------------------------------------ models
+def _model_layers(spec: str, batch_size: int):
+    """Build the model named by ``spec`` and return its LayerCost list from ``lightning_edge.analyze``."""
+    model, inputs = _load_model(spec, batch_size)
+    try:
+        from lightning_edge import analyze
+    except (ImportError, AttributeError):
+        raise RuntimeError("--model needs the cost model (lightning_edge.analyze), which this install does not have yet") \
+            from None
+    model.eval()
+    cost = analyze(model, *inputs)
+    layers = [x for x in cost.layers if getattr(x, "flops", 0) or getattr(x, "bytes", 0)]
+    print(f"model {spec}: {len(layers)} layers with work")
+    return layers
+
+
+def _load_model(spec: str, batch_size: int):
+    if spec.startswith("zoo:"):
+        name = spec[4:]
+        try:
+            from lightning_edge import zoo
+        except ImportError:
+            raise RuntimeError("--model zoo:NAME needs lightning_edge.zoo, which this install does not have") from None
+        try:
+            entry = zoo.get(name)
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"--model {spec}: {str(exc).strip(chr(39))}") from None
+        # the cost model runs on the meta device: nothing is allocated, no weights needed
+        return entry.build(device="meta"), tuple(entry.inputs(batch_size=batch_size, device="meta"))
+    elif ":" in spec:
+        mod_name, fn_name = spec.split(":", 1)
+        try:
+            fn = getattr(importlib.import_module(mod_name), fn_name)
+        except (ImportError, AttributeError) as exc:
+            raise ValueError(f"--model {spec}: cannot import {fn_name} from {mod_name} ({exc})") from None
+        made = _call(fn, None, batch_size)
+    else:
+        raise ValueError(f"--model {spec!r}: expected zoo:NAME (e.g. zoo:resnet50) or package.module:factory")
+    return _model_and_inputs(made, spec, batch_size)
+
+
+def _call(fn, name, batch_size):
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        params = {}
+    kwargs = {"batch_size": batch_size} if "batch_size" in params else {}
+    return fn(name, **kwargs) if name is not None else fn(**kwargs)
+
+
+def _model_and_inputs(made, spec, batch_size):
+    import torch
+
+    if isinstance(made, tuple) and len(made) == 2:
+        model, inputs = made
+    else:
+        model = getattr(made, "model", made)
+        inputs = None
+        for attr in ("example_inputs", "example_input", "example_input_array"):
+            src = getattr(made, attr, None) or getattr(model, attr, None)
+            if src is None:
+                continue
+            inputs = src(batch_size) if callable(src) and not isinstance(src, torch.Tensor) else src
+            break
+        if inputs is None:
+            raise RuntimeError(f"--model {spec}: the model gives no example input (example_inputs(batch_size) or "
+                               "example_input_array); return (model, inputs) from the factory")
+    if isinstance(inputs, torch.Tensor):
+        inputs = (inputs,)
+    if not isinstance(model, torch.nn.Module):
+        raise RuntimeError(f"--model {spec}: expected a torch.nn.Module, got {type(model).__name__}")
+    return model, tuple(inputs)
+
+
+# ------------------------------------------------------------------------------------------ printing
+def _fmt(x, scale, digits=4):
+    if x is None:
+        return "-"
+    return f"{x / scale:.{digits}g}"
+
+
+def _print_table(profile, precision):
+    print(f"\n{'mode':22s} {'peak TFLOP/s':>12s} {'BW GB/s':>9s} {'beta_tau':>9s} {'beta_eps':>9s} "
+          f"{'beta_eps0':>9s} {'GFLOP/J':>9s} {'GFLOP/J0':>9s}   ({precision}; 0 = without static power)")
+    for row in profile.summary_table(precision):
+        print(f"{row['mode']:22s} {_fmt(row['peak_flops'], 1e12):>12s} {_fmt(row['bandwidth'], 1e9):>9s} "
+              f"{_fmt(row['time_balance'], 1):>9s} {_fmt(row['energy_balance_static'], 1):>9s} "
+              f"{_fmt(row['energy_balance_no_static'], 1):>9s} {_fmt(row['peak_energy_efficiency_static'], 1e9):>9s} "
+              f"{_fmt(row['peak_energy_efficiency_no_static'], 1e9):>9s}")
+    print()
+
+
+def _print_layers(layers, roof, top=10):
+    import numpy as np
+
+    if not layers:
+        return
+    w = np.array([float(x.flops) for x in layers])
+    q = np.array([float(x.bytes) for x in layers])
+    t = np.asarray(roof.time(w, q), dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inten = np.where(q > 0, w / np.where(q > 0, q, 1), np.inf)
+    bound = roof.bound(inten, static=True) if roof.has_energy and np.isfinite(roof.static_power) else roof.bound(inten)
+    share = t / t.sum() if t.sum() > 0 else t
+    print(f"estimated layer times on {roof.label} (roofline, label: estimated): total {t.sum() * 1e3:.3f} ms; "
+          f"{int((bound.time == 'memory').sum()) if np.ndim(bound.time) else 0} of {len(layers)} layers memory-bound "
+          f"in time (beta_tau {roof.time_balance:.1f} FLOP/B)")
+    print(f"{'layer':40s} {'kind':14s} {'FLOP/B':>8s} {'time ms':>9s} {'share':>6s} {'bound (time/energy)':>20s}")
+    for i in np.argsort(-t)[:top]:
+        eb = bound.energy[i] if bound.energy is not None else "-"
+        print(f"{str(layers[i].name)[:40]:40s} {str(layers[i].kind)[:14]:14s} {inten[i]:8.2f} {t[i] * 1e3:9.4f} "
+              f"{share[i] * 100:5.1f}% {bound.time[i] + '/' + eb:>20s}")
+    print()

@@ -1,0 +1,87 @@
+"""Fixtures for the power-mode tests: fake Orin AGX trees (JetPack 5 and 6) and an isolated state dir."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+if str(REPO) not in sys.path:  # so `tests.fakes` imports under plain `pytest` too
+    sys.path.insert(0, str(REPO))
+
+from tests.fakes.jetson_sysfs import FakeJetson, build_orin_agx  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _isolated_state_dir(tmp_path, monkeypatch):
+    """Never touch the real user state dir: the default state dir is a temp dir in every test."""
+    d = tmp_path / "default-state"
+    monkeypatch.setenv("LIGHTNING_EDGE_STATE_DIR", str(d))
+    return d
+
+
+@pytest.fixture
+def state_dir(tmp_path) -> Path:
+    return tmp_path / "state"
+
+
+@pytest.fixture(params=[5, 6], ids=["jp5", "jp6"])
+def orin(request, tmp_path) -> FakeJetson:
+    """A fake Orin AGX 32GB tree, JetPack 5 and JetPack 6 layouts."""
+    return build_orin_agx(tmp_path / "root", jetpack=request.param)
+
+
+@pytest.fixture
+def orin5(tmp_path) -> FakeJetson:
+    return build_orin_agx(tmp_path / "root", jetpack=5)
+
+
+@pytest.fixture
+def spawn():
+    """Start ``python -c SCRIPT`` with the repository importable; every child is killed at teardown."""
+    import os
+    import subprocess
+
+    children: list[subprocess.Popen] = []
+
+    def _spawn(script: str, *args: object, **kw) -> subprocess.Popen:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", script, *map(str, args)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            **kw,
+        )
+        children.append(proc)
+        return proc
+
+    yield _spawn
+    for proc in children:
+        if proc.poll() is None:
+            proc.kill()
+        proc.communicate(timeout=10)
+
+
+def wait_for(path: Path, proc=None, timeout_s: float = 30.0) -> None:
+    """Wait until ``path`` exists (a child process's marker); fail early if the child died."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not Path(path).exists():
+        if proc is not None and proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"child exited with {proc.returncode} before {path}:\n{out}\n{err}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {path}")
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def wait():
+    """``wait(path, proc=None, timeout_s=30)``: block until a child's marker file exists."""
+    return wait_for

@@ -1,0 +1,168 @@
+"""The nvpmodel path: a custom POWER_MODEL block and `nvpmodel -m`, with a fake nvpmodel on PATH."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+
+from lightning_edge.devices import (
+    ORIN_AGX_MAXN,
+    NvpmodelController,
+    PowerMode,
+    RebootRequiredError,
+    get_controller,
+)
+from lightning_edge.devices.controllers.nvpmodel import (
+    BEGIN_MARK,
+    END_MARK,
+    insert_custom_block,
+    parse_power_models,
+    strip_custom_block,
+)
+from tests.fakes.jetson_sysfs import nvpmodel_conf
+from tests.fakes.nvpmodel import install_fake_nvpmodel, nvpmodel_calls
+
+
+@pytest.fixture
+def fake_nvpmodel(orin5, tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    install_fake_nvpmodel(bin_dir, orin5)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    return bin_dir
+
+
+def make(board, state_dir, **kw) -> NvpmodelController:
+    kw.setdefault("handle_exit", False)
+    return NvpmodelController(board.root, writer=board.writer(), state_dir=state_dir, **kw)
+
+
+def test_conf_parsing_and_block_insertion():
+    text = nvpmodel_conf(5)
+    blocks = parse_power_models(text)
+    assert [(b.id, b.name) for b in blocks] == [
+        (0, "MAXN"),
+        (1, "MODE_15W"),
+        (2, "MODE_30W"),
+        (3, "MODE_50W"),
+    ]
+    assert blocks[1].settings()[("CPU_ONLINE", "CORE_4")] == "0"
+    assert blocks[0].settings()[("EMC", "MAX_FREQ")] == "0"
+    new = insert_custom_block(text, "< POWER_MODEL ID=4 NAME=x >\nGPU MAX_FREQ 1\n")
+    assert (
+        new.index(BEGIN_MARK)
+        < new.index("< POWER_MODEL ID=4")
+        < new.index(END_MARK)
+        < new.index("< PM_CONFIG")
+    )
+    assert [b.id for b in parse_power_models(new)] == [0, 1, 2, 3, 4]
+    again = insert_custom_block(new, "< POWER_MODEL ID=4 NAME=y >\n")  # replaces, never stacks
+    assert again.count(BEGIN_MARK) == 1 and "NAME=y" in again and "NAME=x" not in again
+    assert strip_custom_block(again) == text
+
+
+def test_apply_writes_block_runs_nvpmodel_and_restores(orin5, fake_nvpmodel, state_dir):
+    conf = orin5.path("etc/nvpmodel.conf")
+    original_text = conf.read_text()
+    before = orin5.knob_files()
+    ctl = make(orin5, state_dir)
+    assert ctl.current() == ORIN_AGX_MAXN
+    applied = ctl.apply("12c/1344/727/2133")  # same core mask: no reboot
+    assert applied.verified and applied.settled == PowerMode(12, 1344, 726.75, 2133)
+
+    text = conf.read_text()
+    block = next(b for b in parse_power_models(text) if b.id == 4)
+    assert block.name == "lightning_edge_12c_1344_726_2133"
+    s = block.settings()
+    for i in range(3):
+        assert s[(f"CPU_A78_{i}", "MIN_FREQ")] == s[(f"CPU_A78_{i}", "MAX_FREQ")] == "1344000"  # kHz
+    assert s[("GPU", "MIN_FREQ")] == s[("GPU", "MAX_FREQ")] == "726750000"  # Hz
+    assert s[("EMC", "MAX_FREQ")] == "2133000000"
+    assert all(s[("CPU_ONLINE", f"CORE_{i}")] == "1" for i in range(12))
+    assert s[("DLA0_CORE", "MAX_FREQ")] == "-1" and s[("TPC_POWER_GATING", "TPC_PG_MASK")] == "0"  # copied
+    assert ["-f", str(conf), "-m", "4"] in [c["argv"] for c in nvpmodel_calls(fake_nvpmodel)]
+
+    res = ctl.restore()
+    assert res.settled == ORIN_AGX_MAXN and not res.mismatches
+    assert nvpmodel_calls(fake_nvpmodel)[-1]["argv"] == ["-f", str(conf), "-m", "0"]
+    assert conf.read_text() == original_text  # byte for byte
+    assert orin5.knob_files() == before
+
+
+def test_core_mask_change_needing_reboot_is_refused_and_explained(orin5, fake_nvpmodel, state_dir):
+    conf = orin5.path("etc/nvpmodel.conf")
+    original_text = conf.read_text()
+    ctl = make(orin5, state_dir)
+    with pytest.raises(RebootRequiredError) as exc:
+        ctl.apply("8c/1344/727/2133")
+    msg = str(exc.value)
+    assert "needs a reboot" in msg and "core mask changes (0xfff -> 0xff)" in msg
+    assert "never reboots" in msg and "--device jetson" in msg and "Reboot required" in msg
+    calls = nvpmodel_calls(fake_nvpmodel)
+    assert calls[-2]["argv"][-2:] == ["-m", "4"] and calls[-2]["answer"] == "NO"  # we said no
+    assert calls[-1]["argv"][-2:] == ["-m", "0"]  # and un-staged it for the next boot
+    assert orin5.read("var/lib/nvpmodel/status").startswith("pmode:0000")
+    assert conf.read_text() == original_text
+    assert ctl.current() == ORIN_AGX_MAXN
+    ctl.restore()
+
+
+def test_core_change_without_reboot_prompt(orin5, tmp_path, monkeypatch, state_dir):
+    bin_dir = tmp_path / "bin2"
+    install_fake_nvpmodel(bin_dir, orin5, reboot_on_core_change=False)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    ctl = make(orin5, state_dir)
+    assert ctl.apply("4c/422/115/665").verified
+    assert ctl.reboot_caveat and "core mask" in ctl.reboot_caveat
+    assert orin5.read("sys/devices/system/cpu/cpu4/online") == "0"
+    ctl.restore()
+    assert ctl.current() == ORIN_AGX_MAXN
+
+
+def test_dry_run_prints_block_and_command(orin5, fake_nvpmodel, state_dir):
+    conf = orin5.path("etc/nvpmodel.conf")
+    original_text = conf.read_text()
+    out = io.StringIO()
+    ctl = make(orin5, state_dir, dry_run=True, out=out)
+    applied = ctl.apply("12c/1344/727/2133")
+    text = out.getvalue()
+    assert "< POWER_MODEL ID=4 NAME=lightning_edge_12c_1344_726_2133 >" in text
+    assert f"nvpmodel -f {conf} -m 4" in text and applied.dry_run
+    assert conf.read_text() == original_text
+    assert all("-q" in c["argv"] for c in nvpmodel_calls(fake_nvpmodel))  # only queries ran
+
+
+def test_unavailable_without_nvpmodel(orin5, monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))
+    reason = NvpmodelController.why_unavailable(root=orin5.root)
+    assert "not on PATH" in reason and "nvidia-l4t-nvpmodel" in reason
+    with pytest.raises(Exception, match="--device nvpmodel"):
+        get_controller("nvpmodel", root=orin5.root)
+
+
+def test_factory_builds_nvpmodel(orin5, fake_nvpmodel, state_dir):
+    ctl = get_controller("jetson:nvpmodel", root=orin5.root, state_dir=state_dir, handle_exit=False)
+    assert isinstance(ctl, NvpmodelController) and ctl.current() == ORIN_AGX_MAXN
+
+
+def test_any_controller_recovers_the_others_leftover(orin5, fake_nvpmodel, state_dir):
+    """One board, one state file: a leftover of the nvpmodel controller is restored by the sysfs one."""
+    from lightning_edge.devices import JetsonSysfsController
+
+    conf = orin5.path("etc/nvpmodel.conf")
+    original_text, before = conf.read_text(), orin5.knob_files()
+    a = make(orin5, state_dir)
+    a.apply("12c/1344/727/2133")
+    a._safety.lock.release()  # as if the process had died: the kernel drops its lock
+    a._session = None
+    b = JetsonSysfsController(orin5.root, writer=orin5.writer(), state_dir=state_dir, handle_exit=False)
+    assert b.recovered.settled == ORIN_AGX_MAXN
+    assert conf.read_text() == original_text and orin5.knob_files() == before
+    assert nvpmodel_calls(fake_nvpmodel)[-1]["argv"][-2:] == ["-m", "0"]
+
+    c = JetsonSysfsController(orin5.root, writer=orin5.writer(), state_dir=state_dir, handle_exit=False)
+    c.apply("4c/422/115/665")
+    c._safety.lock.release()
+    c._session = None
+    d = make(orin5, state_dir)  # and the other way round
+    assert d.recovered.settled == ORIN_AGX_MAXN and orin5.knob_files() == before
