@@ -1,0 +1,104 @@
+"""Time to predict one workload over all 18,096 Orin AGX modes with the twin (analyze timed separately).
+
+    python benchmarks/twin_sweep.py [--repeat 5] [--out benchmarks/results/twin_sweep.md]
+
+For each zoo model, training (bs 16) and inference (bs 1): the analyze() time of the ModelCost (once),
+then the median of ``--repeat`` full-space predictions (``OrinTwin.predict`` on the compiled workload;
+compiling the ModelCost into steps is counted in the first, cold, prediction only).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+from lightning_edge import zoo
+from lightning_edge.devices.sim.twin import OrinTwin
+from lightning_edge.devices.sim.workload import compile_workload
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    import numpy as np
+
+    try:
+        import torch
+
+        tv = torch.__version__
+    except Exception:  # pragma: no cover
+        tv = "not installed"
+    return (f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}, numpy {np.__version__}, torch {tv}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "twin_sweep.md"))
+    ap.add_argument("--models", nargs="*", default=list(zoo.names()))
+    args = ap.parse_args(argv)
+    twin = OrinTwin(noise=False, settling=False)
+    space = twin.space
+    rows = []
+    worst = 0.0
+    for name in args.models:
+        for kind, bs in (("train", 16), ("infer", 1)):
+            t0 = time.perf_counter()
+            cost, n_tensors = twin.workload_cost(name, bs, kind)
+            t_analyze = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            prof = compile_workload(cost, kind=kind, batch_size=bs, param_tensors=n_tensors)
+            pred = twin.predict(prof, space)
+            t_cold = time.perf_counter() - t0
+            times = []
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                pred = twin.predict(prof, space)
+                times.append(time.perf_counter() - t0)
+            med = statistics.median(times)
+            worst = max(worst, med)
+            rows.append((name, kind, bs, prof.n_steps, t_analyze, t_cold, med, pred.time_s.shape[0],
+                         float(pred.time_s.min()), float(pred.time_s.max()), float(pred.power_w.min()),
+                         float(pred.power_w.max())))
+            print(f"{name:20s} {kind:5s} bs{bs:<3d} steps {prof.n_steps:4d}  analyze {t_analyze:6.2f} s  "
+                  f"sweep median {med * 1e3:7.1f} ms (cold {t_cold * 1e3:6.1f} ms) over {pred.time_s.shape[0]} modes")
+    lines = [
+        "# Twin full-space sweep timing",
+        "",
+        "Time to predict minibatch time and power of one workload over all 18,096 Orin AGX modes",
+        "(`OrinTwin.predict` on a compiled workload, median of "
+        f"{args.repeat} runs), and the one-off `analyze()` time of its ModelCost. Values are simulated.",
+        "",
+        f"- generated: {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}"
+        " by `python benchmarks/twin_sweep.py`",
+        f"- machine: {machine()}",
+        f"- slowest sweep: {worst * 1e3:.1f} ms (target: < 1 s)",
+        "",
+        "| model | kind | batch | steps | analyze (s) | first sweep incl. compile (ms) | sweep median (ms) | modes |"
+        " time range (ms) | power range (W) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for name, kind, bs, steps, ta, tc, med, n, tmin, tmax, pmin, pmax in rows:
+        lines.append(f"| {name} | {kind} | {bs} | {steps} | {ta:.2f} | {tc * 1e3:.1f} | {med * 1e3:.1f} | {n:,} | "
+                     f"{tmin * 1e3:,.3g}-{tmax * 1e3:,.4g} | {pmin:.1f}-{pmax:.1f} |")
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text("\n".join(lines) + "\n")
+    print(f"slowest sweep {worst * 1e3:.1f} ms; wrote {args.out}")
+    return 0 if worst < 1.0 else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

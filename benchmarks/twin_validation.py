@@ -1,0 +1,82 @@
+"""Print every figure of the twin's spec beside the twin's value and the error; write the markdown results.
+
+    python benchmarks/twin_validation.py [--out benchmarks/results/twin_validation.md]
+
+Targets: shared/spec/orin-agx-twin.md (Pagoda, seed 000; Fulcrum, seed 001). The twin's values are
+``simulated``. Conventions (Pagoda's 96 modes, slope ratio, LSTM sequence length...) are in
+``lightning_edge/devices/sim/validation.py`` and docs/twin.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import platform
+import time
+from pathlib import Path
+
+from lightning_edge.devices.sim.twin import OrinTwin
+from lightning_edge.devices.sim.validation import to_markdown, validate
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.lower().startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    import numpy as np
+
+    try:
+        import torch
+
+        tv = torch.__version__
+    except Exception:  # pragma: no cover
+        tv = "not installed"
+    return (f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}, numpy {np.__version__}, torch {tv}")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "twin_validation.md"))
+    args = ap.parse_args(argv)
+    t0 = time.perf_counter()
+    twin = OrinTwin(noise=False, settling=False)
+    rows = validate(twin)
+    elapsed = time.perf_counter() - t0
+    table = to_markdown(rows)
+    checked = [r for r in rows if r.passed is not None]
+    failed = [r for r in checked if not r.passed]
+    summary = (f"{len(checked) - len(failed)} of {len(checked)} checked figures within tolerance"
+               f" ({len(rows) - len(checked)} information rows); validation ran in {elapsed:.1f} s.")
+    print(table)
+    print()
+    print(summary)
+    head = [
+        "# Orin AGX twin: validation against the published figures",
+        "",
+        "Every figure of `shared/spec/orin-agx-twin.md` (Pagoda = seed 000, Fulcrum = seed 001) beside the",
+        "twin's value. All twin values are **simulated** (the model in `lightning_edge/devices/sim`,",
+        "coefficients in `lightning_edge/data/orin-agx-twin.json`). Errors are relative (twin/target - 1)",
+        "unless given in percentage points (pts). Conventions: see docs/twin.md.",
+        "",
+        f"- generated: {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}"
+        " by `python benchmarks/twin_validation.py`",
+        f"- machine: {machine()}",
+        f"- {summary}",
+        "",
+    ]
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text("\n".join(head) + table + "\n")
+    print(f"wrote {args.out}")
+    return 0 if not failed else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
