@@ -1,4 +1,4 @@
-"""Everything that touches hardware: power-mode spaces and controllers (and, later, power sensors).
+"""Everything that touches hardware: power-mode spaces, mode controllers and power sensors.
 
 Light to import: no torch. ::
 
@@ -37,9 +37,35 @@ from lightning_edge.devices.controllers import (
     get_controller,
 )
 from lightning_edge.devices.modes import KNOBS, InvalidModeError, PowerMode, PowerModeSpace
+from lightning_edge.devices.sensors import (
+    EmptySensor,
+    INA3221Sensor,
+    JtopSensor,
+    NvmlSensor,
+    PowerReading,
+    PowerSensor,
+    RaplSensor,
+    ReplaySensor,
+    SensorError,
+    SensorUnavailableError,
+    available_sensors,
+    get_sensor,
+)
 from lightning_edge.devices.sim.controller import SimModeController
 
 __all__ = [
+    "EmptySensor",
+    "INA3221Sensor",
+    "JtopSensor",
+    "NvmlSensor",
+    "PowerReading",
+    "PowerSensor",
+    "RaplSensor",
+    "ReplaySensor",
+    "SensorError",
+    "SensorUnavailableError",
+    "available_sensors",
+    "get_sensor",
     "FULCRUM_MIDPOINT",
     "KNOBS",
     "ORIN_AGX_MAXN",

@@ -1,0 +1,388 @@
+"""Jetson's on-board INA3221 power monitors, read directly from sysfs (the fast path: 100 Hz and more).
+
+Two kernel layouts are supported, found by globbing (the hwmon index changes across boots):
+
+- **hwmon** (JetPack 5/6, mainline ``ina3221`` driver):
+  ``/sys/bus/i2c/drivers/ina3221/<bus>-<addr>/hwmon/hwmon*/`` with ``in{1,2,3}_label`` (rail name, ``NC`` when
+  not connected), ``in{N}_input`` (bus voltage, mV) and ``curr{N}_input`` (current, mA);
+  power = V x I = mV x mA / 1e6 W. ``update_interval`` (ms) tells how often the chip produces a new value.
+- **iio** (JetPack 4, NVIDIA's ``ina3221x`` driver, TX2 / Xavier / Nano):
+  ``/sys/bus/i2c/drivers/ina3221x/<bus>-<addr>/iio:device*/`` with ``rail_name_{N}``, ``in_power{N}_input`` (mW),
+  ``in_voltage{N}_input`` (mV), ``in_current{N}_input`` (mA).
+
+Every rail is kept by name. The board total is ``VDD_IN`` (or ``POM_5V_IN`` on the Nano) when the board has
+one; otherwise the documented sum of the board's rails (Orin AGX: VDD_GPU_SOC + VDD_CPU_CV + VIN_SYS_5V0 +
+VDDQ_VDD2_1V8AO, which is what tegrastats / jtop report; Xavier AGX: GPU + CPU + SOC + CV + VDDRQ + SYS5V);
+for an unknown rail set without an input rail, the sum of every rail (said in ``notes``).
+
+A rail that vanishes or returns garbage mid-run is marked missing in that reading (and the total flagged
+``partial`` if it contributes to it); nothing raises unless no rail at all can be read. See docs/sensors.md.
+"""
+
+from __future__ import annotations
+
+import glob
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lightning_edge.devices.sensors.base import PowerReading, PowerSensor, SensorError, SensorUnavailableError
+
+HWMON_GLOB = "sys/bus/i2c/drivers/ina3221/*/hwmon/hwmon*"
+CLASS_HWMON_GLOB = "sys/class/hwmon/hwmon*"
+IIO_GLOB = "sys/bus/i2c/drivers/ina3221x/*/iio:device*"
+
+#: rails that are the board's input (the total) when present, in order of preference
+INPUT_RAILS: tuple[str, ...] = ("VDD_IN", "POM_5V_IN")
+
+#: boards without an input rail: the rails whose sum is the documented board total
+BOARD_SUMS: dict[str, tuple[str, ...]] = {
+    "orin-agx": ("VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0", "VDDQ_VDD2_1V8AO"),
+    "xavier-agx": ("GPU", "CPU", "SOC", "CV", "VDDRQ", "SYS5V"),
+}
+
+#: INA3221 reset defaults, used when the driver does not say (no ``update_interval``):
+#: 1.1 ms bus + 1.1 ms shunt conversion per enabled channel, 1 sample (no averaging)
+DEFAULT_CONVERSION_MS_PER_CHANNEL = 2.2
+DEFAULT_SAMPLES = 1
+
+#: readings outside this magnitude are garbage (a driver error code, a torn write...)
+_MAX_ABS = 1e6
+
+FIX_PERMISSION = (
+    "INA3221 sysfs files are normally world-readable (0444); something made them root-only. Fix for this boot: "
+    "`sudo chmod a+r {dir}/*_input` (iio: `{dir}/in_*_input`); permanently, a udev rule in "
+    "/etc/udev/rules.d/99-ina3221.rules: "
+    "SUBSYSTEM==\"hwmon\", ATTR{{name}}==\"ina3221\", RUN+=\"/bin/sh -c 'chmod a+r /sys%p/*_input'\" "
+    "(then `sudo udevadm control --reload && sudo udevadm trigger`), or run as root"
+)
+
+
+@dataclass
+class Rail:
+    """One monitored channel. ``files``: (power mW) for iio, (voltage mV, current mA) for hwmon or for an
+    iio channel without ``in_power``."""
+
+    name: str
+    chip: str  # i2c device, e.g. "1-0040"
+    channel: int  # 1-based for hwmon, 0-based for iio (as the files number them)
+    layout: str  # "hwmon" | "iio"
+    files: tuple[str, ...]
+
+    def read_w(self) -> float:
+        """Power in W; raises OSError (file gone, permission) or ValueError (garbage)."""
+        if len(self.files) == 1:
+            return _read_number(self.files[0]) / 1e3  # mW
+        mv = _read_number(self.files[0])
+        ma = _read_number(self.files[1])
+        return mv * ma / 1e6
+
+
+def _read_text(path: str) -> str:
+    with open(path, encoding="ascii", errors="replace") as f:
+        return f.read().strip()
+
+
+def _read_number(path: str) -> float:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        data = os.read(fd, 64)
+    finally:
+        os.close(fd)
+    value = float(int(data))  # int() accepts b"1234\n"; anything else is garbage (ValueError)
+    if abs(value) > _MAX_ABS:
+        raise ValueError(f"implausible value {data!r} in {path}")
+    return value
+
+
+def _index(path: str, prefix: str) -> int:
+    tail = os.path.basename(path.rstrip("/"))[len(prefix):]
+    return int(tail) if tail.isdigit() else 1 << 30
+
+
+def _chip_of(dev_dir: str, layout: str) -> str:
+    # .../ina3221/1-0040/hwmon/hwmon3 -> 1-0040 ; .../ina3221x/7-0040/iio:device0 -> 7-0040
+    parts = Path(dev_dir).parts
+    return parts[-3] if layout == "hwmon" else parts[-2]
+
+
+@dataclass
+class Discovery:
+    """What a probe found: the rails, per-chip update intervals, and the first error that makes the
+    sensor unusable (``None`` when usable)."""
+
+    layout: str | None
+    rails: list[Rail]
+    chip_dirs: dict[str, str]  # chip -> its hwmon/iio dir
+    update_ms: dict[str, float]
+    skipped: list[str]  # "1-0041 ch2 (NC)" ...
+    error: str | None
+
+
+def _hwmon_dirs(root: Path) -> list[str]:
+    dirs = sorted(glob.glob(str(root / HWMON_GLOB)))
+    if dirs:
+        return dirs
+    out = []  # some kernels only show it through /sys/class/hwmon
+    for d in sorted(glob.glob(str(root / CLASS_HWMON_GLOB)), key=lambda p: _index(p, "hwmon")):
+        try:
+            if _read_text(os.path.join(d, "name")) == "ina3221":
+                out.append(d)
+        except OSError:
+            continue
+    return out
+
+
+def _hwmon_chip(d: str) -> str:
+    real = os.path.realpath(d)
+    parts = Path(real).parts
+    if len(parts) >= 3 and parts[-2] == "hwmon":
+        return parts[-3]
+    return os.path.basename(real)
+
+
+def discover(root: str | os.PathLike[str] = "/") -> Discovery:
+    """Probe ``root`` for INA3221 monitors (hwmon first, then iio). Never raises."""
+    root = Path(root)
+    hw = _hwmon_dirs(root)
+    if hw:
+        return _discover_hwmon(hw)
+    iio = sorted(glob.glob(str(root / IIO_GLOB)))
+    if iio:
+        return _discover_iio(iio)
+    return Discovery(None, [], {}, {}, [], f"no INA3221 found under {root / 'sys/bus/i2c/drivers'} "
+                     "(looked for ina3221/*/hwmon/hwmon* and ina3221x/*/iio:device*): not a Jetson?")
+
+
+def _check_readable(rail: Rail, d: str) -> str | None:
+    for f in rail.files:
+        try:
+            _read_number(f)
+        except PermissionError:
+            return f"permission denied reading {f}. " + FIX_PERMISSION.format(dir=d)
+        except (OSError, ValueError):
+            return None  # a bad value at probe time is not fatal: that reading marks the rail missing
+    return None
+
+
+def _discover_hwmon(dirs: list[str]) -> Discovery:
+    rails: list[Rail] = []
+    chip_dirs: dict[str, str] = {}
+    update_ms: dict[str, float] = {}
+    skipped: list[str] = []
+    for d in dirs:
+        d = os.path.realpath(d)
+        chip = _hwmon_chip(d)
+        chip_dirs[chip] = d
+        enabled = 0
+        for ch in (1, 2, 3):
+            vin = os.path.join(d, f"in{ch}_input")
+            cur = os.path.join(d, f"curr{ch}_input")
+            label_f = os.path.join(d, f"in{ch}_label")
+            if not (os.path.exists(vin) and os.path.exists(cur)):
+                continue
+            try:
+                label = _read_text(label_f) if os.path.exists(label_f) else f"{chip}:in{ch}"
+            except PermissionError:
+                return Discovery("hwmon", [], chip_dirs, {}, skipped,
+                                 f"permission denied reading {label_f}. " + FIX_PERMISSION.format(dir=d))
+            except OSError:
+                label = f"{chip}:in{ch}"
+            if label.upper() == "NC" or not label:
+                skipped.append(f"{chip} ch{ch} (NC)")
+                continue
+            try:
+                if _read_text(os.path.join(d, f"in{ch}_enable")) == "0":
+                    skipped.append(f"{chip} ch{ch} {label} (disabled)")
+                    continue
+            except OSError:
+                pass
+            rail = Rail(label, chip, ch, "hwmon", (vin, cur))
+            err = _check_readable(rail, d)
+            if err:
+                return Discovery("hwmon", [], chip_dirs, {}, skipped, err)
+            rails.append(rail)
+            enabled += 1
+        update_ms[chip] = _update_interval_ms(d, enabled)
+    return _finish("hwmon", rails, chip_dirs, update_ms, skipped)
+
+
+def _update_interval_ms(d: str, channels: int) -> float:
+    try:
+        ms = float(_read_text(os.path.join(d, "update_interval")))
+        if ms > 0:
+            return ms
+    except (OSError, ValueError):
+        pass
+    try:
+        samples = int(_read_text(os.path.join(d, "samples")))
+    except (OSError, ValueError):
+        samples = DEFAULT_SAMPLES
+    return max(channels, 1) * max(samples, 1) * DEFAULT_CONVERSION_MS_PER_CHANNEL
+
+
+def _discover_iio(dirs: list[str]) -> Discovery:
+    rails: list[Rail] = []
+    chip_dirs: dict[str, str] = {}
+    update_ms: dict[str, float] = {}
+    skipped: list[str] = []
+    for d in dirs:
+        chip = _chip_of(d, "iio")
+        chip_dirs[chip] = d
+        enabled = 0
+        for name_f in sorted(glob.glob(os.path.join(d, "rail_name_*")), key=lambda p: _index(p, "rail_name_")):
+            ch = _index(name_f, "rail_name_")
+            try:
+                label = _read_text(name_f)
+            except PermissionError:
+                return Discovery("iio", [], chip_dirs, {}, skipped,
+                                 f"permission denied reading {name_f}. " + FIX_PERMISSION.format(dir=d))
+            except OSError:
+                continue
+            if label.upper() == "NC" or not label:
+                skipped.append(f"{chip} ch{ch} (NC)")
+                continue
+            pw = os.path.join(d, f"in_power{ch}_input")
+            if os.path.exists(pw):
+                files: tuple[str, ...] = (pw,)
+            else:
+                files = (os.path.join(d, f"in_voltage{ch}_input"), os.path.join(d, f"in_current{ch}_input"))
+                if not all(os.path.exists(f) for f in files):
+                    skipped.append(f"{chip} ch{ch} {label} (no power/voltage/current files)")
+                    continue
+            rail = Rail(label, chip, ch, "iio", files)
+            err = _check_readable(rail, d)
+            if err:
+                return Discovery("iio", [], chip_dirs, {}, skipped, err)
+            rails.append(rail)
+            enabled += 1
+        # the iio driver does not expose its conversion settings: assume the chip's reset defaults
+        update_ms[chip] = max(enabled, 1) * DEFAULT_SAMPLES * DEFAULT_CONVERSION_MS_PER_CHANNEL
+    return _finish("iio", rails, chip_dirs, update_ms, skipped)
+
+
+def _finish(layout: str, rails: list[Rail], chip_dirs: dict[str, str], update_ms: dict[str, float],
+            skipped: list[str]) -> Discovery:
+    err = None
+    if not rails:
+        err = (f"INA3221 ({layout}) found at {', '.join(chip_dirs.values())} but no connected, readable rail "
+               f"(skipped: {', '.join(skipped) or 'none'})")
+    seen: dict[str, int] = {}
+    for r in rails:  # keep every rail by a unique name
+        if r.name in seen:
+            seen[r.name] += 1
+            r.name = f"{r.name}@{r.chip}"
+        else:
+            seen[r.name] = 1
+    return Discovery(layout, rails, chip_dirs, update_ms, skipped, err)
+
+
+def board_total(rails: list[str] | tuple[str, ...]) -> tuple[tuple[str, ...], str, str]:
+    """How the board total is formed from these rail names: ``(rails summed, board, description)``."""
+    names = set(rails)
+    for r in INPUT_RAILS:
+        if r in names:
+            return (r,), "input-rail", f"{r} (the board's input rail)"
+    for board, parts in BOARD_SUMS.items():
+        if set(parts) <= names:
+            return parts, board, f"{' + '.join(parts)} (documented sum for {board}; no input rail)"
+    parts = tuple(rails)
+    return parts, "unknown", (f"sum of every rail ({' + '.join(parts)}): unknown board without an input rail, "
+                              "nested rails would be double counted")
+
+
+class INA3221Sensor(PowerSensor):
+    """Jetson INA3221 rails through sysfs. ``INA3221Sensor(root="/", clock_ns=time.perf_counter_ns,
+    update_period_s=None)``; raises :class:`SensorUnavailableError` (with the reason) when there is none.
+
+    ``update_period_s``: how often the chip produces a new value; by default the driver's ``update_interval``
+    (hwmon) or, when it does not say, the INA3221 reset default of 2.2 ms per enabled channel (1.1 ms bus +
+    1.1 ms shunt conversion, no averaging), the slowest chip deciding.
+    """
+
+    name = "jetson"
+    is_sysfs = True
+
+    def __init__(self, root: str | os.PathLike[str] = "/", *, clock_ns: Callable[[], int] = time.perf_counter_ns,
+                 update_period_s: float | None = None) -> None:
+        found = discover(root)
+        if found.error:
+            raise SensorUnavailableError(f"jetson: {found.error}", {"jetson": found.error})
+        self.root = Path(root)
+        self.layout: str = found.layout or "?"
+        self._rails = found.rails
+        self._chip_dirs = found.chip_dirs
+        self.skipped = tuple(found.skipped)
+        self.rails = tuple(r.name for r in found.rails)
+        self.total_rails, self.board, self.total_desc = board_total(self.rails)
+        self._total_idx = [self.rails.index(r) for r in self.total_rails]
+        self.update_ms = dict(found.update_ms)
+        self.update_period_s = float(update_period_s) if update_period_s else max(found.update_ms.values()) / 1e3
+        self.clock_ns = clock_ns
+        self._last_relocate_ns = 0
+        self.label = f"INA3221 ({self.layout}) total = {self.total_desc}"
+        self.notes = (f"rails: {', '.join(self.rails)}; total = {self.total_desc}; chip update every "
+                      f"{self.update_period_s * 1e3:g} ms")
+        if self.board == "orin-agx":
+            self.notes += ("; Orin AGX has no VDD_IN: the sum is the module's four monitored rails (what "
+                           "tegrastats/jtop report) and leaves out regulator losses and the carrier board")
+
+    @classmethod
+    def why_unavailable(cls, root: str | os.PathLike[str] = "/", **_: Any) -> str | None:
+        return discover(root).error
+
+    def read(self) -> PowerReading:
+        t_ns = int(self.clock_ns())
+        rails_w: dict[str, float] = {}
+        missing: list[str] = []
+        for r in self._rails:
+            try:
+                w = r.read_w()
+            except (OSError, ValueError):
+                missing.append(r.name)
+                continue
+            if not math.isfinite(w):
+                missing.append(r.name)
+                continue
+            rails_w[r.name] = w
+        if not rails_w:
+            if self._relocate(t_ns):
+                return self.read()
+            raise SensorError(f"jetson: no INA3221 rail could be read ({', '.join(missing)}): "
+                              f"driver unbound or files gone under {', '.join(self._chip_dirs.values())}")
+        if missing and self._relocate(t_ns):  # a whole chip moved (hwmon renumbered)? retry once
+            return self.read()
+        total_missing = [r for r in self.total_rails if r not in rails_w]
+        if len(self.total_rails) == 1:
+            total = rails_w.get(self.total_rails[0], math.nan)
+        else:
+            total = sum(rails_w[r] for r in self.total_rails if r in rails_w)
+        return PowerReading(t_ns, total, rails_w, partial=bool(total_missing), missing=tuple(missing))
+
+    def _relocate(self, now_ns: int) -> bool:
+        """Re-glob the hwmon index of chips whose directory vanished (at most once a second)."""
+        if self.layout != "hwmon" or now_ns - self._last_relocate_ns < 1_000_000_000:
+            return False
+        self._last_relocate_ns = now_ns
+        moved = False
+        for chip, d in list(self._chip_dirs.items()):
+            if os.path.isdir(d):
+                continue
+            parent = os.path.dirname(d)  # .../1-0040/hwmon
+            cands = sorted(glob.glob(os.path.join(parent, "hwmon*")))
+            if not cands:
+                continue
+            new = cands[0]
+            self._chip_dirs[chip] = new
+            for r in self._rails:
+                if r.chip == chip:
+                    r.files = tuple(os.path.join(new, os.path.basename(f)) for f in r.files)
+            moved = True
+        return moved
+
+
+__all__ = ["BOARD_SUMS", "INPUT_RAILS", "INA3221Sensor", "Rail", "board_total", "discover"]

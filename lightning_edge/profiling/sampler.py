@@ -1,0 +1,496 @@
+"""A background thread that samples a power sensor into a bounded ring buffer, and integrates it.
+
+::
+
+    sensor = get_sensor("auto")
+    with PowerSampler(sensor) as sampler:          # default rate: as fast as the sensor updates
+        t0 = time.perf_counter_ns(); model(x); t1 = time.perf_counter_ns()
+        sampler.wait_for(t1)                       # a sample at or after t1 exists (bounded wait)
+        e = sampler.energy_j(t0, t1)               # J, trapezoidal, pro-rata at the interval edges
+        p = sampler.mean_power_w(t0, t1)           # W
+        s = sampler.samples(t0, t1)                # numpy arrays: s.t_ns, s.power_w, s.rails_w, s.partial
+        gpu = sampler.energy_j(t0, t1, rail="VDD_GPU_SOC")
+    print(sampler.overhead())                      # its own CPU cost and achieved rate
+
+How energy is obtained: power sensors are integrated with the trapezoidal rule over the samples inside the
+interval plus the power *interpolated* at both edges, so an interval shorter than a sample period still gets
+its exact pro-rata share of the piecewise-linear power curve (SyNERGY's per-layer mapping of a power trace, with
+interpolation instead of whole rectangular strips). Energy-counter sensors (NVML total energy, RAPL) are
+differenced instead: the cumulative counter is interpolated at both edges, which is more accurate than
+integrating a power that was itself derived from the counter.
+
+Samples are stamped with ``clock_ns`` (``time.perf_counter_ns``: the clock layer timers use) at the midpoint of
+the sensor read. A read that raises is counted and skipped: the sampler never takes training down. The buffer is
+bounded (``capacity`` samples, oldest overwritten); an interval that is not covered by the retained samples (or
+extends further than ``hold_s`` past the newest one) gives ``nan``, never a guess.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+
+#: the default rate is the sensor's update rate, clamped to [MIN_SYSFS_RATE_HZ (sysfs sensors only), MAX_RATE_HZ]
+MIN_SYSFS_RATE_HZ = 100.0
+MAX_RATE_HZ = 1000.0
+#: default capacity: this many seconds at the sampling rate (bounded to [4096, 2**20] samples)
+DEFAULT_HISTORY_S = 300.0
+#: waits up to this long use time.sleep (cheap); longer ones an Event (so stop() is prompt)
+_SLEEP_MAX_NS = 20_000_000
+
+
+class Samples(NamedTuple):
+    """A window of samples, oldest first: ``t_ns`` (int64), ``power_w`` (float64, ``nan`` when the total could not
+    be formed), ``rails_w`` (n x len(rails), ``nan`` for a missing rail), ``partial`` (bool: total misses a rail),
+    ``energy_j`` (cumulative counter, J; all ``nan`` for power sensors), ``rails`` (column names)."""
+
+    t_ns: np.ndarray
+    power_w: np.ndarray
+    rails_w: np.ndarray
+    partial: np.ndarray
+    energy_j: np.ndarray
+    rails: tuple[str, ...]
+
+    def rail(self, name: str) -> np.ndarray:
+        return self.rails_w[:, self.rails.index(name)]
+
+
+@dataclass(frozen=True)
+class SamplerOverhead:
+    """The sampler's own cost: CPU time of its thread over the wall time it ran, and the rate it achieved."""
+
+    cpu_s: float
+    wall_s: float
+    samples: int
+    errors: int
+    target_rate_hz: float
+    mean_read_s: float
+
+    @property
+    def cpu_fraction(self) -> float:
+        """CPU time / wall time (fraction of one core)."""
+        return self.cpu_s / self.wall_s if self.wall_s > 0 else 0.0
+
+    @property
+    def cpu_percent(self) -> float:
+        return 100.0 * self.cpu_fraction
+
+    @property
+    def achieved_rate_hz(self) -> float:
+        return self.samples / self.wall_s if self.wall_s > 0 else 0.0
+
+    def __str__(self) -> str:
+        return (f"power sampler: {self.cpu_percent:.2f} % of one core, {self.achieved_rate_hz:.0f} Hz achieved "
+                f"(target {self.target_rate_hz:.0f} Hz), {self.samples} samples, {self.errors} read errors, "
+                f"{self.mean_read_s * 1e6:.0f} us per read")
+
+
+def default_rate_hz(sensor: Any) -> float:
+    """As fast as the sensor updates; at least 100 Hz for sysfs sensors; at most 1 kHz."""
+    period = float(getattr(sensor, "update_period_s", 0.0) or 0.0)
+    rate = 1.0 / period if period > 0 else MAX_RATE_HZ
+    if getattr(sensor, "is_sysfs", False):
+        rate = max(rate, MIN_SYSFS_RATE_HZ)
+    return min(rate, MAX_RATE_HZ)
+
+
+class PowerSampler:
+    """Background sampler of a :class:`~lightning_edge.devices.sensors.base.PowerSensor`.
+
+    ``PowerSampler(sensor, rate_hz=None, capacity=None, clock_ns=time.perf_counter_ns, hold_s=None)``
+
+    - ``rate_hz``: default :func:`default_rate_hz` (the sensor's update rate, >= 100 Hz for sysfs, <= 1 kHz);
+    - ``capacity``: ring-buffer size in samples (default 5 minutes at ``rate_hz``, within [4096, 2**20]);
+    - ``clock_ns``: the time stamp source; inject a fake one in tests and drive :meth:`sample_once` by hand;
+    - ``hold_s``: how far past the newest sample (or before the oldest) an interval edge may lie and still be
+      answered, holding the edge sample's power (default: two sample periods or two sensor update periods).
+
+    ``start()`` / ``stop()`` or ``with``; the thread is a daemon. A sensor that is not available
+    (:class:`EmptySensor`) starts no thread: every energy is ``nan`` and :attr:`why_no_energy` says why.
+    """
+
+    def __init__(self, sensor: Any, rate_hz: float | None = None, capacity: int | None = None,
+                 clock_ns: Callable[[], int] = time.perf_counter_ns, hold_s: float | None = None) -> None:
+        self.sensor = sensor
+        self.rate_hz = float(rate_hz) if rate_hz else default_rate_hz(sensor)
+        if not (self.rate_hz > 0 and math.isfinite(self.rate_hz)):
+            raise ValueError(f"rate_hz must be a positive number, got {rate_hz!r}")
+        if capacity is None:
+            capacity = int(min(max(self.rate_hz * DEFAULT_HISTORY_S, 4096), 2**20))
+        if capacity < 2:
+            raise ValueError(f"capacity must be at least 2 samples, got {capacity}")
+        self.capacity = int(capacity)
+        self.clock_ns = clock_ns
+        period = 1.0 / self.rate_hz
+        upd = float(getattr(sensor, "update_period_s", 0.0) or 0.0)
+        self.hold_ns = int((hold_s if hold_s is not None else 2.0 * max(period, upd)) * 1e9)
+        self.rails: tuple[str, ...] = tuple(getattr(sensor, "rails", ()) or ())
+        self._rail_col = {r: i for i, r in enumerate(self.rails)}
+        self.is_energy_counter = bool(getattr(sensor, "is_energy_counter", False))
+        cap, k = self.capacity, len(self.rails)
+        self._t = np.zeros(cap, dtype=np.int64)
+        self._p = np.full(cap, np.nan)
+        self._r = np.full((cap, k), np.nan)
+        self._partial = np.zeros(cap, dtype=bool)
+        self._e = np.full(cap, np.nan)
+        self._re = np.full((cap, k), np.nan) if self.is_energy_counter else None
+        self._n = 0  # samples ever pushed
+        self._waiters = 0  # threads in wait_for()
+        self._lock = threading.Lock()  # guards the ring
+        self._cond = threading.Condition(self._lock)
+        self._read_lock = threading.Lock()  # one sensor read at a time
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.errors = 0
+        self.last_error: str | None = None
+        self._cpu_ns = 0
+        self._wall_ns = 0
+        self._wall_start: int | None = None
+        self._thread_samples = 0
+        self._read_ns_total = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def energy_available(self) -> bool:
+        return bool(getattr(self.sensor, "available", True))
+
+    @property
+    def why_no_energy(self) -> str | None:
+        """None when the sensor measures power, else why energy is unavailable."""
+        if self.energy_available:
+            return None
+        why = getattr(self.sensor, "why_unavailable", None)
+        return str(why()) if callable(why) else "no power sensor"
+
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def start(self) -> PowerSampler:
+        if self.running or not self.energy_available:
+            return self
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, name=f"power-sampler[{self.sensor.name}]", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self, timeout_s: float = 2.0) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout_s)
+            self._thread = None
+
+    def __enter__(self) -> PowerSampler:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def _run(self) -> None:
+        cpu0 = time.thread_time_ns()
+        wall0 = time.perf_counter_ns()
+        self._wall_start = wall0
+        cpu_before = self._cpu_ns
+        wall_before = self._wall_ns
+        period_ns = int(1e9 / self.rate_hz)
+        next_ns = wall0
+        try:
+            while not self._stop.is_set():
+                if self.sample_once(_from_thread=True):
+                    self._thread_samples += 1
+                now = time.perf_counter_ns()
+                self._cpu_ns = cpu_before + time.thread_time_ns() - cpu0
+                self._wall_ns = wall_before + now - wall0
+                next_ns += period_ns
+                delay = next_ns - now
+                if delay < -period_ns:  # fell behind (slow read, loaded machine): no burst to catch up
+                    next_ns = now
+                elif delay > _SLEEP_MAX_NS:
+                    self._stop.wait(delay / 1e9)  # long waits (slow sensors) stay interruptible by stop()
+                elif delay > 0:
+                    time.sleep(delay / 1e9)  # cheaper wake-up than Event.wait at 100 Hz - 1 kHz
+        finally:
+            self._cpu_ns = cpu_before + time.thread_time_ns() - cpu0
+            self._wall_ns = wall_before + time.perf_counter_ns() - wall0
+            self._wall_start = None
+
+    # ------------------------------------------------------------------ sampling
+    def sample_once(self, _from_thread: bool = False) -> bool:
+        """Read the sensor now and store the sample (what the thread does each period). False on a read error."""
+        with self._read_lock:
+            r0 = time.perf_counter_ns()
+            try:
+                a = int(self.clock_ns())
+                reading = self.sensor.read()
+                b = int(self.clock_ns())
+                self._push((a + b) // 2, reading)
+            except Exception as exc:  # noqa: BLE001 - a sensor must never take training down
+                self.errors += 1
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                return False
+            finally:
+                if _from_thread:
+                    self._read_ns_total += time.perf_counter_ns() - r0
+            return True
+
+    def _push(self, t_ns: int, reading: Any) -> None:
+        rails_w = reading.rails_w or {}
+        with self._cond:
+            n = self._n
+            if n and t_ns < self._t[(n - 1) % self.capacity]:
+                return  # never store time going backwards
+            i = n % self.capacity
+            self._t[i] = t_ns
+            self._p[i] = float(reading.power_w)
+            if self.rails:
+                self._r[i] = [rails_w.get(r, math.nan) for r in self.rails]
+            self._partial[i] = bool(getattr(reading, "partial", False))
+            e = getattr(reading, "energy_j", None)
+            self._e[i] = np.nan if e is None else float(e)
+            if self._re is not None:
+                rrow = self._re[i]
+                rrow[:] = np.nan
+                for name, ej in (getattr(reading, "rails_energy_j", None) or {}).items():
+                    c = self._rail_col.get(name)
+                    if c is not None:
+                        rrow[c] = ej
+            self._n = n + 1
+            if self._waiters:
+                self._cond.notify_all()
+
+    def record(self, t_ns: int, power_w: float, rails_w: dict[str, float] | None = None, *,
+               energy_j: float | None = None, partial: bool = False) -> None:
+        """Store a sample taken elsewhere (a replayed trace, a test). Times must not go backwards."""
+        from lightning_edge.devices.sensors.base import PowerReading
+
+        self._push(int(t_ns), PowerReading(int(t_ns), float(power_w), dict(rails_w or {}), energy_j, partial))
+
+    def wait_for(self, t_ns: int, timeout_s: float = 1.0) -> bool:
+        """Block until a sample stamped at or after ``t_ns`` exists (so an interval ending at ``t_ns`` can be
+        interpolated instead of held); False after ``timeout_s`` or when no thread is sampling."""
+        deadline = time.monotonic() + timeout_s
+        with self._cond:
+            self._waiters += 1
+            try:
+                while not (self._n and self._t[(self._n - 1) % self.capacity] >= t_ns):
+                    left = deadline - time.monotonic()
+                    if left <= 0 or not self.running:
+                        return False
+                    self._cond.wait(min(left, 0.05))
+                return True
+            finally:
+                self._waiters -= 1
+
+    # ------------------------------------------------------------------ snapshots
+    def __len__(self) -> int:
+        return min(self._n, self.capacity)
+
+    @property
+    def n_total(self) -> int:
+        """Samples ever stored (including those overwritten)."""
+        return self._n
+
+    @property
+    def overwritten(self) -> int:
+        return max(self._n - self.capacity, 0)
+
+    def _window(self, t0: int | None, t1: int | None, pad: int) -> np.ndarray:
+        """Physical indices, oldest first, of the samples in [t0, t1] plus ``pad`` neighbours each side.
+        Call with the lock held."""
+        n, cap = self._n, self.capacity
+        size = min(n, cap)
+        if size == 0:
+            return np.zeros(0, dtype=np.int64)
+        oldest = n % cap if n > cap else 0
+        a = self._t[oldest:size] if n > cap else self._t[:size]
+        b = self._t[:oldest] if n > cap else self._t[:0]
+
+        def pos(t: int, side: str) -> int:
+            if a.size and t <= a[-1]:
+                return int(np.searchsorted(a, t, side=side))
+            return a.size + int(np.searchsorted(b, t, side=side))
+
+        lo = 0 if t0 is None else pos(int(t0), "left")
+        hi = size if t1 is None else pos(int(t1), "right")
+        lo, hi = max(lo - pad, 0), min(hi + pad, size)
+        return (oldest + np.arange(lo, hi, dtype=np.int64)) % cap
+
+    def samples(self, t0_ns: int | None = None, t1_ns: int | None = None) -> Samples:
+        """The retained samples with ``t0_ns <= t <= t1_ns`` (all when omitted), as numpy arrays (copies)."""
+        with self._lock:
+            idx = self._window(t0_ns, t1_ns, 0)
+            return Samples(self._t[idx], self._p[idx], self._r[idx], self._partial[idx], self._e[idx], self.rails)
+
+    def power_at(self, t_ns: int, rail: str | None = None) -> float:
+        """Power (W) at ``t_ns``, linearly interpolated between samples (held within ``hold_s`` of the ends)."""
+        t, p, _ = self._series(t_ns, t_ns, rail, counter=False)
+        if t.size == 0 or not self._covered(t, t_ns, t_ns):
+            return math.nan
+        return float(np.interp(float(t_ns - t[0]), (t - t[0]).astype(np.float64), p))
+
+    def _series(self, t0: int, t1: int, rail: str | None, counter: bool):
+        col = None
+        if rail is not None:
+            if rail not in self._rail_col:
+                raise KeyError(f"no rail {rail!r}: this sensor's rails are {', '.join(self.rails) or 'none'}")
+            col = self._rail_col[rail]
+        with self._lock:
+            idx = self._window(t0, t1, 1)
+            t = self._t[idx]
+            p = self._p[idx] if col is None else self._r[idx, col]
+            e = None
+            if counter:
+                if col is None:
+                    e = self._e[idx]
+                elif self._re is not None:
+                    e = self._re[idx, col]
+        if e is not None:  # a counter: only the counter has to be valid (the first power of a counter is nan)
+            ok = np.isfinite(e)
+            return t[ok], p[ok], e[ok]
+        ok = np.isfinite(p)
+        return t[ok], p[ok], None
+
+    def _covered(self, t: np.ndarray, t0: int, t1: int) -> bool:
+        return bool(t.size) and t0 >= t[0] - self.hold_ns and t1 <= t[-1] + self.hold_ns
+
+    # ------------------------------------------------------------------ energy
+    def energy_j(self, t0_ns: int, t1_ns: int, rail: str | None = None) -> float:
+        """Energy (J) drawn between ``t0_ns`` and ``t1_ns`` (board total, or one ``rail``); ``nan`` when the
+        retained samples do not cover the interval or the sensor is unavailable."""
+        t0, t1 = int(t0_ns), int(t1_ns)
+        if t1 < t0:
+            raise ValueError(f"interval ends before it starts: t0_ns={t0} > t1_ns={t1}")
+        if not self.energy_available:
+            return math.nan
+        use_counter = self.is_energy_counter
+        t, p, e = self._series(t0, t1, rail, counter=use_counter)
+        if use_counter and (e is None or e.size < 2):
+            use_counter = False  # no per-rail counter (or too few counter samples): integrate power
+            t, p, e = self._series(t0, t1, rail, counter=False)
+        if not self._covered(t, t0, t1):
+            return math.nan
+        if t0 == t1:
+            return 0.0
+        x = (t - t0).astype(np.float64) / 1e9  # seconds relative to t0: no float64 precision loss on ns stamps
+        c = _cumulative_counter(x, p, e) if use_counter else _cumulative_trapezoid(x, p)
+        e0, e1 = _energy_at(np.array([0.0, (t1 - t0) / 1e9]), x, p, c, use_counter)
+        return float(e1 - e0)
+
+    def energy_j_intervals(self, t0_ns: Sequence[int] | np.ndarray, t1_ns: Sequence[int] | np.ndarray,
+                           rail: str | None = None) -> np.ndarray:
+        """:meth:`energy_j` for many intervals at once (vectorised; e.g. every layer of a step)."""
+        a = np.asarray(t0_ns, dtype=np.int64).ravel()
+        b = np.asarray(t1_ns, dtype=np.int64).ravel()
+        if a.shape != b.shape:
+            raise ValueError("t0_ns and t1_ns must have the same length")
+        out = np.full(a.shape, np.nan)
+        if a.size == 0 or not self.energy_available:
+            return out
+        if np.any(b < a):
+            raise ValueError("an interval ends before it starts")
+        lo, hi = int(a.min()), int(b.max())
+        use_counter = self.is_energy_counter
+        t, p, e = self._series(lo, hi, rail, counter=use_counter)
+        if use_counter and (e is None or e.size < 2):
+            use_counter = False
+            t, p, e = self._series(lo, hi, rail, counter=False)
+        if t.size == 0:
+            return out
+        x = (t - lo).astype(np.float64) / 1e9
+        c = _cumulative_counter(x, p, e) if use_counter else _cumulative_trapezoid(x, p)
+        ea = _energy_at((a - lo).astype(np.float64) / 1e9, x, p, c, use_counter)
+        eb = _energy_at((b - lo).astype(np.float64) / 1e9, x, p, c, use_counter)
+        ok = (a >= t[0] - self.hold_ns) & (b <= t[-1] + self.hold_ns)
+        out[ok] = (eb - ea)[ok]
+        return out
+
+    def mean_power_w(self, t0_ns: int, t1_ns: int, rail: str | None = None) -> float:
+        """Mean power (W) over the interval: ``energy_j / duration`` (the interpolated power for a zero-length one)."""
+        if int(t1_ns) == int(t0_ns):
+            return self.power_at(int(t0_ns), rail) if self.energy_available else math.nan
+        return self.energy_j(t0_ns, t1_ns, rail) / ((int(t1_ns) - int(t0_ns)) / 1e9)
+
+    def energy_j_by_rail(self, t0_ns: int, t1_ns: int) -> dict[str, float]:
+        """``{rail: energy_j}`` for every rail of the sensor."""
+        return {r: self.energy_j(t0_ns, t1_ns, rail=r) for r in self.rails}
+
+    def mean_power_w_by_rail(self, t0_ns: int, t1_ns: int) -> dict[str, float]:
+        return {r: self.mean_power_w(t0_ns, t1_ns, rail=r) for r in self.rails}
+
+    def partial_fraction(self, t0_ns: int, t1_ns: int) -> float:
+        """Share of the samples in the interval whose total missed a rail (0.0 when all were complete)."""
+        s = self.samples(t0_ns, t1_ns)
+        return float(s.partial.mean()) if s.partial.size else 0.0
+
+    # ------------------------------------------------------------------ cost
+    def overhead(self) -> SamplerOverhead:
+        """CPU time of the sampler thread (``time.thread_time_ns`` inside it) over the wall time it ran."""
+        wall = self._wall_ns
+        if self._wall_start is not None and self.running:
+            wall = max(wall, time.perf_counter_ns() - self._wall_start)
+        n = self._thread_samples
+        return SamplerOverhead(
+            cpu_s=self._cpu_ns / 1e9,
+            wall_s=wall / 1e9,
+            samples=n,
+            errors=self.errors,
+            target_rate_hz=self.rate_hz,
+            mean_read_s=(self._read_ns_total / n / 1e9) if n else 0.0,
+        )
+
+    def __repr__(self) -> str:
+        state = "running" if self.running else "stopped"
+        return (f"<PowerSampler {getattr(self.sensor, 'name', '?')} {self.rate_hz:.0f} Hz {state}: "
+                f"{len(self)}/{self.capacity} samples, {self.errors} errors>")
+
+
+def _cumulative_trapezoid(x: np.ndarray, p: np.ndarray) -> np.ndarray:
+    c = np.zeros(x.size)
+    if x.size > 1:
+        c[1:] = np.cumsum(np.diff(x) * (p[1:] + p[:-1]) / 2.0)
+    return c
+
+
+def _cumulative_counter(x: np.ndarray, p: np.ndarray, e: np.ndarray) -> np.ndarray:
+    return e - e[0]  # the counter is the cumulative energy; relative to the window's first sample
+
+
+def _energy_at(q: np.ndarray, x: np.ndarray, p: np.ndarray, c: np.ndarray, counter: bool = False) -> np.ndarray:
+    """Cumulative energy at query times ``q`` (s): exact integral of the piecewise-linear power (or the linearly
+    interpolated counter) between samples; before the first / after the last sample the edge power is held."""
+    q = np.asarray(q, dtype=np.float64)
+    out = np.empty(q.shape)
+    if x.size == 1:
+        return (q - x[0]) * (0.0 if counter or not np.isfinite(p[0]) else p[0])
+    i = np.clip(np.searchsorted(x, q, side="right") - 1, 0, x.size - 2)
+    x0, x1 = x[i], x[i + 1]
+    dx = x1 - x0
+    frac = np.where(dx > 0, (q - x0) / np.where(dx > 0, dx, 1.0), 0.0)
+    inside = (q >= x[0]) & (q <= x[-1])
+    # trapezoid from x0 to q with the interpolated power at q (exact for piecewise-linear power);
+    # for a counter c is itself interpolated linearly, which is the same formula applied to c directly
+    pq = p[i] + frac * (p[i + 1] - p[i])
+    seg_trap = (q - x0) * (p[i] + pq) / 2.0
+    seg_lin = frac * (c[i + 1] - c[i])
+    seg = seg_lin if counter else seg_trap
+    out[:] = c[i] + seg
+    before = q < x[0]
+    after = q > x[-1]
+    if counter:  # hold the counter's own rate at the ends
+        p_first = (c[1] - c[0]) / (x[1] - x[0]) if x[1] > x[0] else 0.0
+        p_last = (c[-1] - c[-2]) / (x[-1] - x[-2]) if x[-1] > x[-2] else 0.0
+    else:
+        p_first, p_last = p[0], p[-1]
+    out[before] = c[0] - (x[0] - q[before]) * p_first
+    out[after] = c[-1] + (q[after] - x[-1]) * p_last
+    out[~(inside | before | after)] = np.nan
+    return out
+
+
+__all__ = ["PowerSampler", "SamplerOverhead", "Samples", "default_rate_hz"]

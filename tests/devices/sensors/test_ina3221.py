@@ -1,0 +1,213 @@
+"""Jetson INA3221 sysfs sensor on fake trees: Orin AGX, Orin NX/Nano (hwmon), Xavier NX / TX2 (JetPack 4 iio).
+
+Every fault a board can show is a clear reason or a marked-missing rail, never an exception mid-run.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from lightning_edge.devices.sensors import INA3221Sensor, SensorError, SensorUnavailableError
+from lightning_edge.devices.sensors.ina3221 import board_total
+from tests.fakes.ina3221 import (
+    build_orin_agx_ina,
+    build_orin_nx_ina,
+    build_tx2_jp4,
+    build_xavier_nx_jp4,
+    remove_tree,
+    run_unprivileged,
+    world_tmpdir,
+)
+
+AGX_RAILS = ("VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0", "VDDQ_VDD2_1V8AO")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0
+
+    def __call__(self) -> int:
+        self.t += 1_000_000
+        return self.t
+
+
+@pytest.fixture
+def world():
+    d = world_tmpdir()
+    yield d
+    remove_tree(d)
+
+
+def test_orin_agx_rails_units_and_documented_sum(tmp_path):
+    board = build_orin_agx_ina(tmp_path)
+    s = INA3221Sensor(root=tmp_path)
+    assert s.layout == "hwmon" and s.board == "orin-agx"
+    assert s.rails == AGX_RAILS  # the two NC channels of 1-0041 are skipped
+    assert any("NC" in x for x in s.skipped)
+    r = s.read()
+    # VDD_GPU_SOC: 4976 mV x 803 mA = 3.995728 W
+    assert r.rails_w["VDD_GPU_SOC"] == pytest.approx(4976 * 803 / 1e6)
+    assert r.power_w == pytest.approx(sum(board.power_w(n) for n in AGX_RAILS))
+    assert r.ok and not r.missing and r.energy_j is None
+    assert "no VDD_IN" in s.notes and "VIN_SYS_5V0" in s.label
+    # update_interval (ms) from the driver: 3 enabled channels on 1-0040 -> 6 ms (the slowest chip)
+    assert s.update_period_s == pytest.approx(0.006)
+    board.set_power_w("VDD_GPU_SOC", 12.0)
+    assert s.read().rails_w["VDD_GPU_SOC"] == pytest.approx(12.0, rel=1e-3)
+
+
+@pytest.mark.parametrize("index", [0, 3, 7])
+def test_hwmon_index_is_globbed(tmp_path, index):
+    build_orin_agx_ina(tmp_path, hwmon_index=(index, index + 1))
+    assert INA3221Sensor(root=tmp_path).rails == AGX_RAILS
+
+
+def test_hwmon_renumbered_mid_run_is_found_again(tmp_path):
+    board = build_orin_agx_ina(tmp_path)
+    clock = Clock()
+    s = INA3221Sensor(root=tmp_path, clock_ns=clock)
+    board.renumber("1-0041", 9)
+    clock.t += 2_000_000_000  # relocation is attempted at most once a second
+    r = s.read()
+    assert r.ok and "VDDQ_VDD2_1V8AO" in r.rails_w
+
+
+def test_orin_nx_total_is_vdd_in(tmp_path):
+    board = build_orin_nx_ina(tmp_path)
+    s = INA3221Sensor(root=tmp_path)
+    assert s.total_rails == ("VDD_IN",) and s.board == "input-rail"
+    r = s.read()
+    assert r.power_w == pytest.approx(board.power_w("VDD_IN"))
+    assert set(r.rails_w) == {"VDD_IN", "VDD_CPU_GPU_CV", "VDD_SOC"}
+    # a sub-rail missing does not make the total partial, but is reported
+    board.remove("VDD_SOC")
+    r = s.read()
+    assert not r.partial and r.missing == ("VDD_SOC",) and math.isfinite(r.power_w)
+    # the input rail missing: no total at all this time
+    board.remove("VDD_IN")
+    r = s.read()
+    assert r.partial and math.isnan(r.power_w)
+
+
+def test_jetpack4_iio_xavier_nx(tmp_path):
+    board = build_xavier_nx_jp4(tmp_path)
+    s = INA3221Sensor(root=tmp_path)
+    assert s.layout == "iio" and s.rails == ("VDD_IN", "VDD_CPU_GPU_CV", "VDD_SOC")
+    r = s.read()
+    # in_power0_input is mW: 5064 mV x 1176 mA -> 5955 mW
+    assert r.rails_w["VDD_IN"] == pytest.approx(5.955)
+    assert r.power_w == pytest.approx(board.power_w("VDD_IN"))
+
+
+def test_jetpack4_iio_tx2_two_chips(tmp_path):
+    build_tx2_jp4(tmp_path)
+    s = INA3221Sensor(root=tmp_path)
+    assert len(s.rails) == 6 and s.total_rails == ("VDD_IN",)
+    assert s.read().rails_w["VDD_IN"] == pytest.approx(round(19072 * 104 / 1000) / 1e3)
+
+
+def test_rail_vanishes_mid_run_total_partial_no_exception(tmp_path):
+    board = build_orin_agx_ina(tmp_path)
+    s = INA3221Sensor(root=tmp_path)
+    board.remove("VIN_SYS_5V0")
+    r = s.read()
+    assert r.partial and r.missing == ("VIN_SYS_5V0",) and not r.ok
+    assert r.power_w == pytest.approx(sum(board.power_w(n) for n in AGX_RAILS if n != "VIN_SYS_5V0"))
+    board.restore("VIN_SYS_5V0")
+    assert s.read().ok
+
+
+@pytest.mark.parametrize("text", ["garbage\n", "", "12.5.3", "99999999999\n"])
+def test_garbage_values_mark_the_rail_missing(tmp_path, text):
+    board = build_orin_agx_ina(tmp_path)
+    s = INA3221Sensor(root=tmp_path)
+    board.garbage("VDD_CPU_CV", text)
+    r = s.read()
+    assert r.missing == ("VDD_CPU_CV",) and r.partial and "VDD_CPU_CV" not in r.rails_w
+
+
+def test_garbage_at_probe_is_not_fatal(tmp_path):
+    board = build_orin_agx_ina(tmp_path)
+    board.garbage("VDD_CPU_CV")
+    s = INA3221Sensor(root=tmp_path)
+    assert "VDD_CPU_CV" in s.rails and s.read().missing == ("VDD_CPU_CV",)
+
+
+def test_everything_gone_raises_sensor_error(tmp_path):
+    board = build_orin_nx_ina(tmp_path)
+    s = INA3221Sensor(root=tmp_path)
+    for name in list(board.rails):
+        board.remove(name)
+    with pytest.raises(SensorError, match="no INA3221 rail could be read"):
+        s.read()
+
+
+def test_not_a_jetson(tmp_path):
+    reason = INA3221Sensor.why_unavailable(root=tmp_path)
+    assert "no INA3221 found" in reason and "not a Jetson" in reason
+    with pytest.raises(SensorUnavailableError) as exc:
+        INA3221Sensor(root=tmp_path)
+    assert exc.value.reasons["jetson"] == reason
+
+
+def test_only_nc_channels(tmp_path):
+    from tests.fakes.ina3221 import _build_hwmon
+
+    _build_hwmon(tmp_path, {"1-0041": [None, None, None]}, None)
+    assert "no connected, readable rail" in INA3221Sensor.why_unavailable(root=tmp_path)
+
+
+def test_permission_denied_at_probe_says_how_to_fix(world):
+    board = build_orin_agx_ina(world)
+    board.deny("VDD_GPU_SOC")
+    reason = run_unprivileged(INA3221Sensor.why_unavailable, world)
+    assert reason and "permission denied" in reason
+    assert "udev" in reason and "chmod a+r" in reason
+
+
+def test_permission_denied_on_labels(world):
+    board = build_xavier_nx_jp4(world)
+    board.deny_labels()
+    reason = run_unprivileged(INA3221Sensor.why_unavailable, world)
+    assert reason and "permission denied" in reason and "rail_name_0" in reason
+
+
+def test_permission_denied_mid_run_marks_missing(world):
+    board = build_orin_agx_ina(world)
+    s = INA3221Sensor(root=world)
+    board.deny("VDD_CPU_CV")
+    r = run_unprivileged(s.read)
+    assert r.partial and r.missing == ("VDD_CPU_CV",)
+
+
+def test_board_total_rules():
+    assert board_total(["POM_5V_IN", "POM_5V_GPU", "POM_5V_CPU"])[0] == ("POM_5V_IN",)
+    assert board_total(["GPU", "CPU", "SOC", "CV", "VDDRQ", "SYS5V"])[1] == "xavier-agx"
+    parts, board, desc = board_total(["A", "B"])
+    assert parts == ("A", "B") and board == "unknown" and "double counted" in desc
+
+
+def test_found_through_sys_class_hwmon_only(tmp_path):
+    """Some kernels show the chip only under /sys/class/hwmon (name == ina3221)."""
+    import shutil
+
+    board = build_orin_nx_ina(tmp_path, hwmon_index=4)
+    real = tmp_path / "sys/devices/platform/bus@0/c240000.i2c/i2c-1/1-0040"
+    real.parent.mkdir(parents=True)
+    shutil.move(str(tmp_path / "sys/bus/i2c/drivers/ina3221/1-0040"), real)
+    (tmp_path / "sys/class/hwmon/hwmon4").unlink()
+    (tmp_path / "sys/class/hwmon/hwmon4").symlink_to(real / "hwmon/hwmon4")
+    s = INA3221Sensor(root=tmp_path)
+    assert s.rails == ("VDD_IN", "VDD_CPU_GPU_CV", "VDD_SOC")
+    assert s.read().power_w == pytest.approx(board.power_w("VDD_IN"))
+
+
+def test_update_period_without_update_interval_uses_documented_default(tmp_path):
+    board = build_orin_nx_ina(tmp_path)
+    (board.dirs["1-0040"] / "update_interval").unlink()
+    (board.dirs["1-0040"] / "samples").write_text("4\n")
+    # 3 channels x 4 samples x (1.1 ms bus + 1.1 ms shunt) = 26.4 ms
+    assert INA3221Sensor(root=tmp_path).update_period_s == pytest.approx(0.0264)
+    assert INA3221Sensor(root=tmp_path, update_period_s=0.002).update_period_s == 0.002

@@ -1,0 +1,290 @@
+"""Realistic fake INA3221 sysfs trees (Jetson power monitors), and the faults a real board can show.
+
+Builders lay out, under a temp ``root``, exactly the files the kernel exposes, in the kernel's units:
+
+- :func:`build_orin_agx_ina` (JetPack 5/6 hwmon): ``sys/bus/i2c/drivers/ina3221/1-0040/hwmon/hwmonN`` with
+  VDD_GPU_SOC, VDD_CPU_CV, VIN_SYS_5V0 and ``1-0041/hwmon/hwmonM`` with VDDQ_VDD2_1V8AO + two ``NC`` channels;
+  ``in{1,2,3}_label``, ``in{N}_input`` (mV), ``curr{N}_input`` (mA), ``in{N}_enable``, ``name``, ``samples``,
+  ``update_interval`` (ms), ``shunt{N}_resistor`` (uOhm), ``in{4,5,6}_input`` (shunt uV); also the
+  ``sys/class/hwmon/hwmonN`` symlinks.
+- :func:`build_orin_nx_ina` (Orin NX / Orin Nano, hwmon): VDD_IN (total), VDD_CPU_GPU_CV, VDD_SOC.
+- :func:`build_xavier_nx_jp4` (JetPack 4 iio): ``sys/bus/i2c/drivers/ina3221x/7-0040/iio:device0`` with
+  ``rail_name_{0,1,2}``, ``in_power{N}_input`` (mW), ``in_voltage{N}_input`` (mV), ``in_current{N}_input`` (mA).
+- :func:`build_tx2_jp4` (JetPack 4 iio, two chips): 0-0040 VDD_SYS_GPU / VDD_SYS_SOC / VDD_4V0_WIFI and
+  0-0041 VDD_IN / VDD_SYS_CPU / VDD_SYS_DDR.
+
+Faults: ``board.set(rail, mv=, ma=)`` / ``board.set_power_w(rail, w)``, ``board.remove(rail)`` (the files
+vanish), ``board.deny(rail)`` (chmod 000), ``board.garbage(rail, text)``, ``board.renumber(chip, index)``
+(the hwmon index changes, as across boots). Tests running as root can't be refused a chmod-000 file:
+:func:`run_unprivileged` runs a function in a forked child as ``nobody`` (trees must then live in a
+world-traversable directory: see :func:`world_tmpdir`).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+HWMON_DRIVER = "sys/bus/i2c/drivers/ina3221"
+IIO_DRIVER = "sys/bus/i2c/drivers/ina3221x"
+
+# (rail, mV, mA) per channel; None = "NC"
+ORIN_AGX = {
+    "1-0040": [("VDD_GPU_SOC", 4976, 803), ("VDD_CPU_CV", 4984, 160), ("VIN_SYS_5V0", 5000, 560)],
+    "1-0041": [("VDDQ_VDD2_1V8AO", 4992, 100), None, None],
+}
+ORIN_NX = {"1-0040": [("VDD_IN", 5048, 1446), ("VDD_CPU_GPU_CV", 5040, 253), ("VDD_SOC", 5040, 276)]}
+XAVIER_NX = {"7-0040": [("VDD_IN", 5064, 1176), ("VDD_CPU_GPU_CV", 5056, 182), ("VDD_SOC", 5064, 300)]}
+TX2 = {
+    "0-0040": [("VDD_SYS_GPU", 19128, 8), ("VDD_SYS_SOC", 19136, 40), ("VDD_4V0_WIFI", 19136, 0)],
+    "0-0041": [("VDD_IN", 19072, 104), ("VDD_SYS_CPU", 19120, 8), ("VDD_SYS_DDR", 4832, 120)],
+}
+
+
+@dataclass
+class FakeRail:
+    name: str
+    chip: str
+    channel: int  # hwmon: 1..3, iio: 0..2
+    mv: float
+    ma: float
+
+    @property
+    def power_w(self) -> float:
+        return self.mv * self.ma / 1e6
+
+
+@dataclass
+class FakeINA3221:
+    """A fake tree; ``rails`` by name; ``dirs`` chip -> hwmon/iio directory."""
+
+    root: Path
+    layout: str  # "hwmon" | "iio"
+    rails: dict[str, FakeRail] = field(default_factory=dict)
+    dirs: dict[str, Path] = field(default_factory=dict)
+
+    # ------------------------------------------------------------------ paths
+    def files(self, rail: str) -> list[Path]:
+        r = self.rails[rail]
+        d = self.dirs[r.chip]
+        if self.layout == "hwmon":
+            return [d / f"in{r.channel}_input", d / f"curr{r.channel}_input"]
+        return [d / f"in_power{r.channel}_input", d / f"in_voltage{r.channel}_input",
+                d / f"in_current{r.channel}_input"]
+
+    def power_w(self, rail: str) -> float:
+        """What the sensor should report for ``rail`` (iio: the driver's rounded mW)."""
+        r = self.rails[rail]
+        if self.layout == "iio":
+            return round(r.mv * r.ma / 1000) / 1e3
+        return r.power_w
+
+    # ------------------------------------------------------------------ values and faults
+    def _write(self, rail: str) -> None:
+        r = self.rails[rail]
+        d = self.dirs[r.chip]
+        if self.layout == "hwmon":
+            _put(d / f"in{r.channel}_input", int(round(r.mv)))
+            _put(d / f"curr{r.channel}_input", int(round(r.ma)))
+        else:
+            _put(d / f"in_power{r.channel}_input", int(round(r.mv * r.ma / 1000)))
+            _put(d / f"in_voltage{r.channel}_input", int(round(r.mv)))
+            _put(d / f"in_current{r.channel}_input", int(round(r.ma)))
+
+    def set(self, rail: str, *, mv: float | None = None, ma: float | None = None) -> None:
+        r = self.rails[rail]
+        if mv is not None:
+            r.mv = mv
+        if ma is not None:
+            r.ma = ma
+        self._write(rail)
+
+    def set_power_w(self, rail: str, w: float) -> None:
+        """Keep the rail's voltage, change its current so that V x I = ``w``."""
+        r = self.rails[rail]
+        self.set(rail, ma=w * 1e6 / r.mv)
+
+    def remove(self, rail: str) -> None:
+        for f in self.files(rail):
+            f.unlink(missing_ok=True)
+
+    def restore(self, rail: str) -> None:
+        for f in self.files(rail):
+            if f.exists():
+                f.chmod(0o444)
+        self._write(rail)
+
+    def deny(self, rail: str) -> None:
+        for f in self.files(rail):
+            f.chmod(0)
+
+    def deny_labels(self) -> None:
+        for d in self.dirs.values():
+            for f in list(d.glob("in*_label")) + list(d.glob("rail_name_*")):
+                f.chmod(0)
+
+    def garbage(self, rail: str, text: str = "\x00\x7fgarbage") -> None:
+        for f in self.files(rail):
+            f.chmod(0o644)
+            f.write_text(text)
+
+    def renumber(self, chip: str, index: int) -> Path:
+        """Move the chip's ``hwmonN`` to ``hwmon{index}`` (and its /sys/class/hwmon link)."""
+        assert self.layout == "hwmon"
+        old = self.dirs[chip]
+        new = old.parent / f"hwmon{index}"
+        old.rename(new)
+        cls = self.root / "sys/class/hwmon"
+        (cls / old.name).unlink(missing_ok=True)
+        (cls / new.name).symlink_to(new)
+        self.dirs[chip] = new
+        return new
+
+
+def _put(path: Path, value: Any, mode: int = 0o444) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.exists():
+        path.chmod(0o644)
+    path.write_text(f"{value}\n")
+    path.chmod(mode)
+
+
+def _build_hwmon(root: Path, chips: dict, indices: tuple[int, ...] | None) -> FakeINA3221:
+    root = Path(root)
+    fake = FakeINA3221(root, "hwmon")
+    cls = root / "sys/class/hwmon"
+    cls.mkdir(parents=True, exist_ok=True)
+    indices = indices or tuple(range(1, len(chips) + 1))
+    for (chip, channels), idx in zip(chips.items(), indices):
+        dev = root / HWMON_DRIVER / chip
+        d = dev / "hwmon" / f"hwmon{idx}"
+        d.mkdir(parents=True)
+        _put(dev / "name", "ina3221")
+        _put(d / "name", "ina3221")
+        _put(d / "samples", 1, 0o644)
+        enabled = sum(1 for c in channels if c is not None)
+        _put(d / "update_interval", int(enabled * 2.2) or 1, 0o644)
+        fake.dirs[chip] = d
+        for ch, spec in enumerate(channels, start=1):
+            _put(d / f"shunt{ch}_resistor", 5000, 0o644)
+            _put(d / f"curr{ch}_crit", 32760, 0o644)
+            _put(d / f"curr{ch}_max", 32760, 0o644)
+            if spec is None:
+                _put(d / f"in{ch}_label", "NC")
+                _put(d / f"in{ch}_enable", 0, 0o644)
+                _put(d / f"in{ch}_input", 0)
+                _put(d / f"curr{ch}_input", 0)
+                _put(d / f"in{ch + 3}_input", 0)
+                continue
+            name, mv, ma = spec
+            _put(d / f"in{ch}_label", name)
+            _put(d / f"in{ch}_enable", 1, 0o644)
+            _put(d / f"in{ch + 3}_input", int(ma * 5))  # shunt voltage, uV (5 mOhm)
+            fake.rails[name] = FakeRail(name, chip, ch, mv, ma)
+            fake._write(name)
+        _put(d / "in7_label", "sum of shunt voltages")
+        (cls / d.name).symlink_to(d)
+    return fake
+
+
+def _build_iio(root: Path, chips: dict) -> FakeINA3221:
+    root = Path(root)
+    fake = FakeINA3221(root, "iio")
+    for i, (chip, channels) in enumerate(chips.items()):
+        d = root / IIO_DRIVER / chip / f"iio:device{i}"
+        d.mkdir(parents=True)
+        _put(d / "name", "ina3221x")
+        _put(d / "running_mode", "0", 0o644)
+        fake.dirs[chip] = d
+        for ch, spec in enumerate(channels):
+            if spec is None:
+                _put(d / f"rail_name_{ch}", "NC")
+                continue
+            name, mv, ma = spec
+            _put(d / f"rail_name_{ch}", name)
+            _put(d / f"crit_current_limit_{ch}", 4000, 0o644)
+            _put(d / f"warn_current_limit_{ch}", 3000, 0o644)
+            fake.rails[name] = FakeRail(name, chip, ch, mv, ma)
+            fake._write(name)
+    return fake
+
+
+def build_orin_agx_ina(root: Path, hwmon_index: tuple[int, int] = (1, 2)) -> FakeINA3221:
+    """Jetson AGX Orin (JetPack 5/6): two INA3221 on i2c-1, four connected rails, no VDD_IN."""
+    return _build_hwmon(root, ORIN_AGX, hwmon_index)
+
+
+def build_orin_nx_ina(root: Path, hwmon_index: int = 1) -> FakeINA3221:
+    """Jetson Orin NX / Orin Nano (JetPack 5/6): one INA3221, VDD_IN is the module's total."""
+    return _build_hwmon(root, ORIN_NX, (hwmon_index,))
+
+
+def build_xavier_nx_jp4(root: Path) -> FakeINA3221:
+    """Jetson Xavier NX on JetPack 4: NVIDIA's ina3221x iio driver, VDD_IN total."""
+    return _build_iio(root, XAVIER_NX)
+
+
+def build_tx2_jp4(root: Path) -> FakeINA3221:
+    """Jetson TX2 on JetPack 4: two ina3221x chips, VDD_IN on the second one."""
+    return _build_iio(root, TX2)
+
+
+# ---------------------------------------------------------------------- running as an unprivileged user
+def world_tmpdir() -> Path:
+    """A fresh 0755 directory under /tmp that ``nobody`` can traverse (pytest's tmp_path is 0700)."""
+    d = Path(tempfile.mkdtemp(prefix="le-ina3221-", dir="/tmp"))
+    d.chmod(0o755)
+    return d
+
+
+def remove_tree(d: Path) -> None:
+    for p in [d, *d.rglob("*")]:
+        if p.is_symlink():
+            continue
+        try:
+            p.chmod(0o755 if p.is_dir() else 0o644)
+        except OSError:
+            pass
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def run_unprivileged(fn, *args: Any) -> Any:
+    """``fn(*args)`` as a user that file permissions apply to. Not root: called directly. Root: in a forked
+    child that drops to uid/gid 65534 (nobody); the result (or exception) comes back pickled."""
+    if os.geteuid() != 0:
+        return fn(*args)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # child
+        code = 0
+        try:
+            os.close(r)
+            os.setgroups([])
+            os.setgid(65534)
+            os.setuid(65534)
+            try:
+                out: Any = ("ok", fn(*args))
+            except BaseException as exc:  # noqa: BLE001 - shipped back to the parent
+                out = ("err", exc)
+            data = pickle.dumps(out)
+            with os.fdopen(w, "wb") as f:
+                f.write(data)
+        except BaseException:  # noqa: BLE001
+            code = 1
+        finally:
+            os._exit(code)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        data = f.read()
+    _, status = os.waitpid(pid, 0)
+    if not data:
+        raise RuntimeError(f"unprivileged child failed (status {status})")
+    kind, value = pickle.loads(data)
+    if kind == "err":
+        raise value
+    return value
