@@ -5,7 +5,7 @@ Heavy sub-packages (torch, Lightning, Optuna) are imported lazily, on first use 
 
 from __future__ import annotations
 
-import importlib
+from lightning_edge._lazy import lazy_getattr
 
 __version__ = "0.1.0"
 
@@ -23,13 +23,7 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
-def __getattr__(name: str):
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'lightning_edge' has no attribute {name!r}")
-    value = getattr(importlib.import_module(mod), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())
 
 
 def __dir__():

@@ -5,7 +5,7 @@ Names load on first use, so ``lightning-edge`` sub-commands that do not count st
 
 from __future__ import annotations
 
-import importlib
+from lightning_edge._lazy import lazy_getattr
 
 _LAZY = {
     "analyze": "lightning_edge.cost.counter",
@@ -20,10 +20,4 @@ _LAZY = {
 __all__ = list(_LAZY)
 
 
-def __getattr__(name: str):
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'lightning_edge.cost' has no attribute {name!r}")
-    value = getattr(importlib.import_module(mod), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())

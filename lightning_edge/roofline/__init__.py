@@ -6,8 +6,7 @@ and the microbenchmarks (torch) load on first use.
 
 from __future__ import annotations
 
-import importlib
-
+from lightning_edge._lazy import lazy_getattr
 from lightning_edge.roofline.model import Bound, Roofline
 from lightning_edge.roofline.profile import (
     DeviceProfile,
@@ -40,10 +39,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'lightning_edge.roofline' has no attribute {name!r}")
-    value = getattr(importlib.import_module(mod), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
+from lightning_edge._lazy import lazy_getattr
 
 # public name -> module (lazy, so the twin's heavier parts load only when used)
 _LAZY = {
@@ -11,10 +11,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str):
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'lightning_edge.devices.sim' has no attribute {name!r}")
-    value = getattr(importlib.import_module(mod), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())
