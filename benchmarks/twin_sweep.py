@@ -44,6 +44,11 @@ def machine() -> str:
             f"Python {platform.python_version()}, numpy {np.__version__}, torch {tv}")
 
 
+def _ms(t_s: float) -> str:
+    ms = t_s * 1e3
+    return f"{ms:.3g}" if ms < 100 else f"{ms:,.0f}"
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=5)
@@ -93,7 +98,7 @@ def main(argv=None) -> int:
     ]
     for name, kind, bs, steps, ta, tc, med, n, tmin, tmax, pmin, pmax in rows:
         lines.append(f"| {name} | {kind} | {bs} | {steps} | {ta:.2f} | {tc * 1e3:.1f} | {med * 1e3:.1f} | {n:,} | "
-                     f"{tmin * 1e3:,.3g}-{tmax * 1e3:,.4g} | {pmin:.1f}-{pmax:.1f} |")
+                     f"{_ms(tmin)}-{_ms(tmax)} | {pmin:.1f}-{pmax:.1f} |")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(lines) + "\n")
     print(f"slowest sweep {worst * 1e3:.1f} ms; wrote {args.out}")

@@ -71,6 +71,7 @@ def main(argv=None) -> int:
         f"- machine: {machine()}",
         f"- {summary}",
         "",
+        "",
     ]
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text("\n".join(head) + table + "\n")

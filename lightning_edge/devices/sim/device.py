@@ -1,0 +1,92 @@
+"""``SimulatedOrin``: the twin as a device, like a real board: a mode controller, a power sensor, a mode space.
+
+    >>> from lightning_edge.devices.sim.device import SimulatedOrin
+    >>> dev = SimulatedOrin(seed=0)
+    >>> dev.controller.apply("8c/1344/727/2133")
+    >>> with dev.twin.running("resnet18", "train", 16):
+    ...     dev.sensor.read().power_w           # settles to the training power within ~2.5 s
+
+The controller is the existing :class:`~lightning_edge.devices.sim.controller.SimModeController`; the twin
+follows it (it reads ``controller.current()`` and ``controller.last_change_s``), so the mode is shared and
+a change made through the controller shows up in the sensor's readings with the settling curve.
+Everything is labelled ``simulated``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from lightning_edge.devices.modes import PowerModeSpace
+from lightning_edge.devices.sim.controller import SimModeController
+from lightning_edge.devices.sim.sensor import SimPowerSensor
+from lightning_edge.devices.sim.twin import OrinTwin
+from lightning_edge.devices.sim.workload import SimWorkload
+
+__all__ = ["SimulatedOrin"]
+
+
+class SimulatedOrin:
+    """A simulated Jetson AGX Orin: ``controller``, ``sensor``, ``space``, ``twin`` (``name = "sim:orin-agx"``).
+
+    ``SimulatedOrin(controller=None, clock=time.monotonic, clock_ns=time.perf_counter_ns, noise=True,
+    settling=True, seed=0, update_period_s=0.01, initial=None, board_file=None, **twin_kwargs)``
+
+    ``controller``: an existing SimModeController to share (default: a new in-memory one, or one persisted in
+    ``board_file``); ``clock``/``clock_ns``: inject fake clocks in tests (the controller and twin use
+    ``clock``, the sensor stamps readings with ``clock_ns``).
+    """
+
+    name = "sim:orin-agx"
+    label = "simulated"
+    board = "orin-agx"
+
+    def __init__(
+        self,
+        controller: SimModeController | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        clock_ns: Callable[[], int] = time.perf_counter_ns,
+        noise: bool = True,
+        settling: bool = True,
+        seed: int | None = 0,
+        update_period_s: float = 0.01,
+        initial: Any = None,
+        board_file: Any = None,
+        **twin_kwargs: Any,
+    ) -> None:
+        if controller is None:
+            controller = SimModeController("orin-agx", initial=initial, board_file=board_file, clock=clock,
+                                           safety=False if board_file is None else None,
+                                           handle_exit=False if board_file is None else None)
+        self.controller = controller
+        self.twin = OrinTwin(space=controller.space, controller=controller, clock=clock, noise=noise,
+                             settling=settling, seed=seed, **twin_kwargs)
+        self.sensor = SimPowerSensor(self.twin, update_period_s=update_period_s, clock_ns=clock_ns)
+
+    @property
+    def space(self) -> PowerModeSpace:
+        return self.controller.space
+
+    def current_mode(self):
+        return self.controller.current()
+
+    def workload(self, model: Any, **kwargs: Any) -> SimWorkload:
+        """A :class:`SimWorkload` for tuners, on this device's twin."""
+        return SimWorkload(model, self.twin, **kwargs)
+
+    def close(self) -> None:
+        self.sensor.close()
+        close = getattr(self.controller, "close", None)
+        if close is not None:
+            close()
+
+    def __enter__(self) -> SimulatedOrin:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"SimulatedOrin(mode {self.controller.current()}, simulated)"

@@ -1,0 +1,99 @@
+"""The twin's power sensor: reads the simulated board's instantaneous power, rail by rail.
+
+``SimPowerSensor(twin, update_period_s=0.01)`` samples :meth:`OrinTwin.power_now` (static power when
+idle, the running workload's power while ``twin.running(...)``, with the 2-3 s settling after a change and
+seeded noise) and splits it into the Orin AGX's INA3221 rails (1-0040: VDD_GPU_SOC, VDD_CPU_CV,
+VIN_SYS_5V0; 1-0041: VDDQ_VDD2_1V8AO). The rails sum to the total, as on the real AGX, which has no
+VDD_IN rail. Like the INA3221, the value only changes once per ``update_period_s``: reading faster
+returns the held value with a new timestamp. Everything it reads is ``simulated``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from lightning_edge.devices.sensors.base import PowerReading, PowerSensor
+
+__all__ = ["SimPowerSensor", "ORIN_AGX_RAILS", "rail_split"]
+
+ORIN_AGX_RAILS: tuple[str, ...] = ("VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0", "VDDQ_VDD2_1V8AO")
+
+# where each part of the twin's power is drawn from (fractions per rail, each row sums to 1)
+_SPLIT = {
+    #            GPU_SOC CPU_CV SYS_5V0 VDDQ
+    "base":     (0.40, 0.05, 0.45, 0.10),   # SoC always-on, carrier 5 V, DRAM self-refresh
+    "cpu":      (0.00, 1.00, 0.00, 0.00),   # online cores idle
+    "gpu":      (1.00, 0.00, 0.00, 0.00),   # clocked, idle GPU
+    "emc":      (0.45, 0.00, 0.00, 0.55),   # memory controller (SoC) + DRAM background
+    "gpu_dyn":  (1.00, 0.00, 0.00, 0.00),   # kernels running
+    "cpu_dyn":  (0.00, 1.00, 0.00, 0.00),   # busy cores
+    "mem_dyn":  (0.45, 0.00, 0.00, 0.55),   # bytes moved: controller + DRAM I/O
+}
+
+
+def rail_split(parts: dict[str, float], rails: tuple[str, ...] = ORIN_AGX_RAILS) -> dict[str, float]:
+    """Split the twin's power parts (``base``, ``cpu``, ``gpu``, ``emc``, ``gpu_dyn``, ``cpu_dyn``, ``mem_dyn``)
+    into rails, W."""
+    out = np.zeros(len(rails))
+    for k, v in parts.items():
+        out += np.asarray(_SPLIT[k]) * float(v)
+    return dict(zip(rails, out.tolist()))
+
+
+class SimPowerSensor(PowerSensor):
+    """Power sensor of the twin (``source = "simulated"``); see the module docstring.
+
+    ``SimPowerSensor(twin, update_period_s=0.01, clock_ns=time.perf_counter_ns)``: ``clock_ns`` stamps
+    the readings (inject a fake one in tests, with the twin's ``clock`` driven by the same fake time).
+    """
+
+    name = "sim"
+    source = "simulated"
+    label = "simulated INA3221 rails of the Orin AGX twin (VDD_GPU_SOC+VDD_CPU_CV+VIN_SYS_5V0+VDDQ_VDD2_1V8AO)"
+    rails = ORIN_AGX_RAILS
+    notes = "simulated: the twin's model of the board, not a measurement"
+
+    def __init__(self, twin: Any, *, update_period_s: float = 0.01,
+                 clock_ns: Callable[[], int] = time.perf_counter_ns) -> None:
+        if update_period_s <= 0:
+            raise ValueError(f"update_period_s must be > 0 s, got {update_period_s!r}")
+        self.twin = twin
+        self.update_period_s = float(update_period_s)
+        self.clock_ns = clock_ns
+        self._slot: int | None = None
+        self._held: PowerReading | None = None
+
+    @classmethod
+    def why_unavailable(cls, **kwargs) -> str | None:
+        return None
+
+    def _parts(self) -> dict[str, float]:
+        tw = self.twin
+        mode = tw.current_mode()
+        st = tw.physics.static_parts(*np.array(mode.as_tuple(), dtype=float))
+        parts = {k: float(v) for k, v in st.items()}
+        dyn = tw.power_parts_now()
+        parts.update({"gpu_dyn": dyn["gpu"], "cpu_dyn": dyn["cpu"], "mem_dyn": dyn["mem"]})
+        return parts
+
+    def read(self) -> PowerReading:
+        """The latest sample: total board power and the four rails (sum of rails == total)."""
+        t_ns = int(self.clock_ns())
+        slot = t_ns // max(int(self.update_period_s * 1e9), 1)
+        if self._held is not None and slot == self._slot:
+            return PowerReading(t_ns, self._held.power_w, dict(self._held.rails_w))
+        total = float(self.twin.power_now())
+        parts = self._parts()
+        split = rail_split(parts, self.rails)
+        s = sum(split.values())
+        scale = total / s if s > 0 else 0.0
+        rails_w = {k: v * scale for k, v in split.items()}
+        last = self.rails[-1]
+        rails_w[last] = total - sum(v for k, v in rails_w.items() if k != last)
+        self._slot = slot
+        self._held = PowerReading(t_ns, total, rails_w)
+        return PowerReading(t_ns, total, dict(rails_w))
