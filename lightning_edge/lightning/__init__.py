@@ -1,0 +1,42 @@
+"""The Lightning callbacks: thin glue over :mod:`lightning_edge.profiling`.
+
+* ``EnergyProfiler``: for ``lightning.pytorch`` Trainers (:mod:`lightning_edge.lightning.pytorch`); when the
+  ``lightning`` package is not installed, the ``pytorch_lightning`` one (:mod:`lightning_edge.lightning.pl`).
+* ``lightning_edge.lightning.pl.EnergyProfiler``: for ``pytorch_lightning`` Trainers.
+* ``EnergySession``: the same profiling without Lightning (a plain training loop).
+
+Neither Lightning package is imported until one of these names is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+_LAZY = {
+    "EnergySession": "lightning_edge.lightning.session",
+    "EnergyProfilerMixin": "lightning_edge.lightning.energy_profiler",
+    "resolve_device": "lightning_edge.lightning.device",
+    "ProfilerDevice": "lightning_edge.lightning.device",
+}
+
+__all__ = ["EnergyProfiler", *_LAZY]
+
+
+def __getattr__(name: str):
+    if name == "EnergyProfiler":
+        try:
+            value = importlib.import_module("lightning_edge.lightning.pytorch").EnergyProfiler
+        except ImportError:  # no `lightning` package: the pytorch_lightning flavour
+            value = importlib.import_module("lightning_edge.lightning.pl").EnergyProfiler
+        globals()[name] = value
+        return value
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'lightning_edge.lightning' has no attribute {name!r}")
+    value = getattr(importlib.import_module(mod), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(__all__)

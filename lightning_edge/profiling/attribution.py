@@ -1,0 +1,472 @@
+"""Per-layer energy from a power trace: measured where the sensor resolves a layer, apportioned where it cannot.
+
+Pure functions over numbers (no torch, no hardware)::
+
+    model_j = model_energies(step.exclusive(), costs, roofline)         # eps_flop*W + eps_mop*Q + pi_0*T per layer
+    e = attribute_step(step.exclusive(), step.t0_ns, step.t1_ns, trace=sampler,
+                       update_period_s=sensor.update_period_s, model_energy_j=model_j, source=sensor.source)
+    e.energy_j                       # the step's energy, integrated from the trace
+    e.layers["layer1.0.conv1"]       # LayerEnergy(energy_j, time_s, method="measured"|"apportioned", ...)
+    stats = aggregate([e1, e2, ...]) # mean and spread over steps, per layer
+
+The rule (SyNERGY maps layers onto the power trace by time stamps, seed 004; a layer shorter than the sensor's
+update period cannot be measured on its own, docs/sensors.md):
+
+1. the step's energy ``E_step`` is the trace integrated over the step;
+2. a layer whose self time in the step is at least ``k`` update periods (``k = 4`` by default) is
+   **measured**: the trace integrated over exactly its exclusive time segments;
+3. the rest of the step's energy, ``E_step - sum(measured)``, is **apportioned** over the other layers in
+   proportion to their model energy in the current mode (Pagoda eq. 2 with the layer's measured self time:
+   ``eps_flop*W + eps_mop*Q + pi_0*T``), so the layer energies always sum to ``E_step``;
+4. without a sensor every layer's energy is the model's, **estimated**.
+
+Every number carries ``method`` (``measured``, ``apportioned``, ``estimated``) and ``source`` (``measured`` for
+hardware, ``simulated`` for the twin's sensor, ``model`` without a sensor); ``label`` combines them:
+``measured``, ``apportioned``, ``estimated``, ``simulated-measured``, ``simulated-apportioned``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+__all__ = [
+    "MEASURED", "APPORTIONED", "ESTIMATED", "SIMULATED", "DEFAULT_K",
+    "PowerTrace", "LayerEnergy", "StepEnergy", "LayerStats", "StepStats", "LayerCostLike",
+    "attribute_step", "model_energies", "aggregate", "aggregate_steps", "label_of",
+]
+
+MEASURED, APPORTIONED, ESTIMATED, SIMULATED = "measured", "apportioned", "estimated", "simulated"
+#: a layer is measured when its self time covers at least this many sensor update periods. The sensor blurs every
+#: edge between layers: with samples every P seconds and linear interpolation, a power step of dP at an edge moves
+#: dP * P * u**2 / 2 joules across it (u in [0, 1] the edge's phase between samples: P*dP/6 on average, P*dP/2 at
+#: worst). A layer of k periods with such steps at both ends is therefore off by about dP/(3*k*p) of its energy
+#: on average (dP/(k*p) at worst): k = 4 keeps that near 4 % for dP/p = 0.5, a large swing on a Jetson whose static
+#: power is most of the total. Shorter layers are apportioned instead.
+DEFAULT_K = 4.0
+
+
+def label_of(method: str, source: str) -> str:
+    """``method`` qualified by ``source``: ``simulated-measured``, ``simulated-apportioned``; else ``method``."""
+    if source == SIMULATED and method in (MEASURED, APPORTIONED):
+        return f"{SIMULATED}-{method}"
+    return method
+
+
+class _Trace(Protocol):
+    def energy_j(self, t0_ns: int, t1_ns: int) -> float: ...
+
+    def energy_j_intervals(self, t0_ns: Any, t1_ns: Any) -> np.ndarray: ...
+
+
+class PowerTrace:
+    """A power trace given as arrays (``t_ns``, ``power_w`` in W), integrated like the ``PowerSampler``:
+    the exact integral of the piecewise-linear power between samples, the edge power held up to ``hold_ns``
+    beyond the first/last sample (``nan`` further out). Use it for recorded or synthetic traces; a running
+    :class:`~lightning_edge.profiling.sampler.PowerSampler` offers the same two methods."""
+
+    def __init__(self, t_ns: Sequence[int] | np.ndarray, power_w: Sequence[float] | np.ndarray,
+                 hold_ns: int | None = None) -> None:
+        t = np.asarray(t_ns, dtype=np.int64).ravel()
+        p = np.asarray(power_w, dtype=np.float64).ravel()
+        if t.shape != p.shape:
+            raise ValueError(f"t_ns and power_w must have the same length, got {t.size} and {p.size}")
+        order = np.argsort(t, kind="stable")
+        t, p = t[order], p[order]
+        ok = np.isfinite(p)
+        self.t_ns, self.power_w = t[ok], p[ok]
+        if hold_ns is None:
+            hold_ns = int(2 * np.median(np.diff(self.t_ns))) if self.t_ns.size > 1 else 0
+        self.hold_ns = int(hold_ns)
+        x = (self.t_ns - (self.t_ns[0] if self.t_ns.size else 0)).astype(np.float64) / 1e9
+        self._x = x
+        c = np.zeros(x.size)
+        if x.size > 1:
+            c[1:] = np.cumsum(np.diff(x) * (self.power_w[1:] + self.power_w[:-1]) / 2.0)
+        self._c = c
+
+    def _cum(self, q_ns: np.ndarray) -> np.ndarray:
+        x, p, c = self._x, self.power_w, self._c
+        q = (q_ns - self.t_ns[0]).astype(np.float64) / 1e9
+        if x.size == 1:
+            return (q - x[0]) * p[0]
+        i = np.clip(np.searchsorted(x, q, side="right") - 1, 0, x.size - 2)
+        dx = x[i + 1] - x[i]
+        frac = np.where(dx > 0, (q - x[i]) / np.where(dx > 0, dx, 1.0), 0.0)
+        pq = p[i] + frac * (p[i + 1] - p[i])
+        out = c[i] + (q - x[i]) * (p[i] + pq) / 2.0
+        before, after = q < x[0], q > x[-1]
+        out[before] = c[0] - (x[0] - q[before]) * p[0]
+        out[after] = c[-1] + (q[after] - x[-1]) * p[-1]
+        return out
+
+    def energy_j_intervals(self, t0_ns: Any, t1_ns: Any) -> np.ndarray:
+        a = np.asarray(t0_ns, dtype=np.int64).ravel()
+        b = np.asarray(t1_ns, dtype=np.int64).ravel()
+        out = np.full(a.shape, np.nan)
+        if a.size == 0 or self.t_ns.size == 0:
+            return out
+        ok = (a >= self.t_ns[0] - self.hold_ns) & (b <= self.t_ns[-1] + self.hold_ns)
+        e = self._cum(b) - self._cum(a)
+        out[ok] = e[ok]
+        return out
+
+    def energy_j(self, t0_ns: int, t1_ns: int) -> float:
+        return float(self.energy_j_intervals([t0_ns], [t1_ns])[0])
+
+    def power_at(self, t_ns: int) -> float:
+        if self.t_ns.size == 0:
+            return math.nan
+        return float(np.interp(t_ns, self.t_ns, self.power_w))
+
+
+@dataclass
+class LayerEnergy:
+    """One layer's energy in one step. ``time_s`` is its self (exclusive) time; ``model_energy_j`` is the roofline
+    model's estimate that served as its apportioning weight; ``label`` combines ``method`` and ``source``."""
+
+    name: str
+    energy_j: float
+    time_s: float
+    method: str
+    source: str
+    kind: str = "module"
+    model_energy_j: float = math.nan
+    fwd_s: float = 0.0
+    bwd_s: float = 0.0
+    calls: int = 0
+
+    @property
+    def label(self) -> str:
+        return label_of(self.method, self.source)
+
+    @property
+    def power_w(self) -> float:
+        return self.energy_j / self.time_s if self.time_s > 0 else math.nan
+
+
+@dataclass
+class StepEnergy:
+    """One step's energy and its layers (``layers`` sums to ``energy_j``).
+
+    ``method``: ``measured`` (integrated from the trace) or ``estimated`` (no sensor or no coverage: the sum of the
+    layers' model energies); ``resolved``: the step itself spans at least ``k`` sensor periods; ``notes``: why a
+    fallback happened."""
+
+    t0_ns: int
+    t1_ns: int
+    energy_j: float
+    method: str
+    source: str
+    layers: dict[str, LayerEnergy]
+    update_period_s: float | None = None
+    k: float = DEFAULT_K
+    resolved: bool = True
+    notes: list[str] = field(default_factory=list)
+    samples: int | None = None
+
+    @property
+    def time_s(self) -> float:
+        return (self.t1_ns - self.t0_ns) / 1e9
+
+    @property
+    def power_w(self) -> float:
+        return self.energy_j / self.time_s if self.time_s > 0 else math.nan
+
+    @property
+    def label(self) -> str:
+        return label_of(self.method, self.source)
+
+    def method_counts(self) -> Counter:
+        return Counter(le.label for le in self.layers.values())
+
+    @property
+    def layer_sum_j(self) -> float:
+        return float(sum(le.energy_j for le in self.layers.values()))
+
+
+class LayerCostLike(Protocol):
+    """What the model energies need of a layer's cost: FLOP and bytes of forward and backward."""
+
+    forward: Any
+    backward: Any
+
+
+def _attr(obj: Any, name: str, default: Any = None) -> Any:
+    if isinstance(obj, Mapping):
+        return obj.get(name, default)
+    return getattr(obj, name, default)
+
+
+def _phase_cost(cost: Any, phase: str) -> tuple[float, float]:
+    """(FLOP, bytes) of one phase of a LayerCost-like object or a dict ``{"fwd": (W, Q), "bwd": (W, Q)}``."""
+    if cost is None:
+        return 0.0, 0.0
+    if isinstance(cost, Mapping) and phase in cost:
+        w, q = cost[phase]
+        return float(w), float(q)
+    part = _attr(cost, "forward" if phase == "fwd" else "backward")
+    if part is None:
+        return 0.0, 0.0
+    return float(_attr(part, "flops", 0) or 0), float(_attr(part, "bytes", 0) or 0)
+
+
+def model_energies(selfs: Mapping[str, Any], costs: Mapping[str, Any] | None, roofline: Any,
+                   static: bool = True) -> dict[str, float]:
+    """Each layer's model energy in the roofline's mode: ``eps_flop*W + eps_mop*Q + pi_0*T`` (Pagoda eq. 2),
+    with ``T`` the layer's measured self time and ``W``, ``Q`` the FLOP and bytes of the phases it ran in this
+    step (forward, and backward when it had backward time). Layers without a cost (containers, regions) get
+    ``pi_0*T``. ``selfs``: ``{name: LayerSelf-like}`` (``self_s``/``self_ns``, ``fwd_ns``, ``bwd_ns``).
+    Coefficients that are ``nan`` or absent count as zero; with none at all the weight is the time ``T``."""
+    eps_f = _finite(_attr(roofline, "eps_flop", math.nan)) if roofline is not None else 0.0
+    eps_m = _finite(_attr(roofline, "eps_mop", math.nan)) if roofline is not None else 0.0
+    pi0 = _finite(_attr(roofline, "static_power", math.nan)) if (roofline is not None and static) else 0.0
+    time_only = eps_f == 0.0 and eps_m == 0.0 and pi0 == 0.0
+    out: dict[str, float] = {}
+    costs = costs or {}
+    for name, s in selfs.items():
+        t = _self_s(s)
+        if time_only:
+            out[name] = t
+            continue
+        cost = costs.get(name)
+        w = q = 0.0
+        if cost is not None:
+            for phase, ns in (("fwd", _attr(s, "fwd_ns", 0)), ("bwd", _attr(s, "bwd_ns", 0))):
+                if ns:
+                    pw, pq = _phase_cost(cost, phase)
+                    w += pw
+                    q += pq
+        out[name] = eps_f * w + eps_m * q + pi0 * t
+    return out
+
+
+def _finite(x: Any) -> float:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return 0.0
+    return v if math.isfinite(v) else 0.0
+
+
+def _self_s(s: Any) -> float:
+    v = _attr(s, "self_s")
+    if v is None:
+        v = _attr(s, "self_ns", 0) / 1e9
+    return float(v)
+
+
+def attribute_step(selfs: Mapping[str, Any], t0_ns: int, t1_ns: int, *, trace: _Trace | None = None,
+                   update_period_s: float | None = None, model_energy_j: Mapping[str, float] | None = None,
+                   k: float = DEFAULT_K, source: str = MEASURED, samples: int | None = None) -> StepEnergy:
+    """Energy of one step and of each of its layers; see the module docstring for the rule.
+
+    Args:
+        selfs: ``{name: LayerSelf-like}``: ``self_ns`` (or ``self_s``), ``segments`` (exclusive ``(t0, t1)`` ns),
+            optional ``kind``, ``fwd_ns``, ``bwd_ns``, ``calls``. They should tile ``[t0_ns, t1_ns]``.
+        trace: anything with ``energy_j(t0, t1)`` and ``energy_j_intervals(t0s, t1s)`` (a ``PowerSampler``, a
+            :class:`PowerTrace`); ``None``: no sensor, model energies only (``estimated``).
+        update_period_s: how often the sensor produces a new value.
+        model_energy_j: each layer's model energy (the apportioning weights; the estimate without a sensor).
+        k: a layer is measured when its self time is at least ``k * update_period_s``.
+        source: the sensor's ``source`` (``measured`` or ``simulated``).
+    """
+    model = dict(model_energy_j or {})
+    names = list(selfs)
+    times = {n: _self_s(selfs[n]) for n in names}
+    notes: list[str] = []
+    step_s = (t1_ns - t0_ns) / 1e9
+    period = float(update_period_s) if update_period_s and update_period_s > 0 else 0.0
+    e_step = math.nan
+    if trace is not None:
+        e_step = float(trace.energy_j(int(t0_ns), int(t1_ns)))
+        if not math.isfinite(e_step):
+            notes.append("the power trace does not cover this step: model energies only (estimated)")
+    if trace is None or not math.isfinite(e_step):
+        layers = {n: _layer(n, selfs[n], _finite(model.get(n, 0.0)), ESTIMATED, "model", model.get(n))
+                  for n in names}
+        total = float(sum(le.energy_j for le in layers.values()))
+        return StepEnergy(int(t0_ns), int(t1_ns), total, ESTIMATED, "model", layers, update_period_s, k,
+                          False, notes, samples)
+
+    threshold = k * period
+    measured = [n for n in names if period > 0 and times[n] >= threshold and _attr(selfs[n], "segments")]
+    energies: dict[str, float] = {}
+    if measured:
+        a: list[int] = []
+        b: list[int] = []
+        owner: list[int] = []
+        for j, n in enumerate(measured):
+            for s0, s1 in _attr(selfs[n], "segments"):
+                a.append(int(s0))
+                b.append(int(s1))
+                owner.append(j)
+        seg = np.asarray(trace.energy_j_intervals(np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)))
+        per = np.bincount(np.asarray(owner), weights=np.nan_to_num(seg), minlength=len(measured))
+        if np.isnan(seg).any():
+            notes.append("some layer segments fell outside the trace; their energy was apportioned instead")
+            bad = {owner[i] for i in np.flatnonzero(np.isnan(seg))}
+            measured = [n for j, n in enumerate(measured) if j not in bad]
+            per = np.array([per[j] for j in range(len(per)) if j not in bad])
+        energies.update(zip(measured, per.tolist()))
+    rest = [n for n in names if n not in energies]
+    remainder = e_step - sum(energies.values())
+    if remainder < 0:
+        if remainder < -1e-9 * max(abs(e_step), 1e-12):
+            notes.append(f"measured layers exceed the step energy by {-remainder:.3g} J (trace edges); "
+                         "the remainder was set to zero")
+        remainder = 0.0
+    if rest:
+        w = np.array([max(_finite(model.get(n, 0.0)), 0.0) for n in rest])
+        if not w.sum() > 0:
+            w = np.array([times[n] for n in rest])
+            if rest and model:
+                notes.append("no model energy for the apportioned layers: apportioned by self time")
+        if not w.sum() > 0:
+            w = np.ones(len(rest))
+        shares = remainder * w / w.sum()
+        energies.update(zip(rest, shares.tolist()))
+    elif abs(remainder) > 0:
+        # every layer was measured: the segments tile the step, so this is rounding; keep the sum exact
+        biggest = max(energies, key=energies.__getitem__)
+        energies[biggest] += remainder
+    layers = {}
+    for n in names:
+        method = MEASURED if n in measured else APPORTIONED
+        layers[n] = _layer(n, selfs[n], energies[n], method, source, model.get(n))
+    return StepEnergy(int(t0_ns), int(t1_ns), e_step, MEASURED, source, layers, update_period_s, k,
+                      bool(period > 0 and step_s >= threshold), notes, samples)
+
+
+def _layer(name: str, s: Any, energy: float, method: str, source: str, model_j: float | None) -> LayerEnergy:
+    fwd = _attr(s, "fwd_ns", 0) or 0
+    bwd = _attr(s, "bwd_ns", 0) or 0
+    return LayerEnergy(name, float(energy), _self_s(s), method, source, str(_attr(s, "kind", "module") or "module"),
+                       math.nan if model_j is None else float(model_j), fwd / 1e9, bwd / 1e9,
+                       int(_attr(s, "calls", 0) or 0))
+
+
+# ---------------------------------------------------------------------- aggregation over steps
+@dataclass
+class LayerStats:
+    """A layer over several profiled steps: mean and spread (sample standard deviation, 0 for one step) of its
+    self time, energy and average power; how often each label occurred; its cost when known."""
+
+    name: str
+    kind: str
+    steps: int
+    time_s: float
+    time_s_std: float
+    energy_j: float
+    energy_j_std: float
+    power_w: float
+    power_w_std: float
+    fwd_s: float
+    bwd_s: float
+    calls: float
+    labels: Counter
+    model_energy_j: float = math.nan
+    flops: float | None = None
+    bytes: float | None = None
+
+    @property
+    def label(self) -> str:
+        """The most frequent label (ties: the first seen)."""
+        return self.labels.most_common(1)[0][0] if self.labels else ESTIMATED
+
+    @property
+    def intensity(self) -> float | None:
+        if self.flops is None or not self.bytes:
+            return None
+        return self.flops / self.bytes
+
+    def to_dict(self) -> dict:
+        return {
+            "name": self.name, "kind": self.kind, "steps": self.steps,
+            "time_s": self.time_s, "time_s_std": self.time_s_std,
+            "fwd_s": self.fwd_s, "bwd_s": self.bwd_s,
+            "energy_j": self.energy_j, "energy_j_std": self.energy_j_std,
+            "power_w": _none_if_nan(self.power_w), "power_w_std": _none_if_nan(self.power_w_std),
+            "calls": self.calls, "method": self.label, "labels": dict(self.labels),
+            "model_energy_j": _none_if_nan(self.model_energy_j),
+            "flops": self.flops, "bytes": self.bytes, "intensity": self.intensity,
+        }
+
+
+def _none_if_nan(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)
+
+
+@dataclass
+class StepStats:
+    """Steps' totals: mean and spread of time, energy, power; counts of the step labels."""
+
+    steps: int
+    time_s: float
+    time_s_std: float
+    energy_j: float
+    energy_j_std: float
+    power_w: float
+    labels: Counter
+
+    @property
+    def label(self) -> str:
+        return self.labels.most_common(1)[0][0] if self.labels else ESTIMATED
+
+
+def _mean_std(v: Sequence[float]) -> tuple[float, float]:
+    a = np.asarray([x for x in v if x is not None and math.isfinite(x)], dtype=float)
+    if a.size == 0:
+        return math.nan, math.nan
+    return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else 0.0
+
+
+def aggregate(steps: Iterable[StepEnergy], costs: Mapping[str, Any] | None = None) -> dict[str, LayerStats]:
+    """Per-layer mean and spread over ``steps`` (layers in order of first appearance). A layer absent from a step
+    counts as zero time and energy there. ``costs``: optional ``{name: LayerCost-like}`` for FLOP and bytes."""
+    steps = list(steps)
+    order: dict[str, str] = {}
+    for s in steps:
+        for n, le in s.layers.items():
+            order.setdefault(n, le.kind)
+    out: dict[str, LayerStats] = {}
+    costs = costs or {}
+    for n, kind in order.items():
+        rows = [s.layers.get(n) for s in steps]
+        t = [r.time_s if r else 0.0 for r in rows]
+        e = [r.energy_j if r else 0.0 for r in rows]
+        p = [r.power_w for r in rows if r and r.time_s > 0]
+        tm, ts = _mean_std(t)
+        em, es = _mean_std(e)
+        pm, ps = _mean_std(p)
+        labels = Counter(r.label for r in rows if r)
+        cost = costs.get(n)
+        flops = nbytes = None
+        if cost is not None:
+            fw, fq = _phase_cost(cost, "fwd")
+            bw, bq = _phase_cost(cost, "bwd")
+            bwd_seen = any(r and r.bwd_s > 0 for r in rows)
+            flops, nbytes = fw + (bw if bwd_seen else 0.0), fq + (bq if bwd_seen else 0.0)
+        mj = [r.model_energy_j for r in rows if r]
+        out[n] = LayerStats(
+            n, kind, len(steps), tm, ts, em, es, pm, ps,
+            _mean_std([r.fwd_s if r else 0.0 for r in rows])[0],
+            _mean_std([r.bwd_s if r else 0.0 for r in rows])[0],
+            _mean_std([float(r.calls) if r else 0.0 for r in rows])[0],
+            labels, _mean_std(mj)[0], flops, nbytes,
+        )
+    return out
+
+
+def aggregate_steps(steps: Iterable[StepEnergy]) -> StepStats:
+    """Mean and spread of the steps' totals."""
+    steps = list(steps)
+    tm, ts = _mean_std([s.time_s for s in steps])
+    em, es = _mean_std([s.energy_j for s in steps])
+    return StepStats(len(steps), tm, ts, em, es, em / tm if tm and tm > 0 else math.nan,
+                     Counter(s.label for s in steps))

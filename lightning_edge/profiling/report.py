@@ -1,0 +1,290 @@
+"""Per-layer time and energy reports: ``layers.csv``, ``layers.json``, a markdown table, an end-of-run summary.
+
+Pure Python over the attribution results (no torch, no Lightning)::
+
+    report = ProfileReport.build({"train": step_energies}, costs={"train": costs}, device="sim:orin-agx: ...",
+                                 source="simulated", mode="12c/2201/1300/3199", roofline="twin roofline ...")
+    report.write_csv(log_dir / "layers.csv"); report.write_json(log_dir / "layers.json")
+    print(report.summary())                     # top layers by energy, total, methods, overhead
+    report.markdown("train", top=20)            # for TensorBoard's add_text
+
+Every row says how its energy was obtained (``method``: ``measured``, ``apportioned``, ``estimated``,
+``simulated-measured``, ``simulated-apportioned``); with the twin the report states that power and energy are
+simulated for a Jetson AGX Orin while the timings are this machine's.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lightning_edge.profiling.attribution import LayerStats, StepEnergy, StepStats, aggregate, aggregate_steps
+
+__all__ = ["ProfileReport", "StageReport", "CSV_FIELDS", "simulated_statement"]
+
+CSV_FIELDS = ("stage", "layer", "kind", "method", "steps", "calls", "time_ms", "time_ms_std", "fwd_ms", "bwd_ms",
+              "energy_mj", "energy_mj_std", "power_w", "power_w_std", "energy_share", "model_energy_mj",
+              "flops", "bytes", "intensity")
+
+
+def simulated_statement(mode: str | None) -> str:
+    return (f"power and energy are SIMULATED for a Jetson AGX Orin (the twin) in mode {mode or '?'}; "
+            "the timings are measured on this machine")
+
+
+@dataclass
+class StageReport:
+    """One stage (train, validate, test, predict): per-layer statistics over its profiled steps, its step totals,
+    its epochs."""
+
+    stage: str
+    layers: dict[str, LayerStats]
+    steps: StepStats
+    total_steps: int = 0
+    total_energy_j: float = math.nan
+    total_time_s: float = math.nan
+    total_samples: int = 0
+    total_label: str = ""
+    epochs: list[dict] = field(default_factory=list)
+
+    @property
+    def profiled_steps(self) -> int:
+        return self.steps.steps
+
+    def ranked(self, key: str = "energy_j") -> list[LayerStats]:
+        return sorted(self.layers.values(), key=lambda s: -_nz(getattr(s, key)))
+
+    def method_counts(self) -> Counter:
+        """Layer-steps per label over the stage's profiled steps."""
+        c: Counter = Counter()
+        for s in self.layers.values():
+            c.update(s.labels)
+        return c
+
+
+def _nz(x: float | None) -> float:
+    return x if x is not None and math.isfinite(x) else 0.0
+
+
+def _f(x: float | None, scale: float = 1.0, nd: int = 6) -> float | None:
+    if x is None or not math.isfinite(x):
+        return None
+    return round(x * scale, nd)
+
+
+@dataclass
+class ProfileReport:
+    """Everything the profiler found, by stage, with the device and how the numbers were obtained."""
+
+    stages: dict[str, StageReport]
+    device: str = ""
+    source: str = "model"  # measured | simulated | model
+    mode: str | None = None
+    roofline: str = ""
+    overhead: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @classmethod
+    def build(cls, steps: Mapping[str, Iterable[StepEnergy]], *, costs: Mapping[str, Mapping[str, Any]] | None = None,
+              totals: Mapping[str, Mapping[str, Any]] | None = None, epochs: Iterable[Mapping] = (),
+              **kw: Any) -> ProfileReport:
+        """From each stage's attributed steps (and optional ``{stage: {layer: LayerCost}}`` costs, and
+        ``{stage: {"steps", "energy_j", "time_s", "samples", "label"}}`` totals over every step)."""
+        costs = costs or {}
+        totals = totals or {}
+        epochs = list(epochs)
+        out: dict[str, StageReport] = {}
+        for stage, lst in steps.items():
+            lst = list(lst)
+            if not lst and stage not in totals:
+                continue
+            tot = totals.get(stage, {})
+            out[stage] = StageReport(
+                stage, aggregate(lst, costs.get(stage)), aggregate_steps(lst),
+                int(tot.get("steps", len(lst))), float(tot.get("energy_j", math.nan)),
+                float(tot.get("time_s", math.nan)), int(tot.get("samples", 0) or 0), str(tot.get("label", "")),
+                [dict(e) for e in epochs if e.get("stage") == stage],
+            )
+        return cls(out, **kw)
+
+    # ------------------------------------------------------------------ tables
+    @property
+    def simulated(self) -> bool:
+        return self.source == "simulated"
+
+    def rows(self, stage: str | None = None) -> list[dict]:
+        """One dict per (stage, layer), ranked by energy (fields: :data:`CSV_FIELDS`)."""
+        rows = []
+        for st in self.stages.values():
+            if stage is not None and st.stage != stage:
+                continue
+            total = sum(_nz(s.energy_j) for s in st.layers.values())
+            for s in st.ranked():
+                rows.append({
+                    "stage": st.stage, "layer": s.name, "kind": s.kind, "method": s.label, "steps": s.steps,
+                    "calls": _f(s.calls, nd=3), "time_ms": _f(s.time_s, 1e3), "time_ms_std": _f(s.time_s_std, 1e3),
+                    "fwd_ms": _f(s.fwd_s, 1e3), "bwd_ms": _f(s.bwd_s, 1e3),
+                    "energy_mj": _f(s.energy_j, 1e3), "energy_mj_std": _f(s.energy_j_std, 1e3),
+                    "power_w": _f(s.power_w, nd=4), "power_w_std": _f(s.power_w_std, nd=4),
+                    "energy_share": _f(s.energy_j / total if total > 0 else math.nan, nd=5),
+                    "model_energy_mj": _f(s.model_energy_j, 1e3),
+                    "flops": s.flops, "bytes": s.bytes, "intensity": _f(s.intensity, nd=4),
+                })
+        return rows
+
+    def write_csv(self, path: str | Path) -> Path:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        with open(p, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+            w.writeheader()
+            for r in self.rows():
+                w.writerow({k: ("" if v is None else v) for k, v in r.items()})
+        return p
+
+    def to_dict(self) -> dict:
+        stages = {}
+        for name, st in self.stages.items():
+            stages[name] = {
+                "profiled_steps": st.profiled_steps, "total_steps": st.total_steps,
+                "step": {"time_s": _f(st.steps.time_s), "time_s_std": _f(st.steps.time_s_std),
+                         "energy_j": _f(st.steps.energy_j), "energy_j_std": _f(st.steps.energy_j_std),
+                         "power_w": _f(st.steps.power_w), "method": st.steps.label},
+                "total": {"energy_j": _f(st.total_energy_j), "time_s": _f(st.total_time_s),
+                          "samples": st.total_samples, "method": st.total_label,
+                          "j_per_sample": _f(st.total_energy_j / st.total_samples if st.total_samples else None)},
+                "epochs": st.epochs,
+                "methods": dict(st.method_counts()),
+                "layers": self.rows(name),
+            }
+        return {
+            "schema": "lightning_edge.energy_profile", "version": 1,
+            "device": self.device, "source": self.source, "mode": self.mode, "roofline": self.roofline,
+            "statement": simulated_statement(self.mode) if self.simulated else None,
+            "overhead": self.overhead, "notes": list(self.notes), "stages": stages,
+        }
+
+    def write_json(self, path: str | Path) -> Path:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(_clean(self.to_dict()), indent=1, allow_nan=False, default=_json_default))
+        return p
+
+    def method_line(self) -> str:
+        if self.source == "model":
+            return ("estimated: no power sensor, every energy is the roofline model's "
+                    f"({self.roofline or 'no roofline'}) with this machine's timings")
+        if self.simulated:
+            return simulated_statement(self.mode)
+        return f"measured with {self.device}; layers shorter than the sensor resolves are apportioned"
+
+    def markdown(self, stage: str, top: int | None = 30) -> str:
+        """A markdown table of the stage's layers (TensorBoard's text plugin renders it)."""
+        st = self.stages.get(stage)
+        if st is None:
+            return f"no profiled {stage} steps"
+        head = [f"**{stage}**: {st.profiled_steps} profiled steps of {st.total_steps}. "
+                f"**Energy: {self.method_line()}.**", ""]
+        if st.steps.steps:
+            head.append(f"Step: {st.steps.time_s * 1e3:.2f} ms, {st.steps.energy_j:.4g} J "
+                        f"(sd {st.steps.energy_j_std:.2g} J), {st.steps.power_w:.3g} W [{st.steps.label}]")
+            head.append("")
+        cols = ["layer", "kind", "method", "time ms", "fwd ms", "bwd ms", "energy mJ", "sd mJ", "power W", "share %",
+                "GFLOP", "FLOP/B"]
+        lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+        rows = self.rows(stage)
+        for r in rows[:top] if top else rows:
+            gflop = None if r["flops"] is None else r["flops"] / 1e9
+            lines.append("| " + " | ".join([
+                f"`{r['layer']}`", r["kind"], r["method"], _s(r["time_ms"]), _s(r["fwd_ms"]), _s(r["bwd_ms"]),
+                _s(r["energy_mj"]), _s(r["energy_mj_std"]), _s(r["power_w"]),
+                _s(None if r["energy_share"] is None else 100 * r["energy_share"], 3), _s(gflop), _s(r["intensity"]),
+            ]) + " |")
+        if top and len(rows) > top:
+            lines.append(f"\n{len(rows) - top} more layers in layers.csv")
+        return "\n".join(head + lines)
+
+    def summary(self, top: int = 5, stages: Iterable[str] | None = None) -> str:
+        """The short end-of-run print: top layers by energy, totals, methods, overhead (``stages``: only these)."""
+        out = ["lightning_edge EnergyProfiler summary", f"  device: {self.device}", f"  energy: {self.method_line()}"]
+        if self.roofline:
+            out.append(f"  model for apportioning/estimates: {self.roofline}")
+        wanted = None if stages is None else set(stages)
+        for st in self.stages.values():
+            if wanted is not None and st.stage not in wanted:
+                continue
+            out.append(f"  [{st.stage}] {st.profiled_steps} of {st.total_steps} steps profiled per layer")
+            if math.isfinite(st.total_energy_j):
+                per = (f", {st.total_energy_j / st.total_samples * 1e3:.3g} mJ/sample"
+                       if st.total_samples else "")
+                out.append(f"    total energy {st.total_energy_j:.4g} J over {st.total_time_s:.3g} s{per} "
+                           f"[{st.total_label}]")
+            if st.steps.steps:
+                out.append(f"    per profiled step: {st.steps.time_s * 1e3:.3g} ms, {st.steps.energy_j:.4g} J, "
+                           f"{st.steps.power_w:.3g} W [{st.steps.label}]")
+            total = sum(_nz(s.energy_j) for s in st.layers.values())
+            ranked = [s for s in st.ranked() if _nz(s.energy_j) > 0][:top]
+            if ranked:
+                out.append(f"    top {len(ranked)} layers by energy (mean per step):")
+                w = max(len(s.name) for s in ranked)
+                for s in ranked:
+                    share = 100 * s.energy_j / total if total > 0 else math.nan
+                    out.append(f"      {s.name:<{w}}  {s.kind:<12} {s.time_s * 1e3:8.3f} ms  "
+                               f"{s.energy_j * 1e3:9.3f} mJ  {share:5.1f} %  {s.label}")
+            counts = st.method_counts()
+            if counts:
+                out.append("    methods (layer-steps): " + ", ".join(f"{n} {k}" for k, n in counts.most_common()))
+        if self.overhead:
+            o = self.overhead
+            parts = []
+            if o.get("fraction") is not None:
+                every = f", profiling every {o['every_n_steps']} steps" if o.get("every_n_steps") is not None else ""
+                parts.append(f"{100 * o['fraction']:.2f} % of the step time{every}")
+            elif o.get("every_n_steps") is not None:
+                parts.append(f"every {o['every_n_steps']} steps")
+            if o.get("epoch_work_s"):
+                parts.append(f"{o['epoch_work_s']:.2g} s per run for figures, tables and reports")
+            if o.get("sampler_cpu_percent") is not None:
+                parts.append(f"power sampler {o['sampler_cpu_percent']:.2f} % of one core")
+            if o.get("setup_s"):
+                parts.append(f"cost analysis {o['setup_s']:.2g} s once")
+            out.append("  overhead: " + "; ".join(parts))
+        for n in self.notes:
+            out.append(f"  note: {n}")
+        return "\n".join(out)
+
+
+def _s(x: float | None, nd: int = 4) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-"
+    return f"{x:.{nd}g}"
+
+
+def _clean(o: Any) -> Any:
+    """Non-finite floats -> None (JSON has no nan), recursively."""
+    if isinstance(o, float):
+        return o if math.isfinite(o) else None
+    if isinstance(o, Mapping):
+        return {k: _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    return o
+
+
+def _json_default(o: Any) -> Any:
+    if isinstance(o, Counter):
+        return dict(o)
+    try:
+        import numpy as np
+
+        if isinstance(o, np.generic):
+            return o.item()
+    except ImportError:  # pragma: no cover
+        pass
+    return str(o)

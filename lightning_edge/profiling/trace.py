@@ -1,0 +1,164 @@
+"""Chrome / Perfetto traces of profiled steps: one span per layer call, counter tracks for every power rail.
+
+::
+
+    doc = chrome_trace([(timing, energy, "train step 12")], power=sampler.samples, costs=costs)
+    path = write_trace(doc, trace_path(log_dir))     # <log_dir>/plugins/profile/<run>/<host>_<pid>.<ns>.pt.trace.json
+
+The file is the Chrome trace-event JSON format (``{"traceEvents": [...]}``, times in microseconds), named and
+placed like ``torch.profiler.tensorboard_trace_handler`` names its files (``<host>_<pid>.<time_ns>.pt.trace.json``),
+so https://ui.perfetto.dev, ``chrome://tracing`` and the (deprecated, optional) torch-tb-profiler TensorBoard
+plugin all open it. Layout:
+
+* one process per trace (``pid`` = this process), threads: ``step`` (the ``ProfilerStep#N`` spans and the step's
+  regions), ``forward`` and ``backward`` (module spans; a span that would not nest inside the spans already on a
+  thread goes to an extra lane, ``backward 2`` ...), so every thread holds properly nested spans;
+* span ``args``: the layer, its class, the call index, phase, the layer's FLOP and bytes in that phase (from the cost
+  model, whole step), and the layer's self time and energy in that step with the energy's method;
+* counters (``ph: "C"``): ``power total (W)`` and ``power <rail> (W)`` for every rail, from the power samples
+  inside each traced step (plus one sample either side).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import socket
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+__all__ = ["chrome_trace", "trace_path", "write_trace", "nest_lanes", "TRACE_SUFFIX"]
+
+TRACE_SUFFIX = ".pt.trace.json"
+_TID_STEP, _TID_FWD, _TID_BWD = 1, 10, 100
+
+
+def trace_path(log_dir: str | os.PathLike[str], run: str = "energy", worker: str | None = None) -> Path:
+    """``<log_dir>/plugins/profile/<run>/<worker>.<time_ns>.pt.trace.json``; ``worker`` defaults to
+    ``<hostname>_<pid>`` as ``torch.profiler.tensorboard_trace_handler`` uses."""
+    worker = worker or f"{socket.gethostname()}_{os.getpid()}"
+    return Path(log_dir) / "plugins" / "profile" / run / f"{worker}.{time.time_ns()}{TRACE_SUFFIX}"
+
+
+def nest_lanes(spans: list[tuple[int, int]]) -> list[int]:
+    """A lane for each ``(t0, t1)`` span so that spans on one lane nest properly (contained or disjoint)."""
+    order = sorted(range(len(spans)), key=lambda i: (spans[i][0], -spans[i][1]))
+    lanes: list[list[int]] = []  # per lane: stack of open span ends
+    out = [0] * len(spans)
+    for i in order:
+        a, b = spans[i]
+        for lane, stack in enumerate(lanes):
+            while stack and stack[-1] <= a:
+                stack.pop()
+            if not stack or b <= stack[-1]:
+                stack.append(b)
+                out[i] = lane
+                break
+        else:
+            lanes.append([b])
+            out[i] = len(lanes) - 1
+    return out
+
+
+def _us(t_ns: int) -> float:
+    return t_ns / 1000.0
+
+
+def _phase_cost(cost: Any, phase: str) -> tuple[float | None, float | None]:
+    if cost is None:
+        return None, None
+    part = getattr(cost, "forward" if phase == "fwd" else "backward", None)
+    if part is None:
+        return None, None
+    return float(getattr(part, "flops", 0) or 0), float(getattr(part, "bytes", 0) or 0)
+
+
+def chrome_trace(steps: Iterable[tuple[Any, Any, str]], power: Callable[[int, int], Any] | None = None,
+                 costs: Mapping[str, Any] | Callable[[Any], Mapping[str, Any]] | None = None,
+                 pid: int | None = None, process_name: str = "lightning_edge", metadata: Mapping | None = None) -> dict:
+    """The trace document for ``steps``: ``(StepTiming, StepEnergy or None, label)`` each.
+
+    ``power(t0_ns, t1_ns)``: the power samples of a window (``PowerSampler.samples``: ``t_ns``, ``power_w``,
+    ``rails_w``, ``rails``); ``costs``: ``{layer: LayerCost}`` or a function of the timing giving it."""
+    pid = os.getpid() if pid is None else int(pid)
+    ev: list[dict] = [
+        {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": process_name}},
+        {"ph": "M", "name": "thread_name", "pid": pid, "tid": _TID_STEP, "args": {"name": "step"}},
+        {"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": _TID_STEP, "args": {"sort_index": 0}},
+    ]
+    named: set[int] = set()
+
+    def thread(tid: int, name: str) -> int:
+        if tid not in named:
+            named.add(tid)
+            ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
+            ev.append({"ph": "M", "name": "thread_sort_index", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
+        return tid
+
+    for n, (timing, energy, label) in enumerate(steps):
+        layer_costs = costs(timing) if callable(costs) else (costs or {})
+        layers = getattr(energy, "layers", None) or {}
+        ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": pid, "tid": _TID_STEP,
+                   "ts": _us(timing.t0_ns), "dur": _us(timing.duration_ns),
+                   "args": {"label": label, "energy_j": _num(getattr(energy, "energy_j", None)),
+                            "method": getattr(energy, "label", None), "samples": getattr(energy, "samples", None)}})
+        for r in timing.regions:
+            ev.append({"ph": "X", "cat": "user_annotation", "name": r.name, "pid": pid, "tid": _TID_STEP,
+                       "ts": _us(r.t0_ns), "dur": _us(r.duration_ns), "args": {"phase": r.phase}})
+        spans = [iv for iv in timing.inclusive() if iv.kind == "module"]
+        for phase, base, tname in (("fwd", _TID_FWD, "forward"), ("bwd", _TID_BWD, "backward")):
+            mine = [iv for iv in spans if iv.phase == phase]
+            lanes = nest_lanes([(iv.t0_ns, iv.t1_ns) for iv in mine])
+            for iv, lane in zip(mine, lanes):
+                tid = thread(base + lane, tname if lane == 0 else f"{tname} {lane + 1}")
+                w, q = _phase_cost(layer_costs.get(iv.name), phase)
+                le = layers.get(iv.name)
+                args = {"layer": iv.name, "kind": timing.kinds.get(iv.name, ""), "call": iv.call, "phase": phase,
+                        "step_flops": w, "step_bytes": q}
+                if le is not None:
+                    args.update(self_time_ms=le.time_s * 1e3, self_energy_mj=_num(le.energy_j * 1e3),
+                                method=le.label)
+                ev.append({"ph": "X", "cat": "user_annotation", "name": iv.name, "pid": pid, "tid": tid,
+                           "ts": _us(iv.t0_ns), "dur": _us(iv.duration_ns), "args": args})
+        if power is not None:
+            try:
+                s = power(timing.t0_ns, timing.t1_ns)
+            except Exception:  # noqa: BLE001 - a trace without counters is still a trace
+                s = None
+            if s is not None and len(s.t_ns):
+                rails = tuple(getattr(s, "rails", ()) or ())
+                for i in range(len(s.t_ns)):
+                    ts = _us(int(s.t_ns[i]))
+                    p = float(s.power_w[i])
+                    if math.isfinite(p):
+                        ev.append({"ph": "C", "name": "power total (W)", "pid": pid, "ts": ts, "args": {"W": p}})
+                    for k, rail in enumerate(rails):
+                        v = float(s.rails_w[i, k])
+                        if math.isfinite(v):
+                            ev.append({"ph": "C", "name": f"power {rail} (W)", "pid": pid, "ts": ts,
+                                       "args": {"W": v}})
+    doc = {"schemaVersion": 1, "displayTimeUnit": "ms", "traceEvents": ev,
+           "traceName": process_name}
+    if metadata:
+        doc["metadata"] = dict(metadata)
+    return doc
+
+
+def _num(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None
+
+
+def write_trace(doc: Mapping, path: str | os.PathLike[str]) -> Path:
+    """Write the trace (creating the directories); returns the path."""
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    with open(p, "w") as f:
+        json.dump(doc, f, separators=(",", ":"), allow_nan=False)
+    return p

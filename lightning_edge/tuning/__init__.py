@@ -1,0 +1,62 @@
+"""Power-mode tuning: Fulcrum's problems, GMD, ALS and their baselines, on Optuna.
+
+```python
+from lightning_edge.tuning import TrainingProblem, GMD
+sol = GMD().solve(TrainingProblem(power_budget_w=30.0), space, workload, store=None)
+```
+
+See docs/tuning.md. The Optuna-backed pieces (``ProfileStore``, the samplers) load lazily.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from lightning_edge.tuning.gmd import GMD
+from lightning_edge.tuning.problems import (
+    DEFAULT_BATCH_SIZES,
+    ConcurrentMeasurement,
+    ConcurrentProblem,
+    InferenceProblem,
+    Measurement,
+    Solution,
+    TrainingProblem,
+    Workload,
+)
+from lightning_edge.tuning.search import (
+    BudgetExhausted,
+    ExploreSpec,
+    MemoryStore,
+    Point,
+    SearchResult,
+    Strategy,
+)
+from lightning_edge.tuning.table import ProfileTable
+
+_LAZY = {
+    "ALS": "lightning_edge.tuning.als",
+    "RandomSampling": "lightning_edge.tuning.baselines",
+    "NeuralBaseline": "lightning_edge.tuning.baselines",
+    "BinarySearch": "lightning_edge.tuning.baselines",
+    "Exhaustive": "lightning_edge.tuning.baselines",
+    "ProfileStore": "lightning_edge.tuning.store",
+    "StrategySampler": "lightning_edge.tuning.samplers",
+    "GMDSampler": "lightning_edge.tuning.samplers",
+    "ALSSampler": "lightning_edge.tuning.samplers",
+}
+
+__all__ = [
+    "ALS", "GMD", "BinarySearch", "Exhaustive", "NeuralBaseline", "RandomSampling",
+    "TrainingProblem", "InferenceProblem", "ConcurrentProblem", "Measurement", "ConcurrentMeasurement",
+    "Solution", "Workload", "DEFAULT_BATCH_SIZES", "Point", "ExploreSpec", "MemoryStore", "SearchResult",
+    "Strategy", "BudgetExhausted", "ProfileTable", "ProfileStore", "StrategySampler", "GMDSampler", "ALSSampler",
+]
+
+
+def __getattr__(name: str):
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 'lightning_edge.tuning' has no attribute {name!r}")
+    value = getattr(importlib.import_module(mod), name)
+    globals()[name] = value
+    return value

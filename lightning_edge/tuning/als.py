@@ -1,0 +1,261 @@
+"""ALS: active-learning based sampling (Fulcrum section 5.3, Algorithm 2, Fig. 15a).
+
+ALS profiles once per workload and answers every problem of that workload by lookup in the
+*observed* Pareto front: the neural network only decides what to profile next, its predictions are
+never used as answers (section 5.3.1), so ALS never returns a mode it did not profile.
+
+Training (Algorithm 2, section 5.3.2): profile 10 random modes (L3-6); then for 8 rounds: train the
+NN (time and power, section 5.2) on everything profiled (L11), predict time and power of every mode
+not yet profiled (L12-14), keep the predicted time-power Pareto front (L15), and profile the 5 front
+modes whose predicted power is farthest from the observed power of any profiled mode (L16-22, GSy
+power diversity). 10 + 8 x 5 = 50 profiles.
+
+Inference (section 5.3.3): the latency range and the arrival-rate range of the problems to answer
+are each split in two (low, high) giving 4 quadrants. Start from 25 points (5 random modes for each
+of the 5 batch sizes), then visit the quadrants round-robin: prune the predictions that cannot meet
+the quadrant conservatively (latency above the quadrant's peak latency even at its highest arrival
+rate; inference too slow for its lowest arrival rate), build the predicted Pareto front of latency
+(at the quadrant's middle rate) versus power, and profile 5 points chosen for power diversity,
+fine-tuning the NN each time. 6 rounds x 4 quadrants x 5 + 25 = 145 points.
+
+Concurrent (section 5.3.4): the same quadrants; after pruning (also: at least one training minibatch
+fits a cycle at the lowest rate), the Pareto front is predicted training throughput versus predicted
+power (the larger of training and inference), and 10 points per quadrant are picked; 3 rounds, so
+25 + 3 x 4 x 10 = 145 points.
+
+Fewer points are profiled when a predicted front has fewer new points than the per-round count.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+import numpy as np
+
+from lightning_edge.devices.modes import PowerModeSpace
+from lightning_edge.tuning.nn import MLP
+from lightning_edge.tuning.pareto import pareto_front
+from lightning_edge.tuning.problems import ConcurrentMeasurement
+from lightning_edge.tuning.search import ExploreSpec, ExploringStrategy, Grid, Point, SearchContext
+
+PAPER_SETTINGS = {
+    "train": {"init": 10, "per_round": 5, "rounds": 8},
+    "infer": {"init": 25, "per_round": 5, "rounds": 6},
+    "concurrent": {"init": 25, "per_round": 10, "rounds": 3},
+}
+"""Fulcrum's ALS hyper-parameters: ALS50 (training), ALS145 (inference and concurrent)."""
+
+DEFAULT_RANGES = {
+    "infer": ((0.05, 1.0), (30.0, 90.0)),
+    "concurrent": ((0.5, 2.0), (30.0, 120.0)),
+}
+"""Latency (s) and arrival-rate (requests/s) ranges of the paper's grids (sections 7.2, 7.3)."""
+
+
+def quadrants(latency_range_s: tuple[float, float], arrival_range_rps: tuple[float, float]) -> list[tuple]:
+    """The 4 quadrants of Fig. 15a: ((lat_lo, lat_hi), (rate_lo, rate_hi)), low latency first."""
+    l0, l1 = sorted(map(float, latency_range_s))
+    a0, a1 = sorted(map(float, arrival_range_rps))
+    lm, am = (l0 + l1) / 2, (a0 + a1) / 2
+    return [((l0, lm), (a0, am)), ((l0, lm), (am, a1)), ((lm, l1), (a0, am)), ((lm, l1), (am, a1))]
+
+
+def pick_diverse(candidates: np.ndarray, pred_power: np.ndarray, observed_power: np.ndarray, k: int,
+                 greedy: bool = False) -> np.ndarray:
+    """PickMaxK of Algorithm 2 (L16-22): the ``k`` candidates whose predicted power is farthest from
+    every observed power. ``greedy=True`` adds each pick to the observed set before the next (GSy)."""
+    cand = np.asarray(candidates)
+    pp = np.asarray(pred_power, dtype=float)
+    obs = np.asarray(observed_power, dtype=float)
+    if cand.size == 0 or k <= 0:
+        return cand[:0]
+    dist = np.abs(pp[:, None] - obs[None, :]).min(axis=1) if obs.size else np.full(pp.size, np.inf)
+    if not greedy:
+        order = np.lexsort((np.arange(cand.size), -dist))
+        return cand[order[:k]]
+    chosen: list[int] = []
+    dist = dist.copy()
+    for _ in range(min(k, cand.size)):
+        dist_c = dist.copy()
+        dist_c[chosen] = -np.inf
+        j = int(np.argmax(dist_c))
+        chosen.append(j)
+        dist = np.minimum(dist, np.abs(pp - pp[j]))
+    return cand[np.asarray(chosen, dtype=np.int64)]
+
+
+class ALS(ExploringStrategy):
+    """Fulcrum's ALS. ``ALS().explore(space, workload, kind=...)`` -> :class:`ProfileTable`;
+    ``ALS().solve(problem, space, workload)`` explores for that one problem and looks it up.
+
+    ``init_profiles`` / ``per_round`` / ``rounds`` default to the paper's (see :data:`PAPER_SETTINGS`);
+    ``epochs`` trains the first NN, ``finetune_epochs`` each later round (warm start);
+    ``greedy`` switches PickMaxK to greedy farthest-point selection.
+    """
+
+    name = "ALS"
+
+    def __init__(self, *, init_profiles: int | None = None, per_round: int | None = None, rounds: int | None = None,
+                 epochs: int = 1000, finetune_epochs: int = 200, hidden: Sequence[int] = (256, 128, 64),
+                 lr: float = 1e-3, under_penalty: float = 4.0, batch_size: int = 32, greedy: bool = False,
+                 features: str = "raw") -> None:
+        if features not in ("raw", "reciprocal"):
+            raise ValueError(f"features must be 'raw' or 'reciprocal', got {features!r}")
+        self.features = features
+        self.init_profiles, self.per_round, self.rounds = init_profiles, per_round, rounds
+        self.epochs, self.finetune_epochs = int(epochs), int(finetune_epochs)
+        self.hidden, self.lr, self.under_penalty = tuple(hidden), float(lr), float(under_penalty)
+        self.batch_size = int(batch_size)
+        self.greedy = bool(greedy)
+        self.last_info: dict = {}
+
+    def __repr__(self) -> str:
+        return f"ALS(init={self.init_profiles}, per_round={self.per_round}, rounds={self.rounds})"
+
+    def settings(self, kind: str) -> dict[str, int]:
+        s = dict(PAPER_SETTINGS[kind])
+        for key, val in (("init", self.init_profiles), ("per_round", self.per_round), ("rounds", self.rounds)):
+            if val is not None:
+                s[key] = int(val)
+        return s
+
+    def _n_rounds(self, kind: str) -> int:
+        s = self.settings(kind)
+        return s["rounds"] * (4 if kind != "train" else 1)
+
+    def budget_for(self, spec: ExploreSpec, space: PowerModeSpace) -> int:
+        s = self.settings(spec.kind)
+        total = space.size * (1 if spec.kind == "train" else len(spec.batch_sizes))
+        if spec.kind == "train":
+            init = s["init"]
+        else:
+            per_bs = max(1, s["init"] // len(spec.batch_sizes))
+            init = per_bs * len(spec.batch_sizes)
+        return min(total, init + self._n_rounds(spec.kind) * s["per_round"])
+
+    def _feats(self, X: np.ndarray) -> np.ndarray:
+        """NN inputs: the knobs (and batch size), plus their reciprocals with ``features="reciprocal"``."""
+        X = np.asarray(X, dtype=float)
+        if self.features == "raw":
+            return X
+        return np.concatenate([X, 1.0 / np.maximum(X, 1e-9)], axis=1)
+
+    def _net(self, n_in: int, n_models: int, seed: int | None) -> MLP:
+        return MLP(n_in, n_models, self.hidden, seed=seed, lr=self.lr, under_penalty=self.under_penalty,
+                   batch_size=self.batch_size)
+
+    # ------------------------------------------------------------------------------ search
+    def explore_search(self, ctx: SearchContext, spec: ExploreSpec, space: PowerModeSpace) -> Generator:
+        grid = Grid.of(space)
+        rng = np.random.default_rng(spec.seed)
+        s = self.settings(spec.kind)
+        self.last_info = info = {"rounds": [], "kind": spec.kind}
+        ctx.info = info  # type: ignore[attr-defined]
+        X_modes = space.to_numpy()
+        N = len(X_modes)
+        if spec.kind == "train":
+            yield from self._train(ctx, grid, X_modes, rng, s, spec, info)
+        else:
+            yield from self._quadrant_search(ctx, grid, X_modes, N, rng, s, spec, info)
+
+    def _train(self, ctx, grid, X, rng, s, spec, info) -> Generator:
+        N = len(X)
+        init = rng.choice(N, size=min(s["init"], N), replace=False)
+        pts = spec.points(grid, init)
+        yield from ctx.profile_many(pts)  # L3-10
+        prof = [int(i) for i in init]
+        pts_of = dict(zip(prof, pts))
+        F = self._feats(X)
+        net = self._net(F.shape[1], 2, int(rng.integers(2**31)))
+        net.set_input_scaler(F)
+        for r in range(s["rounds"]):
+            if ctx.left < 1:
+                break
+            for i in prof:
+                if i not in pts_of:
+                    pts_of[i] = spec.points(grid, [i])[0]
+            obs = np.array([[ctx.results[pts_of[i]].time_s, ctx.results[pts_of[i]].power_w] for i in prof])
+            net.fit(F[prof], obs, epochs=self.epochs if r == 0 else self.finetune_epochs)  # L11
+            test = np.setdiff1d(np.arange(N), np.asarray(prof))  # L24
+            if test.size == 0:
+                break
+            pred = net.predict(F[test])  # L12-14
+            front = pareto_front(pred[:, 0], pred[:, 1])  # L15
+            k = int(min(s["per_round"], ctx.left))
+            picks = pick_diverse(test[front], pred[front, 1], obs[:, 1], k, self.greedy)  # L16-22
+            info["rounds"].append({"round": r + 1, "front": int(front.size), "picked": [int(i) for i in picks]})
+            if picks.size == 0:
+                break
+            yield from ctx.profile_many(spec.points(grid, picks))
+            prof.extend(int(i) for i in picks)  # L23
+
+    def _quadrant_search(self, ctx, grid, X_modes, N, rng, s, spec, info) -> Generator:
+        kind = spec.kind
+        bss = np.asarray(spec.batch_sizes, dtype=float)
+        B = bss.size
+        lat_rng, rate_rng = DEFAULT_RANGES[kind]
+        lat_rng = spec.latency_range_s or lat_rng
+        rate_rng = spec.arrival_range_rps or rate_rng
+        quads = quadrants(lat_rng, rate_rng)
+        # every (mode, bs) point: row f * B + j ; features [knobs..., bs]
+        feats = self._feats(np.concatenate([np.repeat(X_modes, B, axis=0), np.tile(bss, N)[:, None]], axis=1))
+        bs_of = np.tile(bss, N)
+        per_bs = max(1, s["init"] // B)
+        init_rows = []
+        for j in range(B):
+            modes = rng.choice(N, size=min(per_bs, N), replace=False)
+            init_rows.extend(int(f) * B + j for f in modes)
+        point_of = lambda row: Point(kind, grid.mode(grid.unflat(row // B)), int(bss[row % B]))  # noqa: E731
+        yield from ctx.profile_many([point_of(r) for r in init_rows])
+        prof = list(dict.fromkeys(init_rows))
+        n_targets = 2 if kind == "infer" else 4
+        net = self._net(feats.shape[1], n_targets, int(rng.integers(2**31)))
+        net.set_input_scaler(feats)
+        first = True
+        for r in range(s["rounds"]):
+            for q, ((l0, l1), (a0, a1)) in enumerate(quads):
+                if ctx.left < 1:
+                    return
+                obs = self._observed(ctx, [point_of(p) for p in prof], kind)
+                net.fit(feats[prof], obs, epochs=self.epochs if first else self.finetune_epochs)
+                first = False
+                test = np.setdiff1d(np.arange(N * B), np.asarray(prof))
+                if test.size == 0:
+                    return
+                pred = net.predict(feats[test])
+                bs = bs_of[test]
+                am = (a0 + a1) / 2
+                if kind == "infer":
+                    t_in, p_in = np.maximum(pred[:, 0], 1e-9), pred[:, 1]
+                    keep = ((bs - 1) / a1 + t_in <= l1) & (t_in <= bs / a0)
+                    cost_a = (bs - 1) / am + t_in  # latency at the middle rate
+                    power = p_in
+                    obs_power = obs[:, 1]
+                else:
+                    t_tr, p_tr = np.maximum(pred[:, 0], 1e-9), pred[:, 1]
+                    t_in, p_in = np.maximum(pred[:, 2], 1e-9), pred[:, 3]
+                    keep = ((bs - 1) / a1 + t_in <= l1) & (t_in <= bs / a0) & (bs / a0 - t_in >= t_tr)
+                    tau = np.floor(np.maximum(bs / am - t_in, 0) / t_tr + 1e-9)
+                    cost_a = -(tau * am / bs)  # maximise predicted training throughput
+                    power = np.maximum(p_tr, p_in)
+                    obs_power = np.maximum(obs[:, 1], obs[:, 3])
+                cand = np.nonzero(keep)[0]
+                front = cand[pareto_front(cost_a[cand], power[cand])] if cand.size else cand
+                k = int(min(s["per_round"], ctx.left))
+                picks = pick_diverse(test[front], power[front], obs_power, k, self.greedy)
+                info["rounds"].append({"round": r + 1, "quadrant": q, "kept": int(cand.size),
+                                       "front": int(front.size), "picked": [int(i) for i in picks]})
+                if picks.size:
+                    yield from ctx.profile_many([point_of(int(p)) for p in picks])
+                    prof.extend(int(p) for p in picks)
+
+    @staticmethod
+    def _observed(ctx: SearchContext, points: list[Point], kind: str) -> np.ndarray:
+        rows = []
+        for p in points:
+            res = ctx.results[p]
+            if isinstance(res, ConcurrentMeasurement):
+                rows.append([res.train.time_s, res.train.power_w, res.infer.time_s, res.infer.power_w])
+            else:
+                rows.append([res.time_s, res.power_w])
+        return np.asarray(rows, dtype=float)
+

@@ -1,0 +1,401 @@
+"""GMD: gradient-descent based multi-dimensional search (Fulcrum section 5.1, Algorithm 1, Fig. 15b/c).
+
+Training (Algorithm 1, section 5.1.2)
+    1. Profile the midpoint mode ``mid`` (every knob at its middle value; L7-8).
+    2. If ``p_mid > p_hat`` profile the four modes that set one knob to its lowest value, else to its
+       highest (L9-21). From ``mid`` and each of them compute the time slope and the power slope of
+       that knob and their ratio ``rho = |dt| / dp``: the time saved per watt spent (L22-26).
+    3. Pick the knob with the largest ``rho`` (L27) and prune its half of the range that cannot hold
+       the answer (L28): values at and above ``mid`` when ``mid`` is over budget, below it otherwise.
+    4. Loop (L29-47): profile the middle of the knob's remaining values with the other knobs unchanged;
+       over budget -> prune the values above it, within budget -> it is a candidate and the values
+       below it are pruned (power rises monotonically along every knob); update that knob's ``rho``
+       from the new point and the previous one on the line (L44); pick the knob with the largest
+       ``rho`` again (L45). A knob whose values are exhausted gives way to the next-largest ``rho``
+       (section 5.1.2, step 8). Stop when the profiling budget (10) is spent or nothing is left.
+    5. Return the best candidate (L48).
+
+Inference (section 5.1.3, Fig. 15b): run the search with ``bs = 1`` (the least latency). If nothing
+is feasible, *backtrack*: the visited modes that meet the power budget but whose inference rate
+cannot keep up with the arrivals are tried at larger batch sizes, sorted by increasing latency, until
+one is feasible (budget 11 = 10 + 1 for backtracking).
+
+Concurrent (section 5.1.4, Fig. 15c): start from the largest batch size. *Branch and bound*: profile
+MAXN at that size and drop the size if even MAXN misses the latency budget, moving to the next
+smaller one. Search at the retained size, using at each step the slope ratios of the *dominant*
+workload (the one drawing more power at the last profiled mode). If nothing is feasible,
+*backtrack*: drop the visited modes that cannot keep up with the arrivals, and try the others at the
+next smaller batch sizes sorted by increasing latency (budget 15).
+
+Where the published pseudo-code is loose we make these choices (documented in docs/tuning.md):
+
+- The ``while (tries < max_tries) OR (|space| > 1)`` of L29 is read as AND, and the budget counts
+  every distinct point profiled (mid and the four extremes included), so GMD10 profiles <= 10 modes.
+- ``rho = (t_low - t_high) / max(p_high - p_low, power_eps_w)`` between two modes that differ in one
+  knob: the "thresholding logic" that stops a negligible power change from inflating the slope.
+- The search moves along a *line* (one knob varied, the others fixed at the current base mode).
+  Known points on the line bound the search: the largest value within budget and the smallest value
+  over budget; the next value profiled is the upper middle of the unprofiled values between them
+  (inside the knob's pruned range). After each profile the base moves to the best point of the line:
+  the highest value within budget, or, when none is, the lowest value over budget (so a search that
+  starts over budget keeps descending). A knob can be chosen without a profile when the known points
+  on its line already move the base (for example the highest extreme is within budget).
+- Every profiled point that meets the constraints is a candidate (the midpoint and the extremes too).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Generator
+from typing import Any
+
+from lightning_edge.devices.modes import PowerModeSpace
+from lightning_edge.tuning.problems import (
+    ConcurrentMeasurement,
+    ConcurrentProblem,
+    InferenceProblem,
+    TrainingProblem,
+    inference_latency_s,
+    interleaved_minibatches,
+    keeps_up,
+    queueing_time_s,
+    within,
+)
+from lightning_edge.tuning.search import Grid, Point, SearchContext, Strategy
+
+DEFAULT_MAX_PROFILES = {"train": 10, "infer": 11, "concurrent": 15}
+"""Fulcrum's GMD budgets: GMD10 (training), GMD11 (inference), GMD15 (concurrent)."""
+
+
+def _parts(res: Any) -> dict[str, tuple[float, float]]:
+    """(time, power) of each workload in a profiled result."""
+    if isinstance(res, ConcurrentMeasurement):
+        return {"train": (res.train.time_s, res.train.power_w), "infer": (res.infer.time_s, res.infer.power_w)}
+    return {"w": (res.time_s, res.power_w)}
+
+
+def _power(res: Any) -> float:
+    return max(p for _, p in _parts(res).values())
+
+
+def _dominant(res: Any) -> str:
+    parts = _parts(res)
+    return max(parts, key=lambda w: (parts[w][1], w == "train"))
+
+
+def _with(idx: tuple, d: int, v: int) -> tuple:
+    out = list(idx)
+    out[d] = v
+    return tuple(out)
+
+
+def slope_ratio(t_low: float, p_low: float, t_high: float, p_high: float, power_eps_w: float) -> float:
+    """``rho``: time saved per watt added when a knob goes from its lower to its higher value.
+
+    ``m_time / m_pow`` of Fulcrum with the sign chosen so that a knob that cuts time is positive; the
+    knob's own step cancels out. A power change below ``power_eps_w`` counts as ``power_eps_w``.
+    """
+    return (t_low - t_high) / max(p_high - p_low, power_eps_w)
+
+
+class _Line:
+    """The search state of Algorithm 1: base mode, pruned range per knob, slope ratios per workload."""
+
+    def __init__(self, ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Point], p_hat: float,
+                 power_eps_w: float, trace: list) -> None:
+        self.ctx, self.grid, self.point_at, self.p_hat = ctx, grid, point_at, p_hat
+        self.eps = power_eps_w
+        self.lo = [0] * 4
+        self.hi = [n - 1 for n in grid.sizes]
+        self.rho: dict[str, list[float]] = {}
+        self.trace = trace
+        self._limit_w = p_hat * (1.0 + 1e-12) + 1e-15  # the slack of problems.within
+        self._known: dict[tuple, Any] = {}  # memo of ctx lookups: only this search adds points meanwhile
+
+    def over(self, res: Any) -> bool:
+        return _power(res) > self._limit_w
+
+    def known(self, idx: tuple) -> Any:
+        try:
+            return self._known[idx]
+        except KeyError:
+            r = self._known[idx] = self.ctx.known(self.point_at(idx))
+            return r
+
+    def record(self, idx: tuple, res: Any) -> None:
+        self._known[idx] = res
+
+    def line(self, base: tuple, d: int) -> tuple[list[int], list[int]]:
+        """Values of knob ``d`` profiled on the line through ``base``: (within budget, over budget)."""
+        f, i = [], []
+        for v in range(self.grid.sizes[d]):
+            r = self.known(_with(base, d, v))
+            if r is not None:
+                (i if self.over(r) else f).append(v)
+        return f, i
+
+    def candidates(self, base: tuple, d: int) -> list[int]:
+        f, i = self.line(base, d)
+        a = max(f) if f else -1
+        b = min(i) if i else self.grid.sizes[d]
+        lo, hi = max(self.lo[d], a + 1), min(self.hi[d], b - 1)
+        return list(range(lo, hi + 1))
+
+    def best_on_line(self, base: tuple, d: int) -> tuple:
+        f, i = self.line(base, d)
+        if f:
+            return _with(base, d, max(f))
+        if i:
+            return _with(base, d, min(i))
+        return base
+
+    def set_rho(self, a: tuple, ra: Any, b: tuple, rb: Any, d: int) -> None:
+        (low, rl), (high, rh) = sorted([(a, ra), (b, rb)], key=lambda x: x[0][d])
+        pl, ph = _parts(rl), _parts(rh)
+        for w in pl:
+            self.rho.setdefault(w, [-math.inf] * 4)[d] = slope_ratio(pl[w][0], pl[w][1], ph[w][0], ph[w][1], self.eps)
+
+    def argmax(self, dom: str, dims: list[int]) -> int | None:
+        if not dims:
+            return None
+        r = self.rho.get(dom, [-math.inf] * 4)
+        return max(dims, key=lambda d: (r[d], -d))
+
+
+def gmd_core(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Point], p_hat: float, limit: int,
+             power_eps_w: float = 0.5, trace: list | None = None) -> Generator:
+    """Algorithm 1 over the four knobs for one kind of point; profiles at most ``limit`` points in ``ctx``."""
+    trace = [] if trace is None else trace
+    L = _Line(ctx, grid, point_at, p_hat, power_eps_w, trace)
+    if ctx.used >= limit:
+        return
+    mid = grid.mid()
+    r_mid = yield from ctx.profile(point_at(mid))
+    L.record(mid, r_mid)
+    over = L.over(r_mid)
+    trace.append(("mid", mid, "over" if over else "within"))
+    for d in range(4):  # L9-26: one extreme per knob, its slope ratio against mid
+        target = 0 if over else grid.sizes[d] - 1
+        if target == mid[d]:
+            continue
+        if ctx.used >= limit:
+            break
+        idx = _with(mid, d, target)
+        r = yield from ctx.profile(point_at(idx))
+        L.record(idx, r)
+        L.set_rho(mid, r_mid, idx, r, d)
+        trace.append(("extreme", idx, d))
+    dom = _dominant(r_mid)
+    d0 = L.argmax(dom, [d for d in range(4) if grid.sizes[d] > 1])
+    if d0 is not None:  # L27-28: prune the knob with the largest ratio
+        if over:
+            L.hi[d0] = min(L.hi[d0], mid[d0] - 1)
+        else:
+            L.lo[d0] = max(L.lo[d0], mid[d0])
+        trace.append(("prune", d0, "high" if over else "low"))
+    base = mid
+    moves = 0
+    while ctx.used < limit and moves < 64:
+        cands = {d: L.candidates(base, d) for d in range(4)}
+        progress = [d for d in range(4) if cands[d] or L.best_on_line(base, d) != base]
+        d = L.argmax(dom, progress)
+        if d is None:
+            break
+        if not cands[d]:  # the line's known points already move the base
+            base = L.best_on_line(base, d)
+            trace.append(("move", d, base))
+            moves += 1
+            continue
+        vals = cands[d]
+        v = vals[len(vals) // 2]  # L30: MID(dim_vals)
+        idx = _with(base, d, v)
+        r_base = L.known(base)
+        r = yield from ctx.profile(point_at(idx))
+        L.record(idx, r)
+        if L.over(r):  # L34-36
+            L.hi[d] = min(L.hi[d], v - 1)
+        else:  # L37-42
+            L.lo[d] = max(L.lo[d], v)
+        L.set_rho(base, r_base, idx, r, d)  # L44
+        dom = _dominant(r)
+        trace.append(("step", idx, d, "over" if L.over(r) else "within"))
+        base = L.best_on_line(base, d)
+
+
+def _le(x: float, budget: float) -> bool:
+    return x <= budget * (1.0 + 1e-12) + 1e-15  # problems.within, for one number
+
+
+def _feasible(problem: Any, point: Point, res: Any) -> bool:
+    """The problem's constraints for one profiled point (scalar twin of ``problem.assess``)."""
+    if isinstance(problem, TrainingProblem):
+        return _le(res.power_w, problem.power_budget_w)
+    bs, alpha = point.batch_size, problem.arrival_rps
+    if bs not in problem.batch_sizes:
+        return False
+    t_in = res.time_s if isinstance(problem, InferenceProblem) else res.infer.time_s
+    if not (_le(res.power_w, problem.power_budget_w) and _le((bs - 1) / alpha + t_in, problem.latency_budget_s)
+            and t_in <= bs / alpha * (1.0 + 1e-12)):
+        return False
+    if isinstance(problem, ConcurrentProblem):
+        return interleaved_minibatches(res.train.time_s, t_in, bs, alpha) >= 1
+    return True
+
+
+def _any_feasible(ctx: SearchContext, problem: Any) -> bool:
+    return any(p.kind == problem.kind and _feasible(problem, p, r) for p, r in ctx.results.items())
+
+
+class GMD(Strategy):
+    """Fulcrum's GMD. ``GMD().solve(problem, space, workload)`` -> :class:`Solution` or ``None``.
+
+    - ``max_profiles``: budget per kind (default 10 / 11 / 15 for train / infer / concurrent).
+    - ``search_profiles``: points of one multi-dimensional search (default 10); the rest of the budget
+      is for branch and bound and backtracking.
+    - ``power_eps_w``: the threshold below which a power change does not inflate a slope ratio.
+    """
+
+    name = "GMD"
+
+    def __init__(self, *, max_profiles: int | dict | None = None, search_profiles: int = 10,
+                 power_eps_w: float = 0.5) -> None:
+        mp = dict(DEFAULT_MAX_PROFILES)
+        if isinstance(max_profiles, dict):
+            mp.update(max_profiles)
+        elif max_profiles is not None:
+            mp = {k: int(max_profiles) for k in mp}
+        self.max_profiles = mp
+        self.search_profiles = int(search_profiles)
+        self.power_eps_w = float(power_eps_w)
+        self.last_trace: list = []
+
+    def __repr__(self) -> str:
+        return f"GMD(max_profiles={self.max_profiles}, search_profiles={self.search_profiles})"
+
+    def budget(self, problem: Any, space: PowerModeSpace) -> int:
+        return int(self.max_profiles[problem.kind])
+
+    def search(self, ctx: SearchContext, problem: Any, space: PowerModeSpace, seed: int | None = None) -> Generator:
+        grid = Grid.of(space)
+        self.last_trace = trace = []
+        ctx.trace = trace  # type: ignore[attr-defined]
+        limit = self.budget(problem, space)
+        if isinstance(problem, TrainingProblem):
+            yield from gmd_core(ctx, grid, lambda i: Point("train", grid.mode(i)), problem.power_budget_w,
+                                min(limit, self.search_profiles), self.power_eps_w, trace)
+        elif isinstance(problem, InferenceProblem):
+            yield from self._infer(ctx, grid, problem, limit, trace)
+        elif isinstance(problem, ConcurrentProblem):
+            yield from self._concurrent(ctx, grid, problem, limit, trace)
+        else:
+            raise TypeError(f"GMD cannot solve {problem!r}")
+
+    # ------------------------------------------------------------------------------ inference (5.1.3)
+    def _infer(self, ctx: SearchContext, grid: Grid, problem: InferenceProblem, limit: int, trace: list) -> Generator:
+        bss = list(problem.batch_sizes)
+        bs0 = bss[0]
+        alpha, lat_hat = problem.arrival_rps, problem.latency_budget_s
+        yield from gmd_core(ctx, grid, lambda i: Point("infer", grid.mode(i), bs0), problem.power_budget_w,
+                            min(limit, self.search_profiles), self.power_eps_w, trace)
+        if _any_feasible(ctx, problem):
+            return
+        # backtracking (B, C in Fig. 15b): within power, too slow for the arrivals at bs0
+        cands = [(float(inference_latency_s(r.time_s, bs0, alpha)), r.power_w, i, p)
+                 for i, (p, r) in enumerate(ctx.results.items())
+                 if p.batch_size == bs0 and within(r.power_w, problem.power_budget_w)
+                 and not keeps_up(r.time_s, bs0, alpha)]
+        cands.sort(key=lambda c: c[:3])
+        trace.append(("backtrack", [str(c[3].mode) for c in cands]))
+        for *_, p in cands:
+            for bs in bss[1:]:
+                if queueing_time_s(bs, alpha) > lat_hat:
+                    break  # queueing alone misses the latency budget; larger sizes queue longer
+                if ctx.used >= limit:
+                    return
+                pt = Point("infer", p.mode, bs)
+                r = yield from ctx.profile(pt)
+                if _feasible(problem, pt, r):
+                    return
+                if not (within(r.power_w, problem.power_budget_w) and not keeps_up(r.time_s, bs, alpha)):
+                    break  # a larger batch only helps a mode that is too slow for the arrivals
+
+    # ------------------------------------------------------------------------------ concurrent (5.1.4)
+    def _concurrent(self, ctx: SearchContext, grid: Grid, problem: ConcurrentProblem, limit: int,
+                    trace: list) -> Generator:
+        alpha, lat_hat = problem.arrival_rps, problem.latency_budget_s
+        bss = sorted(problem.batch_sizes, reverse=True)
+        maxn = grid.top()
+        chosen = None
+        for bs in bss:  # branch and bound (D, E in Fig. 15c)
+            if queueing_time_s(bs, alpha) > lat_hat:
+                trace.append(("bound", bs, "queueing"))
+                continue
+            if ctx.used >= limit:
+                return
+            r = yield from ctx.profile(Point("concurrent", grid.mode(maxn), bs))
+            ok = bool(within(inference_latency_s(r.infer.time_s, bs, alpha), lat_hat))
+            trace.append(("bound", bs, "kept" if ok else "dropped"))
+            if ok:
+                chosen = bs
+                break
+        if chosen is None:
+            return
+        core_limit = min(limit, ctx.used + self.search_profiles)
+        yield from gmd_core(ctx, grid, lambda i: Point("concurrent", grid.mode(i), chosen), problem.power_budget_w,
+                            core_limit, self.power_eps_w, trace)
+        if _any_feasible(ctx, problem):
+            return
+        # backtracking (F in Fig. 15c): drop modes that cannot keep up; try the rest at smaller sizes
+        cands = [(float(inference_latency_s(r.infer.time_s, chosen, alpha)), r.power_w, i, p)
+                 for i, (p, r) in enumerate(ctx.results.items())
+                 if p.batch_size == chosen and within(r.power_w, problem.power_budget_w)
+                 and keeps_up(r.infer.time_s, chosen, alpha)]
+        cands.sort(key=lambda c: c[:3])
+        trace.append(("backtrack", [str(c[3].mode) for c in cands]))
+        for bs in [b for b in bss if b < chosen]:
+            for *_, p in cands:
+                if ctx.used >= limit:
+                    return
+                pt = Point("concurrent", p.mode, bs)
+                r = yield from ctx.profile(pt)
+                if _feasible(problem, pt, r):
+                    return
+
+
+class DynamicGMD:
+    """GMD for a changing arrival rate (section 5.4).
+
+    ``step(problem)`` first looks the new problem up among *every* point profiled so far; only when none
+    of them meets it (typically the rate rose and the old batch size no longer keeps up or meets the
+    latency) does it run GMD again, which reuses the stored profiles for free and backtracks to a larger
+    batch size. ``profiles`` is everything profiled so far.
+    """
+
+    def __init__(self, space: PowerModeSpace, workload: Any, gmd: GMD | None = None, *, store: Any = None,
+                 **run_kw: Any) -> None:
+        from lightning_edge.tuning.search import MemoryStore
+
+        self.space, self.workload = space, workload
+        self.gmd = gmd if gmd is not None else GMD()
+        self.store = store if store is not None else MemoryStore()
+        self.run_kw = run_kw
+        self.profiles: dict[Point, Any] = {}
+
+    def step(self, problem: Any) -> Any:
+        from lightning_edge.tuning.search import SearchResult
+        from lightning_edge.tuning.table import ProfileTable
+
+        if self.profiles:
+            table = ProfileTable.from_results(problem.kind, self.profiles, strategy="GMD-dynamic", profiles_used=0)
+            sol = table.solve(problem) if len(table) else None
+            if sol is not None:
+                return SearchResult(sol, (), {}, 0, 0, table, {"reused": True})
+        r = self.gmd.run(problem, self.space, self.workload, store=self.store, **self.run_kw)
+        self.profiles.update(r.results)
+        table = ProfileTable.from_results(problem.kind, self.profiles, strategy="GMD-dynamic",
+                                          profiles_used=r.profiles_used, new_profiles=r.new_profiles)
+        return SearchResult(table.solve(problem), r.visited, r.results, r.profiles_used, r.new_profiles, table,
+                            {"reused": False})
+
+
+__all__ = ["GMD", "DynamicGMD", "gmd_core", "slope_ratio", "DEFAULT_MAX_PROFILES"]

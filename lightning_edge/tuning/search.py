@@ -1,0 +1,416 @@
+"""How a strategy talks to "something that can profile a point", and how its budget is counted.
+
+Every strategy is written as a *generator*: it yields the :class:`Point` (or a batch of points) it
+wants profiled and receives the measurements back. The same generator runs
+
+- in pure Python against a workload and an in-memory store (:class:`MemoryStore`), as in the tests
+  and the evaluation harness, and
+- under Optuna (:mod:`lightning_edge.tuning.samplers`): a ``BaseSampler`` hands each point to an
+  Optuna trial of a study that is the persistent profile store (:mod:`lightning_edge.tuning.store`).
+
+Budget: each distinct point (training: a mode; inference and concurrent: a mode and a batch size)
+that a strategy asks for counts once (``SearchContext.used``), whether it was measured or found in
+the store; points found in the store cost no measurement (``new_profiles``).
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Callable, Generator, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+import numpy as np
+
+from lightning_edge.devices.modes import KNOBS, PowerMode, PowerModeSpace
+from lightning_edge.tuning.problems import (
+    DEFAULT_BATCH_SIZES,
+    ConcurrentMeasurement,
+    Measurement,
+    Solution,
+    as_measurement,
+    check_kind,
+)
+from lightning_edge.tuning.table import ProfileTable
+
+
+class BudgetExhausted(RuntimeError):
+    """A strategy asked for more distinct points than its profiling budget allows (a bug in the strategy)."""
+
+
+@dataclass(frozen=True, order=True)
+class Point:
+    """A point to profile: ``kind`` ``"train"`` (mode only), ``"infer"`` or ``"concurrent"`` (mode and batch size)."""
+
+    kind: str
+    mode: PowerMode
+    batch_size: int | None = None
+
+    def keys(self) -> tuple[ProfileKey, ...]:
+        """The store entries this point needs (a concurrent point needs a training and an inference profile)."""
+        if self.kind == "train":
+            return (ProfileKey("train", self.mode, None),)
+        if self.kind == "infer":
+            return (ProfileKey("infer", self.mode, int(self.batch_size)),)  # type: ignore[arg-type]
+        return (ProfileKey("train", self.mode, None), ProfileKey("infer", self.mode, int(self.batch_size)))  # type: ignore[arg-type]
+
+    def __str__(self) -> str:
+        return f"{self.kind}:{self.mode}" + ("" if self.batch_size is None else f":bs{self.batch_size}")
+
+
+class ProfileKey(NamedTuple):
+    """One entry of a profile store: a training profile of a mode, or an inference profile of (mode, bs)."""
+
+    kind: str  # "train" | "infer"
+    mode: PowerMode
+    batch_size: int | None
+
+
+Result = Measurement | ConcurrentMeasurement
+
+
+class SearchContext:
+    """What a search has profiled so far (in order) and how much of its budget is left."""
+
+    def __init__(self, budget: int | None = None) -> None:
+        self.budget = None if budget is None else int(budget)
+        self.results: dict[Point, Result] = {}
+
+    @property
+    def used(self) -> int:
+        return len(self.results)
+
+    @property
+    def left(self) -> float:
+        return math.inf if self.budget is None else self.budget - self.used
+
+    @property
+    def visited(self) -> tuple[Point, ...]:
+        return tuple(self.results)
+
+    def known(self, point: Point) -> Result | None:
+        return self.results.get(point)
+
+    def profile(self, point: Point) -> Generator[Point, Result, Result]:
+        """``res = yield from ctx.profile(point)``: a known point costs nothing, a new one counts once."""
+        if point in self.results:
+            return self.results[point]
+        if self.left < 1:
+            raise BudgetExhausted(f"profiling budget of {self.budget} points exhausted (asked for {point})")
+        res = yield point
+        self.results[point] = res
+        return res
+
+    def profile_many(self, points: Iterable[Point]) -> Generator[list[Point], list[Result], list[Result]]:
+        """``res = yield from ctx.profile_many(points)``: one batch (several boards can share it)."""
+        pts = list(points)
+        new = list(dict.fromkeys(p for p in pts if p not in self.results))
+        if len(new) > self.left:
+            raise BudgetExhausted(f"profiling budget of {self.budget} points exhausted (asked for {len(new)} more)")
+        if new:
+            got = yield new
+            for p, r in zip(new, got):
+                self.results[p] = r
+        return [self.results[p] for p in pts]
+
+    def table(self, kind: str, **kw: Any) -> ProfileTable:
+        return ProfileTable.from_results(kind, self.results, profiles_used=self.used, **kw)
+
+
+# --------------------------------------------------------------------------------------- stores
+class MemoryStore:
+    """An in-memory profile store: a dict ``ProfileKey -> Measurement``. Shared across solves if reused."""
+
+    def __init__(self) -> None:
+        self._data: dict[ProfileKey, Measurement] = {}
+
+    def __len__(self) -> int:
+        return len(self._data)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._data
+
+    def lookup(self, key: ProfileKey) -> Measurement | None:
+        return self._data.get(key)
+
+    def put(self, key: ProfileKey, m: Measurement) -> None:
+        self._data[key] = m
+
+    def fetch_or_measure_many(
+        self, keys: Sequence[ProfileKey], measure: Callable[[ProfileKey], Measurement], context: dict | None = None
+    ) -> list[tuple[Measurement, bool]]:
+        out = []
+        for k in keys:
+            m = self._data.get(k)
+            if m is None:
+                m = measure(k)
+                self._data[k] = m
+                out.append((m, True))
+            else:
+                out.append((m, False))
+        return out
+
+
+class Profiler:
+    """Resolves points against a store, measuring the workload on a miss; counts new measurements."""
+
+    def __init__(self, workload: Any, store: Any, context: dict | None = None) -> None:
+        self.workload = workload
+        self.store = store
+        self.context = context or {}
+        self.new_profiles = 0
+
+    def measure(self, key: ProfileKey) -> Measurement:
+        if key.kind == "train":
+            return as_measurement(self.workload.train(key.mode))
+        return as_measurement(self.workload.infer(key.mode, key.batch_size))
+
+    def resolve_many(self, points: Sequence[Point]) -> list[Result]:
+        keys = list(dict.fromkeys(k for p in points for k in p.keys()))
+        got = self.store.fetch_or_measure_many(keys, self.measure, self.context)
+        by_key = {}
+        for k, (m, new) in zip(keys, got):
+            by_key[k] = m
+            self.new_profiles += int(bool(new))
+        out: list[Result] = []
+        for p in points:
+            ks = p.keys()
+            out.append(by_key[ks[0]] if len(ks) == 1 else ConcurrentMeasurement(by_key[ks[0]], by_key[ks[1]]))
+        return out
+
+
+def drive(gen: Generator, profiler: Any) -> Any:
+    """Run a strategy generator to completion, resolving what it yields with ``profiler``."""
+    try:
+        req = next(gen)
+        while True:
+            if isinstance(req, Point):
+                res: Any = profiler.resolve_many([req])[0]
+            else:
+                res = profiler.resolve_many(list(req))
+            req = gen.send(res)
+    except StopIteration as stop:
+        return stop.value
+
+
+# --------------------------------------------------------------------------------------- grid helper
+class Grid:
+    """Index arithmetic over a :class:`PowerModeSpace` with cached :class:`PowerMode` objects.
+
+    Strategies work on index tuples ``(i_cores, i_cpu, i_gpu, i_mem)``; ``grid.mode(idx)`` is the mode.
+    """
+
+    _cache: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def __init__(self, space: PowerModeSpace) -> None:
+        self.space = space
+        self.values = [space.values(k) for k in KNOBS]
+        self.sizes = tuple(len(v) for v in self.values)
+        self._modes: dict[tuple, PowerMode] = {}
+        self._index: dict[PowerMode, tuple] = {}
+
+    @classmethod
+    def of(cls, space: PowerModeSpace) -> Grid:
+        g = cls._cache.get(space)
+        if g is None:
+            g = cls(space)
+            cls._cache[space] = g
+        return g
+
+    def mode(self, idx: tuple) -> PowerMode:
+        m = self._modes.get(idx)
+        if m is None:
+            m = PowerMode(*(self.values[j][i] for j, i in enumerate(idx)))
+            self._modes[idx] = m
+            self._index[m] = idx
+        return m
+
+    def index(self, mode: PowerMode) -> tuple:
+        idx = self._index.get(mode)
+        if idx is None:
+            flat = self.space.index(mode)
+            out = []
+            for n in reversed(self.sizes):
+                flat, r = divmod(flat, n)
+                out.append(r)
+            idx = tuple(reversed(out))
+            self._index[mode] = idx
+        return idx
+
+    def mid(self) -> tuple:
+        """Every knob at its middle value (index ``n // 2``), as :meth:`PowerModeSpace.midpoint`."""
+        return tuple(n // 2 for n in self.sizes)
+
+    def top(self) -> tuple:
+        """Every knob at its highest value (MAXN)."""
+        return tuple(n - 1 for n in self.sizes)
+
+    def flat(self, idx: tuple) -> int:
+        f = 0
+        for i, n in zip(idx, self.sizes):
+            f = f * n + i
+        return f
+
+    def unflat(self, f: int) -> tuple:
+        out = []
+        for n in reversed(self.sizes):
+            f, r = divmod(int(f), n)
+            out.append(r)
+        return tuple(reversed(out))
+
+
+# --------------------------------------------------------------------------------------- strategies
+@dataclass
+class SearchResult:
+    """The answer of one run of a strategy, with everything it profiled."""
+
+    solution: Solution | None
+    visited: tuple[Point, ...]
+    results: dict[Point, Result]
+    profiles_used: int
+    new_profiles: int
+    table: ProfileTable | None = None
+    extra: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ExploreSpec:
+    """What an exploring strategy (ALS, RND, NN, Exhaustive) profiles for: a kind and, for inference
+    and concurrent workloads, the batch sizes and the ranges of latency budgets and arrival rates of
+    the problems the exploration should answer (ALS's quadrants, section 5.3.3)."""
+
+    kind: str
+    batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
+    latency_range_s: tuple[float, float] | None = None
+    arrival_range_rps: tuple[float, float] | None = None
+    seed: int | None = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "kind", check_kind(self.kind))
+        object.__setattr__(self, "batch_sizes", tuple(sorted({int(b) for b in self.batch_sizes})))
+
+    def points(self, grid: Grid, flat_indices: Iterable[int], batch_sizes: Iterable[int] | None = None) -> list[Point]:
+        bss = self.batch_sizes if batch_sizes is None else tuple(batch_sizes)
+        out = []
+        for f in flat_indices:
+            mode = grid.mode(grid.unflat(int(f)))
+            if self.kind == "train":
+                out.append(Point("train", mode))
+            else:
+                out.extend(Point(self.kind, mode, int(b)) for b in bss)
+        return out
+
+
+def _store_and_profiler(store: Any, workload: Any, *, workload_id: str | None, device_model: str | None,
+                        sampler: Any, problem: Any) -> Any:
+    """A profiler for ``store``: ``None`` = a fresh in-memory store; a :class:`MemoryStore`; or an
+    Optuna store (``"default"``, a storage URL, a :class:`~lightning_edge.tuning.store.ProfileStore`)."""
+    if store is None:
+        return Profiler(workload, MemoryStore())
+    if isinstance(store, MemoryStore):
+        return Profiler(workload, store)
+    from lightning_edge.tuning.store import ProfileStore  # Optuna only when asked for
+
+    ps = store if isinstance(store, ProfileStore) else ProfileStore.open(store)
+    return ps.profiler(workload, workload_id=workload_id, device_model=device_model, sampler=sampler, problem=problem)
+
+
+class Strategy:
+    """Base of every tuner. Subclasses implement :meth:`budget` and :meth:`search` (a generator).
+
+    ``solve(problem, space, workload)`` returns a :class:`Solution` or ``None``; ``run(...)`` returns the
+    full :class:`SearchResult`. ``store`` selects where profiles live: ``"default"`` (the default: an
+    Optuna study in an SQLite file under the user cache directory, see
+    :mod:`lightning_edge.tuning.store`), any Optuna storage URL (``postgresql://...``), a
+    :class:`~lightning_edge.tuning.store.ProfileStore`, a shared :class:`MemoryStore`, or ``None`` (a
+    fresh in-memory store: nothing persists, no Optuna involved).
+    """
+
+    name = "strategy"
+    sampler_class_name = "StrategySampler"
+
+    def budget(self, problem: Any, space: PowerModeSpace) -> int | None:
+        raise NotImplementedError
+
+    def search(self, ctx: SearchContext, problem: Any, space: PowerModeSpace, seed: int | None) -> Generator:
+        raise NotImplementedError
+
+    def answer(self, ctx: SearchContext, problem: Any, space: PowerModeSpace, new_profiles: int) -> SearchResult:
+        table = ctx.table(problem.kind, strategy=self.name, new_profiles=new_profiles)
+        sol = table.solve(problem)
+        return SearchResult(sol, ctx.visited, dict(ctx.results), ctx.used, new_profiles, table)
+
+    def run(self, problem: Any, space: PowerModeSpace, workload: Any, *, store: Any = "default",
+            workload_id: str | None = None, device_model: str | None = None, seed: int | None = 0) -> SearchResult:
+        ctx = SearchContext(self.budget(problem, space))
+        gen = self.search(ctx, problem, space, seed)
+        sampler = None
+        if store is not None and not isinstance(store, MemoryStore):
+            from lightning_edge.tuning.samplers import sampler_for
+
+            sampler = sampler_for(self, problem)
+        profiler = _store_and_profiler(store, workload, workload_id=workload_id, device_model=device_model,
+                                       sampler=sampler, problem=problem)
+        if sampler is not None:
+            sampler.attach(ctx)
+        drive(gen, profiler)
+        return self.answer(ctx, problem, space, profiler.new_profiles)
+
+    def solve(self, problem: Any, space: PowerModeSpace, workload: Any, **kw: Any) -> Solution | None:
+        """The best feasible profiled point for ``problem``, or ``None`` when no feasible mode was found."""
+        return self.run(problem, space, workload, **kw).solution
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class ExploringStrategy(Strategy):
+    """A strategy that profiles once for a family of problems and answers each by table lookup."""
+
+    def budget_for(self, spec: ExploreSpec, space: PowerModeSpace) -> int | None:
+        raise NotImplementedError
+
+    def explore_search(self, ctx: SearchContext, spec: ExploreSpec, space: PowerModeSpace) -> Generator:
+        raise NotImplementedError
+
+    def spec_for(self, problem: Any, seed: int | None) -> ExploreSpec:
+        """The exploration a single problem needs (ranges covering just that problem)."""
+        if problem.kind == "train":
+            return ExploreSpec("train", seed=seed)
+        lat = (problem.latency_budget_s, problem.latency_budget_s)
+        rate = (problem.arrival_rps, problem.arrival_rps)
+        return ExploreSpec(problem.kind, problem.batch_sizes, lat, rate, seed)
+
+    def budget(self, problem: Any, space: PowerModeSpace) -> int | None:
+        return self.budget_for(self.spec_for(problem, 0), space)
+
+    def search(self, ctx: SearchContext, problem: Any, space: PowerModeSpace, seed: int | None) -> Generator:
+        return self.explore_search(ctx, self.spec_for(problem, seed), space)
+
+    def explore(self, space: PowerModeSpace, workload: Any, kind: str = "train", *,
+                batch_sizes: Sequence[int] = DEFAULT_BATCH_SIZES, latency_range_s: tuple[float, float] | None = None,
+                arrival_range_rps: tuple[float, float] | None = None, seed: int | None = 0, store: Any = "default",
+                workload_id: str | None = None, device_model: str | None = None) -> ProfileTable:
+        """Profile ``workload`` once; the returned table answers many problems (``table.solve(problem)``)."""
+        spec = ExploreSpec(kind, tuple(batch_sizes), latency_range_s, arrival_range_rps, seed)
+        ctx = SearchContext(self.budget_for(spec, space))
+        gen = self.explore_search(ctx, spec, space)
+        sampler = None
+        if store is not None and not isinstance(store, MemoryStore):
+            from lightning_edge.tuning.samplers import sampler_for
+
+            sampler = sampler_for(self, spec)
+        profiler = _store_and_profiler(store, workload, workload_id=workload_id, device_model=device_model,
+                                       sampler=sampler, problem=None)
+        if sampler is not None:
+            sampler.attach(ctx)
+        drive(gen, profiler)
+        return self.make_table(ctx, spec, space, profiler.new_profiles)
+
+    def make_table(self, ctx: SearchContext, spec: ExploreSpec, space: PowerModeSpace, new_profiles: int) -> ProfileTable:
+        return ctx.table(spec.kind, strategy=self.name, new_profiles=new_profiles)
+
+
+def rng_for(seed: int | None) -> np.random.Generator:
+    return np.random.default_rng(seed)

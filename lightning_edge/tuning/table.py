@@ -1,0 +1,221 @@
+"""A table of profiled points that answers problems by lookup (Fulcrum's "observed Pareto").
+
+``ALS().explore(...)``, ``RandomSampling().explore(...)`` and ``Exhaustive().explore(...)`` return a
+:class:`ProfileTable`; ``table.solve(problem)`` returns the best profiled point that meets every
+constraint of the problem, so one exploration answers many problems (section 5.3.2, step 9).
+Every row carries the label of its numbers (``measured`` / ``simulated`` / ``estimated``).
+
+Pure: numpy only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from lightning_edge.devices.modes import PowerMode
+from lightning_edge.tuning.pareto import best_index, pareto_front
+from lightning_edge.tuning.problems import (
+    Assessment,
+    ConcurrentMeasurement,
+    ConcurrentProblem,
+    InferenceProblem,
+    Solution,
+    TrainingProblem,
+    as_measurement,
+    check_kind,
+)
+
+
+def _f(x: Any) -> np.ndarray:
+    return np.asarray(x, dtype=float).ravel()
+
+
+class ProfileTable:
+    """Profiled points of one workload: ``kind`` is ``"train"``, ``"infer"`` or ``"concurrent"``.
+
+    Columns (numpy arrays, one entry per row): ``train_time_s``/``train_power_w`` (train, concurrent),
+    ``infer_time_s``/``infer_power_w`` and ``batch_size`` (infer, concurrent); ``modes`` is the list of
+    :class:`PowerMode`; ``labels`` the provenance of each row.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        modes: Sequence[PowerMode],
+        *,
+        batch_size: Sequence[int] | None = None,
+        train_time_s: Sequence[float] | None = None,
+        train_power_w: Sequence[float] | None = None,
+        infer_time_s: Sequence[float] | None = None,
+        infer_power_w: Sequence[float] | None = None,
+        labels: Sequence[str] | None = None,
+        strategy: str = "",
+        profiles_used: int | None = None,
+        new_profiles: int = 0,
+    ) -> None:
+        self.kind = check_kind(kind)
+        self.modes: list[PowerMode] = list(modes)
+        n = len(self.modes)
+        need_train = self.kind in ("train", "concurrent")
+        need_infer = self.kind in ("infer", "concurrent")
+        self.train_time_s = _f(train_time_s) if need_train else None
+        self.train_power_w = _f(train_power_w) if need_train else None
+        self.infer_time_s = _f(infer_time_s) if need_infer else None
+        self.infer_power_w = _f(infer_power_w) if need_infer else None
+        self.batch_size = np.asarray(batch_size, dtype=np.int64).ravel() if need_infer else None
+        for name in ("train_time_s", "train_power_w", "infer_time_s", "infer_power_w", "batch_size"):
+            col = getattr(self, name)
+            if col is not None and col.shape != (n,):
+                raise ValueError(f"ProfileTable({self.kind}): column {name} has {col.size} entries for {n} modes")
+        self.labels = list(labels) if labels is not None else ["measured"] * n
+        self.strategy = strategy
+        self.profiles_used = n if profiles_used is None else int(profiles_used)
+        self.new_profiles = int(new_profiles)
+
+    # ------------------------------------------------------------------------------ construction
+    @classmethod
+    def from_results(cls, kind: str, results: Mapping[Any, Any] | Iterable[tuple[Any, Any]], **kw: Any) -> ProfileTable:
+        """From ``{Point: Measurement | ConcurrentMeasurement}`` (what a search profiled), keeping ``kind`` points."""
+        kind = check_kind(kind)
+        items = results.items() if isinstance(results, Mapping) else results
+        modes: list[PowerMode] = []
+        cols: dict[str, list] = {k: [] for k in ("bs", "tt", "tp", "it", "ip", "lab")}
+        for point, res in items:
+            if point.kind != kind:
+                continue
+            modes.append(point.mode)
+            if kind == "train":
+                m = as_measurement(res)
+                cols["tt"].append(m.time_s)
+                cols["tp"].append(m.power_w)
+                cols["lab"].append(m.label)
+            elif kind == "infer":
+                m = as_measurement(res)
+                cols["bs"].append(point.batch_size)
+                cols["it"].append(m.time_s)
+                cols["ip"].append(m.power_w)
+                cols["lab"].append(m.label)
+            else:
+                assert isinstance(res, ConcurrentMeasurement)
+                cols["bs"].append(point.batch_size)
+                cols["tt"].append(res.train.time_s)
+                cols["tp"].append(res.train.power_w)
+                cols["it"].append(res.infer.time_s)
+                cols["ip"].append(res.infer.power_w)
+                cols["lab"].append(res.label)
+        return cls(
+            kind, modes, batch_size=cols["bs"], train_time_s=cols["tt"], train_power_w=cols["tp"],
+            infer_time_s=cols["it"], infer_power_w=cols["ip"], labels=cols["lab"], **kw,
+        )
+
+    @classmethod
+    def combine(cls, train: ProfileTable, infer: ProfileTable, **kw: Any) -> ProfileTable:
+        """A concurrent table from a training table and an inference table of the same modes (joined on mode)."""
+        if train.kind not in ("train", "concurrent") or infer.kind not in ("infer", "concurrent"):
+            raise ValueError("combine(train, infer) needs a training table and an inference table")
+        by_mode = {}
+        for i, m in enumerate(train.modes):
+            by_mode.setdefault(m, i)
+        rows = [(j, by_mode[m]) for j, m in enumerate(infer.modes) if m in by_mode]
+        j_idx = np.asarray([r[0] for r in rows], dtype=np.int64)
+        i_idx = np.asarray([r[1] for r in rows], dtype=np.int64)
+        labs = [train.labels[i] if train.labels[i] == infer.labels[j] else f"{train.labels[i]}+{infer.labels[j]}"
+                for j, i in rows]
+        return cls(
+            "concurrent", [infer.modes[j] for j in j_idx], batch_size=infer.batch_size[j_idx],
+            train_time_s=train.train_time_s[i_idx], train_power_w=train.train_power_w[i_idx],
+            infer_time_s=infer.infer_time_s[j_idx], infer_power_w=infer.infer_power_w[j_idx], labels=labs, **kw,
+        )
+
+    # ------------------------------------------------------------------------------ views
+    def __len__(self) -> int:
+        return len(self.modes)
+
+    def __repr__(self) -> str:
+        return f"ProfileTable({self.kind}, {len(self)} rows, strategy={self.strategy!r})"
+
+    def training_view(self) -> ProfileTable:
+        """The training profiles of a concurrent table, one row per distinct mode."""
+        if self.kind == "train":
+            return self
+        if self.kind != "concurrent":
+            raise ValueError("an inference table has no training profiles")
+        seen: dict[PowerMode, int] = {}
+        for i, m in enumerate(self.modes):
+            seen.setdefault(m, i)
+        idx = np.asarray(list(seen.values()), dtype=np.int64)
+        return ProfileTable("train", [self.modes[i] for i in idx], train_time_s=self.train_time_s[idx],
+                            train_power_w=self.train_power_w[idx], labels=[self.labels[i] for i in idx],
+                            strategy=self.strategy)
+
+    def assess(self, problem: Any) -> Assessment:
+        """The problem applied to every row (see :meth:`TrainingProblem.assess` and friends)."""
+        if isinstance(problem, TrainingProblem):
+            if self.train_time_s is None:
+                raise ValueError(f"a {self.kind} table cannot solve a training problem: it has no training profiles")
+            return problem.assess(self.train_time_s, self.train_power_w)
+        if isinstance(problem, InferenceProblem):
+            if self.infer_time_s is None:
+                raise ValueError(f"a {self.kind} table cannot solve an inference problem: it has no inference profiles")
+            return problem.assess(self.infer_time_s, self.infer_power_w, self.batch_size)
+        if isinstance(problem, ConcurrentProblem):
+            if self.kind != "concurrent":
+                raise ValueError(
+                    f"a {self.kind} table cannot solve a concurrent problem: explore with kind='concurrent' "
+                    "or ProfileTable.combine(train_table, infer_table)"
+                )
+            return problem.assess(self.train_time_s, self.train_power_w, self.infer_time_s, self.infer_power_w,
+                                  self.batch_size)
+        raise TypeError(f"not a tuning problem: {problem!r}")
+
+    def best_row(self, problem: Any) -> int | None:
+        if len(self) == 0:
+            return None
+        return best_index(self.assess(problem))
+
+    def solve(self, problem: Any) -> Solution | None:
+        """The best row that meets every constraint of ``problem``, as a :class:`Solution`; ``None`` if none does."""
+        i = self.best_row(problem)
+        if i is None:
+            return None
+        return self.solution_at(problem, i)
+
+    def solution_at(self, problem: Any, i: int, **kw: Any) -> Solution:
+        a = self.assess(problem)
+        kind = problem.kind
+        base = dict(problem=problem, mode=self.modes[i], profiles_used=self.profiles_used,
+                    new_profiles=self.new_profiles, strategy=self.strategy, label=self.labels[i])
+        base.update(kw)
+        if kind == "train":
+            return Solution(batch_size=None, time_s=float(self.train_time_s[i]), power_w=float(self.train_power_w[i]),
+                            throughput=float(a.throughput[i]), train_power_w=float(self.train_power_w[i]), **base)
+        if kind == "infer":
+            return Solution(batch_size=int(self.batch_size[i]), time_s=float(self.infer_time_s[i]),
+                            power_w=float(self.infer_power_w[i]), latency_s=float(a.latency_s[i]),
+                            throughput=float(a.throughput[i]), infer_time_s=float(self.infer_time_s[i]),
+                            infer_power_w=float(self.infer_power_w[i]), **base)
+        return Solution(batch_size=int(self.batch_size[i]), time_s=float(self.train_time_s[i]),
+                        power_w=float(a.power_w[i]), latency_s=float(a.latency_s[i]),
+                        throughput=float(a.throughput[i]), train_minibatches=int(a.train_minibatches[i]),
+                        infer_time_s=float(self.infer_time_s[i]), infer_power_w=float(self.infer_power_w[i]),
+                        train_power_w=float(self.train_power_w[i]), **base)
+
+    def pareto(self, batch_size: int | None = None) -> np.ndarray:
+        """Row indices of the observed time-power Pareto front (inference: of one batch size, if given)."""
+        if self.kind == "train":
+            return pareto_front(self.train_time_s, self.train_power_w)
+        rows = np.arange(len(self))
+        if batch_size is not None:
+            rows = rows[self.batch_size == int(batch_size)]
+        t = self.infer_time_s[rows] if self.kind == "infer" else self.train_time_s[rows]
+        p = self.infer_power_w[rows] if self.kind == "infer" else np.maximum(self.train_power_w, self.infer_power_w)[rows]
+        return rows[pareto_front(t, p)]
+
+    def points(self) -> list[tuple[PowerMode, int | None]]:
+        """``(mode, batch size)`` of every row (batch size ``None`` for training rows)."""
+        if self.batch_size is None:
+            return [(m, None) for m in self.modes]
+        return [(m, int(b)) for m, b in zip(self.modes, self.batch_size)]

@@ -1,0 +1,162 @@
+"""EnergySession without Lightning (a plain loop), the step-selection policy, auto every-N, and the reports."""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections import deque
+
+import pytest
+import torch
+from torch import nn
+
+from lightning_edge.lightning.session import AUTO_START, EnergySession, batch_size_of
+from lightning_edge.profiling.attribution import LayerEnergy, StepEnergy
+from lightning_edge.profiling.report import CSV_FIELDS, ProfileReport
+
+
+def _loop(session, steps, stage="train"):
+    torch.manual_seed(0)
+    m = session.model
+    opt = torch.optim.SGD(m.parameters(), lr=0.01)
+    x, y = torch.randn(4, 6), torch.randint(0, 3, (4,))
+    for _ in range(steps):
+        session.step_begin(stage, (x, y))
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(m(x), y)
+        session.mark("(backward)", "bwd")
+        loss.backward()
+        session.mark("(optimizer)")
+        opt.step()
+        session.step_end(stage)
+        session.flush()
+
+
+def test_plain_loop_with_the_twin():
+    m = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
+    s = EnergySession(m, "sim:orin-agx", every_n_steps=2, warmup_steps=2)
+    _loop(s, 8)
+    s.flush(wait=True)
+    idx = [p.index for p in s.profiled["train"]]
+    assert idx == [2, 4, 6]  # step 0 captures the inputs for the cost model, 1 is warm-up
+    p = s.profiled["train"][0]
+    assert p.energy.source == "simulated" and p.energy.label == "simulated-measured"
+    assert p.energy.layer_sum_j == pytest.approx(p.energy.energy_j, rel=1e-9)
+    assert {"0", "1", "2", "(forward)", "(backward)", "(optimizer)"} <= set(p.energy.layers)
+    assert s.costs[True]["0"].backward.flops > 0  # the cost model ran on the captured inputs, with backward
+    assert s.device.twin.activity is not None and s.device.twin.activity.kind == "train"
+    assert all(t.label == "simulated-measured" for t in s.totals["train"])
+    tot = s.epoch_end("train")
+    assert tot.steps == 8 and tot.samples == 32 and tot.energy_j > 0 and tot.label == "simulated-measured"
+    assert tot.j_per_sample == pytest.approx(tot.energy_j / 32)
+    s.close()
+    assert s.device.twin.activity is None
+
+
+def test_warmup_and_every_n_policy():
+    m = nn.Linear(6, 3)
+    s = EnergySession(m, "none", every_n_steps=3, warmup_steps=2, analyze=False)
+    _loop(s, 12)
+    s.flush(wait=True)
+    assert [p.index for p in s.profiled["train"]] == [2, 5, 8, 11]
+    assert all(p.energy.label == "estimated" for p in s.profiled["train"])
+    # eval stages count their own steps
+    _loop(s, 4, stage="validate")
+    s.flush(wait=True)
+    assert [p.index for p in s.profiled["validate"]] == [2]
+
+
+def test_auto_every_n_follows_the_measured_overhead():
+    s = EnergySession(nn.Linear(2, 2), "none")
+    assert s.auto and s.every_n_steps == AUTO_START
+    s._plain_ns["train"] = deque([100_000_000] * 5)  # 100 ms plain steps
+    s._prof_ns["train"] = deque([10_000_000])  # a profiled step costs 10 ms more
+    s.add_work_ns(5_000_000)  # attribution + logging: 5 ms
+    assert s.every_n_steps == 5  # 15 ms / (3 % of 100 ms) = 5
+    s._prof_ns["train"] = deque([0])
+    s._work_ns.clear()
+    s.add_work_ns(1_000_000)
+    assert s.every_n_steps == 1
+    s._prof_ns["train"] = deque([100_000_000])  # 100 % per profiled step: N grows at most 2x per update
+    s.add_work_ns(0)
+    assert s.every_n_steps == 2
+    with pytest.raises(ValueError, match="every_n_steps"):
+        EnergySession(nn.Linear(2, 2), every_n_steps=0)
+
+
+def test_batch_size_of():
+    assert batch_size_of((torch.zeros(5, 2), torch.zeros(5))) == 5
+    assert batch_size_of({"ids": torch.zeros(3, 7)}) == 3
+    assert batch_size_of([1, 2]) is None
+
+
+def _steps():
+    out = []
+    for i, scale in enumerate((1.0, 1.2)):
+        layers = {
+            "conv": LayerEnergy("conv", 0.5 * scale, 0.02, "measured", "measured", "Conv2d", 0.4, 0.01, 0.01, 1),
+            "bn": LayerEnergy("bn", 0.1, 0.005, "apportioned", "measured", "BatchNorm2d", 0.1, 0.002, 0.003, 1),
+            "(other)": LayerEnergy("(other)", 0.05, 0.004, "apportioned", "measured", "region", 0.05),
+        }
+        e = sum(le.energy_j for le in layers.values())
+        out.append(StepEnergy(i * 10**8, i * 10**8 + 29_000_000, e, "measured", "measured", layers, 1e-3,
+                              samples=8))
+    return out
+
+
+def test_report_files_table_and_summary(tmp_path):
+    costs = {"conv": {"fwd": (2e9, 1e8), "bwd": (4e9, 2e8)}}
+    rep = ProfileReport.build({"train": _steps()}, costs={"train": costs},
+                              totals={"train": {"steps": 20, "energy_j": 13.0, "time_s": 0.6, "samples": 160,
+                                                "label": "measured"}},
+                              device="jetson: INA3221", source="measured", mode="MAXN", roofline="orin",
+                              overhead={"fraction": 0.021, "every_n_steps": 10, "sampler_cpu_percent": 1.5})
+    rows = rep.rows("train")
+    assert [r["layer"] for r in rows] == ["conv", "bn", "(other)"]
+    assert rows[0]["method"] == "measured" and rows[1]["method"] == "apportioned"
+    assert rows[0]["energy_mj"] == pytest.approx(550.0) and rows[0]["flops"] == 6e9
+    assert rows[0]["intensity"] == pytest.approx(20.0)
+    rep.write_csv(tmp_path / "layers.csv")
+    got = list(csv.DictReader(open(tmp_path / "layers.csv")))
+    assert list(got[0]) == list(CSV_FIELDS) and len(got) == 3
+    rep.write_json(tmp_path / "layers.json")
+    doc = json.loads((tmp_path / "layers.json").read_text())
+    assert doc["stages"]["train"]["total"]["j_per_sample"] == pytest.approx(13.0 / 160)
+    assert doc["statement"] is None and doc["overhead"]["every_n_steps"] == 10
+    md = rep.markdown("train")
+    assert "| `conv` | Conv2d | measured |" in md
+    text = rep.summary(top=2)
+    assert "conv" in text and "bn" in text and "(other)" not in text.split("top 2")[1].split("methods")[0]
+    assert "13 J" in text and "2.10 %" in text and "every 10 steps" in text
+    assert "methods (layer-steps): 4 apportioned, 2 measured" in text
+
+    sim = ProfileReport.build({"train": _steps()}, source="simulated", mode="8c/1344/726/2133")
+    assert "SIMULATED for a Jetson AGX Orin" in sim.summary() and "8c/1344/726/2133" in sim.summary()
+    est = ProfileReport.build({"train": _steps()}, source="model", roofline="orin-agx-pagoda MAXN")
+    assert "estimated: no power sensor" in est.markdown("train")
+
+
+def test_write_scalars_batches_and_falls_back_to_add_scalar(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.tensorboard import SummaryWriter
+
+    from lightning_edge.lightning.energy_profiler import write_scalars
+
+    w = SummaryWriter(str(tmp_path))
+    write_scalars(w, [("time/a_ms", 1.5), ("energy/a_mj", 2.5), ("power/a_w", float("nan"))], 7)
+    w.close()
+    acc = EventAccumulator(str(tmp_path), size_guidance={"scalars": 0})
+    acc.Reload()
+    assert set(acc.Tags()["scalars"]) == {"time/a_ms", "energy/a_mj"}  # non-finite values are left out
+    assert acc.Scalars("energy/a_mj")[0].step == 7 and acc.Scalars("energy/a_mj")[0].value == 2.5
+
+    class Plain:  # a writer with only the public API
+        def __init__(self):
+            self.calls = []
+
+        def add_scalar(self, tag, value, step):
+            self.calls.append((tag, value, step))
+
+    p = Plain()
+    write_scalars(p, [("x", 1.0), ("y", 2.0)], 3)
+    assert p.calls == [("x", 1.0, 3), ("y", 2.0, 3)]

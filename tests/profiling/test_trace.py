@@ -1,0 +1,94 @@
+"""Chrome/Perfetto traces of profiled steps: properly nested spans per thread, power counters, file layout."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import numpy as np
+import torch
+from torch import nn
+
+from lightning_edge.profiling.attribution import PowerTrace, attribute_step
+from lightning_edge.profiling.hooks import LayerTimer
+from lightning_edge.profiling.sampler import Samples
+from lightning_edge.profiling.trace import TRACE_SUFFIX, chrome_trace, nest_lanes, trace_path, write_trace
+
+
+def test_nest_lanes_keeps_every_lane_properly_nested():
+    spans = [(0, 100), (10, 50), (20, 30), (40, 60), (70, 90), (55, 65), (0, 100)]
+    lanes = nest_lanes(spans)
+    by_lane: dict[int, list] = {}
+    for s, lane in zip(spans, lanes):
+        by_lane.setdefault(lane, []).append(s)
+    for group in by_lane.values():
+        for a in group:
+            for b in group:
+                if a is b:
+                    continue
+                disjoint = a[1] <= b[0] or b[1] <= a[0]
+                nested = (a[0] <= b[0] and b[1] <= a[1]) or (b[0] <= a[0] and a[1] <= b[1])
+                assert disjoint or nested, (a, b)
+    assert lanes[spans.index((40, 60))] != lanes[spans.index((10, 50))]  # overlaps without nesting
+
+
+def _step():
+    m = nn.Sequential(nn.Linear(8, 8), nn.ReLU(inplace=True), nn.Linear(8, 2))
+    timer = LayerTimer(m, root_name="mlp")
+    with timer.step("(forward)") as s:
+        loss = m(torch.randn(4, 8)).sum()
+        s.mark("(backward)", "bwd")
+        loss.backward()
+    return s.timing
+
+
+def test_chrome_trace_spans_counters_and_file(tmp_path):
+    t = _step()
+    ts = np.arange(t.t0_ns - 2_000_000, t.t1_ns + 2_000_000, 500_000)
+    rails = np.column_stack([np.full(ts.size, 10.0), np.full(ts.size, 5.0)])
+    samples = Samples(ts, rails.sum(axis=1), rails, np.zeros(ts.size, bool), np.full(ts.size, np.nan), ("GPU", "CPU"))
+    e = attribute_step(t.exclusive(), t.t0_ns, t.t1_ns, trace=PowerTrace(ts, samples.power_w), update_period_s=5e-4)
+    doc = chrome_trace([(t, e, "train step 3")], power=lambda a, b: samples, pid=42,
+                       metadata={"source": "measured"})
+    evs = doc["traceEvents"]
+    spans = [x for x in evs if x["ph"] == "X"]
+    names = {(x["name"], x["args"].get("phase")) for x in spans}
+    for layer in ("0", "1", "2", "mlp"):
+        assert (layer, "fwd") in names and (layer, "bwd") in names
+    step = next(x for x in spans if x["name"] == "ProfilerStep#0")
+    assert step["args"]["label"] == "train step 3" and step["dur"] > 0
+    assert abs(step["args"]["energy_j"] - e.energy_j) < 1e-12
+    lin = next(x for x in spans if x["name"] == "0" and x["args"]["phase"] == "fwd")
+    assert lin["args"]["method"] in ("measured", "apportioned") and lin["args"]["kind"] == "Linear"
+    # spans of one thread nest properly
+    by_tid: dict[int, list] = {}
+    for x in spans:
+        by_tid.setdefault(x["tid"], []).append((x["ts"], x["ts"] + x["dur"]))
+    for group in by_tid.values():
+        group.sort(key=lambda s: (s[0], -s[1]))
+        stack: list[float] = []
+        for a, b in group:
+            while stack and stack[-1] <= a + 1e-3:  # µs; float rounding of adjacent spans
+                stack.pop()
+            assert not stack or b <= stack[-1] + 1e-3
+            stack.append(b)
+    counters = {x["name"] for x in evs if x["ph"] == "C"}
+    assert counters == {"power total (W)", "power GPU (W)", "power CPU (W)"}
+    assert all(x["pid"] == 42 for x in evs)
+    threads = {x["args"]["name"] for x in evs if x["ph"] == "M" and x["name"] == "thread_name"}
+    assert {"step", "forward", "backward"} <= threads
+
+    path = write_trace(doc, trace_path(tmp_path / "logs"))
+    rel = os.path.relpath(path, tmp_path / "logs")
+    assert re.fullmatch(r"plugins/profile/energy/[^/]+_\d+\.\d+" + re.escape(TRACE_SUFFIX), rel), rel
+    again = json.loads(path.read_text())
+    assert again["traceEvents"] == json.loads(json.dumps(evs))
+
+
+def test_trace_without_energy_or_power():
+    t = _step()
+    doc = chrome_trace([(t, None, "eval")])
+    assert not [x for x in doc["traceEvents"] if x["ph"] == "C"]
+    assert any(x["name"] == "2" for x in doc["traceEvents"] if x["ph"] == "X")
+    json.dumps(doc, allow_nan=False)

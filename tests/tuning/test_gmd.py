@@ -1,0 +1,219 @@
+"""GMD walked step by step (Algorithm 1 and the variants of sections 5.1.3 and 5.1.4).
+
+The hand-made space has cores (2, 4, 6), CPU (100..500 step 100), GPU (100..700 step 100) and memory
+(1000, 2000, 3000) MHz; the midpoint is 4c/300/400/2000. In :class:`LinearWorkload` time falls and
+power rises linearly along every knob, so the slope ratios are constants:
+
+    knob    time/unit   power/unit   rho = time saved per watt
+    cores   0.01        1.0          0.01
+    cpu     0.00015     0.008        0.01875
+    gpu     0.0005      0.01         0.05      <- largest
+    mem     0.0001      0.004        0.025
+
+    power = 5 + cores + 0.008 cpu + 0.01 gpu + 0.004 mem ; at the midpoint 5 + 4 + 2.4 + 4 + 8 = 23.4 W
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from lightning_edge.devices.modes import PowerModeSpace
+from lightning_edge.tuning import (
+    GMD,
+    ConcurrentProblem,
+    InferenceProblem,
+    Measurement,
+    TrainingProblem,
+)
+from lightning_edge.tuning.gmd import slope_ratio
+
+from .workloads import HAND_SPACE, LinearWorkload, SaturatingWorkload
+
+
+def labels(result):
+    return [str(p.mode) + ("" if p.batch_size is None else f"@{p.batch_size}") for p in result.visited]
+
+
+def test_slope_ratio_and_threshold():
+    # GPU 400 -> 700 MHz: time 0.515 -> 0.365 s, power 23.4 -> 26.4 W: 0.15 s / 3 W = 0.05 s/W
+    assert slope_ratio(0.515, 23.4, 0.365, 26.4, 0.5) == pytest.approx(0.05)
+    # a negligible power change (0.01 W) counts as the 0.5 W threshold, not as a huge ratio
+    assert slope_ratio(0.50, 20.0, 0.49, 20.01, 0.5) == pytest.approx(0.02)
+    # a knob that does not cut time has ratio 0 (ResNet's cores in the paper)
+    assert slope_ratio(0.5, 20.0, 0.5, 22.0, 0.5) == 0.0
+
+
+def test_walk_training_midpoint_within_budget():
+    """Power budget 29.5 W: the midpoint (23.4 W) is within, so GMD probes the highest values."""
+    gmd = GMD()
+    r = gmd.run(TrainingProblem(29.5), HAND_SPACE, LinearWorkload(), store=None)
+    assert labels(r) == [
+        "4c/300/400/2000",  # L7-8: mid, 23.4 W <= 29.5 -> probe highs (L15-20)
+        "6c/300/400/2000",  # L23: cores high, 25.4 W   rho = 0.02 s / 2 W = 0.01
+        "4c/500/400/2000",  # L23: cpu high, 25.0 W     rho = 0.03 s / 1.6 W = 0.01875
+        "4c/300/700/2000",  # L23: gpu high, 26.4 W     rho = 0.15 s / 3 W = 0.05  (largest, L27)
+        "4c/300/400/3000",  # L23: mem high, 27.4 W     rho = 0.1 s / 4 W = 0.025
+        # L28: prune GPU values below the midpoint. The GPU line already holds 700 MHz within budget,
+        # so the base moves there without a profile. Next largest rho with values left: memory.
+        "4c/300/700/3000",  # mem 3000 at the new base: 30.4 W > 29.5, prune mem >= 3000
+        "4c/500/700/2000",  # next: cpu (0.01875); values {400, 500}, upper middle 500: 28.0 W, within
+        "6c/500/700/2000",  # last: cores (0.01); 6 cores: 30.0 W > 29.5. Nothing left: 8 profiles.
+    ]
+    assert r.solution.mode == HAND_SPACE.parse("4c/500/700/2000")
+    assert r.solution.power_w == pytest.approx(28.0)
+    assert r.solution.time_s == pytest.approx(0.335)
+    assert r.profiles_used == 8 and r.new_profiles == 8
+    kinds = [t[0] for t in gmd.last_trace]
+    assert kinds == ["mid", "extreme", "extreme", "extreme", "extreme", "prune", "move", "step", "step", "step"]
+    assert gmd.last_trace[5] == ("prune", 2, "low")  # L27-28: GPU, the largest ratio
+
+
+def test_walk_training_midpoint_over_budget():
+    """Power budget 19.9 W: the midpoint is over, so GMD probes the lowest values and descends."""
+    gmd = GMD()
+    r = gmd.run(TrainingProblem(19.9), HAND_SPACE, LinearWorkload(), store=None)
+    assert labels(r) == [
+        "4c/300/400/2000",  # mid 23.4 W > 19.9 -> probe lows (L9-14)
+        "2c/300/400/2000",  # 21.4 W (over)
+        "4c/100/400/2000",  # 21.8 W (over)
+        "4c/300/100/2000",  # 20.4 W (over)    rho 0.05: GPU is searched first, its high half pruned
+        "4c/300/400/1000",  # 19.4 W (within)  a candidate already
+        # The GPU line {100: over, 400: over} has nothing within budget: the base descends to GPU 100 MHz
+        # (no profile). Next knob by rho with values left: memory, below 2000 -> 1000.
+        "4c/300/100/1000",  # 16.4 W, within. On the GPU line through it, 400 MHz (the memory-low extreme)
+        # is known within budget: the base moves up to 4c/300/400/1000 (19.4 W) without a profile.
+        "4c/500/400/1000",  # cpu (next rho), values {400, 500}: 500 -> 21.0 W over
+        "4c/400/400/1000",  # then 400 -> 20.2 W over: the CPU line is exhausted
+        "6c/300/400/1000",  # cores: 21.4 W over. Nothing left: 9 profiles (budget 10)
+    ]
+    assert r.solution.mode == HAND_SPACE.parse("4c/300/400/1000")  # the best candidate is an extreme
+    assert r.solution.power_w == pytest.approx(19.4)
+    assert gmd.last_trace[5] == ("prune", 2, "high")
+
+
+def test_budget_cuts_the_walk_short():
+    full = GMD().run(TrainingProblem(29.5), HAND_SPACE, LinearWorkload(), store=None)
+    short = GMD(max_profiles=6).run(TrainingProblem(29.5), HAND_SPACE, LinearWorkload(), store=None)
+    assert short.visited == full.visited[:6]
+    assert short.profiles_used == 6
+
+
+def test_no_mode_within_budget_returns_none():
+    r = GMD().run(TrainingProblem(5.0), HAND_SPACE, LinearWorkload(), store=None)
+    assert r.solution is None
+    assert r.profiles_used <= 10
+    # it kept descending: the last profiled modes are lower-power than the midpoint
+    assert LinearWorkload.power_w(r.visited[-1].mode) < LinearWorkload.power_w(r.visited[0].mode)
+
+
+def test_generous_budget_reaches_maxn():
+    r = GMD().run(TrainingProblem(100.0), HAND_SPACE, LinearWorkload(), store=None)
+    assert r.solution.mode == HAND_SPACE.max_mode()
+
+
+def test_inference_starts_at_bs1_and_backtracks_to_a_larger_batch():
+    """100 requests/s: a bs-1 minibatch must take <= 10 ms, which needs more than 25 W here.
+
+    GMD searches at bs 1 (A in Fig. 15b), finds modes within 25 W that are too slow for the arrivals,
+    and tries the fastest of them (lowest latency first) at bs 4 (B, C), which keeps up."""
+    w = LinearWorkload()
+    prob = InferenceProblem(power_budget_w=25.0, latency_budget_s=0.1, arrival_rps=100.0, batch_sizes=(1, 4, 16))
+    gmd = GMD()
+    r = gmd.run(prob, HAND_SPACE, w, store=None)
+    bs1 = [p for p in r.visited if p.batch_size == 1]
+    rest = [p for p in r.visited if p.batch_size != 1]
+    assert len(bs1) <= 10 and len(r.visited) <= 11
+    assert rest and rest[0].batch_size == 4
+    # the first backtracking candidate is the fastest bs-1 mode within the power budget
+    within = [p for p in bs1 if w.infer(p.mode, 1).power_w <= 25.0]
+    fastest = min(within, key=lambda p: w.infer(p.mode, 1).time_s)
+    assert rest[0].mode == fastest.mode
+    sol = r.solution
+    assert sol is not None and sol.batch_size == 4
+    assert sol.latency_s == pytest.approx(3 / 100 + sol.time_s)
+    assert sol.latency_s <= 0.1 and sol.power_w <= 25.0 and sol.time_s <= 4 / 100
+    assert gmd.last_trace[-1][0] == "backtrack" or any(t[0] == "backtrack" for t in gmd.last_trace)
+
+
+def test_inference_solution_at_bs1_needs_no_backtracking():
+    prob = InferenceProblem(power_budget_w=40.0, latency_budget_s=0.1, arrival_rps=30.0, batch_sizes=(1, 4, 16))
+    r = GMD().run(prob, HAND_SPACE, LinearWorkload(), store=None)
+    assert {p.batch_size for p in r.visited} == {1}
+    assert r.solution.batch_size == 1 and len(r.visited) <= 10
+
+
+def test_concurrent_branch_and_bound_then_search():
+    """100 requests/s, latency <= 0.33 s. bs 64 queues 0.63 s: dropped without profiling.
+    bs 32 queues 0.31 s, + 36 ms at MAXN = 0.346 s > 0.33: dropped after profiling MAXN (E in Fig. 15c).
+    bs 16: 0.15 s + 22 ms at MAXN: kept; the search runs at bs 16 (training minibatches of 20-80 ms)."""
+    prob = ConcurrentProblem(power_budget_w=30.0, latency_budget_s=0.33, arrival_rps=100.0, batch_sizes=(1, 4, 16, 32, 64))
+    gmd = GMD()
+    r = gmd.run(prob, HAND_SPACE, LinearWorkload(train_scale=0.1), store=None)
+    bounds = [t for t in gmd.last_trace if t[0] == "bound"]
+    assert bounds == [("bound", 64, "queueing"), ("bound", 32, "dropped"), ("bound", 16, "kept")]
+    maxn = HAND_SPACE.max_mode()
+    assert (r.visited[0].mode, r.visited[0].batch_size) == (maxn, 32)
+    assert (r.visited[1].mode, r.visited[1].batch_size) == (maxn, 16)
+    assert (r.visited[2].mode, r.visited[2].batch_size) == (HAND_SPACE.midpoint(), 16)
+    assert len(r.visited) <= 15
+    sol = r.solution
+    assert sol is not None and sol.batch_size == 16 and sol.power_w <= 30.0
+    assert sol.train_minibatches >= 1 and sol.latency_s <= 0.33
+    assert sol.throughput == pytest.approx(sol.train_minibatches * 100.0 / 16)
+
+
+class _TwoSlopes:
+    """Training time depends mostly on CPU, inference time mostly on GPU; ``dominant`` picks whose power is higher."""
+
+    def __init__(self, dominant: str) -> None:
+        self.extra = {"train": 5.0, "infer": 0.0} if dominant == "train" else {"train": 0.0, "infer": 5.0}
+
+    @staticmethod
+    def _p(m):
+        return 5 + m.cores + 0.008 * m.cpu_mhz + 0.01 * m.gpu_mhz + 0.004 * m.mem_mhz
+
+    def train(self, m):
+        return Measurement(1.0 - 0.0015 * m.cpu_mhz - 0.0001 * m.gpu_mhz, self._p(m) + self.extra["train"])
+
+    def infer(self, m, bs):
+        return Measurement((0.5 - 0.0005 * m.gpu_mhz - 0.00001 * m.cpu_mhz) * bs / 16, self._p(m) + self.extra["infer"])
+
+
+@pytest.mark.parametrize("dominant, first_knob", [("infer", 2), ("train", 1)])
+def test_concurrent_uses_the_dominant_workloads_slopes(dominant, first_knob):
+    # whichever workload draws more power decides which knob's ratio leads the search (section 5.1.4)
+    prob = ConcurrentProblem(power_budget_w=60.0, latency_budget_s=5.0, arrival_rps=10.0, batch_sizes=(16,))
+    gmd = GMD()
+    gmd.run(prob, HAND_SPACE, _TwoSlopes(dominant), store=None)
+    prune = [t for t in gmd.last_trace if t[0] == "prune"]
+    assert prune and prune[0][1] == first_knob
+
+
+def test_single_valued_knobs_are_skipped():
+    space = PowerModeSpace(cores=(4,), cpu_mhz=(1000,), gpu_mhz=(100, 200, 300, 400, 500), mem_mhz=(2000,))
+    r = GMD().run(TrainingProblem(29.5), space, LinearWorkload(), store=None)
+    # only the GPU knob varies (power 5 + 4 + 8 + 0.01 gpu + 8): mid 300 (28 W, within), high 500 (30 W, over),
+    # then the only value left between them, 400 (29 W, within): the answer
+    assert [p.mode.gpu_mhz for p in r.visited] == [300, 500, 400]
+    assert r.solution.mode.gpu_mhz == 400
+
+
+def test_gmd_on_saturating_workload_is_close_to_the_oracle():
+    from lightning_edge.tuning import Exhaustive
+
+    w = SaturatingWorkload()
+    oracle = Exhaustive().explore(HAND_SPACE, w, kind="train", store=None)
+    excess = []
+    for budget in range(12, 40, 2):
+        prob = TrainingProblem(float(budget))
+        best = oracle.solve(prob)
+        sol = GMD().solve(prob, HAND_SPACE, w, store=None)
+        if best is None:
+            continue
+        assert sol is not None and sol.power_w <= budget
+        excess.append(sol.time_s / best.time_s - 1)
+    excess.sort()
+    assert excess[len(excess) // 2] < 0.15  # median excess time below 15 %
+    assert not any(math.isnan(e) for e in excess)
