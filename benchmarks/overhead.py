@@ -118,6 +118,56 @@ def run(config: str, loader: DataLoader, steps: int, tmp: str) -> dict:
     return out
 
 
+def paired(loader: DataLoader, pairs: int) -> dict:
+    """Per-profiled-step cost without Lightning and without fit-to-fit drift: triples (plain, profiled, plain) of
+    the same ResNet-18 training step, interleaved; cost = profiled - mean of its two plain neighbours (wall and
+    CPU). The profiled step includes the attribution (``EnergySession.flush``), as in the callback."""
+    from lightning_edge.lightning.session import EnergySession
+
+    torch.manual_seed(0)
+    model = zoo.get("resnet18").build()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    x, y = next(iter(loader))
+    session = EnergySession(model, "none", every_n_steps=1, warmup_steps=1)
+
+    def plain() -> tuple[int, int]:
+        w, c = time.perf_counter_ns(), time.process_time_ns()
+        opt.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        opt.step()
+        return time.perf_counter_ns() - w, time.process_time_ns() - c
+
+    def profiled() -> tuple[int, int]:
+        w, c = time.perf_counter_ns(), time.process_time_ns()
+        session.step_begin("train", (x, y))
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        session.mark("(backward)", "bwd")
+        loss.backward()
+        session.mark("(optimizer)")
+        opt.step()
+        session.step_end("train")
+        session.flush()
+        return time.perf_counter_ns() - w, time.process_time_ns() - c
+
+    for _ in range(3):
+        plain()
+        profiled()  # capture step, warm-up
+    dw, dc, base_w, base_c = [], [], [], []
+    for _ in range(pairs):
+        a, b, c = plain(), profiled(), plain()
+        dw.append(b[0] - (a[0] + c[0]) / 2)
+        dc.append(b[1] - (a[1] + c[1]) / 2)
+        base_w.append((a[0] + c[0]) / 2)
+        base_c.append((a[1] + c[1]) / 2)
+    session.close()
+    q = statistics.quantiles
+    return {"wall_ms": statistics.median(dw) / 1e6, "cpu_ms": statistics.median(dc) / 1e6,
+            "wall_iqr": [v / 1e6 for v in q(dw, n=4)[::2]], "cpu_iqr": [v / 1e6 for v in q(dc, n=4)[::2]],
+            "base_wall_ms": statistics.median(base_w) / 1e6, "base_cpu_ms": statistics.median(base_c) / 1e6,
+            "hook_estimate_ms": statistics.median(session._prof_ns["train"]) / 1e6}
+
+
 def machine() -> str:
     cpu = platform.processor() or platform.machine()
     try:
@@ -143,6 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--batch-size", type=int, default=8)
     ap.add_argument("--image", type=int, default=64, help="image side in pixels (default 64)")
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
+    ap.add_argument("--pairs", type=int, default=30, help="(plain, profiled, plain) triples of the paired test")
     ap.add_argument("--out", type=Path, default=None, help="write the markdown table here")
     args = ap.parse_args(argv)
     if args.threads:
@@ -160,6 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
     warnings.filterwarnings("ignore")
     results: dict[str, list[dict]] = {c: [] for c in CONFIGS}
+    pair = paired(loader, args.pairs)
+    print(f"paired: a profiled step costs {pair['wall_ms']:.2f} ms wall, {pair['cpu_ms']:.2f} ms CPU more than a "
+          f"plain one ({pair['base_wall_ms']:.1f} ms)", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         run("none", loader, min(args.steps, 6), tmp)  # process warm-up (imports, allocator, first analyze)
         run("EnergyProfiler()", loader, min(args.steps, 6), tmp)
@@ -207,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
         "*Overhead it measured* is the callback's own estimate of its per-step overhead (2 x the time inside its "
         "hooks, plus attribution and logging), which drives `every_n_steps=\"auto\"`. No power sensor on this "
         "machine: the energies are `estimated` and the sampler thread does not run (on a Jetson it costs 2-11 % of "
-        "one core at 100 Hz - 1 kHz, docs/sensors.md).",
+        "one core at 100 Hz - 1 kHz, docs/sensors.md). The ranges show how far apart two fits of the same "
+        "configuration can be on a shared machine; the paired measurement below resolves a few percent.",
         "",
         "| configuration | CPU ms/step (mean) | CPU ratio (mean) | wall ratio (mean) | wall ratio (median) | "
         "fit wall s | every N | profiled steps | overhead it measured |",
@@ -222,6 +277,22 @@ def main(argv: list[str] | None = None) -> int:
         wall = statistics.median(r["wall_s"] for r in results[c])
         lines.append(f"| {c} | {absolute(c, 0):.2f} | {ratio(c, 0)} | {ratio(c, 1)} | {ratio(c, 2)} | {wall:.2f} | "
                      f"{every} | {prof} | {mo_s} |")
+    every = results["EnergyProfiler()"][-1].get("every_n", 1) or 1
+    frac_w = pair["wall_ms"] / pair["base_wall_ms"]
+    frac_c = pair["cpu_ms"] / pair["base_cpu_ms"]
+    lines += [
+        "",
+        f"**Paired measurement** (`--pairs {args.pairs}`; no Lightning, no fit-to-fit drift): "
+        "(plain, profiled, plain) triples of the same ResNet-18 step, interleaved; a profiled step includes its "
+        f"attribution. A profiled step costs **{pair['wall_ms']:.2f} ms** more wall time "
+        f"(quartiles {pair['wall_iqr'][0]:.2f} to {pair['wall_iqr'][1]:.2f}) and {pair['cpu_ms']:.2f} ms more CPU "
+        f"(quartiles {pair['cpu_iqr'][0]:.2f} to {pair['cpu_iqr'][1]:.2f}) than a plain step of "
+        f"{pair['base_wall_ms']:.1f} ms: **{100 * frac_w:.1f} %** ({100 * frac_c:.1f} % CPU) when every step is "
+        f"profiled, hence **{100 * frac_w / every:.1f} %** ({100 * frac_c / every:.1f} % CPU) at the N = {every} the "
+        f"default chose, before TensorBoard logging (about 1 ms per profiled step, one event). The callback's own "
+        f"estimate of a profiled step's extra time (2 x the time inside its hooks) was {pair['hook_estimate_ms']:.2f} "
+        "ms.",
+    ]
     setup = [r.get("setup_s", 0.0) for r in results["EnergyProfiler()"]]
     lines += [
         "",

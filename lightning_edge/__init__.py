@@ -18,6 +18,8 @@ _LAZY = {
     "Roofline": "lightning_edge.roofline",
     "PowerMode": "lightning_edge.devices.modes",
     "PowerModeSpace": "lightning_edge.devices.modes",
+    "EnergyProfiler": "lightning_edge.lightning",
+    "EnergySession": "lightning_edge.lightning",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -357,7 +357,8 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
             handles.append(m.register_forward_pre_hook(rec.pre_hook, with_kwargs=True))
             handles.append(m.register_forward_hook(rec.post_hook))
         cache: dict = {}
-        with torch.set_grad_enabled(training), attention, _CountMode(rec, cache):
+        # inference_mode (Lightning's eval loops) skips the decompositions the formulas expect: leave it
+        with torch.inference_mode(False), torch.set_grad_enabled(training), attention, _CountMode(rec, cache):
             out = torch.func.functional_call(model, state, meta_args, meta_kwargs, strict=False,
                                              tie_weights=True)
         if training:

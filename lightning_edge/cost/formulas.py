@@ -155,6 +155,15 @@ def baddbmm_cost(bias, a, b, *args, out=None, beta=1, **kwargs) -> OpCost:
     return OpCost(flops=2 * macs + (bsz * m * n if beta != 0 else 0), macs=macs)
 
 
+@register("linear")
+def linear_cost(x, w, bias=None, *args, out=None, **kwargs) -> OpCost:
+    # x (..., K) @ w^T (K, N): rows*K*N MAC, plus rows*N bias adds (seen when linear is not decomposed)
+    rows = math.prod(x.shape[:-1])
+    n, k = w.shape
+    macs = rows * k * n
+    return OpCost(flops=2 * macs + (rows * n if bias is not None else 0), macs=macs)
+
+
 @register("dot", "vdot")
 def dot_cost(a, b, *args, out=None, **kwargs) -> OpCost:
     macs = numel(a)

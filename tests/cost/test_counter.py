@@ -250,3 +250,11 @@ def test_table_and_json(tmp_path):
 
 def test_top_level_export():
     assert lightning_edge.analyze is analyze
+
+
+def test_inside_inference_mode_everything_is_counted():
+    # Lightning's validate/test/predict loops run in inference_mode
+    with torch.inference_mode():
+        cost = analyze(Net(), torch.randn(2, 3, 8, 8))
+    assert not cost.uncounted
+    assert cost.layer("fc").macs == 2 * 8 * 4
