@@ -2,7 +2,8 @@
 
 ```python
 from lightning_edge.tuning import TrainingProblem, GMD
-sol = GMD().solve(TrainingProblem(power_budget_w=30.0), space, workload, store=None)
+sol = GMD().solve(TrainingProblem(power_budget_w=30.0), space, workload)   # profiles kept in the default store
+table = ALS().explore(space, workload, kind="infer")   # profile once, then table.solve(problem) many times
 ```
 
 See docs/tuning.md. The Optuna-backed pieces (``ProfileStore``, the samplers) load lazily.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import importlib
 
-from lightning_edge.tuning.gmd import GMD
+from lightning_edge.tuning.gmd import GMD, DynamicGMD
 from lightning_edge.tuning.problems import (
     DEFAULT_BATCH_SIZES,
     ConcurrentMeasurement,
@@ -46,7 +47,7 @@ _LAZY = {
 }
 
 __all__ = [
-    "ALS", "GMD", "BinarySearch", "Exhaustive", "NeuralBaseline", "RandomSampling",
+    "ALS", "GMD", "DynamicGMD", "BinarySearch", "Exhaustive", "NeuralBaseline", "RandomSampling",
     "TrainingProblem", "InferenceProblem", "ConcurrentProblem", "Measurement", "ConcurrentMeasurement",
     "Solution", "Workload", "DEFAULT_BATCH_SIZES", "Point", "ExploreSpec", "MemoryStore", "SearchResult",
     "Strategy", "BudgetExhausted", "ProfileTable", "ProfileStore", "StrategySampler", "GMDSampler", "ALSSampler",

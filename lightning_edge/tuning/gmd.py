@@ -242,6 +242,18 @@ def _feasible(problem: Any, point: Point, res: Any) -> bool:
     return True
 
 
+def _by_latency(cands: list[tuple], tie: float) -> list[tuple]:
+    """Backtracking order: increasing latency; latencies within ``tie`` (relative) of the lowest count as
+    equal and go lowest power first, since a larger batch draws more power (measurement noise should not
+    send the one extra profile to the mode with the least power headroom)."""
+    if not cands:
+        return cands
+    cands = sorted(cands, key=lambda c: c[:3])
+    best = cands[0][0]
+    head = sorted([c for c in cands if c[0] <= best * (1 + tie)], key=lambda c: (c[1], c[0], c[2]))
+    return head + [c for c in cands if c[0] > best * (1 + tie)]
+
+
 def _any_feasible(ctx: SearchContext, problem: Any) -> bool:
     return any(p.kind == problem.kind and _feasible(problem, p, r) for p, r in ctx.results.items())
 
@@ -253,20 +265,29 @@ class GMD(Strategy):
     - ``search_profiles``: points of one multi-dimensional search (default 10); the rest of the budget
       is for branch and bound and backtracking.
     - ``power_eps_w``: the threshold below which a power change does not inflate a slope ratio.
+    - ``latency_tie``: backtracking candidates whose latencies differ by less than this (relative) are
+      tried lowest power first (0 = strictly by latency).
     """
 
     name = "GMD"
 
-    def __init__(self, *, max_profiles: int | dict | None = None, search_profiles: int = 10,
-                 power_eps_w: float = 0.5) -> None:
+    def __init__(self, *, max_profiles: int | dict | None = None, search_profiles: int | dict = 10,
+                 power_eps_w: float = 0.5, latency_tie: float = 0.02, inference_bound: bool = True) -> None:
         mp = dict(DEFAULT_MAX_PROFILES)
         if isinstance(max_profiles, dict):
             mp.update(max_profiles)
         elif max_profiles is not None:
             mp = {k: int(max_profiles) for k in mp}
         self.max_profiles = mp
-        self.search_profiles = int(search_profiles)
+        sp = {k: 10 for k in mp}
+        if isinstance(search_profiles, dict):
+            sp.update(search_profiles)
+        else:
+            sp = {k: int(search_profiles) for k in mp}
+        self.search_profiles = sp
         self.power_eps_w = float(power_eps_w)
+        self.latency_tie = float(latency_tie)
+        self.inference_bound = bool(inference_bound)
         self.last_trace: list = []
 
     def __repr__(self) -> str:
@@ -282,7 +303,7 @@ class GMD(Strategy):
         limit = self.budget(problem, space)
         if isinstance(problem, TrainingProblem):
             yield from gmd_core(ctx, grid, lambda i: Point("train", grid.mode(i)), problem.power_budget_w,
-                                min(limit, self.search_profiles), self.power_eps_w, trace)
+                                min(limit, self.search_profiles["train"]), self.power_eps_w, trace)
         elif isinstance(problem, InferenceProblem):
             yield from self._infer(ctx, grid, problem, limit, trace)
         elif isinstance(problem, ConcurrentProblem):
@@ -295,8 +316,25 @@ class GMD(Strategy):
         bss = list(problem.batch_sizes)
         bs0 = bss[0]
         alpha, lat_hat = problem.arrival_rps, problem.latency_budget_s
+        if self.inference_bound:  # the branch and bound of 5.1.4, from the smallest size up
+            maxn = grid.mode(grid.top())
+            for k, bs in enumerate(bss):
+                if queueing_time_s(bs, alpha) > lat_hat or ctx.used >= limit:
+                    return
+                r = yield from ctx.profile(Point("infer", maxn, bs))
+                lat = float(inference_latency_s(r.time_s, bs, alpha))
+                ok_rate = bool(keeps_up(r.time_s, bs, alpha))
+                trace.append(("bound", bs, "kept" if ok_rate and lat <= lat_hat else "dropped"))
+                if lat > lat_hat * (1 + 1e-12):
+                    return  # MAXN, the fastest mode, misses the latency: larger sizes only queue longer
+                if ok_rate:
+                    bs0, bss = bs, bss[k:]
+                    break
+            else:
+                return
+        reserve = 1 if bs0 != bss[-1] else 0  # at least one profile left for backtracking (5.1.3)
         yield from gmd_core(ctx, grid, lambda i: Point("infer", grid.mode(i), bs0), problem.power_budget_w,
-                            min(limit, self.search_profiles), self.power_eps_w, trace)
+                            min(limit - reserve, ctx.used + self.search_profiles["infer"]), self.power_eps_w, trace)
         if _any_feasible(ctx, problem):
             return
         # backtracking (B, C in Fig. 15b): within power, too slow for the arrivals at bs0
@@ -304,12 +342,17 @@ class GMD(Strategy):
                  for i, (p, r) in enumerate(ctx.results.items())
                  if p.batch_size == bs0 and within(r.power_w, problem.power_budget_w)
                  and not keeps_up(r.time_s, bs0, alpha)]
-        cands.sort(key=lambda c: c[:3])
+        cands = _by_latency(cands, self.latency_tie)
         trace.append(("backtrack", [str(c[3].mode) for c in cands]))
         for *_, p in cands:
+            t1 = ctx.results[p].time_s
             for bs in bss[1:]:
-                if queueing_time_s(bs, alpha) > lat_hat:
-                    break  # queueing alone misses the latency budget; larger sizes queue longer
+                # a minibatch of bs takes at least as long as one of bs0: sizes that could not keep up or meet
+                # the latency even then are skipped without a profile (larger sizes queue longer still)
+                if queueing_time_s(bs, alpha) + t1 > lat_hat * (1 + 1e-12):
+                    break
+                if t1 > bs / alpha * (1 + 1e-12):
+                    continue
                 if ctx.used >= limit:
                     return
                 pt = Point("infer", p.mode, bs)
@@ -340,7 +383,7 @@ class GMD(Strategy):
                 break
         if chosen is None:
             return
-        core_limit = min(limit, ctx.used + self.search_profiles)
+        core_limit = min(limit, ctx.used + self.search_profiles["concurrent"])
         yield from gmd_core(ctx, grid, lambda i: Point("concurrent", grid.mode(i), chosen), problem.power_budget_w,
                             core_limit, self.power_eps_w, trace)
         if _any_feasible(ctx, problem):
@@ -350,7 +393,7 @@ class GMD(Strategy):
                  for i, (p, r) in enumerate(ctx.results.items())
                  if p.batch_size == chosen and within(r.power_w, problem.power_budget_w)
                  and keeps_up(r.infer.time_s, chosen, alpha)]
-        cands.sort(key=lambda c: c[:3])
+        cands = _by_latency(cands, 0.0)  # smaller batches draw less power: strictly by latency
         trace.append(("backtrack", [str(c[3].mode) for c in cands]))
         for bs in [b for b in bss if b < chosen]:
             for *_, p in cands:

@@ -35,8 +35,14 @@ from optuna.trial import FrozenTrial, TrialState
 
 from lightning_edge.devices.modes import PowerModeSpace
 from lightning_edge.tuning.problems import ConcurrentMeasurement, Measurement, as_measurement
-from lightning_edge.tuning.search import ExploreSpec, ExploringStrategy, Point, ProfileKey, SearchContext, SearchResult
-from lightning_edge.tuning.store import PARAM_DISTRIBUTIONS, constraint_values, distributions, key_params, params_key
+from lightning_edge.tuning.search import ExploreSpec, Point, ProfileKey, SearchContext
+from lightning_edge.tuning.store import (
+    PARAM_DISTRIBUTIONS,
+    constraint_values,
+    distributions,
+    key_params,
+    params_key,
+)
 
 
 def _point_params(point: Point) -> dict[str, Any]:
@@ -264,5 +270,4 @@ def sampler_for(strategy: Any, target: Any) -> StrategySampler:
     return StrategySampler(strategy, target)
 
 
-__all__ = ["PassiveSampler", "StrategySampler", "GMDSampler", "ALSSampler", "sampler_for", "PARAM_DISTRIBUTIONS",
-           "SearchResult", "ExploringStrategy"]
+__all__ = ["PassiveSampler", "StrategySampler", "GMDSampler", "ALSSampler", "sampler_for", "PARAM_DISTRIBUTIONS"]
