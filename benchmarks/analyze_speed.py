@@ -19,13 +19,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from _machine import machine
 
 CHILD = r"""
 import json, resource, sys, time, warnings, statistics
@@ -97,19 +95,6 @@ def measure(tool: str, name: str, bs: int, repeats: int) -> dict:
         return {"tool": tool, "model": name, "batch_size": bs, "error": r.stderr.strip().splitlines()[-1][:120]}
     return json.loads(r.stdout.strip().splitlines()[-1])
 
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    import torch
-
-    return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, torch {torch.__version__}"
 
 
 def main() -> int:

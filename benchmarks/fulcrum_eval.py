@@ -41,6 +41,8 @@ REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from _machine import cpu_model  # noqa: E402
+
 from lightning_edge.devices.catalog import fulcrum_space  # noqa: E402
 from lightning_edge.tuning import (  # noqa: E402
     ALS,
@@ -709,12 +711,7 @@ def main(argv=None) -> int:
     total = time.time() - t_start
 
     # ---- write
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if ln.startswith("model name")), cpu)
-    except OSError:
-        pass
+    cpu = cpu_model()
     L = ["## Fulcrum evaluation on the twin (benchmarks/fulcrum_eval.py)", "",
          f"Machine: {cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, {args.jobs} worker processes. "
          f"Whole run: {total / 60:.1f} min (ground truth {t_truth:.0f} s, strategies {t_run:.0f} s)"

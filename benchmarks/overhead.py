@@ -39,6 +39,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 import lightning.pytorch as L  # noqa: E402
+from _machine import cpu_model  # noqa: E402
 from lightning.pytorch.loggers import TensorBoardLogger  # noqa: E402
 from lightning.pytorch.profilers import PyTorchProfiler  # noqa: E402
 
@@ -169,18 +170,10 @@ def paired(loader: DataLoader, pairs: int) -> dict:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else "?"
     import lightning
 
-    return (f"{cpu}; {os.cpu_count()} logical CPUs; torch {torch.__version__} ({torch.get_num_threads()} threads); "
+    return (f"{cpu_model()}; {os.cpu_count()} logical CPUs; torch {torch.__version__} ({torch.get_num_threads()} threads); "
             f"lightning {lightning.__version__}; Python {platform.python_version()}; {platform.system()} "
             f"{platform.release()}; load average before the run {load}")
 

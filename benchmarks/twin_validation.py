@@ -11,35 +11,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import os
-import platform
 import time
 from pathlib import Path
 
+from _machine import machine
+
 from lightning_edge.devices.sim.twin import OrinTwin
 from lightning_edge.devices.sim.validation import to_markdown, validate
-
-
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.lower().startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    import numpy as np
-
-    try:
-        import torch
-
-        tv = torch.__version__
-    except Exception:  # pragma: no cover
-        tv = "not installed"
-    return (f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}, "
-            f"Python {platform.python_version()}, numpy {np.__version__}, torch {tv}")
 
 
 def main(argv=None) -> int:
