@@ -54,14 +54,18 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "_run", None):
         parser.print_help()
         return 2
+    return run_command(args._run, args, f"lightning-edge {args.command}")
+
+
+def run_command(run, args: argparse.Namespace, prog: str) -> int:
+    """Run a sub-command; errors we raise are written to be read by a person: show them without a traceback."""
     try:
-        return int(args._run(args) or 0)
+        return int(run(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
     except (ValueError, FileNotFoundError, PermissionError, RuntimeError) as exc:
-        # errors we raise are written to be read by a person: show them without a traceback
-        print(f"lightning-edge {args.command}: error: {exc}", file=sys.stderr)
+        print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1
 
 

@@ -229,14 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="lightning-edge mode", description=HELP)
     add_arguments(parser)
     args = parser.parse_args(argv)
-    try:
-        return int(run(args) or 0)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except (ValueError, FileNotFoundError, PermissionError, RuntimeError) as exc:
-        print(f"lightning-edge mode: error: {exc}", file=sys.stderr)
-        return 1
+    from lightning_edge.cli import run_command
+
+    return run_command(run, args, "lightning-edge mode")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import importlib
 
+from lightning_edge._lazy import lazy_getattr
+
 _LAZY = {
     "EnergySession": "lightning_edge.lightning.session",
     "EnergyProfilerMixin": "lightning_edge.lightning.energy_profiler",
@@ -22,6 +24,9 @@ _LAZY = {
 __all__ = ["EnergyProfiler", *_LAZY]
 
 
+_lazy_getattr = lazy_getattr(__name__, _LAZY, globals())
+
+
 def __getattr__(name: str):
     if name == "EnergyProfiler":
         try:
@@ -30,12 +35,7 @@ def __getattr__(name: str):
             value = importlib.import_module("lightning_edge.lightning.pl").EnergyProfiler
         globals()[name] = value
         return value
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'lightning_edge.lightning' has no attribute {name!r}")
-    value = getattr(importlib.import_module(mod), name)
-    globals()[name] = value
-    return value
+    return _lazy_getattr(name)
 
 
 def __dir__():

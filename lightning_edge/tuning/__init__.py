@@ -11,8 +11,7 @@ See docs/tuning.md. The Optuna-backed pieces (``ProfileStore``, the samplers) lo
 
 from __future__ import annotations
 
-import importlib
-
+from lightning_edge._lazy import lazy_getattr
 from lightning_edge.tuning.gmd import GMD, DynamicGMD
 from lightning_edge.tuning.problems import (
     DEFAULT_BATCH_SIZES,
@@ -54,10 +53,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str):
-    mod = _LAZY.get(name)
-    if mod is None:
-        raise AttributeError(f"module 'lightning_edge.tuning' has no attribute {name!r}")
-    value = getattr(importlib.import_module(mod), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())

@@ -213,16 +213,13 @@ class TrainingProblem:
 
 
 @dataclass(frozen=True)
-class InferenceProblem:
-    """Standalone inference (section 4): choose mode and ``bs`` minimising the latency
-    ``(bs - 1) / alpha + t_in`` subject to latency <= ``latency_budget_s``, ``p_in <= p_hat`` and the
-    inference rate keeping up with the arrivals (``t_in <= bs / alpha``)."""
+class _ServingProblem:
+    """The fields, checks and latency formula shared by the inference and concurrent problems."""
 
     power_budget_w: float
     latency_budget_s: float
     arrival_rps: float
     batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
-    kind: ClassVar[str] = "infer"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "power_budget_w", _check_positive("power_budget_w", self.power_budget_w))
@@ -232,6 +229,15 @@ class InferenceProblem:
 
     def latency_s(self, t_in: Any, batch_size: Any) -> Any:
         return inference_latency_s(t_in, batch_size, self.arrival_rps)
+
+
+@dataclass(frozen=True)
+class InferenceProblem(_ServingProblem):
+    """Standalone inference (section 4): choose mode and ``bs`` minimising the latency
+    ``(bs - 1) / alpha + t_in`` subject to latency <= ``latency_budget_s``, ``p_in <= p_hat`` and the
+    inference rate keeping up with the arrivals (``t_in <= bs / alpha``)."""
+
+    kind: ClassVar[str] = "infer"
 
     def assess(self, time_s: Any, power_w: Any, batch_size: Any) -> Assessment:
         """Feasibility and rank of inference profiles: minimise latency, then power, then batch size."""
@@ -253,7 +259,7 @@ class InferenceProblem:
 
 
 @dataclass(frozen=True)
-class ConcurrentProblem:
+class ConcurrentProblem(_ServingProblem):
     """Concurrent training and inference under managed interleaving (section 4).
 
     Primary: maximise the training throughput ``theta = tau * alpha / bs``; secondary: minimise the
@@ -262,20 +268,7 @@ class ConcurrentProblem:
     with ``tau = 0`` training never runs, which we do not count as a solution).
     """
 
-    power_budget_w: float
-    latency_budget_s: float
-    arrival_rps: float
-    batch_sizes: tuple[int, ...] = DEFAULT_BATCH_SIZES
     kind: ClassVar[str] = "concurrent"
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "power_budget_w", _check_positive("power_budget_w", self.power_budget_w))
-        object.__setattr__(self, "latency_budget_s", _check_positive("latency_budget_s", self.latency_budget_s))
-        object.__setattr__(self, "arrival_rps", _check_positive("arrival_rps", self.arrival_rps))
-        object.__setattr__(self, "batch_sizes", _check_batch_sizes(self.batch_sizes))
-
-    def latency_s(self, t_in: Any, batch_size: Any) -> Any:
-        return inference_latency_s(t_in, batch_size, self.arrival_rps)
 
     def assess(self, train_time_s: Any, train_power_w: Any, infer_time_s: Any, infer_power_w: Any,
                batch_size: Any) -> Assessment:

@@ -345,17 +345,8 @@ class Strategy:
             workload_id: str | None = None, device_model: str | None = None, seed: int | None = 0) -> SearchResult:
         ctx = SearchContext(self.budget(problem, space))
         gen = self.search(ctx, problem, space, seed)
-        sampler = None
-        if store is not None and not isinstance(store, MemoryStore):
-            from lightning_edge.tuning.samplers import sampler_for
-
-            sampler = sampler_for(self, problem)
-        profiler = _store_and_profiler(store, workload, workload_id=workload_id, device_model=device_model,
-                                       sampler=sampler, problem=problem)
-        if sampler is not None:
-            sampler.attach(ctx)
-        drive(gen, profiler)
-        return self.answer(ctx, problem, space, profiler.new_profiles)
+        new_profiles = _profile(self, ctx, gen, problem, store, workload, workload_id, device_model, problem)
+        return self.answer(ctx, problem, space, new_profiles)
 
     def solve(self, problem: Any, space: PowerModeSpace, workload: Any, **kw: Any) -> Solution | None:
         """The best feasible profiled point for ``problem``, or ``None`` when no feasible mode was found."""
@@ -363,6 +354,23 @@ class Strategy:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+def _profile(strategy: Strategy, ctx: SearchContext, gen: Generator, sampler_key: Any, store: Any, workload: Any,
+             workload_id: str | None, device_model: str | None, problem: Any) -> int:
+    """Drive a search generator against the store (through an Optuna sampler for persistent stores);
+    returns how many points were newly profiled."""
+    sampler = None
+    if store is not None and not isinstance(store, MemoryStore):
+        from lightning_edge.tuning.samplers import sampler_for
+
+        sampler = sampler_for(strategy, sampler_key)
+    profiler = _store_and_profiler(store, workload, workload_id=workload_id, device_model=device_model,
+                                   sampler=sampler, problem=problem)
+    if sampler is not None:
+        sampler.attach(ctx)
+    drive(gen, profiler)
+    return profiler.new_profiles
 
 
 class ExploringStrategy(Strategy):
@@ -396,17 +404,8 @@ class ExploringStrategy(Strategy):
         spec = ExploreSpec(kind, tuple(batch_sizes), latency_range_s, arrival_range_rps, seed)
         ctx = SearchContext(self.budget_for(spec, space))
         gen = self.explore_search(ctx, spec, space)
-        sampler = None
-        if store is not None and not isinstance(store, MemoryStore):
-            from lightning_edge.tuning.samplers import sampler_for
-
-            sampler = sampler_for(self, spec)
-        profiler = _store_and_profiler(store, workload, workload_id=workload_id, device_model=device_model,
-                                       sampler=sampler, problem=None)
-        if sampler is not None:
-            sampler.attach(ctx)
-        drive(gen, profiler)
-        return self.make_table(ctx, spec, space, profiler.new_profiles)
+        new_profiles = _profile(self, ctx, gen, spec, store, workload, workload_id, device_model, None)
+        return self.make_table(ctx, spec, space, new_profiles)
 
     def make_table(self, ctx: SearchContext, spec: ExploreSpec, space: PowerModeSpace, new_profiles: int) -> ProfileTable:
         return ctx.table(spec.kind, strategy=self.name, new_profiles=new_profiles)
