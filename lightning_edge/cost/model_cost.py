@@ -128,7 +128,8 @@ class ModelCost:
 
         mode = "training (forward + backward)" if self.training else "inference (forward)"
         lines = [f"{self.model}: {mode}, {self.dtype}, inputs {self.inputs}" +
-                 (", BatchNorm folded" if self.fold_bn else ""), fmt(head), "-" * len(fmt(head))]
+                 (", BatchNorm folded" if self.fold_bn else "") + " (estimated from shapes, nothing run)",
+                 fmt(head), "-" * len(fmt(head))]
         lines += [fmt(r) for r in body[:-1]]
         lines += ["-" * len(fmt(head)), fmt(body[-1])]
         if self.uncounted:
