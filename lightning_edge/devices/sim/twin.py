@@ -372,7 +372,8 @@ class OrinTwin:
         if inputs is None:
             raise ValueError("predict_workload(model, ...) with an nn.Module needs inputs=(example inputs,); "
                              "or pass a zoo model name such as 'resnet18'")
-        key = (id(name_or_model), int(batch_size), kind, seq_len, dtype)
+        shapes = tuple((tuple(getattr(x, "shape", ())), str(getattr(x, "dtype", ""))) for x in inputs)
+        key = (id(name_or_model), shapes, int(batch_size), kind, seq_len, dtype)
         cost = self._cost_cache.get(key)
         if cost is None:
             from lightning_edge.cost import analyze

@@ -300,7 +300,12 @@ class SimWorkload:
     """What a tuner profiles: one model, training and/or inference, on the twin.
 
     ``SimWorkload("resnet18", twin=None, train_batch_size=16, noise=True, seed=0, time_noise=0.025,
-    power_noise=0.02, seq_len=None, precision="fp32")``
+    power_noise=0.02, seq_len=None, precision="fp32", example_inputs=None)``
+
+    ``model`` is a zoo name (``"resnet18"``) or an ``nn.Module``; a module needs ``example_inputs``: one
+    minibatch (a tensor or a tuple of tensors, batch dimension first). Only their shapes and dtypes are used
+    (the twin analyses the module on meta tensors of the same shapes, with the batch dimension set to
+    the batch size asked for), so the module's weights are never touched.
 
     ``train(mode)`` and ``infer(mode, batch_size)`` return a :class:`Measurement`; with ``noise`` each
     call draws seeded gaussian noise (relative sd ``time_noise`` on time, ``power_noise`` on power), so
@@ -309,20 +314,37 @@ class SimWorkload:
     """
 
     label = "simulated"
+    device_model = "sim-orin-agx"
+    """Profiles of the twin are stored apart from those of a real Orin AGX (``orin-agx``): never mixed."""
 
     def __init__(
         self,
         model: Any,
         twin: OrinTwin | None = None,
         *,
-        train_batch_size: int = 16,
+        train_batch_size: int | None = None,
         noise: bool = True,
         seed: int | None = 0,
         time_noise: float = 0.025,
         power_noise: float = 0.02,
         seq_len: int | None = None,
         precision: str = "fp32",
+        example_inputs: Any = None,
     ) -> None:
+        if not isinstance(model, str) and not hasattr(model, "layers"):
+            if example_inputs is None:
+                raise ValueError(
+                    f"SimWorkload({type(model).__name__}): an nn.Module needs example_inputs=(one minibatch,) "
+                    "so the twin knows its input shapes; or pass a zoo model name such as 'resnet18'")
+            example_inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+            if not example_inputs or not all(hasattr(x, "shape") and len(x.shape) >= 1 for x in example_inputs):
+                raise ValueError("example_inputs must be tensors with a batch dimension first, "
+                                 f"got {[type(x).__name__ for x in example_inputs]}")
+            if train_batch_size is None:
+                train_batch_size = int(example_inputs[0].shape[0])
+        self.example_inputs = example_inputs
+        if train_batch_size is None:
+            train_batch_size = 16
         if twin is None:
             from lightning_edge.devices.sim.twin import OrinTwin
 
@@ -343,6 +365,36 @@ class SimWorkload:
     def space(self):
         return self.twin.space
 
+    @property
+    def model_name(self) -> str:
+        if isinstance(self.model, str):
+            return self.model
+        return str(getattr(self.model, "model", None) or type(self.model).__name__)
+
+    @property
+    def fingerprint(self) -> str:
+        """The key of this workload's profiles in a store: model (and, for a module, its parameter count and input
+        shapes), training batch size, precision and sequence length; the same workload gets the same key in
+        every process."""
+        parts = [self.model_name]
+        if self.example_inputs is not None:
+            n_params = sum(int(p.numel()) for p in self.model.parameters()) if hasattr(self.model, "parameters") else 0
+            shapes = "x".join("-".join(str(int(d)) for d in tuple(x.shape)[1:]) or "0" for x in self.example_inputs)
+            parts += [f"p{n_params}", f"in{shapes}"]
+        parts += [f"train-bs{self.train_batch_size}", self.precision]
+        if self.seq_len is not None:
+            parts.append(f"seq{self.seq_len}")
+        return "-".join(parts)
+
+    def inputs_for(self, batch_size: int) -> tuple | None:
+        """Meta tensors shaped like ``example_inputs`` with ``batch_size`` rows (``None`` for a zoo name)."""
+        if self.example_inputs is None:
+            return None
+        import torch
+
+        return tuple(torch.empty((int(batch_size), *tuple(x.shape)[1:]), dtype=x.dtype, device="meta")
+                     for x in self.example_inputs)
+
     def reset(self, seed: int | None = None) -> None:
         """Restart the noise sequence (same seed: same measurements again)."""
         self._rng = np.random.default_rng(self.seed if seed is None else seed)
@@ -350,7 +402,7 @@ class SimWorkload:
 
     def _measure(self, kind: str, mode: Any, batch_size: int) -> Measurement:
         pred = self.twin.predict_workload(self.model, batch_size, kind, mode, seq_len=self.seq_len,
-                                          precision=self.precision)
+                                          precision=self.precision, inputs=self.inputs_for(batch_size))
         t = float(np.asarray(pred.time_s).reshape(-1)[0])
         p = float(np.asarray(pred.power_w).reshape(-1)[0])
         if self.noise:
@@ -371,4 +423,7 @@ class SimWorkload:
         """Noise-free prediction over many modes (default: the whole space), as a twin ``Prediction``."""
         bs = self.train_batch_size if batch_size is None else batch_size
         return self.twin.predict_workload(self.model, bs, kind, modes, seq_len=self.seq_len,
-                                          precision=self.precision)
+                                          precision=self.precision, inputs=self.inputs_for(bs))
+
+    def __repr__(self) -> str:
+        return f"SimWorkload({self.fingerprint}, simulated)"

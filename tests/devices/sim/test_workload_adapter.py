@@ -1,0 +1,32 @@
+"""SimWorkload: keys for persistent profile stores, and nn.Modules with example inputs."""
+
+import pytest
+import torch
+
+from lightning_edge.devices import FULCRUM_MIDPOINT
+from lightning_edge.devices.sim.workload import SimWorkload
+from lightning_edge.zoo import resnet18
+
+
+def test_zoo_name_fingerprint_and_device_model_are_stable():
+    a, b = SimWorkload("resnet18", noise=False), SimWorkload("resnet18", noise=False, train_batch_size=32)
+    assert a.fingerprint == "resnet18-train-bs16-fp32"
+    assert b.fingerprint != a.fingerprint
+    assert a.device_model == "sim-orin-agx"  # never mixed with a real board's profiles
+
+
+def test_module_with_example_inputs_matches_shapes_not_weights():
+    m = resnet18(num_classes=10)
+    w = SimWorkload(m, example_inputs=(torch.randn(8, 3, 64, 64),), noise=False)
+    assert w.train_batch_size == 8
+    assert "p11181642" in w.fingerprint and "in3-64-64" in w.fingerprint
+    small, big = w.infer(FULCRUM_MIDPOINT, 1), w.infer(FULCRUM_MIDPOINT, 16)
+    assert big.time_s > small.time_s and small.label == "simulated"
+    # 64x64 inputs are ~12x cheaper than the zoo's 224x224: the twin saw the real shapes
+    zoo = SimWorkload("resnet18", noise=False, train_batch_size=8).train(FULCRUM_MIDPOINT)
+    assert w.train(FULCRUM_MIDPOINT).time_s < zoo.time_s
+
+
+def test_module_without_inputs_is_a_clear_error():
+    with pytest.raises(ValueError, match="example_inputs"):
+        SimWorkload(torch.nn.Linear(3, 4))
