@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_edge.lightning.session import EnergySession, EpochTotals, ProfiledStep
+from lightning_edge.lightning.tb import TrainerWriter
 from lightning_edge.profiling.attribution import DEFAULT_K
 
 __all__ = ["EnergyProfilerMixin", "SHORT_STAGE", "write_scalars"]
@@ -76,13 +77,6 @@ def write_scalars(writer: Any, items: list[tuple[str, float]], step: int) -> Non
             pass
     for t, v in items:
         writer.add_scalar(t, v, step)
-
-
-def _next_version(root: str) -> str:
-    n = 0
-    while os.path.exists(os.path.join(root, f"version_{n}")):
-        n += 1
-    return os.path.join(root, f"version_{n}")
 
 
 class EnergyProfilerMixin:
@@ -134,8 +128,7 @@ class EnergyProfilerMixin:
         self.trace_file: Path | None = None
         self.summary_text: str | None = None
         self._writer: Any = None
-        self._own_writer = False
-        self._own_dir: str | None = None
+        self._tbw = TrainerWriter("energy", log_dir)
         self._logged_totals: dict[str, int] = {}
         self._trainer: Any = None
 
@@ -157,23 +150,9 @@ class EnergyProfilerMixin:
 
     def _tb(self, trainer: Any) -> Any:
         """The Trainer's TensorBoardLogger experiment, else an own SummaryWriter (rank 0 only)."""
-        if self._writer is not None or not self._rank_zero(trainer):
-            return self._writer
-        for lg in getattr(trainer, "loggers", None) or []:
-            if type(lg).__name__ == "TensorBoardLogger":
-                exp = lg.experiment
-                if hasattr(exp, "add_scalar"):
-                    self._writer, self.log_dir, self._own_writer = exp, str(lg.log_dir), False
-                    return exp
-        from torch.utils.tensorboard import SummaryWriter
-
-        # the same directory for every run of this callback (fit, then test ...): one TensorBoard run
-        root = self.log_dir_arg or self._own_dir or _next_version(
-            os.path.join(str(getattr(trainer, "default_root_dir", ".") or "."), "lightning_logs", "energy"))
-        self._own_dir = root
-        os.makedirs(root, exist_ok=True)
-        self._writer, self.log_dir, self._own_writer = SummaryWriter(root), root, True
-        return self._writer
+        w = self._tbw.get(trainer)
+        self._writer, self.log_dir = w, self._tbw.log_dir or self.log_dir
+        return w
 
     def _begin(self, stage: str, trainer: Any, batch: Any) -> None:
         if getattr(trainer, "sanity_checking", False) or self.session is None:
@@ -253,10 +232,8 @@ class EnergyProfilerMixin:
             self._finish(trainer, stage)
         finally:
             self.session.close()
-            if self._own_writer and self._writer is not None:
-                self._writer.close()
+            self._tbw.close()
             self._writer = None
-            self._own_writer = False
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         if self.session is not None:
