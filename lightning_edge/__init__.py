@@ -20,6 +20,8 @@ _LAZY = {
     "PowerModeSpace": "lightning_edge.devices.modes",
     "EnergyProfiler": "lightning_edge.lightning",
     "EnergySession": "lightning_edge.lightning",
+    "PowerModeTuner": "lightning_edge.lightning",
+    "SimulatedOrin": "lightning_edge.devices.sim",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -3,6 +3,8 @@
 * ``EnergyProfiler``: for ``lightning.pytorch`` Trainers (:mod:`lightning_edge.lightning.pytorch`); when the
   ``lightning`` package is not installed, the ``pytorch_lightning`` one (:mod:`lightning_edge.lightning.pl`).
 * ``lightning_edge.lightning.pl.EnergyProfiler``: for ``pytorch_lightning`` Trainers.
+* ``PowerModeTuner``: picks the power mode during fit under a power budget (:mod:`lightning_edge.lightning.tuner`);
+  ``lightning_edge.lightning.pl.PowerModeTuner`` for ``pytorch_lightning``.
 * ``EnergySession``: the same profiling without Lightning (a plain training loop).
 
 Neither Lightning package is imported until one of these names is used.
@@ -19,20 +21,23 @@ _LAZY = {
     "EnergyProfilerMixin": "lightning_edge.lightning.energy_profiler",
     "resolve_device": "lightning_edge.lightning.device",
     "ProfilerDevice": "lightning_edge.lightning.device",
+    "PowerModeTunerMixin": "lightning_edge.lightning.tuner",
 }
 
-__all__ = ["EnergyProfiler", *_LAZY]
+_CALLBACKS = ("EnergyProfiler", "PowerModeTuner")
+
+__all__ = [*_CALLBACKS, *_LAZY]
 
 
 _lazy_getattr = lazy_getattr(__name__, _LAZY, globals())
 
 
 def __getattr__(name: str):
-    if name == "EnergyProfiler":
+    if name in _CALLBACKS:
         try:
-            value = importlib.import_module("lightning_edge.lightning.pytorch").EnergyProfiler
+            value = getattr(importlib.import_module("lightning_edge.lightning.pytorch"), name)
         except ImportError:  # no `lightning` package: the pytorch_lightning flavour
-            value = importlib.import_module("lightning_edge.lightning.pl").EnergyProfiler
+            value = getattr(importlib.import_module("lightning_edge.lightning.pl"), name)
         globals()[name] = value
         return value
     return _lazy_getattr(name)

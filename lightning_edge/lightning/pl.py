@@ -9,9 +9,14 @@ from __future__ import annotations
 from pytorch_lightning.callbacks import Callback
 
 from lightning_edge.lightning.energy_profiler import EnergyProfilerMixin
+from lightning_edge.lightning.tuner import PowerModeTunerMixin
 
-__all__ = ["EnergyProfiler"]
+__all__ = ["EnergyProfiler", "PowerModeTuner"]
 
 
 class EnergyProfiler(EnergyProfilerMixin, Callback):
     __doc__ = EnergyProfilerMixin.__doc__
+
+
+class PowerModeTuner(PowerModeTunerMixin, Callback):
+    __doc__ = PowerModeTunerMixin.__doc__

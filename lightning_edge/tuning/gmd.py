@@ -111,6 +111,7 @@ class _Line:
         self.trace = trace
         self._limit_w = p_hat * (1.0 + 1e-12) + 1e-15  # the slack of problems.within
         self._known: dict[tuple, Any] = {}  # memo of ctx lookups: only this search adds points meanwhile
+        self.descend_min = False
 
     def over(self, res: Any) -> bool:
         return _power(res) > self._limit_w
@@ -161,12 +162,28 @@ class _Line:
         r = self.rho.get(dom, [-math.inf] * 4)
         return max(dims, key=lambda d: (r[d], -d))
 
+    def argmin(self, dom: str, dims: list[int]) -> int | None:
+        """The knob that gives up the least time per watt saved (``-inf`` ratios, never measured, last)."""
+        if not dims:
+            return None
+        r = self.rho.get(dom, [-math.inf] * 4)
+        return min(dims, key=lambda d: (r[d] if math.isfinite(r[d]) else math.inf, d))
+
+    def choose(self, dom: str, dims: list[int], descending: bool) -> int | None:
+        return self.argmin(dom, dims) if descending and self.descend_min else self.argmax(dom, dims)
+
 
 def gmd_core(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Point], p_hat: float, limit: int,
-             power_eps_w: float = 0.5, trace: list | None = None) -> Generator:
-    """Algorithm 1 over the four knobs for one kind of point; profiles at most ``limit`` points in ``ctx``."""
+             power_eps_w: float = 0.5, trace: list | None = None,
+             descend_min: bool = False) -> Generator:
+    """Algorithm 1 over the four knobs for one kind of point; profiles at most ``limit`` points in ``ctx``.
+
+    ``descend_min``: while the base mode is over the power budget, lower the knob with the *smallest*
+    slope ratio (the least time lost per watt saved) instead of the largest (L27, L45).
+    """
     trace = [] if trace is None else trace
     L = _Line(ctx, grid, point_at, p_hat, power_eps_w, trace)
+    L.descend_min = bool(descend_min)
     if ctx.used >= limit:
         return
     mid = grid.mid()
@@ -186,7 +203,7 @@ def gmd_core(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Point],
         L.set_rho(mid, r_mid, idx, r, d)
         trace.append(("extreme", idx, d))
     dom = _dominant(r_mid)
-    d0 = L.argmax(dom, [d for d in range(4) if grid.sizes[d] > 1])
+    d0 = L.choose(dom, [d for d in range(4) if grid.sizes[d] > 1], over)
     if d0 is not None:  # L27-28: prune the knob with the largest ratio
         if over:
             L.hi[d0] = min(L.hi[d0], mid[d0] - 1)
@@ -198,7 +215,7 @@ def gmd_core(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Point],
     while ctx.used < limit and moves < 64:
         cands = {d: L.candidates(base, d) for d in range(4)}
         progress = [d for d in range(4) if cands[d] or L.best_on_line(base, d) != base]
-        d = L.argmax(dom, progress)
+        d = L.choose(dom, progress, L.over(L.known(base)))
         if d is None:
             break
         if not cands[d]:  # the line's known points already move the base
@@ -267,12 +284,16 @@ class GMD(Strategy):
     - ``power_eps_w``: the threshold below which a power change does not inflate a slope ratio.
     - ``latency_tie``: backtracking candidates whose latencies differ by less than this (relative) are
       tried lowest power first (0 = strictly by latency).
+    - ``inference_bound``: the MAXN branch and bound of 5.1.4 applied to inference too (our addition).
+    - ``descend_min_rho``: while over the power budget, lower the knob with the smallest slope ratio
+      instead of the largest (default ``False``: Algorithm 1's ``argmax``; docs/tuning.md has the trade-off).
     """
 
     name = "GMD"
 
     def __init__(self, *, max_profiles: int | dict | None = None, search_profiles: int | dict = 10,
-                 power_eps_w: float = 0.5, latency_tie: float = 0.02, inference_bound: bool = True) -> None:
+                 power_eps_w: float = 0.5, latency_tie: float = 0.02, inference_bound: bool = True,
+                 descend_min_rho: bool = False) -> None:
         mp = dict(DEFAULT_MAX_PROFILES)
         if isinstance(max_profiles, dict):
             mp.update(max_profiles)
@@ -288,6 +309,7 @@ class GMD(Strategy):
         self.power_eps_w = float(power_eps_w)
         self.latency_tie = float(latency_tie)
         self.inference_bound = bool(inference_bound)
+        self.descend_min_rho = bool(descend_min_rho)
         self.last_trace: list = []
 
     def __repr__(self) -> str:
@@ -303,7 +325,8 @@ class GMD(Strategy):
         limit = self.budget(problem, space)
         if isinstance(problem, TrainingProblem):
             yield from gmd_core(ctx, grid, lambda i: Point("train", grid.mode(i)), problem.power_budget_w,
-                                min(limit, self.search_profiles["train"]), self.power_eps_w, trace)
+                                min(limit, self.search_profiles["train"]), self.power_eps_w, trace,
+                                descend_min=self.descend_min_rho)
         elif isinstance(problem, InferenceProblem):
             yield from self._infer(ctx, grid, problem, limit, trace)
         elif isinstance(problem, ConcurrentProblem):
@@ -334,7 +357,8 @@ class GMD(Strategy):
                 return
         reserve = 1 if bs0 != bss[-1] else 0  # at least one profile left for backtracking (5.1.3)
         yield from gmd_core(ctx, grid, lambda i: Point("infer", grid.mode(i), bs0), problem.power_budget_w,
-                            min(limit - reserve, ctx.used + self.search_profiles["infer"]), self.power_eps_w, trace)
+                            min(limit - reserve, ctx.used + self.search_profiles["infer"]), self.power_eps_w, trace,
+                            descend_min=self.descend_min_rho)
         if _any_feasible(ctx, problem):
             return
         # backtracking (B, C in Fig. 15b): within power, too slow for the arrivals at bs0
@@ -385,7 +409,7 @@ class GMD(Strategy):
             return
         core_limit = min(limit, ctx.used + self.search_profiles["concurrent"])
         yield from gmd_core(ctx, grid, lambda i: Point("concurrent", grid.mode(i), chosen), problem.power_budget_w,
-                            core_limit, self.power_eps_w, trace)
+                            core_limit, self.power_eps_w, trace, descend_min=self.descend_min_rho)
         if _any_feasible(ctx, problem):
             return
         # backtracking (F in Fig. 15c): drop modes that cannot keep up; try the rest at smaller sizes

@@ -15,8 +15,8 @@ How it works
     and hands the mode to the training thread; at the next step boundary the training thread switches the
     board to that mode and measures a *profiling window* of real training minibatches:
 
-    1. the settling period after the switch (power takes 2-3 s to stabilise on a Jetson: Fulcrum section 6,
-       Pagoda) and ``warmup_steps`` minibatches are run but discarded;
+    1. the minibatches that start in the settling period after the switch (power takes 2-3 s to stabilise on a
+       Jetson: Fulcrum section 6, Pagoda), and at least ``warmup_steps`` minibatches, are run but discarded;
     2. then minibatches are measured until the mean step time and power are stable (relative standard error
        of both <= ``rel_sem``, at least ``min_steps``) or ``max_steps`` were measured (Fulcrum profiles ~40);
     3. the mean time per minibatch and the time-weighted mean power go back to the strategy as the profile.
@@ -309,8 +309,9 @@ class WindowSpec:
     """How one mode is profiled on training minibatches.
 
     ``settle_s``: seconds after the switch whose steps are discarded (a Jetson's power needs 2-3 s; ``None``:
-    the meter's default, 2.5 s on a board, 3 time constants of the twin's settling); ``warmup_steps``: further
-    minibatches discarded (the first one after a switch is slow: Fulcrum section 6); then between
+    the meter's default, 2.5 s on a board, 3 time constants of the twin's settling); ``warmup_steps``: at least
+    that many minibatches are discarded, settling ones included (the first one after a switch is slow: Fulcrum
+    section 6); then between
     ``min_steps`` and ``max_steps`` minibatches are measured, stopping once the relative standard error of the
     mean time and of the mean power are both <= ``rel_sem``; ``max_settle_steps`` bounds the discarded steps.
     """
@@ -489,6 +490,9 @@ class OnlineTuner:
         self._closed = False
         self._started = False
         self._restored: Any = None
+        self._switched_s = -math.inf
+        self._drift_buf: list[StepRecord] = []
+        self._known: dict = {}  # every point any solve of this tuner profiled or found in the store
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -591,12 +595,9 @@ class OnlineTuner:
                 raise RuntimeError(f"power-mode tuning failed: {payload}") from payload
 
     def _open_window(self, mode: PowerMode, reason: str) -> None:
-        settle = self.window_spec.settle_s
-        if settle is None:
-            settle = _default_settle_s(self.meter)
         idx = len(self.profiles)
         self._window = ProfileWindow(idx, self.space.coerce(mode) if _in_space(self.space, mode) else mode,
-                                     self.meter.now_s(), settle, self.window_spec, reason)
+                                     self.meter.now_s(), self._settle_s(), self.window_spec, reason)
         self.phase = "profiling"
         self._pending_mode = self._window.mode
 
@@ -604,6 +605,11 @@ class OnlineTuner:
         if self.controller.current() != mode:
             self.controller.apply(mode)
             self.meter.mode_changed(mode)
+            self._switched_s = self.meter.now_s()
+
+    def _settle_s(self) -> float:
+        settle = self.window_spec.settle_s
+        return _default_settle_s(self.meter) if settle is None else settle
 
     def after_step(self) -> StepRecord | None:
         """Call after each training step: measures it, feeds the window, hands finished profiles back."""
@@ -620,8 +626,8 @@ class OnlineTuner:
             rec.discarded = not win.feed(end_s, dt, power)
             if win.complete:
                 self._close_window(win)
-        elif self.phase in ("tuned", "infeasible"):
-            self._check_drift(rec)
+        elif self.phase in ("tuned", "infeasible") and end_s - dt - self._switched_s >= self._settle_s():
+            self._check_drift(rec)  # only settled steps: the power after a switch is still moving
         self.records.append(rec)
         return rec
 
@@ -643,7 +649,18 @@ class OnlineTuner:
         self.result = res
         if base is not None:
             self.baseline_profile = base
+        self._known.update(getattr(res, "results", None) or {})
         sol = res.solution
+        if reason != "start" and self._known:
+            # a re-tune: every mode profiled so far is a candidate too (Fulcrum 5.4 reuses its history)
+            from lightning_edge.tuning.table import ProfileTable
+
+            budget = self.problem.power_budget_w / self.drift_scale
+            table = ProfileTable.from_results("train", self._known, strategy=f"{res.solution.strategy if sol else ''}"
+                                              "+history", profiles_used=getattr(res, "profiles_used", 0))
+            hist = table.solve(TrainingProblem(budget)) if len(table) else None
+            if hist is not None and (sol is None or hist.time_s < sol.time_s):
+                sol = hist
         if sol is None:
             self.solution = None
             fallback = self._lowest_power_mode(res)
@@ -658,8 +675,7 @@ class OnlineTuner:
             self._emit("solution", {"reason": reason, "solution": sol, "budget_w": self.problem.power_budget_w,
                                     "drift_scale": self.drift_scale})
         self._drift_hits = 0
-        if self._pending_mode is not None and self.switch_at == "window":
-            pass  # applied at the next before_step
+        self._drift_buf = []
 
     @staticmethod
     def _lowest_power_mode(res: Any) -> PowerMode | None:
@@ -689,10 +705,10 @@ class OnlineTuner:
         n = self.drift_window
         if n <= 0 or self._pending_mode is not None:
             return
-        recent = [r for r in self.records[-(n - 1):] if r.phase in ("tuned", "infeasible") and r.mode == rec.mode
-                  and r.window is None] + [rec]
-        if len(recent) < n or (rec.step + 1) % n:
+        self._drift_buf.append(rec)
+        if len(self._drift_buf) < n:
             return
+        recent, self._drift_buf = self._drift_buf, []
         t = np.array([r.time_s for r in recent])
         p = np.array([r.power_w for r in recent])
         mean_p = float((t * p).sum() / t.sum())
@@ -817,6 +833,14 @@ class OnlineTuner:
         self.drift_scale = float(state.get("drift_scale", 1.0))
         self.profiles = list(state.get("profiles", []))
         self.retunes = list(state.get("retunes", []))
+        from lightning_edge.tuning.search import MemoryStore, ProfileKey
+
+        if isinstance(self.store, MemoryStore):  # an in-memory store starts empty: put the saved profiles back
+            for p in self.profiles:
+                if p.get("reason") == "strategy":
+                    mode = self.space.coerce(p["mode"])
+                    self.store.put(ProfileKey("train", mode, None),
+                                   Measurement(float(p["time_s"]), float(p["power_w"]), str(p.get("label", "measured"))))
 
 
 # ============================================================================================ helpers

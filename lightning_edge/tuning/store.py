@@ -28,8 +28,13 @@ Claims (several processes profiling one workload together)
     losers wait for the result and profile other points meanwhile. (On SQLite that transition is not
     atomic, so claims also take an exclusive lock on ``<db file>.claims.lock``.) Duplicate enqueued trials are closed
     as ``FAIL`` with user attribute ``duplicate_of``. So no point is measured twice and none is lost.
-    A process that dies while measuring leaves its trial ``RUNNING``: use Optuna's heartbeat
-    (``RDBStorage(url, heartbeat_interval=...)``) and ``optuna.storages.fail_stale_trials`` to free it.
+    A process that dies while measuring would leave its trial ``RUNNING`` for ever. With a heartbeat
+    (``ProfileStore(url, heartbeat_interval_s=10)``, RDB storages: SQLite, PostgreSQL, MySQL) the
+    measuring process records Optuna heartbeats on its claimed trial (``RDBStorage`` with
+    ``heartbeat_interval`` / ``grace_period``); a process waiting for that point calls
+    ``optuna.storages.fail_stale_trials`` and, once the heartbeat is older than the grace period
+    (default twice the interval), the stale trial is failed and the point is enqueued, claimed and
+    profiled again by the waiting process.
 """
 
 from __future__ import annotations
@@ -39,6 +44,7 @@ import hashlib
 import logging
 import os
 import socket
+import threading
 import time
 import warnings
 from collections.abc import Callable, Iterator, Sequence
@@ -146,12 +152,23 @@ def default_storage_url() -> str:
     return f"sqlite:///{path}"
 
 
-def make_storage(spec: str | BaseStorage | None) -> BaseStorage:
-    """An Optuna storage from ``"default"``, an RDB URL, ``journal:///path`` or a storage instance."""
+def make_storage(spec: str | BaseStorage | None, *, heartbeat_interval_s: int | None = None,
+                 grace_period_s: int | None = None) -> BaseStorage:
+    """An Optuna storage from ``"default"``, an RDB URL, ``journal:///path`` or a storage instance.
+
+    ``heartbeat_interval_s`` / ``grace_period_s`` turn on Optuna's trial heartbeat for an RDB URL (the
+    ``heartbeat_interval`` / ``grace_period`` of :class:`optuna.storages.RDBStorage`); a journal URL
+    cannot carry one (ValueError); a storage instance keeps its own settings.
+    """
     if isinstance(spec, BaseStorage):
         return spec
     url = default_storage_url() if spec in (None, "default") else str(spec)
+    hb: dict[str, Any] = {}
+    if heartbeat_interval_s is not None:
+        hb = {"heartbeat_interval": int(heartbeat_interval_s), "grace_period": grace_period_s}
     if url.startswith("journal://"):
+        if hb:
+            raise ValueError("a heartbeat needs an RDB storage (sqlite:///..., postgresql://...), not a journal file")
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
         path = url[len("journal://"):]
@@ -163,12 +180,18 @@ def make_storage(spec: str | BaseStorage | None) -> BaseStorage:
         # several processes may write: wait for SQLite's lock instead of failing after 5 s; and create the
         # schema of a new file one process at a time (Optuna's first-time set-up is not concurrent-safe)
         with _file_lock(path + ".claims.lock"):
-            rdb = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}})
+            with warnings.catch_warnings():  # the heartbeat arguments are "experimental" in Optuna
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                rdb = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}}, **hb)
             _sqlite_wal(rdb)
             return optuna.storages.get_storage(rdb)
     for attempt in range(5):  # a server store: several boards may create the schema at once; retry
         try:
-            return optuna.storages.get_storage(url)
+            if not hb:
+                return optuna.storages.get_storage(url)
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                return optuna.storages.get_storage(optuna.storages.RDBStorage(url, **hb))
         except Exception:
             if attempt == 4:
                 raise
@@ -180,9 +203,22 @@ class ProfileStore:
     """Profiles of every workload on every device model, in one Optuna storage."""
 
     def __init__(self, storage: str | BaseStorage | None = "default", *, poll_interval_s: float = 0.05,
-                 wait_timeout_s: float = 24 * 3600.0) -> None:
+                 wait_timeout_s: float = 24 * 3600.0, heartbeat_interval_s: int | None = None,
+                 grace_period_s: int | None = None) -> None:
+        """``heartbeat_interval_s``: record an Optuna heartbeat on a claimed trial every that many seconds
+        while its point is measured, and fail other processes' claims whose heartbeat is older than
+        ``grace_period_s`` (default ``2 * heartbeat_interval_s``) so that their points are profiled again
+        (RDB storages only; a :class:`BaseStorage` instance brings its own heartbeat settings)."""
+        if heartbeat_interval_s is not None and int(heartbeat_interval_s) < 1:
+            raise ValueError(f"heartbeat_interval_s must be a whole number of seconds >= 1, got {heartbeat_interval_s!r}")
+        if grace_period_s is not None and heartbeat_interval_s is None:
+            raise ValueError("grace_period_s needs heartbeat_interval_s")
         self.spec = storage
-        self.storage = make_storage(storage)
+        self.storage = make_storage(storage, heartbeat_interval_s=heartbeat_interval_s, grace_period_s=grace_period_s)
+        from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
+
+        self.heartbeat = isinstance(self.storage, BaseHeartbeat) and is_heartbeat_enabled(self.storage)
+        self.heartbeat_interval_s = float(self.storage.get_heartbeat_interval()) if self.heartbeat else None  # type: ignore[attr-defined]
         url = default_storage_url() if storage in (None, "default") else (storage if isinstance(storage, str) else "")
         # SQLite ignores SELECT ... FOR UPDATE and pysqlite reads outside the write transaction, so
         # Optuna's WAITING -> RUNNING transition is not atomic there: serialise claims with a file lock
@@ -327,18 +363,28 @@ class WorkloadProfiles:
         except optuna.exceptions.UpdateFinishedTrialError:
             pass
 
-    def _claim(self, t: FrozenTrial) -> bool:
+    def _claim(self, t: FrozenTrial, heartbeat: bool = False) -> bool:
         with _file_lock(self.store._claim_lock):
             try:
-                return bool(self.store.storage.set_trial_state_values(t._trial_id, TrialState.RUNNING))
+                ok = bool(self.store.storage.set_trial_state_values(t._trial_id, TrialState.RUNNING))
             except optuna.exceptions.UpdateFinishedTrialError:
                 return False
+            if ok and heartbeat and self.store.heartbeat:
+                self.store.storage.record_heartbeat(t._trial_id)  # type: ignore[attr-defined]
+            return ok
+
+    def _fail_stale(self, kind: str) -> None:
+        """Fail the claims of dead processes (heartbeat older than the grace period) in ``kind``'s study."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            optuna.storages.fail_stale_trials(self.study(kind))
 
     def _measure_claimed(self, study: optuna.Study, t: FrozenTrial, key: ProfileKey,
                          measure: Callable[[ProfileKey], Measurement]) -> Measurement:
         if self.sampler is not None:
             self.sampler.pending = key
         trial = optuna.trial.Trial(study, t._trial_id)
+        beat = _Heartbeat(self.store, t._trial_id) if self.store.heartbeat else None
         try:
             for name, dist in distributions(key.kind).items():  # the fixed params of the queued trial
                 trial._suggest(name, dist)
@@ -347,6 +393,8 @@ class WorkloadProfiles:
             study.tell(trial, state=TrialState.FAIL)
             raise
         finally:
+            if beat is not None:
+                beat.stop()
             if self.sampler is not None:
                 self.sampler.pending = None
         trial.set_user_attr("time_s", m.time_s)
@@ -367,6 +415,7 @@ class WorkloadProfiles:
         wanted = list(dict.fromkeys(keys))
         enqueued: set[ProfileKey] = set()
         deadline = time.monotonic() + self.store.wait_timeout_s
+        next_stale_check = 0.0
         while len(out) < len(wanted):
             progressed = False
             for kind in sorted({k.kind for k in wanted if k not in out}):
@@ -387,20 +436,48 @@ class WorkloadProfiles:
                     if owner.state == TrialState.COMPLETE:
                         out[key] = (self._measurement(owner), False)
                         progressed = True
-                    elif owner.state == TrialState.WAITING and self._claim(owner):
+                    elif owner.state == TrialState.WAITING and self._claim(owner, heartbeat=True):
                         out[key] = (self._measure_claimed(self.study(kind), owner, key, measure), True)
                         progressed = True
                         groups = self._groups(kind)  # others may have finished meanwhile
             if not progressed:
+                if self.store.heartbeat and time.monotonic() >= next_stale_check:
+                    for kind in sorted({k.kind for k in wanted if k not in out}):
+                        self._fail_stale(kind)  # a dead process's point becomes free to claim again
+                    next_stale_check = time.monotonic() + min(1.0, self.store.heartbeat_interval_s or 1.0)
                 if time.monotonic() > deadline:
                     missing = [str(k.mode) for k in wanted if k not in out]
                     raise TimeoutError(
                         f"waited {self.store.wait_timeout_s:.0f} s for other processes to profile {missing[:5]}...: "
-                        "a process may have died while profiling; fail its stale trials "
-                        "(optuna.storages.fail_stale_trials with a heartbeat) and run again"
+                        "a process may have died while profiling; open the store with a heartbeat "
+                        "(ProfileStore(url, heartbeat_interval_s=...)) so that stale claims are failed and re-profiled"
                     )
                 time.sleep(self.store.poll_interval_s)
         return [out[k] for k in keys]
+
+
+class _Heartbeat:
+    """Records Optuna heartbeats on one claimed trial from a daemon thread until :meth:`stop`."""
+
+    def __init__(self, store: ProfileStore, trial_id: int) -> None:
+        self.storage, self.trial_id = store.storage, trial_id
+        self.interval = float(store.heartbeat_interval_s or 1.0)
+        self._stop = threading.Event()
+        self.storage.record_heartbeat(trial_id)  # type: ignore[attr-defined]
+        self._thread = threading.Thread(target=self._run, name=f"profile-heartbeat-{trial_id}", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            try:
+                self.storage.record_heartbeat(self.trial_id)  # type: ignore[attr-defined]
+            except Exception:  # pragma: no cover - a lost beat only risks a re-profile
+                _log.warning("could not record the heartbeat of trial %s", self.trial_id, exc_info=True)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
 
 
 def _sqlite_wal(rdb: Any) -> None:

@@ -1,0 +1,426 @@
+"""``PowerModeTuner``: pick the board's power mode during ``trainer.fit`` under a power budget.
+
+::
+
+    from lightning.pytorch import Trainer
+    import lightning_edge
+    trainer = Trainer(callbacks=[lightning_edge.PowerModeTuner(power_budget_w=25, strategy="gmd")])
+    trainer = Trainer(callbacks=[lightning_edge.PowerModeTuner(25, device="sim:orin-agx")])   # the Orin twin
+
+    import pytorch_lightning as pl                                  # the other Lightning package
+    from lightning_edge.lightning.pl import PowerModeTuner
+
+The behaviour lives in :class:`PowerModeTunerMixin` (no Lightning import) and in the engine,
+:class:`~lightning_edge.tuning.online.OnlineTuner` (profiling windows, the strategy thread, re-tuning, restore).
+This module adds the Lightning plumbing: the device, the workload key from the module and the first batch,
+TensorBoard, the printed summary, checkpoint state, and restoring the board at the end, on an exception and
+on an interrupt (``KeyboardInterrupt`` reaches ``on_exception``). A process killed outright leaves the
+controller's state file, and the next controller of that board to start restores the original mode.
+
+TensorBoard tags (``<label>`` is ``simulated`` on the twin, ``measured`` on a board):
+``tuner/<label>/step_time_ms``, ``tuner/<label>/power_w``, ``tuner/<label>/energy_j`` (cumulative),
+``tuner/power_budget_w``, ``tuner/mode/{cores,cpu_mhz,gpu_mhz,mem_mhz}`` and ``tuner/phase`` per logged step;
+``tuner/<label>/profile_time_ms`` and ``tuner/<label>/profile_power_w`` per profiled mode (step = profile
+index); ``tuner/<label>/epoch_time_s`` and ``tuner/<label>/epoch_energy_j`` per epoch; text ``tuner/profiles``
+(every profiled mode), ``tuner/solution`` and ``tuner/summary``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import Any
+
+from lightning_edge.lightning.tb import TrainerWriter
+from lightning_edge.tuning.online import (
+    PHASES,
+    OnlineTuner,
+    SensorStepMeter,
+    SimStepMeter,
+    WindowSpec,
+    module_fingerprint,
+)
+
+__all__ = ["PowerModeTunerMixin", "TuningDevice", "resolve_tuning_device", "format_summary"]
+
+
+class TuningDevice:
+    """What the tuner drives: a writable mode ``controller``, a step ``meter`` and, on the twin, the ``board``."""
+
+    def __init__(self, name: str, controller: Any, meter: Any, board: Any = None, owner: Any = None) -> None:
+        self.name, self.controller, self.meter, self.board, self.owner = name, controller, meter, board, owner
+
+    @property
+    def simulated(self) -> bool:
+        return isinstance(self.meter, SimStepMeter)
+
+    def describe(self) -> str:
+        if self.simulated:
+            return ("simulated: Jetson AGX Orin twin (minibatch time and power are the twin's for this model on the "
+                    "Orin; the training itself ran on this machine)")
+        return f"measured: {self.name}"
+
+    def close(self) -> None:
+        close = getattr(self.owner, "close", None)
+        if close is not None:
+            close()
+
+
+def resolve_tuning_device(device: Any = "auto", *, precision: str = "fp32", seed: int | None = 0) -> TuningDevice:
+    """``"sim:orin-agx"`` (a new twin), a ``SimulatedOrin`` (shared, e.g. with an ``EnergyProfiler``), an object
+    with ``controller`` and ``sensor``, or a board name for :func:`~lightning_edge.devices.get_controller`
+    (``"auto"``, ``"jetson"``, ``"nvpmodel"``, ``"nvml"``) whose power sensor comes from ``get_sensor("auto")``."""
+    if isinstance(device, TuningDevice):
+        return device
+    if isinstance(device, str) and device.strip().lower().startswith("sim"):
+        board_name = device.partition(":")[2] or "orin-agx"
+        if board_name != "orin-agx":
+            raise ValueError(f"device {device!r}: the twin plays 'sim:orin-agx' only")
+        from lightning_edge.devices.sim.device import SimulatedOrin
+
+        board = SimulatedOrin(seed=seed)
+        return TuningDevice("sim:orin-agx", board.controller, SimStepMeter(board, precision=precision, seed=seed),
+                            board, owner=board)
+    if not isinstance(device, str):
+        twin = getattr(device, "twin", None)
+        ctl = getattr(device, "controller", None)
+        if twin is not None and ctl is not None:
+            return TuningDevice(str(getattr(device, "name", "sim:orin-agx")), ctl,
+                                SimStepMeter(device, precision=precision, seed=seed), device)
+        sensor = getattr(device, "sensor", None)
+        if ctl is None or sensor is None:
+            raise TypeError(
+                "device: expected 'sim:orin-agx', 'auto', 'jetson', 'nvpmodel', 'nvml', a SimulatedOrin, or an object "
+                f"with .controller and .sensor; got {type(device).__name__}")
+        return TuningDevice(str(getattr(device, "name", type(device).__name__)), ctl, SensorStepMeter(sensor))
+    from lightning_edge.devices.controllers import get_controller
+    from lightning_edge.devices.sensors import get_sensor
+
+    kind = device.strip().lower()
+    controller = get_controller(kind)  # raises saying why there is no controllable board here
+    sensor = get_sensor("auto" if kind in ("auto", "jetson", "nvpmodel") else kind)
+    return TuningDevice(kind, controller, SensorStepMeter(sensor), owner=None)
+
+
+def _precision_of(trainer: Any, given: str | None) -> str:
+    if given:
+        return given
+    p = str(getattr(trainer, "precision", "32") or "32")
+    return "fp16" if "16" in p and "bf16" not in p else ("bf16" if "bf16" in p else "fp32")
+
+
+def _first_tensor(batch: Any) -> Any:
+    if hasattr(batch, "shape"):
+        return batch
+    if isinstance(batch, dict):
+        for v in batch.values():
+            t = _first_tensor(v)
+            if t is not None:
+                return t
+    if isinstance(batch, (list, tuple)):
+        for v in batch:
+            t = _first_tensor(v)
+            if t is not None:
+                return t
+    return None
+
+
+def format_summary(s: dict[str, Any], device_text: str) -> str:
+    """The end-of-fit summary printed by the callback (``s`` from :meth:`OnlineTuner.summary`)."""
+    lab = s.get("label", "")
+    lines = [f"lightning_edge PowerModeTuner ({device_text})"]
+    lines.append(
+        f"  budget {s['budget_w']:g} W, strategy {s['strategy']}: {s['profiles_used']} profiles used, "
+        f"{s['new_profiles']} measured in this run ({s['profiling_steps']} minibatches, "
+        f"{s['profiling_time_s']:.1f} s, {s['profiling_energy_j']:.0f} J {lab})")
+    if s.get("mode"):
+        lines.append(f"  chosen mode {s['mode']}: {s['time_s'] * 1e3:.1f} ms/minibatch, {s['power_w']:.1f} W "
+                     f"(profile, {lab})")
+        if "measured_tuned_time_s" in s:
+            lines.append(f"  while training in it: {s['measured_tuned_time_s'] * 1e3:.1f} ms/minibatch, "
+                         f"{s['measured_tuned_power_w']:.1f} W ({lab})")
+    elif s.get("phase") == "infeasible":
+        lines.append("  no profiled mode meets the budget: trained in the lowest-power mode profiled")
+    if "maxn_time_s" in s and s.get("mode"):
+        thr = s["throughput_vs_maxn"]
+        en = s["energy_vs_maxn"]
+        lines.append(f"  vs MAXN ({s['maxn_time_s'] * 1e3:.1f} ms, {s['maxn_power_w']:.1f} W): throughput "
+                     f"x{thr:.2f} ({(thr - 1) * 100:+.1f} %), energy per minibatch {(en - 1) * 100:+.1f} %")
+    if s.get("retunes"):
+        lines.append(f"  re-tuned {s['retunes']} time(s) (budget changes or power drift; drift scale "
+                     f"x{s['drift_scale']:.3f})")
+    if s.get("restored"):
+        lines.append(f"  board restored to {s['restored']}")
+    return "\n".join(lines)
+
+
+class PowerModeTunerMixin:
+    """Profiles power modes on the real training minibatches, drives GMD or ALS through the profile store, trains
+    on in the chosen mode; restores the board at the end (see the module docstring).
+
+    Args:
+        power_budget_w: the power budget (W): the chosen mode's profiled power stays within it.
+        strategy: ``"gmd"`` (Fulcrum's GMD, about 10 profiles), ``"als"`` (at most 50) or a Strategy instance.
+        device: ``"auto"`` (a Jetson), ``"sim:orin-agx"`` (the twin), a ``SimulatedOrin`` (share one board with
+            an ``EnergyProfiler``), ``"nvml"``, or an object with ``controller`` and ``sensor``.
+        store: the profile store: ``"default"`` (SQLite in the user cache dir), an Optuna storage URL
+            (``postgresql://...`` for a fleet), a ``ProfileStore``, or ``None`` (in memory, not kept).
+        space: the modes to search (default: Fulcrum's 441 modes on an Orin AGX, else the controller's space).
+        window: a :class:`~lightning_edge.tuning.online.WindowSpec` or a dict of its fields (settling time,
+            warm-up minibatches, min/max measured minibatches, stability target).
+        switch_at: ``"window"`` (modes change between profiling windows, inside epochs) or ``"epoch"``.
+        baseline: profile MAXN too (once per store) for the summary's comparison.
+        drift_window, drift_tolerance, drift_patience: re-tune when the mean power of ``drift_window`` steps in
+            the chosen mode exceeds the budget by ``drift_tolerance`` ``drift_patience`` times in a row.
+        workload_id: the workload's key in the store (default: module class, parameter count, batch shapes,
+            precision).
+        precision: ``fp32``/``fp16`` for the twin's model (default: from the Trainer's precision).
+        log_every_n_steps: TensorBoard scalars every N training steps.
+        print_summary: print the summary at the end of fit; ``log_dir``: own SummaryWriter's directory when the
+            Trainer has no TensorBoardLogger.
+    """
+
+    def __init__(self, power_budget_w: float, *, strategy: Any = "gmd", device: Any = "auto", store: Any = "default",
+                 space: Any = None, window: WindowSpec | dict | None = None, switch_at: str = "window",
+                 baseline: bool = True, drift_window: int = 20, drift_tolerance: float = 0.03,
+                 drift_patience: int = 2, workload_id: str | None = None, precision: str | None = None,
+                 seed: int | None = 0, log_every_n_steps: int = 10, print_summary: bool = True,
+                 log_dir: str | os.PathLike[str] | None = None) -> None:
+        super().__init__()
+        budget = float(power_budget_w)
+        if not (math.isfinite(budget) and budget > 0):
+            raise ValueError(f"power_budget_w must be a power in W > 0, got {power_budget_w!r}")
+        if switch_at not in ("window", "epoch"):
+            raise ValueError(f"switch_at must be 'window' or 'epoch', got {switch_at!r}")
+        if isinstance(window, dict):
+            import dataclasses
+
+            fields = [f.name for f in dataclasses.fields(WindowSpec)]
+            unknown = sorted(set(window) - set(fields))
+            if unknown:
+                raise ValueError(f"window: unknown setting(s) {unknown}; a profiling window takes {fields}")
+            window = WindowSpec(**window)
+        if log_every_n_steps < 1:
+            raise ValueError(f"log_every_n_steps must be >= 1, got {log_every_n_steps}")
+        self.power_budget_w = budget
+        self.strategy = strategy
+        self.device = device
+        self.store = store
+        self.space = space
+        self.window = window
+        self.switch_at = switch_at
+        self.baseline = baseline
+        self.drift = dict(drift_window=drift_window, drift_tolerance=drift_tolerance, drift_patience=drift_patience)
+        self.workload_id = workload_id
+        self.precision = precision
+        self.seed = seed
+        self.log_every_n_steps = int(log_every_n_steps)
+        self.print_summary = print_summary
+        self.tuner: OnlineTuner | None = None
+        self.tdev: TuningDevice | None = None
+        self.summary_text: str | None = None
+        self._tbw = TrainerWriter("tuner", log_dir)
+        self._trainer: Any = None
+        self._hook: Any = None
+        self._captured: tuple | None = None
+        self._energy_j = 0.0
+        self._epoch = {"time_s": 0.0, "energy_j": 0.0, "steps": 0}
+        self._pending_state: dict | None = None
+        self._events: list[tuple[str, dict]] = []
+
+    # ------------------------------------------------------------------ public
+    @property
+    def state_key(self) -> str:
+        return type(self).__qualname__  # not the budget: it may change during fit
+
+    def set_power_budget(self, power_budget_w: float) -> None:
+        """Change the budget during fit: the tuner solves again (stored profiles are reused) and switches."""
+        budget = float(power_budget_w)
+        if not (math.isfinite(budget) and budget > 0):
+            raise ValueError(f"power_budget_w must be a power in W > 0, got {power_budget_w!r}")
+        self.power_budget_w = budget
+        if self.tuner is not None:
+            self.tuner.set_power_budget(budget)
+
+    @property
+    def solution(self) -> Any:
+        return None if self.tuner is None else self.tuner.solution
+
+    def summary(self) -> dict[str, Any]:
+        return {} if self.tuner is None else self.tuner.summary()
+
+    # ------------------------------------------------------------------ set-up
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        self._trainer = trainer
+        if stage != "fit" or self.tuner is not None:
+            return
+        prec = _precision_of(trainer, self.precision)
+        self.tdev = resolve_tuning_device(self.device, precision=prec, seed=self.seed)
+        self.tuner = OnlineTuner(
+            self.power_budget_w, self.tdev.controller, self.tdev.meter, strategy=self.strategy, space=self.space,
+            store=self.store, fingerprint=self.workload_id, window=self.window, switch_at=self.switch_at,
+            baseline=self.baseline, on_event=self._on_event, **self.drift)
+        if self._pending_state:
+            self.tuner.load_state_dict(self._pending_state)
+            self._pending_state = None
+
+    def _capture_hook(self, module: Any, args: tuple, kwargs: dict) -> None:
+        if self._captured is None and args:
+            self._captured = tuple(args)
+
+    # ------------------------------------------------------------------ steps
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        t = self.tuner
+        if t is None or getattr(trainer, "sanity_checking", False):
+            return
+        if not t._started:
+            prec = _precision_of(trainer, self.precision)
+            t.bind(self.workload_id or module_fingerprint(pl_module, batch, prec))
+            if isinstance(t.meter, SimStepMeter) and not t.meter.bound:
+                self._hook = pl_module.register_forward_pre_hook(self._capture_hook, with_kwargs=True)
+            t.start()
+        t.before_step()
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        t = self.tuner
+        if t is None or not t._started or getattr(trainer, "sanity_checking", False):
+            return
+        if isinstance(t.meter, SimStepMeter) and not t.meter.bound:
+            self._bind_twin(pl_module, batch)
+        rec = t.after_step()
+        if rec is None:
+            return
+        self._energy_j += rec.energy_j
+        self._epoch["time_s"] += rec.time_s
+        self._epoch["energy_j"] += rec.energy_j
+        self._epoch["steps"] += 1
+        if rec.step % self.log_every_n_steps == 0:
+            self._log_step(trainer, rec)
+
+    def _bind_twin(self, pl_module: Any, batch: Any) -> None:
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        inputs = self._captured
+        if inputs is None:  # training_step did not call the module itself: assume batch = (inputs, targets)
+            x = _first_tensor(batch)
+            if x is None:
+                raise ValueError("PowerModeTuner on the twin needs the module's forward inputs: the training step "
+                                 "did not call the LightningModule and the batch holds no tensor")
+            inputs = (x,)
+        inputs = tuple(x.detach() if hasattr(x, "detach") else x for x in inputs)
+        try:
+            self.tuner.meter.bind(pl_module, inputs)
+        except Exception as exc:
+            raise ValueError(
+                f"PowerModeTuner on the twin could not model {type(pl_module).__name__} with inputs of shapes "
+                f"{[tuple(getattr(x, 'shape', ())) for x in inputs]}: {exc}") from exc
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        t = self.tuner
+        if t is None or not t._started:
+            return
+        t.epoch_boundary()
+        w = self._tbw.get(trainer)
+        if w is not None and self._epoch["steps"]:
+            lab = t.label
+            ep = int(getattr(trainer, "current_epoch", 0))
+            w.add_scalar(f"tuner/{lab}/epoch_time_s", self._epoch["time_s"], ep)
+            w.add_scalar(f"tuner/{lab}/epoch_energy_j", self._epoch["energy_j"], ep)
+        self._epoch = {"time_s": 0.0, "energy_j": 0.0, "steps": 0}
+
+    # ------------------------------------------------------------------ logging
+    def _log_step(self, trainer: Any, rec: Any) -> None:
+        w = self._tbw.get(trainer)
+        if w is None:
+            return
+        from lightning_edge.lightning.energy_profiler import write_scalars
+
+        lab = rec.label
+        m = rec.mode
+        write_scalars(w, [
+            (f"tuner/{lab}/step_time_ms", rec.time_s * 1e3), (f"tuner/{lab}/power_w", rec.power_w),
+            (f"tuner/{lab}/energy_j", self._energy_j), ("tuner/power_budget_w", self.tuner.problem.power_budget_w),
+            ("tuner/mode/cores", m.cores), ("tuner/mode/cpu_mhz", m.cpu_mhz), ("tuner/mode/gpu_mhz", m.gpu_mhz),
+            ("tuner/mode/mem_mhz", m.mem_mhz), ("tuner/phase", PHASES.index(rec.phase) if rec.phase in PHASES else -1),
+        ], rec.step)
+
+    def _on_event(self, kind: str, info: dict) -> None:
+        self._events.append((kind, info))
+        trainer = self._trainer
+        w = self._tbw.get(trainer) if trainer is not None else None
+        if w is None:
+            return
+        lab = self.tuner.label if self.tuner is not None else "measured"
+        if kind == "profile":
+            i = int(info["index"])
+            w.add_scalar(f"tuner/{lab}/profile_time_ms", info["time_s"] * 1e3, i)
+            w.add_scalar(f"tuner/{lab}/profile_power_w", info["power_w"], i)
+            w.add_text("tuner/profiles", self._profiles_table(), i)
+        elif kind in ("solution", "infeasible"):
+            sol = info.get("solution")
+            text = (f"{sol.describe()} (budget {info['budget_w']:g} W, {info['reason']})" if sol is not None else
+                    f"no profiled mode meets {info['budget_w']:g} W: running in {info.get('mode')} "
+                    "(the lowest-power mode profiled)")
+            w.add_text("tuner/solution", text, self.tuner.step if self.tuner else 0)
+        elif kind in ("retune", "drift"):
+            w.add_text("tuner/retunes", ", ".join(f"{k}={v}" for k, v in info.items()),
+                       self.tuner.step if self.tuner else 0)
+
+    def _profiles_table(self) -> str:
+        t = self.tuner
+        rows = ["| # | mode | ms/minibatch | power (W) | measured minibatches | discarded | within budget |",
+                "|---|---|---|---|---|---|---|"]
+        for p in t.profiles:
+            rows.append(f"| {p['index']} | {p['mode']} | {p['time_s'] * 1e3:.1f} | {p['power_w']:.2f} | "
+                        f"{p['steps']} | {p['discarded']} | {'yes' if p['within_budget'] else 'no'} |")
+        return f"{t.label} profiles\n\n" + "\n".join(rows)
+
+    # ------------------------------------------------------------------ ending
+    def _close(self, trainer: Any, reason: str) -> None:
+        t = self.tuner
+        if t is None or t.phase == "closed":
+            return
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        try:
+            restored = t.close(reason)
+        finally:
+            if self.tdev is not None:
+                self.tdev.close()
+        s = t.summary()
+        if restored is not None or t.original_mode is not None:
+            s["restored"] = str(t.original_mode)
+        self.summary_text = format_summary(s, self.tdev.describe() if self.tdev else "")
+        w = self._tbw.get(trainer) if trainer is not None else None
+        if w is not None:
+            w.add_text("tuner/summary", "    " + self.summary_text.replace("\n", "\n    "), t.step)
+            self._tbw.flush()
+        if self.print_summary and reason == "end":
+            print(self.summary_text)
+
+    def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+        self._close(trainer, "end")
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self._close(trainer, f"{type(exception).__name__}")
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if stage == "fit":
+            self._close(trainer, "end")
+            self._tbw.close()
+
+    # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict[str, Any]:
+        if self.tuner is None:
+            return {"budget_w": self.power_budget_w}
+        return self.tuner.state_dict()
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        if "budget_w" in state_dict:
+            self.power_budget_w = float(state_dict["budget_w"])
+        if self.tuner is not None:
+            self.tuner.load_state_dict(state_dict)
+        else:
+            self._pending_state = dict(state_dict)

@@ -1,0 +1,640 @@
+"""The serving machinery shared by :class:`~lightning_edge.serving.runner.InferenceRunner` and the interleaver.
+
+The *seam* between simulated and real serving is a (clock, executor) pair; the batching, deadline and statistics
+logic above it is the same code:
+
+==================  ===============================================  ============================================
+                    twin (``device="sim:orin-agx"``)                 real hardware / this CPU
+==================  ===============================================  ============================================
+clock               :class:`SimClock`: simulated seconds, jumps       :class:`WallClock`: ``time.perf_counter``,
+                    over idle time                                   sleeps over idle time
+executor            :class:`SimExecutor`: minibatch time and power    :class:`WallExecutor`: runs the real model,
+                    from the twin at the current mode (its noise);   times it on the wall clock, power from a
+                    optionally also runs the real model on CPU        ``PowerSampler`` (``nan`` without a sensor)
+label               ``simulated``                                    ``measured``
+==================  ===============================================  ============================================
+
+Requests are FIFO: request ``i`` arrives at ``arrival_s[i]`` (open loop: arrivals never wait for the server) and
+is served in the ``i``-th place. A minibatch takes the oldest ``bs`` pending requests; each request's latency is
+its minibatch's completion time minus its arrival time.
+
+Deadline guard (ours; the paper's formulas assume exact times): a minibatch is also started, with fewer than
+``bs`` requests if need be, when waiting longer would make the oldest pending request miss its budget:
+``now >= oldest_arrival + latency_budget - t_in * (1 + safety)``. With a constant rate and exact times the guard
+never fires before the ``bs``-th arrival for a feasible plan; it protects against noise, Poisson bursts and a
+falling arrival rate.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from lightning_edge.serving.arrivals import ArrivalProcess, ArrivalStream
+from lightning_edge.serving.stats import MinibatchLog
+from lightning_edge.tuning.problems import Measurement
+
+__all__ = [
+    "SimClock", "WallClock", "RequestQueue", "RequestInputs", "ModelRunner", "TwinTimer", "SimExecutor",
+    "WallExecutor", "BatchServer", "Plan", "ConcurrentWorkload", "NonUrgentInference", "RunningMean", "plan_from_times",
+]
+
+
+# ------------------------------------------------------------------------------------------------ clocks
+class SimClock:
+    """Simulated time in seconds: ``advance(dt)`` after simulated work, ``wait_until(t)`` jumps over idle time."""
+
+    simulated = True
+    label = "simulated"
+
+    def __init__(self, start_s: float = 0.0) -> None:
+        self.t_s = float(start_s)
+
+    def now(self) -> float:
+        return self.t_s
+
+    def advance(self, dt_s: float) -> None:
+        if dt_s < 0:
+            raise ValueError(f"cannot advance a clock by a negative time {dt_s!r} s")
+        self.t_s += float(dt_s)
+
+    def wait_until(self, t_s: float) -> float:
+        """Jump to ``t_s`` (if later); returns the idle time."""
+        idle = max(float(t_s) - self.t_s, 0.0)
+        self.t_s += idle
+        return idle
+
+
+class WallClock:
+    """Wall-clock seconds since creation (``time.perf_counter_ns``); ``wait_until`` sleeps, ``advance`` is a
+    no-op (the work itself took the time)."""
+
+    simulated = False
+    label = "measured"
+
+    def __init__(self, clock_ns: Callable[[], int] = time.perf_counter_ns, sleep: Callable[[float], None] = time.sleep
+                 ) -> None:
+        self._ns = clock_ns
+        self._sleep = sleep
+        self.t0_ns = int(clock_ns())
+
+    def now(self) -> float:
+        return (self._ns() - self.t0_ns) / 1e9
+
+    def to_ns(self, t_s: float) -> int:
+        return self.t0_ns + int(round(t_s * 1e9))
+
+    def advance(self, dt_s: float) -> None:
+        return None
+
+    def wait_until(self, t_s: float) -> float:
+        start = self.now()
+        d = float(t_s) - start
+        if d > 0:
+            self._sleep(d)
+        return max(self.now() - start, 0.0)
+
+
+# ------------------------------------------------------------------------------------------------ requests
+class RequestQueue:
+    """Open-loop FIFO of requests drawn from an arrival process, up to ``stop_s``.
+
+    ``admit(now)`` makes every request that has arrived by ``now`` pending; ``take(n)`` removes the ``n`` oldest
+    pending ones (returns their indices); ``complete(indices, t)`` records when they finished.
+    """
+
+    def __init__(self, arrivals: ArrivalProcess | ArrivalStream, *, stop_s: float = math.inf, chunk_s: float = 10.0
+                 ) -> None:
+        if isinstance(arrivals, ArrivalProcess):
+            self.process: Any = arrivals
+            self.stream = arrivals.stream()
+        elif isinstance(arrivals, ArrivalStream):
+            self.process, self.stream = arrivals.process, arrivals
+        else:
+            raise TypeError(f"arrivals: expected an ArrivalProcess (ConstantArrivals, PoissonArrivals, TraceArrivals) "
+                            f"or its stream, got {type(arrivals).__name__}")
+        self.stop_s = min(float(stop_s), float(self.process.end_s()))
+        self.chunk_s = float(chunk_s)
+        self._arr = np.empty(1024)
+        self._done = np.full(1024, np.nan)
+        self.n = 0  # generated
+        self.admitted = 0
+        self.head = 0  # oldest pending
+        self._gen_s = 0.0
+
+    def _grow(self, need: int) -> None:
+        cap = self._arr.size
+        if need <= cap:
+            return
+        new = max(need, 2 * cap)
+        self._arr = np.concatenate([self._arr, np.empty(new - cap)])
+        self._done = np.concatenate([self._done, np.full(new - cap, np.nan)])
+
+    def _generate_to(self, t_s: float) -> None:
+        t_s = min(t_s, self.stop_s)
+        while self._gen_s < t_s:
+            end = min(max(self._gen_s + self.chunk_s, t_s), self.stop_s)
+            new = self.stream.until(end)
+            self._gen_s = end
+            if new.size:
+                self._grow(self.n + new.size)
+                self._arr[self.n:self.n + new.size] = new
+                self.n += new.size
+
+    def admit(self, now_s: float) -> np.ndarray:
+        """Admit the arrivals up to ``now_s``; returns their arrival times."""
+        self._generate_to(now_s + 1e-12)
+        k = int(np.searchsorted(self._arr[:self.n], now_s, side="right"))
+        new = self._arr[self.admitted:k]
+        self.admitted = max(self.admitted, k)
+        return new
+
+    @property
+    def pending(self) -> int:
+        return self.admitted - self.head
+
+    def oldest_s(self) -> float:
+        return float(self._arr[self.head]) if self.pending else math.inf
+
+    def next_arrival_s(self) -> float:
+        """When the next not-yet-admitted request arrives (``inf`` when the process has ended)."""
+        while self.admitted >= self.n and self._gen_s < self.stop_s:
+            self._generate_to(self._gen_s + self.chunk_s)
+        return float(self._arr[self.admitted]) if self.admitted < self.n else math.inf
+
+    def take(self, n: int) -> np.ndarray:
+        n = min(int(n), self.pending)
+        idx = np.arange(self.head, self.head + n)
+        self.head += n
+        return idx
+
+    def complete(self, indices: np.ndarray, t_s: float) -> None:
+        self._done[indices] = t_s
+
+    def arrival_s(self, indices: Any) -> np.ndarray:
+        return self._arr[indices]
+
+    def latencies_s(self) -> np.ndarray:
+        """Latency of every completed request, in arrival order."""
+        done = self._done[:self.head]
+        ok = ~np.isnan(done)
+        return done[ok] - self._arr[:self.head][ok]
+
+    def served_arrivals_s(self) -> np.ndarray:
+        return self._arr[:self.head].copy()
+
+
+class RequestInputs:
+    """The input tensor of every request: ``pool[i % len(pool)]`` for request ``i`` (real tensors).
+
+    ``RequestInputs(pool)``: a tensor whose first dimension indexes samples (e.g. a validation batch);
+    ``RequestInputs.random(shape, n=64, seed=0)``: seeded standard-normal samples of one request's ``shape``.
+    """
+
+    def __init__(self, pool: Any) -> None:
+        import torch
+
+        if not isinstance(pool, torch.Tensor) or pool.dim() < 1 or pool.shape[0] < 1:
+            raise ValueError("RequestInputs: expected a tensor of request samples, first dimension = samples, got "
+                             f"{type(pool).__name__} {tuple(getattr(pool, 'shape', ()))}")
+        self.pool = pool.detach()
+
+    @classmethod
+    def random(cls, shape: tuple[int, ...], n: int = 64, seed: int = 0, dtype: Any = None) -> RequestInputs:
+        import torch
+
+        g = torch.Generator().manual_seed(int(seed))
+        return cls(torch.randn((int(n), *shape), generator=g, dtype=dtype or torch.float32))
+
+    @property
+    def sample_shape(self) -> tuple[int, ...]:
+        return tuple(self.pool.shape[1:])
+
+    def batch(self, indices: np.ndarray) -> Any:
+        import torch
+
+        idx = torch.as_tensor(np.asarray(indices) % self.pool.shape[0], dtype=torch.long)
+        return self.pool.index_select(0, idx)
+
+
+class ModelRunner:
+    """Runs one real inference minibatch: ``model`` in eval mode under ``torch.no_grad()``, its previous
+    train/eval mode restored afterwards. ``outputs`` keeps the last ``keep`` outputs (0: none)."""
+
+    def __init__(self, model: Any, inputs: RequestInputs, *, keep: int = 0) -> None:
+        if not callable(model):
+            raise TypeError(f"model must be a callable nn.Module, got {type(model).__name__}")
+        self.model = model
+        self.inputs = inputs
+        self.keep = int(keep)
+        self.outputs: list[Any] = []
+        self.minibatches = 0
+
+    def __call__(self, indices: np.ndarray) -> Any:
+        import torch
+
+        x = self.inputs.batch(indices)
+        was_training = bool(getattr(self.model, "training", False))
+        if hasattr(self.model, "eval"):
+            self.model.eval()
+        try:
+            with torch.no_grad():
+                out = self.model(x)
+        finally:
+            if was_training:
+                self.model.train(True)
+        self.minibatches += 1
+        if self.keep:
+            self.outputs.append(out)
+            del self.outputs[:-self.keep]
+        return out
+
+
+# ------------------------------------------------------------------------------------------------ executors
+class RunningMean:
+    """Mean of observed values, falling back to ``prior`` until ``min_n`` observations."""
+
+    def __init__(self, prior: float | None, min_n: int = 3) -> None:
+        self.prior = prior
+        self.min_n = int(min_n)
+        self.n = 0
+        self.total = 0.0
+
+    def add(self, x: float) -> None:
+        if math.isfinite(x):
+            self.n += 1
+            self.total += float(x)
+
+    @property
+    def value(self) -> float | None:
+        if self.n >= self.min_n or (self.prior is None and self.n):
+            return self.total / self.n
+        return self.prior
+
+
+class TwinTimer:
+    """Minibatch time and power of a :class:`~lightning_edge.devices.sim.workload.SimWorkload` at a mode: the twin's
+    noise-free prediction (cached per mode and batch size) times seeded gaussian noise with the workload's relative
+    sd (``time_noise``, ``power_noise``: 2.5 % and 2 % by default), as ``SimWorkload.train``/``infer`` draw it, but
+    without re-running the twin for every minibatch. Everything is ``simulated``."""
+
+    label = "simulated"
+
+    def __init__(self, workload: Any, *, seed: int | None = 0, noise: bool = True) -> None:
+        if not hasattr(workload, "sweep"):
+            raise TypeError(f"TwinTimer needs a twin workload (SimWorkload) with .sweep(), got {type(workload).__name__}")
+        self.workload = workload
+        self.noise = bool(noise)
+        self.rng = np.random.default_rng(seed)
+        self._cache: dict[tuple, tuple[float, float]] = {}
+
+    def expected(self, kind: str, mode: Any, batch_size: int | None = None) -> tuple[float, float]:
+        """Noise-free ``(time_s, power_w)``."""
+        key = (kind, str(mode), batch_size)
+        hit = self._cache.get(key)
+        if hit is None:
+            pred = self.workload.sweep(kind, batch_size=batch_size, modes=mode)
+            hit = (float(np.asarray(pred.time_s).reshape(-1)[0]), float(np.asarray(pred.power_w).reshape(-1)[0]))
+            self._cache[key] = hit
+        return hit
+
+    def draw(self, kind: str, mode: Any, batch_size: int | None = None) -> Measurement:
+        t, p = self.expected(kind, mode, batch_size)
+        if self.noise:
+            tn = float(getattr(self.workload, "time_noise", 0.025))
+            pn = float(getattr(self.workload, "power_noise", 0.02))
+            t *= max(1.0 + tn * float(self.rng.standard_normal()), 0.5)
+            p *= max(1.0 + pn * float(self.rng.standard_normal()), 0.5)
+        return Measurement(t, p, "simulated")
+
+    def idle_power_w(self, mode: Any) -> float:
+        return float(np.asarray(self.workload.twin.static_power(mode)).reshape(-1)[0])
+
+
+class SimExecutor:
+    """Simulated execution on the twin: the clock advances by the twin's minibatch time at the current mode.
+
+    ``infer_timer``/``background_timer``: :class:`TwinTimer` of the inference workload and of the background one
+    (training, or a non-urgent inference); ``model_runner``: also run the real model on CPU (real predictions, its
+    wall time is not counted); ``background_batch_size``: the non-urgent inference's minibatch size (``None`` for
+    training).
+    """
+
+    simulated = True
+    label = "simulated"
+
+    def __init__(self, infer_timer: TwinTimer, background_timer: TwinTimer | None = None, *,
+                 model_runner: ModelRunner | None = None, background_kind: str = "train",
+                 background_batch_size: int | None = None) -> None:
+        self.infer_timer = infer_timer
+        self.background_timer = background_timer
+        self.model_runner = model_runner
+        self.background_kind = background_kind
+        self.background_batch_size = background_batch_size
+        self.outputs = None
+
+    def infer(self, clock: SimClock, mode: Any, indices: np.ndarray) -> tuple[float, float]:
+        if self.model_runner is not None:
+            self.outputs = self.model_runner(indices)
+        m = self.infer_timer.draw("infer", mode, int(len(indices)))
+        clock.advance(m.time_s)
+        return m.time_s, m.power_w
+
+    def background_start(self, clock: SimClock) -> float:
+        return clock.now()
+
+    def background_end(self, clock: SimClock, mode: Any, start_s: float) -> tuple[float, float]:
+        if self.background_timer is None:
+            raise RuntimeError("SimExecutor: no background (training) workload to time")
+        m = self.background_timer.draw(self.background_kind, mode, self.background_batch_size)
+        clock.advance(m.time_s)
+        return m.time_s, m.power_w
+
+    def idle_power_w(self, mode: Any) -> float:
+        return self.infer_timer.idle_power_w(mode)
+
+    def energy_j(self, clock: Any, t0_s: float, t1_s: float) -> float | None:
+        return None  # from the minibatch log
+
+
+class WallExecutor:
+    """Real execution: runs ``model_runner`` (the real model on real tensors), times it on the wall clock; power is
+    the mean of ``sampler`` (a started :class:`~lightning_edge.profiling.sampler.PowerSampler`) over the minibatch,
+    or ``nan`` without one."""
+
+    simulated = False
+    label = "measured"
+
+    def __init__(self, model_runner: ModelRunner, *, sampler: Any = None) -> None:
+        self.model_runner = model_runner
+        self.sampler = sampler
+        self.outputs = None
+
+    def _power(self, clock: WallClock, t0: float, t1: float) -> float:
+        if self.sampler is None or not getattr(self.sampler, "energy_available", False):
+            return math.nan
+        try:
+            return float(self.sampler.mean_power_w(clock.to_ns(t0), clock.to_ns(t1)))
+        except Exception:  # noqa: BLE001 - a sensor hiccup must not stop serving
+            return math.nan
+
+    def infer(self, clock: WallClock, mode: Any, indices: np.ndarray) -> tuple[float, float]:
+        t0 = clock.now()
+        self.outputs = self.model_runner(indices)
+        t1 = clock.now()
+        return t1 - t0, self._power(clock, t0, t1)
+
+    def background_start(self, clock: WallClock) -> float:
+        return clock.now()
+
+    def background_end(self, clock: WallClock, mode: Any, start_s: float) -> tuple[float, float]:
+        t1 = clock.now()
+        return t1 - start_s, self._power(clock, start_s, t1)
+
+    def idle_power_w(self, mode: Any) -> float:
+        return math.nan
+
+    def energy_j(self, clock: WallClock, t0_s: float, t1_s: float) -> float | None:
+        if self.sampler is None or not getattr(self.sampler, "energy_available", False):
+            return math.nan
+        return float(self.sampler.energy_j(clock.to_ns(t0_s), clock.to_ns(t1_s)))
+
+
+# ------------------------------------------------------------------------------------------------ plans
+@dataclass(frozen=True)
+class Plan:
+    """What the server runs: a power mode (``None``: leave it alone), the inference minibatch size, and for managed
+    interleaving ``tau`` background minibatches per inference minibatch (0 for standalone inference).
+
+    ``infer_time_s``/``train_time_s`` are the profiled (expected) minibatch times the schedule starts from;
+    ``latency_s``/``throughput``/``power_w`` the tuner's predictions (``nan`` when unknown).
+    """
+
+    mode: Any
+    batch_size: int
+    train_minibatches: int = 0
+    infer_time_s: float = math.nan
+    train_time_s: float | None = None
+    latency_s: float = math.nan
+    throughput: float = math.nan
+    power_w: float = math.nan
+    label: str = "measured"
+    solution: Any = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if int(self.batch_size) < 1:
+            raise ValueError(f"Plan.batch_size must be >= 1, got {self.batch_size!r}")
+        if int(self.train_minibatches) < 0:
+            raise ValueError(f"Plan.train_minibatches must be >= 0, got {self.train_minibatches!r}")
+
+    @classmethod
+    def from_solution(cls, sol: Any) -> Plan:
+        """From a tuner's :class:`~lightning_edge.tuning.problems.Solution` (inference or concurrent)."""
+        if sol is None:
+            raise ValueError("no solution: the tuner found no mode and batch size meeting the problem's budgets")
+        kind = getattr(sol.problem, "kind", "")
+        if kind == "concurrent":
+            return cls(sol.mode, int(sol.batch_size), int(sol.train_minibatches or 0), float(sol.infer_time_s),
+                       float(sol.time_s), float(sol.latency_s), float(sol.throughput), float(sol.power_w), sol.label,
+                       sol)
+        if kind == "infer":
+            return cls(sol.mode, int(sol.batch_size), 0, float(sol.time_s), None, float(sol.latency_s),
+                       float(sol.throughput), float(sol.power_w), sol.label, sol)
+        raise ValueError(f"a serving plan needs an inference or concurrent solution, got a {kind or '?'} one")
+
+    def describe(self) -> str:
+        bits = [str(self.mode) if self.mode is not None else "current mode", f"bs {self.batch_size}"]
+        if self.train_minibatches:
+            bits.append(f"tau {self.train_minibatches}")
+        if math.isfinite(self.latency_s):
+            bits.append(f"predicted latency {self.latency_s * 1e3:.1f} ms")
+        if math.isfinite(self.power_w):
+            bits.append(f"{self.power_w:.1f} W")
+        return ", ".join(bits) + f" ({self.label})"
+
+
+def plan_from_times(problem: Any, infer_time_s: dict[int, float], train_time_s: float | None = None, *,
+                    power_w: float = 0.0, label: str = "measured") -> Plan | None:
+    """A plan for a machine with one (uncontrolled) mode from measured minibatch times: the problem's own formulas
+    (``problem.assess``) over the batch sizes measured. Power is not measured here: ``power_w`` is used for every
+    point (0 means the power budget is not checked). ``None`` when no batch size is feasible."""
+    bss = sorted(int(b) for b in infer_time_s)
+    if not bss:
+        raise ValueError("infer_time_s is empty: expected {batch_size: seconds per minibatch}")
+    t_in = np.array([float(infer_time_s[b]) for b in bss])
+    p = np.full(len(bss), float(power_w))
+    if problem.kind == "concurrent":
+        if train_time_s is None:
+            raise ValueError("a concurrent problem needs train_time_s")
+        a = problem.assess(np.full(len(bss), float(train_time_s)), p, t_in, p, np.array(bss))
+    elif problem.kind == "infer":
+        a = problem.assess(t_in, p, np.array(bss))
+    else:
+        raise ValueError(f"plan_from_times: expected an inference or concurrent problem, got {problem!r}")
+    ok = np.flatnonzero(a.feasible)
+    if ok.size == 0:
+        return None
+    keys = [np.asarray(k)[ok] for k in a.rank]
+    best = int(ok[np.lexsort(tuple(reversed(keys)))[0]])
+    tau = int(a.train_minibatches[best]) if a.train_minibatches is not None else 0
+    return Plan(None, bss[best], tau, float(t_in[best]), train_time_s, float(a.latency_s[best]),
+                float(a.throughput[best]), float(power_w), label)
+
+
+# ------------------------------------------------------------------------------------------------ tuner workloads
+class ConcurrentWorkload:
+    """The tuner's view of a concurrent pair (``Workload`` protocol): ``train(mode)`` profiles the background
+    workload, ``infer(mode, bs)`` the latency-bound inference. Its ``fingerprint`` keys the pair's profiles."""
+
+    def __init__(self, train: Any, infer: Any) -> None:
+        for name, w in (("train", train), ("infer", infer)):
+            if not hasattr(w, "train" if name == "train" else "infer"):
+                raise TypeError(f"ConcurrentWorkload: the {name} workload needs a .{name}() method")
+        self.train_workload = train
+        self.infer_workload = infer
+
+    @property
+    def fingerprint(self) -> str:
+        f = [str(getattr(w, "fingerprint", None) or repr(w)) for w in (self.train_workload, self.infer_workload)]
+        return f"pair[{f[0]}|{f[1]}]"
+
+    @property
+    def device_model(self) -> str | None:
+        return getattr(self.infer_workload, "device_model", None)
+
+    @property
+    def label(self) -> str:
+        return getattr(self.infer_workload, "label", "measured")
+
+    def train(self, mode: Any) -> Any:
+        return self.train_workload.train(mode)
+
+    def infer(self, mode: Any, batch_size: int) -> Any:
+        return self.infer_workload.infer(mode, batch_size)
+
+    def __repr__(self) -> str:
+        return f"ConcurrentWorkload({self.fingerprint})"
+
+
+class NonUrgentInference:
+    """A throughput inference (section 5.4, "Concurrent Inference") in the place of training: ``train(mode)`` is one
+    minibatch of ``batch_size`` of ``workload`` (the non-urgent model), so a :class:`ConcurrentProblem` maximises
+    its minibatches/s within the urgent inference's deadline and the power budget."""
+
+    def __init__(self, workload: Any, batch_size: int) -> None:
+        if int(batch_size) < 1:
+            raise ValueError(f"NonUrgentInference batch_size must be >= 1, got {batch_size!r}")
+        self.workload = workload
+        self.batch_size = int(batch_size)
+
+    @property
+    def fingerprint(self) -> str:
+        return f"{getattr(self.workload, 'fingerprint', repr(self.workload))}-nonurgent-infer-bs{self.batch_size}"
+
+    @property
+    def device_model(self) -> str | None:
+        return getattr(self.workload, "device_model", None)
+
+    @property
+    def twin(self) -> Any:
+        return self.workload.twin
+
+    @property
+    def time_noise(self) -> float:
+        return float(getattr(self.workload, "time_noise", 0.025))
+
+    @property
+    def power_noise(self) -> float:
+        return float(getattr(self.workload, "power_noise", 0.02))
+
+    def train(self, mode: Any) -> Any:
+        return self.workload.infer(mode, self.batch_size)
+
+    def infer(self, mode: Any, batch_size: int) -> Any:
+        return self.workload.infer(mode, batch_size)
+
+    def sweep(self, kind: str = "train", batch_size: int | None = None, modes: Any = None) -> Any:
+        bs = self.batch_size if kind == "train" else batch_size
+        return self.workload.sweep("infer", batch_size=bs, modes=modes)
+
+    def __repr__(self) -> str:
+        return f"NonUrgentInference({self.fingerprint})"
+
+
+# ------------------------------------------------------------------------------------------------ the batcher
+class BatchServer:
+    """Batching, the deadline guard and the statistics, shared by the inference runner, managed interleaving and
+    the native baselines. ``serve(n)`` runs one minibatch of the ``n`` oldest pending requests on ``executor`` at
+    ``mode``; ``idle_until(t)`` waits (idle power on the twin); ``guard_s(t_arrival)`` is the latest start for a
+    request that arrived at ``t_arrival``."""
+
+    def __init__(self, queue: RequestQueue, clock: Any, executor: Any, *, latency_budget_s: float, mode: Any,
+                 batch_size: int, infer_time_s: float | None, safety: float = 0.05) -> None:
+        self.budget_s = float(latency_budget_s)
+        if not (math.isfinite(self.budget_s) and self.budget_s > 0):
+            raise ValueError(f"latency_budget_s must be a time > 0 s, got {latency_budget_s!r}")
+        if bool(getattr(executor, "simulated", False)) != bool(getattr(clock, "simulated", False)):
+            raise ValueError("executor and clock disagree: use SimExecutor with SimClock, WallExecutor with WallClock")
+        self.queue = queue
+        self.clock = clock
+        self.executor = executor
+        self.mode = mode
+        self.safety = float(safety)
+        self.log = MinibatchLog()
+        self.partial = 0
+        self.batch_size = 1
+        self.t_in = RunningMean(None)
+        self.set_plan(mode, batch_size, infer_time_s)
+
+    def set_plan(self, mode: Any, batch_size: int, infer_time_s: float | None) -> None:
+        self.mode = mode
+        if int(batch_size) != self.batch_size or self.t_in.prior is None:
+            prior = infer_time_s if infer_time_s is not None and math.isfinite(infer_time_s) else None
+            self.t_in = RunningMean(prior)  # a new batch size (or mode) takes a new time
+        elif infer_time_s is not None and math.isfinite(infer_time_s):
+            self.t_in = RunningMean(infer_time_s)
+        self.batch_size = int(batch_size)
+
+    def guard_s(self, t_arrival_s: float) -> float:
+        return t_arrival_s + self.budget_s - (self.t_in.value or 0.0) * (1.0 + self.safety)
+
+    def serve(self, n: int) -> np.ndarray:
+        idx = self.queue.take(n)
+        start = self.clock.now()
+        dur, power = self.executor.infer(self.clock, self.mode, idx)
+        end = self.clock.now()
+        self.queue.complete(idx, end)
+        self.log.add("infer", start, dur, power, len(idx))
+        if len(idx) == self.batch_size:
+            self.t_in.add(dur)
+        else:
+            self.partial += 1
+        return idx
+
+    def idle_until(self, t_s: float) -> float:
+        idle = self.clock.wait_until(t_s)
+        if idle > 0:
+            self.log.add_idle(idle, self.executor.idle_power_w(self.mode))
+        return idle
+
+    def step_due(self) -> bool:
+        """Serve one minibatch if one is due now (``bs`` pending, or the oldest at its guard); True if it did."""
+        self.queue.admit(self.clock.now())
+        pending = self.queue.pending
+        if pending >= self.batch_size:
+            self.serve(self.batch_size)
+            return True
+        if pending and self.clock.now() >= self.guard_s(self.queue.oldest_s()):
+            self.serve(pending)
+            return True
+        return False
+
+    def next_event_s(self) -> float:
+        """When something can next happen: the next arrival or the oldest pending request's guard."""
+        g = self.guard_s(self.queue.oldest_s()) if self.queue.pending else math.inf
+        return min(self.queue.next_arrival_s(), g)

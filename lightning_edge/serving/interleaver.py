@@ -1,0 +1,285 @@
+"""``Interleaver``: serve latency-bound inference requests during ``trainer.fit`` by managed interleaving
+(Fulcrum sections 3-4, Fig. 4), as a Lightning callback.
+
+::
+
+    import lightning.pytorch as L
+    from lightning_edge.serving.pytorch import Interleaver          # pytorch_lightning: lightning_edge.serving.pl
+    from lightning_edge.tuning import ConcurrentProblem
+
+    problem = ConcurrentProblem(power_budget_w=25, latency_budget_s=0.1, arrival_rps=60)
+    il = Interleaver(problem, device="sim:orin-agx", infer_model=detector)   # default: the model being trained
+    L.Trainer(max_steps=200, callbacks=[il]).fit(model, loader)
+    print(il.report.describe())    # per-request latency percentiles, misses, training throughput, power, energy
+
+At the first training batch the callback tunes the power mode, the inference minibatch size ``bs`` and ``tau``
+(training minibatches per inference minibatch) for the :class:`~lightning_edge.tuning.ConcurrentProblem` with GMD
+(``tuner="gmd"``, 15 profiles at most), ALS (``"als"``), the oracle (``"exhaustive"``), a ``ProfileTable`` or a
+given ``solution=``; applies the mode; then before every training step serves the inference minibatches the
+schedule calls for (:class:`~lightning_edge.serving.interleave.InterleavingEngine`): the model runs in eval mode
+under ``torch.no_grad()`` on real request tensors, then goes back to training mode.
+
+On the twin (``device="sim:orin-agx"``): training steps really run on this CPU, but the schedule's clock is
+simulated: each training step takes the twin's time for that model and batch at the mode (with its noise),
+requests arrive in simulated time, and every latency, throughput, power and energy is labelled ``simulated``. On
+real hardware the same schedule runs on the wall clock (``solution=`` or ``workload=`` required to tune).
+
+Two concurrent inferences (section 5.4, 7.5): ``trainer.predict(model, loader)`` with this callback runs the
+*non-urgent* throughput inference (the predict loop's minibatches) interleaved with the *urgent* requests the same
+way: the problem's throughput is then non-urgent minibatches/s, maximised within the urgent deadline and the power
+budget (``InterleavingEngine`` does the same without Lightning).
+
+TensorBoard (the Trainer's ``TensorBoardLogger``): ``serving/latency_p50_ms``, ``.../p95``, ``.../p99``,
+``.../max``, ``serving/within_budget``, ``serving/background_per_s``, ``serving/power_w`` at every epoch end and at
+the end, and a text summary ``serving/summary``.
+
+``lightning.pytorch`` and ``pytorch_lightning`` are separate hierarchies; the behaviour is this mixin and the
+callbacks are ``lightning_edge.serving.pytorch.Interleaver`` and ``lightning_edge.serving.pl.Interleaver``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from lightning_edge.serving.arrivals import ArrivalProcess, ConstantArrivals
+from lightning_edge.serving.device import resolve_serving_device
+from lightning_edge.serving.engine import (
+    ConcurrentWorkload,
+    ModelRunner,
+    NonUrgentInference,
+    Plan,
+    RequestInputs,
+    SimClock,
+    SimExecutor,
+    TwinTimer,
+    WallClock,
+    WallExecutor,
+)
+from lightning_edge.serving.interleave import InterleavingEngine, InterleavingReport
+from lightning_edge.serving.tune import Retuner
+
+__all__ = ["InterleaverMixin"]
+
+
+def _first_tensor(batch: Any) -> Any:
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return batch
+    if isinstance(batch, (tuple, list)) and batch:
+        return _first_tensor(batch[0])
+    if isinstance(batch, dict) and batch:
+        return _first_tensor(next(iter(batch.values())))
+    raise TypeError(f"Interleaver: cannot find the input tensor in a batch of type {type(batch).__name__}; pass "
+                    "request_inputs= and a twin workload, or a solution=")
+
+
+class InterleaverMixin:
+    """The callback's behaviour, independent of the Lightning package (see the module docstring).
+
+    Args:
+        problem: a :class:`~lightning_edge.tuning.ConcurrentProblem` (power budget, latency budget, arrival rate,
+            candidate batch sizes). Optional when ``solution`` carries one.
+        solution: a concurrent ``Solution`` or a :class:`~lightning_edge.serving.engine.Plan`: skip tuning.
+        tuner: ``"gmd"`` (default), ``"als"``, ``"exhaustive"``, a ``ProfileTable`` or a tuning ``Strategy``.
+        device: ``"sim:orin-agx"`` (default), a ``SimulatedOrin``, ``"cpu"``, ``"jetson"`` or a device object.
+        arrivals: the urgent requests' arrival process (default: constant at ``problem.arrival_rps``).
+        infer_model: the model serving requests (default: the LightningModule being trained/predicted).
+        request_inputs: a tensor of request samples (first dimension = samples); default: the samples of the first
+            batch (real data from the loader).
+        workload: what the tuner profiles (default on the twin: the pair of twin workloads built from the first
+            batch); space: modes to tune over (default: Fulcrum's 441 on the twin); store: profile store (memory).
+        safety: relative margin on the expected minibatch times in the deadline checks.
+        restore: restore the power mode at the end (default True).
+        print_summary: print the report at the end of the run.
+    """
+
+    def __init__(self, problem: Any = None, *, solution: Any = None, tuner: Any = "gmd", device: Any = "sim:orin-agx",
+                 arrivals: ArrivalProcess | None = None, infer_model: Any = None, request_inputs: Any = None,
+                 workload: Any = None, space: Any = None, store: Any = None, safety: float = 0.05,
+                 restore: bool = True, print_summary: bool = False, seed: int | None = 0) -> None:
+        super().__init__()
+        if solution is not None and problem is None:
+            problem = getattr(solution, "problem", None) or getattr(getattr(solution, "solution", None), "problem", None)
+        if getattr(problem, "kind", None) != "concurrent":
+            raise TypeError("Interleaver needs a ConcurrentProblem (or a concurrent solution=), got "
+                            f"{type(problem).__name__}")
+        self.problem = problem
+        self.solution = solution
+        self.tuner = tuner
+        self.device_arg = device
+        self.arrivals = arrivals if arrivals is not None else ConstantArrivals(problem.arrival_rps)
+        if not isinstance(self.arrivals, ArrivalProcess):
+            raise TypeError(f"arrivals: expected an ArrivalProcess, got {type(self.arrivals).__name__}")
+        self.infer_model = infer_model
+        self.request_inputs = request_inputs
+        self.workload = workload
+        self.space = space
+        self.store = store
+        self.safety = float(safety)
+        self.restore = bool(restore)
+        self.print_summary = bool(print_summary)
+        self.seed = seed
+        self.device: Any = None
+        self.engine: InterleavingEngine | None = None
+        self.plan: Plan | None = None
+        self.report: InterleavingReport | None = None
+        self.new_profiles = 0
+        self._sampler: Any = None
+        self._writer: Any = None
+        self._stage: str | None = None
+
+    # ------------------------------------------------------------------------------------------ setup
+    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if self.device is None:
+            self.device = resolve_serving_device(self.device_arg, seed=self.seed)
+
+    def _build(self, trainer: Any, pl_module: Any, batch: Any, stage: str) -> None:
+        dev = self.device or resolve_serving_device(self.device_arg, seed=self.seed)
+        self.device = dev
+        infer_model = self.infer_model if self.infer_model is not None else pl_module
+        x = _first_tensor(batch) if self.request_inputs is None or dev.simulated else None
+        if self.request_inputs is None:
+            pool = x.detach().cpu()
+        else:
+            pool = self.request_inputs
+        inputs = pool if isinstance(pool, RequestInputs) else RequestInputs(pool)
+        background_kind = "train" if stage == "fit" else "non-urgent inference"
+        bg_wl = in_wl = None
+        if dev.simulated:
+            from lightning_edge.devices.sim.workload import SimWorkload
+
+            twin = dev.sim.twin
+            x_cpu = x.detach().cpu() if x is not None else _first_tensor(batch).detach().cpu()
+            if stage == "fit":
+                bg_wl = SimWorkload(pl_module, twin, example_inputs=(x_cpu,), train_batch_size=int(x_cpu.shape[0]),
+                                    seed=self.seed)
+            else:
+                bg_wl = NonUrgentInference(SimWorkload(pl_module, twin, example_inputs=(x_cpu,), seed=self.seed),
+                                           int(x_cpu.shape[0]))
+            in_wl = SimWorkload(infer_model, twin, example_inputs=(inputs.pool[:1],), seed=self.seed)
+        if self.solution is not None:
+            plan = self.solution if isinstance(self.solution, Plan) else Plan.from_solution(self.solution)
+        else:
+            workload = self.workload
+            space = self.space
+            if dev.simulated:
+                workload = workload if workload is not None else ConcurrentWorkload(bg_wl, in_wl)
+                if space is None:
+                    from lightning_edge.devices.catalog import fulcrum_space
+
+                    space = fulcrum_space()
+            elif workload is None:
+                raise ValueError(f"Interleaver on {dev.name}: pass solution= (a concurrent Solution or Plan) or "
+                                 "workload= (something that measures both models at a mode) to tune")
+            else:
+                space = space if space is not None else dev.space
+            sol, self.new_profiles = Retuner(self.tuner, space, workload, store=self.store, seed=self.seed).solve(
+                self.problem)
+            if sol is None:
+                raise RuntimeError(f"Interleaver: no feasible mode / batch size for {self.problem.describe()} "
+                                   f"(tuner {self.tuner!r}); relax a budget or lower the arrival rate")
+            plan = Plan.from_solution(sol)
+        self.plan = plan
+        runner = ModelRunner(infer_model, inputs)
+        if dev.simulated:
+            seed = None if self.seed is None else self.seed + 101
+            executor: Any = SimExecutor(TwinTimer(in_wl, seed=seed), TwinTimer(bg_wl, seed=None if seed is None else seed + 1),
+                                        model_runner=runner)
+            clock: Any = SimClock()
+        else:
+            if dev.sensor is not None and getattr(dev.sensor, "available", False):
+                from lightning_edge.profiling.sampler import PowerSampler
+
+                self._sampler = PowerSampler(dev.sensor).start()
+            executor = WallExecutor(runner, sampler=self._sampler)
+            clock = WallClock()
+        self.engine = InterleavingEngine(plan, self.arrivals, self.problem.latency_budget_s, executor=executor,
+                                         clock=clock, controller=dev.controller, restore=self.restore,
+                                         safety=self.safety, background_kind=background_kind).start()
+        self._stage = stage
+
+    # ------------------------------------------------------------------------------------------ hooks
+    def _before(self, trainer: Any, pl_module: Any, batch: Any, stage: str) -> None:
+        if self.engine is None or self.engine.finished is not None:
+            self.engine = None
+            self.report = None
+            self._build(trainer, pl_module, batch, stage)
+        self.engine.before_background()  # type: ignore[union-attr]
+
+    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        self._before(trainer, pl_module, batch, "fit")
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.engine is not None and self.engine._bg_start is not None:
+            self.engine.after_background()
+
+    def on_predict_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
+                               dataloader_idx: int = 0) -> None:
+        self._before(trainer, pl_module, batch, "predict")
+
+    def on_predict_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
+                             dataloader_idx: int = 0) -> None:
+        if self.engine is not None and self.engine._bg_start is not None:
+            self.engine.after_background()
+
+    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+        if self.engine is not None and self.engine.finished is None:
+            self._log(trainer, self.engine.report(), int(getattr(trainer, "global_step", 0)))
+
+    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+        self._finish(trainer)
+
+    def on_predict_end(self, trainer: Any, pl_module: Any) -> None:
+        self._finish(trainer)
+
+    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        self._finish(trainer, log=False)
+
+    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        if self._sampler is not None:
+            self._sampler.stop()
+            self._sampler = None
+        if self.device is not None and self.engine is not None and self.engine.finished is not None:
+            self.device.close()
+
+    # ------------------------------------------------------------------------------------------ results
+    def _finish(self, trainer: Any, log: bool = True) -> None:
+        if self.engine is None or self.engine.finished is not None:
+            return
+        self.report = self.engine.finish()
+        if log:
+            self._log(trainer, self.report, int(getattr(trainer, "global_step", 0)), text=True)
+        if self.print_summary:
+            print(self.report.describe())
+
+    def _tb(self, trainer: Any) -> Any:
+        if self._writer is not None:
+            return self._writer
+        for lg in getattr(trainer, "loggers", None) or []:
+            exp = getattr(lg, "experiment", None)
+            if exp is not None and hasattr(exp, "add_scalar"):
+                self._writer = exp
+                return exp
+        return None
+
+    def _log(self, trainer: Any, rep: InterleavingReport, step: int, text: bool = False) -> None:
+        if getattr(trainer, "global_rank", 0) != 0:
+            return
+        w = self._tb(trainer)
+        if w is None:
+            return
+        lat = rep.latency
+        vals = {"serving/latency_p50_ms": lat.p50_s * 1e3, "serving/latency_p95_ms": lat.p95_s * 1e3,
+                "serving/latency_p99_ms": lat.p99_s * 1e3, "serving/latency_max_ms": lat.max_s * 1e3,
+                "serving/within_budget": lat.within_budget, "serving/background_per_s": rep.background_throughput,
+                "serving/power_w": rep.mean_power_w}
+        for tag, v in vals.items():
+            if v is not None and math.isfinite(v):
+                w.add_scalar(tag, float(v), step)
+        if text and hasattr(w, "add_text"):
+            w.add_text("serving/summary", rep.describe(), step)
+        flush = getattr(w, "flush", None)
+        if flush is not None:
+            flush()

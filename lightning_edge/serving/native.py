@@ -1,0 +1,231 @@
+"""Native interleaving baselines (Fulcrum section 3.1, Fig. 1 top, Fig. 2 "N"): training and inference run at the
+same time and the scheduler, not the application, decides who runs.
+
+- :func:`run_native_threads` (**measured**): on this machine, a training thread runs minibatches back to back and
+  an inference thread batches requests (same batch size and deadline guard as the managed schedule, the same
+  :class:`~lightning_edge.serving.engine.BatchServer`) and runs them as soon as they are due; the OS and PyTorch's
+  thread pools share the CPU cores between the two. Wall clock, real models, real tensors.
+- :func:`simulate_native_twin` (**simulated, a model**): the twin has no notion of two kernels streams sharing its
+  GPU, so native interleaving on the twin is a *model*, stated here and labelled as one. Jetsons have no MPS or MIG
+  (section 1): two processes *time-share* the GPU, the scheduler switching contexts every time slice. We model
+  round-robin time slicing with slices of ``timeslice_s`` and a context-switch cost ``switch_s``: when an
+  inference minibatch (work ``t_in``, the twin's standalone time at the mode) becomes ready, training finishes its
+  current slice (a uniformly random remainder in ``[0, timeslice_s)``: the phase is unknown, which is where the
+  variability comes from), then the two alternate slices until the inference work is done. The inference minibatch
+  therefore takes ``r0 + s + t_in + (k - 1)(q + 2s)`` with ``k = ceil(t_in / q)`` slices, about ``2 t_in`` for
+  long minibatches, and training progresses in every slice inference does not use (there is no whole-minibatch
+  floor, so its throughput can exceed managed interleaving's, as in Fig. 2). Not modelled: cache / memory
+  interference between the two (it would only slow both further), priority, and space sharing (streams).
+  Defaults ``timeslice_s=1 ms`` and ``switch_s=25 us`` are assumptions, not measurements (the paper only says the
+  slices are "at us granularity").
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+from lightning_edge.serving.arrivals import ArrivalProcess
+from lightning_edge.serving.engine import (
+    BatchServer,
+    ModelRunner,
+    Plan,
+    RequestQueue,
+    SimClock,
+    TwinTimer,
+    WallClock,
+    WallExecutor,
+)
+from lightning_edge.serving.interleave import InterleavingReport
+from lightning_edge.serving.stats import summarize_latencies
+
+__all__ = ["run_native_threads", "simulate_native_twin", "NativeTwinExecutor"]
+
+
+def _as_plan(plan: Any) -> Plan:
+    return plan if isinstance(plan, Plan) else Plan.from_solution(plan)
+
+
+# ------------------------------------------------------------------------------------------------ real threads
+def run_native_threads(train_step: Callable[[], Any], model_runner: ModelRunner, arrivals: ArrivalProcess, plan: Any,
+                       latency_budget_s: float, duration_s: float, *, safety: float = 0.05,
+                       sampler: Any = None) -> InterleavingReport:
+    """Native interleaving on this machine (**measured**): ``train_step()`` in one thread, back to back, for
+    ``duration_s`` wall seconds; inference minibatches of ``plan.batch_size`` (``model_runner``) in another, as soon
+    as they are due (``bs`` pending, or the oldest request at its deadline guard). Requests arriving before
+    ``duration_s`` are all served. Returns the same report as managed interleaving (``scheduler`` says native)."""
+    plan = _as_plan(plan)
+    if not (duration_s > 0):
+        raise ValueError(f"duration_s must be > 0 s, got {duration_s!r}")
+    clock = WallClock()
+    queue = RequestQueue(arrivals, stop_s=float(duration_s))
+    executor = WallExecutor(model_runner, sampler=sampler)
+    server = BatchServer(queue, clock, executor, latency_budget_s=latency_budget_s, mode=plan.mode,
+                         batch_size=plan.batch_size, infer_time_s=plan.infer_time_s, safety=safety)
+    stop = threading.Event()
+    train_log: list[tuple[float, float]] = []
+    errors: list[BaseException] = []
+
+    def trainer() -> None:
+        try:
+            while not stop.is_set() and clock.now() < duration_s:
+                t0 = clock.now()
+                train_step()
+                train_log.append((t0, clock.now() - t0))
+        except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
+            errors.append(exc)
+
+    def server_loop() -> None:
+        try:
+            while True:
+                if server.step_due():
+                    continue
+                nxt = server.next_event_s()
+                if not math.isfinite(nxt):
+                    break
+                clock.wait_until(nxt)
+        except BaseException as exc:  # noqa: BLE001
+            errors.append(exc)
+            stop.set()
+
+    threads = [threading.Thread(target=trainer, name="native-train"),
+               threading.Thread(target=server_loop, name="native-infer")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    end = clock.now()
+    elapsed = (train_log[-1][0] + train_log[-1][1]) if train_log else 0.0
+    lat = summarize_latencies(queue.latencies_s(), latency_budget_s, "measured")
+    energy = executor.energy_j(clock, 0.0, end)
+    return InterleavingReport(
+        scheduler="native interleaving (2 threads, OS scheduler)", label="measured",
+        plan=plan.describe() + " (no tau: both run freely)", latency=lat, background_minibatches=len(train_log),
+        infer_minibatches=server.log.count("infer"), elapsed_s=elapsed,
+        background_throughput=len(train_log) / elapsed if elapsed > 0 else 0.0, predicted_throughput=math.nan,
+        background_busy_s=float(sum(d for _, d in train_log)), infer_busy_s=server.log.busy_s("infer"), idle_s=0.0,
+        energy_j=float(energy) if energy is not None else math.nan,
+        mean_power_w=float(energy / end) if energy is not None and end > 0 else math.nan,
+        partial_minibatches=server.partial)
+
+
+# ------------------------------------------------------------------------------------------------ the twin model
+class NativeTwinExecutor:
+    """Executor of the native time-slicing model on the twin (see the module docstring). Training always runs; an
+    inference minibatch shares the GPU with it in round-robin slices. ``simulated``."""
+
+    simulated = True
+    label = "simulated"
+
+    def __init__(self, infer_timer: TwinTimer, train_timer: TwinTimer, mode: Any, *, timeslice_s: float = 1e-3,
+                 switch_s: float = 25e-6, seed: int | None = 0, background_kind: str = "train",
+                 background_batch_size: int | None = None) -> None:
+        if not (timeslice_s > 0 and switch_s >= 0):
+            raise ValueError(f"timeslice_s must be > 0 and switch_s >= 0, got {timeslice_s!r}, {switch_s!r}")
+        self.infer_timer = infer_timer
+        self.train_timer = train_timer
+        self.mode = mode
+        self.q = float(timeslice_s)
+        self.s = float(switch_s)
+        self.rng = np.random.default_rng(seed)
+        self.background_kind = background_kind
+        self.background_batch_size = background_batch_size
+        self.energy = 0.0
+        self.train_done = 0
+        self.train_busy_s = 0.0
+        self.last_train_end_s = 0.0
+        self._work = 0.0
+        self._need = self._draw_train()
+        self.outputs = None
+
+    def _draw_train(self) -> Any:
+        m = self.train_timer.draw(self.background_kind, self.mode, self.background_batch_size)
+        self._p_tr = m.power_w
+        return m.time_s
+
+    def train_for(self, t_start_s: float, dt_s: float) -> None:
+        """Training alone (or in its slices) for ``dt_s`` of GPU time, ending at ``t_start_s + dt_s``."""
+        if dt_s <= 0:
+            return
+        self._work += dt_s
+        self.train_busy_s += dt_s
+        self.energy += dt_s * self._p_tr
+        while self._work >= self._need:
+            self._work -= self._need
+            self.train_done += 1
+            self.last_train_end_s = t_start_s + dt_s - self._work
+            self._need = self._draw_train()
+
+    def infer(self, clock: SimClock, mode: Any, indices: np.ndarray) -> tuple[float, float]:
+        m = self.infer_timer.draw("infer", mode, int(len(indices)))
+        w = m.time_s
+        k = max(math.ceil(w / self.q - 1e-12), 1)
+        r0 = float(self.rng.uniform(0.0, self.q))
+        t0 = clock.now()
+        # the running training slice ends, then inference and training alternate slices
+        self.train_for(t0, r0)
+        train_slices = (k - 1) * self.q
+        switches = (2 * k) * self.s  # into and out of every inference slice
+        dur = r0 + w + train_slices + switches
+        self.train_for(t0 + r0, train_slices)  # progress in the interleaved slices (timing inside the job)
+        self.energy += w * m.power_w + switches * max(m.power_w, self._p_tr)
+        clock.advance(dur)
+        return dur, (self.energy_slice(r0 + train_slices, w, switches, m.power_w) / dur)
+
+    def energy_slice(self, t_train: float, t_in: float, t_sw: float, p_in: float) -> float:
+        return t_train * self._p_tr + t_in * p_in + t_sw * max(p_in, self._p_tr)
+
+    def idle_power_w(self, mode: Any) -> float:
+        return self._p_tr  # the GPU is never idle: training runs
+
+    def energy_j(self, clock: Any, t0_s: float, t1_s: float) -> float:
+        return self.energy
+
+
+def simulate_native_twin(plan: Any, arrivals: ArrivalProcess, latency_budget_s: float, duration_s: float, *,
+                         infer_timer: TwinTimer, train_timer: TwinTimer, timeslice_s: float = 1e-3,
+                         switch_s: float = 25e-6, safety: float = 0.05, seed: int | None = 0,
+                         background_kind: str = "train", background_batch_size: int | None = None
+                         ) -> InterleavingReport:
+    """Native interleaving on the twin, as the time-slicing **model** of the module docstring (``simulated``).
+
+    Same mode and inference batch size as ``plan`` (the paper runs native, streams and managed with GMD's
+    settings, section 3.2); training runs continuously for ``duration_s`` simulated seconds."""
+    plan = _as_plan(plan)
+    clock = SimClock()
+    queue = RequestQueue(arrivals, stop_s=float(duration_s))
+    exe = NativeTwinExecutor(infer_timer, train_timer, plan.mode, timeslice_s=timeslice_s, switch_s=switch_s,
+                             seed=seed, background_kind=background_kind, background_batch_size=background_batch_size)
+    server = BatchServer(queue, clock, exe, latency_budget_s=latency_budget_s, mode=plan.mode,
+                         batch_size=plan.batch_size, infer_time_s=plan.infer_time_s, safety=safety)
+    while True:
+        if server.step_due():
+            continue
+        nxt = server.next_event_s()
+        if not math.isfinite(nxt):
+            break
+        t = clock.now()
+        dt = clock.wait_until(nxt)
+        exe.train_for(t, dt)
+    if clock.now() < duration_s:  # training alone until the end
+        exe.train_for(clock.now(), duration_s - clock.now())
+        clock.wait_until(duration_s)
+    lat = summarize_latencies(queue.latencies_s(), latency_budget_s, "simulated")
+    end = clock.now()
+    elapsed = end
+    return InterleavingReport(
+        scheduler=f"native interleaving (time-slicing model: {timeslice_s * 1e3:g} ms slices, "
+                  f"{switch_s * 1e6:g} us switches)", label="simulated",
+        plan=plan.describe() + " (no tau: both run freely)", latency=lat, background_minibatches=exe.train_done,
+        infer_minibatches=server.log.count("infer"), elapsed_s=elapsed,
+        background_throughput=exe.train_done / elapsed if elapsed > 0 else 0.0, predicted_throughput=math.nan,
+        background_busy_s=exe.train_busy_s, infer_busy_s=server.log.busy_s("infer"), idle_s=0.0,
+        energy_j=exe.energy, mean_power_w=exe.energy / end if end > 0 else math.nan,
+        partial_minibatches=server.partial,
+        notes=["native interleaving on the twin is a model (docs/serving.md), not a simulation of the GPU scheduler"])

@@ -1,0 +1,357 @@
+"""``InferenceRunner``: serve inference requests arriving at a rate, with a tuned power mode and batch size
+(Fulcrum section 4 "Standalone Inference", sections 5.4 and 7.4 for changing rates).
+
+::
+
+    from lightning_edge.serving import InferenceRunner, PoissonArrivals, synthetic_trace
+    from lightning_edge.tuning import InferenceProblem
+
+    problem = InferenceProblem(power_budget_w=40, latency_budget_s=0.1, arrival_rps=60)
+    runner = InferenceRunner("resnet18", problem, device="sim:orin-agx", arrivals=synthetic_trace())
+    report = runner.run()                       # the whole 2-hour synthetic trace, in simulated time (seconds)
+    print(report.describe())                    # p50/p95/p99/max latency, misses, power, energy, re-tunes
+
+The loop (shared with managed interleaving, :class:`~lightning_edge.serving.engine.BatchServer`): requests queue
+FIFO; a minibatch of the tuned ``bs`` starts when ``bs`` requests are pending, or earlier, with what is pending,
+when the oldest request would otherwise miss its budget (the deadline guard). The arrival rate is estimated over a
+sliding window (:class:`~lightning_edge.serving.arrivals.RateEstimator`); when it moves by more than
+``rate_tolerance`` from the rate the plan was tuned for, the problem is solved again for the estimated rate:
+``tuner="dynamic"`` (default) reuses every profile and runs GMD again, backtracking to a larger batch size, only
+when nothing profiled meets the new rate (section 5.4); ``"gmd"`` re-runs GMD on the shared profile store;
+``"als"`` explores once and looks every rate up; a ``ProfileTable`` is looked up; a fixed ``Solution``/``Plan``
+never changes. Profiling is not charged to the serving timeline (the profiles' count is reported).
+
+On the twin everything is ``simulated``: time is simulated seconds, minibatch time and power come from the twin at
+the current mode (with its measurement noise), and with ``run_model=True`` the real model also runs on the CPU on
+real tensors so predictions are real (``report.outputs``). On real hardware (``device="cpu"``, ``"jetson"`` or a
+device object) the same loop runs on the wall clock with the real model, the mode controller and the power sensor.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from lightning_edge.serving.arrivals import ArrivalProcess, ConstantArrivals, RateEstimator
+from lightning_edge.serving.device import resolve_serving_device
+from lightning_edge.serving.engine import (
+    BatchServer,
+    ModelRunner,
+    Plan,
+    RequestInputs,
+    RequestQueue,
+    SimClock,
+    SimExecutor,
+    TwinTimer,
+    WallClock,
+    WallExecutor,
+)
+from lightning_edge.serving.stats import LatencySummary, summarize_latencies
+from lightning_edge.serving.tune import Retuner
+
+__all__ = ["InferenceRunner", "ServingReport", "RetuneEvent", "twin_workload"]
+
+
+def twin_workload(model: Any, twin: Any, example: Any = None, *, seed: int | None = 0,
+                  train_batch_size: int | None = None) -> Any:
+    """A :class:`~lightning_edge.devices.sim.workload.SimWorkload` for ``model`` on ``twin``: a zoo name, an existing
+    twin workload (returned as is), or an ``nn.Module`` with ``example`` = one minibatch (batch dimension first)."""
+    from lightning_edge.devices.sim.workload import SimWorkload
+
+    if hasattr(model, "sweep") and hasattr(model, "infer"):
+        return model
+    if isinstance(model, str):
+        return SimWorkload(model, twin, seed=seed, **({"train_batch_size": train_batch_size} if train_batch_size else {}))
+    if example is None:
+        raise ValueError(f"the twin needs an example input for {type(model).__name__}: pass example_input= (one "
+                         "request's tensor) or request_inputs=, or use a zoo model name such as 'resnet18'")
+    return SimWorkload(model, twin, example_inputs=(example,), seed=seed, train_batch_size=train_batch_size)
+
+
+@dataclass(frozen=True)
+class RetuneEvent:
+    """A (re-)tune: when, for which estimated rate, what it chose (``None``: nothing feasible, plan kept)."""
+
+    t_s: float
+    arrival_rps: float
+    plan: str | None
+    batch_size: int
+    new_profiles: int
+    reason: str
+
+
+@dataclass
+class ServingReport:
+    """Result of :meth:`InferenceRunner.run` (``label``: ``simulated`` on the twin, else ``measured``)."""
+
+    label: str
+    duration_s: float
+    latency: LatencySummary
+    minibatches: int
+    partial_minibatches: int
+    energy_j: float
+    mean_power_w: float
+    busy_s: float
+    idle_s: float
+    retunes: list[RetuneEvent]
+    profiles: int
+    windows: list[dict] = field(default_factory=list)
+    outputs: Any = None
+
+    def as_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["latency"] = self.latency.as_dict()
+        d.pop("outputs", None)
+        return d
+
+    def describe(self) -> str:
+        n_re = sum(1 for e in self.retunes if e.reason != "initial")
+        return (f"inference serving ({self.label}) for {self.duration_s:.1f} s: {self.latency.describe()}; "
+                f"{self.minibatches} minibatches ({self.partial_minibatches} partial), {self.mean_power_w:.1f} W mean, "
+                f"{self.energy_j:.1f} J; {n_re} re-tunes, {self.profiles} profiles")
+
+
+class InferenceRunner:
+    """Serve an inference model under an :class:`~lightning_edge.tuning.InferenceProblem` (see module docstring).
+
+    Args:
+        model: an ``nn.Module`` (a ``LightningModule`` too: it is called as ``model(x)``), a zoo name (twin only), or
+            a twin workload (``SimWorkload``).
+        problem: power budget, latency budget, the initial arrival rate and the candidate batch sizes.
+        device: ``"sim:orin-agx"`` (default), a ``SimulatedOrin``, ``"cpu"``, ``"jetson"`` or a device object.
+        arrivals: an :class:`~lightning_edge.serving.arrivals.ArrivalProcess` (default: constant at the problem's rate).
+        tuner: ``"dynamic"`` (default), ``"gmd"``, ``"als"``, ``"exhaustive"``, a ``ProfileTable``, a ``Strategy``,
+            or a fixed ``Solution``/``Plan`` (required on a device without a mode controller, e.g. ``"cpu"``).
+        workload: what the tuner profiles (default on the twin: a ``SimWorkload`` of ``model``; on real boards give
+            one that measures the real model at a mode).
+        example_input: one request's input tensor (no batch dimension); ``request_inputs``: a tensor of request
+            samples (first dimension = samples) or :class:`~lightning_edge.serving.engine.RequestInputs`.
+        run_model: on the twin, also run the real model on CPU (default: when ``model`` is an ``nn.Module``).
+        space: the modes to tune over (default: Fulcrum's 441-mode space on the twin, else the controller's).
+        store: profile store for the tuner (default: in memory; ``"default"`` persists them, see docs/tuning.md).
+        retune, rate_window_s, rate_tolerance, retune_interval_s: re-tune when the arrival rate estimated over the
+            last ``rate_window_s`` differs by more than ``rate_tolerance`` (relative) from the tuned rate, at most
+            every ``retune_interval_s`` (default: ``rate_window_s``).
+        safety: relative margin on the expected minibatch time in the deadline guard.
+        report_window_s: the report's per-window table (default 300 s, the trace's segments).
+        logger: a TensorBoard ``SummaryWriter`` or a Lightning ``TensorBoardLogger``: per-window scalars
+            ``serving/latency_p50_ms``, ``.../latency_p99_ms``, ``serving/deadline_misses``, ``serving/batch_size``,
+            ``serving/arrival_rps``, ``serving/power_w``.
+    """
+
+    def __init__(self, model: Any, problem: Any, *, device: Any = "sim:orin-agx", arrivals: ArrivalProcess | None = None,
+                 tuner: Any = "dynamic", workload: Any = None, example_input: Any = None, request_inputs: Any = None,
+                 run_model: bool | None = None, space: Any = None, store: Any = None, retune: bool = True,
+                 rate_window_s: float = 30.0, rate_tolerance: float = 0.1, retune_interval_s: float | None = None,
+                 safety: float = 0.05, report_window_s: float = 300.0, logger: Any = None, seed: int | None = 0,
+                 als_latency_range_s: tuple[float, float] | None = None,
+                 als_rate_range_rps: tuple[float, float] | None = None, keep_outputs: int = 0) -> None:
+        if getattr(problem, "kind", None) != "infer":
+            raise TypeError(f"InferenceRunner needs an InferenceProblem, got {type(problem).__name__}")
+        self.model = model
+        self.problem = problem
+        self.device = resolve_serving_device(device, seed=seed)
+        self.arrivals = arrivals if arrivals is not None else ConstantArrivals(problem.arrival_rps)
+        if not isinstance(self.arrivals, ArrivalProcess):
+            raise TypeError(f"arrivals: expected an ArrivalProcess, got {type(self.arrivals).__name__}")
+        self.seed = seed
+        self.safety = float(safety)
+        self.retune_enabled = bool(retune)
+        self.rate_window_s = float(rate_window_s)
+        self.rate_tolerance = float(rate_tolerance)
+        if not self.rate_tolerance > 0:
+            raise ValueError(f"rate_tolerance must be > 0 (relative), got {rate_tolerance!r}")
+        self.retune_interval_s = float(retune_interval_s if retune_interval_s is not None else rate_window_s)
+        self.report_window_s = float(report_window_s)
+        self.logger = logger
+        self.keep_outputs = int(keep_outputs)
+        self.inputs = self._inputs(request_inputs, example_input, model)
+        is_module = callable(model) and not isinstance(model, str) and not hasattr(model, "sweep")
+        if run_model is None:
+            run_model = is_module and self.inputs is not None
+        if run_model and not (is_module and self.inputs is not None):
+            raise ValueError("run_model=True needs an nn.Module model and example_input= or request_inputs=")
+        if not self.device.simulated and not is_module:
+            raise ValueError(f"on real hardware ({self.device.name}) the model must be an nn.Module to run")
+        if not self.device.simulated and self.inputs is None:
+            raise ValueError("on real hardware the requests need tensors: pass example_input= or request_inputs=")
+        self.run_model = bool(run_model)
+        self.fixed_plan: Plan | None = None
+        if isinstance(tuner, Plan):
+            self.fixed_plan = tuner
+        elif tuner is not None and hasattr(tuner, "problem") and hasattr(tuner, "mode"):
+            self.fixed_plan = Plan.from_solution(tuner)
+        self.retuner: Retuner | None = None
+        if self.fixed_plan is None:
+            if self.device.simulated:
+                if workload is None:
+                    example = None if self.inputs is None else self.inputs.pool[:1]
+                    workload = twin_workload(model, self.device.sim.twin, example, seed=seed)
+                if space is None:
+                    from lightning_edge.devices.catalog import fulcrum_space
+
+                    space = fulcrum_space()
+            else:
+                if workload is None:
+                    raise ValueError(f"tuner={tuner!r} on {self.device.name} needs workload= (something that measures "
+                                     "the real model at a mode); or pass a fixed Solution/Plan as tuner")
+                space = space if space is not None else self.device.space
+            self.retuner = Retuner(tuner, space, workload, store=store, seed=seed,
+                                   als_latency_range_s=als_latency_range_s, als_rate_range_rps=als_rate_range_rps)
+        self.workload = workload
+        self.space = space
+        self.report: ServingReport | None = None
+
+    @staticmethod
+    def _inputs(request_inputs: Any, example_input: Any, model: Any) -> RequestInputs | None:
+        if isinstance(request_inputs, RequestInputs):
+            return request_inputs
+        if request_inputs is not None:
+            return RequestInputs(request_inputs)
+        if example_input is not None:
+            shape = tuple(example_input.shape)
+            return RequestInputs.random(shape, seed=0, dtype=example_input.dtype)
+        return None
+
+    # ------------------------------------------------------------------------------------------ tuning
+    def _solve(self, rate: float) -> tuple[Plan | None, int]:
+        if self.fixed_plan is not None:
+            return self.fixed_plan, 0
+        assert self.retuner is not None
+        sol, new = self.retuner.solve(dataclasses.replace(self.problem, arrival_rps=float(rate)))
+        return (Plan.from_solution(sol) if sol is not None else None), new
+
+    # ------------------------------------------------------------------------------------------ run
+    def run(self, duration_s: float | None = None) -> ServingReport:
+        """Serve the arrivals for ``duration_s`` clock seconds (default: until a finite trace ends)."""
+        end = self.arrivals.end_s() if duration_s is None else float(duration_s)
+        if not (math.isfinite(end) and end > 0):
+            raise ValueError("run() needs duration_s= (seconds) for an unbounded arrival process")
+        dev = self.device
+        sampler = None
+        if dev.simulated:
+            clock: Any = SimClock()
+            runner = ModelRunner(self.model, self.inputs, keep=self.keep_outputs) if self.run_model else None
+            timer_wl = self.workload if self.workload is not None else twin_workload(
+                self.model, dev.sim.twin, None if self.inputs is None else self.inputs.pool[:1], seed=self.seed)
+            executor: Any = SimExecutor(TwinTimer(timer_wl, seed=None if self.seed is None else self.seed + 101),
+                                        model_runner=runner)
+        else:
+            if dev.sensor is not None and getattr(dev.sensor, "available", False):
+                from lightning_edge.profiling.sampler import PowerSampler
+
+                sampler = PowerSampler(dev.sensor).start()
+            clock = WallClock()
+            runner = ModelRunner(self.model, self.inputs, keep=self.keep_outputs)
+            executor = WallExecutor(runner, sampler=sampler)
+        try:
+            return self._loop(end, clock, executor)
+        finally:
+            if sampler is not None:
+                sampler.stop()
+            if dev.controller is not None and self.fixed_plan is None:
+                try:
+                    dev.controller.restore()
+                except Exception:  # noqa: BLE001
+                    pass
+
+    def _loop(self, end_s: float, clock: Any, executor: Any) -> ServingReport:
+        dev = self.device
+        rate = self.problem.arrival_rps
+        plan, new = self._solve(rate)
+        if plan is None:
+            raise RuntimeError(f"no feasible plan for {self.problem.describe()}: the tuner found no mode and batch "
+                               "size meeting the budgets")
+        events = [RetuneEvent(0.0, rate, plan.describe(), plan.batch_size, new, "initial")]
+        profiles = new
+        if dev.controller is not None and plan.mode is not None:
+            dev.controller.apply(plan.mode)
+        queue = RequestQueue(self.arrivals, stop_s=end_s)
+        server = BatchServer(queue, clock, executor, latency_budget_s=self.problem.latency_budget_s, mode=plan.mode,
+                             batch_size=plan.batch_size, infer_time_s=plan.infer_time_s, safety=self.safety)
+        est = RateEstimator(self.rate_window_s)
+        fed = 0
+        last_tune = 0.0
+        t0 = clock.now()
+        while True:
+            served = server.step_due()
+            if queue.admitted > fed:
+                est.observe(queue.arrival_s(slice(fed, queue.admitted)))
+                fed = queue.admitted
+            now = clock.now()
+            if self.retune_enabled and self.fixed_plan is None and now - last_tune >= self.retune_interval_s:
+                r = est.rate_rps(now)
+                if r is not None and abs(r - rate) > self.rate_tolerance * rate:
+                    last_tune = now
+                    new_plan, new = self._solve(r)
+                    profiles += new
+                    if new_plan is None:
+                        events.append(RetuneEvent(now, r, None, plan.batch_size, new, "rate change: nothing feasible"))
+                    else:
+                        rate = r
+                        if dev.controller is not None and new_plan.mode is not None and new_plan.mode != plan.mode:
+                            dev.controller.apply(new_plan.mode)
+                        plan = new_plan
+                        server.set_plan(plan.mode, plan.batch_size, plan.infer_time_s)
+                        events.append(RetuneEvent(now, r, plan.describe(), plan.batch_size, new, "rate change"))
+            if served:
+                continue
+            nxt = server.next_event_s()
+            if not math.isfinite(nxt):
+                break
+            server.idle_until(nxt)
+        span = clock.now() - t0
+        label = executor.label
+        lat = queue.latencies_s()
+        e = executor.energy_j(clock, t0, clock.now())
+        energy = server.log.energy_j() if e is None else e
+        windows = self._windows(queue.served_arrivals_s()[~np.isnan(queue._done[:queue.head])], lat, events, end_s,
+                                server.log)
+        self._log_windows(windows)
+        self.report = ServingReport(
+            label=label, duration_s=span, latency=summarize_latencies(lat, self.problem.latency_budget_s, label),
+            minibatches=server.log.count("infer"), partial_minibatches=server.partial, energy_j=float(energy),
+            mean_power_w=float(energy / span) if span > 0 else math.nan, busy_s=server.log.busy_s(),
+            idle_s=server.log.idle_s, retunes=events, profiles=profiles, windows=windows,
+            outputs=executor.outputs if self.keep_outputs or self.run_model else None)
+        return self.report
+
+    def _windows(self, arrivals: np.ndarray, lat: np.ndarray, events: list[RetuneEvent], end_s: float,
+                 log: Any) -> list[dict]:
+        out = []
+        w = self.report_window_s
+        starts = np.asarray(log.start_s)
+        dur = np.asarray(log.duration_s)
+        powr = np.asarray(log.power_w)
+        t = 0.0
+        while t < end_s - 1e-9:
+            a, b = t, min(t + w, end_s)
+            sel = (arrivals >= a) & (arrivals < b)
+            s = summarize_latencies(lat[sel], self.problem.latency_budget_s)
+            mb = (starts >= a) & (starts < b)
+            bs = [e.batch_size for e in events if e.t_s < b and e.plan is not None]
+            out.append({"start_s": a, "end_s": b, "requests": int(sel.sum()),
+                        "arrival_rps": float(sel.sum() / (b - a)), "batch_size": bs[-1] if bs else None,
+                        "p50_s": s.p50_s, "p99_s": s.p99_s, "max_s": s.max_s, "deadline_misses": s.deadline_misses,
+                        "busy_power_w": float(np.dot(dur[mb], powr[mb]) / dur[mb].sum()) if mb.any() else math.nan})
+            t = b
+        return out
+
+    def _log_windows(self, windows: list[dict]) -> None:
+        if self.logger is None:
+            return
+        w = getattr(self.logger, "experiment", self.logger)
+        for row in windows:
+            step = int(row["start_s"])
+            for tag, v in (("serving/latency_p50_ms", row["p50_s"] * 1e3), ("serving/latency_p99_ms", row["p99_s"] * 1e3),
+                           ("serving/deadline_misses", row["deadline_misses"]), ("serving/arrival_rps", row["arrival_rps"]),
+                           ("serving/batch_size", row["batch_size"] or 0), ("serving/power_w", row["busy_power_w"])):
+                if v is not None and math.isfinite(float(v)):
+                    w.add_scalar(tag, float(v), step)
+        flush = getattr(w, "flush", None)
+        if flush is not None:
+            flush()

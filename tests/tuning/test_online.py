@@ -1,0 +1,208 @@
+"""OnlineTuner: profiling windows on a training loop's own steps, re-tuning, restore (the twin as the board)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from lightning_edge.devices.sim.device import SimulatedOrin
+from lightning_edge.tuning import GMD
+from lightning_edge.tuning.online import (
+    OnlineTuner,
+    ProfileWindow,
+    SimStepMeter,
+    WindowSpec,
+    batch_signature,
+    module_fingerprint,
+)
+
+FAST = WindowSpec(settle_s=0.0, warmup_steps=1, min_steps=3, max_steps=6)
+
+
+def tiny() -> nn.Module:
+    torch.manual_seed(0)
+    return nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(),
+                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(32, 10))
+
+
+X = torch.randn(32, 3, 32, 32)
+
+
+def make(budget: float, *, settling: bool = False, window: WindowSpec = FAST, **kw) -> tuple[OnlineTuner, SimulatedOrin]:
+    board = SimulatedOrin(settling=settling, seed=0)
+    meter = SimStepMeter(board, tiny(), (X,), seed=0)
+    t = OnlineTuner(budget, board.controller, meter, window=window, fingerprint="tiny", **kw)
+    return t, board
+
+
+def run(t: OnlineTuner, steps: int, on_step=None) -> None:
+    for i in range(steps):
+        t.before_step()
+        t.after_step()
+        if on_step is not None:
+            on_step(i)
+
+
+def test_batch_signature_and_fingerprint_tell_workloads_apart():
+    bs, sig = batch_signature((X, torch.zeros(32, dtype=torch.long)))
+    assert bs == 32 and sig == "3x32x32:float32+:int64"
+    a = module_fingerprint(tiny(), (X,))
+    assert a == module_fingerprint(tiny(), (X,))
+    assert a != module_fingerprint(tiny(), (X[:16],)) != module_fingerprint(nn.Linear(3, 3), (X,))
+
+
+def test_window_discards_settling_and_warmup_then_stops_when_stable():
+    spec = WindowSpec(settle_s=1.0, warmup_steps=2, min_steps=5, max_steps=40, rel_sem=0.01)
+    w = ProfileWindow(0, None, switched_s=0.0, settle_s=1.0, spec=spec)
+    t = 0.0
+    kept = []
+    for _ in range(60):
+        t += 0.25
+        kept.append(w.feed(t, 0.25, 20.0))
+        if w.complete:
+            break
+    # the 4 steps that started inside the settling second are discarded; they also cover the 2 warm-up steps
+    assert kept[:4] == [False] * 4 and all(kept[4:])
+    late = ProfileWindow(0, None, switched_s=0.0, settle_s=0.0, spec=spec)
+    assert [late.feed(i + 1.0, 1.0, 20.0) for i in range(3)] == [False, False, True]  # no settling: 2 warm-up
+    assert w.n == 5 and w.result("simulated").power_w == pytest.approx(20.0)
+    noisy = ProfileWindow(0, None, 0.0, 0.0, spec)
+    for i in range(42):
+        noisy.feed(i + 1.0, 1.0 + (0.3 if i % 2 else -0.3), 20.0)
+    assert noisy.n == 40 and noisy.complete  # never stable: stops at max_steps
+
+
+def test_bad_window_and_switch_settings_are_clear_errors():
+    with pytest.raises(ValueError, match="min_steps"):
+        WindowSpec(min_steps=5, max_steps=2)
+    with pytest.raises(ValueError, match="settle_s"):
+        WindowSpec(settle_s=-1)
+    board = SimulatedOrin(settling=False)
+    with pytest.raises(ValueError, match="switch_at"):
+        OnlineTuner(20, board.controller, SimStepMeter(board), switch_at="never")
+
+
+def test_converges_to_the_best_feasible_mode_within_the_gmd_budget_and_restores():
+    budget = 14.0
+    t, board = make(budget, store=None)
+    original = board.controller.current()
+    t.start()
+    run(t, 200)
+    sol = t.solution
+    assert sol is not None and sol.power_w <= budget and sol.label == "simulated"
+    assert sol.profiles_used <= 10 and len(t.profiles) <= 11  # GMD's budget (+ MAXN for the summary)
+    # the answer is the fastest feasible mode among those it profiled
+    feasible = [p for p in t.profiles if p["power_w"] <= budget]
+    assert sol.time_s == pytest.approx(min(p["time_s"] for p in feasible))
+    # training went on in the chosen mode after the answer
+    tail = t.records[-20:]
+    assert all(r.mode == sol.mode and r.window is None for r in tail)
+    t.close()
+    assert board.controller.current() == original and t.phase == "closed"
+
+
+def test_budget_change_retunes_from_stored_profiles():
+    t, board = make(16.0, store=None)
+    t.start()
+    run(t, 150)
+    first = t.solution
+    n_windows = len(t.profiles)
+    t.set_power_budget(12.5)
+    run(t, 150)
+    second = t.solution
+    assert second is not None and second.power_w <= 12.5 < first.power_w
+    assert len(t.profiles) - n_windows < n_windows  # most of the profiles came from the store
+    assert t.records[-1].mode == second.mode and t.retunes[0]["reason"] == "budget"
+    t.close()
+
+
+class _HotterMeter(SimStepMeter):
+    """The board heats up: from step ``at`` on every mode draws ``factor`` times more power (thermal drift)."""
+
+    def __init__(self, *a, at: int, factor: float, **kw):
+        super().__init__(*a, **kw)
+        self.at, self.factor, self.n = at, factor, 0
+
+    def step_end(self, mode):
+        dt, p = super().step_end(mode)
+        self.n += 1
+        return dt, p * (self.factor if self.n > self.at else 1.0)
+
+
+def test_power_drift_over_budget_triggers_a_retune_to_a_lower_power_mode():
+    budget = 16.0
+    board = SimulatedOrin(settling=False, seed=0)
+    meter = _HotterMeter(board, tiny(), (X,), seed=0, at=150, factor=1.08)
+    t = OnlineTuner(budget, board.controller, meter, window=FAST, store=None, fingerprint="tiny", drift_window=10)
+    t.start()
+    run(t, 150)
+    before = t.solution
+    assert before is not None
+    run(t, 250)
+    assert any(r["reason"] == "drift" for r in t.retunes)
+    assert t.drift_scale == pytest.approx(1.08, abs=0.05)
+    after = t.solution
+    assert after.power_w * t.drift_scale <= budget * 1.01 and after.power_w < before.power_w
+    settled = [r for r in t.records[-40:] if r.window is None]
+    assert sum(r.energy_j for r in settled) / sum(r.time_s for r in settled) <= budget * 1.03
+    t.close()
+
+
+def test_switch_at_epoch_changes_modes_only_at_epoch_boundaries():
+    t, board = make(14.0, store=None, switch_at="epoch")
+    t.start()
+    switches = []
+    for epoch in range(12):
+        for _ in range(15):
+            before = board.controller.current()
+            t.before_step()
+            if board.controller.current() != before:
+                switches.append(_)
+            t.after_step()
+        t.epoch_boundary()
+    assert switches and all(i == 0 for i in switches)  # only on the first step of an epoch
+    assert t.solution is not None
+    t.close()
+
+
+def test_close_mid_profiling_cancels_the_strategy_and_restores():
+    t, board = make(14.0, store=None)
+    original = board.controller.current()
+    t.start()
+    run(t, 5)
+    assert t.phase == "profiling" and board.controller.current() != original
+    t.close("KeyboardInterrupt")
+    assert board.controller.current() == original
+    assert t._thread is None
+
+
+def test_strategy_instance_and_persistent_store_reuse(tmp_path):
+    url = f"sqlite:///{tmp_path / 'profiles.db'}"
+    t, _ = make(14.0, store=url, strategy=GMD())
+    t.start()
+    run(t, 200)
+    first = t.solution
+    t.close()
+    again, _ = make(14.0, store=url)
+    again.start()
+    run(again, 3)
+    assert again.solution is not None and again.solution.mode == first.mode
+    assert again.profiles == [] and again.records[0].mode == first.mode  # no new profile, right mode at once
+    again.close()
+
+
+def test_state_dict_resumes_without_profiling_even_in_memory():
+    t, _ = make(14.0, store=None)
+    t.start()
+    run(t, 200)
+    state = t.state_dict()
+    t.close()
+    resumed, _ = make(20.0, store=None)
+    resumed.load_state_dict(state)
+    assert resumed.problem.power_budget_w == 14.0
+    resumed.start()
+    run(resumed, 3)
+    assert resumed.solution is not None and resumed.solution.mode == t.solution.mode
+    assert len(resumed.profiles) == len(state["profiles"])  # nothing new measured
+    resumed.close()
