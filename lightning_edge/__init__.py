@@ -22,6 +22,8 @@ _LAZY = {
     "EnergySession": "lightning_edge.lightning",
     "PowerModeTuner": "lightning_edge.lightning",
     "SimulatedOrin": "lightning_edge.devices.sim",
+    "InferenceRunner": "lightning_edge.serving",
+    "Interleaver": "lightning_edge.serving",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -347,10 +347,12 @@ class RateEstimator:
         self._first: float | None = None
 
     def observe(self, times_s: Any) -> None:
-        for t in np.atleast_1d(np.asarray(times_s, dtype=float)):
-            if self._first is None:
-                self._first = float(t)
-            self._t.append(float(t))
+        t = np.atleast_1d(np.asarray(times_s, dtype=float))
+        if t.size == 0:
+            return
+        if self._first is None:
+            self._first = float(t[0])
+        self._t.extend(t.tolist())
 
     def rate_rps(self, now_s: float) -> float | None:
         lo = now_s - self.window_s

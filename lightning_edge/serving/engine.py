@@ -257,7 +257,9 @@ class ModelRunner:
 
 # ------------------------------------------------------------------------------------------------ executors
 class RunningMean:
-    """Mean of observed values, falling back to ``prior`` until ``min_n`` observations."""
+    """Expected minibatch time: the mean of observed values once ``min_n`` were seen, but never below ``prior``
+    (the profiled time) when there is one: partial minibatches are faster, and a deadline check must not learn
+    from them that full ones are."""
 
     def __init__(self, prior: float | None, min_n: int = 3) -> None:
         self.prior = prior
@@ -272,8 +274,10 @@ class RunningMean:
 
     @property
     def value(self) -> float | None:
-        if self.n >= self.min_n or (self.prior is None and self.n):
-            return self.total / self.n
+        if self.prior is None:
+            return self.total / self.n if self.n else None
+        if self.n >= self.min_n:
+            return max(self.total / self.n, self.prior)
         return self.prior
 
 
@@ -483,7 +487,7 @@ def plan_from_times(problem: Any, infer_time_s: dict[int, float], train_time_s: 
     best = int(ok[np.lexsort(tuple(reversed(keys)))[0]])
     tau = int(a.train_minibatches[best]) if a.train_minibatches is not None else 0
     return Plan(None, bss[best], tau, float(t_in[best]), train_time_s, float(a.latency_s[best]),
-                float(a.throughput[best]), float(power_w), label)
+                float(a.throughput[best]), float(power_w) if power_w > 0 else math.nan, label)
 
 
 # ------------------------------------------------------------------------------------------------ tuner workloads
@@ -610,9 +614,8 @@ class BatchServer:
         end = self.clock.now()
         self.queue.complete(idx, end)
         self.log.add("infer", start, dur, power, len(idx))
-        if len(idx) == self.batch_size:
-            self.t_in.add(dur)
-        else:
+        self.t_in.add(dur)  # partial minibatches too: never faster than expected in a way that hurts the guard
+        if len(idx) != self.batch_size:
             self.partial += 1
         return idx
 

@@ -39,6 +39,7 @@ callbacks are ``lightning_edge.serving.pytorch.Interleaver`` and ``lightning_edg
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -158,7 +159,8 @@ class InterleaverMixin:
             else:
                 bg_wl = NonUrgentInference(SimWorkload(pl_module, twin, example_inputs=(x_cpu,), seed=self.seed),
                                            int(x_cpu.shape[0]))
-            in_wl = SimWorkload(infer_model, twin, example_inputs=(inputs.pool[:1],), seed=self.seed)
+            in_wl = SimWorkload(infer_model, twin, example_inputs=(inputs.pool[:1],),
+                                seed=None if self.seed is None else self.seed + 1)
         if self.solution is not None:
             plan = self.solution if isinstance(self.solution, Plan) else Plan.from_solution(self.solution)
         else:
@@ -181,6 +183,8 @@ class InterleaverMixin:
                 raise RuntimeError(f"Interleaver: no feasible mode / batch size for {self.problem.describe()} "
                                    f"(tuner {self.tuner!r}); relax a budget or lower the arrival rate")
             plan = Plan.from_solution(sol)
+        if plan.mode is None and dev.simulated and dev.controller is not None:
+            plan = dataclasses.replace(plan, mode=dev.controller.current())  # "the current mode" is a mode on the twin
         self.plan = plan
         runner = ModelRunner(infer_model, inputs)
         if dev.simulated:

@@ -266,6 +266,8 @@ class InferenceRunner:
         if plan is None:
             raise RuntimeError(f"no feasible plan for {self.problem.describe()}: the tuner found no mode and batch "
                                "size meeting the budgets")
+        if plan.mode is None and dev.simulated and dev.controller is not None:
+            plan = dataclasses.replace(plan, mode=dev.controller.current())  # "the current mode" is a mode on the twin
         events = [RetuneEvent(0.0, rate, plan.describe(), plan.batch_size, new, "initial")]
         profiles = new
         if dev.controller is not None and plan.mode is not None:
