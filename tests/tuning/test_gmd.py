@@ -258,3 +258,20 @@ def test_backtracking_skips_sizes_that_cannot_work():
     prob = InferenceProblem(power_budget_w=25.0, latency_budget_s=0.1, arrival_rps=100.0, batch_sizes=(1, 4, 16, 64))
     r = GMD().run(prob, HAND_SPACE, w, store=None)
     assert all(p.batch_size in (1, 4) for p in r.visited)  # 16 queues 0.15 s > 0.1 s: never tried
+
+
+def test_descend_min_rho_lowers_the_cheapest_knob_first():
+    """Option ``descend_min_rho``: over budget, the knob lowered first is the one with the smallest ratio
+    (cores, 0.01: the least time lost per watt saved), not GPU (0.05) as in Algorithm 1's argmax."""
+    published = GMD()
+    published.run(TrainingProblem(19.9), HAND_SPACE, LinearWorkload(), store=None)
+    assert published.last_trace[5] == ("prune", 2, "high")
+    gmd = GMD(descend_min_rho=True)
+    r = gmd.run(TrainingProblem(19.9), HAND_SPACE, LinearWorkload(), store=None)
+    assert gmd.last_trace[5] == ("prune", 0, "high")
+    assert r.profiles_used <= 10 and r.solution is not None and r.solution.power_w <= 19.9
+    # within budget (ascending) it is Algorithm 1 unchanged: the same walk as the default
+    a, b = GMD(), GMD(descend_min_rho=True)
+    ra = a.run(TrainingProblem(29.5), HAND_SPACE, LinearWorkload(), store=None)
+    rb = b.run(TrainingProblem(29.5), HAND_SPACE, LinearWorkload(), store=None)
+    assert labels(ra)[:6] == labels(rb)[:6] and a.last_trace[5] == b.last_trace[5] == ("prune", 2, "low")

@@ -153,7 +153,7 @@ def test_switch_at_epoch_changes_modes_only_at_epoch_boundaries():
     t, board = make(14.0, store=None, switch_at="epoch")
     t.start()
     switches = []
-    for epoch in range(12):
+    for _epoch in range(12):
         for _ in range(15):
             before = board.controller.current()
             t.before_step()

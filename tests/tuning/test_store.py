@@ -223,3 +223,81 @@ def test_two_processes_explore_on_postgresql(postgres_url):
     fp = f"slow-pg-{uuid.uuid4().hex[:8]}"
     results = _run_two(postgres_url, "train", fp)
     _check_store(postgres_url, fp, "train", results)
+
+
+# ------------------------------------------------------------------------------ heartbeat: a killed process
+class _HangingWorkload(SaturatingWorkload):
+    """Signals through ``marker`` that it started measuring, then hangs (until the process is killed)."""
+
+    def __init__(self, marker: str) -> None:
+        super().__init__()
+        self.marker = marker
+        self.fingerprint = "hang-v1"
+
+    def train(self, mode):
+        with open(self.marker, "w") as fh:
+            fh.write(str(mode))
+        time.sleep(600)
+        return super().train(mode)
+
+
+def _hanging_worker(url: str, marker: str, heartbeat: bool) -> None:
+    store = ProfileStore(url, heartbeat_interval_s=1 if heartbeat else None)
+    RandomSampling(1).explore(HAND_SPACE, _HangingWorkload(marker), kind="train", store=store, seed=3)
+
+
+def _kill_while_measuring(url: str, marker, heartbeat: bool) -> None:
+    """Start a process that claims one point and measures it, and SIGKILL it mid-measurement."""
+    proc = mp.get_context("spawn").Process(target=_hanging_worker, args=(url, str(marker), heartbeat))
+    proc.start()
+    deadline = time.monotonic() + 120
+    while not marker.exists():
+        assert proc.is_alive(), "the worker died before measuring"
+        assert time.monotonic() < deadline, "the worker never started measuring"
+        time.sleep(0.05)
+    proc.kill()  # SIGKILL: no finally, no tell(FAIL), the trial stays RUNNING
+    proc.join(timeout=30)
+    assert proc.exitcode == -9
+
+
+def test_heartbeat_fails_a_killed_process_claim_and_reprofiles(tmp_path):
+    url = f"sqlite:///{tmp_path / 'hb.sqlite3'}"
+    marker = tmp_path / "measuring"
+    _kill_while_measuring(url, marker, heartbeat=True)
+    store = ProfileStore(url, heartbeat_interval_s=1, grace_period_s=2, wait_timeout_s=60)
+    study = store.study("unknown-device", "hang-v1", "train")
+    running = study.get_trials(states=(TrialState.RUNNING,))
+    assert len(running) == 1  # the dead process's claim
+    # the same point, wanted by a new process: it waits for the stale claim, fails it, measures the point
+    w = SaturatingWorkload()
+    w.fingerprint = "hang-v1"
+    t0 = time.monotonic()
+    table = RandomSampling(1).explore(HAND_SPACE, w, kind="train", store=store, seed=3)
+    assert time.monotonic() - t0 < 30
+    assert len(table) == 1 and table.new_profiles == 1 and sum(w.calls.values()) == 1
+    assert str(table.modes[0]) == marker.read_text()  # the point the dead process had claimed
+    trials = {t.number: t for t in study.get_trials()}
+    assert trials[running[0].number].state == TrialState.FAIL
+    assert [t.state for t in trials.values()].count(TrialState.COMPLETE) == 1
+    assert not [t for t in trials.values() if t.state in (TrialState.RUNNING, TrialState.WAITING)]
+
+
+def test_without_heartbeat_a_killed_process_claim_blocks_the_point(tmp_path):
+    url = f"sqlite:///{tmp_path / 'nohb.sqlite3'}"
+    marker = tmp_path / "measuring"
+    _kill_while_measuring(url, marker, heartbeat=False)
+    w = SaturatingWorkload()
+    w.fingerprint = "hang-v1"
+    store = ProfileStore(url, wait_timeout_s=1.5)
+    with pytest.raises(TimeoutError, match="heartbeat"):
+        RandomSampling(1).explore(HAND_SPACE, w, kind="train", store=store, seed=3)
+    assert not w.calls
+    study = store.study("unknown-device", "hang-v1", "train")
+    assert len(study.get_trials(states=(TrialState.RUNNING,))) == 1
+
+
+def test_heartbeat_needs_an_rdb_storage(tmp_path):
+    with pytest.raises(ValueError, match="RDB"):
+        ProfileStore(f"journal://{tmp_path / 'j.log'}", heartbeat_interval_s=1)
+    with pytest.raises(ValueError):
+        ProfileStore(f"sqlite:///{tmp_path / 'x.sqlite3'}", grace_period_s=3)
