@@ -28,7 +28,7 @@ def board(url: str, seed: int, queue) -> None:
 
     workload = SimWorkload("resnet18", train_batch_size=16, seed=seed)   # the twin plays this board
     table = ALS().explore(fulcrum_space(), workload, kind="train", store=url)
-    queue.put((seed, table.new_profiles if hasattr(table, "new_profiles") else None, len(table)))
+    queue.put((seed, table.new_profiles, len(table)))
 
 
 def local_postgres() -> tuple[str, callable]:
@@ -53,6 +53,17 @@ def local_postgres() -> tuple[str, callable]:
                              f"-p {port} -k {root} -c listen_addresses=127.0.0.1", "start"], check=True,
                    capture_output=True)
 
+    import time
+
+    import psycopg2
+
+    for _ in range(150):  # wait until the server accepts connections
+        try:
+            psycopg2.connect(host="127.0.0.1", port=port, user="postgres", dbname="postgres").close()
+            break
+        except psycopg2.OperationalError:
+            time.sleep(0.2)
+
     def stop():
         subprocess.run(prefix + [os.path.join(bindir, "pg_ctl"), "-D", data, "-m", "fast", "stop"], capture_output=True)
 
@@ -72,8 +83,10 @@ def main():
             p.start()
         for p in procs:
             p.join()
+        if any(p.exitcode for p in procs):
+            raise SystemExit(f"a board failed (exit codes {[p.exitcode for p in procs]}): see its traceback above")
         for _ in procs:
-            seed, new, n = q.get()
+            seed, new, n = q.get(timeout=60)
             print(f"board {seed}: measured {new} of the {n} profiles it used (the rest came from other boards)")
         from lightning_edge.devices import fulcrum_space
         from lightning_edge.devices.sim.workload import SimWorkload

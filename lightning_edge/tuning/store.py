@@ -185,6 +185,7 @@ def make_storage(spec: str | BaseStorage | None, *, heartbeat_interval_s: int | 
                 rdb = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}}, **hb)
             _sqlite_wal(rdb)
             return optuna.storages.get_storage(rdb)
+    url = _postgres_driver(url)
     for attempt in range(5):  # a server store: several boards may create the schema at once; retry
         try:
             if not hb:
@@ -478,6 +479,20 @@ class _Heartbeat:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
+
+
+def _postgres_driver(url: str) -> str:
+    """``postgresql://`` means psycopg 3 to SQLAlchemy 2.1; use psycopg2 instead when only it is installed."""
+    if not url.startswith("postgresql://"):
+        return url
+    import importlib.util
+
+    if importlib.util.find_spec("psycopg") is None and importlib.util.find_spec("psycopg2") is not None:
+        return "postgresql+psycopg2://" + url[len("postgresql://"):]
+    if importlib.util.find_spec("psycopg") is None:
+        raise ImportError(f"the profile store {url.split('@')[-1]!r} is PostgreSQL: pip install psycopg2-binary "
+                          "(or psycopg[binary])")
+    return url
 
 
 def _sqlite_wal(rdb: Any) -> None:
