@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 HERE = Path(__file__).parent
-ORDER = ["analyze_speed", "twin_validation", "twin_sweep", "overhead", "fulcrum_eval", "tuning_e2e", "interleaving"]
+ORDER = ["analyze_speed", "twin_validation", "twin_sweep", "overhead", "fulcrum_eval", "autotune", "interleaving"]
 
 HEADER = """# Benchmarks
 
