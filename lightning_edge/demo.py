@@ -39,12 +39,22 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
+def _lightning() -> Any:
+    """``lightning.pytorch`` when installed, else ``pytorch_lightning`` (a base install has only the latter)."""
+    try:
+        import lightning.pytorch as L
+    except ImportError:
+        import pytorch_lightning as L
+    return L
+
+
 def _lit_module(model_name: str, classes: int, lr: float) -> Any:
-    import lightning.pytorch as L
     import torch
     from torch import nn
 
     from lightning_edge import zoo
+
+    L = _lightning()
 
     class FineTune(L.LightningModule):
         def __init__(self) -> None:
@@ -72,13 +82,17 @@ def _lit_module(model_name: str, classes: int, lr: float) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    import lightning.pytorch as L
     import torch
-    from lightning.pytorch.loggers import TensorBoardLogger
     from torch.utils.data import DataLoader
 
+    L = _lightning()
+    if L.__name__.startswith("lightning"):
+        from lightning_edge.lightning.pytorch import EnergyProfiler, PowerModeTuner
+    else:
+        from lightning_edge.lightning.pl import EnergyProfiler, PowerModeTuner
+    TensorBoardLogger = L.loggers.TensorBoardLogger
+
     from lightning_edge.devices.sim.device import SimulatedOrin
-    from lightning_edge.lightning.pytorch import EnergyProfiler, PowerModeTuner
     from lightning_edge.tuning.store import default_storage_url
     from lightning_edge.zoo.data import synthetic_images
 
