@@ -427,8 +427,8 @@ class OnlineTuner:
         baseline: also profile MAXN (once per store) so the summary can compare against it.
         drift_window, drift_tolerance, drift_patience: power-drift detection in the chosen mode (see module doc);
             ``drift_window=0`` turns it off.
-        on_event: ``f(kind, info: dict)`` for ``"profile"``, ``"solution"``, ``"retune"``, ``"drift"``,
-            ``"restore"`` (the callback logs them).
+        on_event: ``f(kind, info: dict)`` for ``"profile"``, ``"solution"``, ``"infeasible"``, ``"retune"``,
+            ``"drift"``, ``"restore"`` (the callback logs them).
     """
 
     def __init__(self, problem: TrainingProblem | float, controller: Any, meter: Any, *, strategy: Any = "gmd",
@@ -639,11 +639,8 @@ class OnlineTuner:
         self.profiles.append(info)
         self._window = None
         self._emit("profile", info)
-        if win.reason == "strategy":
-            self.phase = "waiting"
-            self._replies.put(m)
-        else:  # a drift check of the chosen mode
-            self._after_recheck(m)
+        self.phase = "waiting"
+        self._replies.put(m)
 
     def _finish(self, res: Any, base: Any, reason: str) -> None:
         self.result = res
@@ -731,9 +728,6 @@ class OnlineTuner:
         self._emit("drift", info)
         self._cancel_thread()
         self._launch(self.problem, reason="drift")
-
-    def _after_recheck(self, m: Measurement) -> None:  # pragma: no cover - reserved for explicit re-checks
-        self.phase = "tuned"
 
     # ------------------------------------------------------------------ ending
     def _cancel_thread(self) -> None:
