@@ -299,6 +299,8 @@ class TwinTimer:
 
     def expected(self, kind: str, mode: Any, batch_size: int | None = None) -> tuple[float, float]:
         """Noise-free ``(time_s, power_w)``."""
+        if hasattr(self.workload, "expected"):  # a SimWorkload caches its own predictions
+            return self.workload.expected(kind, mode, batch_size)
         key = (kind, str(mode), batch_size)
         hit = self._cache.get(key)
         if hit is None:

@@ -224,7 +224,6 @@ class SimStepMeter:
         self._change_s = 0.0
         self._from_w: float | None = None  # start from idle: the static power of the first mode
         self._target_w: float | None = None
-        self._clean: dict[PowerMode, Measurement] = {}
         if module is not None:
             self.bind(module, example_inputs)
 
@@ -241,24 +240,12 @@ class SimStepMeter:
 
         self.workload = SimWorkload(module, self.twin, example_inputs=example_inputs, noise=self.noise,
                                     seed=self.seed, precision=self.precision)
-        self._clean.clear()
 
     def start(self) -> None:
         pass
 
     def now_s(self) -> float:
         return self.clock_s
-
-    def _clean_at(self, mode: PowerMode) -> Measurement:
-        m = self._clean.get(mode)
-        if m is None:
-            w = self.workload
-            pred = w.twin.predict_workload(w.model, w.train_batch_size, "train", mode, precision=w.precision,
-                                           inputs=w.inputs_for(w.train_batch_size))
-            m = Measurement(float(np.asarray(pred.time_s).reshape(-1)[0]),
-                            float(np.asarray(pred.power_w).reshape(-1)[0]), "simulated")
-            self._clean[mode] = m
-        return m
 
     def _level_at(self, t: float) -> float:
         assert self._target_w is not None
@@ -279,9 +266,9 @@ class SimStepMeter:
     def step_end(self, mode: PowerMode) -> tuple[float, float]:
         if self.workload is None:
             raise RuntimeError("SimStepMeter has no module yet: call bind(module, example_inputs) first")
-        clean = self._clean_at(mode)
+        _, clean_power_w = self.workload.expected("train", mode)
         if self._target_w is None:
-            self._target_w = clean.power_w
+            self._target_w = clean_power_w
             if self._from_w is None:  # the board was idle before the first step
                 self._from_w = float(np.asarray(self.twin.static_power(mode)).reshape(-1)[0])
                 self._change_s = self.clock_s
@@ -295,7 +282,7 @@ class SimStepMeter:
             ea = math.exp(-(a - self._change_s) / tau)
             eb = math.exp(-(b - self._change_s) / tau)
             level = self._target_w + (self._from_w - self._target_w) * tau * (ea - eb) / dt
-        power = level * (noisy.power_w / clean.power_w)
+        power = level * (noisy.power_w / clean_power_w)
         self.clock_s = b
         return dt, float(power)
 
