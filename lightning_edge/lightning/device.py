@@ -144,12 +144,9 @@ def resolve_device(device: Any = "auto", *, controller: bool = True) -> Profiler
                               getattr(device, "controller", None), getattr(device, "twin", None))
     kind = device.strip().lower()
     if kind.startswith("sim"):
-        board = kind.partition(":")[2] or "orin-agx"
-        if board != "orin-agx":
-            raise ValueError(f"device {device!r}: the twin plays 'sim:orin-agx' only")
         from lightning_edge.devices.sim.device import SimulatedOrin
 
-        sim = SimulatedOrin()
+        sim = SimulatedOrin.from_name(device)
         return ProfilerDevice("sim:orin-agx", sim.sensor, sim.controller, sim.twin, owner=sim)
     from lightning_edge.devices.sensors import get_sensor
 

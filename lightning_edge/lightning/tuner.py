@@ -38,6 +38,7 @@ from lightning_edge.tuning.online import (
     SensorStepMeter,
     SimStepMeter,
     WindowSpec,
+    batch_tensors,
     module_fingerprint,
 )
 
@@ -73,12 +74,9 @@ def resolve_tuning_device(device: Any = "auto", *, precision: str = "fp32", seed
     if isinstance(device, TuningDevice):
         return device
     if isinstance(device, str) and device.strip().lower().startswith("sim"):
-        board_name = device.partition(":")[2] or "orin-agx"
-        if board_name != "orin-agx":
-            raise ValueError(f"device {device!r}: the twin plays 'sim:orin-agx' only")
         from lightning_edge.devices.sim.device import SimulatedOrin
 
-        board = SimulatedOrin(seed=seed)
+        board = SimulatedOrin.from_name(device, seed=seed)
         return TuningDevice("sim:orin-agx", board.controller, SimStepMeter(board, precision=precision, seed=seed),
                             board, owner=board)
     if not isinstance(device, str):
@@ -107,22 +105,6 @@ def _precision_of(trainer: Any, given: str | None) -> str:
         return given
     p = str(getattr(trainer, "precision", "32") or "32")
     return "fp16" if "16" in p and "bf16" not in p else ("bf16" if "bf16" in p else "fp32")
-
-
-def _first_tensor(batch: Any) -> Any:
-    if hasattr(batch, "shape"):
-        return batch
-    if isinstance(batch, dict):
-        for v in batch.values():
-            t = _first_tensor(v)
-            if t is not None:
-                return t
-    if isinstance(batch, (list, tuple)):
-        for v in batch:
-            t = _first_tensor(v)
-            if t is not None:
-                return t
-    return None
 
 
 def format_summary(s: dict[str, Any], device_text: str) -> str:
@@ -303,7 +285,8 @@ class PowerModeTunerMixin:
             self._hook = None
         inputs = self._captured
         if inputs is None:  # training_step did not call the module itself: assume batch = (inputs, targets)
-            x = _first_tensor(batch)
+            found = batch_tensors(batch, sort_keys=False)
+            x = found[0] if found else None
             if x is None:
                 raise ValueError("PowerModeTuner on the twin needs the module's forward inputs: the training step "
                                  "did not call the LightningModule and the batch holds no tensor")

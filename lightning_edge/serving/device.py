@@ -51,12 +51,9 @@ def resolve_serving_device(device: Any = "sim:orin-agx", *, seed: int | None = 0
     if isinstance(device, str):
         kind = device.strip().lower()
         if kind.startswith("sim"):
-            board = kind.partition(":")[2] or "orin-agx"
-            if board != "orin-agx":
-                raise ValueError(f"device {device!r}: the twin plays 'sim:orin-agx' only")
             from lightning_edge.devices.sim.device import SimulatedOrin
 
-            sim = SimulatedOrin(seed=seed)
+            sim = SimulatedOrin.from_name(device, seed=seed)
             return ServingDevice("sim:orin-agx", True, sim.controller, sim.sensor, sim, owned=True)
         if kind in ("jetson", "auto"):
             from lightning_edge.devices.controllers import get_controller

@@ -63,7 +63,7 @@ from lightning_edge.tuning.problems import Measurement, Solution, TrainingProble
 
 __all__ = [
     "OnlineTuner", "WindowSpec", "ProfileWindow", "StepRecord", "SimStepMeter", "SensorStepMeter",
-    "TuningCancelled", "batch_signature", "module_fingerprint", "PHASES",
+    "TuningCancelled", "batch_signature", "batch_tensors", "module_fingerprint", "PHASES",
 ]
 
 PHASES = ("waiting", "profiling", "tuned", "infeasible", "closed")
@@ -77,22 +77,29 @@ class TuningCancelled(RuntimeError):
 
 
 # ============================================================================================ fingerprints
-def _walk_tensors(obj: Any, out: list) -> None:
-    if hasattr(obj, "shape") and hasattr(obj, "dtype"):
-        out.append(obj)
-    elif isinstance(obj, dict):
-        for k in sorted(obj, key=str):
-            _walk_tensors(obj[k], out)
-    elif isinstance(obj, (list, tuple)):
-        for x in obj:
-            _walk_tensors(x, out)
+def batch_tensors(batch: Any, *, sort_keys: bool = True) -> list:
+    """Every tensor in a (nested) batch of tuples, lists and dicts: dict entries in key order (stable keys for
+    fingerprints), or in insertion order with ``sort_keys=False`` (the order the user wrote them)."""
+    out: list = []
+
+    def walk(obj: Any) -> None:
+        if hasattr(obj, "shape") and hasattr(obj, "dtype"):
+            out.append(obj)
+        elif isinstance(obj, dict):
+            for k in (sorted(obj, key=str) if sort_keys else obj):
+                walk(obj[k])
+        elif isinstance(obj, (list, tuple)):
+            for x in obj:
+                walk(x)
+
+    walk(batch)
+    return out
 
 
 def batch_signature(batch: Any) -> tuple[int | None, str]:
     """``(batch size, "3x64x64:float32+:int64")``: the shapes (without the batch dimension) and dtypes of every
     tensor in a (nested) batch; the batch size is the first dimension of the first tensor."""
-    tensors: list = []
-    _walk_tensors(batch, tensors)
+    tensors = batch_tensors(batch)
     if not tensors:
         return None, "nobatch"
     bs = int(tensors[0].shape[0]) if len(tensors[0].shape) else None

@@ -65,6 +65,14 @@ class SimulatedOrin:
                              settling=settling, seed=seed, **twin_kwargs)
         self.sensor = SimPowerSensor(self.twin, update_period_s=update_period_s, clock_ns=clock_ns)
 
+    @classmethod
+    def from_name(cls, device: str, **kwargs: Any) -> SimulatedOrin:
+        """A new simulated board for a device name ``"sim"`` or ``"sim:orin-agx"`` (the only board the twin plays)."""
+        kind, _, board = str(device).strip().lower().partition(":")
+        if kind != "sim" or (board or "orin-agx") != "orin-agx":
+            raise ValueError(f"device {device!r}: the twin plays 'sim:orin-agx' only")
+        return cls(**kwargs)
+
     @property
     def space(self) -> PowerModeSpace:
         return self.controller.space
