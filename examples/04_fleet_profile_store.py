@@ -88,9 +88,19 @@ def main():
         for _ in procs:
             seed, new, n = q.get(timeout=60)
             print(f"board {seed}: measured {new} of the {n} profiles it used (the rest came from other boards)")
+        from optuna.trial import TrialState
+
         from lightning_edge.devices import fulcrum_space
         from lightning_edge.devices.sim.workload import SimWorkload
-        from lightning_edge.tuning import ALS, TrainingProblem
+        from lightning_edge.tuning import ALS, ProfileStore, TrainingProblem
+        from lightning_edge.tuning.store import trial_key
+
+        # the store itself: how many measurements were recorded, and for how many distinct modes
+        profiles = ProfileStore(url).profiler(SimWorkload("resnet18", train_batch_size=16)).store
+        done = [t for t in profiles.study("train").get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
+        distinct = {trial_key("train", t) for t in done}
+        print(f"store: {len(done)} measurements of {len(distinct)} distinct modes "
+              f"({len(done) - len(distinct)} measured twice)")
 
         late = ALS().explore(fulcrum_space(), SimWorkload("resnet18", train_batch_size=16, seed=99), kind="train",
                              store=url)
