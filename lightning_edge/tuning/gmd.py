@@ -41,6 +41,11 @@ Where the published pseudo-code is loose we make these choices (documented in do
   starts over budget keeps descending). A knob can be chosen without a profile when the known points
   on its line already move the base (for example the highest extreme is within budget).
 - Every profiled point that meets the constraints is a candidate (the midpoint and the extremes too).
+
+Two additions, on by default and off in ``GMD.as_published()`` (docs/tuning.md has their effect):
+the MAXN branch and bound of 5.1.4 applied to inference too (``inference_bound``), and ``finish_line``:
+after a step the same knob is bisected again while its line still has unprofiled values between one
+within the budget and one over it, before the knob is re-picked by slope ratio.
 """
 
 from __future__ import annotations
@@ -175,11 +180,14 @@ class _Line:
 
 def gmd_core(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Point], p_hat: float, limit: int,
              power_eps_w: float = 0.5, trace: list | None = None,
-             descend_min: bool = False) -> Generator:
+             descend_min: bool = False, finish_line: bool = False) -> Generator:
     """Algorithm 1 over the four knobs for one kind of point; profiles at most ``limit`` points in ``ctx``.
 
     ``descend_min``: while the base mode is over the power budget, lower the knob with the *smallest*
     slope ratio (the least time lost per watt saved) instead of the largest (L27, L45).
+    ``finish_line``: after a step along a knob, keep bisecting that knob while its line through the base
+    still has unprofiled values between a value within the budget and a value over it (the budget's
+    crossing on that knob is not pinned down yet); only then pick the knob with the largest ratio again.
     """
     trace = [] if trace is None else trace
     L = _Line(ctx, grid, point_at, p_hat, power_eps_w, trace)
@@ -212,10 +220,13 @@ def gmd_core(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Point],
         trace.append(("prune", d0, "high" if over else "low"))
     base = mid
     moves = 0
+    last = None
     while ctx.used < limit and moves < 64:
         cands = {d: L.candidates(base, d) for d in range(4)}
         progress = [d for d in range(4) if cands[d] or L.best_on_line(base, d) != base]
-        d = L.choose(dom, progress, L.over(L.known(base)))
+        d = last if finish_line and last is not None and cands[last] and all(L.line(base, last)) else None
+        if d is None:
+            d = L.choose(dom, progress, L.over(L.known(base)))
         if d is None:
             break
         if not cands[d]:  # the line's known points already move the base
@@ -237,6 +248,7 @@ def gmd_core(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Point],
         dom = _dominant(r)
         trace.append(("step", idx, d, "over" if L.over(r) else "within"))
         base = L.best_on_line(base, d)
+        last = d
 
 
 def _le(x: float, budget: float) -> bool:
@@ -287,13 +299,16 @@ class GMD(Strategy):
     - ``inference_bound``: the MAXN branch and bound of 5.1.4 applied to inference too (our addition).
     - ``descend_min_rho``: while over the power budget, lower the knob with the smallest slope ratio
       instead of the largest (default ``False``: Algorithm 1's ``argmax``; docs/tuning.md has the trade-off).
+    - ``finish_line``: keep bisecting the knob just stepped while the budget's crossing on its line is not
+      pinned down, before re-picking the knob by slope ratio (our addition, default ``True``; Algorithm 1
+      re-picks after every step). ``GMD.as_published()`` turns our additions off.
     """
 
     name = "GMD"
 
     def __init__(self, *, max_profiles: int | dict | None = None, search_profiles: int | dict = 10,
                  power_eps_w: float = 0.5, latency_tie: float = 0.02, inference_bound: bool = True,
-                 descend_min_rho: bool = False) -> None:
+                 descend_min_rho: bool = False, finish_line: bool = True) -> None:
         mp = dict(DEFAULT_MAX_PROFILES)
         if isinstance(max_profiles, dict):
             mp.update(max_profiles)
@@ -310,7 +325,14 @@ class GMD(Strategy):
         self.latency_tie = float(latency_tie)
         self.inference_bound = bool(inference_bound)
         self.descend_min_rho = bool(descend_min_rho)
+        self.finish_line = bool(finish_line)
         self.last_trace: list = []
+
+    @classmethod
+    def as_published(cls, **kw: Any) -> GMD:
+        """Algorithm 1 and sections 5.1.3-5.1.4 to the letter: no MAXN bound for inference, the knob re-picked
+        by slope ratio after every step."""
+        return cls(**{"inference_bound": False, "finish_line": False, **kw})
 
     def __repr__(self) -> str:
         return f"GMD(max_profiles={self.max_profiles}, search_profiles={self.search_profiles})"
@@ -326,7 +348,7 @@ class GMD(Strategy):
         if isinstance(problem, TrainingProblem):
             yield from gmd_core(ctx, grid, lambda i: Point("train", grid.mode(i)), problem.power_budget_w,
                                 min(limit, self.search_profiles["train"]), self.power_eps_w, trace,
-                                descend_min=self.descend_min_rho)
+                                descend_min=self.descend_min_rho, finish_line=self.finish_line)
         elif isinstance(problem, InferenceProblem):
             yield from self._infer(ctx, grid, problem, limit, trace)
         elif isinstance(problem, ConcurrentProblem):
@@ -358,7 +380,7 @@ class GMD(Strategy):
         reserve = 1 if bs0 != bss[-1] else 0  # at least one profile left for backtracking (5.1.3)
         yield from gmd_core(ctx, grid, lambda i: Point("infer", grid.mode(i), bs0), problem.power_budget_w,
                             min(limit - reserve, ctx.used + self.search_profiles["infer"]), self.power_eps_w, trace,
-                            descend_min=self.descend_min_rho)
+                            descend_min=self.descend_min_rho, finish_line=self.finish_line)
         if _any_feasible(ctx, problem):
             return
         # backtracking (B, C in Fig. 15b): within power, too slow for the arrivals at bs0
@@ -409,7 +431,7 @@ class GMD(Strategy):
             return
         core_limit = min(limit, ctx.used + self.search_profiles["concurrent"])
         yield from gmd_core(ctx, grid, lambda i: Point("concurrent", grid.mode(i), chosen), problem.power_budget_w,
-                            core_limit, self.power_eps_w, trace, descend_min=self.descend_min_rho)
+                            core_limit, self.power_eps_w, trace, descend_min=self.descend_min_rho, finish_line=self.finish_line)
         if _any_feasible(ctx, problem):
             return
         # backtracking (F in Fig. 15c): drop modes that cannot keep up; try the rest at smaller sizes

@@ -93,6 +93,24 @@ def test_walk_training_midpoint_over_budget():
     assert gmd.last_trace[5] == ("prune", 2, "high")
 
 
+def test_finish_line_pins_the_crossing_before_switching_knobs():
+    """SaturatingWorkload, 22 W. Both variants descend the same way until GPU 200 MHz at 4c/100/*/2000 (19.0 W,
+    within); the GPU line then holds 200 within and 400 over (the CPU-low extreme, 23.0 W), with 300 unprofiled.
+    Algorithm 1 re-picks the knob by slope ratio (CPU); ``finish_line`` profiles GPU 300 first."""
+    w = SaturatingWorkload()
+    common = ["4c/300/400/2000", "2c/300/400/2000", "4c/100/400/2000", "4c/300/100/2000", "4c/300/400/1000",
+              "4c/100/200/2000"]
+    ours = GMD().run(TrainingProblem(22.0), HAND_SPACE, w, store=None)
+    pub = GMD.as_published().run(TrainingProblem(22.0), HAND_SPACE, w, store=None)
+    assert labels(ours)[:6] == labels(pub)[:6] == common
+    assert labels(ours)[6] == "4c/100/300/2000"  # the GPU gap first: 21.0 W, within
+    assert labels(pub)[6] == "4c/200/200/2000"  # Algorithm 1: CPU, the largest ratio now
+    assert ours.profiles_used == pub.profiles_used == 10
+    assert ours.solution.mode == HAND_SPACE.parse("4c/200/300/2000") and ours.solution.time_s == pytest.approx(0.13)
+    assert pub.solution.mode == HAND_SPACE.parse("6c/200/200/2000") and pub.solution.time_s == pytest.approx(0.145)
+    assert GMD.as_published().inference_bound is False and GMD().finish_line is True
+
+
 def test_budget_cuts_the_walk_short():
     full = GMD().run(TrainingProblem(29.5), HAND_SPACE, LinearWorkload(), store=None)
     short = GMD(max_profiles=6).run(TrainingProblem(29.5), HAND_SPACE, LinearWorkload(), store=None)
