@@ -62,6 +62,19 @@ def test_als_train_profiles_the_pareto_region():
         assert sol is None or (sol.power_w <= b and (sol.mode, None) in table.points())
 
 
+def test_als_train_starts_with_maxn_among_its_random_profiles():
+    maxn = HAND_SPACE.parse("6c/500/700/3000")
+    for seed in range(4):
+        w = SaturatingWorkload()
+        ALS(**TINY).explore(HAND_SPACE, w, kind="train", store=None, seed=seed)
+        first = list(w.calls)[:PAPER_SETTINGS["train"]["init"]]  # the initial sample is measured first
+        assert ("train", maxn, None) in first
+    # as published the initial sample is purely random (MAXN is 1 of 315 modes: absent for these seeds)
+    w = SaturatingWorkload()
+    ALS.as_published(**TINY).explore(HAND_SPACE, w, kind="train", store=None, seed=0)
+    assert ("train", maxn, None) not in list(w.calls)[:PAPER_SETTINGS["train"]["init"]]
+
+
 def test_als_inference_quadrants_and_determinism():
     w = SaturatingWorkload(scale=0.5)
     als = ALS(init_profiles=10, per_round=2, rounds=2, **TINY)
