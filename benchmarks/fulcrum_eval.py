@@ -210,13 +210,19 @@ def _space():
     return _G["space"]
 
 
+def _train_truth(key: str, level: tuple | None = None) -> Truth:
+    """A training ground truth: the main one, or the one at profile-noise ``level`` (sensitivity table)."""
+    return (_G["train"] if level is None else _G["noise_levels"][level])[key]
+
+
 def _run_gmd(task):
-    """GMD on many problems (fresh profiles per problem: GMD profiles for each problem configuration)."""
-    kind, key, problems = task
+    """GMD on many problems (fresh profiles per problem: GMD profiles for each problem configuration).
+    ``task``: (kind, key, problems[, training noise level])."""
+    kind, key, problems, level = (*task, None)[:4]
     space = _space()
     grid = Grid.of(space)
     if kind == "train":
-        w = TableWorkload(_G["train"][key], None, space)
+        w = TableWorkload(_train_truth(key, level), None, space)
     elif kind == "infer":
         w = TableWorkload(None, _G["infer"][key], space)
     else:
@@ -244,29 +250,13 @@ def _run_bisect(task):
     return kind, key, out
 
 
-def _sensitivity(task):
-    """Training at another profile-noise level: (level, workload, strategy, budgets) -> chosen rows, profiles."""
-    level, name, sname, budgets = task
-    space = _space()
-    grid = Grid.of(space)
-    w = TableWorkload(_G["noise_levels"][level][name], None, space)
-    if sname == "GMD10":
-        out = [GMD().run(TrainingProblem(float(b)), space, w, store=MemoryStore()) for b in budgets]
-        chosen = [-1 if r.solution is None else grid.flat(grid.index(r.solution.mode)) for r in out]
-        return level, name, sname, np.asarray(chosen), [r.profiles_used for r in out]
-    table = ALS().explore(space, w, kind="train", store=MemoryStore(), seed=0)
-    rows = np.asarray([grid.flat(grid.index(m)) for m in table.modes], dtype=np.int64)
-    chosen = table_train_choice(np.asarray(table.train_time_s), np.asarray(table.train_power_w), rows, budgets)
-    return level, name, sname, chosen, int(table.profiles_used)
-
-
 def _explore(task):
     """One exploration: (strategy name, kind, key, explore kwargs) -> (rows, predicted arrays, profiles)."""
     sname, kind, key, kw = task
     space = _space()
     grid = Grid.of(space)
     if kind == "train":
-        w = TableWorkload(_G["train"][key], None, space)
+        w = TableWorkload(_train_truth(key, kw.get("noise")), None, space)
         bss = ()
     elif kind == "infer":
         w = TableWorkload(None, _G["infer"][key], space)
@@ -333,6 +323,21 @@ def score_train(truth: Truth, budgets: np.ndarray, chosen: np.ndarray, profiles,
 def table_train_choice(pred_t, pred_p, rows, budgets) -> np.ndarray:
     _, idx = cummin_by_power(pred_p, pred_t, budgets)
     return np.where(idx >= 0, rows[np.maximum(idx, 0)], -1)
+
+
+def train_row_of_solves(truth: Truth, budgets, solves, oracle_t) -> dict:
+    """Score row of per-budget solves ``(mode row, batch size, profiles)`` (GMD, binary search)."""
+    sc = Score()
+    score_train(truth, budgets, np.asarray([r[0] for r in solves]), [r[2] for r in solves], sc, oracle_t)
+    return sc.row()
+
+
+def train_row_of_table(truth: Truth, budgets, rows, cols, profiles, oracle_t) -> dict:
+    """Score row of an exploration's table, looked up at every budget."""
+    sc = Score()
+    score_train(truth, budgets, table_train_choice(cols["train_time_s"], cols["train_power_w"], rows, budgets),
+                profiles, sc, oracle_t)
+    return sc.row()
 
 
 def infer_choice(pred_t, pred_p, bs_arr, alpha, powers):
@@ -685,21 +690,12 @@ def main(argv=None) -> int:
             T = _G["train"][n]
             budgets = train_budgets(n, args.quick)
             oracle_t, _ = cummin_by_power(T.train_p, T.train_t, budgets)
-            per = {}
-            res = gmd_results[("train", n)]
-            sc = Score()
-            score_train(T, budgets, np.asarray([r[0] for r in res]), [r[2] for r in res], sc, oracle_t)
-            per["GMD10"] = sc.row()
+            per = {"GMD10": train_row_of_solves(T, budgets, gmd_results[("train", n)], oracle_t)}
             for s in ("ALS50", "ALS50-pub", "RND50", "RND250", "NN250"):
                 rows, _, cols, prof, _ = expl[(s, "train", n)]
-                sc = Score()
-                ch = table_train_choice(cols["train_time_s"], cols["train_power_w"], rows, budgets)
-                score_train(T, budgets, ch, prof, sc, oracle_t)
-                per[s] = sc.row()
+                per[s] = train_row_of_table(T, budgets, rows, cols, prof, oracle_t)
             bis = [o for k, key, o in bis_out if key == n][0]
-            sc = Score()
-            score_train(T, budgets, np.asarray([r[0] for r in bis]), [r[2] for r in bis], sc, oracle_t)
-            per["BinarySearch"] = sc.row()
+            per["BinarySearch"] = train_row_of_solves(T, budgets, bis, oracle_t)
             report["train"][n] = per
     # ---- inference
     if "infer" not in skip:
@@ -740,15 +736,19 @@ def main(argv=None) -> int:
         levels = [lv for lv in NOISE_LEVELS if lv != noise]
         _G["noise_levels"] = {lv: {n: build_truth(n, m, kw, ("train",), lv, ()) for n, m, kw in TRAIN_WL}
                               for lv in levels}
-        tasks = [(lv, n, sn, train_budgets(n, args.quick)) for lv in levels for n, _, _ in TRAIN_WL
-                 for sn in ("ALS50", "GMD10")]
         with ctx.Pool(args.jobs) as pool:
-            for lv, n, sn, chosen, prof in pool.imap_unordered(_sensitivity, tasks):
-                T = _G["noise_levels"][lv][n]
-                budgets = train_budgets(n, args.quick)
-                sc = Score()
-                score_train(T, budgets, chosen, prof, sc, cummin_by_power(T.train_p, T.train_t, budgets)[0])
-                sens[(lv, n, sn)] = sc.row()
+            als = pool.map_async(_explore, [("ALS50", "train", n, {"seed": 0, "noise": lv}) for lv in levels
+                                            for n, _, _ in TRAIN_WL], chunksize=1)
+            gmd = pool.map_async(_run_gmd, [("train", n, [TrainingProblem(float(b)) for b in train_budgets(n, args.quick)],
+                                             lv) for lv in levels for n, _, _ in TRAIN_WL], chunksize=1)
+            als_out, gmd_out_lv = als.get(), gmd.get()
+        pairs = [(lv, n) for lv in levels for n, _, _ in TRAIN_WL]
+        for (lv, n), (_, _, _, rows, _, cols, prof, _), (_, _, solves) in zip(pairs, als_out, gmd_out_lv):
+            T = _train_truth(n, lv)
+            budgets = train_budgets(n, args.quick)
+            oracle_t = cummin_by_power(T.train_p, T.train_t, budgets)[0]
+            sens[(lv, n, "ALS50")] = train_row_of_table(T, budgets, rows, cols, prof, oracle_t)
+            sens[(lv, n, "GMD10")] = train_row_of_solves(T, budgets, solves, oracle_t)
         for n, per in report["train"].items():
             for sn in ("GMD10", "ALS50"):
                 sens[(noise, n, sn)] = per[sn]
