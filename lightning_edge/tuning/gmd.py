@@ -42,10 +42,15 @@ Where the published pseudo-code is loose we make these choices (documented in do
   on its line already move the base (for example the highest extreme is within budget).
 - Every profiled point that meets the constraints is a candidate (the midpoint and the extremes too).
 
-Two additions, on by default and off in ``GMD.as_published()`` (docs/tuning.md has their effect):
-the MAXN branch and bound of 5.1.4 applied to inference too (``inference_bound``), and ``finish_line``:
+Three additions, on by default and off in ``GMD.as_published()`` (docs/tuning.md has their effect):
+the MAXN branch and bound of 5.1.4 applied to inference too (``inference_bound``); ``finish_line``:
 after a step the same knob is bisected again while its line still has unprofiled values between one
-within the budget and one over it, before the knob is re-picked by slope ratio.
+within the budget and one over it, before the knob is re-picked by slope ratio; and, for concurrent
+problems, ``stall_aware``: a mode within the power budget whose training minibatch and inference batch
+do not fit in one inference cycle is *stalled*, and so is every slower mode on its line. The search then
+goes on from the line's lowest value over the budget when that one misses the power budget by less
+(relatively) than the stalled mode misses the cycle, and while stalled ranks knobs by the slope ratio
+of the whole cycle (``t_tr + t_in`` against the larger power) rather than the dominant workload's.
 """
 
 from __future__ import annotations
@@ -60,6 +65,7 @@ from lightning_edge.tuning.problems import (
     ConcurrentProblem,
     InferenceProblem,
     TrainingProblem,
+    cycle_time_s,
     inference_latency_s,
     interleaved_minibatches,
     keeps_up,
@@ -107,8 +113,9 @@ class _Line:
     """The search state of Algorithm 1: base mode, pruned range per knob, slope ratios per workload."""
 
     def __init__(self, ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Point], p_hat: float,
-                 power_eps_w: float, trace: list) -> None:
+                 power_eps_w: float, trace: list, stalled: Callable[[Any], float] | None = None) -> None:
         self.ctx, self.grid, self.point_at, self.p_hat = ctx, grid, point_at, p_hat
+        self.stalled = stalled
         self.eps = power_eps_w
         self.lo = [0] * 4
         self.hi = [n - 1 for n in grid.sizes]
@@ -117,6 +124,9 @@ class _Line:
         self._limit_w = p_hat * (1.0 + 1e-12) + 1e-15  # the slack of problems.within
         self._known: dict[tuple, Any] = {}  # memo of ctx lookups: only this search adds points meanwhile
         self.descend_min = False
+        # set by moved(): the base is within the budget but too slow for the problem (stall_ascent), or over
+        # the budget because the line below it was too slow (stall_descent)
+        self.stall_ascent = self.stall_descent = False
 
     def over(self, res: Any) -> bool:
         return _power(res) > self._limit_w
@@ -149,6 +159,15 @@ class _Line:
 
     def best_on_line(self, base: tuple, d: int) -> tuple:
         f, i = self.line(base, d)
+        if f and i and self.stalled is not None:
+            # the highest value within the budget is too slow for the problem (and so is every lower value of
+            # the knob) while the lowest value over the budget is fast enough: go on from whichever of the two
+            # misses its constraint by less (relative shortfall against relative power excess)
+            lo_v, hi_v = max(f), min(i)
+            short = self.stalled(self.known(_with(base, d, lo_v)))
+            if short > 0 and self.stalled(self.known(_with(base, d, hi_v))) <= 0:
+                excess = _power(self.known(_with(base, d, hi_v))) / self.p_hat - 1.0
+                return _with(base, d, hi_v if excess < short else lo_v)
         if f:
             return _with(base, d, max(f))
         if i:
@@ -158,6 +177,9 @@ class _Line:
     def set_rho(self, a: tuple, ra: Any, b: tuple, rb: Any, d: int) -> None:
         (low, rl), (high, rh) = sorted([(a, ra), (b, rb)], key=lambda x: x[0][d])
         pl, ph = _parts(rl), _parts(rh)
+        if len(pl) > 1:  # the interleaved cycle: both workloads' times at the larger power
+            pl["cycle"] = (sum(t for t, _ in pl.values()), max(p for _, p in pl.values()))
+            ph["cycle"] = (sum(t for t, _ in ph.values()), max(p for _, p in ph.values()))
         for w in pl:
             self.rho.setdefault(w, [-math.inf] * 4)[d] = slope_ratio(pl[w][0], pl[w][1], ph[w][0], ph[w][1], self.eps)
 
@@ -175,12 +197,35 @@ class _Line:
         return min(dims, key=lambda d: (r[d] if math.isfinite(r[d]) else math.inf, d))
 
     def choose(self, dom: str, dims: list[int], descending: bool) -> int | None:
-        return self.argmin(dom, dims) if descending and self.descend_min else self.argmax(dom, dims)
+        """The knob to step next. A stalled search ranks knobs by the interleaved cycle's slope ratio (both
+        workloads' times at the larger power): descending, the one that loses the least cycle time per watt
+        saved; ascending from a mode that is too slow, the one that saves the most."""
+        cycle = "cycle" if "cycle" in self.rho else dom
+        if descending and self.stall_descent:
+            return self.argmin(cycle, dims)
+        if not descending and self.stall_ascent:
+            return self.argmax(cycle, dims)
+        if descending and self.descend_min:
+            return self.argmin(dom, dims)
+        return self.argmax(dom, dims)
+
+    def moved(self, base: tuple, d: int) -> None:
+        """Update the stall state after the base moved along knob ``d``."""
+        if self.stalled is None:
+            return
+        r = self.known(base)
+        if self.over(r):  # over the budget with values of the knob within it: only the stall rule does that
+            self.stall_descent = self.stall_descent or bool(self.line(base, d)[0])
+            self.stall_ascent = False
+        else:
+            self.stall_descent = False
+            self.stall_ascent = self.stalled(r) > 0
 
 
 def gmd_core(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Point], p_hat: float, limit: int,
              power_eps_w: float = 0.5, trace: list | None = None,
-             descend_min: bool = False, finish_line: bool = False) -> Generator:
+             descend_min: bool = False, finish_line: bool = False,
+             stalled: Callable[[Any], float] | None = None) -> Generator:
     """Algorithm 1 over the four knobs for one kind of point; profiles at most ``limit`` points in ``ctx``.
 
     ``descend_min``: while the base mode is over the power budget, lower the knob with the *smallest*
@@ -188,9 +233,16 @@ def gmd_core(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Point],
     ``finish_line``: after a step along a knob, keep bisecting that knob while its line through the base
     still has unprofiled values between a value within the budget and a value over it (the budget's
     crossing on that knob is not pinned down yet); only then pick the knob with the largest ratio again.
+    ``stalled(result)``: the relative shortfall of a profiled point on the problem's other constraint, which
+    only a faster setting can meet (concurrent: ``(t_tr + t_in) / cycle - 1``, > 0 when no training
+    minibatch fits in an inference cycle; <= 0 when met). When the line's highest value within the budget
+    falls short and its lowest value over the budget does not, the base moves to whichever of the two misses
+    its constraint by less (power excess ``p / p_hat - 1`` against the shortfall): from the over-budget one
+    the search lowers another knob instead of raising the others of a mode that is too slow. While stalled,
+    knobs are ranked by the slope ratio of the whole cycle (see ``_Line.choose``).
     """
     trace = [] if trace is None else trace
-    L = _Line(ctx, grid, point_at, p_hat, power_eps_w, trace)
+    L = _Line(ctx, grid, point_at, p_hat, power_eps_w, trace, stalled)
     L.descend_min = bool(descend_min)
     if ctx.used >= limit:
         return
@@ -231,6 +283,7 @@ def gmd_core(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Point],
             break
         if not cands[d]:  # the line's known points already move the base
             base = L.best_on_line(base, d)
+            L.moved(base, d)
             trace.append(("move", d, base))
             moves += 1
             continue
@@ -248,6 +301,7 @@ def gmd_core(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Point],
         dom = _dominant(r)
         trace.append(("step", idx, d, "over" if L.over(r) else "within"))
         base = L.best_on_line(base, d)
+        L.moved(base, d)
         last = d
 
 
@@ -301,14 +355,17 @@ class GMD(Strategy):
       instead of the largest (default ``False``: Algorithm 1's ``argmax``; docs/tuning.md has the trade-off).
     - ``finish_line``: keep bisecting the knob just stepped while the budget's crossing on its line is not
       pinned down, before re-picking the knob by slope ratio (our addition, default ``True``; Algorithm 1
-      re-picks after every step). ``GMD.as_published()`` turns our additions off.
+      re-picks after every step).
+    - ``stall_aware``: concurrent only (our addition, default ``True``): do not descend into, or climb out of,
+      modes too slow for one training minibatch per inference cycle by the dominant workload's slopes; see
+      the module docstring. ``GMD.as_published()`` turns our additions off.
     """
 
     name = "GMD"
 
     def __init__(self, *, max_profiles: int | dict | None = None, search_profiles: int | dict = 10,
                  power_eps_w: float = 0.5, latency_tie: float = 0.02, inference_bound: bool = True,
-                 descend_min_rho: bool = False, finish_line: bool = True) -> None:
+                 descend_min_rho: bool = False, finish_line: bool = True, stall_aware: bool = True) -> None:
         mp = dict(DEFAULT_MAX_PROFILES)
         if isinstance(max_profiles, dict):
             mp.update(max_profiles)
@@ -326,13 +383,14 @@ class GMD(Strategy):
         self.inference_bound = bool(inference_bound)
         self.descend_min_rho = bool(descend_min_rho)
         self.finish_line = bool(finish_line)
+        self.stall_aware = bool(stall_aware)
         self.last_trace: list = []
 
     @classmethod
     def as_published(cls, **kw: Any) -> GMD:
         """Algorithm 1 and sections 5.1.3-5.1.4 to the letter: no MAXN bound for inference, the knob re-picked
-        by slope ratio after every step."""
-        return cls(**{"inference_bound": False, "finish_line": False, **kw})
+        by slope ratio after every step, stalled concurrent modes treated like any other."""
+        return cls(**{"inference_bound": False, "finish_line": False, "stall_aware": False, **kw})
 
     def __repr__(self) -> str:
         return f"GMD(max_profiles={self.max_profiles}, search_profiles={self.search_profiles})"
@@ -430,8 +488,13 @@ class GMD(Strategy):
         if chosen is None:
             return
         core_limit = min(limit, ctx.used + self.search_profiles["concurrent"])
+        stalled = None
+        if self.stall_aware:
+            def stalled(r: Any) -> float:
+                return (r.train.time_s + r.infer.time_s) / cycle_time_s(chosen, alpha) - 1.0
         yield from gmd_core(ctx, grid, lambda i: Point("concurrent", grid.mode(i), chosen), problem.power_budget_w,
-                            core_limit, self.power_eps_w, trace, descend_min=self.descend_min_rho, finish_line=self.finish_line)
+                            core_limit, self.power_eps_w, trace, descend_min=self.descend_min_rho,
+                            finish_line=self.finish_line, stalled=stalled)
         if _any_feasible(ctx, problem):
             return
         # backtracking (F in Fig. 15c): drop modes that cannot keep up; try the rest at smaller sizes

@@ -28,6 +28,7 @@ from lightning_edge.tuning import (
     TrainingProblem,
 )
 from lightning_edge.tuning.gmd import slope_ratio
+from lightning_edge.tuning.search import Grid
 
 from .workloads import HAND_SPACE, LinearWorkload, SaturatingWorkload
 
@@ -293,3 +294,50 @@ def test_descend_min_rho_lowers_the_cheapest_knob_first():
     ra = a.run(TrainingProblem(29.5), HAND_SPACE, LinearWorkload(), store=None)
     rb = b.run(TrainingProblem(29.5), HAND_SPACE, LinearWorkload(), store=None)
     assert labels(ra)[:6] == labels(rb)[:6] and a.last_trace[5] == b.last_trace[5] == ("prune", 2, "low")
+
+
+class _TightCycle:
+    """A concurrent pair whose cycle is tight: inference time hangs on the memory clock, training time on the GPU.
+
+    Power is :class:`LinearWorkload`'s (inference 1 W less), so training is the dominant workload and GPU has
+    the largest slope ratio. At 80 requests/s and bs 16 the cycle is 0.2 s; ``t_tr + t_in`` must fit in it."""
+
+    @staticmethod
+    def train(m):
+        return Measurement(0.01 + 10.0 / m.gpu_mhz + 1.0 / m.cpu_mhz + 50.0 / m.mem_mhz, LinearWorkload.power_w(m))
+
+    @staticmethod
+    def infer(m, bs):
+        return Measurement((0.001 + 0.1 / m.gpu_mhz + 12.5 / m.mem_mhz) * bs, LinearWorkload.power_w(m) - 1.0)
+
+
+def test_stall_aware_leaves_modes_too_slow_for_the_cycle():
+    """20 W, 80 requests/s, bs 16 (cycle 0.2 s). Both variants profile MAXN, the midpoint 4c/300/400/2000
+    (23.4 W, over; t_tr + t_in = 0.183 s), the four low extremes, then GPU 100 and memory 1000 on that line:
+    4c/300/100/1000 (16.4 W, within, 0.395 s), and move the base up GPU to 4c/300/400/1000 (19.4 W, within,
+    0.308 s: stalled, no training minibatch fits in the cycle, nor at any lower memory clock).
+
+    Algorithm 1 raises the knob with the largest ratio from there (CPU 500, 400, then 6 cores), all over
+    20 W and no faster: nothing feasible, and nothing to backtrack to with one batch size.
+    ``stall_aware`` compares the memory line's two ends: 1000 misses the cycle by 54 %, 2000 misses the
+    power by 17 %, so the search goes on from 4c/300/400/2000 and lowers the knob that costs the cycle the
+    least time per watt (cores, no time at all), then CPU: 2c/100/400/2000, 19.8 W, 0.190 s, one training
+    minibatch per cycle."""
+    prob = ConcurrentProblem(power_budget_w=20.0, latency_budget_s=2.0, arrival_rps=80.0, batch_sizes=(16,))
+    common = ["6c/500/700/3000", "4c/300/400/2000", "2c/300/400/2000", "4c/100/400/2000", "4c/300/100/2000",
+              "4c/300/400/1000", "4c/300/100/1000"]
+    ours, pub = GMD(), GMD.as_published()
+    ro = ours.run(prob, HAND_SPACE, _TightCycle(), store=None)
+    rp = pub.run(prob, HAND_SPACE, _TightCycle(), store=None)
+    lo, lp = ([x.removesuffix("@16") for x in labels(r)] for r in (ro, rp))
+    assert lo[:7] == lp[:7] == common
+    assert lp[7:] == ["4c/500/400/1000", "4c/400/400/1000", "6c/300/400/1000"]
+    assert rp.solution is None
+    assert lo[7:9] == ["2c/200/400/2000", "2c/100/400/2000"]
+    grid = Grid.of(HAND_SPACE)
+    assert ("move", 3, grid.index(HAND_SPACE.parse("4c/300/400/2000"))) in ours.last_trace  # over, not stalled
+    assert ("move", 0, grid.index(HAND_SPACE.parse("2c/300/400/2000"))) in ours.last_trace  # cores: free
+    sol = ro.solution
+    assert sol.mode == HAND_SPACE.parse("2c/100/400/2000") and sol.power_w == pytest.approx(19.8)
+    assert sol.train_minibatches == 1 and ro.profiles_used <= 15
+    assert GMD().stall_aware is True and GMD(stall_aware=False).run(prob, HAND_SPACE, _TightCycle(), store=None).solution is None
