@@ -59,19 +59,16 @@ from lightning_edge.serving.engine import (
 )
 from lightning_edge.serving.interleave import InterleavingEngine, InterleavingReport
 from lightning_edge.serving.tune import Retuner
+from lightning_edge.tuning.online import batch_tensors
 
 __all__ = ["InterleaverMixin"]
 
 
 def _first_tensor(batch: Any) -> Any:
-    import torch
-
-    if isinstance(batch, torch.Tensor):
-        return batch
-    if isinstance(batch, (tuple, list)) and batch:
-        return _first_tensor(batch[0])
-    if isinstance(batch, dict) and batch:
-        return _first_tensor(next(iter(batch.values())))
+    """The batch's input: its first tensor, depth first, dict entries in the order they were written."""
+    found = batch_tensors(batch, sort_keys=False)
+    if found:
+        return found[0]
     raise TypeError(f"Interleaver: cannot find the input tensor in a batch of type {type(batch).__name__}; pass "
                     "request_inputs= and a twin workload, or a solution=")
 
