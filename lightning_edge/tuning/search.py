@@ -246,6 +246,10 @@ class Grid:
         """Every knob at its highest value (MAXN)."""
         return tuple(n - 1 for n in self.sizes)
 
+    def bottom(self) -> tuple:
+        """Every knob at its lowest value: the least-power mode."""
+        return tuple(0 for _ in self.sizes)
+
     def flat(self, idx: tuple) -> int:
         f = 0
         for i, n in zip(idx, self.sizes):

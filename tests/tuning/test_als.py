@@ -9,6 +9,7 @@ from lightning_edge.tuning import (
     ALS,
     BinarySearch,
     ExploreSpec,
+    Exhaustive,
     InferenceProblem,
     NeuralBaseline,
     RandomSampling,
@@ -62,17 +63,22 @@ def test_als_train_profiles_the_pareto_region():
         assert sol is None or (sol.power_w <= b and (sol.mode, None) in table.points())
 
 
-def test_als_train_starts_with_maxn_among_its_random_profiles():
-    maxn = HAND_SPACE.parse("6c/500/700/3000")
+def test_als_train_starts_with_both_corners_among_its_random_profiles():
+    maxn, minn = HAND_SPACE.parse("6c/500/700/3000"), HAND_SPACE.parse("2c/100/100/1000")
+    n0 = PAPER_SETTINGS["train"]["init"]
+    # 13 W: only modes near the least-power one (12.8 W) fit; the oracle answers it, so ALS must
+    assert Exhaustive().solve(TrainingProblem(13.0), HAND_SPACE, SaturatingWorkload(), store=None) is not None
     for seed in range(4):
         w = SaturatingWorkload()
-        ALS(**TINY).explore(HAND_SPACE, w, kind="train", store=None, seed=seed)
-        first = list(w.calls)[:PAPER_SETTINGS["train"]["init"]]  # the initial sample is measured first
-        assert ("train", maxn, None) in first
-    # as published the initial sample is purely random (MAXN is 1 of 315 modes: absent for these seeds)
+        table = ALS(**TINY).explore(HAND_SPACE, w, kind="train", store=None, seed=seed)
+        first = list(w.calls)[:n0]  # the initial sample is measured first
+        assert ("train", maxn, None) in first and ("train", minn, None) in first and len(set(first)) == n0
+        assert table.solve(TrainingProblem(13.0)) is not None
+    # as published the initial sample is purely random (each corner is 1 of 315 modes: absent for this seed)
     w = SaturatingWorkload()
     ALS.as_published(**TINY).explore(HAND_SPACE, w, kind="train", store=None, seed=0)
-    assert ("train", maxn, None) not in list(w.calls)[:PAPER_SETTINGS["train"]["init"]]
+    assert not {("train", maxn, None), ("train", minn, None)} & set(list(w.calls)[:n0])
+    assert ALS(anchor_minn=False).anchor_minn is False and ALS.as_published().anchor_minn is False
 
 
 def test_als_inference_quadrants_and_determinism():
