@@ -291,6 +291,14 @@ class Score:
         self.violations = 0
         self.profiles: list[int] = []
 
+    def add(self, other: Score) -> None:
+        """Pool ``other``'s problems into this score (the same strategy and workload, another seed)."""
+        self.excess += other.excess
+        self.n_problems += other.n_problems
+        self.solved += other.solved
+        self.violations += other.violations
+        self.profiles += other.profiles
+
     def row(self) -> dict:
         e = np.asarray(self.excess, float)
         prof = np.asarray(self.profiles, float) if self.profiles else np.zeros(1)
@@ -335,9 +343,9 @@ def train_row_of_solves(truth: Truth, budgets, solves, oracle_t) -> dict:
     return sc.row()
 
 
-def train_score_of_table(truth: Truth, budgets, rows, cols, profiles, oracle_t, sc: Score | None = None) -> Score:
-    """Score (added to ``sc`` if given) of an exploration's table, looked up at every budget."""
-    sc = Score() if sc is None else sc
+def train_score_of_table(truth: Truth, budgets, rows, cols, profiles, oracle_t) -> Score:
+    """Score of an exploration's table, looked up at every budget."""
+    sc = Score()
     score_train(truth, budgets, table_train_choice(cols["train_time_s"], cols["train_power_w"], rows, budgets),
                 profiles, sc, oracle_t)
     return sc
@@ -781,11 +789,12 @@ def main(argv=None) -> int:
             pooled = Score()
             seeds[(n, ALS_SEEDS[0])] = report["train"][n]["ALS50"]
             rows, _, cols, prof, _ = expl[("ALS50", "train", n)]
-            train_score_of_table(T, budgets, rows, cols, prof, oracle_t, pooled)
+            pooled.add(train_score_of_table(T, budgets, rows, cols, prof, oracle_t))
             for sd in ALS_SEEDS[1:]:
                 _, _, _, rows, _, cols, prof, _ = by[(sd, n)]
-                seeds[(n, sd)] = train_row_of_table(T, budgets, rows, cols, prof, oracle_t)
-                train_score_of_table(T, budgets, rows, cols, prof, oracle_t, pooled)
+                sc = train_score_of_table(T, budgets, rows, cols, prof, oracle_t)
+                seeds[(n, sd)] = sc.row()
+                pooled.add(sc)
             seeds[(n, "pooled")] = pooled.row()
             m, kw = TRAIN_BY[n]
             rows = front_closest(build_truth(n, m, kw, ("train",), (0.0, 0.0), ()), 50)
