@@ -23,7 +23,9 @@ fits a cycle at the lowest rate), the Pareto front is predicted training through
 power (the larger of training and inference), and 10 points per quadrant are picked; 3 rounds, so
 25 + 3 x 4 x 10 = 145 points.
 
-Fewer points are profiled when a predicted front has fewer new points than the per-round count.
+As published, fewer points are profiled when a predicted front has fewer new points than the per-round
+count. ``fill=True`` (the default, see :class:`ALS`) spends those profiles on the next non-dominated layers
+of the predictions and then on the pruned points nearest the quadrant's constraints.
 """
 
 from __future__ import annotations
@@ -84,6 +86,39 @@ def pick_diverse(candidates: np.ndarray, pred_power: np.ndarray, observed_power:
     return cand[np.asarray(chosen, dtype=np.int64)]
 
 
+def fill_layers(cand: np.ndarray, taken: np.ndarray, cost: np.ndarray, power: np.ndarray, ref_power: np.ndarray,
+                k: int, greedy: bool) -> np.ndarray:
+    """Up to ``k`` more picks among ``cand`` (positions) once the predicted front ``taken`` is used up: the next
+    non-dominated layer of (cost, power) first, by the same power diversity against ``ref_power`` and the
+    powers of the layers already offered, then the layer after, and so on."""
+    out: list[np.ndarray] = []
+    rest = np.setdiff1d(cand, taken)
+    ref = np.concatenate([np.asarray(ref_power, dtype=float), power[taken]])
+    n = 0
+    while n < k and rest.size:
+        layer = rest[pareto_front(cost[rest], power[rest])]
+        more = pick_diverse(layer, power[layer], ref, k - n, greedy)
+        out.append(more)
+        n += more.size
+        ref = np.concatenate([ref, power[layer]])
+        rest = np.setdiff1d(rest, layer)
+    return np.concatenate(out) if out else np.asarray(cand)[:0]
+
+
+def quadrant_miss(kind: str, values: np.ndarray, bs: np.ndarray, quad: tuple) -> np.ndarray:
+    """How far each point is from passing the quadrant's conservative pruning (see :func:`quadrant_view`):
+    the largest of latency at the highest rate over the peak latency, inference time over the cycle at
+    the lowest rate and (concurrent) inference plus one training minibatch over that cycle. <= 1 passes."""
+    (_, l1), (a0, a1) = quad
+    v = np.asarray(values, dtype=float)
+    t_in = np.maximum(v[:, 0 if kind == "infer" else 2], 1e-9)
+    cycle = bs / a0
+    miss = np.maximum(((bs - 1) / a1 + t_in) / l1, t_in / cycle)
+    if kind != "infer":
+        miss = np.maximum(miss, (t_in + np.maximum(v[:, 0], 1e-9)) / cycle)
+    return miss
+
+
 def quadrant_view(kind: str, values: np.ndarray, bs: np.ndarray, quad: tuple) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """One quadrant's view of (predicted or observed) points: (kept, cost to minimise, power).
 
@@ -97,13 +132,12 @@ def quadrant_view(kind: str, values: np.ndarray, bs: np.ndarray, quad: tuple) ->
     (l0, l1), (a0, a1) = quad
     am = (a0 + a1) / 2
     v = np.asarray(values, dtype=float)
+    keep = quadrant_miss(kind, v, bs, quad) <= 1.0
     if kind == "infer":
         t_in, p_in = np.maximum(v[:, 0], 1e-9), v[:, 1]
-        keep = ((bs - 1) / a1 + t_in <= l1) & (t_in <= bs / a0)
         return keep, (bs - 1) / am + t_in, p_in
     t_tr, p_tr = np.maximum(v[:, 0], 1e-9), v[:, 1]
     t_in, p_in = np.maximum(v[:, 2], 1e-9), v[:, 3]
-    keep = ((bs - 1) / a1 + t_in <= l1) & (t_in <= bs / a0) & (bs / a0 - t_in >= t_tr)
     theta = np.maximum(bs / am - t_in, 0.0) / t_tr * am / bs
     return keep, -theta, np.maximum(p_tr, p_in)
 
@@ -132,12 +166,18 @@ class ALS(ExploringStrategy):
     - ``anchor_minn=True`` (training): so is the least-power mode (every knob at its lowest). It is within every
       budget that any mode is within, so ALS answers every training problem the oracle answers; without it
       the random start left the lowest budgets of some seeds unanswered (5-14 % of ResNet-18's budgets).
+    - ``fill=True``: when a round's predicted front has fewer new points than the per-round count, the rest
+      of the round's picks come from the next non-dominated layers of the predictions and then (inference,
+      concurrent) from the pruned points that miss the quadrant's constraints by the least. The network
+      over-predicts by design (under-predictions cost 4x), so those are the points most likely to be feasible.
+      As published, the profiles were left unspent: ALS145 used 99-138 of its 145 on some concurrent pairs.
     """
 
     @classmethod
     def as_published(cls, **kw) -> ALS:
         """ALS with the paper's letter: PickMaxK, diversity against every profile, raw inputs, lr 0.001."""
-        opts = dict(greedy=False, diversity="all", features="raw", lr=1e-3, anchor_maxn=False, anchor_minn=False)
+        opts = dict(greedy=False, diversity="all", features="raw", lr=1e-3, anchor_maxn=False, anchor_minn=False,
+                    fill=False)
         opts.update(kw)
         return cls(**opts)
 
@@ -147,7 +187,7 @@ class ALS(ExploringStrategy):
                  epochs: int = 1000, finetune_epochs: int = 200, hidden: Sequence[int] = (256, 128, 64),
                  lr: float = 3e-3, under_penalty: float = 4.0, batch_size: int = 32, greedy: bool = True,
                  features: str = "reciprocal", diversity: str = "front", anchor_maxn: bool = True,
-                 anchor_minn: bool = True) -> None:
+                 anchor_minn: bool = True, fill: bool = True) -> None:
         if features not in ("raw", "reciprocal"):
             raise ValueError(f"features must be 'raw' or 'reciprocal', got {features!r}")
         if diversity not in ("all", "front"):
@@ -161,6 +201,7 @@ class ALS(ExploringStrategy):
         self.greedy = bool(greedy)
         self.anchor_maxn = bool(anchor_maxn)
         self.anchor_minn = bool(anchor_minn)
+        self.fill = bool(fill)
         self.last_info: dict = {}
 
     def __repr__(self) -> str:
@@ -244,6 +285,9 @@ class ALS(ExploringStrategy):
             k = int(min(s["per_round"], ctx.left))
             ref = obs[:, 1] if self.diversity == "all" else obs[pareto_front(obs[:, 0], obs[:, 1]), 1]
             picks = pick_diverse(test[front], pred[front, 1], ref, k, self.greedy)  # L16-22
+            if self.fill and picks.size < k:
+                more = fill_layers(np.arange(test.size), front, pred[:, 0], pred[:, 1], ref, k - picks.size, self.greedy)
+                picks = np.concatenate([picks, test[more]])
             info["rounds"].append({"round": r + 1, "front": int(front.size), "picked": [int(i) for i in picks]})
             if picks.size == 0:
                 break
@@ -296,11 +340,25 @@ class ALS(ExploringStrategy):
                 front = cand[pareto_front(cost_a[cand], power[cand])] if cand.size else cand
                 k = int(min(s["per_round"], ctx.left))
                 picks = pick_diverse(test[front], power[front], obs_power, k, self.greedy)
+                if self.fill and picks.size < k:
+                    picks = np.concatenate([picks, test[self._fill(kind, pred, bs_of[test], quad, cand, front, cost_a,
+                                                                   power, obs_power, k - picks.size)]])
                 info["rounds"].append({"round": r + 1, "quadrant": q, "kept": int(cand.size),
                                        "front": int(front.size), "picked": [int(i) for i in picks]})
                 if picks.size:
                     yield from ctx.profile_many([point_of(int(p)) for p in picks])
                     prof.extend(int(p) for p in picks)
+
+    def _fill(self, kind, pred, bs, quad, cand, front, cost, power, ref_power, k) -> np.ndarray:
+        """Positions of up to ``k`` more picks in a quadrant round whose predicted front ran out (``fill=True``):
+        the next non-dominated layers of the kept points ``cand``, then the pruned points nearest passing."""
+        picks = fill_layers(cand, front, cost, power, ref_power, k, self.greedy)
+        if picks.size < k:
+            miss = quadrant_miss(kind, pred, bs, quad)
+            miss[cand] = np.inf
+            order = np.argsort(miss, kind="stable")
+            picks = np.concatenate([picks, order[np.isfinite(miss[order])][: k - picks.size]])
+        return picks
 
     @staticmethod
     def _observed(ctx: SearchContext, points: list[Point], kind: str) -> np.ndarray:

@@ -15,7 +15,7 @@ from lightning_edge.tuning import (
     RandomSampling,
     TrainingProblem,
 )
-from lightning_edge.tuning.als import PAPER_SETTINGS, pick_diverse, quadrants
+from lightning_edge.tuning.als import PAPER_SETTINGS, fill_layers, pick_diverse, quadrant_miss, quadrant_view, quadrants
 from lightning_edge.tuning.nn import MLP, mape
 
 from .workloads import HAND_SPACE, SMALL_SPACE, LinearWorkload, SaturatingWorkload
@@ -46,6 +46,55 @@ def test_pick_max_k_by_power_distance():
     # greedy (GSy): after 32 W is taken, 31 W is 1 W from it, so 20 W comes before it
     np.testing.assert_array_equal(pick_diverse(cand, pred, observed, 3, greedy=True), [13, 14, 10])
     assert pick_diverse(cand[:0], pred[:0], observed, 3).size == 0
+
+
+def test_fill_layers_offers_the_next_pareto_layers_in_order():
+    # cost (to minimise), power: layer 1 = {0, 1, 2}, layer 2 = {3, 4}, layer 3 = {5}
+    cost = np.array([1.0, 2.0, 3.0, 1.5, 2.5, 4.0])
+    power = np.array([30.0, 20.0, 10.0, 31.0, 21.0, 35.0])
+    cand = np.arange(6)
+    front = np.array([0, 1, 2])
+    np.testing.assert_array_equal(fill_layers(cand, front, cost, power, np.array([]), 2, greedy=True), [3, 4])
+    np.testing.assert_array_equal(fill_layers(cand, front, cost, power, np.array([]), 5, greedy=True), [3, 4, 5])
+    # within a layer, power diversity against the observed powers and the front's: 21 W is 1 W from
+    # the front's 20 W, 31 W 1 W from its 30 W, so against an observed 31 W the 21 W point comes first
+    np.testing.assert_array_equal(fill_layers(cand, front, cost, power, np.array([31.0]), 1, greedy=True), [4])
+    assert fill_layers(cand, cand, cost, power, np.array([]), 3, greedy=True).size == 0
+
+
+def test_quadrant_miss_is_the_pruning_test_as_a_ratio():
+    quad = ((0.1, 0.5), (10.0, 20.0))
+    bs = np.array([1.0, 4.0, 4.0, 4.0])
+    # inference [t_in, p_in]: latency at 20 rps (bs-1)/20 + t_in against 0.5 s; t_in against bs / 10 rps
+    v = np.array([[0.05, 10.0], [0.30, 10.0], [0.40, 10.0], [0.1, 10.0]])
+    miss = quadrant_miss("infer", v, bs, quad)
+    np.testing.assert_allclose(miss, [0.5, 0.9, 1.1, 0.5])
+    np.testing.assert_array_equal(quadrant_view("infer", v, bs, quad)[0], miss <= 1.0)
+    # concurrent [t_tr, p_tr, t_in, p_in]: one training minibatch must also fit the 0.4 s cycle at 10 rps
+    c = np.array([[0.03, 20.0, 0.05, 10.0], [0.15, 20.0, 0.30, 10.0], [0.5, 20.0, 0.1, 10.0], [0.25, 20.0, 0.1, 10.0]])
+    miss_c = quadrant_miss("concurrent", c, bs, quad)
+    np.testing.assert_allclose(miss_c, [0.8, 1.125, 1.5, 0.875])
+    np.testing.assert_array_equal(quadrant_view("concurrent", c, bs, quad)[0], [True, False, False, True])
+
+
+def test_als_fill_spends_the_profiles_a_thin_front_leaves():
+    """As published a quadrant whose predicted front is thinner than the per-round count profiles fewer
+    points; ``fill`` spends the whole budget, on new points only, and never more."""
+    kw = dict(init_profiles=10, per_round=4, rounds=2, **TINY)
+    spec = dict(kind="concurrent", batch_sizes=(1, 4, 16), latency_range_s=(0.02, 0.1), arrival_range_rps=(30, 90),
+                store=None, seed=0)
+    budget = ALS(**kw).budget_for(ExploreSpec("concurrent", (1, 4, 16)), HAND_SPACE)
+    w = SaturatingWorkload(scale=0.5)
+    filled = ALS(**kw)
+    table = filled.explore(HAND_SPACE, w, **spec)
+    assert table.profiles_used == len(table) == budget == 9 + 2 * 4 * 4
+    assert set(w.calls.values()) == {1}  # nothing measured twice
+    assert sum(1 for c in w.calls if c[0] == "infer") == len(table)
+    assert all(len(r["picked"]) == 4 for r in filled.last_info["rounds"])
+    assert any(r["kept"] == 0 for r in filled.last_info["rounds"])  # a round with nothing predicted feasible
+    thin = ALS(fill=False, **kw)
+    assert thin.explore(HAND_SPACE, SaturatingWorkload(scale=0.5), **spec).profiles_used < budget
+    assert ALS.as_published().fill is False
 
 
 def test_als_train_profiles_the_pareto_region():
