@@ -175,7 +175,8 @@ class ALS(ExploringStrategy):
 
     @classmethod
     def as_published(cls, **kw) -> ALS:
-        """ALS with the paper's letter: PickMaxK, diversity against every profile, raw inputs, lr 0.001."""
+        """ALS with the paper's letter: PickMaxK, diversity against every profile, raw inputs, lr 0.001, a purely
+        random start, and a round's picks capped by its predicted front."""
         opts = dict(greedy=False, diversity="all", features="raw", lr=1e-3, anchor_maxn=False, anchor_minn=False,
                     fill=False)
         opts.update(kw)
