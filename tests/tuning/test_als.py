@@ -8,14 +8,21 @@ import pytest
 from lightning_edge.tuning import (
     ALS,
     BinarySearch,
-    ExploreSpec,
     Exhaustive,
+    ExploreSpec,
     InferenceProblem,
     NeuralBaseline,
     RandomSampling,
     TrainingProblem,
 )
-from lightning_edge.tuning.als import PAPER_SETTINGS, fill_layers, pick_diverse, quadrant_miss, quadrant_view, quadrants
+from lightning_edge.tuning.als import (
+    PAPER_SETTINGS,
+    fill_layers,
+    pick_diverse,
+    quadrant_miss,
+    quadrant_view,
+    quadrants,
+)
 from lightning_edge.tuning.nn import MLP, mape
 
 from .workloads import HAND_SPACE, SMALL_SPACE, LinearWorkload, SaturatingWorkload
