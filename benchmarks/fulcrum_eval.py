@@ -199,6 +199,12 @@ def conc_grid(pair: tuple[str, str], quick: bool):
     return p, lat, rate
 
 
+def grid_ranges(g) -> tuple[tuple[float, float], tuple[float, float]]:
+    """The (latency, arrival-rate) ranges of a problem grid ``(powers, latencies, rates)``: what an ALS
+    exploration is told to cover (its quadrants split them)."""
+    return (float(g[1].min()), float(g[1].max())), (float(g[2].min()), float(g[2].max()))
+
+
 def bs_for(name: str) -> tuple[int, ...]:
     return (1, 4, 16, 32) if name.startswith("BERT") else BS
 
@@ -690,7 +696,7 @@ def main(argv=None) -> int:
     if "infer" not in skip:
         for n, _, _ in INFER_WL:
             g = infer_grid(n, args.quick)
-            rng = ((float(g[1].min()), float(g[1].max())), (float(g[2].min()), float(g[2].max())))
+            rng = grid_ranges(g)
             for s in ("ALS145", "ALS145-pub", "RND150", "RND250", "NN250"):
                 tasks_explore.append((s, "infer", n, {"seed": 0, "lat": rng[0], "rate": rng[1]}))
             probs = infer_problems(n, g)
@@ -702,7 +708,7 @@ def main(argv=None) -> int:
     if "concurrent" not in skip:
         for pair in PAIRS:
             g = conc_grid(pair, args.quick)
-            rng = ((float(g[1].min()), float(g[1].max())), (float(g[2].min()), float(g[2].max())))
+            rng = grid_ranges(g)
             for s in ("ALS145", "ALS145-pub", "RND150", "RND250", "NN250"):
                 tasks_explore.append((s, "concurrent", pair, {"seed": 0, "lat": rng[0], "rate": rng[1]}))
             probs = conc_problems(pair, g)
@@ -823,8 +829,7 @@ def main(argv=None) -> int:
         print(f"ALS145 inference and concurrent with seeds {', '.join(map(str, ALS_SEEDS[1:]))} ...", flush=True)
         tasks = []
         for kind, key in quad_keys:
-            g = infer_grid(key, args.quick) if kind == "infer" else conc_grid(key, args.quick)
-            rng = ((float(g[1].min()), float(g[1].max())), (float(g[2].min()), float(g[2].max())))
+            rng = grid_ranges(infer_grid(key, args.quick) if kind == "infer" else conc_grid(key, args.quick))
             tasks += [("ALS145", kind, key, {"seed": sd, "lat": rng[0], "rate": rng[1]}) for sd in ALS_SEEDS[1:]]
         with ctx.Pool(args.jobs) as pool:
             out = pool.map(_explore, tasks, chunksize=1)
