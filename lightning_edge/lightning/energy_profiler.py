@@ -30,14 +30,16 @@ energy to its layers (:mod:`lightning_edge.profiling.attribution`), and writes:
 * ``layers.csv`` and ``layers.json`` in the log dir, a Chrome/Perfetto trace under
   ``<log dir>/plugins/profile/energy/``, and a short summary printed at the end of the run.
 
-Under DDP only rank 0 writes; epoch totals are summed over ranks (``trainer.strategy.reduce``): untested here,
-single-device runs are what the tests cover.
+Under DDP only rank 0 writes. Epoch totals cover every rank (:func:`combine_rank_totals`): samples add up, energy
+adds up over energy domains (a board's sensor read by several ranks counts once; ``energy/epoch_domains`` says
+how many were summed). Per-step and per-layer figures are rank 0's.
 """
 
 from __future__ import annotations
 
 import math
 import os
+import socket
 import time
 from pathlib import Path
 from typing import Any
@@ -51,6 +53,22 @@ __all__ = ["EnergyProfilerMixin", "SHORT_STAGE", "write_scalars"]
 SHORT_STAGE = {"train": "", "validate": "val", "test": "test", "predict": "predict"}
 #: the stages a Trainer entry point runs (for the end-of-run summary)
 FN_STAGES = {"fit": ("train", "validate"), "validate": ("validate",), "test": ("test",), "predict": ("predict",)}
+
+
+def combine_rank_totals(tot: EpochTotals, parts: list[tuple[str, float, float, int]]) -> EpochTotals:
+    """One epoch's totals over DDP ranks from every rank's ``(energy domain, energy_j, time_s, samples)``.
+
+    Samples add up. Energy adds up over *energy domains*, not ranks: ranks that read one sensor (every rank on a
+    Jetson reads the board's INA3221 rails; RAPL is the node's package) each measured that board over nearly the
+    same wall window, so it counts once, as the largest of their readings (the widest window). Ranks with their
+    own device (one GPU each through NVML, a board each) add up. The time is the longest rank's window."""
+    by_domain: dict[str, float] = {}
+    for domain, energy_j, _, _ in parts:
+        known = [e for e in (by_domain.get(domain, math.nan), float(energy_j)) if math.isfinite(e)]
+        by_domain[domain] = max(known) if known else math.nan
+    energy = sum(by_domain.values())  # nan if a domain has no energy at all: the total is then unknown
+    return EpochTotals(tot.stage, tot.epoch, float(energy), max(float(p[2]) for p in parts), tot.steps,
+                       int(sum(int(p[3]) for p in parts)), tot.label, ranks=len(parts), domains=len(by_domain))
 
 
 def _prefix(metric: str, stage: str) -> str:
@@ -272,16 +290,29 @@ class EnergyProfilerMixin:
             self._logged_totals[stage] = i
 
     def _reduce(self, trainer: Any, tot: EpochTotals) -> EpochTotals:
-        """Sum the epoch's energy and samples over DDP ranks (a collective: every rank calls it). Untested here."""
-        if int(getattr(trainer, "world_size", 1) or 1) <= 1:
+        """The epoch's totals over DDP ranks (a collective: every rank calls it): see :func:`combine_rank_totals`."""
+        world = int(getattr(trainer, "world_size", 1) or 1)
+        if world <= 1:
             return tot
-        import torch
+        import torch.distributed as dist
 
-        strategy = trainer.strategy
-        v = torch.tensor([tot.energy_j, float(tot.samples)], dtype=torch.float64,
-                         device=getattr(strategy, "root_device", None))
-        v = strategy.reduce(v, reduce_op="sum")
-        return EpochTotals(tot.stage, tot.epoch, float(v[0]), tot.time_s, tot.steps, int(v[1]), tot.label)
+        if not (dist.is_available() and dist.is_initialized()):
+            msg = (f"world_size is {world} but no torch.distributed process group is initialised: the epoch totals are "
+                   "this rank's alone")
+            if msg not in self.session.notes:
+                self.session.notes.append(msg)
+            return tot
+        parts: list[Any] = [None] * dist.get_world_size()
+        dist.all_gather_object(parts, (self._energy_domain(), tot.energy_j, tot.time_s, tot.samples))
+        return combine_rank_totals(tot, parts)
+
+    def _energy_domain(self) -> str:
+        """This rank's energy domain, unique per host: ``<hostname>/<sensor's energy_domain>``; without a sensor
+        (estimated energy) every rank is its own."""
+        dev = self.session.device if self.session is not None else None
+        if dev is None or not dev.has_sensor:
+            return f"{socket.gethostname()}/model:{os.getpid()}"
+        return f"{socket.gethostname()}/{dev.sensor.energy_domain}"
 
     def _epoch_end(self, stage: str, trainer: Any) -> None:
         s = self.session
@@ -291,6 +322,8 @@ class EnergyProfilerMixin:
         if tot is None:
             return
         tot = self._reduce(trainer, tot)
+        if tot.ranks > 1 and s.epochs and s.epochs[-1].stage == stage:
+            s.epochs[-1] = tot  # the reports (layers.json) show the totals over ranks too
         if not self._rank_zero(trainer):
             return
         w0 = time.perf_counter_ns()
@@ -301,6 +334,8 @@ class EnergyProfilerMixin:
             items = [(f"{_prefix('time', stage)}epoch_s", tot.time_s), (f"{e_pre}epoch_j", tot.energy_j),
                      (f"{e_pre}j_per_sample", tot.j_per_sample),
                      (f"{_prefix('power', stage)}epoch_w", tot.energy_j / tot.time_s if tot.time_s > 0 else math.nan)]
+            if tot.ranks > 1:
+                items.append((f"{e_pre}epoch_domains", float(tot.domains)))
             report = self._build_report()
             st = report.stages.get(stage)
             if st is not None and st.layers:
@@ -352,7 +387,8 @@ class EnergyProfilerMixin:
                              "time_s": sum(t.time_s for t in lst), "samples": sum(t.samples or 0 for t in lst),
                              "label": "/".join(sorted(labels)) if labels else ""}
         epochs = [{"stage": e.stage, "epoch": e.epoch, "energy_j": e.energy_j, "time_s": e.time_s,
-                   "steps": e.steps, "samples": e.samples, "j_per_sample": e.j_per_sample, "method": e.label}
+                   "steps": e.steps, "samples": e.samples, "j_per_sample": e.j_per_sample, "method": e.label,
+                   **({"ranks": e.ranks, "energy_domains": e.domains} if e.ranks > 1 else {})}
                   for e in s.epochs]
         so = s.sampler_overhead()
         overhead = {"fraction": _finite_or_none(s.overhead_fraction()), "every_n_steps": s.every_n_steps,

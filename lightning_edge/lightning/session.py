@@ -104,6 +104,8 @@ class EpochTotals:
     steps: int
     samples: int
     label: str
+    ranks: int = 1  # DDP ranks and energy domains the totals cover (see EnergyProfiler)
+    domains: int = 1
 
     @property
     def j_per_sample(self) -> float:

@@ -500,8 +500,14 @@ class LayerTimer:
                     for t in tree_flatten(a)[0]:
                         if isinstance(t, torch.Tensor) and t.grad_fn is not None:
                             bound = max(bound, t.grad_fn._sequence_nr())
-        if self.capture_inputs and not self._stack and name not in self._inputs:
-            self._inputs[name] = _meta_args(args)
+        if self.capture_inputs:
+            if not self._stack and name not in self._inputs:
+                self._inputs[name] = _meta_args(args)
+            elif len(self._stack) == 1 and self._stack[0][0] == name:
+                # the outermost module called inside its own call: under DDP, Lightning runs training_step through
+                # the module's forward (arguments: the batch and its index), and training_step calls the model;
+                # the inner call's arguments are the model's inputs
+                self._inputs[name] = _meta_args(args)
         call = self._calls.get(name, -1) + 1
         self._calls[name] = call
         self._stack.append([name, call, self._stamp(), bound, depth])

@@ -306,6 +306,33 @@ def test_capture_inputs_as_meta():
     assert s.timing.qualified["Sequential"] == "" and s.timing.qualified["0"] == "0"
 
 
+def test_capture_inputs_of_a_model_called_inside_its_own_call():
+    """Lightning under DDP runs training_step through the module's forward (the batch and its index), and
+    training_step calls the model: the inputs to capture are the inner call's."""
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(3, 5)
+
+        def forward(self, x):
+            return self.lin(x)
+
+    m = Net()
+    forward = m.forward
+
+    def training_step_through_forward(batch, batch_idx):  # as Lightning's _LightningModuleWrapperBase does
+        m.forward = forward
+        return m(batch[0]).sum()
+
+    m.forward = training_step_through_forward
+    timer = LayerTimer(m, capture_inputs=True)
+    with timer.step() as s:
+        m((torch.randn(7, 3), torch.zeros(7)), 0)
+    (x,) = s.timing.inputs["Net"]
+    assert x.device.type == "meta" and tuple(x.shape) == (7, 3)
+
+
 def test_other_modules_are_ignored_and_steps_do_not_nest():
     m = nn.Linear(2, 2)
     other = nn.Linear(2, 2)

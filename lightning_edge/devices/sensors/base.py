@@ -101,6 +101,14 @@ class PowerSensor(ABC):
         """Cumulative energy in J (energy-counter sensors only)."""
         raise NotImplementedError(f"{type(self).__name__} is a power sensor, not an energy counter")
 
+    @property
+    def energy_domain(self) -> str:
+        """What this sensor's energy covers, as a key: readers with the same key on one host read the same
+        energy. Every DDP rank on a Jetson reads the one board's rails, so a sum over ranks must count that
+        board once (``EnergyProfiler`` does). Board- and node-level backends (INA3221, jtop, RAPL): the
+        backend's name; per-device backends add the device (``nvml:0``); the twin is one board per instance."""
+        return self.name
+
     @classmethod
     def why_unavailable(cls, **probe: Any) -> str | None:
         """None when this backend can work here, else why not (and how to fix it). Never raises."""

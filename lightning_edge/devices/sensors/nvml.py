@@ -106,6 +106,11 @@ class NvmlSensor(PowerSensor):
         self._e0_mj: int | None = None
         self._last: tuple[int, float] | None = None
 
+    @property
+    def energy_domain(self) -> str:
+        """One GPU: NVML's index is the physical one (``CUDA_VISIBLE_DEVICES`` does not renumber it)."""
+        return f"nvml:{self.index}"
+
     @classmethod
     def why_unavailable(cls, index: int = 0, nvml: Any = None, **_: Any) -> str | None:
         return _probe(index, nvml)[3]

@@ -10,6 +10,7 @@ returns the held value with a new timestamp. Everything it reads is ``simulated`
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
@@ -70,6 +71,11 @@ class SimPowerSensor(PowerSensor):
     @classmethod
     def why_unavailable(cls, **kwargs) -> str | None:
         return None
+
+    @property
+    def energy_domain(self) -> str:
+        """Each twin is its own simulated board (DDP ranks each simulate one: a fleet, not one shared board)."""
+        return f"sim:{os.getpid()}:{id(self.twin):x}"
 
     def _parts(self) -> dict[str, float]:
         tw = self.twin
