@@ -108,6 +108,11 @@ ALS_SEEDS = (0, 1, 2)
 
 NOISE_LEVELS = [(0.0, 0.0), (0.01, 0.01), (0.025, 0.02)]
 """Profile noise (relative sd of time, power) of the sensitivity table: none, a window mean (default), one minibatch."""
+GMD_DRAWS = (0, 1, 2)
+"""Profile-noise draws of the GMD noise-draw table (draw 0 is the main ground truth). GMD is deterministic, so its
+spread is over the noise, where ALS's is over its seed."""
+GMD_DRAW_STEP = 7
+"""The noise-draw table runs GMD on every 7th inference and concurrent problem (every training budget)."""
 PROFILE_CAP = {"GMD10": 10, "GMD11": 11, "GMD15": 15, "ALS50": 50, "ALS145": 145}
 
 
@@ -124,14 +129,15 @@ class Truth:
     bs: tuple[int, ...]
 
 
-def _noise(name: str, shape: tuple, sd: float, salt: str) -> np.ndarray:
-    rng = np.random.default_rng(zlib.crc32(f"{name}/{salt}".encode()))
+def _noise(name: str, shape: tuple, sd: float, salt: str, draw: int = 0) -> np.ndarray:
+    rng = np.random.default_rng(zlib.crc32((f"{name}/{salt}" + (f"/{draw}" if draw else "")).encode()))
     return np.maximum(1.0 + sd * rng.standard_normal(shape), 0.5)
 
 
 def build_truth(name: str, model: str, kw: dict, kinds: tuple[str, ...], noise: tuple[float, float],
-                bs: tuple[int, ...]) -> Truth:
-    """``noise``: relative sd of a profile's (time, power); (0, 0) = the twin's noise-free prediction."""
+                bs: tuple[int, ...], draw: int = 0) -> Truth:
+    """``noise``: relative sd of a profile's (time, power); (0, 0) = the twin's noise-free prediction.
+    ``draw``: which seeded noise draw (0: the main tables')."""
     from lightning_edge.devices.sim.workload import SimWorkload
 
     X = fulcrum_space().to_numpy()
@@ -141,13 +147,13 @@ def build_truth(name: str, model: str, kw: dict, kinds: tuple[str, ...], noise: 
         pr = w.sweep("train", modes=X)
         tt, tp = np.asarray(pr.time_s, float), np.asarray(pr.power_w, float)
         if any(noise):
-            tt, tp = tt * _noise(name, tt.shape, noise[0], "tt"), tp * _noise(name, tp.shape, noise[1], "tp")
+            tt, tp = tt * _noise(name, tt.shape, noise[0], "tt", draw), tp * _noise(name, tp.shape, noise[1], "tp", draw)
     if "infer" in kinds:
         preds = [w.sweep("infer", b, modes=X) for b in bs]
         it = np.stack([np.asarray(p.time_s, float) for p in preds], 1)
         ip = np.stack([np.asarray(p.power_w, float) for p in preds], 1)
         if any(noise):
-            it, ip = it * _noise(name, it.shape, noise[0], "it"), ip * _noise(name, ip.shape, noise[1], "ip")
+            it, ip = it * _noise(name, it.shape, noise[0], "it", draw), ip * _noise(name, ip.shape, noise[1], "ip", draw)
     return Truth(name, tt, tp, it, ip, tuple(bs))
 
 
@@ -224,18 +230,25 @@ def _train_truth(key: str, level: tuple | None = None) -> Truth:
     return (_G["train"] if level is None else _G["noise_levels"][level])[key]
 
 
+def _truths(draw: int = 0) -> dict:
+    """{"train": {name: Truth}, "infer": {name: Truth}} of noise draw ``draw`` (0: the main ground truth)."""
+    return _G if draw == 0 else _G["draws"][draw]
+
+
 def _run_gmd(task):
     """GMD on many problems (fresh profiles per problem: GMD profiles for each problem configuration).
-    ``task``: (kind, key, problems[, training noise level])."""
-    kind, key, problems, level = (*task, None)[:4]
+    ``task``: (kind, key, problems[, training noise level[, noise draw]])."""
+    kind, key, problems = task[:3]
+    level, draw = (task[3] if len(task) > 3 else None), (task[4] if len(task) > 4 else 0)
     space = _space()
     grid = Grid.of(space)
+    G = _truths(draw)
     if kind == "train":
-        w = TableWorkload(_train_truth(key, level), None, space)
+        w = TableWorkload(_train_truth(key, level) if draw == 0 else G["train"][key], None, space)
     elif kind == "infer":
-        w = TableWorkload(None, _G["infer"][key], space)
+        w = TableWorkload(None, G["infer"][key], space)
     else:
-        w = TableWorkload(_G["train"][key[0]], _G["infer"][key[1]], space)
+        w = TableWorkload(G["train"][key[0]], G["infer"][key[1]], space)
     out = []
     gmd = GMD()
     for prob in problems:
@@ -342,11 +355,16 @@ def table_train_choice(pred_t, pred_p, rows, budgets) -> np.ndarray:
     return np.where(idx >= 0, rows[np.maximum(idx, 0)], -1)
 
 
-def train_row_of_solves(truth: Truth, budgets, solves, oracle_t) -> dict:
-    """Score row of per-budget solves ``(mode row, batch size, profiles)`` (GMD, binary search)."""
+def train_score_of_solves(truth: Truth, budgets, solves, oracle_t) -> Score:
+    """Score of per-budget solves ``(mode row, batch size, profiles)`` (GMD, binary search)."""
     sc = Score()
     score_train(truth, budgets, np.asarray([r[0] for r in solves]), [r[2] for r in solves], sc, oracle_t)
-    return sc.row()
+    return sc
+
+
+def train_row_of_solves(truth: Truth, budgets, solves, oracle_t) -> dict:
+    """Score row of per-budget solves ``(mode row, batch size, profiles)`` (GMD, binary search)."""
+    return train_score_of_solves(truth, budgets, solves, oracle_t).row()
 
 
 def train_score_of_table(truth: Truth, budgets, rows, cols, profiles, oracle_t) -> Score:
@@ -617,6 +635,53 @@ def run_dynamic(expl: dict) -> list[dict]:
     return out
 
 
+def gmd_draw_spread(report: dict, gmd_results: dict, infer_lists: dict, conc_lists: dict, noise, args, ctx) -> dict:
+    """GMD again on other profile-noise draws (:data:`GMD_DRAWS`): {(kind, workload, draw or "pooled"): Score}.
+    Training: every budget; inference and concurrent: every :data:`GMD_DRAW_STEP`-th problem, and draw 0 is the
+    main run's answers to the same problems."""
+    if not any(noise):
+        return {}
+    more = [d for d in GMD_DRAWS if d != 0]
+    print(f"GMD with profile-noise draws {', '.join(map(str, more))} ...", flush=True)
+    _G["draws"] = {d: {"train": {n: build_truth(n, m, kw, ("train",), noise, (), d) for n, m, kw in TRAIN_WL},
+                       "infer": {n: build_truth(n, m, kw, ("infer",), noise, bs_for(n), d) for n, m, kw in INFER_WL}}
+                   for d in more}
+    jobs: dict = {}  # (kind, key) -> problems (training: TrainingProblems of every budget)
+    if report["train"]:
+        jobs.update({("train", n): [TrainingProblem(float(b)) for b in train_budgets(n, args.quick)]
+                     for n, _, _ in TRAIN_WL})
+    jobs.update({("infer", n): probs[::GMD_DRAW_STEP] for n, probs in infer_lists.items()})
+    jobs.update({("concurrent", pair): probs[::GMD_DRAW_STEP] for pair, probs in conc_lists.items()})
+    tasks = []
+    for (kind, key), probs in jobs.items():
+        step = max(1, -(-len(probs) // 8))
+        tasks += [(kind, key, probs[k:k + step], None, d) for d in more for k in range(0, len(probs), step)]
+    with ctx.Pool(args.jobs) as pool:
+        outs = pool.map(_run_gmd, tasks, chunksize=1)
+    answers: dict = {}
+    for task, (_, _, out) in zip(tasks, outs):
+        answers.setdefault((task[0], task[1], task[4]), []).extend(out)
+    spread: dict = {}
+    for (kind, key), probs in jobs.items():
+        main_out = gmd_results[(kind, key)]
+        answers[(kind, key, 0)] = main_out if kind == "train" else main_out[::GMD_DRAW_STEP]
+        pooled = Score()
+        for d in GMD_DRAWS:
+            G, out = _truths(d), answers[(kind, key, d)]
+            sc = Score()
+            if kind == "train":
+                T, budgets = G["train"][key], train_budgets(key, args.quick)
+                sc = train_score_of_solves(T, budgets, out, cummin_by_power(T.train_p, T.train_t, budgets)[0])
+            elif kind == "infer":
+                score_gmd_infer(G["infer"][key], probs, out, sc)
+            else:
+                score_gmd_conc(G["train"][key[0]], G["infer"][key[1]], probs, out, sc, conc_grid(key, args.quick))
+            spread[(kind, key, d)] = sc
+            pooled.add(sc)
+        spread[(kind, key, "pooled")] = pooled
+    return spread
+
+
 # ------------------------------------------------------------------------------------------- report
 def fmt(x, nd=1):
     return "-" if x is None or (isinstance(x, float) and not np.isfinite(x)) else f"{x:.{nd}f}"
@@ -634,10 +699,11 @@ def section_table(kind: str, results: dict, metric: str) -> list[str]:
 
 
 def targets(kind: str, results: dict, names: dict, pooled: dict | None = None) -> list[str]:
-    """One kind's target table. ``pooled``: {(workload, strategy): row over seeds 0-2}, for a last column."""
+    """One kind's target table. ``pooled``: {(workload, strategy): row over ALS seeds or GMD noise draws}, for a
+    last column."""
     pooled = pooled or {}
     lines = ["| workload | strategy | profiles <= cap | median <= paper | zero violations | solved >= paper | met |"
-             + (" seeds pooled: median / solved, met |" if pooled else ""),
+             + (" pooled (seeds / draws): median / solved, met |" if pooled else ""),
              "|---|---|---|---|---|---|---|" + ("---|" if pooled else "")]
     for wl, per in results.items():
         for s in names[kind]:
@@ -674,7 +740,8 @@ def main(argv=None) -> int:
     ap.add_argument("--time-noise", type=float, default=0.01, help="relative sd of a profile's time (default 0.01)")
     ap.add_argument("--power-noise", type=float, default=0.01, help="relative sd of a profile's power (default 0.01)")
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "fulcrum_eval.md"))
-    ap.add_argument("--skip", default="", help="comma list of sections to skip: train,infer,concurrent,dynamic,noise,seeds")
+    ap.add_argument("--skip", default="",
+                    help="comma list of sections to skip: train,infer,concurrent,dynamic,noise,seeds,draws")
     args = ap.parse_args(argv)
     skip = set(filter(None, args.skip.split(",")))
     t_start = time.time()
@@ -842,6 +909,8 @@ def main(argv=None) -> int:
             for sd in ALS_SEEDS:
                 pooled.add(seeds145[(kind, key, sd)])
             seeds145[(kind, key, "pooled")] = pooled
+    draws = {} if "draws" in skip else gmd_draw_spread(report, gmd_results, infer_problem_lists, conc_problem_lists,
+                                                       noise, args, ctx)
     total = time.time() - t_start
 
     # ---- write
@@ -926,6 +995,25 @@ def main(argv=None) -> int:
             L.append(f"| {'inference' if kind == 'infer' else kind} | {name} | " + " | ".join(cells)
                      + f" | {fmt(PAPER[kind].get(name, {}).get('ALS145'))} | {fmt(PAPER_SOLVED[kind].get('ALS145'))} |")
         L += [""]
+    if draws:
+        L += ["### Noise-draw spread of GMD (7.1-7.3): median excess % (solved %)", "",
+              "GMD is deterministic: its answers move only with the profile noise. Here it runs again on other seeded "
+              "draws of the same noise (sd as above), every training budget and every "
+              f"{GMD_DRAW_STEP}th inference and concurrent problem; draw 0 is the main tables' answers to the same "
+              "problems, so its inference and concurrent cells can differ slightly from the full grid's. 'pooled' is "
+              "over every (draw, problem) pair.", "",
+              "| kind | workload | strategy | " + " | ".join(f"draw {d}" for d in GMD_DRAWS)
+              + " | pooled | paper median % | paper solved % |",
+              "|---|---|---|" + "---|" * (len(GMD_DRAWS) + 3)]
+        for kind, key in dict.fromkeys((k, w) for k, w, _ in draws):
+            sname = {"train": "GMD10", "infer": "GMD11", "concurrent": "GMD15"}[kind]
+            cells = [f"{fmt(draws[(kind, key, d)].row()['median'])} ({fmt(draws[(kind, key, d)].row()['solved'])})"
+                     for d in (*GMD_DRAWS, "pooled")]
+            name = key if isinstance(key, str) else f"{key[0]}+{key[1]}"
+            L.append(f"| {dict(train='training', infer='inference').get(kind, kind)} | {name} | {sname} | "
+                     + " | ".join(cells) + f" | {fmt(PAPER[kind].get(name, {}).get(sname))} | "
+                     f"{fmt(PAPER_SOLVED.get(kind, {}).get(sname))} |")
+        L += [""]
     names = {"train": ["GMD10", "ALS50", "ALS50-pub"], "infer": ["GMD11", "ALS145", "ALS145-pub"],
              "concurrent": ["GMD15", "ALS145", "ALS145-pub"]}
     L += ["### Targets (issue): GMD within 10 / 11 / 15 profiles, ALS within 50 / 145, medians no worse than the "
@@ -933,9 +1021,13 @@ def main(argv=None) -> int:
     pooled_rows = {(n, "ALS50"): seeds[(n, "pooled")] for n, _, _ in TRAIN_WL if (n, "pooled") in seeds}
     pooled_rows.update({(key if kind == "infer" else f"{key[0]}+{key[1]}", "ALS145"): sc.row()
                    for (kind, key, sd), sc in seeds145.items() if sd == "pooled"})
+    pooled_rows.update({(key if isinstance(key, str) else f"{key[0]}+{key[1]}",
+                         {"train": "GMD10", "infer": "GMD11", "concurrent": "GMD15"}[kind]): sc.row()
+                        for (kind, key, d), sc in draws.items() if d == "pooled"})
     if pooled_rows:
-        L += [f"'seeds pooled': ALS over seeds {', '.join(map(str, ALS_SEEDS))} (the seed-spread tables); the other "
-              "columns are seed 0's.", ""]
+        L += [f"'pooled': ALS over seeds {', '.join(map(str, ALS_SEEDS))} (the seed-spread tables), GMD over profile-noise "
+              f"draws {', '.join(map(str, GMD_DRAWS))} (the noise-draw table: every {GMD_DRAW_STEP}th inference and "
+              "concurrent problem); the other columns are seed 0's and draw 0's.", ""]
     for kind, title in (("train", "training"), ("infer", "inference"), ("concurrent", "concurrent")):
         if report[kind]:
             L += [f"{title}:", ""] + targets(kind, report[kind], names, pooled_rows) + [""]
