@@ -236,6 +236,13 @@ class PowerModeTunerMixin:
         self._trainer = trainer
         if stage != "fit" or self.tuner is not None:
             return
+        world = int(getattr(trainer, "world_size", 1) or 1)
+        if world > 1:
+            raise RuntimeError(
+                f"PowerModeTuner does not coordinate distributed ranks (world_size={world}): each rank would profile "
+                "and switch its own board's power mode from its own measurements, and the ranks would diverge. Tune "
+                "on one device (Trainer(devices=1, ...) with PowerModeTuner), then give every board the tuned mode "
+                "(PowerModeTuner.solution.mode; on each board: lightning-edge mode set <mode>).")
         prec = _precision_of(trainer, self.precision)
         self.tdev = resolve_tuning_device(self.device, precision=prec, seed=self.seed)
         self.tuner = OnlineTuner(

@@ -1,7 +1,8 @@
-"""EnergyProfiler under DDP: epoch totals over ranks, a board read by several ranks counted once.
+"""The Lightning callbacks under DDP.
 
-The combining rule is tested directly; the collective itself in a real 2-process CPU DDP run (gloo, forked
-workers), with the TensorBoard event files read back (slow)."""
+EnergyProfiler: epoch totals over ranks, a board read by several ranks counted once. The combining rule is tested
+directly; the collective itself in real 2-process CPU DDP runs (gloo, forked workers), with the TensorBoard event
+files read back (slow). PowerModeTuner: refuses ranks it cannot coordinate, with a clear error (slow)."""
 
 from __future__ import annotations
 
@@ -135,3 +136,18 @@ def test_ddp_on_the_twin_adds_a_board_per_rank(tmp_path):
     (epoch_j,), (jps,) = scal["energy/epoch_j"], scal["energy/j_per_sample"]
     assert epoch_j > 0 and epoch_j / jps == pytest.approx(64)
     assert any("step_j" in k for k in scal)  # per-step figures are rank 0's
+
+
+@pytest.mark.slow
+def test_power_mode_tuner_refuses_ranks_it_cannot_coordinate(tmp_path):
+    """Each rank would switch its own board from its own measurements: a clear error, before any switch."""
+    from lightning_edge.lightning.pytorch import PowerModeTuner
+
+    g = torch.Generator().manual_seed(0)
+    ds = TensorDataset(torch.randn(32, 3, 16, 16, generator=g), torch.randint(0, 4, (32,), generator=g))
+    trainer = L.Trainer(accelerator="cpu", devices=2, strategy="ddp_fork", max_epochs=1, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        default_root_dir=str(tmp_path),
+                        callbacks=[PowerModeTuner(30.0, device="sim:orin-agx", store=str(tmp_path / "p.db"))])
+    with pytest.raises(Exception, match=r"does not coordinate distributed ranks \(world_size=2\).*devices=1"):
+        trainer.fit(_Lit(), DataLoader(ds, batch_size=8))
