@@ -34,6 +34,11 @@ class NVMLError_GpuIsLost(NVMLError):  # noqa: N801
         super().__init__(NVML_ERROR_GPU_IS_LOST, "GPU is lost")
 
 
+def uuid_of(nvml_index: int) -> str:
+    """The fake GPUs' UUIDs, as NVML writes them (CUDA's ``device properties .uuid`` has no ``GPU-`` prefix)."""
+    return f"GPU-5a3c0de{nvml_index}-1b2c-4d5e-8f90-0123456789a{nvml_index}"
+
+
 class FakeNvmlPower:
     NVML_ERROR_NOT_SUPPORTED = NVML_ERROR_NOT_SUPPORTED
     NVMLError = NVMLError
@@ -72,6 +77,9 @@ class FakeNvmlPower:
 
     def nvmlDeviceGetName(self, h) -> bytes:
         return self.name.encode()
+
+    def nvmlDeviceGetUUID(self, h) -> str:
+        return uuid_of(h[1])
 
     def nvmlDeviceGetTotalEnergyConsumption(self, h) -> int:
         if self.lost:

@@ -33,7 +33,7 @@ def _why(kind: str, arg: str, root: Any, kw: dict[str, Any]) -> str | None:
     if kind == "nvml":
         from lightning_edge.devices.sensors.nvml import NvmlSensor
 
-        return NvmlSensor.why_unavailable(index=int(arg or 0), nvml=kw.get("nvml"))
+        return NvmlSensor.why_unavailable(index=_nvml_index(arg, kw), nvml=kw.get("nvml"))
     if kind == "rapl":
         from lightning_edge.devices.sensors.rapl import RaplSensor
 
@@ -45,6 +45,21 @@ def _why(kind: str, arg: str, root: Any, kw: dict[str, Any]) -> str | None:
             return f"the twin's simulated sensor is not available ({exc})"
         return None
     raise SensorUnavailableError(f"unknown power sensor {kind!r}: expected one of {SENSORS_HELP}")
+
+
+def _nvml_index(arg: str, kw: dict[str, Any]) -> int:
+    """``nvml:N`` -> N; plain ``nvml`` (and ``auto``) -> the GPU this process computes on when CUDA is in use (each
+    DDP rank its own), else 0."""
+    if arg:
+        try:
+            return int(arg)
+        except ValueError:
+            raise SensorUnavailableError(f"nvml:{arg}: expected an NVML GPU index such as nvml:0",
+                                         {"nvml": f"bad index {arg!r}"}) from None
+    from lightning_edge.devices.sensors.nvml import nvml_index_of_cuda_device
+
+    found = nvml_index_of_cuda_device(nvml=kw.get("nvml"), cuda=kw.get("cuda"))
+    return 0 if found is None else found
 
 
 def _make(kind: str, arg: str, root: Any, clock_ns: Callable[[], int], kw: dict[str, Any]) -> PowerSensor:
@@ -60,7 +75,7 @@ def _make(kind: str, arg: str, root: Any, clock_ns: Callable[[], int], kw: dict[
     if kind == "nvml":
         from lightning_edge.devices.sensors.nvml import NvmlSensor
 
-        return NvmlSensor(int(arg or 0), nvml=kw.get("nvml"), clock_ns=clock_ns,
+        return NvmlSensor(_nvml_index(arg, kw), nvml=kw.get("nvml"), clock_ns=clock_ns,
                           update_period_s=kw.get("update_period_s"))
     if kind == "rapl":
         from lightning_edge.devices.sensors.rapl import RaplSensor
@@ -97,8 +112,12 @@ def get_sensor(device: str = "auto", *, root: str | os.PathLike[str] = "/", stri
     is unavailable gives an :class:`EmptySensor` with its reason too (time-only profiling keeps working), or
     raises :class:`SensorUnavailableError` with ``strict=True``. ``"none"`` is the null sensor.
 
+    ``nvml`` / ``auto`` read the GPU this process computes on (matched by UUID: each DDP rank its own) when CUDA is
+    in use, else GPU 0; ``nvml:N`` reads NVML's GPU N.
+
     ``kwargs``: ``nvml=`` (the pynvml module), ``jtop_module=``, ``interval_s=`` (jtop), ``update_period_s=``,
-    ``twin=`` (for ``sim:orin-agx``: the :class:`OrinTwin` whose power to read; a new one by default).
+    ``twin=`` (for ``sim:orin-agx``: the :class:`OrinTwin` whose power to read; a new one by default), ``cuda=``
+    (``torch.cuda`` or a stand-in, for the GPU lookup).
     """
     kind, _, arg = str(device).strip().partition(":")
     kind = kind.lower()

@@ -13,6 +13,7 @@ Only the GPU board is measured (not the CPU, not the rest of the machine).
 from __future__ import annotations
 
 import math
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -39,6 +40,40 @@ def _not_supported(nv: Any, exc: BaseException) -> bool:
 
 def _text(x: Any) -> str:
     return x.decode() if isinstance(x, bytes) else str(x)
+
+
+def _uuid_key(uuid: str) -> str:
+    u = uuid.strip().lower()
+    return u[4:] if u.startswith("gpu-") else u
+
+
+def nvml_index_of_cuda_device(device: int | None = None, *, nvml: Any = None, cuda: Any = None) -> int | None:
+    """The NVML index of CUDA device ``device`` (default: this process's current one), matched by UUID.
+
+    CUDA numbers the GPUs it sees after ``CUDA_VISIBLE_DEVICES`` and fastest first (``CUDA_DEVICE_ORDER``), NVML
+    all of them in PCI order, so under DDP rank 1's ``cuda:0`` can be NVML's GPU 3. None when CUDA is not in use
+    in this process (never initialises it), or no NVML GPU has that UUID (MIG instances included).
+    ``cuda``: the ``torch.cuda`` module (default) or a stand-in."""
+    try:
+        if cuda is None:
+            torch = sys.modules.get("torch")  # not imported: CUDA is not in use here (and the CLI stays light)
+            if torch is None:
+                return None
+            cuda = torch.cuda
+        if not (cuda.is_available() and cuda.is_initialized()):
+            return None
+        dev = cuda.current_device() if device is None else int(device)
+        want = _uuid_key(str(cuda.get_device_properties(dev).uuid))
+        nv = nvml if nvml is not None else _import_nvml()
+        if nv is None:
+            return None
+        nv.nvmlInit()
+        for i in range(int(nv.nvmlDeviceGetCount())):
+            if _uuid_key(_text(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(i)))) == want:
+                return i
+    except Exception:  # noqa: BLE001 - no mapping: the caller falls back to index 0 and says so
+        return None
+    return None
 
 
 def _probe(index: int, nvml: Any) -> tuple[Any, Any, str | None, str | None]:

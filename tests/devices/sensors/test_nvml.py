@@ -9,7 +9,7 @@ import pytest
 from lightning_edge.devices.sensors import SensorError, SensorUnavailableError
 from lightning_edge.devices.sensors.nvml import NvmlSensor
 from lightning_edge.profiling import PowerSampler
-from tests.fakes.nvml_power import FakeNvmlPower
+from tests.fakes.nvml_power import FakeNvmlPower, uuid_of
 
 
 class Clock:
@@ -82,3 +82,44 @@ def test_gpu_lost_mid_run_is_a_sensor_error_the_sampler_skips():
     sampler = PowerSampler(s, clock_ns=clock)
     assert not sampler.sample_once() and sampler.errors == 1
     assert math.isnan(sampler.energy_j(clock.t, clock.t + 1))
+
+
+class FakeCuda:
+    """``torch.cuda`` as a DDP rank sees it: ``visible`` lists the NVML indices of its CUDA devices, in CUDA order
+    (after ``CUDA_VISIBLE_DEVICES``); ``current`` is the rank's device."""
+
+    def __init__(self, visible, current=0, initialized=True):
+        self.visible, self.current, self.initialized = list(visible), current, initialized
+
+    def is_available(self):
+        return bool(self.visible)
+
+    def is_initialized(self):
+        return self.initialized
+
+    def current_device(self):
+        return self.current
+
+    def get_device_properties(self, i):
+        from types import SimpleNamespace
+
+        return SimpleNamespace(uuid=uuid_of(self.visible[i])[4:])  # torch's uuid has no "GPU-" prefix
+
+
+def test_nvml_reads_the_gpu_this_rank_computes_on():
+    from lightning_edge.devices.sensors import get_sensor
+    from lightning_edge.devices.sensors.nvml import nvml_index_of_cuda_device
+
+    nv = FakeNvmlPower(gpus=4)
+    # rank 1 of a job started with CUDA_VISIBLE_DEVICES=3,1: its cuda:1 is NVML's GPU 1, its cuda:0 GPU 3
+    assert nvml_index_of_cuda_device(nvml=nv, cuda=FakeCuda([3, 1], current=1)) == 1
+    assert nvml_index_of_cuda_device(0, nvml=nv, cuda=FakeCuda([3, 1], current=1)) == 3
+    s = get_sensor("nvml", nvml=nv, cuda=FakeCuda([3, 1], current=0), strict=True)
+    assert s.index == 3 and s.energy_domain == "nvml:3" and "GPU 3" in s.label
+    assert get_sensor("auto", root="/nonexistent", nvml=nv, cuda=FakeCuda([2])).index == 2
+    # an explicit index wins; CUDA not in use (never initialised here) or a UUID NVML does not know -> GPU 0
+    assert get_sensor("nvml:1", nvml=nv, cuda=FakeCuda([3]), strict=True).index == 1
+    assert get_sensor("nvml", nvml=nv, cuda=FakeCuda([3], initialized=False), strict=True).index == 0
+    assert get_sensor("nvml", nvml=FakeNvmlPower(gpus=2), cuda=FakeCuda([5]), strict=True).index == 0
+    with pytest.raises(SensorUnavailableError, match="nvml:x: expected an NVML GPU index"):
+        get_sensor("nvml:x", nvml=nv)
