@@ -111,6 +111,8 @@ NOISE_LEVELS = [(0.0, 0.0), (0.01, 0.01), (0.025, 0.02)]
 GMD_DRAWS = (0, 1, 2)
 """Profile-noise draws of the GMD noise-draw table (draw 0 is the main ground truth). GMD is deterministic, so its
 spread is over the noise, where ALS's is over its seed."""
+GMD_NAME = {"train": "GMD10", "infer": "GMD11", "concurrent": "GMD15"}
+"""GMD's name per problem kind: its profiling budget (10 / 11 / 15)."""
 GMD_DRAW_STEP = 7
 """The noise-draw table runs GMD on every 7th inference and concurrent problem (every training budget)."""
 PROFILE_CAP = {"GMD10": 10, "GMD11": 11, "GMD15": 15, "ALS50": 50, "ALS145": 145}
@@ -687,6 +689,26 @@ def fmt(x, nd=1):
     return "-" if x is None or (isinstance(x, float) and not np.isfinite(x)) else f"{x:.{nd}f}"
 
 
+def wl_name(key) -> str:
+    """A workload's name in the tables: the model, or ``train+infer`` for a concurrent pair."""
+    return key if isinstance(key, str) else f"{key[0]}+{key[1]}"
+
+
+def spread_rows(scores: dict, columns, strategy_of, with_strategy: bool) -> list[str]:
+    """Rows of a spread table: ``scores`` {(kind, workload key, column or "pooled"): Score}, one row per (kind,
+    workload) with a median (solved %) cell per column and pooled, then the paper's median and solved rate for
+    ``strategy_of(kind)``."""
+    out = []
+    for kind, key in dict.fromkeys((k, w) for k, w, _ in scores):
+        sname, name = strategy_of(kind), wl_name(key)
+        rows = [scores[(kind, key, c)].row() for c in (*columns, "pooled")]
+        cells = [f"{fmt(r['median'])} ({fmt(r['solved'])})" for r in rows]
+        out.append(f"| {dict(train='training', infer='inference').get(kind, kind)} | {name} | "
+                   + (f"{sname} | " if with_strategy else "") + " | ".join(cells)
+                   + f" | {fmt(PAPER[kind].get(name, {}).get(sname))} | {fmt(PAPER_SOLVED.get(kind, {}).get(sname))} |")
+    return out
+
+
 def section_table(kind: str, results: dict, metric: str) -> list[str]:
     lines = [f"| workload | strategy | median {metric} % | IQR % | solved % | power violations | profiles (median / max) | paper median % |",
              "|---|---|---|---|---|---|---|---|"]
@@ -833,7 +855,7 @@ def main(argv=None) -> int:
         for pair in PAIRS:
             trT, inT = _G["train"][pair[0]], _G["infer"][pair[1]]
             g = conc_grid(pair, args.quick)
-            name = f"{pair[0]}+{pair[1]}"
+            name = wl_name(pair)
             per = {}
             sc = Score()
             score_gmd_conc(trT, inT, conc_problem_lists[pair], gmd_results[("concurrent", pair)], sc, g)
@@ -988,13 +1010,7 @@ def main(argv=None) -> int:
               "| kind | workload | " + " | ".join(f"seed {sd}" for sd in ALS_SEEDS)
               + " | pooled | paper median % | paper solved % |",
               "|---|---|" + "---|" * (len(ALS_SEEDS) + 3)]
-        for kind, key in dict.fromkeys((k, w) for k, w, _ in seeds145):
-            rows_ = [seeds145[(kind, key, k)].row() for k in (*ALS_SEEDS, "pooled")]
-            cells = [f"{fmt(r['median'])} ({fmt(r['solved'])})" for r in rows_]
-            name = key if kind == "infer" else f"{key[0]}+{key[1]}"
-            L.append(f"| {'inference' if kind == 'infer' else kind} | {name} | " + " | ".join(cells)
-                     + f" | {fmt(PAPER[kind].get(name, {}).get('ALS145'))} | {fmt(PAPER_SOLVED[kind].get('ALS145'))} |")
-        L += [""]
+        L += spread_rows(seeds145, ALS_SEEDS, lambda kind: "ALS145", with_strategy=False) + [""]
     if draws:
         L += ["### Noise-draw spread of GMD (7.1-7.3): median excess % (solved %)", "",
               "GMD is deterministic: its answers move only with the profile noise. Here it runs again on other seeded "
@@ -1005,24 +1021,15 @@ def main(argv=None) -> int:
               "| kind | workload | strategy | " + " | ".join(f"draw {d}" for d in GMD_DRAWS)
               + " | pooled | paper median % | paper solved % |",
               "|---|---|---|" + "---|" * (len(GMD_DRAWS) + 3)]
-        for kind, key in dict.fromkeys((k, w) for k, w, _ in draws):
-            sname = {"train": "GMD10", "infer": "GMD11", "concurrent": "GMD15"}[kind]
-            cells = [f"{fmt(draws[(kind, key, d)].row()['median'])} ({fmt(draws[(kind, key, d)].row()['solved'])})"
-                     for d in (*GMD_DRAWS, "pooled")]
-            name = key if isinstance(key, str) else f"{key[0]}+{key[1]}"
-            L.append(f"| {dict(train='training', infer='inference').get(kind, kind)} | {name} | {sname} | "
-                     + " | ".join(cells) + f" | {fmt(PAPER[kind].get(name, {}).get(sname))} | "
-                     f"{fmt(PAPER_SOLVED.get(kind, {}).get(sname))} |")
-        L += [""]
+        L += spread_rows(draws, GMD_DRAWS, GMD_NAME.get, with_strategy=True) + [""]
     names = {"train": ["GMD10", "ALS50", "ALS50-pub"], "infer": ["GMD11", "ALS145", "ALS145-pub"],
              "concurrent": ["GMD15", "ALS145", "ALS145-pub"]}
     L += ["### Targets (issue): GMD within 10 / 11 / 15 profiles, ALS within 50 / 145, medians no worse than the "
           "paper's, zero power violations, solved rates at least the paper's", ""]
     pooled_rows = {(n, "ALS50"): seeds[(n, "pooled")] for n, _, _ in TRAIN_WL if (n, "pooled") in seeds}
-    pooled_rows.update({(key if kind == "infer" else f"{key[0]}+{key[1]}", "ALS145"): sc.row()
+    pooled_rows.update({(wl_name(key), "ALS145"): sc.row()
                    for (kind, key, sd), sc in seeds145.items() if sd == "pooled"})
-    pooled_rows.update({(key if isinstance(key, str) else f"{key[0]}+{key[1]}",
-                         {"train": "GMD10", "infer": "GMD11", "concurrent": "GMD15"}[kind]): sc.row()
+    pooled_rows.update({(wl_name(key), GMD_NAME[kind]): sc.row()
                         for (kind, key, d), sc in draws.items() if d == "pooled"})
     if pooled_rows:
         L += [f"'pooled': ALS over seeds {', '.join(map(str, ALS_SEEDS))} (the seed-spread tables), GMD over profile-noise "
