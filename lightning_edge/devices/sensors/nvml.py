@@ -71,7 +71,7 @@ def nvml_index_of_cuda_device(device: int | None = None, *, nvml: Any = None, cu
         for i in range(int(nv.nvmlDeviceGetCount())):
             if _uuid_key(_text(nv.nvmlDeviceGetUUID(nv.nvmlDeviceGetHandleByIndex(i)))) == want:
                 return i
-    except Exception:  # noqa: BLE001 - no mapping: the caller falls back to index 0 and says so
+    except Exception:  # noqa: BLE001 - no mapping: the caller falls back to GPU 0
         return None
     return None
 
