@@ -237,6 +237,17 @@ def _truths(draw: int = 0) -> dict:
     return _G if draw == 0 else _G["draws"][draw]
 
 
+def _workload(kind: str, key, level: tuple | None = None, draw: int = 0) -> TableWorkload:
+    """The table workload a strategy profiles: training of ``key``, inference of ``key``, or (concurrent) training of
+    ``key[0]`` with inference of ``key[1]``; at training noise ``level`` (sensitivity table) or noise ``draw``."""
+    G = _truths(draw)
+    if kind == "train":
+        return TableWorkload(_train_truth(key, level) if draw == 0 else G["train"][key], None, _space())
+    if kind == "infer":
+        return TableWorkload(None, G["infer"][key], _space())
+    return TableWorkload(G["train"][key[0]], G["infer"][key[1]], _space())
+
+
 def _run_gmd(task):
     """GMD on many problems (fresh profiles per problem: GMD profiles for each problem configuration).
     ``task``: (kind, key, problems[, training noise level[, noise draw]])."""
@@ -244,13 +255,7 @@ def _run_gmd(task):
     level, draw = (task[3] if len(task) > 3 else None), (task[4] if len(task) > 4 else 0)
     space = _space()
     grid = Grid.of(space)
-    G = _truths(draw)
-    if kind == "train":
-        w = TableWorkload(_train_truth(key, level) if draw == 0 else G["train"][key], None, space)
-    elif kind == "infer":
-        w = TableWorkload(None, G["infer"][key], space)
-    else:
-        w = TableWorkload(G["train"][key[0]], G["infer"][key[1]], space)
+    w = _workload(kind, key, level, draw)
     out = []
     gmd = GMD()
     for prob in problems:
@@ -279,15 +284,8 @@ def _explore(task):
     sname, kind, key, kw = task
     space = _space()
     grid = Grid.of(space)
-    if kind == "train":
-        w = TableWorkload(_train_truth(key, kw.get("noise")), None, space)
-        bss = ()
-    elif kind == "infer":
-        w = TableWorkload(None, _G["infer"][key], space)
-        bss = _G["infer"][key].bs
-    else:
-        w = TableWorkload(_G["train"][key[0]], _G["infer"][key[1]], space)
-        bss = _G["infer"][key[1]].bs
+    w = _workload(kind, key, kw.get("noise"))
+    bss = () if w.inferT is None else w.inferT.bs
     strat = {"ALS50": lambda: ALS(), "ALS145": lambda: ALS(), "ALS50-pub": lambda: ALS.as_published(),
              "ALS145-pub": lambda: ALS.as_published(), "RND50": lambda: RandomSampling(50),
              "RND150": lambda: RandomSampling(150), "RND250": lambda: RandomSampling(250),
@@ -361,6 +359,21 @@ def train_score_of_solves(truth: Truth, budgets, solves, oracle_t) -> Score:
     """Score of per-budget solves ``(mode row, batch size, profiles)`` (GMD, binary search)."""
     sc = Score()
     score_train(truth, budgets, np.asarray([r[0] for r in solves]), [r[2] for r in solves], sc, oracle_t)
+    return sc
+
+
+def gmd_score(kind: str, key, problems, out, quick: bool, draw: int = 0) -> Score:
+    """Score of GMD's per-problem answers ``out`` on ``problems`` of one workload (``key``), against noise draw
+    ``draw``'s ground truth. Training problems are every budget of :func:`train_budgets`."""
+    G = _truths(draw)
+    if kind == "train":
+        T, budgets = G["train"][key], train_budgets(key, quick)
+        return train_score_of_solves(T, budgets, out, cummin_by_power(T.train_p, T.train_t, budgets)[0])
+    sc = Score()
+    if kind == "infer":
+        score_gmd_infer(G["infer"][key], problems, out, sc)
+    else:
+        score_gmd_conc(G["train"][key[0]], G["infer"][key[1]], problems, out, sc, conc_grid(key, quick))
     return sc
 
 
@@ -669,15 +682,7 @@ def gmd_draw_spread(report: dict, gmd_results: dict, infer_lists: dict, conc_lis
         answers[(kind, key, 0)] = main_out if kind == "train" else main_out[::GMD_DRAW_STEP]
         pooled = Score()
         for d in GMD_DRAWS:
-            G, out = _truths(d), answers[(kind, key, d)]
-            sc = Score()
-            if kind == "train":
-                T, budgets = G["train"][key], train_budgets(key, args.quick)
-                sc = train_score_of_solves(T, budgets, out, cummin_by_power(T.train_p, T.train_t, budgets)[0])
-            elif kind == "infer":
-                score_gmd_infer(G["infer"][key], probs, out, sc)
-            else:
-                score_gmd_conc(G["train"][key[0]], G["infer"][key[1]], probs, out, sc, conc_grid(key, args.quick))
+            sc = gmd_score(kind, key, probs, answers[(kind, key, d)], args.quick, d)
             spread[(kind, key, d)] = sc
             pooled.add(sc)
         spread[(kind, key, "pooled")] = pooled
@@ -831,7 +836,7 @@ def main(argv=None) -> int:
             T = _G["train"][n]
             budgets = train_budgets(n, args.quick)
             oracle_t, _ = cummin_by_power(T.train_p, T.train_t, budgets)
-            per = {"GMD10": train_row_of_solves(T, budgets, gmd_results[("train", n)], oracle_t)}
+            per = {"GMD10": gmd_score("train", n, None, gmd_results[("train", n)], args.quick).row()}
             for s in ("ALS50", "ALS50-pub", "RND50", "RND250", "NN250"):
                 rows, _, cols, prof, _ = expl[(s, "train", n)]
                 per[s] = train_row_of_table(T, budgets, rows, cols, prof, oracle_t)
@@ -841,11 +846,7 @@ def main(argv=None) -> int:
     # ---- inference
     if "infer" not in skip:
         for n, _, _ in INFER_WL:
-            T = _G["infer"][n]
-            per = {}
-            sc = Score()
-            score_gmd_infer(T, infer_problem_lists[n], gmd_results[("infer", n)], sc)
-            per["GMD11"] = sc.row()
+            per = {"GMD11": gmd_score("infer", n, infer_problem_lists[n], gmd_results[("infer", n)], args.quick).row()}
             for s in ("ALS145", "ALS145-pub", "RND150", "RND250", "NN250"):
                 rows, bsi, cols, prof, _ = expl[(s, "infer", n)]
                 per[s] = quadrant_score_of_table("infer", n, rows, bsi, cols, prof, args.quick).row()
@@ -853,13 +854,9 @@ def main(argv=None) -> int:
     # ---- concurrent
     if "concurrent" not in skip:
         for pair in PAIRS:
-            trT, inT = _G["train"][pair[0]], _G["infer"][pair[1]]
-            g = conc_grid(pair, args.quick)
             name = wl_name(pair)
-            per = {}
-            sc = Score()
-            score_gmd_conc(trT, inT, conc_problem_lists[pair], gmd_results[("concurrent", pair)], sc, g)
-            per["GMD15"] = sc.row()
+            per = {"GMD15": gmd_score("concurrent", pair, conc_problem_lists[pair], gmd_results[("concurrent", pair)],
+                                      args.quick).row()}
             for s in ("ALS145", "ALS145-pub", "RND150", "RND250", "NN250"):
                 rows, bsi, cols, prof, _ = expl[(s, "concurrent", pair)]
                 per[s] = quadrant_score_of_table("concurrent", pair, rows, bsi, cols, prof, args.quick).row()
