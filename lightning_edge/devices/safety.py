@@ -11,6 +11,9 @@
   holder dies, which is also how a leftover is told apart from a live owner (no pid guessing).
 - **Exit handlers**: ``atexit`` plus SIGTERM/SIGINT handlers restore every controller that still has
   a changed board, then chain to the previous handler (or re-raise the signal with its default action).
+  A signal the process ignores (``SIG_IGN``: e.g. SIGINT of a job started with ``&`` or ``nohup`` from a
+  script) gets no handler: it cannot end the process, so restoring on it would only put the board back
+  under a run that goes on.
 
 The state directory is ``$LIGHTNING_EDGE_STATE_DIR`` if set, else platformdirs' user state dir for
 ``lightning_edge`` (``~/.local/state/lightning_edge`` on Linux; ``/root/.local/state/...`` under sudo).
@@ -283,8 +286,6 @@ def _on_signal(signum: int, frame) -> None:
     _uninstall_signal_handlers()
     if callable(prev):
         prev(signum, frame)  # e.g. default_int_handler raises KeyboardInterrupt
-    elif prev == signal.SIG_IGN:
-        return
     else:  # SIG_DFL (or None: installed from C): die of the same signal, as without us
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)
@@ -298,6 +299,8 @@ def _install_signal_handlers() -> None:
             continue
         try:
             prev = signal.getsignal(sig)
+            if prev == signal.SIG_IGN:
+                continue  # the signal cannot end this process: nothing to restore on
             signal.signal(sig, _on_signal)
         except (ValueError, OSError):  # pragma: no cover
             continue
