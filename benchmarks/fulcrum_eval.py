@@ -527,14 +527,15 @@ def score_conc(trT: Truth, inT: Truth, grid_, rows, bsi, pred, sc: Score, profil
                 if not (base_t[i] and lat_t[i] <= lb * (1 + 1e-12)):
                     continue
                 sc.solved += 1
-                sc.excess.append(100.0 * (1.0 - th_t[i] / th_o[o[k, j]]))
+                sc.excess.append(_loss(th_t[i], th_o[o[k, j]]))
                 sc.excess0.append(_loss(th0_t[i], th0_o[o[k, j]]))
     sc.profiles.append(int(np.max(profiles)))
 
 
 def _loss(theta: float, theta_opt: float) -> float:
-    """Training-throughput loss % of ``theta`` against the oracle's ``theta_opt`` (NaN where that is 0: an oracle answer
-    that fits no whole training minibatch at its noise-free times)."""
+    """Training-throughput loss % of ``theta`` against the oracle's ``theta_opt``. NaN where that is 0, which only
+    noise-free values can give: the oracle's answer (chosen from profiles) fits no whole training minibatch at its
+    noise-free times."""
     return 100.0 * (1.0 - theta / theta_opt) if theta_opt > 0 else float("nan")
 
 
@@ -617,7 +618,7 @@ def score_gmd_conc(trT: Truth, inT: Truth, problems, results, sc: Score, grid_):
             sc.violations += 1
             continue
         sc.solved += 1
-        sc.excess.append(100.0 * (1.0 - th / th_o[oi]))
+        sc.excess.append(_loss(th, th_o[oi]))
         th0 = conc_arrays(trT.train_t0[i], trT.train_p[i], inT.infer_t0[i, j], inT.infer_p[i, j], float(bs),
                           prob.arrival_rps)[0]
         sc.excess0.append(_loss(th0, th0_o[oi]))
