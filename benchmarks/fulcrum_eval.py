@@ -740,6 +740,13 @@ def wl_name(key) -> str:
     return key if isinstance(key, str) else f"{key[0]}+{key[1]}"
 
 
+def spread_header(column_names: list[str], with_strategy: bool) -> list[str]:
+    """The header and separator lines of a spread table whose rows :func:`spread_rows` writes."""
+    names = ["kind", "workload", *(["strategy"] if with_strategy else []), *column_names, "pooled",
+             "pooled, noise-free values", "paper median %", "paper solved %"]
+    return ["| " + " | ".join(names) + " |", "|" + "---|" * len(names)]
+
+
 def spread_rows(scores: dict, columns, strategy_of, with_strategy: bool) -> list[str]:
     """Rows of a spread table: ``scores`` {(kind, workload key, column or "pooled"): Score}, one row per (kind,
     workload) with a median (solved %) cell per column and pooled, the pooled median in noise-free values, then the paper's median and solved rate for
@@ -1060,9 +1067,7 @@ def main(argv=None) -> int:
               "The same explorations as the tables above (seed 0) with other seeds, at the same profile noise; "
               "'pooled' is the median and solved rate over every (seed, problem) pair. Inference: excess latency; "
               "concurrent: training-throughput loss, in steps of whole minibatches per cycle.", "",
-              "| kind | workload | " + " | ".join(f"seed {sd}" for sd in ALS_SEEDS)
-              + " | pooled | pooled, noise-free values | paper median % | paper solved % |",
-              "|---|---|" + "---|" * (len(ALS_SEEDS) + 4)]
+              *spread_header([f"seed {sd}" for sd in ALS_SEEDS], with_strategy=False)]
         L += spread_rows(seeds145, ALS_SEEDS, lambda kind: "ALS145", with_strategy=False) + [""]
     if draws:
         L += ["### Noise-draw spread of GMD (7.1-7.3): median excess % (solved %)", "",
@@ -1071,9 +1076,7 @@ def main(argv=None) -> int:
               f"{GMD_DRAW_STEP}th inference and concurrent problem; draw 0 is the main tables' answers to the same "
               "problems, so its inference and concurrent cells can differ slightly from the full grid's. 'pooled' is "
               "over every (draw, problem) pair.", "",
-              "| kind | workload | strategy | " + " | ".join(f"draw {d}" for d in GMD_DRAWS)
-              + " | pooled | pooled, noise-free values | paper median % | paper solved % |",
-              "|---|---|---|" + "---|" * (len(GMD_DRAWS) + 4)]
+              *spread_header([f"draw {d}" for d in GMD_DRAWS], with_strategy=True)]
         L += spread_rows(draws, GMD_DRAWS, GMD_NAME.get, with_strategy=True) + [""]
     names = {"train": ["GMD10", "ALS50", "ALS50-pub"], "infer": ["GMD11", "ALS145", "ALS145-pub"],
              "concurrent": ["GMD15", "ALS145", "ALS145-pub"]}
