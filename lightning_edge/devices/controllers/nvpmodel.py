@@ -262,10 +262,7 @@ class NvpmodelController(ModeController):
         return None
 
     def cli_args(self) -> list[str]:
-        args = ["--device", "nvpmodel"]
-        if str(self.root) != "/":
-            args += ["--root", str(self.root)]
-        return args
+        return ["--device", "nvpmodel"]  # no --root on the command line: see JetsonSysfsController.cli_args
 
     # ------------------------------------------------------------------ nvpmodel helpers
     def _cmd(self, *args: str) -> list[str]:
