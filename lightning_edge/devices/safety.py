@@ -9,14 +9,20 @@
 - **Advisory lock** (``fcntl.flock`` on ``<state_dir>/<device_id>.lock``): held from the first change
   until the restore, so two processes never fight over one board. The kernel drops it when the
   holder dies, which is also how a leftover is told apart from a live owner (no pid guessing).
-- **Exit handlers**: ``atexit`` plus SIGTERM/SIGINT handlers restore every controller that still has
-  a changed board, then chain to the previous handler (or re-raise the signal with its default action).
+- **Exit handlers**: ``atexit`` plus SIGTERM/SIGINT/SIGHUP/SIGQUIT handlers restore every controller that still
+  has a changed board, then chain to the previous handler (or re-raise the signal with its default action). A
+  restore that fails says the mode the board is in now and the exact command that finishes the restore; the state
+  file stays for that command (and for the next controller to start on the board).
   A signal the process ignores (``SIG_IGN``: e.g. SIGINT of a job started with ``&`` or ``nohup`` from a
   script) gets no handler: it cannot end the process, so restoring on it would only put the board back
   under a run that goes on.
 
 The state directory is ``$LIGHTNING_EDGE_STATE_DIR`` if set, else platformdirs' user state dir for
-``lightning_edge`` (``~/.local/state/lightning_edge`` on Linux; ``/root/.local/state/...`` under sudo).
+``lightning_edge`` (``~/.local/state/lightning_edge`` on Linux; ``/root/.local/state/...`` under sudo). It must be a
+real directory owned by the user (or root, or the user who ran sudo) and not writable by others; it is created
+0700. Lock, state and temporary files are opened without following symbolic links (``O_NOFOLLOW``; temporary files
+``O_EXCL`` with random names, then renamed), are plain files of their own and private (0600); the recorded command
+line has URL passwords and secret-named options redacted.
 """
 
 from __future__ import annotations
@@ -393,7 +399,10 @@ _ACTIVE: list = []  # controllers with a changed board, in the order they starte
 _REG_LOCK = threading.RLock()
 _ATEXIT_DONE = False
 _PREVIOUS: dict[int, Any] = {}
-HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: the signals that end a run and restore the board first: SIGTERM (kill, systemd, a scheduler), SIGINT (Ctrl-C),
+#: SIGHUP (the terminal or ssh session went away), SIGQUIT (Ctrl-\\); SIGKILL cannot be caught (the next start of
+#: a controller, or ``lightning-edge mode restore``, puts the board back)
+HANDLED_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT") if hasattr(signal, n))
 
 
 def register(controller) -> None:
@@ -428,6 +437,7 @@ def _restore_all(reason: str) -> None:
         try:
             ctl._restore_on_exit(reason)
         except BaseException as exc:  # noqa: BLE001 - an exit path must not raise
+            # the controller has already said where the board is and what finishes the restore
             print(
                 f"lightning_edge: could not restore the power mode of {getattr(ctl, 'device_id', ctl)} "
                 f"on {reason}: {exc}",

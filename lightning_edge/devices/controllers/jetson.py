@@ -488,7 +488,8 @@ class JetsonSysfs:
                 }.get(exc.errno or 0, "")
                 raise ModeWriteError(
                     f"writing {w.value} to {w.path} ({w.what}) failed: {exc.strerror or exc}{hint}. "
-                    f"Writes done so far: {len(actions)}; the board is partly switched and will be restored."
+                    f"{len(actions)} write(s) done of {len(writes)}: the board is partly switched (the caller "
+                    "restores the original mode; if that fails too it says what to run)."
                 ) from exc
             actions.append(w.command())
             last[w.path] = w
