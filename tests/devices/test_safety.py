@@ -383,7 +383,7 @@ def test_sighup_and_sigquit_restore_then_end_the_process(sig, orin5, state_dir, 
 
     before = orin5.knob_files()
     marker = tmp_path / "holding"
-    script = "import signal\nsignal.signal(signal.%s, signal.SIG_DFL)\n" % sig.name + CHILD_HOLDS_BOARD
+    script = f"import signal\nsignal.signal(signal.{sig.name}, signal.SIG_DFL)\n" + CHILD_HOLDS_BOARD
     child = spawn(script, orin5.root, state_dir, marker, LOW, "wait",
                   preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))
     wait(marker, child)
