@@ -20,7 +20,7 @@ differenced instead: the cumulative counter is interpolated at both edges, which
 integrating a power that was itself derived from the counter.
 
 Samples are stamped with ``clock_ns`` (``time.perf_counter_ns``: the clock layer timers use) at the midpoint of
-the sensor read. A read that raises is counted and skipped: the sampler never takes training down. What each reading
+the sensor read, or, for a sensor with ``dated_readings`` (jtop), at the time its reading carries (stored once). A read that raises is counted and skipped: the sampler never takes training down. What each reading
 was worth is kept beside it (partial: the total missed a rail; rejected rail values; failed reads) and
 :meth:`PowerSampler.quality` says it for any interval, so partial energy is labelled partial wherever it is shown. The buffer is
 bounded (``capacity`` samples, oldest overwritten); an interval that is not covered by the retained samples (or
@@ -191,6 +191,7 @@ class PowerSampler:
         self.rails: tuple[str, ...] = tuple(getattr(sensor, "rails", ()) or ())
         self._rail_col = {r: i for i, r in enumerate(self.rails)}
         self.is_energy_counter = bool(getattr(sensor, "is_energy_counter", False))
+        self._dated = bool(getattr(sensor, "dated_readings", False))
         cap, k = self.capacity, len(self.rails)
         self._t = np.zeros(cap, dtype=np.int64)
         self._p = np.full(cap, np.nan)
@@ -292,7 +293,13 @@ class PowerSampler:
                 a = int(self.clock_ns())
                 reading = self.sensor.read()
                 b = int(self.clock_ns())
-                self._push((a + b) // 2, reading)
+                if self._dated:  # the sensor dates its readings (jtop: at the sample's arrival): store each once
+                    t = int(reading.t_ns)
+                    if self._n and t == self._t[(self._n - 1) % self.capacity]:
+                        return True
+                    self._push(t, reading)
+                else:
+                    self._push((a + b) // 2, reading)
             except Exception as exc:  # noqa: BLE001 - a sensor must never take training down
                 self.errors += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"

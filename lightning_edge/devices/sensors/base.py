@@ -32,7 +32,6 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-
 #: a rail may read slightly below zero at idle (offset of the shunt amplifier); below this it is not noise
 NEGATIVE_NOISE_W = 0.05
 
@@ -145,6 +144,8 @@ class PowerSensor(ABC):
     is_energy_counter: ClassVar[bool] = False
     #: whether reads are cheap sysfs-style reads (the sampler then samples at least 100 Hz)
     is_sysfs: ClassVar[bool] = False
+    #: whether a reading's ``t_ns`` is when the hardware sampled it (jtop), not the time of the read
+    dated_readings: ClassVar[bool] = False
 
     label: str = ""
     update_period_s: float = 0.01
