@@ -21,6 +21,7 @@ import math
 import os
 import socket
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -312,3 +313,64 @@ def test_rapl_garbage_on_dram_is_partial(tmp_path):
     assert_trained(s)
     after, _ = _after(s, t_fault)
     assert after and not any(t.label == "measured" for t in after)
+
+
+# ---------------------------------------------------------------- in a real Trainer: every place the label appears
+def test_partial_readings_are_labelled_in_summary_reports_and_tensorboard(orin, tmp_path, capsys):
+    """A rail of the total goes bad mid-fit: layers.csv, layers.json (layers, step, totals, epochs), the TensorBoard
+    table and ``readings/*`` scalars, and the printed summary all say partial."""
+    import csv
+    import json
+
+    L = pytest.importorskip("lightning.pytorch")
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from torch.utils.data import DataLoader, TensorDataset
+
+    from lightning_edge.lightning.pytorch import EnergyProfiler
+
+    class Lit(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
+
+        def training_step(self, batch, i):
+            time.sleep(0.03)
+            return self.net(batch[0]).square().mean()
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    class Break(L.Callback):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            if batch_idx == 2:
+                orin.garbage("VDD_CPU_CV")
+
+    ds = TensorDataset(torch.randn(64, 16))
+    prof = EnergyProfiler(device=INA3221Sensor(root=orin.root), every_n_steps=1, warmup_steps=1, figure=False,
+                          trace=False)
+    logger = TensorBoardLogger(str(tmp_path), name="tb")
+    trainer = L.Trainer(max_steps=8, logger=logger, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", devices=1, callbacks=[prof, Break()],
+                        default_root_dir=str(tmp_path))
+    trainer.fit(Lit(), DataLoader(ds, batch_size=8))
+    assert trainer.global_step == 8  # training went on
+    out = capsys.readouterr().out
+    assert "measured (partial)" in out and "VDD_CPU_CV missing" in out
+
+    log_dir = Path(logger.log_dir)
+    rows = list(csv.DictReader(open(log_dir / "layers.csv")))
+    assert rows and all(r["method"].endswith("(partial)") for r in rows if r["method"] != "estimated")
+    doc = json.loads((log_dir / "layers.json").read_text())
+    st = doc["stages"]["train"]
+    assert st["total"]["method"].count("partial") and st["step"]["method"].endswith("(partial)")
+    assert st["epochs"][0]["method"] == "measured (partial)" and st["epochs"][0]["readings"]["partial"] > 0
+    assert "VDD_CPU_CV" in st["epochs"][0]["readings"]["missing_rails"]
+    assert any("partial" in n for n in doc["notes"])
+
+    acc = EventAccumulator(str(log_dir), size_guidance={"scalars": 0, "tensors": 0})
+    acc.Reload()
+    assert acc.Scalars("readings/epoch_partial")[0].value > 0
+    table = "".join(e.tensor_proto.string_val[0].decode() for e in acc.Tensors("energy/train_layers/text_summary"))
+    assert "(partial)" in table
+
