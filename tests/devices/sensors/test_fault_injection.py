@@ -374,3 +374,41 @@ def test_partial_readings_are_labelled_in_summary_reports_and_tensorboard(orin, 
     table = "".join(e.tensor_proto.string_val[0].decode() for e in acc.Tensors("energy/train_layers/text_summary"))
     assert "(partial)" in table
 
+
+
+# ---------------------------------------------------------------- tuner profiles
+def test_a_tuner_step_on_partial_readings_is_remeasured_then_marked(orin):
+    """The power-mode tuner's profile of a mode must not rest on partial or rejected readings: such a step is
+    measured again by the next one; if they never get better, the profile says ``(partial)``."""
+    from lightning_edge.devices.modes import PowerMode
+    from lightning_edge.tuning.online import ProfileWindow, SensorStepMeter, WindowSpec
+
+    meter = SensorStepMeter(INA3221Sensor(root=orin.root), sync=lambda: None)
+    meter.start()
+    mode = PowerMode(12, 2201.6, 1300.5, 3199)
+    spec = WindowSpec(settle_s=0.0, warmup_steps=0, min_steps=2, max_steps=3, rel_sem=0.5)
+    try:
+        good = ProfileWindow(0, mode, switched_s=0.0, settle_s=0.0, spec=spec)
+        for _ in range(3):
+            meter.step_begin()
+            time.sleep(0.03)
+            dt, p = meter.step_end(mode)
+            assert meter.last_trusted and good.feed(meter.now_s(), dt, p, trusted=meter.last_trusted)
+        assert good.result("measured").label == "measured"
+
+        orin.set("VDD_GPU_SOC", ma=-30000)  # rejected from now on
+        time.sleep(0.05)
+        bad = ProfileWindow(1, mode, switched_s=0.0, settle_s=0.0, spec=spec)
+        fed = []
+        for _ in range(6):
+            meter.step_begin()
+            time.sleep(0.03)
+            dt, p = meter.step_end(mode)
+            assert not meter.last_trusted
+            fed.append(bad.feed(meter.now_s(), dt, p, trusted=meter.last_trusted))
+        assert fed == [False, False, False, True, True, True]  # re-measured 3 times (max_steps), then kept
+        m = bad.result("measured")
+        assert m.label == "measured (partial)" and bad.remeasured == 3 and bad.partial == 3
+        assert 0 <= m.power_w <= ORIN_TRUE_W  # the rejected rail is not in it (never -149 W)
+    finally:
+        meter.close()
