@@ -379,6 +379,18 @@ class BoardSafety:
     def is_default_dir(self) -> bool:
         return self.state_dir == default_state_dir()
 
+    @property
+    def trusted_by_root(self) -> bool:
+        """Whether a root process may take file names or file contents from this state dir's state file: only when
+        the dir is root's own. (Under sudo, a user's state dir is used for its snapshot of knob values, which go
+        to the board's fixed knob files; never for a path or a configuration root would write.)"""
+        if not hasattr(os, "geteuid") or os.geteuid() != 0:
+            return True
+        try:
+            return os.lstat(self.state_dir).st_uid == 0
+        except OSError:
+            return True  # not there yet: it will be created by (and owned by) root
+
     def new_record(self, **fields: Any) -> dict[str, Any]:
         now = time.time()
         rec = {

@@ -128,3 +128,48 @@ def test_a_state_dir_owned_by_another_user_is_refused(tmp_path):
     with pytest.raises(StateDirError, match="owned by") as exc:
         safety.BoardLock(d / "x.lock", "x").acquire()
     assert "nobody" in str(exc.value) or str(nobody.pw_uid) in str(exc.value)
+
+
+# ---------------------------------------------------------------- a state file is data, never a list of files to write
+def _forge(orin, state_dir, **snap):
+    from lightning_edge.devices import JetsonSysfsController
+
+    ctl = JetsonSysfsController(orin.root, writer=orin.writer(), state_dir=state_dir, handle_exit=False,
+                                recover=False)
+    raw = ctl.read_raw()
+    rec = {"version": 1, "device_id": ctl.device_id, "pid": None, "kept": True, "phase": "kept",
+           "controller": "nvpmodel", "original": "12c/2201/1300/3199",
+           "snapshot": {"kind": "nvpmodel", "nvpmodel_id": 0, "raw": raw, **snap}}
+    safety.StateFile(ctl.state_path).write(rec)
+    return ctl
+
+
+def test_a_forged_state_file_cannot_name_a_file_for_root_to_write(orin5, tmp_path, capsys):
+    """``sudo lightning-edge mode restore --state-dir <a user's dir>`` reads a state file the user could write: its
+    nvpmodel snapshot named the file to put back (``conf_path``) and its content, and root wrote it."""
+    from lightning_edge.devices.cli import main as mode_main
+
+    target = _secret(tmp_path)
+    d = _state_dir(tmp_path)
+    _forge(orin5, d, conf_path=str(target), conf_text="root::0:0::/:/bin/sh\n")
+    rc = mode_main(["restore", "--device", "jetson", "--state-dir", str(d)], root=orin5.root)
+    assert rc == 1 and "never chooses a file" in capsys.readouterr().err
+    assert target.read_text() == SECRET
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root")
+def test_root_takes_no_nvpmodel_configuration_from_a_users_state_dir(orin5, tmp_path, capsys, monkeypatch):
+    """The board's own nvpmodel.conf, but the text comes from a user's state dir (``sudo ... --state-dir``):
+    nvpmodel.conf says which files nvpmodel writes, so root does not take it from there."""
+    from lightning_edge.devices.cli import main as mode_main
+
+    d = _state_dir(tmp_path)
+    conf = orin5.root / "etc" / "nvpmodel.conf"
+    before = conf.read_text()
+    _forge(orin5, d, conf_path=str(conf), conf_text="< PARAM TYPE=FILE NAME=X >\nX /etc/shadow\n")
+    for p in (d, *d.iterdir()):
+        os.chown(p, 65534, 65534)
+    monkeypatch.setenv("SUDO_UID", "65534")  # root under sudo, pointed at the calling user's dir
+    rc = mode_main(["restore", "--device", "jetson", "--state-dir", str(d)], root=orin5.root)
+    assert rc == 1 and "root does not own" in capsys.readouterr().err
+    assert conf.read_text() == before

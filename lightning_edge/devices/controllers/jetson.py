@@ -594,7 +594,9 @@ class JetsonSysfsController(ModeController):
             # left by the nvpmodel controller (same board, same state file): put its mode and conf back
             from lightning_edge.devices.controllers.nvpmodel import restore_nvpmodel_snapshot
 
-            actions += restore_nvpmodel_snapshot(snapshot, writer=self.writer, dry_run=self.dry_run)
+            actions += restore_nvpmodel_snapshot(
+                snapshot, board_conf=self.root / catalog.NVPMODEL_CONF, writer=self.writer, dry_run=self.dry_run,
+                trusted=self._safety is None or self._safety.trusted_by_root)
             snapshot = snapshot["raw"]
         more, mismatches = self.sysfs.execute(self.sysfs.plan(self.sysfs.read_raw(), snapshot))
         return actions + more, mismatches
