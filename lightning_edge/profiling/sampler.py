@@ -29,10 +29,10 @@ extends further than ``hold_s`` past the newest one) gives ``nan``, never a gues
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -200,7 +200,7 @@ class PowerSampler:
         self._nrej = np.zeros(cap, dtype=np.int16)  # rail values rejected in this reading
         self._miss = np.zeros(cap, dtype=np.int64)  # bit i: rail i missing; bit 62: no total at all
         self._rejm = np.zeros(cap, dtype=np.int64)  # bit i: rail i rejected
-        self._fail_t: deque[int] = deque(maxlen=cap)  # when reads raised (nothing stored for them)
+        self._fail_t: list[int] = []  # when reads raised (nothing stored for them), ascending, at most 2 x capacity
         self.rejected = 0  # rail values rejected over the run
         self._e = np.full(cap, np.nan)
         self._re = np.full((cap, k), np.nan) if self.is_energy_counter else None
@@ -303,8 +303,7 @@ class PowerSampler:
             except Exception as exc:  # noqa: BLE001 - a sensor must never take training down
                 self.errors += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
-                with self._lock:
-                    self._fail_t.append(int(self.clock_ns()))
+                self._note_failure(int(self.clock_ns()))
                 return False
             finally:
                 if _from_thread:
@@ -359,11 +358,19 @@ class PowerSampler:
         self._push(int(t_ns), PowerReading(int(t_ns), float(power_w), dict(rails_w or {}), energy_j, partial,
                                            tuple(missing), None, tuple(rejected)))
 
+    def _note_failure(self, t_ns: int) -> None:
+        with self._lock:
+            f = self._fail_t
+            if f and t_ns < f[-1]:
+                t_ns = f[-1]  # kept ascending (bisect)
+            f.append(t_ns)
+            if len(f) > 2 * self.capacity:
+                del f[: self.capacity]
+
     def record_failure(self, t_ns: int) -> None:
         """Note a read that failed at ``t_ns`` (what :meth:`sample_once` does when the sensor raises)."""
-        with self._lock:
-            self.errors += 1
-            self._fail_t.append(int(t_ns))
+        self.errors += 1
+        self._note_failure(int(t_ns))
 
     def quality(self, t0_ns: int | None = None, t1_ns: int | None = None) -> ReadingQuality:
         """How trustworthy the readings in ``[t0_ns, t1_ns]`` are (all retained ones when omitted): partial
@@ -375,9 +382,10 @@ class PowerSampler:
             miss = np.bitwise_or.reduce(self._miss[idx]) if idx.size else 0
             rejm = np.bitwise_or.reduce(self._rejm[idx]) if idx.size else 0
             nrej = int(self._nrej[idx].sum())
-            lo = -math.inf if t0_ns is None else int(t0_ns)
-            hi = math.inf if t1_ns is None else int(t1_ns)
-            failed = sum(1 for t in self._fail_t if lo <= t <= hi)
+            f = self._fail_t
+            a = 0 if t0_ns is None else bisect.bisect_left(f, int(t0_ns))
+            b = len(f) if t1_ns is None else bisect.bisect_right(f, int(t1_ns))
+            failed = max(b - a, 0)
 
         def names(mask: int) -> tuple[str, ...]:
             out = [r for i, r in enumerate(self.rails) if int(mask) >> min(i, 61) & 1]
