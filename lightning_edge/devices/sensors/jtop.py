@@ -70,7 +70,8 @@ def parse_power(power: Any) -> tuple[dict[str, Any], Any, bool]:
     - 4.2 and later: ``{"rail": {NAME: {"online", "power", "volt", "curr", "crit"...}}, "tot": {"power", "name"}}``;
       an offline rail is left out; the total is a rail sum when its ``name`` is ``ALL`` (boards without VDD_IN);
     - 4.0-4.1 (and 3.x): a tuple ``(total, rails)``, ``total = {"cur": mW, "avg": mW}``, ``rails = {NAME: {"cur":
-      mW, ...}}``; the total is the input rail when the board has one (jtop takes it out of the rails), else the sum.
+      mW, ...}}``; the total is the input rail when the board has one (jtop takes it out of the rails: the total
+      then differs from the rails' sum), else the sum.
     """
     if isinstance(power, dict):
         rails = {}
@@ -86,7 +87,12 @@ def parse_power(power: Any) -> tuple[dict[str, Any], Any, bool]:
         rails = {name: (info.get("cur", info.get("power")) if isinstance(info, dict) else None)
                  for name, info in (rails_in or {}).items()}
         tot = total.get("cur", total.get("power")) if isinstance(total, dict) else None
-        return rails, tot, True
+        # jtop took the input rail (VDD_IN, POM_5V_IN) out of the rails when there is one; else it summed them
+        nums = [v for v in rails.values() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        is_sum = True
+        if isinstance(tot, (int, float)) and not isinstance(tot, bool) and len(nums) == len(rails) and nums:
+            is_sum = abs(float(tot) - float(sum(nums))) <= max(1.0, 0.01 * abs(float(tot)))
+        return rails, tot, is_sum
     raise SensorError(f"jtop: unexpected jetson.power {type(power).__name__}: this jetson-stats version is not "
                       "supported (4.0 and later are)")
 

@@ -134,3 +134,16 @@ def test_unavailable_reasons(tmp_path, root):
         assert "jetson-stats is not installed" in JtopSensor.why_unavailable(root=root)
     with pytest.raises(SensorUnavailableError, match="could not connect"):
         JtopSensor(root=root, jtop_module=make_module(refuse=True))
+
+
+def test_4_0_tuple_with_an_input_rail_is_not_re_summed():
+    """jetson-stats 4.0 takes VDD_IN out of the rails and returns it as the total: a missing sub-rail does not make
+    that total partial, and it is never replaced by the sum of the sub-rails."""
+    from lightning_edge.devices.sensors.jtop import parse_power
+
+    total = {"cur": 5955, "avg": 5955}
+    rails = {"VDD_CPU_GPU_CV": {"cur": 920, "avg": 920}, "VDD_SOC": {"cur": 1520, "avg": 1520}}
+    r, tot, is_sum = parse_power((total, rails))
+    assert tot == 5955 and not is_sum and r == {"VDD_CPU_GPU_CV": 920, "VDD_SOC": 1520}
+    _, _, is_sum = parse_power(({"cur": 2440, "avg": 2440}, rails))
+    assert is_sum
