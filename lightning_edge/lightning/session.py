@@ -526,7 +526,8 @@ class EnergySession:
                 continue
             p_w = statistics.fmean(powers)
             t.energy_j, t.label = p_w * t.time_s, ESTIMATED
-        self._pending_totals = [t for t in self._pending_totals if not math.isfinite(t.energy_j)]
+        # (waiting, e.g. at an epoch's end, resolves what can be: the rest stays nan, labelled estimated, not pending)
+        self._pending_totals = [] if wait else [t for t in self._pending_totals if not math.isfinite(t.energy_j)]
 
     def _adapt(self) -> None:
         if not self.auto:
