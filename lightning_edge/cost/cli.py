@@ -17,7 +17,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-shape", action="append", default=None, metavar="C,H,W",
                    help="shape of one input without the batch dimension, for a user model whose factory "
                         "returns only the model (repeat for several inputs)")
-    p.add_argument("--input-dtype", default="float32", help="dtype of --input-shape inputs (float32, long ...)")
+    p.add_argument("--input-dtype", default=None, help="dtype of --input-shape inputs (float32, long ...; "
+                                                       "default float32)")
     p.add_argument("--training", action="store_true", help="also count the backward pass")
     p.add_argument("--fold-bn", action="store_true", help="fold BatchNorm into the preceding conv (inference engines)")
     p.add_argument("--dtype", default=None, help="cast the model to fp16 / bf16 / fp32 before counting")
@@ -28,13 +29,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--list", action="store_true", help="list the zoo models and exit")
 
 
-def load_model(spec: str, batch_size: int, seq_len: int | None, input_shapes=None, input_dtype="float32"):
-    """Resolve ``zoo:NAME`` or ``module.path:factory`` to (model on meta, example inputs)."""
+def load_model(spec: str, batch_size: int, seq_len: int | None, input_shapes=None, input_dtype=None):
+    """Resolve ``zoo:NAME`` or ``module.path:factory`` to (model on meta, example inputs). Every option that would
+    be ignored is an error that says so (a zoo model builds its own inputs; so does a factory returning a pair)."""
     import torch
+    from torch import nn
 
+    if seq_len is not None and seq_len < 1:
+        raise ValueError(f"--seq-len must be >= 1 (tokens per sequence), got {seq_len}")
     if spec.startswith("zoo:"):
         from lightning_edge import zoo
 
+        for opt, val in (("--input-shape", input_shapes), ("--input-dtype", input_dtype)):
+            if val:
+                raise ValueError(f"{opt} applies to your own model (module.path:factory); a zoo model builds its "
+                                 "own inputs: drop it and use --batch-size (and --seq-len for text models)")
         entry = zoo.get(spec[4:])
         kw = {"batch_size": batch_size, "device": torch.device("meta")}
         if seq_len is not None:
@@ -55,10 +64,23 @@ def load_model(spec: str, batch_size: int, seq_len: int | None, input_shapes=Non
     if factory is None:
         raise ValueError(f"module {mod_name!r} has no attribute {fn_name!r}")
     made = factory()
+
+    def _check_module(model) -> None:
+        if not isinstance(model, nn.Module):
+            raise ValueError(f"{spec} returned a {type(model).__name__}, not a torch.nn.Module: the factory must "
+                             "return a model, or a (model, example_inputs) pair")
+
     if isinstance(made, tuple) and len(made) == 2:
         model, inputs = made
+        _check_module(model)
+        for opt, val in (("--input-shape", input_shapes), ("--input-dtype", input_dtype)):
+            if val:
+                raise ValueError(f"{opt} would be ignored: {spec} returns its own example inputs; drop the "
+                                 "option, or return only the model from the factory")
         inputs = inputs if isinstance(inputs, tuple) else (inputs,)
         return model, inputs
+    _check_module(made)
+    input_dtype = input_dtype or "float32"
     if not input_shapes:
         raise ValueError(f"{spec} returned only a model: give its input shape(s) without the batch dimension, "
                          "e.g. --input-shape 3,224,224, or return (model, example_inputs) from the factory")
@@ -88,7 +110,14 @@ def run(args: argparse.Namespace) -> int:
     if args.batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
     model, inputs = load_model(args.model, args.batch_size, args.seq_len, args.input_shape, args.input_dtype)
-    cost = analyze(model, *inputs, training=args.training, fold_bn=args.fold_bn, dtype=args.dtype)
+    try:
+        cost = analyze(model, *inputs, training=args.training, fold_bn=args.fold_bn, dtype=args.dtype)
+    except (ValueError, TypeError) as exc:
+        raise ValueError(_failed_on_inputs(args.model, inputs, exc)) from exc
+    except RuntimeError as exc:  # shape mismatches from inside the model
+        raise RuntimeError(_failed_on_inputs(args.model, inputs, exc)) from exc
+    except IndexError as exc:
+        raise ValueError(_failed_on_inputs(args.model, inputs, exc)) from exc
     print(cost.table(top=args.top, sort=args.sort))
     t = cost.total
     print(f"\n{args.model} batch {args.batch_size}: {t.flops / 1e9:.3f} GFLOP, {t.macs / 1e9:.3f} GMAC, "
@@ -98,3 +127,10 @@ def run(args: argparse.Namespace) -> int:
         cost.to_json(args.json)
         print(f"wrote {args.json}")
     return 0
+
+
+def _failed_on_inputs(spec: str, inputs: tuple, exc: BaseException) -> str:
+    shapes = ", ".join(str(tuple(getattr(x, "shape", ()))) for x in inputs)
+    first = (str(exc).strip().splitlines() or [""])[0][:200]
+    return (f"{spec} could not run on example inputs of shape {shapes} ({type(exc).__name__}: {first}): check "
+            "--input-shape, --batch-size and --seq-len")

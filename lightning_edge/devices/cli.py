@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -40,7 +41,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="where the state and lock files live (default: $LIGHTNING_EDGE_STATE_DIR or the user state dir)",
     )
-    common.add_argument("--root", default="/", help=argparse.SUPPRESS)  # a fake sysfs root, for tests
 
     sub = parser.add_subparsers(dest="mode_command", metavar="ACTION")
     p = sub.add_parser(
@@ -76,14 +76,17 @@ def _controller(args: argparse.Namespace):
     from lightning_edge.devices.controllers import get_controller
     from lightning_edge.devices.safety import default_state_dir
 
+    # the file-system root is never a command-line option: with sudo, root would follow a user's tree of
+    # symbolic links. Python callers (tests on fake trees) pass it to main(argv, root=...) / run(args, root=...).
+
     kwargs: dict = {"dry_run": bool(getattr(args, "dry_run", False)), "state_dir": args.state_dir}
     device = str(args.device)
     if device.split(":", 1)[0].lower() == "sim":
         state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
         board = device.partition(":")[2] or "orin-agx"
         kwargs.update(state_dir=state_dir, board_file=state_dir / f"sim-{board}.board.json")
-    else:
-        kwargs["root"] = args.root
+    elif getattr(args, "_root", "/") != "/":
+        kwargs["root"] = args._root
     return get_controller(device, **kwargs)
 
 
@@ -216,7 +219,10 @@ def _restore(args) -> int:
     return 0
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, *, root: str | os.PathLike = "/") -> int:
+    """Run a parsed ``mode`` command. ``root``: the file-system root of the board (a fake tree in tests); a Python
+    argument only, deliberately not a command-line option."""
+    args._root = str(root)
     action = getattr(args, "mode_command", None)
     if not action:
         args._mode_parser.print_help()
@@ -224,14 +230,16 @@ def run(args: argparse.Namespace) -> int:
     return {"show": _show, "list": _list, "set": _set, "restore": _restore}[action](args)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``lightning-edge mode ...`` on its own, without loading the other sub-commands (``python -m`` this module)."""
+def main(argv: list[str] | None = None, *, root: str | os.PathLike = "/") -> int:
+    """``lightning-edge mode ...`` on its own, without loading the other sub-commands (``python -m`` this module).
+
+    ``root`` (Python only, see :func:`run`): the board's file-system root, e.g. a fake sysfs tree in tests."""
     parser = argparse.ArgumentParser(prog="lightning-edge mode", description=HELP)
     add_arguments(parser)
     args = parser.parse_args(argv)
     from lightning_edge.cli import run_command
 
-    return run_command(run, args, "lightning-edge mode")
+    return run_command(lambda a: run(a, root=root), args, "lightning-edge mode")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -9,14 +9,20 @@
 - **Advisory lock** (``fcntl.flock`` on ``<state_dir>/<device_id>.lock``): held from the first change
   until the restore, so two processes never fight over one board. The kernel drops it when the
   holder dies, which is also how a leftover is told apart from a live owner (no pid guessing).
-- **Exit handlers**: ``atexit`` plus SIGTERM/SIGINT handlers restore every controller that still has
-  a changed board, then chain to the previous handler (or re-raise the signal with its default action).
+- **Exit handlers**: ``atexit`` plus SIGTERM/SIGINT/SIGHUP/SIGQUIT handlers restore every controller that still
+  has a changed board, then chain to the previous handler (or re-raise the signal with its default action). A
+  restore that fails says the mode the board is in now and the exact command that finishes the restore; the state
+  file stays for that command (and for the next controller to start on the board).
   A signal the process ignores (``SIG_IGN``: e.g. SIGINT of a job started with ``&`` or ``nohup`` from a
   script) gets no handler: it cannot end the process, so restoring on it would only put the board back
   under a run that goes on.
 
 The state directory is ``$LIGHTNING_EDGE_STATE_DIR`` if set, else platformdirs' user state dir for
-``lightning_edge`` (``~/.local/state/lightning_edge`` on Linux; ``/root/.local/state/...`` under sudo).
+``lightning_edge`` (``~/.local/state/lightning_edge`` on Linux; ``/root/.local/state/...`` under sudo). It must be a
+real directory owned by the user (or root, or the user who ran sudo) and not writable by others; it is created
+0700. Lock, state and temporary files are opened without following symbolic links (``O_NOFOLLOW``; temporary files
+``O_EXCL`` with random names, then renamed), are plain files of their own and private (0600); the recorded command
+line has URL passwords and secret-named options redacted.
 """
 
 from __future__ import annotations
@@ -25,7 +31,10 @@ import atexit
 import errno
 import json
 import os
+import re
+import secrets
 import signal
+import stat
 import sys
 import threading
 import time
@@ -83,15 +92,144 @@ def _safe_name(device_id: str) -> str:
     return "".join(ch if ch.isalnum() or ch in "-_." else "_" for ch in device_id)
 
 
+# --------------------------------------------------------------------------- files a root process can safely write
+class StateDirError(PermissionError):
+    """The state directory, or a file in it, is not safe to use (a symbolic link, owned by someone else, writable
+    by others): refused, with the command that makes it safe."""
+
+
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+FILE_MODE = 0o600
+DIR_MODE = 0o700
+
+
+def _owner_name(uid: int) -> str:
+    try:
+        import pwd
+
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except (ImportError, KeyError):
+        return f"uid {uid}"
+
+
+def _trusted_owners() -> set[int]:
+    """Who may own the state directory: this user and root; under sudo also the user who ran sudo (its state dir
+    is what the printed ``sudo lightning-edge mode restore --state-dir ...`` points at; every file in it is opened
+    without following links, so that user cannot redirect root's writes)."""
+    if not hasattr(os, "geteuid"):  # pragma: no cover - Windows
+        return set()
+    owners = {os.geteuid(), 0}
+    if os.geteuid() == 0:
+        try:
+            owners.add(int(os.environ.get("SUDO_UID", "")))
+        except ValueError:
+            pass
+    return owners
+
+
+def ensure_state_dir(path: str | os.PathLike) -> Path:
+    """Create ``path`` (mode 0700) if needed and check it is safe for a root process to write into: a real
+    directory (not a symbolic link), owned by this user (or root, or the user who ran sudo), not writable by group
+    or others. Raises :class:`StateDirError` saying how to fix it."""
+    d = Path(path)
+    try:
+        d.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
+    except FileExistsError:
+        pass
+    st = os.lstat(d)
+    if stat.S_ISLNK(st.st_mode):
+        raise StateDirError(f"the state directory {d} is a symbolic link (to {os.readlink(d)}): lightning_edge "
+                            "writes the board's lock and state there, possibly as root, and follows no links. "
+                            f"Use the real directory (--state-dir {os.path.realpath(d)}) or remove the link.")
+    if not stat.S_ISDIR(st.st_mode):
+        raise StateDirError(f"the state directory {d} is not a directory")
+    owners = _trusted_owners()
+    if owners and st.st_uid not in owners:
+        raise StateDirError(f"the state directory {d} is owned by {_owner_name(st.st_uid)}, not by you "
+                            f"({_owner_name(os.geteuid())}): another user could replace the board's lock and state "
+                            f"files. Use your own directory (--state-dir, or ${ENV_STATE_DIR}).")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise StateDirError(f"the state directory {d} is writable by others (mode {stat.S_IMODE(st.st_mode):o}): "
+                            f"anyone could plant files where root writes. Fix: chmod go-w {d}")
+    return d
+
+
+def _open_nofollow(path: Path, flags: int, mode: int = FILE_MODE) -> int:
+    """``os.open`` without following a symbolic link at ``path``; a link is a :class:`StateDirError`."""
+    try:
+        return os.open(path, flags | _O_NOFOLLOW | _O_CLOEXEC, mode)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP or (exc.errno == errno.EMLINK and path.is_symlink()):
+            raise StateDirError(f"{path} is a symbolic link: refused (lightning_edge never follows links in its "
+                                f"state directory; something planted it). Remove it: rm {path}") from None
+        raise
+
+
+def _check_own_file(fd: int, path: Path) -> None:
+    """A regular file with one link (a hard link to someone else's file is refused), made private (0600)."""
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        raise StateDirError(f"{path} is not a plain file of its own (a device, a fifo or a hard link to another "
+                            f"file): refused. Remove it: rm {path}")
+    if stat.S_IMODE(st.st_mode) != FILE_MODE and st.st_uid == os.geteuid():
+        os.fchmod(fd, FILE_MODE)  # left 0644 by an older version
+
+
+def _read_nofollow(path: Path, limit: int = 1 << 20) -> str:
+    fd = _open_nofollow(path, os.O_RDONLY)
+    try:
+        _check_own_file(fd, path)
+        chunks = []
+        while True:
+            b = os.read(fd, 65536)
+            if not b:
+                break
+            chunks.append(b)
+            if sum(map(len, chunks)) > limit:
+                raise StateDirError(f"{path} is larger than {limit} bytes: not a lightning_edge state file")
+        return b"".join(chunks).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+
+
+_URL_PASSWORD = re.compile(r"(?P<pre>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*:)(?P<pw>[^@\s]*)(?P<at>@)")
+_SECRET_OPT = re.compile(r"^(?P<opt>--?[A-Za-z0-9_-]*(?:pass(?:word|wd)?|secret|token|api[_-]?key|credentials?)"
+                         r"[A-Za-z0-9_-]*)(?:=(?P<val>.*))?$", re.IGNORECASE)
+
+
+def redact_argv(argv: list[str]) -> str:
+    """``argv`` as one line, with URL passwords (``scheme://user:PASSWORD@host``) and the values of options named
+    like a secret (``--password``, ``--token=...``, ``--api-key``) replaced by ``***``."""
+    out: list[str] = []
+    hide_next = False
+    for a in map(str, argv):
+        if hide_next:
+            out.append("***")
+            hide_next = False
+            continue
+        m = _SECRET_OPT.match(a)
+        if m:
+            if m.group("val") is None:
+                hide_next = True
+                out.append(a)
+            else:
+                out.append(f"{m.group('opt')}=***")
+            continue
+        out.append(_URL_PASSWORD.sub(lambda m: f"{m.group('pre')}***{m.group('at')}", a))
+    return " ".join(out)
+
+
 class StateFile:
-    """A small JSON file written atomically (temp file + fsync + rename)."""
+    """A small JSON file written atomically: a new temporary file (random name, ``O_EXCL|O_NOFOLLOW``, 0600) in the
+    same checked directory, fsync, rename over the state file. Never follows a symbolic link."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
 
     def read(self) -> dict[str, Any] | None:
         try:
-            text = self.path.read_text()
+            text = _read_nofollow(self.path)
         except FileNotFoundError:
             return None
         try:
@@ -103,14 +241,32 @@ class StateFile:
         return data if isinstance(data, dict) else None
 
     def write(self, data: dict[str, Any]) -> None:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        payload = json.dumps(data, indent=2, sort_keys=True)
-        with open(tmp, "w") as fh:
-            fh.write(payload + "\n")
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, self.path)
+        ensure_state_dir(self.path.parent)
+        payload = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
+        for _ in range(100):
+            tmp = self.path.with_name(f".{self.path.name}.{secrets.token_hex(8)}.tmp")
+            try:
+                fd = _open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+                break
+            except FileExistsError:
+                continue
+        else:  # pragma: no cover - 100 collisions of 64 random bits
+            raise StateDirError(f"cannot create a temporary file next to {self.path}")
+        try:
+            try:
+                view = memoryview(payload)
+                while view:
+                    view = view[os.write(fd, view):]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)  # replaces a planted link itself, never its target
+        except BaseException:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            raise
         try:  # make the rename itself durable (power loss right after a write)
             dfd = os.open(self.path.parent, os.O_RDONLY)
             try:
@@ -122,16 +278,19 @@ class StateFile:
 
     def remove(self) -> None:
         try:
-            self.path.unlink()
+            self.path.unlink()  # unlink removes a link itself
         except FileNotFoundError:
             pass
 
     def exists(self) -> bool:
-        return self.path.exists()
+        return os.path.lexists(self.path)
 
 
 class BoardLock:
-    """Exclusive, non-blocking advisory lock on one board (``fcntl.flock``), naming its holder's pid."""
+    """Exclusive, non-blocking advisory lock on one board (``fcntl.flock``), naming its holder's pid.
+
+    The lock file is opened without following links (``O_NOFOLLOW``), must be a plain file of its own, and is
+    private (0600); the directory is checked by :func:`ensure_state_dir`."""
 
     def __init__(self, path: str | os.PathLike, device_id: str = "") -> None:
         self.path = Path(path)
@@ -144,7 +303,7 @@ class BoardLock:
 
     def holder_pid(self) -> int | None:
         try:
-            text = self.path.read_text().strip()
+            text = _read_nofollow(self.path, limit=4096).strip()
         except OSError:
             return None
         try:
@@ -156,8 +315,13 @@ class BoardLock:
         """Take the lock or raise :class:`BoardBusyError` naming the pid that holds it."""
         if self._fd is not None:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        ensure_state_dir(self.path.parent)
+        fd = _open_nofollow(self.path, os.O_RDWR | os.O_CREAT)
+        try:
+            _check_own_file(fd, self.path)
+        except BaseException:
+            os.close(fd)
+            raise
         if fcntl is not None:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -215,13 +379,25 @@ class BoardSafety:
     def is_default_dir(self) -> bool:
         return self.state_dir == default_state_dir()
 
+    @property
+    def trusted_by_root(self) -> bool:
+        """Whether a root process may take file names or file contents from this state dir's state file: only when
+        the dir is root's own. (Under sudo, a user's state dir is used for its snapshot of knob values, which go
+        to the board's fixed knob files; never for a path or a configuration root would write.)"""
+        if not hasattr(os, "geteuid") or os.geteuid() != 0:
+            return True
+        try:
+            return os.lstat(self.state_dir).st_uid == 0
+        except OSError:
+            return True  # not there yet: it will be created by (and owned by) root
+
     def new_record(self, **fields: Any) -> dict[str, Any]:
         now = time.time()
         rec = {
             "version": STATE_VERSION,
             "device_id": self.device_id,
             "pid": os.getpid(),
-            "argv": " ".join(sys.argv)[:300],
+            "argv": redact_argv(sys.argv)[:300],
             "boot_id": boot_id(),
             "started_at": now,
             "updated_at": now,
@@ -235,7 +411,10 @@ _ACTIVE: list = []  # controllers with a changed board, in the order they starte
 _REG_LOCK = threading.RLock()
 _ATEXIT_DONE = False
 _PREVIOUS: dict[int, Any] = {}
-HANDLED_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: the signals that end a run and restore the board first: SIGTERM (kill, systemd, a scheduler), SIGINT (Ctrl-C),
+#: SIGHUP (the terminal or ssh session went away), SIGQUIT (Ctrl-\\); SIGKILL cannot be caught (the next start of
+#: a controller, or ``lightning-edge mode restore``, puts the board back)
+HANDLED_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT") if hasattr(signal, n))
 
 
 def register(controller) -> None:
@@ -270,6 +449,7 @@ def _restore_all(reason: str) -> None:
         try:
             ctl._restore_on_exit(reason)
         except BaseException as exc:  # noqa: BLE001 - an exit path must not raise
+            # the controller has already said where the board is and what finishes the restore
             print(
                 f"lightning_edge: could not restore the power mode of {getattr(ctl, 'device_id', ctl)} "
                 f"on {reason}: {exc}",

@@ -24,7 +24,8 @@ energy to its layers (:mod:`lightning_edge.profiling.attribution`), and writes:
 * TensorBoard (the Trainer's ``TensorBoardLogger``, else its own ``SummaryWriter`` under
   ``<default_root_dir>/lightning_logs/energy/version_N``): ``time/<layer>_ms``, ``energy/<layer>_mj``,
   ``power/<layer>_w`` per profiled step; ``time/step_ms``, ``energy/step_j``, ``power/step_w`` per step;
-  ``energy/epoch_j``, ``energy/j_per_sample``, ``intensity/<layer>`` per epoch; a roofline figure
+  ``energy/epoch_j``, ``energy/j_per_sample``, ``intensity/<layer>`` per epoch, and what the power readings were
+  worth (``readings/epoch_partial``, ``readings/epoch_rejected``, ``readings/epoch_failed``); a roofline figure
   (``roofline/<stage>``) and a per-layer markdown table (``energy/<stage>_layers``) per epoch. Stages other than
   training put their short name after the prefix (``energy/val/step_j``).
 * ``layers.csv`` and ``layers.json`` in the log dir, a Chrome/Perfetto trace under
@@ -68,7 +69,8 @@ def combine_rank_totals(tot: EpochTotals, parts: list[tuple[str, float, float, i
         by_domain[domain] = max(known) if known else math.nan
     energy = sum(by_domain.values())  # nan if a domain has no energy at all: the total is then unknown
     return EpochTotals(tot.stage, tot.epoch, float(energy), max(float(p[2]) for p in parts), tot.steps,
-                       int(sum(int(p[3]) for p in parts)), tot.label, ranks=len(parts), domains=len(by_domain))
+                       int(sum(int(p[3]) for p in parts)), tot.label, ranks=len(parts), domains=len(by_domain),
+                       readings=tot.readings)
 
 
 def _prefix(metric: str, stage: str) -> str:
@@ -336,6 +338,11 @@ class EnergyProfilerMixin:
                      (f"{_prefix('power', stage)}epoch_w", tot.energy_j / tot.time_s if tot.time_s > 0 else math.nan)]
             if tot.ranks > 1:
                 items.append((f"{e_pre}epoch_domains", float(tot.domains)))
+            q = tot.readings  # what the readings were worth: partial ones, rejected rail values, failed reads
+            if q is not None:
+                q_pre = _prefix("readings", stage)
+                items += [(f"{q_pre}epoch_partial", float(q.partial)), (f"{q_pre}epoch_rejected", float(q.rejected)),
+                          (f"{q_pre}epoch_failed", float(q.failed)), (f"{q_pre}epoch_samples", float(q.samples))]
             report = self._build_report()
             st = report.stages.get(stage)
             if st is not None and st.layers:
@@ -388,7 +395,12 @@ class EnergyProfilerMixin:
                              "label": "/".join(sorted(labels)) if labels else ""}
         epochs = [{"stage": e.stage, "epoch": e.epoch, "energy_j": e.energy_j, "time_s": e.time_s,
                    "steps": e.steps, "samples": e.samples, "j_per_sample": e.j_per_sample, "method": e.label,
-                   **({"ranks": e.ranks, "energy_domains": e.domains} if e.ranks > 1 else {})}
+                   **({"ranks": e.ranks, "energy_domains": e.domains} if e.ranks > 1 else {}),
+                   **({"readings": {"samples": e.readings.samples, "partial": e.readings.partial,
+                                    "rejected": e.readings.rejected, "failed": e.readings.failed,
+                                    "missing_rails": list(e.readings.missing_rails),
+                                    "rejected_rails": list(e.readings.rejected_rails)}}
+                      if e.readings is not None else {})}
                   for e in s.epochs]
         so = s.sampler_overhead()
         overhead = {"fraction": _finite_or_none(s.overhead_fraction()), "every_n_steps": s.every_n_steps,

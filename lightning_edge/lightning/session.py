@@ -106,6 +106,7 @@ class EpochTotals:
     label: str
     ranks: int = 1  # DDP ranks and energy domains the totals cover (see EnergyProfiler)
     domains: int = 1
+    readings: Any = None  # the sampler's ReadingQuality over the epoch (None without a sensor)
 
     @property
     def j_per_sample(self) -> float:
@@ -504,24 +505,29 @@ class EnergySession:
             self._pending_totals.clear()
             return
         if self.sampler is not None:
-            if not self._ready(todo[-1].t1_ns, wait):
-                return
+            if not self._ready(todo[-1].t1_ns, wait) and not wait:
+                return  # (waiting found no newer reading: the sensor stopped; resolve with what there is)
             import numpy as np
 
             e = self.sampler.energy_j_intervals(np.array([t.t0_ns for t in todo]), np.array([t.t1_ns for t in todo]))
             src = self.device.source if self.device else "measured"
             for t, v in zip(todo, e.tolist()):
-                t.energy_j, t.label = float(v), label_of("measured", src)
-            self._pending_totals.clear()
-            return
-        # no sensor: the mean estimated power of the stage's profiled steps times the step's time
+                if math.isfinite(v):  # no valid reading over the step: never "measured" (estimated below)
+                    partial = self.sampler.quality(t.t0_ns, t.t1_ns).is_partial
+                    t.energy_j, t.label = float(v), label_of("measured", src, partial)
+            todo = [t for t in todo if not math.isfinite(t.energy_j)]
+        # no sensor (or no valid reading): the mean estimated power of the stage's profiled steps times the step's time
         for t in todo:
             prof = self.profiled.get(t.stage) or []
             if not prof:
                 continue
-            p_w = statistics.fmean(s.energy.power_w for s in prof[-10:])
+            powers = [s.energy.power_w for s in prof[-10:] if math.isfinite(s.energy.power_w)]
+            if not powers:
+                continue
+            p_w = statistics.fmean(powers)
             t.energy_j, t.label = p_w * t.time_s, ESTIMATED
-        self._pending_totals = [t for t in self._pending_totals if not math.isfinite(t.energy_j)]
+        # (waiting, e.g. at an epoch's end, resolves what can be: the rest stays nan, labelled estimated, not pending)
+        self._pending_totals = [] if wait else [t for t in self._pending_totals if not math.isfinite(t.energy_j)]
 
     def _adapt(self) -> None:
         if not self.auto:
@@ -549,15 +555,20 @@ class EnergySession:
         steps = st.epoch_steps
         t0, t1 = st.epoch_t0 or steps[0].t0_ns, st.epoch_t1 or steps[-1].t1_ns
         samples = sum(s.samples or 0 for s in steps)
-        energy, label = math.nan, ESTIMATED
+        energy, label, readings = math.nan, ESTIMATED, None
         if self.sampler is not None:
             energy = float(self.sampler.energy_j(t0, t1))
-            label = label_of("measured", self.device.source if self.device else "measured")
+            readings = self.sampler.quality(t0, t1)
+            label = label_of("measured", self.device.source if self.device else "measured", readings.is_partial)
+            if not readings.trusted:
+                self.notes.append(f"{stage} epoch {st.epoch}: {readings.describe()}; energies over those readings "
+                                  "are labelled partial")
         if not math.isfinite(energy):
+            # the trace does not cover the epoch (the sensor stopped): its steps, extrapolated, are an estimate
             vals = [s.energy_j for s in steps if math.isfinite(s.energy_j)]
             energy = float(sum(vals)) * (len(steps) / len(vals)) if vals else math.nan
-            label = ESTIMATED if self.sampler is None else label
-        tot = EpochTotals(stage, st.epoch, energy, (t1 - t0) / 1e9, len(steps), samples, label)
+            label = ESTIMATED
+        tot = EpochTotals(stage, st.epoch, energy, (t1 - t0) / 1e9, len(steps), samples, label, readings=readings)
         self.epochs.append(tot)
         st.epoch += 1
         st.epoch_t0 = st.epoch_t1 = None

@@ -22,7 +22,9 @@ update period cannot be measured on its own, docs/sensors.md):
 
 Every number carries ``method`` (``measured``, ``apportioned``, ``estimated``) and ``source`` (``measured`` for
 hardware, ``simulated`` for the twin's sensor, ``model`` without a sensor); ``label`` combines them:
-``measured``, ``apportioned``, ``estimated``, ``simulated-measured``, ``simulated-apportioned``.
+``measured``, ``apportioned``, ``estimated``, ``simulated-measured``, ``simulated-apportioned``; a measured or
+apportioned number whose readings were partial (a rail missing or rejected, a failed read: the trace's ``quality``)
+carries `` (partial)``: ``measured (partial)``.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from typing import Any, Protocol
 import numpy as np
 
 __all__ = [
-    "MEASURED", "APPORTIONED", "ESTIMATED", "SIMULATED", "DEFAULT_K",
+    "MEASURED", "APPORTIONED", "ESTIMATED", "SIMULATED", "PARTIAL", "DEFAULT_K",
     "PowerTrace", "LayerEnergy", "StepEnergy", "LayerStats", "StepStats", "LayerCostLike",
     "attribute_step", "model_energies", "aggregate", "aggregate_steps", "label_of",
 ]
@@ -51,11 +53,18 @@ MEASURED, APPORTIONED, ESTIMATED, SIMULATED = "measured", "apportioned", "estima
 DEFAULT_K = 4.0
 
 
-def label_of(method: str, source: str) -> str:
-    """``method`` qualified by ``source``: ``simulated-measured``, ``simulated-apportioned``; else ``method``."""
-    if source == SIMULATED and method in (MEASURED, APPORTIONED):
-        return f"{SIMULATED}-{method}"
-    return method
+#: appended to a measured / apportioned label when the readings behind it were partial (a rail missing or
+#: rejected, a read failed): ``measured (partial)``
+PARTIAL = "partial"
+
+
+def label_of(method: str, source: str, partial: bool = False) -> str:
+    """``method`` qualified by ``source``: ``simulated-measured``, ``simulated-apportioned``; else ``method``.
+    ``partial``: the readings behind it missed a rail or a read (``measured (partial)``)."""
+    label = f"{SIMULATED}-{method}" if source == SIMULATED and method in (MEASURED, APPORTIONED) else method
+    if partial and method in (MEASURED, APPORTIONED):
+        label = f"{label} ({PARTIAL})"
+    return label
 
 
 class _Trace(Protocol):
@@ -140,10 +149,11 @@ class LayerEnergy:
     fwd_s: float = 0.0
     bwd_s: float = 0.0
     calls: int = 0
+    partial: bool = False  # the readings behind it missed a rail or a read
 
     @property
     def label(self) -> str:
-        return label_of(self.method, self.source)
+        return label_of(self.method, self.source, self.partial)
 
     @property
     def power_w(self) -> float:
@@ -169,6 +179,7 @@ class StepEnergy:
     resolved: bool = True
     notes: list[str] = field(default_factory=list)
     samples: int | None = None
+    partial: bool = False  # the readings over the step missed a rail or a read (the trace's ``quality``)
 
     @property
     def time_s(self) -> float:
@@ -180,7 +191,7 @@ class StepEnergy:
 
     @property
     def label(self) -> str:
-        return label_of(self.method, self.source)
+        return label_of(self.method, self.source, self.partial)
 
     def method_counts(self) -> Counter:
         return Counter(le.label for le in self.layers.values())
@@ -335,12 +346,20 @@ def attribute_step(selfs: Mapping[str, Any], t0_ns: int, t1_ns: int, *, trace: _
         # every layer was measured: the segments tile the step, so this is rounding; keep the sum exact
         biggest = max(energies, key=energies.__getitem__)
         energies[biggest] += remainder
+    partial = False
+    quality = getattr(trace, "quality", None)  # a PowerSampler says what its readings were worth
+    if callable(quality):
+        q = quality(int(t0_ns), int(t1_ns))
+        partial = bool(getattr(q, "is_partial", False))
+        if partial:
+            notes.append(f"partial power readings over this step: {q.describe()}")
     layers = {}
     for n in names:
         method = MEASURED if n in measured else APPORTIONED
         layers[n] = _layer(n, selfs[n], energies[n], method, source, model.get(n))
+        layers[n].partial = partial
     return StepEnergy(int(t0_ns), int(t1_ns), e_step, MEASURED, source, layers, update_period_s, k,
-                      bool(period > 0 and step_s >= threshold), notes, samples)
+                      bool(period > 0 and step_s >= threshold), notes, samples, partial)
 
 
 def _layer(name: str, s: Any, energy: float, method: str, source: str, model_j: float | None) -> LayerEnergy:
@@ -376,8 +395,8 @@ class LayerStats:
 
     @property
     def label(self) -> str:
-        """The most frequent label (ties: the first seen)."""
-        return self.labels.most_common(1)[0][0] if self.labels else ESTIMATED
+        """The most frequent label (ties: the first seen), marked partial when any step's readings were."""
+        return _overall_label(self.labels)
 
     @property
     def intensity(self) -> float | None:
@@ -416,7 +435,18 @@ class StepStats:
 
     @property
     def label(self) -> str:
-        return self.labels.most_common(1)[0][0] if self.labels else ESTIMATED
+        return _overall_label(self.labels)
+
+
+def _overall_label(labels: Counter) -> str:
+    """The most frequent label; `` (partial)`` added when some of the numbers averaged were partial."""
+    if not labels:
+        return ESTIMATED
+    top = labels.most_common(1)[0][0]
+    suffix = f" ({PARTIAL})"
+    if not top.endswith(suffix) and any(k.endswith(suffix) for k in labels) and top != ESTIMATED:
+        top += suffix
+    return top
 
 
 def _mean_std(v: Sequence[float]) -> tuple[float, float]:

@@ -9,7 +9,8 @@ Pure Python over the attribution results (no torch, no Lightning)::
     report.markdown("train", top=20)            # for TensorBoard's add_text
 
 Every row says how its energy was obtained (``method``: ``measured``, ``apportioned``, ``estimated``,
-``simulated-measured``, ``simulated-apportioned``); with the twin the report states that power and energy are
+``simulated-measured``, ``simulated-apportioned``; `` (partial)`` appended when the power readings behind a number
+missed a rail, had a rail value rejected from the total, or a read failed); with the twin the report states that power and energy are
 simulated for a Jetson AGX Orin while the timings are this machine's.
 """
 

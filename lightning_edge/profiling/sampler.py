@@ -20,13 +20,16 @@ differenced instead: the cumulative counter is interpolated at both edges, which
 integrating a power that was itself derived from the counter.
 
 Samples are stamped with ``clock_ns`` (``time.perf_counter_ns``: the clock layer timers use) at the midpoint of
-the sensor read. A read that raises is counted and skipped: the sampler never takes training down. The buffer is
+the sensor read, or, for a sensor with ``dated_readings`` (jtop), at the time its reading carries (stored once). A read that raises is counted and skipped: the sampler never takes training down. What each reading
+was worth is kept beside it (partial: the total missed a rail; rejected rail values; failed reads) and
+:meth:`PowerSampler.quality` says it for any interval, so partial energy is labelled partial wherever it is shown. The buffer is
 bounded (``capacity`` samples, oldest overwritten); an interval that is not covered by the retained samples (or
 extends further than ``hold_s`` past the newest one) gives ``nan``, never a guess.
 """
 
 from __future__ import annotations
 
+import bisect
 import math
 import threading
 import time
@@ -59,6 +62,61 @@ class Samples(NamedTuple):
 
     def rail(self, name: str) -> np.ndarray:
         return self.rails_w[:, self.rails.index(name)]
+
+
+@dataclass(frozen=True)
+class ReadingQuality:
+    """How trustworthy the readings behind an interval are (:meth:`PowerSampler.quality`).
+
+    ``samples``: readings stored in the interval; ``partial``: those whose total missed a rail (missing or
+    rejected) or had none at all; ``failed``: reads that raised (nothing stored); ``rejected``: rail values that
+    failed the plausibility check (negative, above the rail's maximum); ``missing_rails`` / ``rejected_rails``: their
+    names. ``is_partial``: a reading missed a rail of the total, or a read failed; ``trusted``: none of the above
+    happened; ``valid``: at least one complete reading."""
+
+    samples: int = 0
+    partial: int = 0
+    failed: int = 0
+    rejected: int = 0
+    missing_rails: tuple[str, ...] = ()
+    rejected_rails: tuple[str, ...] = ()
+
+    @property
+    def is_partial(self) -> bool:
+        """A reading missed a rail of the total (missing or rejected), or a read failed (the trace is bridged)."""
+        return bool(self.partial or self.failed)
+
+    @property
+    def trusted(self) -> bool:
+        """Every reading complete, no rail value rejected (not even one outside the total), no failed read."""
+        return not (self.partial or self.failed or self.rejected)
+
+    @property
+    def valid(self) -> bool:
+        return self.samples - self.partial > 0
+
+    def describe(self) -> str:
+        """``"3 of 40 readings partial (VDD_CPU_CV missing), 2 rail values rejected, 1 read failed"``; ``""`` when
+        every reading was complete."""
+        if self.trusted:
+            return ""
+        parts = []
+        if self.partial:
+            why = ", ".join(x for x in (
+                f"{'/'.join(self.missing_rails)} missing" if self.missing_rails else "",
+                f"{'/'.join(self.rejected_rails)} rejected" if self.rejected_rails else "") if x)
+            parts.append(f"{self.partial} of {self.samples} readings partial" + (f" ({why})" if why else ""))
+        if self.rejected:
+            parts.append(f"{self.rejected} rail value(s) rejected (negative or above the rail's maximum)")
+        if self.failed:
+            parts.append(f"{self.failed} read(s) failed")
+        return ", ".join(parts)
+
+    def __add__(self, other: ReadingQuality) -> ReadingQuality:
+        return ReadingQuality(self.samples + other.samples, self.partial + other.partial,
+                              self.failed + other.failed, self.rejected + other.rejected,
+                              tuple(dict.fromkeys(self.missing_rails + other.missing_rails)),
+                              tuple(dict.fromkeys(self.rejected_rails + other.rejected_rails)))
 
 
 @dataclass(frozen=True)
@@ -133,11 +191,17 @@ class PowerSampler:
         self.rails: tuple[str, ...] = tuple(getattr(sensor, "rails", ()) or ())
         self._rail_col = {r: i for i, r in enumerate(self.rails)}
         self.is_energy_counter = bool(getattr(sensor, "is_energy_counter", False))
+        self._dated = bool(getattr(sensor, "dated_readings", False))
         cap, k = self.capacity, len(self.rails)
         self._t = np.zeros(cap, dtype=np.int64)
         self._p = np.full(cap, np.nan)
         self._r = np.full((cap, k), np.nan)
         self._partial = np.zeros(cap, dtype=bool)
+        self._nrej = np.zeros(cap, dtype=np.int16)  # rail values rejected in this reading
+        self._miss = np.zeros(cap, dtype=np.int64)  # bit i: rail i missing; bit 62: no total at all
+        self._rejm = np.zeros(cap, dtype=np.int64)  # bit i: rail i rejected
+        self._fail_t: list[int] = []  # when reads raised (nothing stored for them), ascending, at most 2 x capacity
+        self.rejected = 0  # rail values rejected over the run
         self._e = np.full(cap, np.nan)
         self._re = np.full((cap, k), np.nan) if self.is_energy_counter else None
         self._n = 0  # samples ever pushed
@@ -229,10 +293,17 @@ class PowerSampler:
                 a = int(self.clock_ns())
                 reading = self.sensor.read()
                 b = int(self.clock_ns())
-                self._push((a + b) // 2, reading)
+                if self._dated:  # the sensor dates its readings (jtop: at the sample's arrival): store each once
+                    t = int(reading.t_ns)
+                    if self._n and t == self._t[(self._n - 1) % self.capacity]:
+                        return True
+                    self._push(t, reading)
+                else:
+                    self._push((a + b) // 2, reading)
             except Exception as exc:  # noqa: BLE001 - a sensor must never take training down
                 self.errors += 1
                 self.last_error = f"{type(exc).__name__}: {exc}"
+                self._note_failure(int(self.clock_ns()))
                 return False
             finally:
                 if _from_thread:
@@ -250,8 +321,15 @@ class PowerSampler:
             self._p[i] = float(reading.power_w)
             if self.rails:
                 self._r[i] = [rails_w.get(r, math.nan) for r in self.rails]
-            self._partial[i] = bool(getattr(reading, "partial", False))
+            rejected = tuple(getattr(reading, "rejected", ()) or ())
+            missing = tuple(getattr(reading, "missing", ()) or ())
             e = getattr(reading, "energy_j", None)
+            no_total = not math.isfinite(float(reading.power_w)) and e is None
+            self._partial[i] = bool(getattr(reading, "partial", False)) or no_total
+            self._nrej[i] = len(rejected)
+            self._miss[i] = self._mask(missing) | ((1 << 62) if no_total else 0)
+            self._rejm[i] = self._mask(rejected)
+            self.rejected += len(rejected)
             self._e[i] = np.nan if e is None else float(e)
             if self._re is not None:
                 rrow = self._re[i]
@@ -264,12 +342,58 @@ class PowerSampler:
             if self._waiters:
                 self._cond.notify_all()
 
+    def _mask(self, names: tuple[str, ...]) -> int:
+        m = 0
+        for n in names:
+            c = self._rail_col.get(n)
+            m |= (1 << min(c, 61)) if c is not None else (1 << 61)
+        return m
+
     def record(self, t_ns: int, power_w: float, rails_w: dict[str, float] | None = None, *,
-               energy_j: float | None = None, partial: bool = False) -> None:
+               energy_j: float | None = None, partial: bool = False, missing: tuple[str, ...] = (),
+               rejected: tuple[str, ...] = ()) -> None:
         """Store a sample taken elsewhere (a replayed trace, a test). Times must not go backwards."""
         from lightning_edge.devices.sensors.base import PowerReading
 
-        self._push(int(t_ns), PowerReading(int(t_ns), float(power_w), dict(rails_w or {}), energy_j, partial))
+        self._push(int(t_ns), PowerReading(int(t_ns), float(power_w), dict(rails_w or {}), energy_j, partial,
+                                           tuple(missing), None, tuple(rejected)))
+
+    def _note_failure(self, t_ns: int) -> None:
+        with self._lock:
+            f = self._fail_t
+            if f and t_ns < f[-1]:
+                t_ns = f[-1]  # kept ascending (bisect)
+            f.append(t_ns)
+            if len(f) > 2 * self.capacity:
+                del f[: self.capacity]
+
+    def record_failure(self, t_ns: int) -> None:
+        """Note a read that failed at ``t_ns`` (what :meth:`sample_once` does when the sensor raises)."""
+        self.errors += 1
+        self._note_failure(int(t_ns))
+
+    def quality(self, t0_ns: int | None = None, t1_ns: int | None = None) -> ReadingQuality:
+        """How trustworthy the readings in ``[t0_ns, t1_ns]`` are (all retained ones when omitted): partial
+        readings, rejected rail values, failed reads. Energy over an interval with ``quality(...).is_partial``
+        is labelled partial (see :func:`~lightning_edge.profiling.attribution.label_of`)."""
+        with self._lock:
+            idx = self._window(t0_ns, t1_ns, 0)
+            part = self._partial[idx]
+            miss = np.bitwise_or.reduce(self._miss[idx]) if idx.size else 0
+            rejm = np.bitwise_or.reduce(self._rejm[idx]) if idx.size else 0
+            nrej = int(self._nrej[idx].sum())
+            f = self._fail_t
+            a = 0 if t0_ns is None else bisect.bisect_left(f, int(t0_ns))
+            b = len(f) if t1_ns is None else bisect.bisect_right(f, int(t1_ns))
+            failed = max(b - a, 0)
+
+        def names(mask: int) -> tuple[str, ...]:
+            out = [r for i, r in enumerate(self.rails) if int(mask) >> min(i, 61) & 1]
+            if int(mask) >> 62 & 1:
+                out.append("every rail")
+            return tuple(dict.fromkeys(out))
+
+        return ReadingQuality(int(idx.size), int(part.sum()), int(failed), nrej, names(miss), names(rejm))
 
     def wait_for(self, t_ns: int, timeout_s: float = 1.0) -> bool:
         """Block until a sample stamped at or after ``t_ns`` exists (so an interval ending at ``t_ns`` can be
@@ -493,4 +617,4 @@ def _energy_at(q: np.ndarray, x: np.ndarray, p: np.ndarray, c: np.ndarray, count
     return out
 
 
-__all__ = ["PowerSampler", "SamplerOverhead", "Samples", "default_rate_hz"]
+__all__ = ["PowerSampler", "ReadingQuality", "SamplerOverhead", "Samples", "default_rate_hz"]

@@ -447,7 +447,7 @@ def load_profile(path_or_name: str | os.PathLike) -> DeviceProfile:
     (``"orin-agx-pagoda"``). Raises ``FileNotFoundError`` naming the choices, or ``ProfileError``."""
     p = Path(path_or_name)
     if p.is_file():
-        text, where = p.read_text(), str(p)
+        text, where = _read_text(p, str(p)), str(p)
     else:
         name = str(path_or_name)
         name = name[:-5] if name.endswith(".json") else name
@@ -458,12 +458,22 @@ def load_profile(path_or_name: str | os.PathLike) -> DeviceProfile:
                 f"(shipped: {', '.join(available_profiles()) or 'none'}); "
                 "measure one with `lightning-edge roofline --out profile.json`"
             )
-        text, where = res.read_text(), f"'{name}' ({res})"
+        where = f"'{name}' ({res})"
+        text = _read_text(res, where)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         raise ProfileError([f"not valid JSON: {exc}"], where) from None
     return DeviceProfile.from_dict(data, where)
+
+
+def _read_text(path: Any, where: str) -> str:
+    """The file's text, or a :class:`ProfileError` naming it when it is not UTF-8 text (random bytes...)."""
+    try:
+        return path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ProfileError([f"not a JSON text file (byte {exc.start} is not UTF-8); expected a device profile "
+                            "written by `lightning-edge roofline --out`"], where) from None
 
 
 def save_profile(profile: DeviceProfile | dict, path: str | os.PathLike) -> Path:

@@ -149,6 +149,9 @@ class SensorStepMeter:
     power of the last ``update period`` instead (the sensor cannot resolve it)."""
 
     label = "measured"
+    #: whether the last step's power rests on complete, believed readings (no rail missing or rejected, no failed
+    #: read): a profile window re-measures a step that does not (see ProfileWindow.feed)
+    last_trusted = True
 
     def __init__(self, sensor: Any, *, rate_hz: float | None = None, sync: Callable[[], None] | None = None) -> None:
         from lightning_edge.profiling.sampler import PowerSampler
@@ -186,8 +189,15 @@ class SensorStepMeter:
         self.sampler.wait_for(t1, timeout_s=max(2 * self.period_ns / 1e9, 0.05))
         lo = min(t0, t1 - self.period_ns)
         power = self.sampler.mean_power_w(lo, t1)
+        self.last_trusted = self.sampler.quality(lo, t1).trusted
         if not math.isfinite(power):
-            power = float(getattr(self.sensor.read(), "power_w", float("nan")))
+            try:
+                reading = self.sensor.read()
+            except Exception:  # noqa: BLE001 - a sensor must never take training down (SensorError: nothing read)
+                reading = None
+            power = float(getattr(reading, "power_w", float("nan")))
+            self.last_trusted = bool(getattr(reading, "ok", False)) and not getattr(reading, "rejected", ())
+        self.last_trusted = self.last_trusted and math.isfinite(power)
         return max((t1 - t0) / 1e9, 1e-9), float(power)
 
     def close(self) -> None:
@@ -344,15 +354,26 @@ class ProfileWindow:
     powers: list = field(default_factory=list)
     cost_s: float = 0.0  # simulated or wall time of every step of the window (its profiling cost)
     cost_j: float = 0.0
+    remeasured: int = 0  # steps whose readings were partial or rejected: dropped, the next step measures again
+    partial: int = 0  # such steps kept anyway (after max_steps of them): the profile is labelled partial
 
-    def feed(self, t_end_s: float, time_s: float, power_w: float) -> bool:
-        """Add a step; True when the step was measured (not discarded)."""
+    def feed(self, t_end_s: float, time_s: float, power_w: float, trusted: bool = True) -> bool:
+        """Add a step; True when the step was measured (not discarded). A step whose power rests on partial or
+        rejected readings (``trusted=False``) is re-measured by the next step, up to ``max_steps`` times; after
+        that it is kept and the profile's label says ``(partial)``."""
+        if not math.isfinite(power_w):
+            trusted = False
         self.cost_s += time_s
-        self.cost_j += time_s * power_w
+        self.cost_j += time_s * power_w if math.isfinite(power_w) else 0.0
         settling = (t_end_s - time_s) - self.switched_s < self.settle_s
         if (settling or self.discarded < self.spec.warmup_steps) and self.discarded < self.spec.max_settle_steps:
             self.discarded += 1
             return False
+        if not trusted:
+            if self.remeasured < self.spec.max_steps:
+                self.remeasured += 1
+                return False
+            self.partial += 1
         self.times.append(time_s)
         self.powers.append(power_w)
         return True
@@ -377,6 +398,8 @@ class ProfileWindow:
 
     def result(self, label: str) -> Measurement:
         t, p = np.asarray(self.times), np.asarray(self.powers)
+        if self.partial:  # built on readings that missed a rail or had one rejected: not a plain measurement
+            label = f"{label} (partial)"
         return Measurement(float(t.mean()), float((t * p).sum() / t.sum()), label)
 
 
@@ -617,7 +640,7 @@ class OnlineTuner:
         win = self._window
         if win is not None and self._pending_mode is None:
             rec.window = win.index
-            rec.discarded = not win.feed(end_s, dt, power)
+            rec.discarded = not win.feed(end_s, dt, power, trusted=bool(getattr(self.meter, "last_trusted", True)))
             if win.complete:
                 self._close_window(win)
         elif self.phase in ("tuned", "infeasible") and end_s - dt - self._switched_s >= self._settle_s():
@@ -629,6 +652,7 @@ class OnlineTuner:
         m = win.result(self.label)
         info = {"index": win.index, "mode": win.mode, "time_s": m.time_s, "power_w": m.power_w, "label": m.label,
                 "steps": win.n, "discarded": win.discarded, "cost_s": win.cost_s, "cost_j": win.cost_j,
+                "remeasured": win.remeasured, "partial_steps": win.partial,
                 "reason": win.reason, "within_budget": m.power_w <= self.problem.power_budget_w}
         self.profiles.append(info)
         self._window = None

@@ -66,3 +66,73 @@ def test_help(argv, capsys):
     with pytest.raises(SystemExit) as e:
         main(argv)
     assert e.value.code == 0
+
+
+# ---------------------------------------------------------------- one-line errors, never a traceback (issue 15)
+def _one_line_error(capsys, argv):
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc != 0 and "Traceback" not in err, err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "error:" in lines[0], err
+    return lines[0]
+
+
+@pytest.mark.parametrize("n", ["0", "-3"])
+def test_seq_len_below_one_is_a_one_line_error(capsys, n):
+    msg = _one_line_error(capsys, ["analyze", "zoo:bert_base", "--seq-len", n])
+    assert "--seq-len" in msg and ">= 1" in msg
+
+
+def test_a_factory_that_returns_no_module(tmp_path, capsys, monkeypatch):
+    (tmp_path / "notmodels.py").write_text(textwrap.dedent("""
+        def build():
+            return {"weights": [1, 2, 3]}
+        def build_pair():
+            return "resnet", (1, 2)
+    """))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    msg = _one_line_error(capsys, ["analyze", "notmodels:build", "--input-shape", "3,16,16"])
+    assert "notmodels:build returned a dict" in msg and "torch.nn.Module" in msg
+    msg = _one_line_error(capsys, ["analyze", "notmodels:build_pair"])
+    assert "returned a str" in msg and "torch.nn.Module" in msg
+
+
+def test_a_model_that_fails_on_its_inputs_is_a_one_line_error(tmp_path, capsys, monkeypatch):
+    (tmp_path / "shapes.py").write_text(textwrap.dedent("""
+        from torch import nn
+        def build():
+            return nn.Linear(16, 4)
+    """))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    msg = _one_line_error(capsys, ["analyze", "shapes:build", "--input-shape", "3,15"])  # Linear wants 16
+    assert "shapes:build" in msg and "--input-shape" in msg
+
+
+def test_input_shape_for_a_zoo_model_is_not_silently_ignored(capsys):
+    msg = _one_line_error(capsys, ["analyze", "zoo:resnet18", "--input-shape", "3,64,64"])
+    assert "--input-shape" in msg and "zoo" in msg
+    msg = _one_line_error(capsys, ["analyze", "zoo:resnet18", "--input-dtype", "float16"])
+    assert "--input-dtype" in msg
+
+
+def test_input_shape_with_a_factory_that_returns_inputs_is_not_silently_ignored(tmp_path, capsys, monkeypatch):
+    (tmp_path / "withinputs.py").write_text(textwrap.dedent("""
+        import torch
+        from torch import nn
+        def build():
+            return nn.Linear(16, 4), torch.randn(2, 16)
+    """))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    msg = _one_line_error(capsys, ["analyze", "withinputs:build", "--input-shape", "3,16,16"])
+    assert "--input-shape" in msg and "its own example inputs" in msg
+
+
+def test_a_profile_json_of_random_bytes_names_the_file(tmp_path, capsys):
+    bad = tmp_path / "board.json"
+    bad.write_bytes(bytes(range(256)) * 3)
+    msg = _one_line_error(capsys, ["roofline", "--profile", str(bad)])
+    assert str(bad) in msg

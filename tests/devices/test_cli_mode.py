@@ -14,10 +14,13 @@ from lightning_edge.devices.cli import main
 REPO = Path(__file__).resolve().parents[2]
 
 
-def run(capsys, *argv: str) -> tuple[int, str, str]:
-    rc = main(list(map(str, argv)))
+def run(capsys, *argv: str, root=None) -> tuple[int, str, str]:
+    rc = main(list(map(str, argv))) if root is None else main(list(map(str, argv)), root=root)
     out, err = capsys.readouterr()
     return rc, out, err
+
+
+_run = run
 
 
 def test_top_level_cli_dispatches_mode(capsys, state_dir):
@@ -36,7 +39,7 @@ def test_top_level_cli_dispatches_mode(capsys, state_dir):
 
 def test_auto_without_a_jetson_suggests_the_twin(capsys, tmp_path):
     (tmp_path / "empty").mkdir()
-    rc, out, err = run(capsys, "show", "--root", tmp_path / "empty")
+    rc, out, err = run(capsys, "show", root=tmp_path / "empty")
     assert rc == 1
     assert "no power-mode controller available" in err and "jetson:" in err
     assert "--device sim:orin-agx" in err and "nvml: opt-in only" in err
@@ -106,7 +109,11 @@ def test_restore_with_nothing_to_restore(capsys, state_dir):
 
 def test_jetson_set_show_restore_on_a_fake_tree(capsys, orin, state_dir):
     before = orin.knob_files()
-    common = ["--device", "jetson", "--root", str(orin.root), "--state-dir", str(state_dir)]
+    common = ["--device", "jetson", "--state-dir", str(state_dir)]
+
+    def run(capsys, *argv):  # the fake tree through the API: the command line has no --root
+        return _run(capsys, *argv, root=orin.root)
+
     rc, out, _ = run(capsys, "show", *common)
     assert rc == 0 and "NVIDIA Jetson AGX Orin 32GB" in out and f"JetPack {orin.jetpack}" in out
     assert "12c/2201/1300/3199" in out and "[measured, MAXN]" in out
@@ -128,7 +135,8 @@ def test_jetson_set_show_restore_on_a_fake_tree(capsys, orin, state_dir):
     assert orin.knob_files() == before
 
 
-def test_root_option_is_hidden():
+def test_there_is_no_root_option(capsys, orin5, state_dir):
+    """A hidden ``--root`` let a sudoers user point root at a tree of symbolic links (issue 15)."""
     import argparse
 
     from lightning_edge.devices.cli import add_arguments
@@ -139,6 +147,41 @@ def test_root_option_is_hidden():
     help_text = show.format_help()
     assert "--device" in help_text and "--dry-run" in help_text and "--state-dir" in help_text
     assert "--root" not in help_text
+    for action in ("show", "set", "restore", "list"):
+        extra = ["8c/1344/727/2133"] if action == "set" else []
+        with pytest.raises(SystemExit) as exc:
+            main([action, *extra, "--device", "jetson", "--root", str(orin5.root), "--state-dir", str(state_dir)])
+        assert exc.value.code == 2
+        assert "unrecognized arguments: --root" in capsys.readouterr().err
+
+
+def _hostile_tree(orin, tmp_path):
+    """A tree whose knob files are links to a root-only file (what a user could build and point root at)."""
+    secret = tmp_path / "secret"
+    secret.write_text("123456\nroot-only line that must never be printed\n")
+    secret.chmod(0o600)
+    for rel in (orin.online_rel(11), orin.policy_rel("policy0", "scaling_max_freq")):
+        p = orin.path(rel)
+        p.unlink()
+        p.symlink_to(secret)
+    return secret
+
+
+def test_a_tree_of_symlinks_is_neither_read_nor_written(capsys, orin5, state_dir, tmp_path):
+    secret = _hostile_tree(orin5, tmp_path)
+    before = secret.read_text()
+    common = ["--device", "jetson", "--state-dir", str(state_dir)]
+    rc, out, err = _run(capsys, "show", *common, root=orin5.root)
+    assert rc == 1 and "symbolic link" in err and "must never be printed" not in out + err
+    rc, out, err = _run(capsys, "set", "4c/422/115/665", *common, root=orin5.root)
+    assert rc == 1 and "symbolic link" in err
+    assert secret.read_text() == before
+
+
+def test_a_long_unexpected_value_is_not_echoed_whole(capsys, orin5, state_dir):
+    orin5.set_file(orin5.online_rel(11), "1" * 5 + "x" * 200)
+    rc, _, err = _run(capsys, "show", "--device", "jetson", "--state-dir", str(state_dir), root=orin5.root)
+    assert rc == 1 and "expected an integer" in err and "x" * 30 not in err
 
 
 def test_mode_without_action_prints_help(capsys):

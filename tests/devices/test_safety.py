@@ -123,7 +123,7 @@ def test_sigkill_recovery_without_permission_says_what_to_run(orin5, state_dir, 
         _controller(orin5, state_dir)
     cmd = exc.value.command
     assert "lightning-edge mode restore --device jetson" in cmd
-    assert f"--root {orin5.root}" in cmd and f"--state-dir {state_dir}" in cmd
+    assert "--root" not in cmd and f"--state-dir {state_dir}" in cmd  # the fake root is an API argument only
     assert cmd in str(exc.value) and f"process {child.pid} died" in str(exc.value)
     assert isinstance(exc.value, PermissionError)
     assert _state_file(state_dir) is not None  # kept until someone restores
@@ -136,7 +136,7 @@ def test_sigkill_recovery_without_permission_says_what_to_run(orin5, state_dir, 
         "restore",
     ]
     args = argv[argv.index("restore") + 1 :]
-    assert mode_main(["restore", *args]) == 0
+    assert mode_main(["restore", *args], root=orin5.root) == 0
     assert orin5.knob_files() == before
     assert _state_file(state_dir) is None
 
@@ -372,3 +372,103 @@ def test_state_file_roundtrip(tmp_path):
     sf.remove()
     sf.remove()
     assert not sf.exists()
+
+
+# ---------------------------------------------------------------- SIGHUP / SIGQUIT, and a restore that fails
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGQUIT], ids=["SIGHUP", "SIGQUIT"])
+def test_sighup_and_sigquit_restore_then_end_the_process(sig, orin5, state_dir, tmp_path, spawn, wait):
+    """An ssh session that drops (SIGHUP) or Ctrl-\\ (SIGQUIT) ends the run like SIGTERM: the board is put back first,
+    then the process dies of the same signal."""
+    import resource
+
+    before = orin5.knob_files()
+    marker = tmp_path / "holding"
+    script = f"import signal\nsignal.signal(signal.{sig.name}, signal.SIG_DFL)\n" + CHILD_HOLDS_BOARD
+    child = spawn(script, orin5.root, state_dir, marker, LOW, "wait",
+                  preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_CORE, (0, 0)))
+    wait(marker, child)
+    assert orin5.knob_files() != before
+    child.send_signal(sig)
+    _, err = child.communicate(timeout=30)
+    assert child.returncode == -sig, err
+    assert f"signal {sig.name}" in err and "restoring jetson-orin-agx" in err
+    assert orin5.knob_files() == before and _state_file(state_dir) is None
+
+
+def test_an_ignored_sighup_is_left_alone(tmp_path, spawn, wait):
+    """``nohup`` sets SIGHUP to SIG_IGN: the run goes on after the terminal closes, and so does its mode."""
+    board_file = tmp_path / "sim" / "board.json"
+    marker, go, seen = tmp_path / "applied", tmp_path / "go", tmp_path / "seen"
+    script = r"""
+import signal, sys, time
+from pathlib import Path
+from lightning_edge.devices import SimModeController
+signal.signal(signal.SIGHUP, signal.SIG_IGN)
+board_file, marker, go, seen = sys.argv[1:5]
+ctl = SimModeController(board_file=board_file)
+ctl.apply("4c/422/115/665")
+Path(marker).write_text("x")
+while not Path(go).exists():
+    time.sleep(0.01)
+Path(seen).write_text(str(ctl.current()))
+"""
+    child = spawn(script, board_file, marker, go, seen)
+    wait(marker, child)
+    child.send_signal(signal.SIGHUP)
+    time.sleep(0.5)
+    go.write_text("x")
+    _, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    assert seen.read_text() == "4c/422/114/665" and "on signal SIGHUP" not in err
+
+
+def test_a_failed_restore_on_a_signal_says_where_the_board_is_and_what_finishes_it(orin5, state_dir, tmp_path,
+                                                                                   spawn, wait):
+    before = orin5.knob_files()
+    marker = tmp_path / "holding"
+    child = spawn(CHILD_HOLDS_BOARD, orin5.root, state_dir, marker, LOW, "wait")
+    wait(marker, child)
+    orin5.deny_writes()  # e.g. the udev rule was removed, or debugfs unmounted, while the run went on
+    child.send_signal(signal.SIGHUP)
+    _, err = child.communicate(timeout=30)
+    assert child.returncode == -signal.SIGHUP
+    assert "will be restored" not in err
+    assert "is now in 4c/422/114/665" in err and "original 12c/2201/1300/3199" in err
+    cmd = next(ln.strip() for ln in err.splitlines() if "lightning-edge mode restore" in ln and "--device" in ln)
+    assert cmd.split()[:3] == ["lightning-edge", "mode", "restore"] or cmd.split()[:4] == [
+        "sudo", "lightning-edge", "mode", "restore"]
+    assert _state_file(state_dir) is not None  # kept: the command needs it
+    orin5.deny_writes(False)
+    args = cmd.split()[cmd.split().index("restore") + 1:]
+    assert mode_main(["restore", *args], root=orin5.root) == 0
+    assert orin5.knob_files() == before and _state_file(state_dir) is None
+
+
+class _FailsAt(FakeBoardWriter):
+    """The kernel refuses the N-th write (EIO), and every write after it (permission)."""
+
+    def __init__(self, board, n):
+        super().__init__(board)
+        self.n, self.count = n, 0
+
+    def write(self, path, value):
+        self.count += 1
+        if self.count == self.n:
+            raise OSError(5, "Input/output error", str(path))
+        if self.count > self.n:
+            raise PermissionError(13, "Permission denied", str(path))
+        super().write(path, value)
+
+
+def test_a_write_error_then_a_failed_restore_never_claims_the_board_will_be_restored(orin5, state_dir, capsys):
+    from lightning_edge.devices import ModeWriteError
+
+    ctl = JetsonSysfsController(orin5.root, writer=_FailsAt(orin5, 3), state_dir=state_dir, handle_exit=False)
+    with pytest.raises(ModeWriteError) as exc:
+        ctl.apply(LOW)
+    assert "will be restored" not in str(exc.value) and "2 write(s) done" in str(exc.value)
+    with pytest.raises(PermissionError):
+        ctl.restore()
+    err = capsys.readouterr().err
+    assert "restoring jetson-orin-agx" in err and "failed" in err and "is now in" in err
+    assert "lightning-edge mode restore --device jetson" in err

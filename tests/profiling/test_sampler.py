@@ -186,6 +186,31 @@ def test_missing_total_samples_are_gaps_and_partial_is_reported():
     assert sampler.partial_fraction(0, 100_000_000) == pytest.approx(2 / 11)
 
 
+def test_quality_of_an_interval_counts_partial_rejected_and_failed_reads():
+    class Railed(EmptyLike):
+        rails = ("A", "B")
+
+    clock = FakeClock(0)
+    sampler = PowerSampler(Railed(5.0), rate_hz=100, clock_ns=clock)
+    for i in range(10):
+        if i == 4:
+            sampler.record_failure(i * 10_000_000)
+            continue
+        rejected = ("B",) if i in (6, 7) else ()
+        missing = ("A",) if i == 8 else ()
+        sampler.record(i * 10_000_000, 5.0, {"A": 2.0, "B": 3.0}, partial=bool(rejected or missing),
+                       missing=missing, rejected=rejected)
+    q = sampler.quality(0, 30_000_000)
+    assert q.trusted and not q.is_partial and q.samples == 4 and q.describe() == ""
+    q = sampler.quality(35_000_000, 45_000_000)
+    assert q.failed == 1 and q.is_partial and not q.trusted and "1 read(s) failed" in q.describe()
+    q = sampler.quality(55_000_000, 95_000_000)
+    assert (q.samples, q.partial, q.rejected) == (4, 3, 2)
+    assert q.missing_rails == ("A",) and q.rejected_rails == ("B",)
+    assert "3 of 4 readings partial (A missing, B rejected)" in q.describe() and q.valid
+    assert sampler.quality().failed == 1 and sampler.rejected == 2 and sampler.errors == 1
+
+
 class CounterSensor(PowerSensor):
     """A cumulative energy counter whose power is 7 W, with a deliberately noisy power reading: the sampler
     must difference the counter, not integrate the noisy power."""

@@ -273,7 +273,11 @@ class ModeController(ABC):
         if self._session is not None:
             snap = self._session["snapshot"]
             kept = self._session["kept_state"]
-            result = self._finish_restore(snap, kept, reason="restore")
+            try:
+                result = self._finish_restore(snap, kept, reason="restore")
+            except BaseException as exc:
+                self._notice(self.restore_failure_message(exc, self._session["original_mode"]))
+                raise
             self._end_session()
             return result
         if self._safety is None:
@@ -442,6 +446,19 @@ class ModeController(ABC):
                 + "\n".join(f"  {m}" for m in mismatches)
             )
         return result
+
+    def restore_failure_message(self, exc: BaseException, original: PowerMode | None = None) -> str:
+        """What to tell a person when putting the board back failed: the mode it is in now (read from the board),
+        the original, where that is recorded, and the exact command that finishes the restore."""
+        try:
+            now = self._read_mode()
+            where = f"is now in {now} ({now.describe()})"
+        except Exception as rexc:  # noqa: BLE001 - the board may not answer at all
+            where = f"is in an unknown mode (reading it failed too: {rexc})"
+        orig = f"original {original}" if original is not None else "original mode"
+        rec = f"; the {orig} is recorded in {self.state_path}" if self.state_path else f", not the {orig}"
+        return (f"lightning_edge: restoring {self.device_id} failed ({type(exc).__name__}: {exc}). The board {where}"
+                f"{rec}. Finish the restore with:\n    {self.restore_command()}")
 
     def _end_session(self) -> None:
         self._session = None

@@ -39,17 +39,29 @@ from lightning_edge.devices.modes import InvalidModeError, PowerMode, PowerModeS
 class SysfsWriter:
     """Every read and write of a sysfs / debugfs file goes through one of these.
 
-    The real one opens the file and writes the value in one ``write`` call, as ``echo`` does.
+    The real one opens the file and writes the value in one ``write`` call, as ``echo`` does. It never follows a
+    symbolic link as the file itself (``O_NOFOLLOW``; sysfs attributes are never links) and never creates a file:
+    a root process writes only into knob files that exist. Reads are capped at 4 KiB.
     Tests subclass it to record the sequence of writes and to play the kernel's part.
     """
 
     def read(self, path: str | os.PathLike) -> str:
-        with open(path, "rb") as fh:
-            return fh.read().replace(b"\x00", b"").decode("utf-8", "replace").strip()
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | os.O_CLOEXEC)
+        try:
+            data = os.read(fd, 4096)
+        finally:
+            os.close(fd)
+        return data.replace(b"\x00", b"").decode("utf-8", "replace").strip()
 
     def write(self, path: str | os.PathLike, value: str) -> None:
-        with open(path, "w") as fh:
-            fh.write(value)
+        fd = os.open(path, os.O_WRONLY | os.O_TRUNC | _NOFOLLOW | os.O_CLOEXEC)  # sysfs ignores O_TRUNC
+        try:
+            os.write(fd, str(value).encode())
+        finally:
+            os.close(fd)
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
 class DryRunWriter(SysfsWriter):
@@ -239,11 +251,18 @@ class JetsonSysfs:
 
     # -- reads
     def _int(self, path: Path) -> int:
-        text = self.writer.read(path)
+        try:
+            text = self.writer.read(path)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise ModeWriteError(f"{path} is a symbolic link: refused (sysfs knob files are never links; "
+                                     "lightning_edge does not follow one, as it may run as root)") from None
+            raise
         try:
             return int(text.split()[0])
         except (ValueError, IndexError):
-            raise ModeWriteError(f"unexpected content {text!r} in {path}: expected an integer") from None
+            shown = text[:24] + ("..." if len(text) > 24 else "")  # never echo a whole file
+            raise ModeWriteError(f"unexpected content {shown!r} in {path}: expected an integer") from None
 
     def hotplug_cpus(self) -> list[int]:
         """CPUs that can be switched on/off (have an ``online`` file); cpu0 never is."""
@@ -469,7 +488,8 @@ class JetsonSysfs:
                 }.get(exc.errno or 0, "")
                 raise ModeWriteError(
                     f"writing {w.value} to {w.path} ({w.what}) failed: {exc.strerror or exc}{hint}. "
-                    f"Writes done so far: {len(actions)}; the board is partly switched and will be restored."
+                    f"{len(actions)} write(s) done of {len(writes)}: the board is partly switched (the caller "
+                    "restores the original mode; if that fails too it says what to run)."
                 ) from exc
             actions.append(w.command())
             last[w.path] = w
@@ -539,10 +559,9 @@ class JetsonSysfsController(ModeController):
         return None
 
     def cli_args(self) -> list[str]:
-        args = ["--device", "jetson"]
-        if str(self.root) != "/":
-            args += ["--root", str(self.root)]
-        return args
+        # the command line has no --root (a root process must not be pointed at another tree): a fake root is
+        # reached through the API only (``lightning_edge.devices.cli.main(argv, root=...)``)
+        return ["--device", "jetson"]
 
     def read_raw(self) -> dict[str, Any]:
         """Every knob's raw sysfs value (kHz / Hz / 0-1), as a snapshot dict."""
@@ -575,7 +594,9 @@ class JetsonSysfsController(ModeController):
             # left by the nvpmodel controller (same board, same state file): put its mode and conf back
             from lightning_edge.devices.controllers.nvpmodel import restore_nvpmodel_snapshot
 
-            actions += restore_nvpmodel_snapshot(snapshot, writer=self.writer, dry_run=self.dry_run)
+            actions += restore_nvpmodel_snapshot(
+                snapshot, board_conf=self.root / catalog.NVPMODEL_CONF, writer=self.writer, dry_run=self.dry_run,
+                trusted=self._safety is None or self._safety.trusted_by_root)
             snapshot = snapshot["raw"]
         more, mismatches = self.sysfs.execute(self.sysfs.plan(self.sysfs.read_raw(), snapshot))
         return actions + more, mismatches

@@ -153,9 +153,33 @@ def insert_custom_block(text: str, block: str) -> str:
     return base + wrapped
 
 
+def checked_conf(snapshot: dict[str, Any], board_conf: Path, trusted: bool) -> tuple[Path, str | None]:
+    """The nvpmodel.conf to put back and its text, from a state file's snapshot, or ``ModeWriteError``.
+
+    A state file never chooses the file root writes: its ``conf_path`` must be the board's own nvpmodel.conf. Its
+    ``conf_text`` (which tells nvpmodel what to write where) is used only from a state dir root owns
+    (``trusted``); from a user's state dir (``sudo ... --state-dir``) it is refused."""
+    named = snapshot.get("conf_path")
+    if named and os.path.abspath(str(named)) != os.path.abspath(str(board_conf)):
+        raise ModeWriteError(
+            f"the state file names {named} as the nvpmodel configuration, not this board's {board_conf}: refused "
+            "(a state file never chooses a file to write). Put the board back by hand (`sudo nvpmodel -m <ID>`) "
+            "and delete the state file."
+        )
+    text = snapshot.get("conf_text")
+    if text is not None and not trusted:
+        raise ModeWriteError(
+            f"not restoring {board_conf} from a state file in a directory root does not own: run the restore with "
+            "root's own state dir (without --state-dir), or restore nvpmodel.conf by hand."
+        )
+    return board_conf, text
+
+
 def restore_nvpmodel_snapshot(
     snapshot: dict[str, Any],
     *,
+    board_conf: str | os.PathLike,
+    trusted: bool = True,
     writer: SysfsWriter | None = None,
     runner: CommandRunner | None = None,
     nvpmodel: str = "nvpmodel",
@@ -163,13 +187,13 @@ def restore_nvpmodel_snapshot(
     out: TextIO | None = None,
 ) -> list[str]:
     """Put back the nvpmodel part of a snapshot (conf file, then ``nvpmodel -m <ID>``), for other controllers.
+    ``board_conf``: the board's own nvpmodel.conf (see :func:`checked_conf`).
 
     Without an ``nvpmodel`` executable only the conf file is put back (the caller rewrites the knobs).
     """
     writer = writer or SysfsWriter()
-    conf = Path(snapshot["conf_path"])
+    conf, text = checked_conf(snapshot, Path(board_conf), trusted)
     actions = []
-    text = snapshot.get("conf_text")
     if text is not None:
         try:
             same = conf.read_text() == text
@@ -262,10 +286,7 @@ class NvpmodelController(ModeController):
         return None
 
     def cli_args(self) -> list[str]:
-        args = ["--device", "nvpmodel"]
-        if str(self.root) != "/":
-            args += ["--root", str(self.root)]
-        return args
+        return ["--device", "nvpmodel"]  # no --root on the command line: see JetsonSysfsController.cli_args
 
     # ------------------------------------------------------------------ nvpmodel helpers
     def _cmd(self, *args: str) -> list[str]:
@@ -457,8 +478,8 @@ class NvpmodelController(ModeController):
             return [shlex.join(self._cmd("-m", str(ident)))], []
         self._run_mode(ident)
         actions.append(shlex.join(self._cmd("-m", str(ident))))
-        conf = Path(snapshot.get("conf_path") or self.conf_path)
-        text = snapshot.get("conf_text")
+        trusted = self._safety is None or self._safety.trusted_by_root
+        conf, text = checked_conf(snapshot, self.conf_path, trusted)
         if text is not None and (not conf.exists() or self._read_conf_exact() != text):
             self.writer.write(conf, text)
             actions.append(f"restore {conf} as found at start")

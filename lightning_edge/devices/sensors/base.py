@@ -16,6 +16,9 @@ The API every backend (and the twin's simulated sensor) keeps:
 - ``why_unavailable(**probe) -> str | None``: on the class, probes whether the backend can work here;
   on an :class:`EmptySensor` instance, says why there is no power measurement.
 
+Every rail value is checked before it is believed (:func:`check_rail`, :meth:`PowerSensor.check`): per-rail
+bounds from the board's own limits; a rejected value is counted and left out, and makes the total ``partial``.
+
 Energy-counter sensors (NVML total energy, RAPL) set ``is_energy_counter = True``, fill
 :attr:`PowerReading.energy_j` (cumulative, monotonic, wrap-around already unfolded) and implement
 :meth:`PowerSensor.read_energy_j`; the sampler then differences the counter instead of integrating power.
@@ -28,6 +31,51 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
+
+#: a rail may read slightly below zero at idle (offset of the shunt amplifier); below this it is not noise
+NEGATIVE_NOISE_W = 0.05
+
+
+@dataclass(frozen=True)
+class RailBounds:
+    """What one rail can physically report: ``max_w`` (W), and when known the bus voltage and current limits
+    (``max_v``, ``max_a``). ``source`` says where the numbers come from (the channel's critical-current limit in
+    sysfs, its shunt resistor and the chip's full scale, a documented per-board constant...)."""
+
+    max_w: float
+    source: str
+    max_v: float | None = None
+    max_a: float | None = None
+
+
+def check_rail(power_w: float, bounds: RailBounds | None = None, *, volts: float | None = None,
+               amps: float | None = None) -> tuple[float, str | None]:
+    """Check one rail's value before it is believed: ``(power_w, None)`` when plausible (a small negative offset
+    reads as 0 W), else ``(nan, why)``. The one place every backend validates a rail (see docs/sensors.md):
+
+    - not a finite number: rejected;
+    - negative power (below ``-NEGATIVE_NOISE_W``), negative voltage, or negative current beyond the same noise:
+      rejected (a Jetson's supply rails never run backwards);
+    - above the rail's physical maximum (``bounds.max_w``), or a voltage / current above the chip's limits:
+      rejected."""
+    if not math.isfinite(power_w) or (volts is not None and not math.isfinite(volts)) or (
+            amps is not None and not math.isfinite(amps)):
+        return math.nan, "not a finite number"
+    if volts is not None:
+        if volts < 0:
+            return math.nan, f"negative voltage {volts:.4g} V"
+        if bounds is not None and bounds.max_v is not None and volts > bounds.max_v:
+            return math.nan, f"{volts:.4g} V is above the rail's {bounds.max_v:g} V maximum ({bounds.source})"
+    if amps is not None:
+        if volts is not None and amps * max(volts, 1.0) < -NEGATIVE_NOISE_W:
+            return math.nan, f"negative current {amps:.4g} A"
+        if bounds is not None and bounds.max_a is not None and amps > bounds.max_a:
+            return math.nan, f"{amps:.4g} A is above the rail's {bounds.max_a:g} A maximum ({bounds.source})"
+    if power_w < -NEGATIVE_NOISE_W:
+        return math.nan, f"negative power {power_w:.4g} W"
+    if bounds is not None and power_w > bounds.max_w:
+        return math.nan, f"{power_w:.4g} W is above the rail's physical maximum {bounds.max_w:.4g} W ({bounds.source})"
+    return max(power_w, 0.0), None
 
 
 class SensorError(RuntimeError):
@@ -55,7 +103,10 @@ class PowerReading:
     - ``partial``: True when the total misses at least one rail that normally contributes to it;
     - ``missing``: names of the rails that could not be read this time;
     - ``rails_energy_j``: for energy-counter sensors with several domains (RAPL package/DRAM), each domain's
-      cumulative energy in J; ``None`` otherwise.
+      cumulative energy in J; ``None`` otherwise;
+    - ``rejected``: rails whose value this time failed :func:`check_rail` (negative, above the rail's physical
+      maximum, not a number): absent from ``rails_w``, never summed; a rejected rail of the total makes it
+      ``partial``. With no valid rail of the total, ``power_w`` is ``nan`` (nothing to call measured).
     """
 
     t_ns: int
@@ -65,11 +116,19 @@ class PowerReading:
     partial: bool = False
     missing: tuple[str, ...] = ()
     rails_energy_j: dict[str, float] | None = None
+    rejected: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
-        """True when the total is a finite number and nothing is missing."""
+        """True when the total is a finite number formed from every rail it needs (none missing or rejected)."""
         return math.isfinite(self.power_w) and not self.partial
+
+    @property
+    def quality(self) -> str:
+        """``ok``, ``partial`` (the total misses a rail: missing or rejected) or ``invalid`` (no total at all)."""
+        if not math.isfinite(self.power_w) and self.energy_j is None:
+            return "invalid"
+        return "partial" if self.partial else "ok"
 
 
 class PowerSensor(ABC):
@@ -85,12 +144,29 @@ class PowerSensor(ABC):
     is_energy_counter: ClassVar[bool] = False
     #: whether reads are cheap sysfs-style reads (the sampler then samples at least 100 Hz)
     is_sysfs: ClassVar[bool] = False
+    #: whether a reading's ``t_ns`` is when the hardware sampled it (jtop), not the time of the read
+    dated_readings: ClassVar[bool] = False
 
     label: str = ""
     update_period_s: float = 0.01
     rails: tuple[str, ...] = ()
     #: free-text caveats shown to users (rates, what the total leaves out...)
     notes: str = ""
+    #: per-rail plausibility bounds (:func:`check_rail`), from the board's own limits where it exposes them
+    bounds: dict[str, RailBounds] = {}  # noqa: RUF012 - replaced per instance, never mutated
+    #: rail values rejected so far by :meth:`check` (and the last reason), for reports
+    rejected_count: int = 0
+    last_rejection: str | None = None
+
+    def check(self, rail: str, power_w: float, *, volts: float | None = None,
+              amps: float | None = None) -> float:
+        """Validate one rail's value against its bounds (:func:`check_rail`); a rejected value is counted on the
+        sensor and returned as ``nan``."""
+        w, why = check_rail(power_w, self.bounds.get(rail), volts=volts, amps=amps)
+        if why is not None:
+            self.rejected_count += 1
+            self.last_rejection = f"{rail}: {why}"
+        return w
 
     @abstractmethod
     def read(self) -> PowerReading:
@@ -166,4 +242,5 @@ class EmptySensor(PowerSensor):
         return f"<EmptySensor: {self.reason}>"
 
 
-__all__ = ["EmptySensor", "PowerReading", "PowerSensor", "SensorError", "SensorUnavailableError"]
+__all__ = ["NEGATIVE_NOISE_W", "EmptySensor", "PowerReading", "PowerSensor", "RailBounds", "SensorError",
+           "SensorUnavailableError", "check_rail"]

@@ -15,8 +15,12 @@ one; otherwise the documented sum of the board's rails (Orin AGX: VDD_GPU_SOC + 
 VDDQ_VDD2_1V8AO, which is what tegrastats / jtop report; Xavier AGX: GPU + CPU + SOC + CV + VDDRQ + SYS5V);
 for an unknown rail set without an input rail, the sum of every rail (said in ``notes``).
 
-A rail that vanishes or returns garbage mid-run is marked missing in that reading (and the total flagged
-``partial`` if it contributes to it); nothing raises unless no rail at all can be read. See docs/sensors.md.
+Every value is checked before it is believed (:func:`~lightning_edge.devices.sensors.base.check_rail`): bounds per
+rail from the board's own limits (:func:`rail_bounds`: the shunt resistor and the chip's full scale, or the channel's
+critical-current limit; at most 26 V), no negative power. A rail that vanishes, is denied or returns garbage mid-run
+is marked missing in that reading, a rail whose value fails the check is rejected (and counted); either makes the
+total ``partial`` if the rail contributes to it; with no valid rail of the total, the total is ``nan``. Nothing
+raises unless no rail at all can be read. See docs/sensors.md.
 """
 
 from __future__ import annotations
@@ -30,7 +34,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lightning_edge.devices.sensors.base import PowerReading, PowerSensor, SensorError, SensorUnavailableError
+from lightning_edge.devices.sensors.base import (
+    PowerReading,
+    PowerSensor,
+    RailBounds,
+    SensorError,
+    SensorUnavailableError,
+)
 
 HWMON_GLOB = "sys/bus/i2c/drivers/ina3221/*/hwmon/hwmon*"
 CLASS_HWMON_GLOB = "sys/class/hwmon/hwmon*"
@@ -49,9 +59,6 @@ BOARD_SUMS: dict[str, tuple[str, ...]] = {
 #: 1.1 ms bus + 1.1 ms shunt conversion per enabled channel, 1 sample (no averaging)
 DEFAULT_CONVERSION_MS_PER_CHANNEL = 2.2
 DEFAULT_SAMPLES = 1
-
-#: readings outside this magnitude are garbage (a driver error code, a torn write...)
-_MAX_ABS = 1e6
 
 FIX_PERMISSION = (
     "INA3221 sysfs files are normally world-readable (0444); something made them root-only. Fix for this boot: "
@@ -73,13 +80,53 @@ class Rail:
     layout: str  # "hwmon" | "iio"
     files: tuple[str, ...]
 
-    def read_w(self) -> float:
-        """Power in W; raises OSError (file gone, permission) or ValueError (garbage)."""
+    def read(self) -> tuple[float, float | None, float | None]:
+        """``(power W, volts or None, amps or None)``; raises OSError (file gone, permission) or ValueError
+        (garbage). Not yet checked: see :meth:`INA3221Sensor.read`."""
         if len(self.files) == 1:
-            return _read_number(self.files[0]) / 1e3  # mW
+            return _read_number(self.files[0]) / 1e3, None, None  # mW
         mv = _read_number(self.files[0])
         ma = _read_number(self.files[1])
-        return mv * ma / 1e6
+        return mv * ma / 1e6, mv / 1e3, ma / 1e3
+
+    def read_w(self) -> float:
+        """Power in W (unchecked); raises OSError or ValueError."""
+        return self.read()[0]
+
+
+#: INA3221 limits (TI datasheet): bus voltage 0-26 V; shunt voltage full scale 163.84 mV (40 uV LSB x 4096)
+INA3221_MAX_BUS_V = 26.0
+INA3221_SHUNT_FULL_SCALE_V = 0.16384
+#: the shunt Jetson carrier boards use (5 mOhm), for a channel whose sysfs gives neither shunt nor limit
+JETSON_DEFAULT_SHUNT_OHM = 0.005
+
+
+def rail_bounds(rail: Rail, chip_dir: str) -> RailBounds:
+    """A rail's physical maximum, from the board's own limits: hwmon gives the channel's shunt resistor
+    (``shunt{N}_resistor``, uOhm), so the current cannot exceed the ADC's full scale 163.84 mV / R; iio gives the
+    channel's critical-current limit (``crit_current_limit_{N}``, mA); else the Jetson's 5 mOhm shunt. The bus
+    voltage is at most the chip's 26 V."""
+    amps = source = None
+    if rail.layout == "hwmon":
+        try:
+            uohm = float(_read_text(os.path.join(chip_dir, f"shunt{rail.channel}_resistor")))
+            if uohm > 0:
+                amps = INA3221_SHUNT_FULL_SCALE_V / (uohm * 1e-6)
+                source = f"INA3221 full scale 163.84 mV over the {uohm / 1e3:g} mOhm shunt"
+        except (OSError, ValueError):
+            pass
+    else:
+        try:
+            ma = float(_read_text(os.path.join(chip_dir, f"crit_current_limit_{rail.channel}")))
+            if ma > 0:
+                amps, source = ma / 1e3, f"the channel's critical-current limit {ma:g} mA"
+        except (OSError, ValueError):
+            pass
+    if amps is None:
+        amps = INA3221_SHUNT_FULL_SCALE_V / JETSON_DEFAULT_SHUNT_OHM
+        source = "INA3221 full scale over a Jetson's 5 mOhm shunt (the board does not say)"
+    return RailBounds(max_w=INA3221_MAX_BUS_V * amps, source=f"{source}, at most {INA3221_MAX_BUS_V:g} V",
+                      max_v=INA3221_MAX_BUS_V, max_a=amps)
 
 
 def _read_text(path: str) -> str:
@@ -93,10 +140,8 @@ def _read_number(path: str) -> float:
         data = os.read(fd, 64)
     finally:
         os.close(fd)
-    value = float(int(data))  # int() accepts b"1234\n"; anything else is garbage (ValueError)
-    if abs(value) > _MAX_ABS:
-        raise ValueError(f"implausible value {data!r} in {path}")
-    return value
+    return float(int(data))  # int() accepts b"1234\n"; anything else is garbage (ValueError); a number is checked
+    # against the rail's bounds by the sensor (check_rail), so an implausible one is rejected and counted
 
 
 def _index(path: str, prefix: str) -> int:
@@ -324,6 +369,7 @@ class INA3221Sensor(PowerSensor):
         self.update_period_s = float(update_period_s) if update_period_s else max(found.update_ms.values()) / 1e3
         self.clock_ns = clock_ns
         self._last_relocate_ns = 0
+        self.bounds = {r.name: rail_bounds(r, self._chip_dirs.get(r.chip, "")) for r in self._rails}
         self.label = f"INA3221 ({self.layout}) total = {self.total_desc}"
         self.notes = (f"rails: {', '.join(self.rails)}; total = {self.total_desc}; chip update every "
                       f"{self.update_period_s * 1e3:g} ms")
@@ -339,17 +385,19 @@ class INA3221Sensor(PowerSensor):
         t_ns = int(self.clock_ns())
         rails_w: dict[str, float] = {}
         missing: list[str] = []
+        rejected: list[str] = []
         for r in self._rails:
             try:
-                w = r.read_w()
+                w, volts, amps = r.read()
             except (OSError, ValueError):
                 missing.append(r.name)
                 continue
+            w = self.check(r.name, w, volts=volts, amps=amps)  # negative, above the rail's maximum: rejected
             if not math.isfinite(w):
-                missing.append(r.name)
+                rejected.append(r.name)
                 continue
             rails_w[r.name] = w
-        if not rails_w:
+        if not rails_w and not rejected:
             if self._relocate(t_ns):
                 return self.read()
             raise SensorError(f"jetson: no INA3221 rail could be read ({', '.join(missing)}): "
@@ -357,11 +405,11 @@ class INA3221Sensor(PowerSensor):
         if missing and self._relocate(t_ns):  # a whole chip moved (hwmon renumbered)? retry once
             return self.read()
         total_missing = [r for r in self.total_rails if r not in rails_w]
-        if len(self.total_rails) == 1:
-            total = rails_w.get(self.total_rails[0], math.nan)
-        else:
-            total = sum(rails_w[r] for r in self.total_rails if r in rails_w)
-        return PowerReading(t_ns, total, rails_w, partial=bool(total_missing), missing=tuple(missing))
+        present = [rails_w[r] for r in self.total_rails if r in rails_w]
+        # a partial sum is flagged partial (never passed off as the total); with no valid rail there is no total
+        total = sum(present) if present else math.nan
+        return PowerReading(t_ns, total, rails_w, partial=bool(total_missing), missing=tuple(missing),
+                            rejected=tuple(rejected))
 
     def _relocate(self, now_ns: int) -> bool:
         """Re-glob the hwmon index of chips whose directory vanished (at most once a second)."""
@@ -385,4 +433,4 @@ class INA3221Sensor(PowerSensor):
         return moved
 
 
-__all__ = ["BOARD_SUMS", "INPUT_RAILS", "INA3221Sensor", "Rail", "board_total", "discover"]
+__all__ = ["BOARD_SUMS", "INPUT_RAILS", "INA3221Sensor", "Rail", "board_total", "discover", "rail_bounds"]

@@ -18,7 +18,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lightning_edge.devices.sensors.base import PowerReading, PowerSensor, SensorError, SensorUnavailableError
+from lightning_edge.devices.sensors.base import (
+    PowerReading,
+    PowerSensor,
+    RailBounds,
+    SensorError,
+    SensorUnavailableError,
+)
+
+#: no GPU board draws more (the largest have a 1.2 kW limit); used when NVML does not give the board's limit
+NVML_MAX_W = 2000.0
 
 NVML_ERROR_NOT_SUPPORTED = 3
 _JETSON_HINTS = ("orin", "xavier", "tegra", "jetson", "nvgpu")
@@ -140,6 +149,17 @@ class NvmlSensor(PowerSensor):
             self.notes += "; on Ampere and newer (except GA100) NVML averages power over 1 s"
         self._e0_mj: int | None = None
         self._last: tuple[int, float] | None = None
+        self.bounds = {self.rails[0]: self._bounds()}
+
+    def _bounds(self) -> RailBounds:
+        """Twice the board's highest settable power limit (NVML), else :data:`NVML_MAX_W`."""
+        try:
+            _, hi_mw = self.nvml.nvmlDeviceGetPowerManagementLimitConstraints(self.handle)
+            if hi_mw and hi_mw > 0:
+                return RailBounds(2 * hi_mw / 1e3, f"twice the GPU's {hi_mw / 1e3:g} W maximum power limit")
+        except Exception:  # noqa: BLE001 - not supported, no such call in the module
+            pass
+        return RailBounds(NVML_MAX_W, f"{NVML_MAX_W:g} W: above any GPU board")
 
     @property
     def energy_domain(self) -> str:
@@ -155,7 +175,9 @@ class NvmlSensor(PowerSensor):
         rail = self.rails[0]
         try:
             if not self.is_energy_counter:
-                w = self.nvml.nvmlDeviceGetPowerUsage(self.handle) / 1e3
+                w = self.check(rail, float(self.nvml.nvmlDeviceGetPowerUsage(self.handle)) / 1e3)
+                if not math.isfinite(w):
+                    return PowerReading(t, math.nan, {}, partial=True, rejected=(rail,))
                 return PowerReading(t, w, {rail: w})
             mj = int(self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle))
         except Exception as exc:  # noqa: BLE001 - NVMLError_GpuIsLost, Unknown...
@@ -165,7 +187,12 @@ class NvmlSensor(PowerSensor):
         e = (mj - self._e0_mj) / 1e3
         w = math.nan
         if self._last is not None and t > self._last[0]:
-            w = (e - self._last[1]) / ((t - self._last[0]) / 1e9)
+            w = self.check(rail, (e - self._last[1]) / ((t - self._last[0]) / 1e9))
+            if not math.isfinite(w):  # the counter went back (driver reload) or jumped: not energy; rebase on it
+                self._e0_mj = mj - int(round(self._last[1] * 1e3))
+                self._last = (t, self._last[1])
+                return PowerReading(t, math.nan, {}, energy_j=self._last[1], rails_energy_j={rail: self._last[1]},
+                                    partial=True, rejected=(rail,))
         self._last = (t, e)
         return PowerReading(t, w, {rail: w} if math.isfinite(w) else {}, energy_j=e, rails_energy_j={rail: e})
 

@@ -27,7 +27,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lightning_edge.devices.sensors.base import PowerReading, PowerSensor, SensorError, SensorUnavailableError
+from lightning_edge.devices.sensors.base import (
+    PowerReading,
+    PowerSensor,
+    RailBounds,
+    SensorError,
+    SensorUnavailableError,
+)
+
+#: no CPU package (or its DRAM) draws more: the largest server CPUs have a 500 W TDP (PL2 bursts stay below 2x);
+#: a counter step that implies more is a glitch (a re-read after a driver reload, garbage), not energy
+RAPL_MAX_W = 1000.0
 
 POWERCAP_GLOB = "sys/class/powercap/intel-rapl:*"
 
@@ -132,6 +142,7 @@ class RaplSensor(PowerSensor):
                       "about every 1 ms")
         self._t_last: int | None = None
         self._e_last: dict[str, float] = {}
+        self.bounds = {r: RailBounds(RAPL_MAX_W, f"{RAPL_MAX_W:g} W: above any CPU package") for r in self.rails}
 
     @classmethod
     def why_unavailable(cls, root: str | os.PathLike[str] = "/", **_: Any) -> str | None:
@@ -150,15 +161,28 @@ class RaplSensor(PowerSensor):
             raise SensorError(f"rapl: no energy counter could be read ({', '.join(missing)})")
         dt = (t - self._t_last) / 1e9 if self._t_last is not None else 0.0
         rails_w: dict[str, float] = {}
-        for r, e in energies.items():
+        rejected: list[str] = []
+        for d in self._domains:
+            r = d.rail
+            if r not in energies:
+                continue
             prev = self._e_last.get(r)
-            rails_w[r] = (e - prev) / dt if (prev is not None and dt > 0) else math.nan
+            if prev is None or dt <= 0:
+                rails_w[r] = math.nan
+                continue
+            w = self.check(r, (energies[r] - prev) / dt)
+            if not math.isfinite(w):  # an impossible jump: not energy; the counter continues from here
+                rejected.append(r)
+                d.total_uj = int(round(prev * 1e6))
+                energies[r] = prev
+            rails_w[r] = w
         self._t_last = t
         self._e_last.update(energies)
-        power = sum(rails_w.values()) if not missing else math.nan
-        total = sum(energies.values()) if not missing else None
+        bad = bool(missing or rejected)
+        power = sum(rails_w.values()) if not bad else math.nan
+        total = sum(energies.values()) if not bad else None
         return PowerReading(t, power, {k: v for k, v in rails_w.items() if math.isfinite(v)}, energy_j=total,
-                            partial=bool(missing), missing=tuple(missing), rails_energy_j=energies)
+                            partial=bad, missing=tuple(missing), rails_energy_j=energies, rejected=tuple(rejected))
 
     def read_energy_j(self) -> float:
         """Cumulative package + DRAM energy since the sensor was opened, J."""

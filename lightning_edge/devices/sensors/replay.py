@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import csv
 import io
+import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -24,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from lightning_edge.devices.sensors.base import PowerReading, PowerSensor
+from lightning_edge.devices.sensors.base import PowerReading, PowerSensor, check_rail
 from lightning_edge.devices.sensors.tegrastats import parse_tegrastats
 
 
@@ -135,8 +136,27 @@ class ReplaySensor(PowerSensor):
         if self._start_ns is None:
             self._start_ns = now
         i = self.index_at(now - self._start_ns)
-        rails = {r: float(self.rails_w[i, k]) for k, r in enumerate(self.rails)}
-        return PowerReading(now, float(self.power_w[i]), rails)
+        rails: dict[str, float] = {}
+        missing: list[str] = []
+        rejected: list[str] = []
+        for k, r in enumerate(self.rails):
+            v = float(self.rails_w[i, k])
+            if math.isnan(v):
+                missing.append(r)  # not in the recording at that time
+                continue
+            w = self.check(r, v)  # a recording is checked like a live sensor (negative: rejected)
+            if math.isfinite(w):
+                rails[r] = w
+            else:
+                rejected.append(r)
+        total = float(self.power_w[i])
+        if not math.isnan(total):
+            total, why = check_rail(total)
+            if why is not None:
+                self.rejected_count += 1
+                self.last_rejection = f"total: {why}"
+        return PowerReading(now, total, rails, partial=not math.isfinite(total), missing=tuple(missing),
+                            rejected=tuple(rejected))
 
     def energy_j(self, t0_s: float, t1_s: float) -> float:
         """The exact energy of the replayed (held) trace between two elapsed times, J (for tests and checks)."""

@@ -119,13 +119,33 @@ def test_rail_vanishes_mid_run_total_partial_no_exception(tmp_path):
     assert s.read().ok
 
 
-@pytest.mark.parametrize("text", ["garbage\n", "", "12.5.3", "99999999999\n"])
+@pytest.mark.parametrize("text", ["garbage\n", "", "12.5.3"])
 def test_garbage_values_mark_the_rail_missing(tmp_path, text):
     board = build_orin_agx_ina(tmp_path)
     s = INA3221Sensor(root=tmp_path)
     board.garbage("VDD_CPU_CV", text)
     r = s.read()
     assert r.missing == ("VDD_CPU_CV",) and r.partial and "VDD_CPU_CV" not in r.rails_w
+
+
+@pytest.mark.parametrize("text", ["99999999999\n", "-5000\n"])
+def test_implausible_numbers_are_rejected_and_counted(tmp_path, text):
+    board = build_orin_agx_ina(tmp_path)
+    s = INA3221Sensor(root=tmp_path)
+    board.garbage("VDD_CPU_CV", text)
+    r = s.read()
+    assert r.rejected == ("VDD_CPU_CV",) and not r.missing and r.partial and "VDD_CPU_CV" not in r.rails_w
+    assert s.rejected_count == 1 and "VDD_CPU_CV" in s.last_rejection
+    assert 0 < r.power_w < sum(board.power_w(n) for n in board.rails)  # the other three rails, flagged partial
+
+
+def test_rail_bounds_come_from_the_boards_own_limits(tmp_path):
+    build_orin_agx_ina(tmp_path / "agx")
+    b = INA3221Sensor(root=tmp_path / "agx").bounds["VDD_GPU_SOC"]
+    assert b.max_a == pytest.approx(0.16384 / 0.005) and b.max_v == 26.0 and "5 mOhm shunt" in b.source
+    build_xavier_nx_jp4(tmp_path / "xnx")
+    b = INA3221Sensor(root=tmp_path / "xnx").bounds["VDD_IN"]
+    assert b.max_a == pytest.approx(4.0) and "critical-current limit" in b.source
 
 
 def test_garbage_at_probe_is_not_fatal(tmp_path):

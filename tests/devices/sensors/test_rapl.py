@@ -50,14 +50,14 @@ def test_counter_wrap_around(tmp_path):
     s = RaplSensor(root=tmp_path, clock_ns=clock)
     sampler = PowerSampler(s, clock_ns=clock)
     t0 = clock.t
-    for _ in range(50):  # 50 x 1 ms at 2 kW-equivalent steps: 2 J per read, wraps every 5 reads
+    for _ in range(50):  # 50 x 10 ms at 200 W: 2 J per read, wraps every 5 reads
         sampler.sample_once()
         rapl.advance("package-0", 2.0)
-        clock.t += 1_000_000
+        clock.t += 10_000_000
     sampler.sample_once()
     assert s.read_energy_j() == pytest.approx(100.0, rel=1e-6)
     assert sampler.energy_j(t0, clock.t) == pytest.approx(100.0, rel=1e-6)
-    assert sampler.energy_j(t0 + 500_000, t0 + 1_500_000) == pytest.approx(2.0, rel=1e-6)
+    assert sampler.energy_j(t0 + 5_000_000, t0 + 15_000_000) == pytest.approx(2.0, rel=1e-6)
 
 
 def test_root_only_energy_uj_says_why_and_how(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -103,3 +104,13 @@ def test_replay_rejects_bad_traces(tmp_path):
     (tmp_path / "bad.csv").write_text("time,watts\n0,1\n")
     with pytest.raises(ValueError, match="t_s"):
         ReplaySensor.from_csv(tmp_path / "bad.csv")
+
+
+def test_a_recording_is_checked_like_a_live_sensor():
+    clock = Clock()
+    s = ReplaySensor([0.0, 0.1], [5.0, -3.0], {"X": [5.0, -3.0]}, clock_ns=clock)
+    r = s.read()
+    assert r.ok and r.rails_w == {"X": 5.0}
+    clock.t += 150_000_000
+    r = s.read()
+    assert math.isnan(r.power_w) and r.partial and r.rejected == ("X",) and s.rejected_count == 2
