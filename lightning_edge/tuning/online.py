@@ -256,9 +256,9 @@ class SimStepMeter:
 
     def _level_at(self, t: float) -> float:
         assert self._target_w is not None
-        if self._from_w is None or self.settle_tau_s <= 0:
+        if self._from_w is None:
             return self._target_w
-        return self._target_w + (self._from_w - self._target_w) * math.exp(-(t - self._change_s) / self.settle_tau_s)
+        return self.twin.settling_w(self._from_w, self._target_w, t - self._change_s)
 
     def mode_changed(self, mode: PowerMode) -> None:
         if self._target_w is None:
@@ -282,13 +282,8 @@ class SimStepMeter:
         noisy = self.workload.train(mode)
         dt = float(noisy.time_s)
         a, b = self.clock_s, self.clock_s + dt
-        tau = self.settle_tau_s
-        if self._from_w is None or tau <= 0:
-            level = self._target_w
-        else:  # exact mean of the exponential settling curve over the step
-            ea = math.exp(-(a - self._change_s) / tau)
-            eb = math.exp(-(b - self._change_s) / tau)
-            level = self._target_w + (self._from_w - self._target_w) * tau * (ea - eb) / dt
+        # the mean of the twin's settling curve over the step (the curve lives in the twin only)
+        level = self.twin.settling_w(self._from_w, self._target_w, a - self._change_s, b - self._change_s)
         power = level * (noisy.power_w / clean_power_w)
         self.clock_s = b
         return dt, float(power)
