@@ -111,10 +111,15 @@ def format_summary(s: dict[str, Any], device_text: str) -> str:
     """The end-of-fit summary printed by the callback (``s`` from :meth:`OnlineTuner.summary`)."""
     lab = s.get("label", "")
     lines = [f"lightning_edge PowerModeTuner ({device_text})"]
-    lines.append(
-        f"  budget {s['budget_w']:g} W, strategy {s['strategy']}: {s['profiles_used']} profiles used, "
-        f"{s['new_profiles']} measured in this run ({s['profiling_steps']} minibatches, "
-        f"{s['profiling_time_s']:.1f} s, {s['profiling_energy_j']:.0f} J {lab})")
+    cost = (f"{s['profiling_steps']} minibatches, {s['profiling_time_s']:.1f} s, {s['profiling_energy_j']:.0f} J "
+            f"{lab}")
+    if s["profiles_used"] or s["new_profiles"]:
+        lines.append(f"  budget {s['budget_w']:g} W, strategy {s['strategy']}: {s['profiles_used']} profiles used, "
+                     f"{s['new_profiles']} measured in this run ({cost})")
+    else:
+        lines.append(f"  budget {s['budget_w']:g} W, strategy {s['strategy']}: no search finished in this run "
+                     f"(profiling windows: {cost})")
+    lines.extend(_progress_lines(s))
     if s.get("mode"):
         lines.append(f"  chosen mode {s['mode']}: {s['time_s'] * 1e3:.1f} ms/minibatch, {s['power_w']:.1f} W "
                      f"(profile, {lab})")
@@ -134,6 +139,27 @@ def format_summary(s: dict[str, Any], device_text: str) -> str:
     if s.get("restored"):
         lines.append(f"  board restored to {s['restored']}")
     return "\n".join(lines)
+
+
+def _progress_lines(s: dict[str, Any]) -> list[str]:
+    """Where tuning stands (from :meth:`OnlineTuner.progress`): never a bare count of zero profiles."""
+    if "profiles_done" not in s:
+        return []
+    est = " (estimated from the step times)" if s.get("per_profile_estimated") else ""
+    per = (f"{s['minibatches_per_profile']:.0f} minibatches per profile{est}: {s['settle_steps']:.0f} while the "
+           f"power settles, {s['warmup_steps']:.0f} warm-up, {s['window_steps']:.0f} measured")
+    out = [f"  tuning: {s['profiles_done']} profiles done of {s['profiles_planned']} planned (at most, MAXN "
+           f"included); {per}"]
+    if s.get("tuning_steps") is not None:
+        out.append(f"  tuning took {s['tuning_steps']} minibatches, then training went on in the chosen mode")
+    elif s.get("more_steps_needed"):
+        out.append(f"  tuning did not finish: the run would have needed about {s['more_steps_needed']} more "
+                   "minibatches (profiles done are kept in the store: a longer or a second run finishes it)")
+    if s.get("prior"):
+        out.append(f"  prior: {s['prior']} ({s['prior_time_s']:.2f} s); nothing is chosen on a prediction, only on a profile")
+    elif s.get("prior_note"):
+        out.append(f"  {s['prior_note']}")
+    return out
 
 
 class PowerModeTunerMixin:
@@ -160,6 +186,9 @@ class PowerModeTunerMixin:
         log_every_n_steps: TensorBoard scalars every N training steps.
         print_summary: print the summary at the end of fit; ``log_dir``: own SummaryWriter's directory when the
             Trainer has no TensorBoardLogger.
+        prior: ``True`` (default): on the twin, start the search from the modes' predicted time and power
+            (:mod:`lightning_edge.tuning.prior`; applied from the second minibatch); ``False``: Fulcrum's search
+            as published; or a :class:`~lightning_edge.tuning.prior.Prior`.
     """
 
     def __init__(self, power_budget_w: float, *, strategy: Any = "gmd", device: Any = "auto", store: Any = "default",
@@ -167,7 +196,7 @@ class PowerModeTunerMixin:
                  baseline: bool = True, drift_window: int = 20, drift_tolerance: float = 0.03,
                  drift_patience: int = 2, workload_id: str | None = None, precision: str | None = None,
                  seed: int | None = 0, log_every_n_steps: int = 10, print_summary: bool = True,
-                 log_dir: str | os.PathLike[str] | None = None) -> None:
+                 log_dir: str | os.PathLike[str] | None = None, prior: Any = True) -> None:
         super().__init__()
         budget = float(power_budget_w)
         if not (math.isfinite(budget) and budget > 0):
@@ -198,6 +227,7 @@ class PowerModeTunerMixin:
         self.seed = seed
         self.log_every_n_steps = int(log_every_n_steps)
         self.print_summary = print_summary
+        self.prior = prior
         self.tuner: OnlineTuner | None = None
         self.tdev: TuningDevice | None = None
         self.summary_text: str | None = None
@@ -248,7 +278,8 @@ class PowerModeTunerMixin:
         self.tuner = OnlineTuner(
             self.power_budget_w, self.tdev.controller, self.tdev.meter, strategy=self.strategy, space=self.space,
             store=self.store, fingerprint=self.workload_id, window=self.window, switch_at=self.switch_at,
-            baseline=self.baseline, on_event=self._on_event, **self.drift)
+            baseline=self.baseline, on_event=self._on_event, prior="auto" if self.prior is True else self.prior,
+            **self.drift)
         if self._pending_state:
             self.tuner.load_state_dict(self._pending_state)
             self._pending_state = None

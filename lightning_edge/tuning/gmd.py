@@ -363,7 +363,8 @@ class GMD(Strategy):
       ``None``: Algorithm 1 as above). Training only: GMD first profiles the predicted fastest mode within the
       budget, corrects every prediction by the nearest profile and goes on while a mode is predicted faster than
       the best profiled one within the budget, for at most ``prior_profiles`` profiles; when none of them is
-      within the budget it goes on with Algorithm 1 for the rest of its budget. ``with_prior(prior)`` is a copy.
+      within the budget it goes on with Algorithm 1 and its full budget (so at most ``prior_profiles`` + 10
+      training profiles in all). ``with_prior(prior)`` is a copy.
     """
 
     name = "GMD"
@@ -417,7 +418,8 @@ class GMD(Strategy):
         return f"GMD(max_profiles={self.max_profiles}, search_profiles={self.search_profiles})"
 
     def budget(self, problem: Any, space: PowerModeSpace) -> int:
-        return int(self.max_profiles[problem.kind])
+        extra = self.prior_profiles if self.prior is not None and isinstance(problem, TrainingProblem) else 0
+        return int(self.max_profiles[problem.kind]) + extra  # with a prior: its profiles, then Algorithm 1's
 
     def search(self, ctx: SearchContext, problem: Any, space: PowerModeSpace, seed: int | None = None) -> Generator:
         grid = Grid.of(space)
@@ -433,8 +435,9 @@ class GMD(Strategy):
                                         prior, min(limit, self.prior_profiles), trace=trace)
                 if _any_feasible(ctx, problem):
                     return
+                trace.append(("prior-fallback", ctx.used))  # nothing within the budget yet: Algorithm 1 in full
             yield from gmd_core(ctx, grid, lambda i: Point("train", grid.mode(i)), problem.power_budget_w,
-                                min(limit, self.search_profiles["train"]), self.power_eps_w, trace,
+                                min(limit, ctx.used + self.search_profiles["train"]), self.power_eps_w, trace,
                                 descend_min=self.descend_min_rho, finish_line=self.finish_line)
         elif isinstance(problem, InferenceProblem):
             yield from self._infer(ctx, grid, problem, limit, trace)

@@ -297,12 +297,15 @@ class SimStepMeter:
 class WindowSpec:
     """How one mode is profiled on training minibatches.
 
-    ``settle_s``: seconds after the switch whose steps are discarded (a Jetson's power needs 2-3 s; ``None``:
-    the meter's default, 2.5 s on a board, 3 time constants of the twin's settling); ``warmup_steps``: at least
-    that many minibatches are discarded, settling ones included (the first one after a switch is slow: Fulcrum
-    section 6); then between
-    ``min_steps`` and ``max_steps`` minibatches are measured, stopping once the relative standard error of the
-    mean time and of the mean power are both <= ``rel_sem``; ``max_settle_steps`` bounds the discarded steps.
+    ``settle_s``: ``None`` (the default): the minibatches after the switch are discarded until the measured
+    power has *settled*, detected on the readings: the time-weighted mean power of the last ``settle_block_s``
+    seconds (at least 3 minibatches) differs from the block before it by at most ``settle_rel`` of it plus twice
+    the standard error of that difference (the readings' own noise); at most the device's settling time (2.5 s
+    on a Jetson: Pagoda, Fulcrum section 6; 3 time constants on the twin). A number: a fixed settling time in
+    seconds instead (0: none). ``warmup_steps``: at least that many minibatches are discarded, settling ones
+    included (the first one after a switch is slow: Fulcrum section 6); then between ``min_steps`` and
+    ``max_steps`` minibatches are measured, stopping once the relative standard error of the mean time and of
+    the mean power are both <= ``rel_sem``; ``max_settle_steps`` bounds the discarded steps.
     """
 
     settle_s: float | None = None
@@ -311,6 +314,8 @@ class WindowSpec:
     max_steps: int = 40
     rel_sem: float = 0.01
     max_settle_steps: int = 200
+    settle_block_s: float = 0.5
+    settle_rel: float = 0.01
 
     def __post_init__(self) -> None:
         if self.settle_s is not None and not (self.settle_s >= 0 and math.isfinite(self.settle_s)):
@@ -322,11 +327,20 @@ class WindowSpec:
                              f"max_steps={self.max_steps}")
         if not (self.rel_sem > 0):
             raise ValueError(f"rel_sem must be > 0 (e.g. 0.01 for 1 %), got {self.rel_sem!r}")
+        if not (self.settle_block_s > 0 and math.isfinite(self.settle_block_s)) or not (self.settle_rel > 0):
+            raise ValueError(f"settle_block_s and settle_rel must be > 0, got {self.settle_block_s!r}, "
+                             f"{self.settle_rel!r}")
+
+    @property
+    def detects_settling(self) -> bool:
+        return self.settle_s is None
 
 
 @dataclass
 class ProfileWindow:
-    """A window in progress: the mode, when it was switched to, the discarded and the measured steps."""
+    """A window in progress: the mode, when it was switched to, the discarded and the measured steps.
+
+    ``settle_s``: the fixed settling time or, when ``spec.detects_settling``, the most it may take."""
 
     index: int
     mode: PowerMode
@@ -339,18 +353,52 @@ class ProfileWindow:
     powers: list = field(default_factory=list)
     cost_s: float = 0.0  # simulated or wall time of every step of the window (its profiling cost)
     cost_j: float = 0.0
+    settled_after_s: float | None = None  # when the power was found settled (seconds after the switch)
+    settling_steps: int = 0  # discarded because the power was still settling (the rest: warm-up)
+    _trace: list = field(default_factory=list)  # (start after the switch, time, power) of the discarded steps
 
     def feed(self, t_end_s: float, time_s: float, power_w: float) -> bool:
         """Add a step; True when the step was measured (not discarded)."""
         self.cost_s += time_s
         self.cost_j += time_s * power_w
-        settling = (t_end_s - time_s) - self.switched_s < self.settle_s
+        since = (t_end_s - time_s) - self.switched_s
+        if self.settled_after_s is None:
+            if self.spec.detects_settling:
+                self._trace.append((since, time_s, power_w))
+                settling = since < self.settle_s and not self._settled()
+            else:
+                settling = since < self.settle_s
+            if not settling:
+                self.settled_after_s = max(since, 0.0)
+        settling = self.settled_after_s is None
         if (settling or self.discarded < self.spec.warmup_steps) and self.discarded < self.spec.max_settle_steps:
             self.discarded += 1
+            self.settling_steps += int(settling)
             return False
         self.times.append(time_s)
         self.powers.append(power_w)
         return True
+
+    def _settled(self) -> bool:
+        """The power trace since the switch has stopped moving: the last two blocks of ``settle_block_s``
+        (>= 3 minibatches each) agree within ``settle_rel`` plus twice the standard error of their difference."""
+        blocks = []
+        end = len(self._trace)
+        for _ in range(2):
+            dur, start = 0.0, end
+            while start > 0 and (dur < self.spec.settle_block_s or end - start < 3):
+                start -= 1
+                dur += self._trace[start][1]
+            if dur < self.spec.settle_block_s or end - start < 3:
+                return False
+            blocks.append(np.asarray(self._trace[start:end], dtype=float))
+            end = start
+        means, var = [], 0.0
+        for b in blocks:
+            t, p = b[:, 1], b[:, 2]
+            means.append(float((t * p).sum() / t.sum()))
+            var += float(p.var(ddof=1) / len(p)) if len(p) > 1 else math.inf
+        return abs(means[0] - means[1]) <= self.spec.settle_rel * means[0] + 2.0 * math.sqrt(var)
 
     @property
     def n(self) -> int:
@@ -418,6 +466,11 @@ class OnlineTuner:
             ``drift_window=0`` turns it off.
         on_event: ``f(kind, info: dict)`` for ``"profile"``, ``"solution"``, ``"infeasible"``, ``"retune"``,
             ``"drift"``, ``"restore"`` (the callback logs them).
+        prior: ``"auto"`` (default): on the twin, GMD and ALS start from the predicted time and power of every mode
+            (:mod:`lightning_edge.tuning.prior`: the uncalibrated twin model of the module's ``analyze`` cost,
+            not the simulated truth), built after the first minibatch (which shows the module's input shapes) and
+            so applied from the second; elsewhere none yet (the summary says why). A
+            :class:`~lightning_edge.tuning.prior.Prior`: that one. ``None``/``False``: no prior.
     """
 
     def __init__(self, problem: TrainingProblem | float, controller: Any, meter: Any, *, strategy: Any = "gmd",
@@ -425,7 +478,7 @@ class OnlineTuner:
                  device_model: str | None = None, window: WindowSpec | None = None, switch_at: str = "window",
                  baseline: bool = True, drift_window: int = 20, drift_tolerance: float = 0.03,
                  drift_patience: int = 2, on_event: Callable[[str, dict], None] | None = None,
-                 wait_timeout_s: float = 600.0) -> None:
+                 wait_timeout_s: float = 600.0, prior: Any = "auto") -> None:
         if not isinstance(problem, TrainingProblem):
             problem = TrainingProblem(float(problem))
         if switch_at not in ("window", "epoch"):
@@ -456,6 +509,17 @@ class OnlineTuner:
         self.drift_patience = int(drift_patience)
         self.on_event = on_event
         self.wait_timeout_s = float(wait_timeout_s)
+        if prior is True:
+            prior = "auto"
+        if not (prior in (None, False, "auto") or hasattr(prior, "corrected")):
+            raise ValueError(f"prior: expected 'auto', None or a lightning_edge.tuning.prior.Prior, got {prior!r}")
+        self.prior_setting = prior or None
+        self.prior: Any = None
+        self.prior_note: str | None = None  # why there is no prior, when there is none
+        self.prior_time_s = 0.0
+        self.planned_profiles = 0  # the strategy's profiles of the current solve (+ MAXN), an upper bound
+        self.tuned_at_step: int | None = None  # the first step trained in the chosen mode (end of tuning)
+        self._launch_pending = False
 
         self.phase = "waiting"
         self.original_mode: PowerMode | None = None
@@ -504,7 +568,44 @@ class OnlineTuner:
         self._started = True
         self.original_mode = self.controller.current()
         self.meter.start()
+        if not self._make_prior():
+            self._launch_pending = True  # the prior needs the module's inputs: launched after the first step
+            return
         self._launch(self.problem, reason="start")
+
+    def _make_prior(self) -> bool:
+        """Build the prior if one is wanted; False while it cannot be built yet (the twin's model of the module
+        exists after the first step)."""
+        setting = self.prior_setting
+        if setting is None:
+            self.prior_note = "no prior (turned off)"
+            return True
+        if not hasattr(self.strategy, "with_prior"):
+            self.prior_note = f"no prior ({getattr(self.strategy, 'name', 'this strategy')} takes none)"
+            return True
+        if setting != "auto":
+            self.prior = setting
+            return True
+        if not isinstance(self.meter, SimStepMeter):
+            self.prior_note = ("no prior: predicting a real board's modes needs the module's cost on the device "
+                               "model, not wired for real boards yet")
+            return True
+        if not self.meter.bound:
+            return False
+        from lightning_edge.tuning.prior import prior_for_twin
+
+        t0 = time.perf_counter()
+        try:
+            self.prior = prior_for_twin(self.meter.workload, self.space, simulated=True)
+        except Exception as exc:  # noqa: BLE001 - a prior is an aid: tune without it, and say why
+            self.prior_note = f"no prior: the model of this workload failed ({type(exc).__name__}: {exc})"
+        self.prior_time_s = time.perf_counter() - t0
+        return True
+
+    def _try_launch(self) -> None:
+        if self._launch_pending and self._make_prior():
+            self._launch_pending = False
+            self._launch(self.problem, reason="start")
 
     def _launch(self, problem: TrainingProblem, reason: str) -> None:
         self._requests = queue.Queue()
@@ -512,10 +613,14 @@ class OnlineTuner:
         workload = _OnlineWorkload(self, self.fingerprint or "online", self.device_model)
         scaled = problem if self.drift_scale == 1.0 else TrainingProblem(problem.power_budget_w / self.drift_scale)
         self.phase = "waiting"
+        strategy = self.strategy
+        if self.prior is not None and hasattr(strategy, "with_prior"):
+            strategy = strategy.with_prior(self.prior)
+        self.planned_profiles = _planned(strategy, scaled, self.space, self.prior) + int(self.baseline)
 
         def work() -> None:
             try:
-                res = self.strategy.run(scaled, self.space, workload, store=self.store,
+                res = strategy.run(scaled, self.space, workload, store=self.store,
                                         workload_id=self.fingerprint, device_model=self.device_model)
                 base = None
                 if self.baseline:
@@ -554,6 +659,9 @@ class OnlineTuner:
     def before_step(self) -> None:
         """Call before each training step: takes the strategy's next request or answer, switches modes."""
         if self._closed or not self._started:
+            return
+        if self._launch_pending:  # the first step, before the strategy can start: trained in the current mode
+            self.meter.step_begin()
             return
         if self._window is None and self._pending_mode is None and self.phase in ("waiting",):
             self._poll(block=True)
@@ -617,13 +725,18 @@ class OnlineTuner:
                 self._close_window(win)
         elif self.phase in ("tuned", "infeasible") and end_s - dt - self._switched_s >= self._settle_s():
             self._check_drift(rec)  # only settled steps: the power after a switch is still moving
+        if self.tuned_at_step is None and self.phase in ("tuned", "infeasible") and self._pending_mode is None:
+            self.tuned_at_step = rec.step
         self.records.append(rec)
+        if self._launch_pending:
+            self._try_launch()
         return rec
 
     def _close_window(self, win: ProfileWindow) -> None:
         m = win.result(self.label)
         info = {"index": win.index, "mode": win.mode, "time_s": m.time_s, "power_w": m.power_w, "label": m.label,
-                "steps": win.n, "discarded": win.discarded, "cost_s": win.cost_s, "cost_j": win.cost_j,
+                "steps": win.n, "discarded": win.discarded, "settling_steps": win.settling_steps,
+                "settled_after_s": win.settled_after_s, "cost_s": win.cost_s, "cost_j": win.cost_j,
                 "reason": win.reason, "within_budget": m.power_w <= self.problem.power_budget_w}
         self.profiles.append(info)
         self._window = None
@@ -780,6 +893,7 @@ class OnlineTuner:
             "retunes": len(self.retunes), "drift_scale": self.drift_scale,
             "fingerprint": self.fingerprint, "device_model": self.device_model,
         }
+        out.update(self.progress())
         if sol is not None:
             out.update(mode=str(sol.mode), time_s=sol.time_s, power_w=sol.power_w,
                        energy_per_step_j=sol.time_s * sol.power_w, throughput_steps_s=1.0 / sol.time_s)
@@ -794,6 +908,41 @@ class OnlineTuner:
                 out.update(throughput_vs_maxn=b.time_s / sol.time_s,
                            energy_vs_maxn=(sol.time_s * sol.power_w) / (b.time_s * b.power_w))
         return out
+
+    def progress(self) -> dict[str, Any]:
+        """Where tuning stands: profiles done and planned, the minibatches one profile takes (settling, warm-up,
+        measured window: the mean of this run's windows, else an estimate from the step times and the window
+        settings), and how many more minibatches tuning needs (0 once tuned)."""
+        done = len(self.profiles)
+        finished = self.phase in ("tuned", "infeasible") or self.tuned_at_step is not None
+        planned = done if finished else max(self.planned_profiles, done + (self._window is not None))
+        spec = self.window_spec
+        if self.profiles:
+            settle = float(np.mean([p.get("settling_steps", 0) for p in self.profiles]))
+            warm = float(np.mean([p["discarded"] - p.get("settling_steps", 0) for p in self.profiles]))
+            meas = float(np.mean([p["steps"] for p in self.profiles]))
+            estimated = False
+        else:
+            dts = [r.time_s for r in self.records[-50:]]
+            mean_dt = float(np.mean(dts)) if dts else math.nan
+            cap = self._settle_s()
+            settle = float(min(math.ceil(cap / mean_dt), spec.max_settle_steps)) if dts and cap > 0 else 0.0
+            warm = float(max(spec.warmup_steps - settle, 0))
+            meas = float(spec.min_steps)
+            estimated = True
+        per = settle + warm + meas
+        more = 0
+        if not finished:
+            cur = self._window
+            in_window = (cur.discarded + cur.n) if cur is not None else 0
+            left = max(planned - done, 0)
+            more = int(math.ceil(max(left * per - in_window, per - in_window if cur is not None else 0.0)))
+            more += int(self._launch_pending)
+        prior = getattr(self.prior, "source", None)
+        return {"profiles_done": done, "profiles_planned": int(planned), "settle_steps": settle, "warmup_steps": warm,
+                "window_steps": meas, "minibatches_per_profile": per, "per_profile_estimated": estimated,
+                "more_steps_needed": int(more), "tuning_steps": self.tuned_at_step,
+                "prior": prior, "prior_note": None if prior else self.prior_note, "prior_time_s": self.prior_time_s}
 
     # ------------------------------------------------------------------ checkpointing
     def state_dict(self) -> dict[str, Any]:
@@ -842,6 +991,17 @@ def _strategy(strategy: Any) -> Any:
 
         return ALS()
     raise ValueError(f"strategy {strategy!r}: expected 'gmd' or 'als' (or a Strategy instance)")
+
+
+def _planned(strategy: Any, problem: Any, space: PowerModeSpace, prior: Any) -> int:
+    """The most profiles the strategy takes for ``problem`` (with a prior: GMD's ``prior_profiles``)."""
+    if prior is not None and getattr(strategy, "prior", None) is not None and hasattr(strategy, "prior_profiles"):
+        return int(strategy.prior_profiles)
+    try:
+        budget = strategy.budget(problem, space)
+    except Exception:  # noqa: BLE001 - a strategy without a budget: nothing to plan with
+        return 0
+    return int(budget) if budget else 0
 
 
 def _is_orin(controller: Any) -> bool:

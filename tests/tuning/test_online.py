@@ -108,10 +108,11 @@ def test_budget_change_retunes_from_stored_profiles():
     run(t, 150)
     first = t.solution
     n_windows = len(t.profiles)
-    t.set_power_budget(12.5)
+    # 13 W: the least-power mode draws 12.50 W (noise-free), so 12.5 W was feasible only by the luck of the noise
+    t.set_power_budget(13.0)
     run(t, 150)
     second = t.solution
-    assert second is not None and second.power_w <= 12.5 < first.power_w
+    assert second is not None and second.power_w <= 13.0 < first.power_w
     assert len(t.profiles) - n_windows < n_windows  # most of the profiles came from the store
     assert t.records[-1].mode == second.mode and t.retunes[0]["reason"] == "budget"
     t.close()
