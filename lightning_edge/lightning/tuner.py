@@ -124,8 +124,11 @@ def format_summary(s: dict[str, Any], device_text: str) -> str:
         lines.append(f"  chosen mode {s['mode']}: {s['time_s'] * 1e3:.1f} ms/minibatch, {s['power_w']:.1f} W "
                      f"(profile, {lab})")
         if "measured_tuned_time_s" in s:
-            lines.append(f"  while training in it: {s['measured_tuned_time_s'] * 1e3:.1f} ms/minibatch, "
-                         f"{s['measured_tuned_power_w']:.1f} W ({lab})")
+            n = s.get("measured_tuned_steps")
+            what = f"{n} minibatches" if n else "minibatches"
+            lines.append(f"  while training in it ({what}, the power settling after the switch included): "
+                         f"{s['measured_tuned_time_s'] * 1e3:.1f} ms/minibatch, {s['measured_tuned_power_w']:.1f} W "
+                         f"({lab})")
     elif s.get("phase") == "infeasible":
         lines.append("  no profiled mode meets the budget: trained in the lowest-power mode profiled")
     if "maxn_time_s" in s and s.get("mode"):

@@ -63,7 +63,7 @@ from lightning_edge.tuning.problems import Measurement, Solution, TrainingProble
 
 __all__ = [
     "OnlineTuner", "WindowSpec", "ProfileWindow", "StepRecord", "SimStepMeter", "SensorStepMeter",
-    "TuningCancelled", "batch_signature", "batch_tensors", "module_fingerprint", "PHASES",
+    "TuningCancelled", "batch_signature", "batch_tensors", "module_fingerprint", "PHASES", "simulate_tuning",
 ]
 
 PHASES = ("waiting", "profiling", "tuned", "infeasible", "closed")
@@ -615,7 +615,14 @@ class OnlineTuner:
         self.phase = "waiting"
         strategy = self.strategy
         if self.prior is not None and hasattr(strategy, "with_prior"):
-            strategy = strategy.with_prior(self.prior)
+            prior = self.prior
+            if self._known:  # a re-tune: everything profiled so far corrects the prediction too
+                seen = {}
+                for point, m in self._known.items():
+                    if getattr(point, "kind", None) == "train" and _in_space(self.space, point.mode):
+                        seen[self.space.index(self.space.coerce(point.mode))] = (m.time_s, m.power_w)
+                prior = prior.with_measured(seen)
+            strategy = strategy.with_prior(prior)
         self.planned_profiles = _planned(strategy, scaled, self.space, self.prior) + int(self.baseline)
 
         def work() -> None:
@@ -899,7 +906,7 @@ class OnlineTuner:
                        energy_per_step_j=sol.time_s * sol.power_w, throughput_steps_s=1.0 / sol.time_s)
         tuned = tot.get("tuned")
         if tuned and tuned["steps"]:
-            out.update(measured_tuned_time_s=tuned["time_s"] / tuned["steps"],
+            out.update(measured_tuned_time_s=tuned["time_s"] / tuned["steps"], measured_tuned_steps=int(tuned["steps"]),
                        measured_tuned_power_w=tuned["energy_j"] / tuned["time_s"])
         b = self.baseline_profile
         if b is not None:
@@ -973,6 +980,34 @@ class OnlineTuner:
                     mode = self.space.coerce(p["mode"])
                     self.store.put(ProfileKey("train", mode, None),
                                    Measurement(float(p["time_s"]), float(p["power_w"]), str(p.get("label", "measured"))))
+
+
+# ============================================================================================ dry runs
+def simulate_tuning(workload: Any, power_budget_w: float, *, strategy: Any = "gmd", prior: Any = "auto",
+                    window: WindowSpec | None = None, seed: int | None = 0, max_steps: int = 5000,
+                    board: Any = None) -> OnlineTuner:
+    """Tune ``workload`` (a :class:`~lightning_edge.devices.sim.workload.SimWorkload`: a zoo name or a module with
+    its inputs) on a fresh twin with nothing else running: the engine's steps until it trains in the chosen mode
+    (or ``max_steps``), every step the twin's (simulated: noise, power settling), no real computation. Returns the
+    closed tuner (``summary()``, ``tuned_at_step``, ``profiles``). For benchmarks and for comparing settings."""
+    from lightning_edge.devices.sim.device import SimulatedOrin
+    from lightning_edge.devices.sim.workload import SimWorkload
+
+    board = board if board is not None else SimulatedOrin(seed=seed)
+    meter = SimStepMeter(board, seed=seed)
+    meter.workload = SimWorkload(workload.model, board.twin, train_batch_size=workload.train_batch_size, seed=seed,
+                                 seq_len=workload.seq_len, precision=workload.precision,
+                                 example_inputs=workload.example_inputs)
+    tuner = OnlineTuner(power_budget_w, board.controller, meter, strategy=strategy, store=None,
+                        fingerprint=workload.fingerprint, window=window, prior=prior)
+    try:
+        tuner.start()
+        while tuner.tuned_at_step is None and tuner.step < max_steps:
+            tuner.before_step()
+            tuner.after_step()
+    finally:
+        tuner.close()
+    return tuner
 
 
 # ============================================================================================ helpers

@@ -48,6 +48,7 @@ class Prior:
     source: str
     kind: str = "train"
     label: str = "predicted"
+    measured: dict = field(default_factory=dict)  # {space index: (time_s, power_w)} profiled earlier (a re-tune)
     _coords: np.ndarray | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
@@ -89,6 +90,13 @@ class Prior:
         near = np.argmin(d, axis=1)
         return self.time_s * rt[near], self.power_w * rp[near]
 
+    def with_measured(self, measured: dict[int, tuple[float, float]]) -> Prior:
+        """A copy whose corrections start from profiles measured earlier (``{space index: (time_s, power_w)}``,
+        e.g. a re-tune's history): they correct the prediction but are not counted or returned by a search."""
+        import dataclasses
+
+        return dataclasses.replace(self, measured=dict(measured), _coords=self._coords)
+
     def best_within(self, power_budget_w: float) -> int | None:
         """Space index of the predicted fastest mode within the budget (uncorrected), ``None`` if none is."""
         ok = self.power_w <= power_budget_w
@@ -107,7 +115,7 @@ def prior_search(ctx: Any, grid: Any, point_at: Any, p_hat: float, prior: Prior,
     then the next one predicted faster than the best profiled mode within the budget by more than ``min_gain``
     (relative), until none is left or ``limit`` points were profiled in ``ctx``. Returns the number profiled."""
     trace = [] if trace is None else trace
-    measured: dict[int, tuple[float, float]] = {}
+    measured: dict[int, tuple[float, float]] = dict(prior.measured)
     for p, r in ctx.results.items():  # anything this search already knows corrects the prediction too
         if p.kind == "train":
             measured[grid.flat(grid.index(p.mode))] = (r.time_s, r.power_w)
@@ -120,9 +128,15 @@ def prior_search(ctx: Any, grid: Any, point_at: Any, p_hat: float, prior: Prior,
             ok[np.fromiter(measured, dtype=np.int64)] = False
         ok &= t < best_t * (1.0 - min_gain)
         if not ok.any():
-            trace.append(("prior-done", len(measured)))
-            break
-        j = int(np.argmin(np.where(ok, t, np.inf)))
+            # no mode is predicted faster: with profiles left, step one value up along one knob from the best
+            # mode within the budget (the model may miss what that knob does), the least predicted time first
+            j = _climb(grid, measured, p_hat, t, p) if np.isfinite(best_t) else _least_power(measured, p_hat, p)
+            if j is None:
+                trace.append(("prior-done", len(measured)))
+                break
+            trace.append(("prior-climb", grid.unflat(j)))
+        else:
+            j = int(np.argmin(np.where(ok, t, np.inf)))
         r = yield from ctx.profile(point_at(grid.unflat(j)))
         n += 1
         measured[j] = (r.time_s, r.power_w)
@@ -131,6 +145,36 @@ def prior_search(ctx: Any, grid: Any, point_at: Any, p_hat: float, prior: Prior,
             best_t = min(best_t, r.time_s)
         trace.append(("prior", grid.unflat(j), "within" if within else "over", float(t[j]), float(p[j])))
     return n
+
+
+def _least_power(measured: dict[int, tuple[float, float]], p_hat: float, p: np.ndarray,
+                 slack: float = 0.1) -> int | None:
+    """Nothing is within the budget yet and nothing is predicted to be: the unprofiled mode of least corrected
+    predicted power, when that is within ``slack`` of the budget (the prediction may be that far off)."""
+    q = p.copy()
+    if measured:
+        q[np.fromiter(measured, dtype=np.int64)] = np.inf
+    j = int(np.argmin(q))
+    return j if q[j] <= p_hat * (1.0 + slack) else None
+
+
+def _climb(grid: Any, measured: dict[int, tuple[float, float]], p_hat: float, t: np.ndarray,
+           p: np.ndarray) -> int | None:
+    """An unprofiled neighbour one value up along one knob of the fastest profiled mode within ``p_hat`` whose
+    corrected predicted power is within it too: the least predicted time, then the least predicted power."""
+    within = [(v[0], i) for i, v in measured.items() if v[1] <= p_hat]
+    if not within:
+        return None
+    base = grid.unflat(min(within)[1])
+    cands = []
+    for d in range(len(base)):
+        if base[d] + 1 < grid.sizes[d]:
+            up = list(base)
+            up[d] += 1
+            j = grid.flat(tuple(up))
+            if j not in measured and p[j] <= p_hat:
+                cands.append((float(t[j]), float(p[j]), j))
+    return min(cands)[2] if cands else None
 
 
 # ------------------------------------------------------------------------------------------ sources
@@ -143,10 +187,14 @@ def prior_for_twin(workload: Any, space: PowerModeSpace, *, simulated: bool) -> 
 
     model_twin = OrinTwin(profile_path=False, noise=False, settling=False) if simulated else OrinTwin(
         noise=False, settling=False)
+    from lightning_edge.devices.sim.workload import compile_workload
+
     bs = int(workload.train_batch_size)
-    X = space.to_numpy()
-    pred = model_twin.predict_workload(workload.model, bs, "train", X, seq_len=workload.seq_len,
-                                       precision=workload.precision, inputs=workload.inputs_for(bs))
+    # the workload's analyze cost, as the measuring twin already has it (analysed once; no twin coefficient in it)
+    cost, n_tensors = workload.twin.workload_cost(workload.model, bs, "train", workload.seq_len, workload.precision,
+                                                  workload.inputs_for(bs))
+    prof = compile_workload(cost, kind="train", batch_size=bs, param_tensors=n_tensors)
+    pred = model_twin.predict(prof, space.to_numpy(), precision=workload.precision)
     src = ("twin model, uncalibrated coefficients (not the simulated truth), of the analyze cost" if simulated
            else "Orin AGX twin model of the analyze cost")
     return Prior(space, np.asarray(pred.time_s), np.asarray(pred.power_w), src)
