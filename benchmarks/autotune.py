@@ -9,7 +9,9 @@ each budget binds: MAXN breaks all three), the tuner's engine
 (:class:`~lightning_edge.tuning.online.OnlineTuner`, the one inside ``PowerModeTuner``) runs a simulated training
 loop: every step's time and power come from the twin (:class:`~lightning_edge.tuning.online.SimStepMeter`: noise,
 power settling after each switch); no real computation runs, so this is the tuner's behaviour on the Orin, simulated.
-Default profiling windows (settling 2.4 s, 1 warm-up, 10-40 measured minibatches), GMD, an in-memory store.
+Default profiling windows (settling detected on the power trace, at most 2.4 s; 1 warm-up; 10-40 measured minibatches),
+GMD from the prior and then its full search (``thorough``: what ``PowerModeTuner`` does for a run of 2,000
+minibatches or more, since issue 18), an in-memory store.
 
 Reported per (workload, budget):
 
@@ -49,7 +51,13 @@ from lightning_edge.devices import ORIN_AGX_MAXN, fulcrum_space  # noqa: E402
 from lightning_edge.devices.sim.device import SimulatedOrin  # noqa: E402
 from lightning_edge.devices.sim.workload import SimWorkload  # noqa: E402
 from lightning_edge.tuning import Exhaustive, TrainingProblem  # noqa: E402
-from lightning_edge.tuning.online import OnlineTuner, SimStepMeter, WindowSpec, simulate_tuning  # noqa: E402
+from lightning_edge.tuning.online import (  # noqa: E402
+    THOROUGH_AFTER_STEPS,
+    OnlineTuner,
+    SimStepMeter,
+    WindowSpec,
+    simulate_tuning,
+)
 
 WORKLOADS = [("ResNet-18", "resnet18", 16), ("MobileNetV3", "mobilenet_v3", 16), ("YOLOv8n", "yolo", 16),
              ("BERT-base", "bert_base", 16), ("LSTM", "lstm", 16)]
@@ -61,7 +69,9 @@ def run_epochs(name: str, model: str, bs: int, budget: float, steps: int, seed: 
     from lightning_edge.devices.sim.workload import SimWorkload as _SW
 
     meter.workload = _SW(model, board.twin, train_batch_size=bs, seed=seed)
-    tuner = OnlineTuner(budget, board.controller, meter, store=None, fingerprint=f"{model}-bs{bs}")
+    # what PowerModeTuner does for a run of 2 x steps minibatches (thorough from THOROUGH_AFTER_STEPS on)
+    tuner = OnlineTuner(budget, board.controller, meter, store=None, fingerprint=f"{model}-bs{bs}",
+                        thorough=2 * steps >= THOROUGH_AFTER_STEPS)
     tuner.start()
     epochs = []
     for _ in range(2):

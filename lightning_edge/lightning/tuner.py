@@ -100,6 +100,17 @@ def resolve_tuning_device(device: Any = "auto", *, precision: str = "fp32", seed
     return TuningDevice(kind, controller, SensorStepMeter(sensor), owner=None)
 
 
+def _planned_long(trainer: Any) -> bool:
+    """The Trainer plans at least ``THOROUGH_AFTER_STEPS`` minibatches (False when it cannot say)."""
+    from lightning_edge.tuning.online import THOROUGH_AFTER_STEPS
+
+    try:
+        n = float(trainer.estimated_stepping_batches)
+    except Exception:  # noqa: BLE001 - no loader yet, an iterable of unknown length: not known to be long
+        return False
+    return math.isfinite(n) and n >= THOROUGH_AFTER_STEPS
+
+
 def _precision_of(trainer: Any, given: str | None) -> str:
     if given:
         return given
@@ -151,8 +162,8 @@ def _progress_lines(s: dict[str, Any]) -> list[str]:
     est = " (estimated from the step times)" if s.get("per_profile_estimated") else ""
     per = (f"{s['minibatches_per_profile']:.0f} minibatches per profile{est}: {s['settle_steps']:.0f} while the "
            f"power settles, {s['warmup_steps']:.0f} warm-up, {s['window_steps']:.0f} measured")
-    out = [f"  tuning: {s['profiles_done']} profiles done of {s['profiles_planned']} planned (at most, MAXN "
-           f"included); {per}"]
+    maxn = ", MAXN included" if s.get("baseline") else ""
+    out = [f"  tuning: {s['profiles_done']} profiles done of {s['profiles_planned']} planned (at most{maxn}); {per}"]
     if s.get("tuning_steps") is not None:
         out.append(f"  tuning took {s['tuning_steps']} minibatches, then training went on in the chosen mode")
     elif s.get("more_steps_needed"):
@@ -192,6 +203,9 @@ class PowerModeTunerMixin:
         prior: ``True`` (default): on the twin, start the search from the modes' predicted time and power
             (:mod:`lightning_edge.tuning.prior`; applied from the second minibatch); ``False``: Fulcrum's search
             as published; or a :class:`~lightning_edge.tuning.prior.Prior`.
+        thorough: with a prior, go on with GMD's full search after the prior's profiles (at most 4 + 10). ``None``
+            (default): when the Trainer plans at least ``THOROUGH_AFTER_STEPS`` (2000) minibatches
+            (``trainer.estimated_stepping_batches``), where a slightly slower mode costs more than the profiles.
     """
 
     def __init__(self, power_budget_w: float, *, strategy: Any = "gmd", device: Any = "auto", store: Any = "default",
@@ -199,7 +213,8 @@ class PowerModeTunerMixin:
                  baseline: bool = True, drift_window: int = 20, drift_tolerance: float = 0.03,
                  drift_patience: int = 2, workload_id: str | None = None, precision: str | None = None,
                  seed: int | None = 0, log_every_n_steps: int = 10, print_summary: bool = True,
-                 log_dir: str | os.PathLike[str] | None = None, prior: Any = True) -> None:
+                 log_dir: str | os.PathLike[str] | None = None, prior: Any = True,
+                 thorough: bool | None = None) -> None:
         super().__init__()
         budget = float(power_budget_w)
         if not (math.isfinite(budget) and budget > 0):
@@ -231,6 +246,7 @@ class PowerModeTunerMixin:
         self.log_every_n_steps = int(log_every_n_steps)
         self.print_summary = print_summary
         self.prior = prior
+        self.thorough = thorough
         self.tuner: OnlineTuner | None = None
         self.tdev: TuningDevice | None = None
         self.summary_text: str | None = None
@@ -282,7 +298,7 @@ class PowerModeTunerMixin:
             self.power_budget_w, self.tdev.controller, self.tdev.meter, strategy=self.strategy, space=self.space,
             store=self.store, fingerprint=self.workload_id, window=self.window, switch_at=self.switch_at,
             baseline=self.baseline, on_event=self._on_event, prior="auto" if self.prior is True else self.prior,
-            **self.drift)
+            thorough=_planned_long(trainer) if self.thorough is None else bool(self.thorough), **self.drift)
         if self._pending_state:
             self.tuner.load_state_dict(self._pending_state)
             self._pending_state = None

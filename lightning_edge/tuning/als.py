@@ -210,8 +210,9 @@ class ALS(ExploringStrategy):
         self.prior = prior
         self.last_info: dict = {}
 
-    def with_prior(self, prior) -> ALS:
-        """A copy of this ALS whose initial training profiles come from ``prior``'s predicted front."""
+    def with_prior(self, prior, then_search: bool | None = None) -> ALS:
+        """A copy of this ALS whose initial training profiles come from ``prior``'s predicted front (ALS profiles
+        its whole budget anyway: ``then_search`` changes nothing)."""
         import copy
 
         out = copy.copy(self)

@@ -66,6 +66,10 @@ __all__ = [
     "TuningCancelled", "batch_signature", "batch_tensors", "module_fingerprint", "PHASES", "simulate_tuning",
 ]
 
+THOROUGH_AFTER_STEPS = 2000
+"""A run planned for at least this many minibatches gets ``thorough`` tuning from ``PowerModeTuner``: GMD's full
+search after the prior's profiles (about 14 windows, a few hundred minibatches, against a mode chosen on 4)."""
+
 PHASES = ("waiting", "profiling", "tuned", "infeasible", "closed")
 """``waiting``: the strategy is busy (store look-ups) or has not started; ``profiling``: a window is being
 measured; ``tuned``: training in the chosen mode; ``infeasible``: no profiled mode meets the budget (training
@@ -471,6 +475,10 @@ class OnlineTuner:
             not the simulated truth), built after the first minibatch (which shows the module's input shapes) and
             so applied from the second; elsewhere none yet (the summary says why). A
             :class:`~lightning_edge.tuning.prior.Prior`: that one. ``None``/``False``: no prior.
+        thorough: with a prior, GMD goes on with Algorithm 1 after its prior profiles (at most 4 + 10 profiles;
+            the answer is the best of everything profiled): worth it in a long run, where a mode a few percent
+            slower costs more than the profiles. ``PowerModeTuner`` sets it when the Trainer plans at least
+            ``THOROUGH_AFTER_STEPS`` minibatches.
     """
 
     def __init__(self, problem: TrainingProblem | float, controller: Any, meter: Any, *, strategy: Any = "gmd",
@@ -478,7 +486,7 @@ class OnlineTuner:
                  device_model: str | None = None, window: WindowSpec | None = None, switch_at: str = "window",
                  baseline: bool = True, drift_window: int = 20, drift_tolerance: float = 0.03,
                  drift_patience: int = 2, on_event: Callable[[str, dict], None] | None = None,
-                 wait_timeout_s: float = 600.0, prior: Any = "auto") -> None:
+                 wait_timeout_s: float = 600.0, prior: Any = "auto", thorough: bool = False) -> None:
         if not isinstance(problem, TrainingProblem):
             problem = TrainingProblem(float(problem))
         if switch_at not in ("window", "epoch"):
@@ -514,6 +522,7 @@ class OnlineTuner:
         if not (prior in (None, False, "auto") or hasattr(prior, "corrected")):
             raise ValueError(f"prior: expected 'auto', None or a lightning_edge.tuning.prior.Prior, got {prior!r}")
         self.prior_setting = prior or None
+        self.thorough = bool(thorough)
         self.prior: Any = None
         self.prior_note: str | None = None  # why there is no prior, when there is none
         self.prior_time_s = 0.0
@@ -622,7 +631,7 @@ class OnlineTuner:
                     if getattr(point, "kind", None) == "train" and _in_space(self.space, point.mode):
                         seen[self.space.index(self.space.coerce(point.mode))] = (m.time_s, m.power_w)
                 prior = prior.with_measured(seen)
-            strategy = strategy.with_prior(prior)
+            strategy = strategy.with_prior(prior, self.thorough)
         self.planned_profiles = _planned(strategy, scaled, self.space, self.prior) + int(self.baseline)
 
         def work() -> None:
@@ -946,7 +955,8 @@ class OnlineTuner:
             more = int(math.ceil(max(left * per - in_window, per - in_window if cur is not None else 0.0)))
             more += int(self._launch_pending)
         prior = getattr(self.prior, "source", None)
-        return {"profiles_done": done, "profiles_planned": int(planned), "settle_steps": settle, "warmup_steps": warm,
+        return {"profiles_done": done, "profiles_planned": int(planned), "baseline": self.baseline,
+                "settle_steps": settle, "warmup_steps": warm,
                 "window_steps": meas, "minibatches_per_profile": per, "per_profile_estimated": estimated,
                 "more_steps_needed": int(more), "tuning_steps": self.tuned_at_step,
                 "prior": prior, "prior_note": None if prior else self.prior_note, "prior_time_s": self.prior_time_s}
@@ -1029,8 +1039,10 @@ def _strategy(strategy: Any) -> Any:
 
 
 def _planned(strategy: Any, problem: Any, space: PowerModeSpace, prior: Any) -> int:
-    """The most profiles the strategy takes for ``problem`` (with a prior: GMD's ``prior_profiles``)."""
-    if prior is not None and getattr(strategy, "prior", None) is not None and hasattr(strategy, "prior_profiles"):
+    """The most profiles the strategy takes for ``problem`` (with a prior: GMD's ``prior_profiles``, plus
+    Algorithm 1's when it goes on with it)."""
+    if prior is not None and getattr(strategy, "prior", None) is not None and hasattr(strategy, "prior_profiles") \
+            and not getattr(strategy, "prior_then_search", False):
         return int(strategy.prior_profiles)
     try:
         budget = strategy.budget(problem, space)

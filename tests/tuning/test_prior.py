@@ -135,3 +135,28 @@ def test_the_settling_curve_lives_in_the_twin():
     from lightning_edge.tuning import online
 
     assert "math.exp" not in inspect.getsource(online.SimStepMeter)  # the tuner has no copy of the curve
+
+
+def test_thorough_goes_on_with_algorithm_1_and_answers_the_best_of_both(bert_prior):
+    w = SimWorkload("bert_base", train_batch_size=16, noise=False)
+    quick = GMD(prior=bert_prior).run(TrainingProblem(30.0), SPACE, w, store=None)
+    full = GMD(prior=bert_prior, prior_then_search=True).run(TrainingProblem(30.0), SPACE, w, store=None)
+    assert quick.profiles_used <= 4 < full.profiles_used <= 14
+    assert full.solution.time_s <= quick.solution.time_s  # everything profiled is a candidate
+    assert GMD().with_prior(bert_prior, then_search=True).prior_then_search
+
+
+def test_the_callback_tunes_thoroughly_when_the_trainer_plans_a_long_run():
+    from types import SimpleNamespace
+
+    from lightning_edge.lightning.tuner import _planned_long
+
+    class Unknown:
+        @property
+        def estimated_stepping_batches(self):
+            raise RuntimeError("no loader yet")
+
+    assert _planned_long(SimpleNamespace(estimated_stepping_batches=5000))
+    assert not _planned_long(SimpleNamespace(estimated_stepping_batches=96))
+    assert not _planned_long(SimpleNamespace(estimated_stepping_batches=float("inf")))
+    assert not _planned_long(Unknown())
