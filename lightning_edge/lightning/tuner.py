@@ -182,7 +182,8 @@ class PowerModeTunerMixin:
 
     Args:
         power_budget_w: the power budget (W): the chosen mode's profiled power stays within it.
-        strategy: ``"gmd"`` (Fulcrum's GMD, about 10 profiles), ``"als"`` (at most 50) or a Strategy instance.
+        strategy: ``"gmd"`` (Fulcrum's GMD: at most 4 profiles from the prior, 10 without one, 14 with
+            ``thorough``), ``"als"`` (at most 50) or a Strategy instance.
         device: ``"auto"`` (a Jetson), ``"sim:orin-agx"`` (the twin), a ``SimulatedOrin`` (share one board with
             an ``EnergyProfiler``), ``"nvml"``, or an object with ``controller`` and ``sensor``.
         store: the profile store: ``"default"`` (SQLite in the user cache dir), an Optuna storage URL
