@@ -473,7 +473,8 @@ class OnlineTuner:
         prior: ``"auto"`` (default): on the twin, GMD and ALS start from the predicted time and power of every mode
             (:mod:`lightning_edge.tuning.prior`: the uncalibrated twin model of the module's ``analyze`` cost,
             not the simulated truth), built after the first minibatch (which shows the module's input shapes) and
-            so applied from the second; elsewhere none yet (the summary says why). A
+            so applied from the second; on a real Orin AGX the calibrated twin's model of the module given to
+            :meth:`bind_model`; elsewhere none (the summary says why). A
             :class:`~lightning_edge.tuning.prior.Prior`: that one. ``None``/``False``: no prior.
         thorough: with a prior, GMD goes on with Algorithm 1 after its prior profiles (at most 4 + 10 profiles;
             the answer is the best of everything profiled): worth it in a long run, where a mode a few percent
@@ -529,6 +530,7 @@ class OnlineTuner:
         self.planned_profiles = 0  # the strategy's profiles of the current solve (+ MAXN), an upper bound
         self.tuned_at_step: int | None = None  # the first step trained in the chosen mode (end of tuning)
         self._launch_pending = False
+        self._model: tuple | None = None
 
         self.phase = "waiting"
         self.original_mode: PowerMode | None = None
@@ -596,9 +598,7 @@ class OnlineTuner:
             self.prior = setting
             return True
         if not isinstance(self.meter, SimStepMeter):
-            self.prior_note = ("no prior: predicting a real board's modes needs the module's cost on the device "
-                               "model, not wired for real boards yet")
-            return True
+            return self._make_board_prior()
         if not self.meter.bound:
             return False
         from lightning_edge.tuning.prior import prior_for_twin
@@ -606,6 +606,34 @@ class OnlineTuner:
         t0 = time.perf_counter()
         try:
             self.prior = prior_for_twin(self.meter.workload, self.space, simulated=True)
+        except Exception as exc:  # noqa: BLE001 - a prior is an aid: tune without it, and say why
+            self.prior_note = f"no prior: the model of this workload failed ({type(exc).__name__}: {exc})"
+        self.prior_time_s = time.perf_counter() - t0
+        return True
+
+    def bind_model(self, module: Any, example_inputs: Any) -> None:
+        """The module and one minibatch of its forward inputs, for the prior on a real Orin AGX (the twin's
+        calibrated model of their ``analyze`` cost). Call before :meth:`start`; the twin's meter needs none."""
+        self._model = (module, example_inputs)
+
+    def _make_board_prior(self) -> bool:
+        if not _is_orin(self.controller):
+            name = getattr(self.space, "name", "this device")
+            self.prior_note = (f"no prior: no device model for {name} (give one: prior=prior_from_rooflines(cost, "
+                               "space, a device profile's rooflines))")
+            return True
+        if self._model is None:
+            self.prior_note = "no prior: the module's inputs were not given (OnlineTuner.bind_model)"
+            return True
+        from lightning_edge.devices.sim.twin import OrinTwin
+        from lightning_edge.devices.sim.workload import SimWorkload
+        from lightning_edge.tuning.prior import prior_for_twin
+
+        t0 = time.perf_counter()
+        try:
+            module, inputs = self._model
+            wl = SimWorkload(module, OrinTwin(noise=False, settling=False), example_inputs=inputs, noise=False)
+            self.prior = prior_for_twin(wl, self.space, simulated=False)
         except Exception as exc:  # noqa: BLE001 - a prior is an aid: tune without it, and say why
             self.prior_note = f"no prior: the model of this workload failed ({type(exc).__name__}: {exc})"
         self.prior_time_s = time.perf_counter() - t0
