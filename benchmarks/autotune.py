@@ -9,7 +9,9 @@ each budget binds: MAXN breaks all three), the tuner's engine
 (:class:`~lightning_edge.tuning.online.OnlineTuner`, the one inside ``PowerModeTuner``) runs a simulated training
 loop: every step's time and power come from the twin (:class:`~lightning_edge.tuning.online.SimStepMeter`: noise,
 power settling after each switch); no real computation runs, so this is the tuner's behaviour on the Orin, simulated.
-Default profiling windows (settling 2.4 s, 1 warm-up, 10-40 measured minibatches), GMD, an in-memory store.
+Default profiling windows (settling detected on the power trace, at most 2.4 s; 1 warm-up; 10-40 measured minibatches),
+GMD from the prior and then its full search (``thorough``: what ``PowerModeTuner`` does for a run of 2,000
+minibatches or more, since issue 18), an in-memory store.
 
 Reported per (workload, budget):
 
@@ -18,11 +20,20 @@ Reported per (workload, budget):
 * epoch 2: steady state in the chosen mode (a second run, or later epochs);
 * the oracle: the fastest mode within the budget over the 441 modes (noise-free), for reference;
 * mean power of epoch 2 (must be within the budget) and the number of profiles.
+
+``--part prior`` (issue 18: short fine-tunes): ResNet-18, MobileNetV3 and BERT-base training (bs 16) under 20, 25,
+30 and 40 W, several seeds, three settings of the same engine: *before* (no prior, a fixed 2.4 s settling wait per
+profile: the defaults until issue 18), *no prior* (settling detected on the power trace) and *prior* (the
+default of ``PowerModeTuner``: the prior of :mod:`lightning_edge.tuning.prior` plus the detected settling).
+Reported: profiles the strategy used, profiling windows measured (MAXN for the summary included), minibatches
+until training runs in the chosen mode, and the chosen mode's excess time over the noise-free oracle (the
+fastest of the 441 modes within the budget); a chosen mode whose noise-free power exceeds the budget is counted.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 import time
 from pathlib import Path
@@ -40,7 +51,13 @@ from lightning_edge.devices import ORIN_AGX_MAXN, fulcrum_space  # noqa: E402
 from lightning_edge.devices.sim.device import SimulatedOrin  # noqa: E402
 from lightning_edge.devices.sim.workload import SimWorkload  # noqa: E402
 from lightning_edge.tuning import Exhaustive, TrainingProblem  # noqa: E402
-from lightning_edge.tuning.online import OnlineTuner, SimStepMeter  # noqa: E402
+from lightning_edge.tuning.online import (  # noqa: E402
+    THOROUGH_AFTER_STEPS,
+    OnlineTuner,
+    SimStepMeter,
+    WindowSpec,
+    simulate_tuning,
+)
 
 WORKLOADS = [("ResNet-18", "resnet18", 16), ("MobileNetV3", "mobilenet_v3", 16), ("YOLOv8n", "yolo", 16),
              ("BERT-base", "bert_base", 16), ("LSTM", "lstm", 16)]
@@ -52,7 +69,9 @@ def run_epochs(name: str, model: str, bs: int, budget: float, steps: int, seed: 
     from lightning_edge.devices.sim.workload import SimWorkload as _SW
 
     meter.workload = _SW(model, board.twin, train_batch_size=bs, seed=seed)
-    tuner = OnlineTuner(budget, board.controller, meter, store=None, fingerprint=f"{model}-bs{bs}")
+    # what PowerModeTuner does for a run of 2 x steps minibatches (thorough from THOROUGH_AFTER_STEPS on)
+    tuner = OnlineTuner(budget, board.controller, meter, store=None, fingerprint=f"{model}-bs{bs}",
+                        thorough=2 * steps >= THOROUGH_AFTER_STEPS)
     tuner.start()
     epochs = []
     for _ in range(2):
@@ -69,12 +88,107 @@ def run_epochs(name: str, model: str, bs: int, budget: float, steps: int, seed: 
     return {"epochs": epochs, "summary": summary, "solution": tuner.solution}
 
 
+PRIOR_WORKLOADS = [("ResNet-18", "resnet18", 16), ("MobileNetV3", "mobilenet_v3", 16), ("BERT-base", "bert_base", 16)]
+PRIOR_BUDGETS = (20.0, 25.0, 30.0, 40.0)
+SETTINGS = {  # name: (prior, window)
+    "before": (None, WindowSpec(settle_s=2.4)),
+    "no prior": (None, WindowSpec()),
+    "prior": ("auto", WindowSpec()),
+}
+
+
+def tune_once(model: str, bs: int, budget: float, setting: str, seed: int, max_steps: int = 5000) -> dict:
+    """One simulated fine-tune until training runs in the chosen mode: what tuning cost and what it chose."""
+    prior, window = SETTINGS[setting]
+    tuner = simulate_tuning(SimWorkload(model, train_batch_size=bs, seed=seed), budget, prior=prior, window=window,
+                            seed=seed, max_steps=max_steps)
+    s = tuner.summary()
+    steps = tuner.tuned_at_step
+    return {"profiles": s["profiles_used"], "windows": len(tuner.profiles), "steps": steps,
+            "sim_s": sum(r.time_s for r in tuner.records[: steps or len(tuner.records)]),
+            "mode": tuner.solution.mode if tuner.solution is not None else None, "prior_s": s["prior_time_s"]}
+
+
+def prior_part(seeds: list[int], out: str) -> None:
+    space = fulcrum_space()
+    t_start = time.perf_counter()
+    rows = []
+    for name, model, bs in PRIOR_WORKLOADS:
+        clean = SimWorkload(model, train_batch_size=bs, noise=False)
+        for budget in PRIOR_BUDGETS:
+            oracle = Exhaustive().solve(TrainingProblem(budget), space, clean, store=None)
+            for setting in SETTINGS:
+                for seed in seeds:
+                    r = tune_once(model, bs, budget, setting, seed)
+                    t_p = clean.expected("train", r["mode"]) if r["mode"] is not None else (math.nan, math.nan)
+                    r.update(workload=name, budget=budget, setting=setting, seed=seed,
+                             excess=(t_p[0] / oracle.time_s - 1) * 100 if oracle and r["mode"] else math.nan,
+                             true_power=t_p[1], over=bool(t_p[1] > budget), oracle_mode=str(oracle.mode))
+                    rows.append(r)
+                    print(f"{name:12s} {budget:4.0f} W {setting:9s} seed {seed}: {r['profiles']:2d} profiles, "
+                          f"{r['windows']:2d} windows, {r['steps']} minibatches, excess {r['excess']:+.1f} %, "
+                          f"mode {r['mode']} ({t_p[1]:.1f} W)", flush=True)
+    elapsed = time.perf_counter() - t_start
+    lines = [
+        "# Short fine-tunes: tuning with and without the prior (simulated: the Orin twin)",
+        "",
+        f"Machine: {machine()}. Run time {elapsed:.0f} s. `python benchmarks/autotune.py --part prior` "
+        f"(seeds {', '.join(map(str, seeds))}; GMD through the PowerModeTuner engine, an in-memory store; every "
+        "time and power is the twin's, SIMULATED: noise on every minibatch, power settling after every switch).",
+        "",
+        "*before*: no prior, a fixed 2.4 s settling wait per profile (the defaults until issue 18); *no prior*: "
+        "settling detected on the power trace; *prior*: the prior (the twin's model with its uncalibrated "
+        "coefficients, of the workload's analyze cost: not the simulated truth) plus detected settling, the default. "
+        "Profiles: the strategy's; windows: profiles measured, MAXN for the summary's comparison included; "
+        "minibatches: until training runs in the chosen mode; excess: the chosen mode's noise-free time over the "
+        "oracle's (the fastest of the 441 modes within the budget, noise-free); over: chosen modes whose "
+        "noise-free power exceeds the budget (the profile, with noise, showed it within).",
+        "",
+        "## Medians per workload and setting (over budgets and seeds)",
+        "",
+        "| workload | setting | profiles | windows | minibatches tuning | simulated tuning time (s) | excess (median) "
+        "| excess (max) | over budget |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+
+    def med(xs: list) -> float:
+        xs = [x for x in xs if x is not None and not math.isnan(x)]
+        return float(np.median(xs)) if xs else math.nan
+
+    for name, _, _ in PRIOR_WORKLOADS + [("all", None, None)]:
+        for setting in SETTINGS:
+            sel = [r for r in rows if r["setting"] == setting and name in ("all", r["workload"])]
+            lines.append(
+                f"| {name} | {setting} | {med([r['profiles'] for r in sel]):.1f} | {med([r['windows'] for r in sel]):.1f} "
+                f"| {med([r['steps'] for r in sel]):.0f} | {med([r['sim_s'] for r in sel]):.1f} "
+                f"| {med([r['excess'] for r in sel]):+.1f} % | {max(r['excess'] for r in sel):+.1f} % "
+                f"| {sum(r['over'] for r in sel)} of {len(sel)} |")
+    lines += ["", "## Every run", "",
+              "| workload | budget (W) | setting | seed | profiles | windows | minibatches | excess | chosen mode "
+              "| its power (W, noise-free) | oracle mode |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        lines.append(f"| {r['workload']} | {r['budget']:.0f} | {r['setting']} | {r['seed']} | {r['profiles']} "
+                     f"| {r['windows']} | {r['steps']} | {r['excess']:+.1f} % | {r['mode']} | {r['true_power']:.1f} "
+                     f"| {r['oracle_mode']} |")
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    Path(out).write_text("\n".join(lines) + "\n")
+    print(f"wrote {out} in {elapsed:.0f} s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--part", choices=("epochs", "prior"), default="epochs",
+                    help="epochs: tuned versus MAXN per epoch (default); prior: short fine-tunes with/without the prior")
     ap.add_argument("--steps-per-epoch", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "autotune.md"))
+    ap.add_argument("--seeds", type=int, default=3, help="--part prior: seeds 0..N-1 (default 3)")
+    ap.add_argument("--out", default=None, help="default: benchmarks/results/autotune.md (epochs), "
+                    "benchmarks/results/autotune_prior.md (prior)")
     args = ap.parse_args()
+    if args.part == "prior":
+        prior_part(list(range(args.seeds)), args.out or str(REPO / "benchmarks" / "results" / "autotune_prior.md"))
+        return
+    args.out = args.out or str(REPO / "benchmarks" / "results" / "autotune.md")
     space = fulcrum_space()
     t_start = time.perf_counter()
     rows = []

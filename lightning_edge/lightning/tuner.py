@@ -100,6 +100,17 @@ def resolve_tuning_device(device: Any = "auto", *, precision: str = "fp32", seed
     return TuningDevice(kind, controller, SensorStepMeter(sensor), owner=None)
 
 
+def _planned_long(trainer: Any) -> bool:
+    """The Trainer plans at least ``THOROUGH_AFTER_STEPS`` minibatches (False when it cannot say)."""
+    from lightning_edge.tuning.online import THOROUGH_AFTER_STEPS
+
+    try:
+        n = float(trainer.estimated_stepping_batches)
+    except Exception:  # noqa: BLE001 - no loader yet, an iterable of unknown length: not known to be long
+        return False
+    return math.isfinite(n) and n >= THOROUGH_AFTER_STEPS
+
+
 def _precision_of(trainer: Any, given: str | None) -> str:
     if given:
         return given
@@ -111,16 +122,24 @@ def format_summary(s: dict[str, Any], device_text: str) -> str:
     """The end-of-fit summary printed by the callback (``s`` from :meth:`OnlineTuner.summary`)."""
     lab = s.get("label", "")
     lines = [f"lightning_edge PowerModeTuner ({device_text})"]
-    lines.append(
-        f"  budget {s['budget_w']:g} W, strategy {s['strategy']}: {s['profiles_used']} profiles used, "
-        f"{s['new_profiles']} measured in this run ({s['profiling_steps']} minibatches, "
-        f"{s['profiling_time_s']:.1f} s, {s['profiling_energy_j']:.0f} J {lab})")
+    cost = (f"{s['profiling_steps']} minibatches, {s['profiling_time_s']:.1f} s, {s['profiling_energy_j']:.0f} J "
+            f"{lab}")
+    if s["profiles_used"] or s["new_profiles"]:
+        lines.append(f"  budget {s['budget_w']:g} W, strategy {s['strategy']}: {s['profiles_used']} profiles used, "
+                     f"{s['new_profiles']} measured in this run ({cost})")
+    else:
+        lines.append(f"  budget {s['budget_w']:g} W, strategy {s['strategy']}: no search finished in this run "
+                     f"(profiling windows: {cost})")
+    lines.extend(_progress_lines(s))
     if s.get("mode"):
         lines.append(f"  chosen mode {s['mode']}: {s['time_s'] * 1e3:.1f} ms/minibatch, {s['power_w']:.1f} W "
                      f"(profile, {lab})")
         if "measured_tuned_time_s" in s:
-            lines.append(f"  while training in it: {s['measured_tuned_time_s'] * 1e3:.1f} ms/minibatch, "
-                         f"{s['measured_tuned_power_w']:.1f} W ({lab})")
+            n = s.get("measured_tuned_steps")
+            what = f"{n} minibatches" if n else "minibatches"
+            lines.append(f"  while training in it ({what}, the power settling after the switch included): "
+                         f"{s['measured_tuned_time_s'] * 1e3:.1f} ms/minibatch, {s['measured_tuned_power_w']:.1f} W "
+                         f"({lab})")
     elif s.get("phase") == "infeasible":
         lines.append("  no profiled mode meets the budget: trained in the lowest-power mode profiled")
     if "maxn_time_s" in s and s.get("mode"):
@@ -136,13 +155,35 @@ def format_summary(s: dict[str, Any], device_text: str) -> str:
     return "\n".join(lines)
 
 
+def _progress_lines(s: dict[str, Any]) -> list[str]:
+    """Where tuning stands (from :meth:`OnlineTuner.progress`): never a bare count of zero profiles."""
+    if "profiles_done" not in s:
+        return []
+    est = " (estimated from the step times)" if s.get("per_profile_estimated") else ""
+    per = (f"{s['minibatches_per_profile']:.0f} minibatches per profile{est}: {s['settle_steps']:.0f} while the "
+           f"power settles, {s['warmup_steps']:.0f} warm-up, {s['window_steps']:.0f} measured")
+    maxn = ", MAXN included" if s.get("baseline") else ""
+    out = [f"  tuning: {s['profiles_done']} profiles done of {s['profiles_planned']} planned (at most{maxn}); {per}"]
+    if s.get("tuning_steps") is not None:
+        out.append(f"  tuning took {s['tuning_steps']} minibatches, then training went on in the chosen mode")
+    elif s.get("more_steps_needed"):
+        out.append(f"  tuning did not finish: the run would have needed about {s['more_steps_needed']} more "
+                   "minibatches (profiles done are kept in the store: a longer or a second run finishes it)")
+    if s.get("prior"):
+        out.append(f"  prior: {s['prior']} ({s['prior_time_s']:.2f} s); nothing is chosen on a prediction, only on a profile")
+    elif s.get("prior_note"):
+        out.append(f"  {s['prior_note']}")
+    return out
+
+
 class PowerModeTunerMixin:
     """Profiles power modes on the real training minibatches, drives GMD or ALS through the profile store, trains
     on in the chosen mode; restores the board at the end (see the module docstring).
 
     Args:
         power_budget_w: the power budget (W): the chosen mode's profiled power stays within it.
-        strategy: ``"gmd"`` (Fulcrum's GMD, about 10 profiles), ``"als"`` (at most 50) or a Strategy instance.
+        strategy: ``"gmd"`` (Fulcrum's GMD: at most 4 profiles from the prior, 10 without one, 14 with
+            ``thorough``), ``"als"`` (at most 50) or a Strategy instance.
         device: ``"auto"`` (a Jetson), ``"sim:orin-agx"`` (the twin), a ``SimulatedOrin`` (share one board with
             an ``EnergyProfiler``), ``"nvml"``, or an object with ``controller`` and ``sensor``.
         store: the profile store: ``"default"`` (SQLite in the user cache dir), an Optuna storage URL
@@ -160,6 +201,12 @@ class PowerModeTunerMixin:
         log_every_n_steps: TensorBoard scalars every N training steps.
         print_summary: print the summary at the end of fit; ``log_dir``: own SummaryWriter's directory when the
             Trainer has no TensorBoardLogger.
+        prior: ``True`` (default): on the twin, start the search from the modes' predicted time and power
+            (:mod:`lightning_edge.tuning.prior`; applied from the second minibatch); ``False``: Fulcrum's search
+            as published; or a :class:`~lightning_edge.tuning.prior.Prior`.
+        thorough: with a prior, go on with GMD's full search after the prior's profiles (at most 4 + 10). ``None``
+            (default): when the Trainer plans at least ``THOROUGH_AFTER_STEPS`` (2000) minibatches
+            (``trainer.estimated_stepping_batches``), where a slightly slower mode costs more than the profiles.
     """
 
     def __init__(self, power_budget_w: float, *, strategy: Any = "gmd", device: Any = "auto", store: Any = "default",
@@ -167,7 +214,8 @@ class PowerModeTunerMixin:
                  baseline: bool = True, drift_window: int = 20, drift_tolerance: float = 0.03,
                  drift_patience: int = 2, workload_id: str | None = None, precision: str | None = None,
                  seed: int | None = 0, log_every_n_steps: int = 10, print_summary: bool = True,
-                 log_dir: str | os.PathLike[str] | None = None) -> None:
+                 log_dir: str | os.PathLike[str] | None = None, prior: Any = True,
+                 thorough: bool | None = None) -> None:
         super().__init__()
         budget = float(power_budget_w)
         if not (math.isfinite(budget) and budget > 0):
@@ -198,6 +246,8 @@ class PowerModeTunerMixin:
         self.seed = seed
         self.log_every_n_steps = int(log_every_n_steps)
         self.print_summary = print_summary
+        self.prior = prior
+        self.thorough = thorough
         self.tuner: OnlineTuner | None = None
         self.tdev: TuningDevice | None = None
         self.summary_text: str | None = None
@@ -248,7 +298,8 @@ class PowerModeTunerMixin:
         self.tuner = OnlineTuner(
             self.power_budget_w, self.tdev.controller, self.tdev.meter, strategy=self.strategy, space=self.space,
             store=self.store, fingerprint=self.workload_id, window=self.window, switch_at=self.switch_at,
-            baseline=self.baseline, on_event=self._on_event, **self.drift)
+            baseline=self.baseline, on_event=self._on_event, prior="auto" if self.prior is True else self.prior,
+            thorough=_planned_long(trainer) if self.thorough is None else bool(self.thorough), **self.drift)
         if self._pending_state:
             self.tuner.load_state_dict(self._pending_state)
             self._pending_state = None

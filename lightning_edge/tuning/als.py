@@ -171,6 +171,10 @@ class ALS(ExploringStrategy):
       concurrent) from the pruned points that miss the quadrant's constraints by the least. The network
       over-predicts by design (under-predictions cost 4x), so those are the points most likely to be feasible.
       As published, the profiles were left unspent: ALS145 used 99-138 of its 145 on some concurrent pairs.
+
+    ``prior``: a :class:`~lightning_edge.tuning.prior.Prior` (default ``None``). Training only: the initial
+    profiles are modes of the *predicted* time-power front, spread in predicted power (the same greedy power
+    diversity), instead of random modes; the rounds then go on as above. ``with_prior(prior)`` is a copy.
     """
 
     @classmethod
@@ -188,7 +192,7 @@ class ALS(ExploringStrategy):
                  epochs: int = 1000, finetune_epochs: int = 200, hidden: Sequence[int] = (256, 128, 64),
                  lr: float = 3e-3, under_penalty: float = 4.0, batch_size: int = 32, greedy: bool = True,
                  features: str = "reciprocal", diversity: str = "front", anchor_maxn: bool = True,
-                 anchor_minn: bool = True, fill: bool = True) -> None:
+                 anchor_minn: bool = True, fill: bool = True, prior=None) -> None:
         if features not in ("raw", "reciprocal"):
             raise ValueError(f"features must be 'raw' or 'reciprocal', got {features!r}")
         if diversity not in ("all", "front"):
@@ -203,7 +207,18 @@ class ALS(ExploringStrategy):
         self.anchor_maxn = bool(anchor_maxn)
         self.anchor_minn = bool(anchor_minn)
         self.fill = bool(fill)
+        self.prior = prior
         self.last_info: dict = {}
+
+    def with_prior(self, prior, then_search: bool | None = None) -> ALS:
+        """A copy of this ALS whose initial training profiles come from ``prior``'s predicted front (ALS profiles
+        its whole budget anyway: ``then_search`` changes nothing)."""
+        import copy
+
+        out = copy.copy(self)
+        out.prior = prior
+        out.last_info = {}
+        return out
 
     def __repr__(self) -> str:
         return f"ALS(init={self.init_profiles}, per_round={self.per_round}, rounds={self.rounds})"
@@ -257,6 +272,13 @@ class ALS(ExploringStrategy):
     def _train(self, ctx, grid, X, rng, s, spec, info) -> Generator:
         N = len(X)
         init = rng.choice(N, size=min(s["init"], N), replace=False)
+        prior = self.prior
+        if prior is not None and len(prior) == N:  # the predicted front, spread in predicted power
+            front = prior.front()
+            picks = pick_diverse(front, prior.power_w[front], np.empty(0), min(s["init"], front.size), greedy=True)
+            rest = [int(i) for i in init if int(i) not in set(picks.tolist())]
+            init = np.asarray([int(i) for i in picks] + rest[: max(0, init.size - picks.size)], dtype=np.int64)
+            info["prior"] = {"front": int(front.size), "picked": [int(i) for i in picks]}
         top = grid.flat(grid.top())
         anchors = ([top] if self.anchor_maxn else []) + ([grid.flat(grid.bottom())] if self.anchor_minn else [])
         free = [j for j in range(init.size) if int(init[j]) not in anchors]

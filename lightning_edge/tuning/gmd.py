@@ -359,13 +359,21 @@ class GMD(Strategy):
     - ``stall_aware``: concurrent only (our addition, default ``True``): do not descend into, or climb out of,
       modes too slow for one training minibatch per inference cycle by the dominant workload's slopes; see
       the module docstring. ``GMD.as_published()`` turns our additions off.
+    - ``prior``: a :class:`~lightning_edge.tuning.prior.Prior` (predicted time and power of every mode; default
+      ``None``: Algorithm 1 as above). Training only: GMD first profiles the predicted fastest mode within the
+      budget, corrects every prediction by the nearest profile and goes on while a mode is predicted faster than
+      the best profiled one within the budget, for at most ``prior_profiles`` profiles; when none of them is
+      within the budget it goes on with Algorithm 1 and its full budget (so at most ``prior_profiles`` + 10
+      training profiles in all), and so it does after them with ``prior_then_search=True`` (for long runs: the
+      answer is the best of everything profiled). ``with_prior(prior)`` is a copy.
     """
 
     name = "GMD"
 
     def __init__(self, *, max_profiles: int | dict | None = None, search_profiles: int | dict = 10,
                  power_eps_w: float = 0.5, latency_tie: float = 0.02, inference_bound: bool = True,
-                 descend_min_rho: bool = False, finish_line: bool = True, stall_aware: bool = True) -> None:
+                 descend_min_rho: bool = False, finish_line: bool = True, stall_aware: bool = True,
+                 prior: Any = None, prior_profiles: int | None = None, prior_then_search: bool = False) -> None:
         mp = dict(DEFAULT_MAX_PROFILES)
         if isinstance(max_profiles, dict):
             mp.update(max_profiles)
@@ -384,7 +392,26 @@ class GMD(Strategy):
         self.descend_min_rho = bool(descend_min_rho)
         self.finish_line = bool(finish_line)
         self.stall_aware = bool(stall_aware)
+        from lightning_edge.tuning.prior import DEFAULT_PRIOR_PROFILES
+
+        self.prior = prior
+        self.prior_then_search = bool(prior_then_search)
+        self.prior_profiles = int(DEFAULT_PRIOR_PROFILES if prior_profiles is None else prior_profiles)
+        if self.prior_profiles < 1:
+            raise ValueError(f"prior_profiles must be >= 1, got {prior_profiles!r}")
         self.last_trace: list = []
+
+    def with_prior(self, prior: Any, then_search: bool | None = None) -> GMD:
+        """A copy of this GMD that starts from ``prior`` (``None``: without one); ``then_search`` sets
+        ``prior_then_search`` (default: unchanged)."""
+        import copy
+
+        out = copy.copy(self)
+        out.prior = prior
+        if then_search is not None:
+            out.prior_then_search = bool(then_search)
+        out.last_trace = []
+        return out
 
     @classmethod
     def as_published(cls, **kw: Any) -> GMD:
@@ -396,7 +423,8 @@ class GMD(Strategy):
         return f"GMD(max_profiles={self.max_profiles}, search_profiles={self.search_profiles})"
 
     def budget(self, problem: Any, space: PowerModeSpace) -> int:
-        return int(self.max_profiles[problem.kind])
+        extra = self.prior_profiles if self.prior is not None and isinstance(problem, TrainingProblem) else 0
+        return int(self.max_profiles[problem.kind]) + extra  # with a prior: its profiles, then Algorithm 1's
 
     def search(self, ctx: SearchContext, problem: Any, space: PowerModeSpace, seed: int | None = None) -> Generator:
         grid = Grid.of(space)
@@ -404,8 +432,18 @@ class GMD(Strategy):
         ctx.trace = trace  # type: ignore[attr-defined]
         limit = self.budget(problem, space)
         if isinstance(problem, TrainingProblem):
+            prior = self.prior
+            if prior is not None and prior.space.size == space.size:
+                from lightning_edge.tuning.prior import prior_search
+
+                yield from prior_search(ctx, grid, lambda i: Point("train", grid.mode(i)), problem.power_budget_w,
+                                        prior, min(limit, self.prior_profiles), trace=trace)
+                if _any_feasible(ctx, problem) and not self.prior_then_search:
+                    return
+                trace.append(("prior-then-search", ctx.used))  # Algorithm 1 in full: nothing within the budget
+                # yet, or asked for (a long run: the best of both; the answer is the best of everything profiled)
             yield from gmd_core(ctx, grid, lambda i: Point("train", grid.mode(i)), problem.power_budget_w,
-                                min(limit, self.search_profiles["train"]), self.power_eps_w, trace,
+                                min(limit, ctx.used + self.search_profiles["train"]), self.power_eps_w, trace,
                                 descend_min=self.descend_min_rho, finish_line=self.finish_line)
         elif isinstance(problem, InferenceProblem):
             yield from self._infer(ctx, grid, problem, limit, trace)

@@ -63,8 +63,12 @@ from lightning_edge.tuning.problems import Measurement, Solution, TrainingProble
 
 __all__ = [
     "OnlineTuner", "WindowSpec", "ProfileWindow", "StepRecord", "SimStepMeter", "SensorStepMeter",
-    "TuningCancelled", "batch_signature", "batch_tensors", "module_fingerprint", "PHASES",
+    "TuningCancelled", "batch_signature", "batch_tensors", "module_fingerprint", "PHASES", "simulate_tuning",
 ]
+
+THOROUGH_AFTER_STEPS = 2000
+"""A run planned for at least this many minibatches gets ``thorough`` tuning from ``PowerModeTuner``: GMD's full
+search after the prior's profiles (about 14 windows, a few hundred minibatches, against a mode chosen on 4)."""
 
 PHASES = ("waiting", "profiling", "tuned", "infeasible", "closed")
 """``waiting``: the strategy is busy (store look-ups) or has not started; ``profiling``: a window is being
@@ -266,9 +270,9 @@ class SimStepMeter:
 
     def _level_at(self, t: float) -> float:
         assert self._target_w is not None
-        if self._from_w is None or self.settle_tau_s <= 0:
+        if self._from_w is None:
             return self._target_w
-        return self._target_w + (self._from_w - self._target_w) * math.exp(-(t - self._change_s) / self.settle_tau_s)
+        return self.twin.settling_w(self._from_w, self._target_w, t - self._change_s)
 
     def mode_changed(self, mode: PowerMode) -> None:
         if self._target_w is None:
@@ -292,13 +296,8 @@ class SimStepMeter:
         noisy = self.workload.train(mode)
         dt = float(noisy.time_s)
         a, b = self.clock_s, self.clock_s + dt
-        tau = self.settle_tau_s
-        if self._from_w is None or tau <= 0:
-            level = self._target_w
-        else:  # exact mean of the exponential settling curve over the step
-            ea = math.exp(-(a - self._change_s) / tau)
-            eb = math.exp(-(b - self._change_s) / tau)
-            level = self._target_w + (self._from_w - self._target_w) * tau * (ea - eb) / dt
+        # the mean of the twin's settling curve over the step (the curve lives in the twin only)
+        level = self.twin.settling_w(self._from_w, self._target_w, a - self._change_s, b - self._change_s)
         power = level * (noisy.power_w / clean_power_w)
         self.clock_s = b
         return dt, float(power)
@@ -312,12 +311,15 @@ class SimStepMeter:
 class WindowSpec:
     """How one mode is profiled on training minibatches.
 
-    ``settle_s``: seconds after the switch whose steps are discarded (a Jetson's power needs 2-3 s; ``None``:
-    the meter's default, 2.5 s on a board, 3 time constants of the twin's settling); ``warmup_steps``: at least
-    that many minibatches are discarded, settling ones included (the first one after a switch is slow: Fulcrum
-    section 6); then between
-    ``min_steps`` and ``max_steps`` minibatches are measured, stopping once the relative standard error of the
-    mean time and of the mean power are both <= ``rel_sem``; ``max_settle_steps`` bounds the discarded steps.
+    ``settle_s``: ``None`` (the default): the minibatches after the switch are discarded until the measured
+    power has *settled*, detected on the readings: the time-weighted mean power of the last ``settle_block_s``
+    seconds (at least 3 minibatches) differs from the block before it by at most ``settle_rel`` of it plus twice
+    the standard error of that difference (the readings' own noise); at most the device's settling time (2.5 s
+    on a Jetson: Pagoda, Fulcrum section 6; 3 time constants on the twin). A number: a fixed settling time in
+    seconds instead (0: none). ``warmup_steps``: at least that many minibatches are discarded, settling ones
+    included (the first one after a switch is slow: Fulcrum section 6); then between ``min_steps`` and
+    ``max_steps`` minibatches are measured, stopping once the relative standard error of the mean time and of
+    the mean power are both <= ``rel_sem``; ``max_settle_steps`` bounds the discarded steps.
     """
 
     settle_s: float | None = None
@@ -326,6 +328,8 @@ class WindowSpec:
     max_steps: int = 40
     rel_sem: float = 0.01
     max_settle_steps: int = 200
+    settle_block_s: float = 0.5
+    settle_rel: float = 0.01
 
     def __post_init__(self) -> None:
         if self.settle_s is not None and not (self.settle_s >= 0 and math.isfinite(self.settle_s)):
@@ -337,11 +341,20 @@ class WindowSpec:
                              f"max_steps={self.max_steps}")
         if not (self.rel_sem > 0):
             raise ValueError(f"rel_sem must be > 0 (e.g. 0.01 for 1 %), got {self.rel_sem!r}")
+        if not (self.settle_block_s > 0 and math.isfinite(self.settle_block_s)) or not (self.settle_rel > 0):
+            raise ValueError(f"settle_block_s and settle_rel must be > 0, got {self.settle_block_s!r}, "
+                             f"{self.settle_rel!r}")
+
+    @property
+    def detects_settling(self) -> bool:
+        return self.settle_s is None
 
 
 @dataclass
 class ProfileWindow:
-    """A window in progress: the mode, when it was switched to, the discarded and the measured steps."""
+    """A window in progress: the mode, when it was switched to, the discarded and the measured steps.
+
+    ``settle_s``: the fixed settling time or, when ``spec.detects_settling``, the most it may take."""
 
     index: int
     mode: PowerMode
@@ -356,6 +369,9 @@ class ProfileWindow:
     cost_j: float = 0.0
     remeasured: int = 0  # steps whose readings were partial or rejected: dropped, the next step measures again
     partial: int = 0  # such steps kept anyway (after max_steps of them): the profile is labelled partial
+    settled_after_s: float | None = None  # when the power was found settled (seconds after the switch)
+    settling_steps: int = 0  # discarded because the power was still settling (the rest: warm-up)
+    _trace: list = field(default_factory=list)  # (start after the switch, time, power) of the discarded steps
 
     def feed(self, t_end_s: float, time_s: float, power_w: float, trusted: bool = True) -> bool:
         """Add a step; True when the step was measured (not discarded). A step whose power rests on partial or
@@ -365,9 +381,20 @@ class ProfileWindow:
             trusted = False
         self.cost_s += time_s
         self.cost_j += time_s * power_w if math.isfinite(power_w) else 0.0
-        settling = (t_end_s - time_s) - self.switched_s < self.settle_s
+        since = (t_end_s - time_s) - self.switched_s
+        if self.settled_after_s is None:
+            if self.spec.detects_settling:
+                if math.isfinite(power_w):  # an unreadable step says nothing about settling
+                    self._trace.append((since, time_s, power_w))
+                settling = since < self.settle_s and not self._settled()
+            else:
+                settling = since < self.settle_s
+            if not settling:
+                self.settled_after_s = max(since, 0.0)
+        settling = self.settled_after_s is None
         if (settling or self.discarded < self.spec.warmup_steps) and self.discarded < self.spec.max_settle_steps:
             self.discarded += 1
+            self.settling_steps += int(settling)
             return False
         if not trusted:
             if self.remeasured < self.spec.max_steps:
@@ -377,6 +404,27 @@ class ProfileWindow:
         self.times.append(time_s)
         self.powers.append(power_w)
         return True
+
+    def _settled(self) -> bool:
+        """The power trace since the switch has stopped moving: the last two blocks of ``settle_block_s``
+        (>= 3 minibatches each) agree within ``settle_rel`` plus twice the standard error of their difference."""
+        blocks = []
+        end = len(self._trace)
+        for _ in range(2):
+            dur, start = 0.0, end
+            while start > 0 and (dur < self.spec.settle_block_s or end - start < 3):
+                start -= 1
+                dur += self._trace[start][1]
+            if dur < self.spec.settle_block_s or end - start < 3:
+                return False
+            blocks.append(np.asarray(self._trace[start:end], dtype=float))
+            end = start
+        means, var = [], 0.0
+        for b in blocks:
+            t, p = b[:, 1], b[:, 2]
+            means.append(float((t * p).sum() / t.sum()))
+            var += float(p.var(ddof=1) / len(p)) if len(p) > 1 else math.inf
+        return abs(means[0] - means[1]) <= self.spec.settle_rel * means[0] + 2.0 * math.sqrt(var)
 
     @property
     def n(self) -> int:
@@ -446,6 +494,16 @@ class OnlineTuner:
             ``drift_window=0`` turns it off.
         on_event: ``f(kind, info: dict)`` for ``"profile"``, ``"solution"``, ``"infeasible"``, ``"retune"``,
             ``"drift"``, ``"restore"`` (the callback logs them).
+        prior: ``"auto"`` (default): on the twin, GMD and ALS start from the predicted time and power of every mode
+            (:mod:`lightning_edge.tuning.prior`: the uncalibrated twin model of the module's ``analyze`` cost,
+            not the simulated truth), built after the first minibatch (which shows the module's input shapes) and
+            so applied from the second; on a real Orin AGX the calibrated twin's model of the module given to
+            :meth:`bind_model`; elsewhere none (the summary says why). A
+            :class:`~lightning_edge.tuning.prior.Prior`: that one. ``None``/``False``: no prior.
+        thorough: with a prior, GMD goes on with Algorithm 1 after its prior profiles (at most 4 + 10 profiles;
+            the answer is the best of everything profiled): worth it in a long run, where a mode a few percent
+            slower costs more than the profiles. ``PowerModeTuner`` sets it when the Trainer plans at least
+            ``THOROUGH_AFTER_STEPS`` minibatches.
     """
 
     def __init__(self, problem: TrainingProblem | float, controller: Any, meter: Any, *, strategy: Any = "gmd",
@@ -453,7 +511,7 @@ class OnlineTuner:
                  device_model: str | None = None, window: WindowSpec | None = None, switch_at: str = "window",
                  baseline: bool = True, drift_window: int = 20, drift_tolerance: float = 0.03,
                  drift_patience: int = 2, on_event: Callable[[str, dict], None] | None = None,
-                 wait_timeout_s: float = 600.0) -> None:
+                 wait_timeout_s: float = 600.0, prior: Any = "auto", thorough: bool = False) -> None:
         if not isinstance(problem, TrainingProblem):
             problem = TrainingProblem(float(problem))
         if switch_at not in ("window", "epoch"):
@@ -484,6 +542,19 @@ class OnlineTuner:
         self.drift_patience = int(drift_patience)
         self.on_event = on_event
         self.wait_timeout_s = float(wait_timeout_s)
+        if prior is True:
+            prior = "auto"
+        if not (prior in (None, False, "auto") or hasattr(prior, "corrected")):
+            raise ValueError(f"prior: expected 'auto', None or a lightning_edge.tuning.prior.Prior, got {prior!r}")
+        self.prior_setting = prior or None
+        self.thorough = bool(thorough)
+        self.prior: Any = None
+        self.prior_note: str | None = None  # why there is no prior, when there is none
+        self.prior_time_s = 0.0
+        self.planned_profiles = 0  # the strategy's profiles of the current solve (+ MAXN), an upper bound
+        self.tuned_at_step: int | None = None  # the first step trained in the chosen mode (end of tuning)
+        self._launch_pending = False
+        self._model: tuple | None = None
 
         self.phase = "waiting"
         self.original_mode: PowerMode | None = None
@@ -532,7 +603,70 @@ class OnlineTuner:
         self._started = True
         self.original_mode = self.controller.current()
         self.meter.start()
+        if not self._make_prior():
+            self._launch_pending = True  # the prior needs the module's inputs: launched after the first step
+            return
         self._launch(self.problem, reason="start")
+
+    def _make_prior(self) -> bool:
+        """Build the prior if one is wanted; False while it cannot be built yet (the twin's model of the module
+        exists after the first step)."""
+        setting = self.prior_setting
+        if setting is None:
+            self.prior_note = "no prior (turned off)"
+            return True
+        if not hasattr(self.strategy, "with_prior"):
+            self.prior_note = f"no prior ({getattr(self.strategy, 'name', 'this strategy')} takes none)"
+            return True
+        if setting != "auto":
+            self.prior = setting
+            return True
+        if not isinstance(self.meter, SimStepMeter):
+            return self._make_board_prior()
+        if not self.meter.bound:
+            return False
+        from lightning_edge.tuning.prior import prior_for_twin
+
+        t0 = time.perf_counter()
+        try:
+            self.prior = prior_for_twin(self.meter.workload, self.space, simulated=True)
+        except Exception as exc:  # noqa: BLE001 - a prior is an aid: tune without it, and say why
+            self.prior_note = f"no prior: the model of this workload failed ({type(exc).__name__}: {exc})"
+        self.prior_time_s = time.perf_counter() - t0
+        return True
+
+    def bind_model(self, module: Any, example_inputs: Any) -> None:
+        """The module and one minibatch of its forward inputs, for the prior on a real Orin AGX (the twin's
+        calibrated model of their ``analyze`` cost). Call before :meth:`start`; the twin's meter needs none."""
+        self._model = (module, example_inputs)
+
+    def _make_board_prior(self) -> bool:
+        if not _is_orin(self.controller):
+            name = getattr(self.space, "name", "this device")
+            self.prior_note = (f"no prior: no device model for {name} (give one: prior=prior_from_rooflines(cost, "
+                               "space, a device profile's rooflines))")
+            return True
+        if self._model is None:
+            self.prior_note = "no prior: the module's inputs were not given (OnlineTuner.bind_model)"
+            return True
+        from lightning_edge.devices.sim.twin import OrinTwin
+        from lightning_edge.devices.sim.workload import SimWorkload
+        from lightning_edge.tuning.prior import prior_for_twin
+
+        t0 = time.perf_counter()
+        try:
+            module, inputs = self._model
+            wl = SimWorkload(module, OrinTwin(noise=False, settling=False), example_inputs=inputs, noise=False)
+            self.prior = prior_for_twin(wl, self.space, simulated=False)
+        except Exception as exc:  # noqa: BLE001 - a prior is an aid: tune without it, and say why
+            self.prior_note = f"no prior: the model of this workload failed ({type(exc).__name__}: {exc})"
+        self.prior_time_s = time.perf_counter() - t0
+        return True
+
+    def _try_launch(self) -> None:
+        if self._launch_pending and self._make_prior():
+            self._launch_pending = False
+            self._launch(self.problem, reason="start")
 
     def _launch(self, problem: TrainingProblem, reason: str) -> None:
         self._requests = queue.Queue()
@@ -540,10 +674,21 @@ class OnlineTuner:
         workload = _OnlineWorkload(self, self.fingerprint or "online", self.device_model)
         scaled = problem if self.drift_scale == 1.0 else TrainingProblem(problem.power_budget_w / self.drift_scale)
         self.phase = "waiting"
+        strategy = self.strategy
+        if self.prior is not None and hasattr(strategy, "with_prior"):
+            prior = self.prior
+            if self._known:  # a re-tune: everything profiled so far corrects the prediction too
+                seen = {}
+                for point, m in self._known.items():
+                    if getattr(point, "kind", None) == "train" and _in_space(self.space, point.mode):
+                        seen[self.space.index(self.space.coerce(point.mode))] = (m.time_s, m.power_w)
+                prior = prior.with_measured(seen)
+            strategy = strategy.with_prior(prior, self.thorough)
+        self.planned_profiles = _planned(strategy, scaled, self.space, self.prior) + int(self.baseline)
 
         def work() -> None:
             try:
-                res = self.strategy.run(scaled, self.space, workload, store=self.store,
+                res = strategy.run(scaled, self.space, workload, store=self.store,
                                         workload_id=self.fingerprint, device_model=self.device_model)
                 base = None
                 if self.baseline:
@@ -582,6 +727,9 @@ class OnlineTuner:
     def before_step(self) -> None:
         """Call before each training step: takes the strategy's next request or answer, switches modes."""
         if self._closed or not self._started:
+            return
+        if self._launch_pending:  # the first step, before the strategy can start: trained in the current mode
+            self.meter.step_begin()
             return
         if self._window is None and self._pending_mode is None and self.phase in ("waiting",):
             self._poll(block=True)
@@ -645,13 +793,18 @@ class OnlineTuner:
                 self._close_window(win)
         elif self.phase in ("tuned", "infeasible") and end_s - dt - self._switched_s >= self._settle_s():
             self._check_drift(rec)  # only settled steps: the power after a switch is still moving
+        if self.tuned_at_step is None and self.phase in ("tuned", "infeasible") and self._pending_mode is None:
+            self.tuned_at_step = rec.step
         self.records.append(rec)
+        if self._launch_pending:
+            self._try_launch()
         return rec
 
     def _close_window(self, win: ProfileWindow) -> None:
         m = win.result(self.label)
         info = {"index": win.index, "mode": win.mode, "time_s": m.time_s, "power_w": m.power_w, "label": m.label,
-                "steps": win.n, "discarded": win.discarded, "cost_s": win.cost_s, "cost_j": win.cost_j,
+                "steps": win.n, "discarded": win.discarded, "settling_steps": win.settling_steps,
+                "settled_after_s": win.settled_after_s, "cost_s": win.cost_s, "cost_j": win.cost_j,
                 "remeasured": win.remeasured, "partial_steps": win.partial,
                 "reason": win.reason, "within_budget": m.power_w <= self.problem.power_budget_w}
         self.profiles.append(info)
@@ -809,12 +962,13 @@ class OnlineTuner:
             "retunes": len(self.retunes), "drift_scale": self.drift_scale,
             "fingerprint": self.fingerprint, "device_model": self.device_model,
         }
+        out.update(self.progress())
         if sol is not None:
             out.update(mode=str(sol.mode), time_s=sol.time_s, power_w=sol.power_w,
                        energy_per_step_j=sol.time_s * sol.power_w, throughput_steps_s=1.0 / sol.time_s)
         tuned = tot.get("tuned")
         if tuned and tuned["steps"]:
-            out.update(measured_tuned_time_s=tuned["time_s"] / tuned["steps"],
+            out.update(measured_tuned_time_s=tuned["time_s"] / tuned["steps"], measured_tuned_steps=int(tuned["steps"]),
                        measured_tuned_power_w=tuned["energy_j"] / tuned["time_s"])
         b = self.baseline_profile
         if b is not None:
@@ -823,6 +977,42 @@ class OnlineTuner:
                 out.update(throughput_vs_maxn=b.time_s / sol.time_s,
                            energy_vs_maxn=(sol.time_s * sol.power_w) / (b.time_s * b.power_w))
         return out
+
+    def progress(self) -> dict[str, Any]:
+        """Where tuning stands: profiles done and planned, the minibatches one profile takes (settling, warm-up,
+        measured window: the mean of this run's windows, else an estimate from the step times and the window
+        settings), and how many more minibatches tuning needs (0 once tuned)."""
+        done = len(self.profiles)
+        finished = self.phase in ("tuned", "infeasible") or self.tuned_at_step is not None
+        planned = done if finished else max(self.planned_profiles, done + (self._window is not None))
+        spec = self.window_spec
+        if self.profiles:
+            settle = float(np.mean([p.get("settling_steps", 0) for p in self.profiles]))
+            warm = float(np.mean([p["discarded"] - p.get("settling_steps", 0) for p in self.profiles]))
+            meas = float(np.mean([p["steps"] for p in self.profiles]))
+            estimated = False
+        else:
+            dts = [r.time_s for r in self.records[-50:]]
+            mean_dt = float(np.mean(dts)) if dts else math.nan
+            cap = self._settle_s()
+            settle = float(min(math.ceil(cap / mean_dt), spec.max_settle_steps)) if dts and cap > 0 else 0.0
+            warm = float(max(spec.warmup_steps - settle, 0))
+            meas = float(spec.min_steps)
+            estimated = True
+        per = settle + warm + meas
+        more = 0
+        if not finished:
+            cur = self._window
+            in_window = (cur.discarded + cur.n) if cur is not None else 0
+            left = max(planned - done, 0)
+            more = int(math.ceil(max(left * per - in_window, per - in_window if cur is not None else 0.0)))
+            more += int(self._launch_pending)
+        prior = getattr(self.prior, "source", None)
+        return {"profiles_done": done, "profiles_planned": int(planned), "baseline": self.baseline,
+                "settle_steps": settle, "warmup_steps": warm,
+                "window_steps": meas, "minibatches_per_profile": per, "per_profile_estimated": estimated,
+                "more_steps_needed": int(more), "tuning_steps": self.tuned_at_step,
+                "prior": prior, "prior_note": None if prior else self.prior_note, "prior_time_s": self.prior_time_s}
 
     # ------------------------------------------------------------------ checkpointing
     def state_dict(self) -> dict[str, Any]:
@@ -855,6 +1045,34 @@ class OnlineTuner:
                                    Measurement(float(p["time_s"]), float(p["power_w"]), str(p.get("label", "measured"))))
 
 
+# ============================================================================================ dry runs
+def simulate_tuning(workload: Any, power_budget_w: float, *, strategy: Any = "gmd", prior: Any = "auto",
+                    window: WindowSpec | None = None, seed: int | None = 0, max_steps: int = 5000,
+                    board: Any = None) -> OnlineTuner:
+    """Tune ``workload`` (a :class:`~lightning_edge.devices.sim.workload.SimWorkload`: a zoo name or a module with
+    its inputs) on a fresh twin with nothing else running: the engine's steps until it trains in the chosen mode
+    (or ``max_steps``), every step the twin's (simulated: noise, power settling), no real computation. Returns the
+    closed tuner (``summary()``, ``tuned_at_step``, ``profiles``). For benchmarks and for comparing settings."""
+    from lightning_edge.devices.sim.device import SimulatedOrin
+    from lightning_edge.devices.sim.workload import SimWorkload
+
+    board = board if board is not None else SimulatedOrin(seed=seed)
+    meter = SimStepMeter(board, seed=seed)
+    meter.workload = SimWorkload(workload.model, board.twin, train_batch_size=workload.train_batch_size, seed=seed,
+                                 seq_len=workload.seq_len, precision=workload.precision,
+                                 example_inputs=workload.example_inputs)
+    tuner = OnlineTuner(power_budget_w, board.controller, meter, strategy=strategy, store=None,
+                        fingerprint=workload.fingerprint, window=window, prior=prior)
+    try:
+        tuner.start()
+        while tuner.tuned_at_step is None and tuner.step < max_steps:
+            tuner.before_step()
+            tuner.after_step()
+    finally:
+        tuner.close()
+    return tuner
+
+
 # ============================================================================================ helpers
 def _strategy(strategy: Any) -> Any:
     if not isinstance(strategy, str):
@@ -871,6 +1089,19 @@ def _strategy(strategy: Any) -> Any:
 
         return ALS()
     raise ValueError(f"strategy {strategy!r}: expected 'gmd' or 'als' (or a Strategy instance)")
+
+
+def _planned(strategy: Any, problem: Any, space: PowerModeSpace, prior: Any) -> int:
+    """The most profiles the strategy takes for ``problem`` (with a prior: GMD's ``prior_profiles``, plus
+    Algorithm 1's when it goes on with it)."""
+    if prior is not None and getattr(strategy, "prior", None) is not None and hasattr(strategy, "prior_profiles") \
+            and not getattr(strategy, "prior_then_search", False):
+        return int(strategy.prior_profiles)
+    try:
+        budget = strategy.budget(problem, space)
+    except Exception:  # noqa: BLE001 - a strategy without a budget: nothing to plan with
+        return 0
+    return int(budget) if budget else 0
 
 
 def _is_orin(controller: Any) -> bool:

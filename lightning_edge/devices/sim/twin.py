@@ -682,11 +682,25 @@ class OrinTwin:
         self._last_target = target
         return self._level_at(now, target)
 
+    def settling_w(self, from_w: float, target_w: float, t0_s: float, t1_s: float | None = None) -> float:
+        """The power settling curve after a change from ``from_w`` towards ``target_w`` (noise-free, W): its value
+        ``t0_s`` seconds after the change, or with ``t1_s`` its exact mean over ``[t0_s, t1_s]``. Exponential with
+        time constant ``settle_tau_s`` (within 5 % after 3 tau = 2.4 s); the target at once with ``settling=False``.
+        The one home of the curve: the live board (:meth:`power_now`) and the tuner's simulated steps
+        (:class:`~lightning_edge.tuning.online.SimStepMeter`) both read it."""
+        tau = self.settle_tau_s
+        if not self.settling or tau <= 0:
+            return float(target_w)
+        a = max(float(t0_s), 0.0)
+        if t1_s is None or t1_s <= a:
+            return target_w + (from_w - target_w) * math.exp(-a / tau)
+        b = float(t1_s)
+        return target_w + (from_w - target_w) * tau * (math.exp(-a / tau) - math.exp(-b / tau)) / (b - a)
+
     def _level_at(self, t: float, target: float) -> float:
         if not self.settling or self._from_w is None or self._change_s is None:
             return target
-        dt = max(t - self._change_s, 0.0)
-        return target + (self._from_w - target) * math.exp(-dt / self.settle_tau_s)
+        return self.settling_w(self._from_w, target, t - self._change_s)
 
     def _begin_transition(self, now: float) -> None:
         if self._target_key is None and self._from_w is None:

@@ -1,0 +1,216 @@
+"""A prior for the search: every mode's minibatch time and power *predicted* by a device model, before any profile.
+
+With a prior, GMD profiles the predicted fastest mode within the budget first instead of the midpoint, and
+ALS starts from the predicted time-power front instead of random modes. Profiles confirm and correct: each
+mode's prediction is scaled by ``measured / predicted`` of the nearest profiled mode (in knob-index space), so
+a model that is 20 % off in power still ranks the modes around the profiled ones. A predicted value is never an
+answer: a mode is chosen only from profiles that show it within the budget (``ProfileTable.solve``).
+
+Where the prediction comes from (:func:`prior_for_twin`, :func:`prior_from_rooflines`):
+
+- the Orin AGX (a real board): the twin's model (``OrinTwin`` with its fitted coefficients) of the workload's
+  ``analyze`` cost: per-layer FLOPs and bytes on the mode's rooflines, CPU dispatch, data loader, power;
+- the twin itself (``sim:orin-agx``): the same model with the twin's *uncalibrated* coefficients
+  (``OrinTwin(profile_path=False)``: the physics defaults before the fit to the published figures), because the
+  calibrated twin's noise-free prediction *is* the simulated truth: a prior from it would know the answer. The
+  uncalibrated model is off by as much as the calibration moved it (median power -26 %, times -1 to -8 % on the
+  Fulcrum training workloads; docs/tuning.md), more than the twin's validated error against the published
+  figures (within 10 %), so the benchmark on the twin is, if anything, pessimistic about the prior;
+- any other device with a device profile that has a roofline for every mode searched: the roofline model alone
+  (Pagoda eq. 1-2 per layer; no CPU side), a weak prior (docs/tuning.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from lightning_edge.devices.modes import PowerModeSpace
+
+__all__ = ["Prior", "prior_search", "prior_for_twin", "prior_from_rooflines", "DEFAULT_PRIOR_PROFILES"]
+
+DEFAULT_PRIOR_PROFILES = 4
+"""Profiles a prior-guided GMD spends before it stops (or, with nothing within the budget yet, falls back to
+Algorithm 1 with the rest of its budget)."""
+
+
+@dataclass
+class Prior:
+    """Predicted ``time_s`` and ``power_w`` of one workload on every mode of ``space`` (space order; ``label``
+    ``predicted``). ``source`` says which model made them (printed in the tuner's summary)."""
+
+    space: PowerModeSpace
+    time_s: np.ndarray
+    power_w: np.ndarray
+    source: str
+    kind: str = "train"
+    label: str = "predicted"
+    measured: dict = field(default_factory=dict)  # {space index: (time_s, power_w)} profiled earlier (a re-tune)
+    _coords: np.ndarray | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        self.time_s = np.asarray(self.time_s, dtype=float).reshape(-1)
+        self.power_w = np.asarray(self.power_w, dtype=float).reshape(-1)
+        n = self.space.size
+        if self.time_s.shape != (n,) or self.power_w.shape != (n,):
+            raise ValueError(f"a Prior needs one time and one power per mode of the space ({n} modes), got "
+                             f"{self.time_s.shape} and {self.power_w.shape}")
+        if not (np.all(np.isfinite(self.time_s)) and np.all(self.time_s > 0) and np.all(np.isfinite(self.power_w))
+                and np.all(self.power_w > 0)):
+            raise ValueError(f"Prior ({self.source}): every predicted time and power must be finite and > 0")
+
+    def __len__(self) -> int:
+        return self.space.size
+
+    @property
+    def coords(self) -> np.ndarray:
+        """Knob indices scaled to [0, 1] per knob: the distance that picks a mode's nearest profile."""
+        if self._coords is None:
+            X = self.space.to_numpy()
+            cols = []
+            for k in range(X.shape[1]):
+                _, inv = np.unique(X[:, k], return_inverse=True)
+                top = max(int(inv.max()), 1)
+                cols.append(inv / top)
+            self._coords = np.stack(cols, axis=1)
+        return self._coords
+
+    def corrected(self, measured: dict[int, tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+        """``(time_s, power_w)`` of every mode, each scaled by ``measured / predicted`` of the nearest mode in
+        ``measured`` (``{space index: (time_s, power_w)}``; the prediction as is when it is empty)."""
+        if not measured:
+            return self.time_s.copy(), self.power_w.copy()
+        idx = np.fromiter(measured, dtype=np.int64)
+        m = np.array([measured[int(i)] for i in idx], dtype=float)
+        rt, rp = m[:, 0] / self.time_s[idx], m[:, 1] / self.power_w[idx]
+        d = np.linalg.norm(self.coords[:, None, :] - self.coords[idx][None, :, :], axis=2)
+        near = np.argmin(d, axis=1)
+        return self.time_s * rt[near], self.power_w * rp[near]
+
+    def with_measured(self, measured: dict[int, tuple[float, float]]) -> Prior:
+        """A copy whose corrections start from profiles measured earlier (``{space index: (time_s, power_w)}``,
+        e.g. a re-tune's history): they correct the prediction but are not counted or returned by a search."""
+        import dataclasses
+
+        return dataclasses.replace(self, measured=dict(measured), _coords=self._coords)
+
+    def best_within(self, power_budget_w: float) -> int | None:
+        """Space index of the predicted fastest mode within the budget (uncorrected), ``None`` if none is."""
+        ok = self.power_w <= power_budget_w
+        return int(np.argmin(np.where(ok, self.time_s, np.inf))) if ok.any() else None
+
+    def front(self) -> np.ndarray:
+        """Space indices of the predicted time-power Pareto front."""
+        from lightning_edge.tuning.pareto import pareto_front
+
+        return np.asarray(pareto_front(self.time_s, self.power_w), dtype=np.int64)
+
+
+def prior_search(ctx: Any, grid: Any, point_at: Any, p_hat: float, prior: Prior, limit: int,
+                 min_gain: float = 0.0, trace: list | None = None) -> Generator:
+    """Profile the predicted fastest mode within ``p_hat`` (every prediction corrected by the profiles so far),
+    then the next one predicted faster than the best profiled mode within the budget by more than ``min_gain``
+    (relative), until none is left or ``limit`` points were profiled in ``ctx``. Returns the number profiled."""
+    trace = [] if trace is None else trace
+    measured: dict[int, tuple[float, float]] = dict(prior.measured)
+    for p, r in ctx.results.items():  # anything this search already knows corrects the prediction too
+        if p.kind == "train":
+            measured[grid.flat(grid.index(p.mode))] = (r.time_s, r.power_w)
+    best_t = min((t for t, pw in measured.values() if pw <= p_hat), default=np.inf)
+    n = 0
+    while ctx.used < limit:
+        t, p = prior.corrected(measured)
+        ok = p <= p_hat
+        if measured:
+            ok[np.fromiter(measured, dtype=np.int64)] = False
+        ok &= t < best_t * (1.0 - min_gain)
+        if not ok.any():
+            # no mode is predicted faster: with profiles left, step one value up along one knob from the best
+            # mode within the budget (the model may miss what that knob does), the least predicted time first
+            j = _climb(grid, measured, p_hat, t, p) if np.isfinite(best_t) else _least_power(measured, p_hat, p)
+            if j is None:
+                trace.append(("prior-done", len(measured)))
+                break
+            trace.append(("prior-climb", grid.unflat(j)))
+        else:
+            j = int(np.argmin(np.where(ok, t, np.inf)))
+        r = yield from ctx.profile(point_at(grid.unflat(j)))
+        n += 1
+        measured[j] = (r.time_s, r.power_w)
+        within = r.power_w <= p_hat * (1.0 + 1e-12) + 1e-15
+        if within:
+            best_t = min(best_t, r.time_s)
+        trace.append(("prior", grid.unflat(j), "within" if within else "over", float(t[j]), float(p[j])))
+    return n
+
+
+def _least_power(measured: dict[int, tuple[float, float]], p_hat: float, p: np.ndarray,
+                 slack: float = 0.1) -> int | None:
+    """Nothing is within the budget yet and nothing is predicted to be: the unprofiled mode of least corrected
+    predicted power, when that is within ``slack`` of the budget (the prediction may be that far off)."""
+    q = p.copy()
+    if measured:
+        q[np.fromiter(measured, dtype=np.int64)] = np.inf
+    j = int(np.argmin(q))
+    return j if q[j] <= p_hat * (1.0 + slack) else None
+
+
+def _climb(grid: Any, measured: dict[int, tuple[float, float]], p_hat: float, t: np.ndarray,
+           p: np.ndarray) -> int | None:
+    """An unprofiled neighbour one value up along one knob of the fastest profiled mode within ``p_hat`` whose
+    corrected predicted power is within it too: the least predicted time, then the least predicted power."""
+    within = [(v[0], i) for i, v in measured.items() if v[1] <= p_hat]
+    if not within:
+        return None
+    base = grid.unflat(min(within)[1])
+    cands = []
+    for d in range(len(base)):
+        if base[d] + 1 < grid.sizes[d]:
+            up = list(base)
+            up[d] += 1
+            j = grid.flat(tuple(up))
+            if j not in measured and p[j] <= p_hat:
+                cands.append((float(t[j]), float(p[j]), j))
+    return min(cands)[2] if cands else None
+
+
+# ------------------------------------------------------------------------------------------ sources
+def prior_for_twin(workload: Any, space: PowerModeSpace, *, simulated: bool) -> Prior:
+    """The prior of a :class:`~lightning_edge.devices.sim.workload.SimWorkload` (a zoo name or a module with its
+    example inputs) over ``space``: the twin's model of its ``analyze`` cost; with ``simulated=True`` (the
+    measurements come from the twin) the *uncalibrated* twin, so that the prior does not know the simulated
+    truth (module docstring)."""
+    from lightning_edge.devices.sim.twin import OrinTwin
+
+    model_twin = OrinTwin(profile_path=False, noise=False, settling=False) if simulated else OrinTwin(
+        noise=False, settling=False)
+    from lightning_edge.devices.sim.workload import compile_workload
+
+    bs = int(workload.train_batch_size)
+    # the workload's analyze cost, as the measuring twin already has it (analysed once; no twin coefficient in it)
+    cost, n_tensors = workload.twin.workload_cost(workload.model, bs, "train", workload.seq_len, workload.precision,
+                                                  workload.inputs_for(bs))
+    prof = compile_workload(cost, kind="train", batch_size=bs, param_tensors=n_tensors)
+    pred = model_twin.predict(prof, space.to_numpy(), precision=workload.precision)
+    src = ("twin model, uncalibrated coefficients (not the simulated truth), of the analyze cost" if simulated
+           else "Orin AGX twin model of the analyze cost")
+    return Prior(space, np.asarray(pred.time_s), np.asarray(pred.power_w), src)
+
+
+def prior_from_rooflines(cost: Any, space: PowerModeSpace, rooflines: Any, *, source: str = "device profile") -> Prior:
+    """The roofline model alone: per layer ``max(W / peak, Q / BW)`` summed over the minibatch's layers and
+    power ``pi_0 + (eps_flop W + eps_mop Q) / T`` (Pagoda eq. 1-2), with ``rooflines`` a
+    :class:`~lightning_edge.roofline.model.Roofline` over the modes of ``space`` (space order). No CPU side: a
+    weak prior for CPU-bound minibatches."""
+    W = np.array([float(getattr(layer, "flops", 0) or 0) for layer in cost.layers])
+    Q = np.array([float(getattr(layer, "bytes", 0) or 0) for layer in cost.layers])
+    peak = np.asarray(rooflines.peak_flops, dtype=float).reshape(-1, 1)
+    bw = np.asarray(rooflines.bandwidth, dtype=float).reshape(-1, 1)
+    t = np.maximum(W[None, :] / peak, Q[None, :] / bw).sum(axis=1)
+    t = np.maximum(t, 1e-9)
+    e = (np.asarray(rooflines.eps_flop, dtype=float) * W.sum() + np.asarray(rooflines.eps_mop, dtype=float) * Q.sum()
+         + np.asarray(rooflines.static_power, dtype=float) * t)
+    return Prior(space, t, e / t, f"{source} rooflines (roofline model only)")
