@@ -249,6 +249,8 @@ class PowerModeTunerMixin:
             self.power_budget_w, self.tdev.controller, self.tdev.meter, strategy=self.strategy, space=self.space,
             store=self.store, fingerprint=self.workload_id, window=self.window, switch_at=self.switch_at,
             baseline=self.baseline, on_event=self._on_event, **self.drift)
+        # issue 18 (store): a SIGTERM the Trainer caught ends a wait for other processes' profiles at once
+        self.tuner.interrupted = lambda: bool(getattr(trainer, "received_sigterm", False))
         if self._pending_state:
             self.tuner.load_state_dict(self._pending_state)
             self._pending_state = None
