@@ -407,9 +407,9 @@ class _OnlineWorkload:
             raise TuningCancelled("the tuner was closed while waiting for another process's profile")
 
     def on_store_wait(self, message: str) -> None:
-        import logging
+        import sys
 
-        logging.getLogger(__name__).warning("lightning_edge PowerModeTuner: %s", message)
+        print(f"lightning_edge PowerModeTuner: {message}", file=sys.stderr, flush=True)  # a person is waiting
         self.tuner._emit("wait", {"message": message})
 
 
