@@ -303,7 +303,9 @@ def _open_sqlite_readonly(path: str) -> BaseStorage:
     last: Exception | None = None
     for query in ("mode=ro", "mode=ro&immutable=1"):  # WAL files may be impossible to create in a read-only folder
         try:
-            rdb = optuna.storages.RDBStorage(f"sqlite:///file:{path}?{query}&uri=true", skip_table_creation=True)
+            # (no schema check: it reads Optuna's migration scripts, and a read-only store cannot be upgraded anyway)
+            rdb = optuna.storages.RDBStorage(f"sqlite:///file:{path}?{query}&uri=true", skip_table_creation=True,
+                                             skip_compatibility_check=True)
             storage = optuna.storages.get_storage(rdb)
             storage.get_all_studies()
             return storage

@@ -14,7 +14,9 @@ import pytest
 from optuna.trial import TrialState
 
 from lightning_edge.tuning import GMD, TrainingProblem
-from lightning_edge.tuning.store import ProfileStore
+from lightning_edge.tuning.store import ProfileStore, StoreError
+
+from .workloads import HAND_SPACE
 
 ROOT = Path(__file__).resolve().parents[2]
 FAST = dict(settle_s=0.0, warmup_steps=1, min_steps=3, max_steps=5)
@@ -198,3 +200,217 @@ def test_sigterm_ends_a_wait_for_another_process_at_once_and_restores_the_board(
     assert took < 5.0, out
     assert "BOARD restored" in out, out
     assert "FIT ENDED TuningInterrupted" in out and "termination signal" in out, out
+
+
+# ------------------------------------------------------------------------------ item 4: store errors, one line
+def _one_line_error(fn):
+    with pytest.raises(StoreError) as err:
+        fn()
+    text = str(err.value)
+    assert "\n" not in text and len(text) < 400, text
+    return text
+
+
+def test_a_corrupt_sqlite_file_is_one_line_with_the_path_and_the_fix(tmp_path):
+    # was: an 85-frame sqlalchemy DatabaseError "file is not a database", no path
+    bad = tmp_path / "profiles.sqlite3"
+    bad.write_bytes(os.urandom(8192))
+    for spec in (str(bad), f"sqlite:///{bad}"):
+        text = _one_line_error(lambda spec=spec: ProfileStore(spec))
+        assert str(bad) in text and "not an SQLite database" in text and f"mv '{bad}' '{bad}.corrupt'" in text
+    # a file that starts like SQLite but is damaged inside
+    damaged = tmp_path / "damaged.sqlite3"
+    ProfileStore(str(damaged)).bind("dev", "w").study("train")
+    data = bytearray(damaged.read_bytes())
+    data[100:4096] = os.urandom(3996)
+    damaged.write_bytes(bytes(data))
+    for suffix in ("-wal", "-shm"):
+        Path(str(damaged) + suffix).unlink(missing_ok=True)
+    text = _one_line_error(lambda: ProfileStore(str(damaged)))
+    assert str(damaged) in text and "mv " in text
+
+
+def test_store_errors_come_from_set_up_before_any_training_step(tmp_path):
+    from lightning_edge.lightning.pytorch import PowerModeTuner
+
+    bad = tmp_path / "p.sqlite3"
+    bad.write_bytes(os.urandom(4096))
+    L, module = _lit()
+    steps = []
+
+    class Count(L.Callback):
+        def on_train_batch_start(self, *a):
+            steps.append(1)
+
+    cb = PowerModeTuner(25.0, device="sim:orin-agx", store=str(bad), window=FAST, print_summary=False)
+    with pytest.raises(StoreError, match="not an SQLite database") as err:
+        _trainer(L, [cb, Count()]).fit(module, _loader())
+    assert not steps and str(bad) in str(err.value)
+
+
+def test_an_unreachable_postgresql_is_one_line_at_once(tmp_path):
+    # was: a 141-frame psycopg2 traceback after 2.6 s of retries
+    pytest.importorskip("psycopg2")
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: nothing listens there
+    t0 = time.monotonic()
+    text = _one_line_error(lambda: ProfileStore(f"postgresql://edge:secret@127.0.0.1:{port}/profiles"))
+    assert time.monotonic() - t0 < 1.0
+    assert f"127.0.0.1:{port}" in text and "nothing answers" in text and "secret" not in text
+
+
+def test_a_plain_path_is_an_sqlite_store_everywhere(tmp_path, monkeypatch):
+    from .workloads import LinearWorkload
+
+    path = tmp_path / "sub" / "p.sqlite3"
+    GMD().solve(TrainingProblem(29.5), HAND_SPACE, LinearWorkload(), store=str(path))
+    assert path.exists()
+    w = LinearWorkload()
+    assert GMD().run(TrainingProblem(29.5), HAND_SPACE, w, store=path).new_profiles == 0 and not w.calls
+    monkeypatch.chdir(tmp_path)
+    assert ProfileStore("sub/p.sqlite3").url == f"sqlite:///{path}"
+    monkeypatch.setenv("LIGHTNING_EDGE_PROFILE_STORE", str(path))  # the environment variable too
+    w = LinearWorkload()
+    assert GMD().run(TrainingProblem(29.5), HAND_SPACE, w).new_profiles == 0 and not w.calls
+
+
+def test_demo_accepts_a_plain_store_path_and_fails_before_training_on_a_bad_one(tmp_path, capsys):
+    # was: trained first, then "Could not parse SQLAlchemy URL"
+    from lightning_edge.cli import main
+
+    bad = tmp_path / "bad.sqlite3"
+    bad.write_bytes(os.urandom(4096))
+    t0 = time.monotonic()
+    rc = main(["demo", "--store", str(bad), "--minutes", "0.01", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    assert rc == 1 and str(bad) in err and "not an SQLite database" in err and len(err.strip().splitlines()) == 1
+    assert time.monotonic() - t0 < 10 and not (tmp_path / "out").exists()
+
+
+# ------------------------------------------------------------------------------ read-only stores (as nobody)
+def _as_nobody(fn, *args):
+    """Run ``fn(*args)`` in a forked child that has dropped to the ``nobody`` user; returns what it returns."""
+    import multiprocessing as mp
+    import pickle
+    import pwd
+
+    if os.geteuid() != 0:
+        pytest.skip("needs root to drop to another user (root ignores file permissions)")
+    try:
+        pw = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no 'nobody' user")
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child
+        os.close(r)
+        try:
+            os.setgroups([])
+            os.setgid(pw.pw_gid)
+            os.setuid(pw.pw_uid)
+            import warnings
+
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                res = ("ok", fn(*args), [str(c.message) for c in caught])
+        except BaseException as exc:  # noqa: BLE001
+            res = ("error", f"{type(exc).__name__}: {exc}", [])
+        os.write(w, pickle.dumps(res))
+        os.close(w)
+        os._exit(0)
+    os.close(w)
+    chunks = []
+    while chunk := os.read(r, 65536):
+        chunks.append(chunk)
+    os.close(r)
+    os.waitpid(pid, 0)
+    del mp
+    return pickle.loads(b"".join(chunks))
+
+
+def _shared_dir(mode: int) -> Path:
+    import tempfile
+
+    d = Path(tempfile.mkdtemp(prefix="lightning-edge-ro-"))  # pytest's tmp_path is private to root
+    d.chmod(mode)
+    return d
+
+
+def _solve_in(path: str, budget: float):
+    from .workloads import LinearWorkload
+
+    w = LinearWorkload()
+    res = GMD().run(TrainingProblem(budget), HAND_SPACE, w, store=path)
+    return str(res.solution.mode), res.new_profiles, sum(w.calls.values())
+
+
+@pytest.mark.parametrize("where", ["read-only directory", "read-only file"])
+def test_a_complete_store_nobody_may_write_still_answers(where):
+    import shutil
+
+    d = _shared_dir(0o755 if where == "read-only directory" else 0o777)
+    try:
+        path = str(d / "profiles.sqlite3")
+        expected = _solve_in(path, 29.5)  # as root: the store is complete for this problem
+        for f in d.iterdir():
+            f.chmod(0o644)
+        status, got, warned = _as_nobody(_solve_in, path, 29.5)
+        assert status == "ok", got
+        assert got == (expected[0], 0, 0)  # answered from the stored profiles, nothing measured
+        assert not warned
+        # a problem that needs new profiles: measured, kept in memory, with a note that they are not saved
+        status, got, warned = _as_nobody(_solve_in, path, 24.0)
+        assert status == "ok", got
+        assert got[1] > 0 and any("read-only" in m and "kept in memory only" in m for m in warned), warned
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def test_a_store_nobody_may_create_is_one_line():
+    import shutil
+
+    d = _shared_dir(0o755)
+    try:
+        status, got, _ = _as_nobody(lambda: ProfileStore(str(d / "new.sqlite3")))
+        assert status == "error" and "StoreError" in got and str(d) in got and "not writable" in got, got
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------ item 6: any workload object
+def test_gmd_and_als_accept_a_workload_the_default_store_cannot_key():
+    # was: ValueError "cannot key the profiles of a Board in a persistent profile store" under the default store
+    import warnings
+
+    from lightning_edge.tuning import ALS
+    from lightning_edge.tuning.store import _WARNED_UNKEYED, UnkeyedWorkloadWarning
+
+    from .workloads import LinearWorkload
+
+    class Board:  # a user's own workload, as docs/tuning.md shows: train(mode) / infer(mode, batch_size)
+        def __init__(self):
+            self.inner = LinearWorkload()
+
+        def train(self, mode):
+            return self.inner.train(mode)
+
+        def infer(self, mode, batch_size):
+            return self.inner.infer(mode, batch_size)
+
+    _WARNED_UNKEYED.discard("Board")
+    b = Board()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sol = GMD().solve(TrainingProblem(25.0), HAND_SPACE, b)
+        table = ALS().explore(HAND_SPACE, b, "train")
+        GMD().solve(TrainingProblem(25.0), HAND_SPACE, b)
+    mine = [c for c in caught if issubclass(c.category, UnkeyedWorkloadWarning)]
+    assert len(mine) == 1 and "fingerprint" in str(mine[0].message) and "workload_id" in str(mine[0].message)
+    assert sol is not None and sol.power_w <= 25.0 and len(table) > 0
+    assert sol == GMD().solve(TrainingProblem(25.0), HAND_SPACE, LinearWorkload(), store=None)
+    first = sum(b.inner.calls.values())
+    GMD().solve(TrainingProblem(25.0), HAND_SPACE, b)  # the in-memory store is kept for this workload object
+    assert sum(b.inner.calls.values()) == first
