@@ -121,7 +121,9 @@ def module_fingerprint(module: Any, batch: Any, precision: str = "fp32", extra: 
     architecture, width, input size, batch size or precision gets another one."""
     n_params = sum(int(p.numel()) for p in module.parameters()) if hasattr(module, "parameters") else 0
     bs, sig = batch_signature(batch)
-    name = type(module).__name__
+    from lightning_edge.tuning.store import model_name
+
+    name = model_name(module)  # the model, not the LightningModule wrapping it (issue 18)
     return "-".join(x for x in (name, f"p{n_params}", f"bs{bs}", sig, precision, extra) if x)
 
 

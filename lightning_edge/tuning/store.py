@@ -154,6 +154,34 @@ _WARNED_UNKEYED: set[str] = set()
 _MEMORY_STORES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
+_CONTAINERS = ("Sequential", "ModuleList", "ModuleDict")
+
+
+def model_name(module: Any) -> str:
+    """The name of the model a module trains, for store keys: a LightningModule that wraps one model (a child
+    holding at least 90 % of the parameters, e.g. ``self.model = zoo.mobilenet_v3_large()`` or a Hugging Face
+    model) is named after that model's class, not the wrapper's (``MobileNetV3``, not ``FineTune``)."""
+    name = type(module).__name__
+    if not hasattr(module, "training_step") or not hasattr(module, "named_children"):
+        return name
+
+    def count(m: Any) -> int:
+        try:
+            return sum(int(p.numel()) for p in m.parameters())
+        except (RuntimeError, ValueError):  # uninitialised (Lazy) parameters have no size yet
+            return 0
+
+    total = count(module)
+    children = [c for _, c in module.named_children()]
+    if total <= 0 or not children:
+        return name
+    best = max(children, key=count)
+    inner = type(best).__name__
+    if count(best) >= 0.9 * total and inner not in _CONTAINERS:
+        return inner
+    return name
+
+
 def device_key(workload: Any, device_model: str | None = None) -> str:
     """The device model the profiles belong to: ``device_model``, else ``workload.device_model``."""
     dm = device_model or getattr(workload, "device_model", None)

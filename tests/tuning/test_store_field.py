@@ -414,3 +414,60 @@ def test_gmd_and_als_accept_a_workload_the_default_store_cannot_key():
     first = sum(b.inner.calls.values())
     GMD().solve(TrainingProblem(25.0), HAND_SPACE, b)  # the in-memory store is kept for this workload object
     assert sum(b.inner.calls.values()) == first
+
+
+# ------------------------------------------------------------------------------ item 5: one truth in the store
+def test_every_trial_of_a_tuning_run_carries_its_constraints_and_the_study_names_the_model(tmp_path):
+    """The demo's study marked MAXN (23.9 W over a 20 W budget: no constraints) as best in study.best_trials and
+    optuna-dashboard, and was named after the LightningModule (FineTune)."""
+    import optuna
+    import torch
+    from torch import nn
+
+    from lightning_edge.lightning.pytorch import PowerModeTuner
+
+    L = pytest.importorskip("lightning.pytorch")
+
+    class TinyNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = nn.Sequential(nn.Flatten(), nn.Linear(48, 64), nn.ReLU(), nn.Linear(64, 10))
+
+        def forward(self, x):
+            return self.body(x)
+
+    class FineTune(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            torch.manual_seed(0)
+            self.model = TinyNet()
+
+        def forward(self, x):
+            return self.model(x)
+
+        def training_step(self, batch, i):
+            x, y = batch
+            return nn.functional.cross_entropy(self(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    path = tmp_path / "p.sqlite3"
+    budget = 13.3
+    cb = PowerModeTuner(budget, device="sim:orin-agx", store=str(path), window=FAST, baseline=True,
+                        print_summary=False)
+    _trainer(L, [cb], max_steps=80).fit(FineTune(), _loader())
+    assert cb.tuner.baseline_profile is not None and cb.tuner.baseline_profile.power_w > budget  # MAXN: over
+    (summary,) = optuna.get_all_study_summaries(f"sqlite:///{path}")
+    assert "/TinyNet-" in summary.study_name and "FineTune" not in summary.study_name
+    study = optuna.load_study(study_name=summary.study_name, storage=f"sqlite:///{path}")
+    done = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(done) == summary.n_trials - len(study.get_trials(states=(TrialState.FAIL,)))
+    for t in done:
+        assert t.constraints == {"power_w": pytest.approx(t.user_attrs["power_w"] - budget)}
+        assert t.user_attrs["label"] == "simulated"
+    assert study.user_attrs["label"] == "simulated"
+    assert study.best_trials, sorted(t.user_attrs["power_w"] for t in done)
+    assert all(t.user_attrs["power_w"] <= budget for t in study.best_trials)
+    # the run's counts match what the store gained
+    assert cb.summary()["new_profiles"] == len(done)
