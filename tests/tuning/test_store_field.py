@@ -471,3 +471,43 @@ def test_every_trial_of_a_tuning_run_carries_its_constraints_and_the_study_names
     assert all(t.user_attrs["power_w"] <= budget for t in study.best_trials)
     # the run's counts match what the store gained
     assert cb.summary()["new_profiles"] == len(done)
+
+
+# ------------------------------------------------------------------------------ item 8: the serving side
+@pytest.mark.slow  # two twin runs of ResNet-18 inference: ~15 s unloaded
+def test_inference_runner_store_errors_at_construction_and_dead_claims_taken_over(tmp_path):
+    import subprocess
+
+    from lightning_edge.serving import InferenceRunner
+    from lightning_edge.tuning import InferenceProblem
+    from lightning_edge.tuning.store import CLAIM_ATTR, process_identity
+
+    problem = InferenceProblem(power_budget_w=30, latency_budget_s=0.1, arrival_rps=200)
+    bad = tmp_path / "bad.sqlite3"
+    bad.write_bytes(os.urandom(4096))
+    with pytest.raises(StoreError, match="not an SQLite database"):
+        InferenceRunner("resnet18", problem, tuner="gmd", retune=False, store=str(bad))
+    # a first run tells which points the runner profiles
+    first = tmp_path / "first.sqlite3"
+    InferenceRunner("resnet18", problem, tuner="gmd", retune=False, store=str(first)).run(1.0)
+    ref = ProfileStore(str(first))
+    (dev, wid, kind), = ref.workloads()
+    keys = list(ref.bind(dev, wid)._groups(kind))
+    # the same store as a run killed mid-profile leaves it: every point claimed by a process that is gone
+    path = tmp_path / "killed.sqlite3"
+    store = ProfileStore(str(path))
+    bound = store.bind(dev, wid)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    ident = process_identity(gone.pid)
+    gone.wait()
+    for key in keys:
+        bound._enqueue(key)
+        owner = bound._groups(kind)[key][0]
+        assert bound._claim(owner)
+        store.storage.set_trial_system_attr(owner._trial_id, CLAIM_ATTR, {**ident, "since": time.time()})
+    t0 = time.monotonic()
+    rep = InferenceRunner("resnet18", problem, tuner="gmd", retune=False, store=str(path)).run(1.0)
+    assert time.monotonic() - t0 < 30 and rep.latency.n_requests > 0
+    st = store.study(dev, wid, kind)
+    assert len(st.get_trials(states=(TrialState.FAIL,))) == len(keys)
+    assert not st.get_trials(states=(TrialState.RUNNING, TrialState.WAITING))
