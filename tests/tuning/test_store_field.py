@@ -525,3 +525,15 @@ def test_a_resumed_run_counts_only_the_profiles_it_measured(tmp_path):
               "within_budget": True} for i in range(3)]
     t.load_state_dict({"budget_w": 20.0, "profiles": saved, "fingerprint": "resumed-v1"})
     assert len(t.profiles) == 3 and t.summary()["new_profiles"] == 0
+
+
+def test_interleaver_store_errors_at_set_up(tmp_path):
+    from lightning_edge.serving import Interleaver
+    from lightning_edge.tuning import ConcurrentProblem
+
+    bad = tmp_path / "bad.sqlite3"
+    bad.write_bytes(os.urandom(4096))
+    il = Interleaver(ConcurrentProblem(power_budget_w=30, latency_budget_s=0.1, arrival_rps=50), tuner="gmd",
+                     store=str(bad))
+    with pytest.raises(StoreError, match="not an SQLite database"):
+        il.setup(None, None, "fit")
