@@ -218,7 +218,7 @@ def storage_url(spec: str | os.PathLike[str] | None) -> str:
     if spec is None or (isinstance(spec, str) and spec == "default"):
         return default_storage_url()
     text = os.fspath(spec)
-    if "://" in text:
+    if "://" in text or text == "memory":
         return text
     if not text.strip():
         raise StoreError("profile store: an empty path; give a file such as ~/profiles.sqlite3, an Optuna storage "
@@ -228,6 +228,8 @@ def storage_url(spec: str | os.PathLike[str] | None) -> str:
 
 def describe_url(url: str) -> str:
     """A store's URL for messages: the file of an SQLite/journal store, else the URL without its password."""
+    if url == "memory":
+        return "memory (not kept)"
     path = _sqlite_path(url)
     if path is not None:
         return path
@@ -390,6 +392,8 @@ def open_storage(spec: str | os.PathLike[str] | BaseStorage | None, *, heartbeat
     if isinstance(spec, BaseStorage):
         return spec, False
     url = storage_url(spec)
+    if url == "memory":  # Optuna's in-memory storage: this process only, nothing kept
+        return optuna.storages.InMemoryStorage(), False
     hb: dict[str, Any] = {}
     if heartbeat_interval_s is not None:
         hb = {"heartbeat_interval": int(heartbeat_interval_s), "grace_period": grace_period_s}
@@ -460,7 +464,7 @@ class ProfileStore:
         if explicit:
             hb_s = heartbeat_interval_s  # type: ignore[assignment]
         else:  # on by default where Optuna keeps heartbeats (RDB storages)
-            hb_s = None if (not url or url.startswith("journal://")) else DEFAULT_HEARTBEAT_S
+            hb_s = None if (not url or url == "memory" or url.startswith("journal://")) else DEFAULT_HEARTBEAT_S
         self.storage, self.read_only = open_storage(storage, heartbeat_interval_s=hb_s, grace_period_s=grace_period_s)
         get_interval = getattr(self.storage, "get_heartbeat_interval", None)
         interval = get_interval() if callable(get_interval) else None

@@ -272,6 +272,7 @@ def test_a_plain_path_is_an_sqlite_store_everywhere(tmp_path, monkeypatch):
     assert GMD().run(TrainingProblem(29.5), HAND_SPACE, w, store=path).new_profiles == 0 and not w.calls
     monkeypatch.chdir(tmp_path)
     assert ProfileStore("sub/p.sqlite3").url == f"sqlite:///{path}"
+    assert ProfileStore("memory").describe() == "memory (not kept)" and not (tmp_path / "memory").exists()
     monkeypatch.setenv("LIGHTNING_EDGE_PROFILE_STORE", str(path))  # the environment variable too
     w = LinearWorkload()
     assert GMD().run(TrainingProblem(29.5), HAND_SPACE, w).new_profiles == 0 and not w.calls
