@@ -348,7 +348,7 @@ def _open_sqlite_readonly(path: str) -> BaseStorage:
     raise StoreError(f"profile store {path}: read-only here and cannot be read either ({why}); pass another store")
 
 
-def _check_server(url: str) -> None:
+def _check_server(url: str, given: str | None = None) -> None:
     """Fail at once, in one line, when nothing listens at a server store's host:port (no driver retries)."""
     try:
         from sqlalchemy.engine import make_url
@@ -369,7 +369,7 @@ def _check_server(url: str) -> None:
         why = exc.strerror or type(exc).__name__
         if isinstance(exc, socket.timeout):
             why = "no answer within 3 s"
-        raise StoreError(f"profile store {describe_url(url)}: nothing answers at {host}:{port} ({why}); start the "
+        raise StoreError(f"profile store {describe_url(given or url)}: nothing answers at {host}:{port} ({why}); start the "
                          "server or fix the URL, or use a local store (store='/path/profiles.sqlite3')") from None
 
 
@@ -411,8 +411,9 @@ def open_storage(spec: str | os.PathLike[str] | BaseStorage | None, *, heartbeat
                              ) from None
     if url.startswith("sqlite:///"):
         return _open_sqlite(url, hb)
+    given = url
     url = _postgres_driver(url)
-    _check_server(url)
+    _check_server(url, given)
     kwargs: dict[str, Any] = {}
     if url.startswith("postgresql"):
         kwargs["engine_kwargs"] = {"connect_args": {"connect_timeout": 10}}
@@ -427,7 +428,7 @@ def open_storage(spec: str | os.PathLike[str] | BaseStorage | None, *, heartbeat
             why = _one_line(exc)
             schema_race = any(w in why.lower() for w in ("already exists", "duplicate", "unique"))
             if attempt == 4 or not schema_race:
-                raise StoreError(f"profile store {describe_url(url)}: cannot be opened ({why}); check the URL, the "
+                raise StoreError(f"profile store {describe_url(given)}: cannot be opened ({why}); check the URL, the "
                                  "user's rights and the server, or use a local store (store='/path/profiles.sqlite3')"
                                  ) from None
             time.sleep(0.2 * (attempt + 1))
@@ -710,8 +711,10 @@ class WorkloadProfiles:
                 continue
             if fail_claim(self.store.storage, t, why):
                 done.append(f"trial {t.number}: {why}")
+                k = trial_key("infer" if "batch_size" in (t.params or t.system_attrs.get("fixed_params", {}))
+                              else "train", t)
                 _log.warning("profile store %s: took over the claim on %s (%s)", self.store.describe(),
-                             trial_key("train" if "batch_size" not in t.params else "infer", t), why)
+                             k.mode if k is not None else f"trial {t.number}", why)
         return done
 
     def _fail_stale(self, kind: str) -> None:
