@@ -14,9 +14,10 @@ Layout
 
 Storage
     ``ProfileStore()`` / ``"default"``: SQLite in ``platformdirs.user_cache_dir("lightning_edge")``
-    (embedded, nothing to start; ``$LIGHTNING_EDGE_PROFILE_STORE`` overrides). Any Optuna storage URL
-    works (``postgresql://user@host/db`` so a fleet of boards shares one store), ``journal:///path`` for
-    Optuna's journal file storage, or a ``BaseStorage`` instance.
+    (embedded, nothing to start; ``$LIGHTNING_EDGE_PROFILE_STORE`` overrides). A plain path is an SQLite
+    file. Any Optuna storage URL works (``postgresql://user@host/db`` so a fleet of boards shares one
+    store), ``journal:///path`` for Optuna's journal file storage, ``"memory"`` for Optuna's in-memory
+    storage, or a ``BaseStorage`` instance. ``lightning-edge store`` lists, shows, exports and tidies it.
 
 Claims (several processes profiling one workload together)
     A point is wanted by *enqueueing* a trial for it (``Study.enqueue_trial``: its parameters are
