@@ -741,15 +741,28 @@ class WorkloadProfiles:
             beat.stop()
             if self.sampler is not None:
                 self.sampler.pending = None
-        trial.set_user_attr("time_s", m.time_s)
-        trial.set_user_attr("power_w", m.power_w)
-        trial.set_user_attr("label", m.label)
-        trial.set_user_attr("provenance", {"host": self.host, "strategy": self.strategy,
-                                           "problem": self.problem.describe() if self.problem is not None else ""})
-        if self.problem is not None:
-            for name, value in constraint_values(self.problem, key, m).items():
+        attrs = {"time_s": m.time_s, "power_w": m.power_w, "label": m.label,
+                 "provenance": {"host": self.host, "strategy": self.strategy,
+                                "problem": self.problem.describe() if self.problem is not None else ""}}
+        constraints = constraint_values(self.problem, key, m) if self.problem is not None else {}
+        try:
+            for name, value in attrs.items():
+                trial.set_user_attr(name, value)
+            for name, value in constraints.items():
                 trial.set_constraint(name, value)
-        study.tell(trial, [m.time_s, m.power_w])
+            study.tell(trial, [m.time_s, m.power_w])
+        except (optuna.exceptions.UpdateFinishedTrialError, ValueError, RuntimeError):
+            if not self.store.storage.get_trial(t._trial_id).state.is_finished():
+                raise
+            # our claim was taken over while we measured (this process was paused past the lease): the profile
+            # is still good; keep it as a completed trial of its own
+            _log.warning("profile store %s: the claim on %s was taken over while it was measured; keeping the "
+                         "profile as a new trial", self.store.describe(), key.mode)
+            params = key_params(key)
+            study.add_trial(optuna.trial.create_trial(
+                params=params, distributions=distributions(key.kind), values=[m.time_s, m.power_w],
+                user_attrs=attrs, system_attrs={"fixed_params": params,
+                                                **{f"constraints:{n}": v for n, v in constraints.items()}}))
         self.study(key.kind, label=m.label)
         return m
 

@@ -542,3 +542,29 @@ def test_interleaver_store_errors_at_set_up(tmp_path):
                      store=str(bad))
     with pytest.raises(StoreError, match="not an SQLite database"):
         il.setup(None, None, "fit")
+
+
+def test_a_profile_measured_after_its_claim_was_taken_over_is_kept(tmp_path):
+    """A process paused past its lease (SIGSTOP, a suspended laptop) finds its claim failed when it resumes: its
+    measurement still answers and is kept in the store (it used to raise and end the tuning)."""
+    from lightning_edge.tuning import RandomSampling
+    from lightning_edge.tuning.store import fail_claim
+
+    from .workloads import LinearWorkload
+
+    store = ProfileStore(str(tmp_path / "p.sqlite3"))
+
+    class Paused(LinearWorkload):
+        def train(self, mode):
+            st = store.study("unknown-device", "linear-v1", "train")
+            (mine,) = st.get_trials(states=(TrialState.RUNNING,))
+            assert fail_claim(store.storage, mine, "not renewed (test)")  # what a waiting process does
+            return super().train(mode)
+
+    table = RandomSampling(1).explore(HAND_SPACE, Paused(), kind="train", store=store, seed=3)
+    assert len(table) == 1
+    st = store.study("unknown-device", "linear-v1", "train")
+    done = st.get_trials(states=(TrialState.COMPLETE,))
+    assert len(done) == 1 and done[0].user_attrs["time_s"] == table.train_time_s[0]
+    w = LinearWorkload()
+    assert RandomSampling(1).explore(HAND_SPACE, w, kind="train", store=store, seed=3).new_profiles == 0
