@@ -109,8 +109,6 @@ def _rows(store: Any, name: str) -> list[dict[str, Any]]:
     """Every profile of a study (the store's answer: the owner trial of each point), sorted by mode."""
     from optuna.trial import TrialState
 
-    from lightning_edge.tuning.store import trial_key
-
     _, dev, wid, kind = name.split("/")
     wp = store.bind(dev, wid)
     rows = []
@@ -127,7 +125,6 @@ def _rows(store: Any, name: str) -> list[dict[str, Any]]:
                    problem=(t.user_attrs.get("provenance") or {}).get("problem", ""),
                    constraints=dict(t.constraints))
         rows.append(row)
-        assert trial_key(kind, t) == key
     rows.sort(key=lambda r: (r["cores"], r["cpu_mhz"], r["gpu_mhz"], r["mem_mhz"], r.get("batch_size") or 0))
     return rows
 
@@ -294,7 +291,7 @@ def _do_clear_claims(store: Any, args: argparse.Namespace) -> int:
 
     if store.read_only:
         raise PermissionError(f"profile store {store.describe()} is read-only for this user: cannot clear claims")
-    cleared = kept = 0
+    cleared = 0
     for r in _claims(store):
         renewed = r["renewed_s_ago"]
         silent = (r["age_s"] or 0) > store.grace_period_s and (renewed is None or renewed > store.grace_period_s)
@@ -308,8 +305,6 @@ def _do_clear_claims(store: Any, args: argparse.Namespace) -> int:
         if why and fail_claim(store.storage, r["_trial"], why):
             cleared += 1
             print(f"cleared {r['study']} {r['mode']} (trial {r['_trial'].number}: {why})")
-        elif not why:
-            kept += 1
     after = len(_claims(store))
     print(f"{cleared} claim(s) cleared; {after} still open" + ("" if not after else
           " (owners alive or on another host and still renewing; --force clears them too)"))
