@@ -710,7 +710,10 @@ class WorkloadProfiles:
                     why = f"its lease was not renewed for {now - float(renewed):.0f} s"
             if why is None:
                 continue
-            if fail_claim(self.store.storage, t, why):
+            name = self.store.study_name(self.device_model, self.workload_id,
+                                         "infer" if "batch_size" in (t.params or t.system_attrs.get("fixed_params", {}))
+                                         else "train")
+            if fail_claim(self.store.storage, name, t, why):
                 done.append(f"trial {t.number}: {why}")
                 k = trial_key("infer" if "batch_size" in (t.params or t.system_attrs.get("fixed_params", {}))
                               else "train", t)
@@ -728,8 +731,9 @@ class WorkloadProfiles:
                          measure: Callable[[ProfileKey], Measurement]) -> Measurement:
         if self.sampler is not None:
             self.sampler.pending = key
-        trial = optuna.trial.Trial(study, t._trial_id)
-        beat = _Heartbeat(self.store, t._trial_id)
+        tid = t._trial_id
+        trial = optuna.trial.Trial(study, tid)
+        beat = _Heartbeat(self.store, tid)
         try:
             for name, dist in distributions(key.kind).items():  # the fixed params of the queued trial
                 trial._suggest(name, dist)
@@ -752,7 +756,7 @@ class WorkloadProfiles:
                 trial.set_constraint(name, value)
             study.tell(trial, [m.time_s, m.power_w])
         except (optuna.exceptions.UpdateFinishedTrialError, ValueError, RuntimeError):
-            if not self.store.storage.get_trial(t._trial_id).state.is_finished():
+            if not self.store.storage.get_trial(tid).state.is_finished():
                 raise
             # our claim was taken over while we measured (this process was paused past the lease): the profile
             # is still good; keep it as a completed trial of its own
@@ -868,11 +872,13 @@ class WorkloadProfiles:
         return out
 
 
-def fail_claim(storage: BaseStorage, t: FrozenTrial, why: str) -> bool:
-    """Fail a RUNNING claim (its point becomes free to claim again); False if it finished meanwhile."""
+def fail_claim(storage: BaseStorage, study_name: str, t: FrozenTrial, why: str) -> bool:
+    """Fail a RUNNING claim of study ``study_name`` (its point becomes free to claim again); False if it finished
+    meanwhile."""
+    tid = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study_name), t.number)
     try:
-        storage.set_trial_system_attr(t._trial_id, "lightning_edge:taken_over", f"{why} (by {_identity_text()})")
-        return bool(storage.set_trial_state_values(t._trial_id, TrialState.FAIL))
+        storage.set_trial_system_attr(tid, "lightning_edge:taken_over", f"{why} (by {_identity_text()})")
+        return bool(storage.set_trial_state_values(tid, TrialState.FAIL))
     except optuna.exceptions.UpdateFinishedTrialError:
         return False
 

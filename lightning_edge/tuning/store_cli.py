@@ -302,7 +302,7 @@ def _do_clear_claims(store: Any, args: argparse.Namespace) -> int:
             _, dev, wid, kind = r["study"].split("/")
             store.bind(dev, wid)._fail_stale(kind)  # Optuna's heartbeat: stale ones fail here
             continue
-        if why and fail_claim(store.storage, r["_trial"], why):
+        if why and fail_claim(store.storage, r["study"], r["_trial"], why):
             cleared += 1
             print(f"cleared {r['study']} {r['mode']} (trial {r['_trial'].number}: {why})")
     after = len(_claims(store))

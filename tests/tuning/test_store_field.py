@@ -558,7 +558,7 @@ def test_a_profile_measured_after_its_claim_was_taken_over_is_kept(tmp_path):
         def train(self, mode):
             st = store.study("unknown-device", "linear-v1", "train")
             (mine,) = st.get_trials(states=(TrialState.RUNNING,))
-            assert fail_claim(store.storage, mine, "not renewed (test)")  # what a waiting process does
+            assert fail_claim(store.storage, st.study_name, mine, "not renewed (test)")  # what a waiting process does
             return super().train(mode)
 
     table = RandomSampling(1).explore(HAND_SPACE, Paused(), kind="train", store=store, seed=3)
