@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "mode": "lightning_edge.devices.cli",
     "roofline": "lightning_edge.roofline.cli",
     "demo": "lightning_edge.demo",
+    "store": "lightning_edge.tuning.store_cli",
 }
 
 

@@ -37,7 +37,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=16, help="training minibatch size (default 16)")
     p.add_argument("--strategy", choices=("gmd", "als"), default="gmd", help="tuning strategy (default gmd)")
     p.add_argument("--store", default="default",
-                   help="profile store: 'default' (SQLite in the user cache dir), an Optuna storage URL, or 'memory'")
+                   help="profile store: 'default' (SQLite in the user cache dir), a file path (SQLite), an Optuna storage "
+                        "URL (postgresql://...), or 'memory'")
     p.add_argument("--out", default="lightning_edge_demo", help="output directory for TensorBoard logs and reports")
     p.add_argument("--seed", type=int, default=0)
 
@@ -85,6 +86,11 @@ def _lit_module(model_name: str, classes: int, lr: float) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    from lightning_edge.tuning.store import ProfileStore
+
+    # the store first: a path, a URL or 'default'; one that cannot be used fails here, in one line, before training
+    store: Any = None if args.store == "memory" else ProfileStore.open(args.store)
+    store_text = "in memory (not kept)" if store is None else store.describe()
     import torch
     from torch.utils.data import DataLoader
 
@@ -96,15 +102,12 @@ def run(args: argparse.Namespace) -> int:
     TensorBoardLogger = L.loggers.TensorBoardLogger
 
     from lightning_edge.devices.sim.device import SimulatedOrin
-    from lightning_edge.tuning.store import default_storage_url
     from lightning_edge.zoo.data import synthetic_images
 
     if args.budget <= 0 or args.minutes <= 0 or args.batch_size < 1 or args.image_size < 16:
         raise ValueError("need --budget > 0 W, --minutes > 0, --batch-size >= 1 and --image-size >= 16")
     torch.manual_seed(args.seed)
     torch.set_num_threads(max(os.cpu_count() or 1, 1))
-    store: Any = None if args.store == "memory" else args.store
-    store_text = {"default": default_storage_url()}.get(args.store, args.store)
     out = os.path.abspath(args.out)
     print(f"lightning_edge demo: fine-tuning {args.model} ({args.image_size}x{args.image_size}, batch "
           f"{args.batch_size}) on this CPU for ~{args.minutes:g} min; power modes of a SIMULATED Jetson AGX Orin "

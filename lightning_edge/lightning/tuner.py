@@ -300,6 +300,8 @@ class PowerModeTunerMixin:
             store=self.store, fingerprint=self.workload_id, window=self.window, switch_at=self.switch_at,
             baseline=self.baseline, on_event=self._on_event, prior="auto" if self.prior is True else self.prior,
             thorough=_planned_long(trainer) if self.thorough is None else bool(self.thorough), **self.drift)
+        # issue 18 (store): a SIGTERM the Trainer caught ends a wait for other processes' profiles at once
+        self.tuner.interrupted = lambda: bool(getattr(trainer, "received_sigterm", False))
         if self._pending_state:
             self.tuner.load_state_dict(self._pending_state)
             self._pending_state = None

@@ -132,6 +132,12 @@ class InterleaverMixin:
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if self.device is None:
             self.device = resolve_serving_device(self.device_arg, seed=self.seed)
+        if self.store is not None:  # issue 18: a store that cannot be used fails here, in one line, before the run
+            from lightning_edge.tuning.search import MemoryStore
+            from lightning_edge.tuning.store import ProfileStore
+
+            if not isinstance(self.store, MemoryStore):
+                self.store = ProfileStore.open(self.store)
 
     def _build(self, trainer: Any, pl_module: Any, batch: Any, stage: str) -> None:
         dev = self.device or resolve_serving_device(self.device_arg, seed=self.seed)

@@ -34,6 +34,10 @@ class Retuner:
         self.space = space
         self.workload = workload
         self.store = MemoryStore() if store is None else store
+        if not isinstance(self.store, MemoryStore):  # issue 18: a store that cannot be used fails here, in one line
+            from lightning_edge.tuning.store import ProfileStore
+
+            self.store = ProfileStore.open(self.store)
         self.seed = seed
         self.als_latency_range_s = als_latency_range_s
         self.als_rate_range_rps = als_rate_range_rps

@@ -63,7 +63,8 @@ from lightning_edge.tuning.problems import Measurement, Solution, TrainingProble
 
 __all__ = [
     "OnlineTuner", "WindowSpec", "ProfileWindow", "StepRecord", "SimStepMeter", "SensorStepMeter",
-    "TuningCancelled", "batch_signature", "batch_tensors", "module_fingerprint", "PHASES", "simulate_tuning",
+    "TuningCancelled", "TuningInterrupted", "batch_signature", "batch_tensors", "module_fingerprint", "PHASES",
+    "simulate_tuning",
 ]
 
 THOROUGH_AFTER_STEPS = 2000
@@ -78,6 +79,10 @@ runs in the lowest-power mode profiled); ``closed``: the board was restored."""
 
 class TuningCancelled(RuntimeError):
     """Raised inside the strategy's thread when the tuner is closed before the profile it waits for."""
+
+
+class TuningInterrupted(RuntimeError):
+    """Raised in the training thread when :attr:`OnlineTuner.interrupted` says to stop waiting (SIGTERM)."""
 
 
 # ============================================================================================ fingerprints
@@ -121,7 +126,9 @@ def module_fingerprint(module: Any, batch: Any, precision: str = "fp32", extra: 
     architecture, width, input size, batch size or precision gets another one."""
     n_params = sum(int(p.numel()) for p in module.parameters()) if hasattr(module, "parameters") else 0
     bs, sig = batch_signature(batch)
-    name = type(module).__name__
+    from lightning_edge.tuning.store import model_name
+
+    name = model_name(module)  # the model, not the LightningModule wrapping it (issue 18)
     return "-".join(x for x in (name, f"p{n_params}", f"bs{bs}", sig, precision, extra) if x)
 
 
@@ -459,6 +466,7 @@ class _OnlineWorkload:
         self.tuner = tuner
         self.fingerprint = fingerprint
         self.device_model = device_model
+        self.cancel = threading.Event()
 
     def train(self, mode: PowerMode) -> Measurement:
         return self.tuner._request(mode)
@@ -466,6 +474,17 @@ class _OnlineWorkload:
     def infer(self, mode: PowerMode, batch_size: int) -> Measurement:
         raise TypeError("the power-mode tuner profiles training minibatches only: use a TrainingProblem "
                         "(inference batch size and latency: lightning_edge.serving)")
+
+    # --- issue 18 (store): waiting for other processes' profiles is cancellable and reported
+    def check_cancelled(self) -> None:
+        if self.cancel.is_set():
+            raise TuningCancelled("the tuner was closed while waiting for another process's profile")
+
+    def on_store_wait(self, message: str) -> None:
+        import sys
+
+        print(f"lightning_edge PowerModeTuner: {message}", file=sys.stderr, flush=True)  # a person is waiting
+        self.tuner._emit("wait", {"message": message})
 
 
 _DONE = object()
@@ -527,11 +546,16 @@ class OnlineTuner:
 
             space = catalog.fulcrum_space() if _is_orin(controller) else controller.space
         self.space = space
-        if store is None:  # in memory, but shared by every solve of this tuner (re-tunes reuse it)
-            from lightning_edge.tuning.search import MemoryStore
+        from lightning_edge.tuning.search import MemoryStore
 
+        if store is None:  # in memory, but shared by every solve of this tuner (re-tunes reuse it)
             store = MemoryStore()
+        elif not isinstance(store, MemoryStore):  # opened now: a store that cannot be used fails before training
+            from lightning_edge.tuning.store import ProfileStore
+
+            store = ProfileStore.open(store)
         self.store = store
+        self.interrupted: Callable[[], bool] | None = None  # e.g. "the Trainer got SIGTERM": stop waiting
         self.fingerprint = fingerprint
         self.device_model = device_model or _device_model(controller, meter)
         self.window_spec = window or WindowSpec()
@@ -672,6 +696,7 @@ class OnlineTuner:
         self._requests = queue.Queue()
         self._replies = queue.Queue()
         workload = _OnlineWorkload(self, self.fingerprint or "online", self.device_model)
+        self._workload = workload
         scaled = problem if self.drift_scale == 1.0 else TrainingProblem(problem.power_budget_w / self.drift_scale)
         self.phase = "waiting"
         strategy = self.strategy
@@ -708,7 +733,7 @@ class OnlineTuner:
 
         maxn = PowerMode(*(self.space.values(k)[-1] for k in KNOBS))  # every knob at its top: MAXN
         prof = _store_and_profiler(self.store, workload, workload_id=self.fingerprint,
-                                   device_model=self.device_model, sampler=None, problem=None)
+                                   device_model=self.device_model, sampler=None, problem=self.problem)
         return prof.resolve_many([Point("train", maxn)])[0]
 
     # the strategy thread ----------------------------------------------------------
@@ -742,13 +767,21 @@ class OnlineTuner:
         self.meter.step_begin()
 
     def _poll(self, block: bool) -> None:
-        try:
-            what, payload = self._requests.get(timeout=self.wait_timeout_s if block else 0)
-        except queue.Empty:
-            if block:
-                raise TimeoutError(f"the tuning strategy gave no request for {self.wait_timeout_s:.0f} s "
-                                   "(waiting for another process's profiles?)") from None
-            return
+        # the store bounds (and reports) its own waits for other processes; this bounds a stuck strategy
+        deadline = time.monotonic() + self.wait_timeout_s + float(getattr(self.store, "wait_timeout_s", 0.0))
+        while True:  # in short slices: Ctrl-C and a SIGTERM seen by the caller end the wait at once
+            try:
+                what, payload = self._requests.get(timeout=0.2 if block else 0)
+                break
+            except queue.Empty:
+                if not block:
+                    return
+                if self.interrupted is not None and self.interrupted():
+                    raise TuningInterrupted("stopped while waiting for the tuning strategy (a termination signal); "
+                                            "the board is restored and the profiles kept in the store") from None
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the tuning strategy gave no request for {self.wait_timeout_s:.0f} s "
+                                       "(waiting for another process's profiles?)") from None
         if what == "profile":
             self._open_window(payload, "strategy")
         elif what is _DONE:
@@ -906,6 +939,9 @@ class OnlineTuner:
         if th is None:
             return
         self._replies.put(_CANCEL)
+        wl = getattr(self, "_workload", None)
+        if wl is not None:
+            wl.cancel.set()
         th.join(timeout=30.0)
         self._thread = None
 
@@ -955,7 +991,7 @@ class OnlineTuner:
             "strategy": getattr(self.strategy, "name", type(self.strategy).__name__),
             "original_mode": str(self.original_mode) if self.original_mode is not None else None,
             "profiles_used": getattr(self.result, "profiles_used", 0) if self.result is not None else 0,
-            "new_profiles": len([p for p in self.profiles if p["reason"] == "strategy"]),
+            "new_profiles": len([p for p in self.profiles if p["reason"] == "strategy" and not p.get("resumed")]),
             "profiling_steps": int(tot.get("profiling", {}).get("steps", 0)),
             "profiling_time_s": float(tot.get("profiling", {}).get("time_s", 0.0)),
             "profiling_energy_j": float(tot.get("profiling", {}).get("energy_j", 0.0)),
@@ -1033,7 +1069,7 @@ class OnlineTuner:
         self.problem = TrainingProblem(float(state.get("budget_w", self.problem.power_budget_w)))
         self.fingerprint = self.fingerprint or state.get("fingerprint")
         self.drift_scale = float(state.get("drift_scale", 1.0))
-        self.profiles = list(state.get("profiles", []))
+        self.profiles = [{**p, "resumed": True} for p in state.get("profiles", [])]  # not measured by this run
         self.retunes = list(state.get("retunes", []))
         from lightning_edge.tuning.search import MemoryStore, ProfileKey
 

@@ -158,7 +158,12 @@ class Profiler:
     def __init__(self, workload: Any, store: Any, context: dict | None = None) -> None:
         self.workload = workload
         self.store = store
-        self.context = context or {}
+        self.context = dict(context or {})
+        # a workload may say when to stop waiting for other processes' profiles, and hear how long it waits
+        for name, attr in (("check", "check_cancelled"), ("on_wait", "on_store_wait")):
+            fn = getattr(workload, attr, None)
+            if callable(fn):
+                self.context.setdefault(name, fn)
         self.new_profiles = 0
 
     def measure(self, key: ProfileKey) -> Measurement:

@@ -14,9 +14,10 @@ Layout
 
 Storage
     ``ProfileStore()`` / ``"default"``: SQLite in ``platformdirs.user_cache_dir("lightning_edge")``
-    (embedded, nothing to start; ``$LIGHTNING_EDGE_PROFILE_STORE`` overrides). Any Optuna storage URL
-    works (``postgresql://user@host/db`` so a fleet of boards shares one store), ``journal:///path`` for
-    Optuna's journal file storage, or a ``BaseStorage`` instance.
+    (embedded, nothing to start; ``$LIGHTNING_EDGE_PROFILE_STORE`` overrides). A plain path is an SQLite
+    file. Any Optuna storage URL works (``postgresql://user@host/db`` so a fleet of boards shares one
+    store), ``journal:///path`` for Optuna's journal file storage, ``"memory"`` for Optuna's in-memory
+    storage, or a ``BaseStorage`` instance. ``lightning-edge store`` lists, shows, exports and tidies it.
 
 Claims (several processes profiling one workload together)
     A point is wanted by *enqueueing* a trial for it (``Study.enqueue_trial``: its parameters are
@@ -28,13 +29,22 @@ Claims (several processes profiling one workload together)
     losers wait for the result and profile other points meanwhile. (On SQLite that transition is not
     atomic, so claims also take an exclusive lock on ``<db file>.claims.lock``.) Duplicate enqueued trials are closed
     as ``FAIL`` with user attribute ``duplicate_of``. So no point is measured twice and none is lost.
-    A process that dies while measuring would leave its trial ``RUNNING`` for ever. With a heartbeat
-    (``ProfileStore(url, heartbeat_interval_s=10)``, RDB storages: SQLite, PostgreSQL, MySQL) the
-    measuring process records Optuna heartbeats on its claimed trial (``RDBStorage`` with
-    ``heartbeat_interval`` / ``grace_period``); a process waiting for that point calls
-    ``optuna.storages.fail_stale_trials`` and, once the heartbeat is older than the grace period
-    (default twice the interval), the stale trial is failed and the point is enqueued, claimed and
-    profiled again by the waiting process.
+    Leases: every claim records its owner (host, boot id, PID namespace, pid and process start time:
+    system attribute ``lightning_edge:claim``) and is renewed while its point is measured: by Optuna's
+    trial heartbeat on RDB storages (SQLite, PostgreSQL, MySQL; on by default, every 5 s, see
+    ``heartbeat_interval_s``; :class:`optuna.storages.RDBStorage` ``heartbeat_interval`` /
+    ``grace_period``), else by a renewal time in the claim. A process waiting for a point that another
+    one claimed takes the claim over at once when its owner is provably dead (same host, and the pid has
+    exited, is a zombie or now belongs to another process), and otherwise once the claim has not been
+    renewed for the grace period (``optuna.storages.fail_stale_trials`` on RDB storages). Waiting is
+    bounded (``wait_timeout_s``), reports progress every ``progress_every_s`` and ends as soon as the
+    caller cancels it. ``lightning-edge store clear-claims`` fails stale claims by hand.
+
+Errors
+    A store that cannot be used is reported when it is opened (before any training), in one line that
+    says what (the file, or host:port), why, and how to fix it (:class:`StoreError`). A plain path is an
+    SQLite store. A store the process may not write (a read-only file or directory) is opened read-only:
+    its profiles answer, new profiles are kept in memory only, with a one-time note.
 """
 
 from __future__ import annotations
@@ -47,6 +57,7 @@ import socket
 import threading
 import time
 import warnings
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -125,11 +136,51 @@ def workload_fingerprint(workload: Any, workload_id: str | None = None) -> str:
     if type(workload).__repr__ is not object.__repr__:
         text = repr(workload)
         return f"{_slug(type(workload).__name__)}-{hashlib.sha1(text.encode()).hexdigest()[:12]}"
-    raise ValueError(
-        f"cannot key the profiles of a {type(workload).__name__} in a persistent profile store: give it a "
-        "`fingerprint` string attribute (model, training batch size, precision...), or pass workload_id='...', "
-        "or use store=None for a throw-away in-memory store"
+    raise UnkeyableWorkload(
+        f"the profile store cannot tell a {type(workload).__name__} apart from other workloads: to keep its "
+        "profiles, give it a `fingerprint` string attribute (model, batch size, precision...) or pass "
+        "workload_id='...'; store=None keeps them in memory without this warning"
     )
+
+
+class UnkeyableWorkload(ValueError):
+    """A workload that has no key in a persistent store (no fingerprint, workload_id or informative repr)."""
+
+
+class UnkeyedWorkloadWarning(UserWarning):
+    """A workload without a key was profiled into an in-memory store: its profiles are not kept."""
+
+
+_WARNED_UNKEYED: set[str] = set()
+_MEMORY_STORES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+_CONTAINERS = ("Sequential", "ModuleList", "ModuleDict")
+
+
+def model_name(module: Any) -> str:
+    """The name of the model a module trains, for store keys: a LightningModule that wraps one model (a child
+    holding at least 90 % of the parameters, e.g. ``self.model = zoo.mobilenet_v3_large()`` or a Hugging Face
+    model) is named after that model's class, not the wrapper's (``MobileNetV3``, not ``FineTune``)."""
+    name = type(module).__name__
+    if not hasattr(module, "training_step") or not hasattr(module, "named_children"):
+        return name
+
+    def count(m: Any) -> int:
+        try:
+            return sum(int(p.numel()) for p in m.parameters())
+        except (RuntimeError, ValueError):  # uninitialised (Lazy) parameters have no size yet
+            return 0
+
+    total = count(module)
+    children = [c for _, c in module.named_children()]
+    if total <= 0 or not children:
+        return name
+    best = max(children, key=count)
+    inner = type(best).__name__
+    if count(best) >= 0.9 * total and inner not in _CONTAINERS:
+        return inner
+    return name
 
 
 def device_key(workload: Any, device_model: str | None = None) -> str:
@@ -140,29 +191,210 @@ def device_key(workload: Any, device_model: str | None = None) -> str:
     return _slug(dm or "unknown-device")
 
 
+class StoreError(RuntimeError):
+    """A profile store that cannot be used: one line saying what (file or host:port), why, and how to fix it."""
+
+
+class StoreReadOnlyWarning(UserWarning):
+    """The profile store can be read but not written: new profiles are not saved."""
+
+
+DEFAULT_HEARTBEAT_S = 5
+"""Default lease renewal interval of a claim (s); a claim not renewed for twice that is stale."""
+
+
 def default_storage_url() -> str:
-    """``$LIGHTNING_EDGE_PROFILE_STORE`` or SQLite in the user cache directory (created if needed)."""
+    """``$LIGHTNING_EDGE_PROFILE_STORE`` or SQLite in the user cache directory."""
     env = os.environ.get(ENV_STORE)
     if env:
-        return env
+        return storage_url(env)
     import platformdirs
 
     path = Path(platformdirs.user_cache_dir("lightning_edge")) / "profiles.sqlite3"
-    path.parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{path}"
 
 
-def make_storage(spec: str | BaseStorage | None, *, heartbeat_interval_s: int | None = None,
+def storage_url(spec: str | os.PathLike[str] | None) -> str:
+    """The storage URL of a store given as ``"default"``/``None``, a URL, or a plain path (an SQLite file)."""
+    if spec is None or (isinstance(spec, str) and spec == "default"):
+        return default_storage_url()
+    text = os.fspath(spec)
+    if "://" in text or text == "memory":
+        return text
+    if not text.strip():
+        raise StoreError("profile store: an empty path; give a file such as ~/profiles.sqlite3, an Optuna storage "
+                         "URL (sqlite:///..., postgresql://...), or 'default'")
+    return f"sqlite:///{Path(text).expanduser().resolve()}"
+
+
+def describe_url(url: str) -> str:
+    """A store's URL for messages: the file of an SQLite/journal store, else the URL without its password."""
+    if url == "memory":
+        return "memory (not kept)"
+    path = _sqlite_path(url)
+    if path is not None:
+        return path
+    if url.startswith("journal://"):
+        return url[len("journal://"):]
+    try:
+        from sqlalchemy.engine import make_url
+
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # noqa: BLE001 - a URL SQLAlchemy cannot parse is shown as given
+        return url
+
+
+def _sqlite_path(url: str) -> str | None:
+    if not url.startswith("sqlite:///"):
+        return None
+    rest = url[len("sqlite:///"):]
+    if rest.startswith("file:"):
+        rest = rest[len("file:"):].split("?", 1)[0]
+    return rest
+
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def _check_sqlite_file(path: str) -> bool:
+    """Raise :class:`StoreError` for a path that cannot hold the store; True when it must be opened read-only."""
+    p = Path(path)
+    if p.is_dir():
+        raise StoreError(f"profile store {path}: is a directory, not an SQLite file; give a file path such as "
+                         f"{p / 'profiles.sqlite3'}")
+    if p.exists():
+        try:
+            with open(p, "rb") as fh:
+                head = fh.read(len(SQLITE_MAGIC))
+        except OSError as exc:
+            raise StoreError(f"profile store {path}: cannot be read ({exc.strerror}); give this user read access "
+                             "or pass another store") from None
+        if head and head != SQLITE_MAGIC:
+            raise StoreError(f"profile store {path}: not an SQLite database (corrupt, or another kind of file); "
+                             f"move it aside (mv '{path}' '{path}.corrupt') and a new store is created, or pass "
+                             "another store")
+        return not (os.access(p, os.W_OK) and os.access(p.parent, os.W_OK))
+    parent = p.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StoreError(f"profile store {path}: cannot create its directory {parent} ({exc.strerror}); pass a "
+                         f"writable place (store='/path/profiles.sqlite3' or ${ENV_STORE})") from None
+    if not os.access(parent, os.W_OK):
+        raise StoreError(f"profile store {path}: the directory {parent} is not writable, so the store cannot be "
+                         f"created; pass a writable place (store='/path/profiles.sqlite3' or ${ENV_STORE})")
+    return False
+
+
+def _one_line(exc: BaseException) -> str:
+    """The first line of an exception's message, without SQLAlchemy's SQL and background links."""
+    orig = getattr(exc, "orig", None)
+    text = str(orig if orig is not None else exc).strip().splitlines()
+    return (text[0] if text else type(exc).__name__).strip()
+
+
+def _open_sqlite(url: str, hb: dict[str, Any]) -> tuple[BaseStorage, bool]:
+    """An SQLite RDB storage (WAL), checked; read-only when this process may not write the file or its folder."""
+    path = _sqlite_path(url)
+    assert path is not None
+    readonly = _check_sqlite_file(path)
+    try:
+        with warnings.catch_warnings():  # the heartbeat arguments are "experimental" in Optuna
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            if readonly:
+                return _open_sqlite_readonly(path), True
+            # several processes may write: wait for SQLite's lock instead of failing after 5 s; and create the
+            # schema of a new file one process at a time (Optuna's first-time set-up is not concurrent-safe)
+            with _file_lock(path + ".claims.lock"):
+                rdb = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}}, **hb)
+                _sqlite_wal(rdb)
+                storage = optuna.storages.get_storage(rdb)
+                storage.get_all_studies()  # reads the schema: a damaged file fails here, not during training
+                return storage, False
+    except StoreError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - sqlalchemy/sqlite/optuna errors, all reported the same way
+        why = _one_line(exc)
+        if "not a database" in why or "malformed" in why:
+            raise StoreError(f"profile store {path}: not a readable SQLite database ({why}); move it aside "
+                             f"(mv '{path}' '{path}.corrupt') and a new store is created, or pass another store"
+                             ) from None
+        if "readonly" in why or "read-only" in why:
+            raise StoreError(f"profile store {path}: cannot be written ({why}); give this user write access to it "
+                             "and its directory, or pass another store") from None
+        raise StoreError(f"profile store {path}: cannot be opened ({why}); move it aside "
+                         f"(mv '{path}' '{path}.corrupt') or pass another store") from None
+
+
+def _open_sqlite_readonly(path: str) -> BaseStorage:
+    """Read an existing store without writing anything (no lock file, no schema, no WAL files)."""
+    if not Path(path).exists() or Path(path).stat().st_size == 0:
+        raise StoreError(f"profile store {path}: read-only and empty, so it holds no profiles and none can be "
+                         "saved; give this user write access to it and its directory, or pass another store")
+    last: Exception | None = None
+    for query in ("mode=ro", "mode=ro&immutable=1"):  # WAL files may be impossible to create in a read-only folder
+        try:
+            # (no schema check: it reads Optuna's migration scripts, and a read-only store cannot be upgraded anyway)
+            rdb = optuna.storages.RDBStorage(f"sqlite:///file:{path}?{query}&uri=true", skip_table_creation=True,
+                                             skip_compatibility_check=True)
+            storage = optuna.storages.get_storage(rdb)
+            storage.get_all_studies()
+            return storage
+        except Exception as exc:  # noqa: BLE001
+            last = exc
+    why = _one_line(last) if last is not None else "unknown error"
+    if "not a database" in why or "malformed" in why:
+        raise StoreError(f"profile store {path}: not a readable SQLite database ({why}); move it aside "
+                         f"(mv '{path}' '{path}.corrupt') or pass another store")
+    raise StoreError(f"profile store {path}: read-only here and cannot be read either ({why}); pass another store")
+
+
+def _check_server(url: str, given: str | None = None) -> None:
+    """Fail at once, in one line, when nothing listens at a server store's host:port (no driver retries)."""
+    try:
+        from sqlalchemy.engine import make_url
+
+        u = make_url(url)
+    except Exception as exc:  # noqa: BLE001
+        raise StoreError(f"profile store {url!r}: not a storage URL ({_one_line(exc)}); give a file path, "
+                         "sqlite:///path, postgresql://user@host:port/db or journal:///path") from None
+    host = u.host
+    if not host or host.startswith("/"):
+        return  # a Unix socket: the driver reports it
+    port = u.port or {"postgresql": 5432, "mysql": 3306}.get(u.get_backend_name(), 0)
+    if not port:
+        return
+    try:
+        socket.create_connection((host, port), timeout=3.0).close()
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        if isinstance(exc, socket.timeout):
+            why = "no answer within 3 s"
+        raise StoreError(f"profile store {describe_url(given or url)}: nothing answers at {host}:{port} ({why}); start the "
+                         "server or fix the URL, or use a local store (store='/path/profiles.sqlite3')") from None
+
+
+def make_storage(spec: str | os.PathLike[str] | BaseStorage | None, *, heartbeat_interval_s: int | None = None,
                  grace_period_s: int | None = None) -> BaseStorage:
-    """An Optuna storage from ``"default"``, an RDB URL, ``journal:///path`` or a storage instance.
+    """An Optuna storage from ``"default"``, a plain path (SQLite), an RDB URL, ``journal:///path`` or a
+    storage instance (see :func:`open_storage`)."""
+    return open_storage(spec, heartbeat_interval_s=heartbeat_interval_s, grace_period_s=grace_period_s)[0]
+
+
+def open_storage(spec: str | os.PathLike[str] | BaseStorage | None, *, heartbeat_interval_s: int | None = None,
+                 grace_period_s: int | None = None) -> tuple[BaseStorage, bool]:
+    """``(storage, read_only)``. Raises :class:`StoreError` (one line: what, why, how to fix) when the store
+    cannot be used.
 
     ``heartbeat_interval_s`` / ``grace_period_s`` turn on Optuna's trial heartbeat for an RDB URL (the
     ``heartbeat_interval`` / ``grace_period`` of :class:`optuna.storages.RDBStorage`); a journal URL
     cannot carry one (ValueError); a storage instance keeps its own settings.
     """
     if isinstance(spec, BaseStorage):
-        return spec
-    url = default_storage_url() if spec in (None, "default") else str(spec)
+        return spec, False
+    url = storage_url(spec)
+    if url == "memory":  # Optuna's in-memory storage: this process only, nothing kept
+        return optuna.storages.InMemoryStorage(), False
     hb: dict[str, Any] = {}
     if heartbeat_interval_s is not None:
         hb = {"heartbeat_interval": int(heartbeat_interval_s), "grace_period": grace_period_s}
@@ -172,62 +404,102 @@ def make_storage(spec: str | BaseStorage | None, *, heartbeat_interval_s: int | 
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
         path = url[len("journal://"):]
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        return JournalStorage(JournalFileBackend(path))
-    if url.startswith("sqlite:///"):
-        path = url[len("sqlite:///"):]
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        # several processes may write: wait for SQLite's lock instead of failing after 5 s; and create the
-        # schema of a new file one process at a time (Optuna's first-time set-up is not concurrent-safe)
-        with _file_lock(path + ".claims.lock"):
-            with warnings.catch_warnings():  # the heartbeat arguments are "experimental" in Optuna
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                rdb = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}}, **hb)
-            _sqlite_wal(rdb)
-            return optuna.storages.get_storage(rdb)
-    url = _postgres_driver(url)
-    for attempt in range(5):  # a server store: several boards may create the schema at once; retry
         try:
-            if not hb:
-                return optuna.storages.get_storage(url)
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+            return JournalStorage(JournalFileBackend(path)), False
+        except OSError as exc:
+            raise StoreError(f"profile store {path}: cannot be opened ({exc.strerror}); pass a writable path"
+                             ) from None
+    if url.startswith("sqlite:///"):
+        return _open_sqlite(url, hb)
+    given = url
+    url = _postgres_driver(url)
+    _check_server(url, given)
+    kwargs: dict[str, Any] = {}
+    if url.startswith("postgresql"):
+        kwargs["engine_kwargs"] = {"connect_args": {"connect_timeout": 10}}
+    for attempt in range(5):  # a server store: several boards may create the schema at once; retry that only
+        try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                return optuna.storages.get_storage(optuna.storages.RDBStorage(url, **hb))
-        except Exception:
-            if attempt == 4:
-                raise
+                return optuna.storages.get_storage(optuna.storages.RDBStorage(url, **kwargs, **hb)), False
+        except ImportError:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            why = _one_line(exc)
+            schema_race = any(w in why.lower() for w in ("already exists", "duplicate", "unique"))
+            if attempt == 4 or not schema_race:
+                raise StoreError(f"profile store {describe_url(given)}: cannot be opened ({why}); check the URL, the "
+                                 "user's rights and the server, or use a local store (store='/path/profiles.sqlite3')"
+                                 ) from None
             time.sleep(0.2 * (attempt + 1))
     raise AssertionError("unreachable")
+
+
+_DEFAULT = object()
 
 
 class ProfileStore:
     """Profiles of every workload on every device model, in one Optuna storage."""
 
-    def __init__(self, storage: str | BaseStorage | None = "default", *, poll_interval_s: float = 0.05,
-                 wait_timeout_s: float = 24 * 3600.0, heartbeat_interval_s: int | None = None,
-                 grace_period_s: int | None = None) -> None:
-        """``heartbeat_interval_s``: record an Optuna heartbeat on a claimed trial every that many seconds
-        while its point is measured, and fail other processes' claims whose heartbeat is older than
-        ``grace_period_s`` (default ``2 * heartbeat_interval_s``) so that their points are profiled again
-        (RDB storages only; a :class:`BaseStorage` instance brings its own heartbeat settings)."""
-        if heartbeat_interval_s is not None and int(heartbeat_interval_s) < 1:
+    def __init__(self, storage: str | os.PathLike[str] | BaseStorage | None = "default", *,
+                 poll_interval_s: float = 0.05, wait_timeout_s: float = 600.0,
+                 heartbeat_interval_s: int | None | object = _DEFAULT, grace_period_s: int | None = None,
+                 progress_every_s: float = 10.0) -> None:
+        """``storage``: ``"default"``, a plain path (an SQLite file), an Optuna storage URL or a
+        :class:`BaseStorage`. Raises :class:`StoreError` (one line) when it cannot be used.
+
+        ``heartbeat_interval_s``: renew a claim every that many seconds while its point is measured (default
+        5 s on an RDB URL; ``None``: no Optuna heartbeat), and take over other processes' claims not renewed for
+        ``grace_period_s`` (default twice the interval), so that their points are profiled again. A claim whose
+        owner is dead on this host is taken over at once, heartbeat or not. ``wait_timeout_s`` bounds the wait
+        for points other live processes are measuring (TimeoutError after it)."""
+        explicit = heartbeat_interval_s is not _DEFAULT
+        if explicit and heartbeat_interval_s is not None and int(heartbeat_interval_s) < 1:  # type: ignore[call-overload]
             raise ValueError(f"heartbeat_interval_s must be a whole number of seconds >= 1, got {heartbeat_interval_s!r}")
-        if grace_period_s is not None and heartbeat_interval_s is None:
+        if grace_period_s is not None and explicit and heartbeat_interval_s is None:
             raise ValueError("grace_period_s needs heartbeat_interval_s")
         self.spec = storage
-        self.storage = make_storage(storage, heartbeat_interval_s=heartbeat_interval_s, grace_period_s=grace_period_s)
-        from optuna.storages._heartbeat import BaseHeartbeat, is_heartbeat_enabled
-
-        self.heartbeat = isinstance(self.storage, BaseHeartbeat) and is_heartbeat_enabled(self.storage)
-        self.heartbeat_interval_s = float(self.storage.get_heartbeat_interval()) if self.heartbeat else None  # type: ignore[attr-defined]
-        url = default_storage_url() if storage in (None, "default") else (storage if isinstance(storage, str) else "")
+        url = "" if isinstance(storage, BaseStorage) else storage_url(storage)
+        self.url = url
+        hb_s: int | None
+        if explicit:
+            hb_s = heartbeat_interval_s  # type: ignore[assignment]
+        else:  # on by default where Optuna keeps heartbeats (RDB storages)
+            hb_s = None if (not url or url == "memory" or url.startswith("journal://")) else DEFAULT_HEARTBEAT_S
+        self.storage, self.read_only = open_storage(storage, heartbeat_interval_s=hb_s, grace_period_s=grace_period_s)
+        get_interval = getattr(self.storage, "get_heartbeat_interval", None)
+        interval = get_interval() if callable(get_interval) else None
+        self.heartbeat = interval is not None
+        self.heartbeat_interval_s = float(interval) if interval is not None else None
+        grace = grace_period_s if grace_period_s is not None else None
+        if self.heartbeat and grace is None:
+            grace = getattr(self.storage, "grace_period", None) or 2 * int(interval)  # type: ignore[arg-type]
+        self.lease_renew_s = float(self.heartbeat_interval_s or DEFAULT_HEARTBEAT_S)
+        self.grace_period_s = float(grace if grace is not None else 2 * self.lease_renew_s)
         # SQLite ignores SELECT ... FOR UPDATE and pysqlite reads outside the write transaction, so
         # Optuna's WAITING -> RUNNING transition is not atomic there: serialise claims with a file lock
         # (an SQLite file is shared by processes of one host only, which all see the lock file).
-        self._claim_lock = url[len("sqlite:///"):] + ".claims.lock" if url.startswith("sqlite:///") else None
+        path = _sqlite_path(url) if url else None
+        self._claim_lock = path + ".claims.lock" if path is not None and not self.read_only else None
         self.poll_interval_s = float(poll_interval_s)
         self.wait_timeout_s = float(wait_timeout_s)
-        self._studies: dict[str, optuna.Study] = {}
+        self.progress_every_s = float(progress_every_s)
+        self._studies: dict[str, optuna.Study | None] = {}
+        self._unsaved: dict[tuple[str, str, ProfileKey], Measurement] = {}  # read-only store: this process's profiles
+        self._warned_read_only = False
+
+    def describe(self) -> str:
+        """The store for messages: its file, or its URL without a password."""
+        return describe_url(self.url) if self.url else type(self.storage).__name__
+
+    def _note_read_only(self) -> None:
+        if not self._warned_read_only:
+            self._warned_read_only = True
+            msg = (f"profile store {self.describe()} is read-only for this user: its profiles are used, but new "
+                   "profiles are kept in memory only and will be measured again by the next run; give this user "
+                   "write access to the file and its directory, or pass a writable store, to keep them")
+            warnings.warn(msg, StoreReadOnlyWarning, stacklevel=3)
 
     @classmethod
     def default(cls) -> ProfileStore:
@@ -244,16 +516,25 @@ class ProfileStore:
     def study_name(device_model: str, workload_id: str, kind: str) -> str:
         return f"{STUDY_PREFIX}/{_slug(device_model)}/{_slug(workload_id)}/{kind}"
 
-    def study(self, device_model: str, workload_id: str, kind: str, sampler: Any = None) -> optuna.Study:
-        """The study of one (device model, workload, kind); created on first use."""
+    def study(self, device_model: str, workload_id: str, kind: str, sampler: Any = None,
+              label: str | None = None) -> optuna.Study | None:
+        """The study of one (device model, workload, kind); created on first use (``None``: a read-only store
+        that has no such study). ``label``: ``simulated`` or ``measured``, kept in the study's attributes."""
         if kind not in ("train", "infer"):
             raise ValueError(f"profile studies are 'train' or 'infer', got {kind!r}")
         name = self.study_name(device_model, workload_id, kind)
         from lightning_edge.tuning.samplers import PassiveSampler
 
         sampler = sampler if sampler is not None else PassiveSampler()
-        st = self._studies.get(name)
-        if st is None:
+        if name in self._studies:
+            st = self._studies[name]
+        elif self.read_only:
+            try:
+                st = optuna.load_study(storage=self.storage, study_name=name, sampler=sampler)
+            except KeyError:
+                st = None
+            self._studies[name] = st
+        else:
             st = optuna.create_study(storage=self.storage, study_name=name, directions=list(DIRECTIONS),
                                      sampler=sampler, load_if_exists=True)
             if st.user_attrs.get("kind") != kind:
@@ -264,7 +545,10 @@ class ProfileStore:
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                     st.set_metric_names(["time_s", "power_w"])
             self._studies[name] = st
-        st.sampler = sampler
+        if st is not None:
+            if label and not self.read_only and st.user_attrs.get("label") not in (label, "mixed"):
+                st.set_user_attr("label", label if "label" not in st.user_attrs else "mixed")
+            st.sampler = sampler
         return st
 
     def bind(self, device_model: str, workload_id: str, sampler: Any = None, problem: Any = None,
@@ -273,11 +557,29 @@ class ProfileStore:
 
     def profiler(self, workload: Any, *, workload_id: str | None = None, device_model: str | None = None,
                  sampler: Any = None, problem: Any = None) -> Any:
-        """A profiler (see :class:`~lightning_edge.tuning.search.Profiler`) backed by this store."""
-        from lightning_edge.tuning.search import Profiler
+        """A profiler (see :class:`~lightning_edge.tuning.search.Profiler`) backed by this store.
 
-        bound = self.bind(device_key(workload, device_model), workload_fingerprint(workload, workload_id),
-                          sampler=sampler, problem=problem,
+        A workload the store cannot key (no ``fingerprint``, no ``workload_id``, no informative ``repr``) is
+        profiled into an in-memory store instead (kept for this workload object while it lives), with a
+        one-time warning that says how to persist its profiles."""
+        from lightning_edge.tuning.search import MemoryStore, Profiler
+
+        try:
+            wid = workload_fingerprint(workload, workload_id)
+        except UnkeyableWorkload as exc:
+            name = type(workload).__name__
+            if name not in _WARNED_UNKEYED:
+                _WARNED_UNKEYED.add(name)
+                warnings.warn(f"{exc}; its profiles are kept in memory for this run only", UnkeyedWorkloadWarning,
+                              stacklevel=4)
+            try:
+                mem = _MEMORY_STORES.get(workload)
+                if mem is None:
+                    mem = _MEMORY_STORES[workload] = MemoryStore()
+            except TypeError:  # neither hashable nor weak-referenceable: a fresh store for this solve
+                mem = MemoryStore()
+            return Profiler(workload, mem)
+        bound = self.bind(device_key(workload, device_model), wid, sampler=sampler, problem=problem,
                           strategy=getattr(sampler, "strategy_name", "") if sampler is not None else "")
         return Profiler(workload, bound)
 
@@ -289,6 +591,12 @@ class ProfileStore:
             if len(parts) == 4 and parts[0] == STUDY_PREFIX:
                 out.append((parts[1], parts[2], parts[3]))
         return out
+
+
+CLAIM_ATTR = "lightning_edge:claim"
+"""System attribute of a claimed trial: its owner (host, boot, pidns, pid, start) and when it was claimed."""
+RENEWED_ATTR = "lightning_edge:renewed"
+"""System attribute: when the owner last renewed its claim (storages without Optuna's heartbeat)."""
 
 
 class WorkloadProfiles:
@@ -304,14 +612,15 @@ class WorkloadProfiles:
         self.strategy = strategy
         self.host = socket.gethostname()
 
-    def study(self, kind: str) -> optuna.Study:
-        return self.store.study(self.device_model, self.workload_id, kind, self.sampler)
+    def study(self, kind: str, label: str | None = None) -> optuna.Study | None:
+        return self.store.study(self.device_model, self.workload_id, kind, self.sampler, label=label)
 
     # ------------------------------------------------------------------------------ reading
     def _groups(self, kind: str) -> dict[ProfileKey, list[FrozenTrial]]:
         """Non-failed trials per key, lowest number first."""
         groups: dict[ProfileKey, list[FrozenTrial]] = {}
-        for t in self.study(kind).get_trials(deepcopy=False):
+        st = self.study(kind)
+        for t in (st.get_trials(deepcopy=False) if st is not None else []):
             if t.state == TrialState.FAIL:
                 continue
             k = trial_key(kind, t)
@@ -326,16 +635,22 @@ class WorkloadProfiles:
         ua = t.user_attrs
         return Measurement(ua.get("time_s", t.values[0]), ua.get("power_w", t.values[1]), ua.get("label", "measured"))
 
+    def _unsaved_key(self, key: ProfileKey) -> tuple[str, str, ProfileKey]:
+        return (self.device_model, self.workload_id, key)
+
     def lookup(self, key: ProfileKey) -> Measurement | None:
         g = self._groups(key.kind).get(key)
         if g and g[0].state == TrialState.COMPLETE:
             return self._measurement(g[0])
-        return None
+        return self.store._unsaved.get(self._unsaved_key(key))
 
     def table(self, kind: str) -> ProfileTable:
         """Every completed profile of ``kind`` as a :class:`ProfileTable`."""
-        rows = [(k, self._measurement(g[0])) for k, g in self._groups(kind).items() if g[0].state == TrialState.COMPLETE]
-        rows.sort(key=lambda r: (r[0].mode, r[0].batch_size or 0))
+        found = {k: self._measurement(g[0]) for k, g in self._groups(kind).items() if g[0].state == TrialState.COMPLETE}
+        for (dm, wid, k), m in self.store._unsaved.items():
+            if dm == self.device_model and wid == self.workload_id and k.kind == kind:
+                found.setdefault(k, m)
+        rows = sorted(found.items(), key=lambda r: (r[0].mode, r[0].batch_size or 0))
         modes = [k.mode for k, _ in rows]
         t = [m.time_s for _, m in rows]
         p = [m.power_w for _, m in rows]
@@ -350,7 +665,7 @@ class WorkloadProfiles:
         # Study.enqueue_trial, with the parameters themselves set at creation (one transaction, no later writes)
         params = key_params(key)
         dists = distributions(key.kind)
-        self.study(key.kind).add_trial(optuna.trial.create_trial(
+        self.study(key.kind).add_trial(optuna.trial.create_trial(  # type: ignore[union-attr]
             state=TrialState.WAITING, params=params, distributions=dists,
             system_attrs={"fixed_params": params}, user_attrs={"requested_by": self.host}))
 
@@ -365,14 +680,46 @@ class WorkloadProfiles:
             pass
 
     def _claim(self, t: FrozenTrial, heartbeat: bool = False) -> bool:
+        storage = self.store.storage
         with _file_lock(self.store._claim_lock):
             try:
-                ok = bool(self.store.storage.set_trial_state_values(t._trial_id, TrialState.RUNNING))
+                ok = bool(storage.set_trial_state_values(t._trial_id, TrialState.RUNNING))
             except optuna.exceptions.UpdateFinishedTrialError:
                 return False
-            if ok and heartbeat and self.store.heartbeat:
-                self.store.storage.record_heartbeat(t._trial_id)  # type: ignore[attr-defined]
+            if ok:
+                storage.set_trial_system_attr(t._trial_id, CLAIM_ATTR, {**process_identity(), "since": time.time()})
+                if heartbeat and self.store.heartbeat:
+                    storage.record_heartbeat(t._trial_id)  # type: ignore[attr-defined]
             return ok
+
+    def _take_over_dead_claims(self, owners: Sequence[FrozenTrial]) -> list[str]:
+        """Fail the RUNNING claims among ``owners`` whose owner is provably dead on this host, or (without
+        Optuna's heartbeat) whose lease was not renewed for the grace period; returns what was done."""
+        done = []
+        now = time.time()
+        for t in owners:
+            if t.state != TrialState.RUNNING:
+                continue
+            claim = t.system_attrs.get(CLAIM_ATTR)
+            why = owner_dead(claim) if isinstance(claim, dict) else None
+            if why is None and not self.store.heartbeat:
+                renewed = t.system_attrs.get(RENEWED_ATTR) or (claim or {}).get("since")
+                if renewed is None and t.datetime_start is not None:
+                    renewed = t.datetime_start.timestamp()
+                if renewed is not None and now - float(renewed) > self.store.grace_period_s:
+                    why = f"its lease was not renewed for {now - float(renewed):.0f} s"
+            if why is None:
+                continue
+            name = self.store.study_name(self.device_model, self.workload_id,
+                                         "infer" if "batch_size" in (t.params or t.system_attrs.get("fixed_params", {}))
+                                         else "train")
+            if fail_claim(self.store.storage, name, t, why):
+                done.append(f"trial {t.number}: {why}")
+                k = trial_key("infer" if "batch_size" in (t.params or t.system_attrs.get("fixed_params", {}))
+                              else "train", t)
+                _log.warning("profile store %s: took over the claim on %s (%s)", self.store.describe(),
+                             k.mode if k is not None else f"trial {t.number}", why)
+        return done
 
     def _fail_stale(self, kind: str) -> None:
         """Fail the claims of dead processes (heartbeat older than the grace period) in ``kind``'s study."""
@@ -384,8 +731,9 @@ class WorkloadProfiles:
                          measure: Callable[[ProfileKey], Measurement]) -> Measurement:
         if self.sampler is not None:
             self.sampler.pending = key
-        trial = optuna.trial.Trial(study, t._trial_id)
-        beat = _Heartbeat(self.store, t._trial_id) if self.store.heartbeat else None
+        tid = t._trial_id
+        trial = optuna.trial.Trial(study, tid)
+        beat = _Heartbeat(self.store, tid)
         try:
             for name, dist in distributions(key.kind).items():  # the fixed params of the queued trial
                 trial._suggest(name, dist)
@@ -394,31 +742,70 @@ class WorkloadProfiles:
             study.tell(trial, state=TrialState.FAIL)
             raise
         finally:
-            if beat is not None:
-                beat.stop()
+            beat.stop()
             if self.sampler is not None:
                 self.sampler.pending = None
-        trial.set_user_attr("time_s", m.time_s)
-        trial.set_user_attr("power_w", m.power_w)
-        trial.set_user_attr("label", m.label)
-        trial.set_user_attr("provenance", {"host": self.host, "strategy": self.strategy,
-                                           "problem": self.problem.describe() if self.problem is not None else ""})
-        if self.problem is not None:
-            for name, value in constraint_values(self.problem, key, m).items():
+        attrs = {"time_s": m.time_s, "power_w": m.power_w, "label": m.label,
+                 "provenance": {"host": self.host, "strategy": self.strategy,
+                                "problem": self.problem.describe() if self.problem is not None else ""}}
+        constraints = constraint_values(self.problem, key, m) if self.problem is not None else {}
+        try:
+            for name, value in attrs.items():
+                trial.set_user_attr(name, value)
+            for name, value in constraints.items():
                 trial.set_constraint(name, value)
-        study.tell(trial, [m.time_s, m.power_w])
+            study.tell(trial, [m.time_s, m.power_w])
+        except (optuna.exceptions.UpdateFinishedTrialError, ValueError, RuntimeError):
+            if not self.store.storage.get_trial(tid).state.is_finished():
+                raise
+            # our claim was taken over while we measured (this process was paused past the lease): the profile
+            # is still good; keep it as a completed trial of its own
+            _log.warning("profile store %s: the claim on %s was taken over while it was measured; keeping the "
+                         "profile as a new trial", self.store.describe(), key.mode)
+            params = key_params(key)
+            study.add_trial(optuna.trial.create_trial(
+                params=params, distributions=distributions(key.kind), values=[m.time_s, m.power_w],
+                user_attrs=attrs, system_attrs={"fixed_params": params,
+                                                **{f"constraints:{n}": v for n, v in constraints.items()}}))
+        self.study(key.kind, label=m.label)
         return m
+
+    def _wait_message(self, waiting: dict[ProfileKey, FrozenTrial], waited_s: float) -> str:
+        now = time.time()
+        parts = []
+        for key, t in list(waiting.items())[:3]:
+            claim = t.system_attrs.get(CLAIM_ATTR) or {}
+            who = f"{claim.get('host', '?')} pid {claim.get('pid', '?')}" if claim else "another process"
+            since = claim.get("since") or (t.datetime_start.timestamp() if t.datetime_start else None)
+            age = f", claimed {now - float(since):.0f} s ago" if since else ""
+            parts.append(f"{key.mode}{'' if key.batch_size is None else f' bs {key.batch_size}'} ({who}{age})")
+        more = f" and {len(waiting) - 3} more" if len(waiting) > 3 else ""
+        return (f"profile store {self.store.describe()}: waiting {waited_s:.0f} s (at most "
+                f"{self.store.wait_timeout_s:.0f} s) for {len(waiting)} profile(s) that other processes are "
+                f"measuring: {', '.join(parts)}{more}; a claim not renewed for {self.store.grace_period_s:.0f} s, "
+                "or whose process has exited on this host, is taken over")
 
     def fetch_or_measure_many(self, keys: Sequence[ProfileKey], measure: Callable[[ProfileKey], Measurement],
                               context: dict | None = None) -> list[tuple[Measurement, bool]]:
-        """Each key's profile: from the store when present, else measured once (claimed first), in order."""
+        """Each key's profile: from the store when present, else measured once (claimed first), in order.
+
+        ``context``: ``"check"`` (called while waiting; raises to stop waiting, e.g. on a cancel) and
+        ``"on_wait"`` (called with a progress line every ``progress_every_s`` while waiting)."""
+        context = context or {}
+        check = context.get("check")
+        on_wait = context.get("on_wait")
+        if self.store.read_only:
+            return self._fetch_or_measure_read_only(keys, measure)
         out: dict[ProfileKey, tuple[Measurement, bool]] = {}
         wanted = list(dict.fromkeys(keys))
         enqueued: set[ProfileKey] = set()
-        deadline = time.monotonic() + self.store.wait_timeout_s
+        t0 = time.monotonic()
+        deadline = t0 + self.store.wait_timeout_s
         next_stale_check = 0.0
+        next_progress = t0 + self.store.progress_every_s
         while len(out) < len(wanted):
             progressed = False
+            waiting: dict[ProfileKey, FrozenTrial] = {}
             for kind in sorted({k.kind for k in wanted if k not in out}):
                 groups = self._groups(kind)
                 for key in [k for k in wanted if k.kind == kind and k not in out]:
@@ -438,47 +825,164 @@ class WorkloadProfiles:
                         out[key] = (self._measurement(owner), False)
                         progressed = True
                     elif owner.state == TrialState.WAITING and self._claim(owner, heartbeat=True):
-                        out[key] = (self._measure_claimed(self.study(kind), owner, key, measure), True)
+                        out[key] = (self._measure_claimed(self.study(kind), owner, key, measure), True)  # type: ignore[arg-type]
                         progressed = True
                         groups = self._groups(kind)  # others may have finished meanwhile
+                    elif owner.state == TrialState.RUNNING:
+                        waiting[key] = owner
+            if waiting and self._take_over_dead_claims(list(waiting.values())):
+                enqueued.difference_update(waiting)  # their points are free again: queue them anew
+                continue
             if not progressed:
-                if self.store.heartbeat and time.monotonic() >= next_stale_check:
+                now = time.monotonic()
+                if self.store.heartbeat and now >= next_stale_check:
                     for kind in sorted({k.kind for k in wanted if k not in out}):
                         self._fail_stale(kind)  # a dead process's point becomes free to claim again
-                    next_stale_check = time.monotonic() + min(1.0, self.store.heartbeat_interval_s or 1.0)
-                if time.monotonic() > deadline:
+                    next_stale_check = now + min(1.0, self.store.heartbeat_interval_s or 1.0)
+                if check is not None:
+                    check()
+                if waiting and now >= next_progress:
+                    msg = self._wait_message(waiting, now - t0)
+                    (on_wait or _log.warning)(msg)
+                    next_progress = now + self.store.progress_every_s
+                if now > deadline:
                     missing = [str(k.mode) for k in wanted if k not in out]
                     raise TimeoutError(
-                        f"waited {self.store.wait_timeout_s:.0f} s for other processes to profile {missing[:5]}...: "
-                        "a process may have died while profiling; open the store with a heartbeat "
-                        "(ProfileStore(url, heartbeat_interval_s=...)) so that stale claims are failed and re-profiled"
+                        f"profile store {self.store.describe()}: waited {self.store.wait_timeout_s:.0f} s for other "
+                        f"processes to profile {missing[:5]}{'...' if len(missing) > 5 else ''}; they still renew "
+                        "their claims (alive, on another host, or stuck); see lightning-edge store claims, and clear "
+                        "them with lightning-edge store clear-claims --force if those processes are gone"
                     )
                 time.sleep(self.store.poll_interval_s)
         return [out[k] for k in keys]
 
+    def _fetch_or_measure_read_only(self, keys: Sequence[ProfileKey],
+                                    measure: Callable[[ProfileKey], Measurement]) -> list[tuple[Measurement, bool]]:
+        """A read-only store: stored profiles answer; the others are measured and kept in memory only."""
+        out = []
+        for key in keys:
+            m = self.lookup(key)
+            if m is not None:
+                out.append((m, False))
+                continue
+            self.store._note_read_only()
+            m = measure(key)
+            self.store._unsaved[self._unsaved_key(key)] = m
+            out.append((m, True))
+        return out
+
+
+def fail_claim(storage: BaseStorage, study_name: str, t: FrozenTrial, why: str) -> bool:
+    """Fail a RUNNING claim of study ``study_name`` (its point becomes free to claim again); False if it finished
+    meanwhile."""
+    tid = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study_name), t.number)
+    try:
+        storage.set_trial_system_attr(tid, "lightning_edge:taken_over", f"{why} (by {_identity_text()})")
+        return bool(storage.set_trial_state_values(tid, TrialState.FAIL))
+    except optuna.exceptions.UpdateFinishedTrialError:
+        return False
+
 
 class _Heartbeat:
-    """Records Optuna heartbeats on one claimed trial from a daemon thread until :meth:`stop`."""
+    """Renews one claim from a daemon thread until :meth:`stop`: Optuna's trial heartbeat on RDB storages with
+    one, else the claim's ``lightning_edge:renewed`` time."""
 
     def __init__(self, store: ProfileStore, trial_id: int) -> None:
         self.storage, self.trial_id = store.storage, trial_id
-        self.interval = float(store.heartbeat_interval_s or 1.0)
+        self.optuna_heartbeat = store.heartbeat
+        self.interval = float(store.lease_renew_s)
         self._stop = threading.Event()
-        self.storage.record_heartbeat(trial_id)  # type: ignore[attr-defined]
+        self._beat()
         self._thread = threading.Thread(target=self._run, name=f"profile-heartbeat-{trial_id}", daemon=True)
         self._thread.start()
+
+    def _beat(self) -> None:
+        if self.optuna_heartbeat:
+            self.storage.record_heartbeat(self.trial_id)  # type: ignore[attr-defined]
+        else:
+            self.storage.set_trial_system_attr(self.trial_id, RENEWED_ATTR, time.time())
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):
             try:
-                self.storage.record_heartbeat(self.trial_id)  # type: ignore[attr-defined]
+                self._beat()
+            except optuna.exceptions.UpdateFinishedTrialError:
+                return  # taken over (we were presumed dead) or finished
             except Exception:  # pragma: no cover - a lost beat only risks a re-profile
-                _log.warning("could not record the heartbeat of trial %s", self.trial_id, exc_info=True)
+                _log.warning("could not renew the claim of trial %s", self.trial_id, exc_info=True)
 
     def stop(self) -> None:
         self._stop.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
+
+
+# ------------------------------------------------------------------------------ process identity
+def _read(path: str) -> str | None:
+    try:
+        with open(path) as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def _proc_stat(pid: int) -> tuple[str, int] | None:
+    """``(state, start time in clock ticks since boot)`` of a process from ``/proc`` (None if it is gone)."""
+    text = _read(f"/proc/{int(pid)}/stat")
+    if not text:
+        return None
+    rest = text[text.rfind(")") + 2:].split()  # the command name may hold spaces and parentheses
+    try:
+        return rest[0], int(rest[19])
+    except (IndexError, ValueError):
+        return None
+
+
+def _host_identity() -> dict[str, Any]:
+    out: dict[str, Any] = {"host": socket.gethostname(), "boot": _read("/proc/sys/kernel/random/boot_id") or ""}
+    try:
+        out["pidns"] = os.readlink("/proc/self/ns/pid")
+    except OSError:
+        out["pidns"] = ""
+    return out
+
+
+def process_identity(pid: int | None = None) -> dict[str, Any]:
+    """Who owns a claim: host, boot id, PID namespace, pid and process start time."""
+    pid = os.getpid() if pid is None else int(pid)
+    st = _proc_stat(pid)
+    return {**_host_identity(), "pid": pid, "start": st[1] if st else None}
+
+
+def _identity_text() -> str:
+    return f"{socket.gethostname()} pid {os.getpid()}"
+
+
+def owner_dead(claim: dict[str, Any] | None) -> str | None:
+    """Why the owner of a claim is provably dead (same host, boot and PID namespace), or ``None`` when it may be
+    alive (another host or container, or the process still runs)."""
+    if not claim or "pid" not in claim:
+        return None
+    me = _host_identity()
+    if claim.get("host") != me["host"] or not me["boot"] or claim.get("boot") != me["boot"] or \
+            claim.get("pidns") != me["pidns"]:
+        return None
+    pid = int(claim["pid"])
+    st = _proc_stat(pid)
+    if st is None:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return f"process {pid} on {me['host']} has exited"
+        except PermissionError:
+            return None
+        return None if not os.path.isdir("/proc/self") else f"process {pid} on {me['host']} has exited"
+    state, start = st
+    if state in ("Z", "X"):
+        return f"process {pid} on {me['host']} has exited"
+    if claim.get("start") is not None and int(claim["start"]) != start:
+        return f"process {pid} on {me['host']} has exited (the pid now belongs to another process)"
+    return None
 
 
 def _postgres_driver(url: str) -> str:
