@@ -136,14 +136,46 @@ def build_layer(cls: str, point: Sequence[int], device: str = "cpu", dtype: Any 
 
 
 def measure_layer(cls: str, point: Sequence[int], device: str = "cpu", repeats: int = 5, warmup: int = 2,
-                  dtype: Any = None) -> float:
-    """Median forward seconds per call of the representative ``cls`` layer at ``point``."""
+                  dtype: Any = None, cold: bool = True) -> float:
+    """Median forward seconds per call of the representative ``cls`` layer at ``point`` (``cold``: weights not in
+    cache, as in a network; see ``time_layer``)."""
     mod, x = build_layer(cls, point, device, dtype)
-    return time_module(mod, (x,), device, repeats, warmup)
+    return time_layer(mod, x, device, repeats, warmup, cold)
+
+
+def time_layer(mod: Any, x: Any, device: str = "cpu", repeats: int = 5, warmup: int = 2, cold: bool = True) -> float:
+    """Median forward seconds per call of ``mod(x)``. ``cold``: the call cycles through copies of the module whose
+    weights together exceed twice the last-level cache (at most 128 copies), so each call reads its weights from
+    memory as a layer in a network does, instead of finding them in cache from the previous repeat; the input
+    stays hot (in a network the previous layer just wrote it)."""
+    import copy
+
+    from lightning_edge.roofline.microbench import _llc_bytes
+
+    mods = [mod]
+    if cold:
+        wbytes = sum(t.numel() * t.element_size() for t in [*mod.parameters(), *mod.buffers()])
+        if wbytes > 0:
+            llc = _llc_bytes(device) or 32 * 2 ** 20
+            n = min(128, max(1, math.ceil(2 * llc / wbytes)))
+            mods += [copy.deepcopy(mod) for _ in range(n - 1)]
+    if len(mods) == 1:
+        return time_module(mod, (x,), device, repeats, warmup)
+
+    class _Cycle:
+        def eval(self):
+            return self
+
+        def __call__(self, x):
+            for m in mods:
+                m(x)
+
+    return time_module(_Cycle(), (x,), device, repeats, warmup) / len(mods)
 
 
 def time_module(mod: Any, args: tuple, device: str = "cpu", repeats: int = 5, warmup: int = 2,
                 kwargs: dict | None = None) -> float:
+    """Median seconds per call of ``mod(*args, **kwargs)`` under ``torch.inference_mode`` (``time_callable``)."""
     import torch
 
     from lightning_edge.roofline.microbench import time_callable
@@ -250,7 +282,7 @@ def sample_layers(budget_s: float, device: str = "cpu", repeats: int = 5, seed: 
         mod.eval()
         if device != "cpu":
             mod, x = mod.to(device), x.to(device)
-        t = time_module(mod, (x,), device, repeats)
+        t = time_layer(mod, x, device, repeats)
         desc = describe(mod.to("meta"), x.to("meta"))[0][0]
         out.append(Sample(desc, t, "microbench"))
     log(f"  statistical: {len(out)} random layers measured")

@@ -235,7 +235,7 @@ class LatencyModel:
         notes = []
         if outside:
             notes.append(f"{len(outside)} layer(s) outside the fitted points (extrapolated): "
-                         + ", ".join(outside[:6]) + (" ..." if len(outside) > 6 else ""))
+                         + ", ".join(n or "(root)" for n in outside[:6]) + (" ..." if len(outside) > 6 else ""))
         return ModelLatency(rows, self.kind, self.meta.get("device_name") or self.meta.get("device", "?"),
                             notes=notes)
 

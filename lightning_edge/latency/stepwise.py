@@ -114,19 +114,26 @@ def _levels(x: np.ndarray, w: int) -> np.ndarray:
     return np.floor((x - 1) / w)
 
 
+def _scale(y: np.ndarray) -> np.ndarray:
+    """Per-point error scale: the value itself (relative errors), floored at 5 % of the largest magnitude so that
+    derived quantities near zero (a step height of nearly nothing) do not dominate."""
+    big = max(float(np.max(np.abs(y))), 1e-300)
+    return np.maximum(np.abs(y), 0.05 * big)
+
+
 def fit_step(x: Sequence[float], y: Sequence[float], w: int) -> tuple[StepFn, float] | None:
-    """Least-squares (a, h) for width ``w``: ``(StepFn, max relative residual)``, or None when the points all lie
-    on one level (h cannot be told)."""
+    """Least-squares (a, h) for width ``w``, in relative terms (each point weighted by 1 / its value):
+    ``(StepFn, max relative residual)``, or None when the points all lie on one level (h cannot be told)."""
     x = np.asarray(x, dtype=float)
     y = np.asarray(y, dtype=float)
     lev = _levels(x, w)
     if np.ptp(lev) == 0:
         return None
     A = np.stack([np.ones_like(lev), lev], axis=1)
-    (a, h), *_ = np.linalg.lstsq(A, y, rcond=None)
+    sc = _scale(y)
+    (a, h), *_ = np.linalg.lstsq(A / sc[:, None], y / sc, rcond=None)
     fn = StepFn(float(a), int(w), float(h))
-    scale = np.maximum(np.abs(y), 1e-300)
-    res = float(np.max(np.abs(A @ np.array([a, h]) - y) / scale))
+    res = float(np.max(np.abs(A @ np.array([a, h]) - y) / sc))
     return fn, res
 
 
@@ -180,16 +187,27 @@ class _Component:
         return [fn for fn, res in self.fits.values() if res <= 1.5 * best + 1e-12]
 
     def best(self, x: np.ndarray, y: np.ndarray) -> tuple[StepFn, float]:
-        """The chosen function: the least residual; ties (within tol) go to a constant, then the widest step."""
-        if np.ptp(y) <= self.tol * max(np.max(np.abs(y)), 1e-300):
-            return StepFn(float(np.mean(y)), 1, 0.0), float(np.max(np.abs(y - np.mean(y)) / np.maximum(np.abs(y), 1e-300)))
-        cands = list(self.fits.values())
-        lo = min(res for _f, res in cands)
-        near = [(f, r) for f, r in cands if r <= max(self.tol, lo)]
-        if lo > self.tol:
-            near = [(f, r) for f, r in cands if r == lo]
-        # a step that is exactly linear at its own points is linear; prefer the simplest explanation
-        near.sort(key=lambda fr: (fr[1] > self.tol, -fr[0].w if fr[1] <= self.tol else 0, fr[1]))
+        """The chosen function: a constant when the values agree within tol; else the hypothesis with the least
+        leave-one-out error (relative RMS: each point predicted from the others, so a wide step that explains a
+        lone point by itself does not win), the linear one or the widest step among those within 10 % of it."""
+        sc = _scale(y)
+        if np.max(np.abs(y - np.mean(y)) / sc) <= self.tol:
+            return StepFn(float(np.mean(y)), 1, 0.0), float(np.max(np.abs(y - np.mean(y)) / sc))
+        scored = []
+        for w, (fn, res) in self.fits.items():
+            if res <= self.tol * 1e-3 or x.size < 3:
+                loo = res  # exact: the leave-one-out error adds nothing
+            else:
+                errs = []
+                for i in range(x.size):
+                    keep = np.arange(x.size) != i
+                    r = fit_step(x[keep], y[keep], w)
+                    errs.append(math.inf if r is None else abs(r[0](x[i]) - y[i]) / sc[i])
+                loo = float(np.sqrt(np.mean(np.square(errs))))
+            scored.append((loo, fn, res))
+        lo = min(sc_[0] for sc_ in scored)
+        near = [(f, r) for loo, f, r in scored if loo <= max(1.1 * lo, lo + self.tol * 1e-3)]
+        near.sort(key=lambda fr: (fr[0].w != 1, -fr[0].w, fr[1]))
         return near[0]
 
 
@@ -241,7 +259,7 @@ def generate_1d(dim: Dim, measure: Callable[[int], Sequence[float]], n_component
             if not alive:
                 continue
             pred = np.stack([f(cand) for f in alive])                     # (hypotheses, candidates)
-            yscale = max(np.max(np.abs(y)), 1e-300)
+            yscale = max(float(np.max(np.abs(y))), 1e-300)
             rounded = np.round(pred / (yscale * max(tol, 1e-9)))
             distinct = np.array([len(np.unique(rounded[:, j])) for j in range(cand.size)], dtype=float)
             rng = np.ptp(pred, axis=0)
