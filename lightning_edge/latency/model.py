@@ -453,7 +453,7 @@ def _fit_stepwise(device: str, deadline: float, classes: Iterable[str] | None, r
         spec = SPECS[c]
         log(f"step-wise {c}: {spec.what}")
         g = generate(spec.dims, lambda p, c=c: measure_layer(c, p, device, repeats), tol=tol,
-                     max_points=max_points, min_points=4, deadline=time.monotonic() + share)
+                     max_points=max_points, min_points=5, deadline=time.monotonic() + share)
         log(f"  {c}: {g.formula()}  ({g.n_points} points, {g.elapsed_s:.1f} s)")
         gens[c] = g
     return gens

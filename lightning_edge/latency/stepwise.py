@@ -24,7 +24,7 @@ where ``w = 1`` is the linear piece ``a + (x - 1) h`` and ``h = 0`` the constant
 * *next point selection* (the slides' criteria): for a step function, the candidate where the surviving
   hypotheses predict the *most distinct levels*, the *largest range of values*, and that is *furthest from the
   previous points*; for a linear function (one hypothesis, w = 1) the point furthest from the previous ones
-  (a check). The score is the sum of the three criteria, each normalised to [0, 1]; the highest score wins.
+  (a check); a width is tried only if it leaves ``MIN_LEVELS`` levels on the domain. The score is the sum of the three criteria, each normalised to [0, 1]; the highest score wins.
 * *phase 2* (and further): how a, w and h move along the next dimension. w is kept (the slides find it
   constant); a and h are measured at the two ends of dimension 1 (two points give both) and generated as
   functions of the next dimension, jointly: one choice of points serves every parameter.
@@ -45,18 +45,24 @@ import numpy as np
 __all__ = ["WIDTHS", "Dim", "StepFn", "Node", "Fit1D", "Generation", "fit_step", "generate", "generate_1d",
            "evaluate_tree", "tree_from_dict"]
 
+#: a step width is tried only if it leaves at least this many levels over the dimension's domain
+MIN_LEVELS = 8
+
 #: step widths tried: powers of two (SIMD lanes, warps, tiles) and three times powers of two (CPU GEMM micro-kernels)
 WIDTHS: tuple[int, ...] = tuple(sorted({2 ** k for k in range(0, 12)} | {3 * 2 ** k for k in range(0, 11)}))
 
 
 @dataclass(frozen=True)
 class Dim:
-    """One dimension of a layer type: its name, the values it may take (sorted integers >= 1) and the reference
-    value the other dimensions' generations hold it at."""
+    """One dimension of a layer type: its name, the values it may take (sorted integers >= 1), the reference
+    value the other dimensions' generations hold it at, and the step widths tried along it (``None``: ``WIDTHS``;
+    ``(1,)``: linear only, e.g. for output pixels, which a device iterates over rather than maps onto parallel
+    resources)."""
 
     name: str
     values: tuple[int, ...]
     ref: int | None = None
+    widths: tuple[int, ...] | None = None
 
     def __post_init__(self):
         vals = tuple(sorted({int(v) for v in self.values}))
@@ -69,8 +75,8 @@ class Dim:
         object.__setattr__(self, "ref", ref)
 
     @classmethod
-    def range(cls, name: str, lo: int, hi: int, ref: int | None = None) -> Dim:
-        return cls(name, tuple(range(int(lo), int(hi) + 1)), ref)
+    def range(cls, name: str, lo: int, hi: int, ref: int | None = None, widths: tuple[int, ...] | None = None) -> Dim:
+        return cls(name, tuple(range(int(lo), int(hi) + 1)), ref, widths)
 
     @property
     def lo(self) -> int:
@@ -206,8 +212,12 @@ class _Component:
                 loo = float(np.sqrt(np.mean(np.square(errs))))
             scored.append((loo, fn, res))
         lo = min(sc_[0] for sc_ in scored)
+        # Occam: the linear piece unless a step explains the points clearly better (half the leave-one-out error)
+        lin = [(loo, f, r) for loo, f, r in scored if f.w == 1]
+        if lin and lin[0][0] <= max(2.0 * lo, lo + self.tol * 1e-3):
+            return lin[0][1], lin[0][2]
         near = [(f, r) for loo, f, r in scored if loo <= max(1.1 * lo, lo + self.tol * 1e-3)]
-        near.sort(key=lambda fr: (fr[0].w != 1, -fr[0].w, fr[1]))
+        near.sort(key=lambda fr: (-fr[0].w, fr[1]))
         return near[0]
 
 
@@ -229,7 +239,8 @@ def generate_1d(dim: Dim, measure: Callable[[int], Sequence[float]], n_component
     at ``max_points``, or at ``deadline`` (``time.monotonic()``; the two end points are always measured).
     """
     span = dim.hi - dim.lo
-    ws = [w for w in widths if w <= max(1, span)] or [1]
+    # a step must leave at least MIN_LEVELS levels over the domain: fewer cannot be told from noise with a few points
+    ws = [w for w in (dim.widths or widths) if w <= max(1, span // MIN_LEVELS)] or [1]
     comps = [_Component(ws, tol) for _ in range(n_components)]
     pts: list[int] = []
     ys: list[list[float]] = [[] for _ in range(n_components)]
@@ -362,6 +373,7 @@ class Generation:
     def to_dict(self) -> dict:
         return {
             "dims": [{"name": d.name, "lo": d.lo, "hi": d.hi, "n_values": len(d.values), "ref": d.ref,
+                      "widths": list(d.widths) if d.widths else None,
                       "values": list(d.values) if len(d.values) <= 512 else None} for d in self.dims],
             "tree": self.tree.to_dict() if isinstance(self.tree, Node) else float(self.tree),
             "points": [[list(p), v] for p, v in self.points],
@@ -375,7 +387,7 @@ class Generation:
         dims = []
         for dd in d["dims"]:
             vals = dd.get("values") or list(range(int(dd["lo"]), int(dd["hi"]) + 1))
-            dims.append(Dim(dd["name"], tuple(vals), dd.get("ref")))
+            dims.append(Dim(dd["name"], tuple(vals), dd.get("ref"), tuple(dd["widths"]) if dd.get("widths") else None))
         return cls(dims, tree_from_dict(d["tree"]), [(tuple(int(v) for v in p), float(y)) for p, y in d["points"]],
                    [Fit1D.from_dict(f) for f in d["phases"]], float(d.get("elapsed_s", 0.0)))
 
