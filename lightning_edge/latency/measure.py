@@ -33,8 +33,8 @@ __all__ = ["ClassSpec", "SPECS", "measure_layer", "layer_desc_for", "point_for",
 LINEAR = (1,)  # output pixels, rows and element counts are iterated over, not mapped onto parallel resources
 
 
-def _squares(n: int) -> tuple[int, ...]:
-    return tuple(s * s for s in range(1, n + 1))
+def _squares(n: int, lo: int = 1) -> tuple[int, ...]:
+    return tuple(s * s for s in range(lo, n + 1))
 
 
 @dataclass(frozen=True)
@@ -49,13 +49,14 @@ class ClassSpec:
 #: the step-wise model's layer classes on a CPU-sized budget (dimension values are what is measured; layers
 #: beyond them are extrapolated along the generated function and reported as such)
 SPECS: dict[str, ClassSpec] = {
-    "conv": ClassSpec("conv", (Dim.range("f", 1, 512, 256), Dim.range("c", 1, 512, 256), Dim("P", _squares(32), 256, LINEAR)),
-                      "Conv2d 3x3, stride 1, pad 1 on (1, c, s, s), P = s*s output pixels; other kernels scale c "
+    "conv": ClassSpec("conv", (Dim.range("f", 1, 512, 256), Dim.range("c", 1, 512, 256), Dim("P", _squares(32, 2), 256, LINEAR)),
+                      "Conv2d 3x3, stride 1, pad 1 on (1, c, s, s), P = s*s output pixels (s >= 2: on a 1x1 map "
+                      "only the centre tap works and the CPU takes another path); other kernels scale c "
                       "by kh*kw/9, groups run f/groups filters groups times"),
     "conv1x1": ClassSpec("conv1x1", (Dim.range("f", 1, 2048, 512), Dim.range("c", 1, 2048, 512),
                                      Dim("P", _squares(24), 196, LINEAR)),
                          "Conv2d 1x1 on (1, c, s, s), P = s*s output pixels"),
-    "dwconv": ClassSpec("dwconv", (Dim.range("c", 1, 1024, 512), Dim("P", _squares(64), 256, LINEAR)),
+    "dwconv": ClassSpec("dwconv", (Dim.range("c", 1, 1024, 512), Dim("P", _squares(64, 2), 256, LINEAR)),
                         "depthwise Conv2d 3x3, pad 1 on (1, c, s, s); other kernels scale P by kh*kw/9"),
     "linear": ClassSpec("linear", (Dim.range("f", 1, 3072, 1024), Dim.range("c", 1, 3072, 1024),
                                    Dim.range("rows", 1, 256, 16, LINEAR)),

@@ -447,6 +447,9 @@ def _fit_stepwise(device: str, deadline: float, classes: Iterable[str] | None, r
     for c in todo:
         if c not in SPECS:
             raise ValueError(f"layer class {c!r}: expected one of {', '.join(SPECS)}")
+    # cheap classes first: what they leave of their share goes to the expensive ones measured later
+    cheap = ("eltwise", "norm", "pool", "dwconv", "linear", "conv1x1", "conv")
+    todo.sort(key=lambda c: cheap.index(c) if c in cheap else len(cheap))
     gens = {}
     for i, c in enumerate(todo):
         share = (deadline - time.monotonic()) / (len(todo) - i)
