@@ -424,11 +424,10 @@ def _x(d: LayerDesc) -> list[float]:
 
 def _container_overhead(device: str) -> float:
     """Seconds one container module call adds (``Sequential(Identity)`` minus ``Identity``)."""
+    import torch
     from torch import nn
 
     from lightning_edge.latency.measure import time_module
-
-    import torch
 
     x = torch.zeros(1, device=device)
     inner = nn.Identity()
