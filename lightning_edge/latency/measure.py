@@ -47,18 +47,21 @@ class ClassSpec:
 
 
 #: the step-wise model's layer classes on a CPU-sized budget (dimension values are what is measured; layers
-#: beyond them are extrapolated along the generated function and reported as such)
+#: beyond them are extrapolated along the generated function and reported as such). Channel ranges start at
+#: the smallest widths networks use (8; 3 input channels for a first convolution): later phases interpolate
+#: between the ends of earlier dimensions, and on a CPU a 1-channel layer is far less efficient than an 8-channel
+#: one, so starting at 1 makes every small layer look cheaper than it is.
 SPECS: dict[str, ClassSpec] = {
-    "conv": ClassSpec("conv", (Dim.range("f", 1, 512, 256), Dim.range("c", 1, 512, 256), Dim("P", _squares(32, 2), 256, LINEAR)),
+    "conv": ClassSpec("conv", (Dim.range("f", 8, 512, 256), Dim.range("c", 3, 512, 256), Dim("P", _squares(32, 2), 256, LINEAR)),
                       "Conv2d 3x3, stride 1, pad 1 on (1, c, s, s), P = s*s output pixels (s >= 2: on a 1x1 map "
                       "only the centre tap works and the CPU takes another path); other kernels scale c "
                       "by kh*kw/9, groups run f/groups filters groups times"),
-    "conv1x1": ClassSpec("conv1x1", (Dim.range("f", 1, 2048, 512), Dim.range("c", 1, 2048, 512),
-                                     Dim("P", _squares(24), 196, LINEAR)),
+    "conv1x1": ClassSpec("conv1x1", (Dim.range("f", 8, 1024, 256), Dim.range("c", 8, 1024, 256),
+                                     Dim("P", _squares(32), 256, LINEAR)),
                          "Conv2d 1x1 on (1, c, s, s), P = s*s output pixels"),
-    "dwconv": ClassSpec("dwconv", (Dim.range("c", 1, 1024, 512), Dim("P", _squares(64, 2), 256, LINEAR)),
+    "dwconv": ClassSpec("dwconv", (Dim.range("c", 8, 1024, 512), Dim("P", _squares(64, 2), 256, LINEAR)),
                         "depthwise Conv2d 3x3, pad 1 on (1, c, s, s); other kernels scale P by kh*kw/9"),
-    "linear": ClassSpec("linear", (Dim.range("f", 1, 3072, 1024), Dim.range("c", 1, 3072, 1024),
+    "linear": ClassSpec("linear", (Dim.range("f", 8, 3072, 1024), Dim.range("c", 8, 3072, 1024),
                                    Dim.range("rows", 1, 256, 16, LINEAR)),
                         "Linear(c, f) on (rows, c)"),
     "pool": ClassSpec("pool", (Dim("n", tuple(64 * s * s for s in range(1, 129)), 64 * 32 * 32, LINEAR),),
