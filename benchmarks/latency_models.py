@@ -15,6 +15,7 @@ recorded before and after: on a shared machine, numbers move with it.
 
     python benchmarks/latency_models.py --quick            # ~3 min on 2 cores
     python benchmarks/latency_models.py                    # full: ~8-10 min; writes benchmarks/results/latency_models.md
+    python benchmarks/latency_models.py --clock wall       # wall time (the default 1 thread uses the thread's CPU time)
     python benchmarks/latency_models.py --threads 2 --figures /tmp/latency_figs   # on a quiet machine, all cores
     python benchmarks/latency_models.py --device cuda      # on a GPU: checks the CUDA-event paths (not run here)
 """
@@ -53,6 +54,9 @@ def main(argv=None) -> int:
     ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads for fits and measurements (default 1: steadiest on a shared machine)")
+    ap.add_argument("--clock", choices=["wall", "thread"], default=None,
+                    help="CPU clock: 'thread' (the thread's CPU time; default with --threads 1 on the CPU) leaves out "
+                         "the time other processes took, 'wall' is wall time (use it on a quiet machine)")
     ap.add_argument("--nets", default=None, help=f"comma-separated zoo names (default {','.join(NETS)})")
     ap.add_argument("--image-size", type=int, default=None, help="input side (default 64; --quick 48)")
     ap.add_argument("--batches", default=None, help="batch sizes (default 1,8; --quick 1,4)")
@@ -82,9 +86,16 @@ def main(argv=None) -> int:
     warnings.simplefilter("ignore")  # extrapolation warnings: the table says how far off the models are
     device = args.device
     torch.set_num_threads(args.threads)
+    from lightning_edge.latency import measure
+
+    clk = args.clock or ("thread" if args.threads == 1 and device == "cpu" else "wall")
+    if device == "cpu":
+        measure.use_clock(clk)
+    else:
+        clk = "cuda events"
     load_before = uptime()
     t_start = time.monotonic()
-    print(f"{machine()}; {args.threads} threads; {load_before}", flush=True)
+    print(f"{machine()}; {args.threads} threads; clock {clk}; {load_before}", flush=True)
 
     # ---------------------------------------------------------------- fits (microbenchmarks only)
     t0 = time.monotonic()
@@ -162,13 +173,16 @@ def main(argv=None) -> int:
     lines = [
         "# Latency models (seed 003) on this machine",
         "",
-        f"Machine: {machine()}; device {device}, {args.threads} torch thread(s), fp32.",
+        f"Machine: {machine()}; device {device}, {args.threads} torch thread(s), fp32, clock: {clk}"
+        + (" (the thread's CPU time: time other processes took is left out, so fits and measurements are "
+           "comparable on a shared machine)" if clk == "thread" else "") + ".",
         f"Load: before {load_before}; after {load_after}. Other jobs shared the cores: timings are noisy.",
         f"Networks: {', '.join(nets)} at {size}x{size}, batch {', '.join(map(str, batches))}; forward, eval; "
         f"measured = median of {repeats} passes; per-layer = LayerTimer self time, median of "
         f"{max(3, repeats // 3)} passes. Statistical and mixed: trained on {len(own)} random microbenchmarked "
         "layers plus the per-layer times of the other networks (each network held out in turn).",
-        f"Command: `python benchmarks/latency_models.py{' --quick' if q else ''} --threads {args.threads}` "
+        f"Command: `python benchmarks/latency_models.py{' --quick' if q else ''} --threads {args.threads} "
+        f"--clock {clk}` "
         f"({total_min:.1f} min in all).",
         "",
         "| kind | network MAPE % | MAE ms | per-layer RMSPE % | fit points | fit min |",

@@ -37,6 +37,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     f.add_argument("--budget-s", type=float, default=600.0, help="seconds of measurement (default 600)")
     f.add_argument("--threads", type=int, default=None,
                    help="torch.set_num_threads for the measurements (recorded; on a busy machine 1 is steadiest)")
+    f.add_argument("--clock", choices=["wall", "thread"], default=None,
+                   help="CPU clock: 'thread' = the thread's CPU time (needs --threads 1; for a machine shared with "
+                        "other work), default wall time")
     f.add_argument("--classes", nargs="+", default=None, help="step-wise layer classes to generate (default all)")
     f.add_argument("--layers-json", action="append", default=[], metavar="PATH",
                    help="EnergyProfiler layers.json whose per-layer forward times train the statistical/mixed "
@@ -110,7 +113,7 @@ def _fit(args) -> int:
             print(f"{path}: {len(got)} layers with forward times")
             samples += got
     lm = LatencyModel.fit(kind=args.kind, device=args.device, budget_s=args.budget_s, threads=args.threads,
-                          samples=samples, classes=args.classes, log=print)
+                          samples=samples, classes=args.classes, log=print, clock=args.clock)
     lm.save(args.out)
     print(lm.describe())
     print(f"wrote {args.out}")
@@ -139,6 +142,7 @@ def _predict(args) -> int:
 def _evaluate(args) -> int:
     import torch
 
+    from lightning_edge.latency import measure
     from lightning_edge.latency.measure import time_layers, time_network
     from lightning_edge.latency.model import LatencyModel
 
@@ -146,20 +150,24 @@ def _evaluate(args) -> int:
     model, inputs = load(args.model, args.batch_size, args.image_size, args.seq_len, args.input_shape, device="cpu")
     if not str(lm.meta.get("device", "cpu")).startswith("cpu"):
         raise ValueError(f"{args.latency_model} was fitted on {lm.meta.get('device')}; evaluate measures on the CPU")
-    prev = torch.get_num_threads()
+    prev, prev_clock = torch.get_num_threads(), measure.clock()
     try:
         torch.set_num_threads(int(lm.meta.get("threads") or prev))
+        if lm.meta.get("clock") in ("wall", "thread"):
+            measure.use_clock(lm.meta["clock"])  # measured as it was fitted
+        clk = measure.clock()
         pred = lm.predict(model, *inputs)
         measured = time_network(model, inputs, repeats=args.repeats)
         per_layer = time_layers(model, inputs, steps=max(3, args.repeats // 2))
     finally:
         torch.set_num_threads(prev)
+        measure._CLOCK["name"] = prev_clock
     ape = abs(pred.total_s - measured) / measured * 100
     sq = [((la.time_s - per_layer[la.name]) / per_layer[la.name]) ** 2 for la in pred.layers
           if per_layer.get(la.name, 0) > 0]
     rmspe = math.sqrt(sum(sq) / len(sq)) * 100 if sq else float("nan")
     print(f"{args.model} batch {args.batch_size}: measured {measured * 1e3:.3f} ms (median of {args.repeats}, "
-          f"{lm.meta.get('threads')} threads), {lm.kind} estimate {pred.total_s * 1e3:.3f} ms: error {ape:.1f} %; "
+          f"{lm.meta.get('threads')} threads, {clk} clock), {lm.kind} estimate {pred.total_s * 1e3:.3f} ms: error {ape:.1f} %; "
           f"per-layer RMSPE {rmspe:.1f} % over {len(sq)} layers")
     return 0
 

@@ -26,8 +26,37 @@ from typing import Any
 from lightning_edge.latency.features import LayerDesc
 from lightning_edge.latency.stepwise import Dim
 
-__all__ = ["ClassSpec", "SPECS", "measure_layer", "layer_desc_for", "point_for", "sample_layers",
+__all__ = ["clock", "use_clock", "ClassSpec", "SPECS", "measure_layer", "layer_desc_for", "point_for", "sample_layers",
            "time_network", "time_layers", "training_from_layers_json", "Sample", "host_meta"]
+
+
+_CLOCK = {"name": "wall"}
+
+
+def clock() -> str:
+    """The clock CPU timings use: ``"wall"`` (``perf_counter_ns``, default) or ``"thread"``."""
+    return _CLOCK["name"]
+
+
+def use_clock(name: str) -> None:
+    """``"wall"``: wall time. ``"thread"``: the calling thread's CPU time (``thread_time_ns``), which leaves out the
+    time the OS gave to other processes. Use it only with ``torch.set_num_threads(1)`` (then every op runs in the
+    calling thread) to measure on a machine shared with other work; a model fitted on it predicts time on a
+    quiet machine. CUDA timings always use CUDA events."""
+    import torch
+
+    if name not in ("wall", "thread"):
+        raise ValueError(f"clock {name!r}: expected 'wall' or 'thread'")
+    if name == "thread" and torch.get_num_threads() != 1:
+        raise ValueError("the thread clock needs torch.set_num_threads(1): with more threads ops run on other "
+                         "threads whose CPU time it does not see")
+    _CLOCK["name"] = name
+
+
+def _clock_ns():
+    import time
+
+    return time.thread_time_ns if _CLOCK["name"] == "thread" else time.perf_counter_ns
 
 
 LINEAR = (1,)  # output pixels, rows and element counts are iterated over, not mapped onto parallel resources
@@ -98,6 +127,7 @@ def host_meta(device: str, dtype: str = "float32") -> dict:
     from lightning_edge.roofline.microbench import _device_name
 
     return {"device": device, "device_name": _device_name(device), "threads": torch.get_num_threads(),
+            "clock": clock() if device == "cpu" else "cuda events",
             "dtype": dtype, "torch": torch.__version__, "python": platform.python_version(),
             "machine": platform.machine()}
 
@@ -193,7 +223,8 @@ def time_module(mod: Any, args: tuple, device: str = "cpu", repeats: int = 5, wa
         return mod(*args, **kwargs)
 
     with torch.inference_mode():
-        t, _inner = time_callable(fn, device, repeats=repeats, warmup=warmup, min_block_s=1e-3)
+        t, _inner = time_callable(fn, device, repeats=repeats, warmup=warmup, min_block_s=1e-3,
+                                  clock_ns=_clock_ns())
     return float(t)
 
 
@@ -314,7 +345,7 @@ def time_layers(model: Any, inputs: tuple, steps: int = 5, kwargs: dict | None =
     kwargs = kwargs or {}
     model.eval()
     root = "(root)"
-    timer = LayerTimer(model, backward=False, root_name=root)
+    timer = LayerTimer(model, backward=False, root_name=root, clock_ns=_clock_ns())
     per: dict[str, list[float]] = {}
     with torch.inference_mode():
         model(*inputs, **kwargs)  # warm-up

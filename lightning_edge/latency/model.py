@@ -184,16 +184,32 @@ class LatencyModel:
         except ImportError as exc:  # the core package does not depend on scikit-learn
             raise ImportError("the statistical and mixed latency models need scikit-learn: "
                               "pip install 'lightning-edge[latency]'") from exc
-        X = np.array([_x(s.layer) for s in self.samples])
+        X = np.array([self._features(s.layer) for s in self.samples])
         y = np.array([self._target(s.layer, s.time_s) for s in self.samples])
         rf = RandomForestRegressor(n_estimators=200, min_samples_leaf=1, random_state=0, n_jobs=1)
         rf.fit(X, y)
         self._forest = rf
         self._xrange = (X.min(axis=0), X.max(axis=0))
+        # log u_stat seen per layer class: a prediction is kept inside it (a forest averages training targets,
+        # but a layer class it saw little of should not borrow another class's extremes)
+        self._urange = {}
+        for s, t in zip(self.samples, y):
+            lo, hi = self._urange.get(s.layer.cls, (t, t))
+            self._urange[s.layer.cls] = (min(lo, t), max(hi, t))
+
+    def _features(self, d: LayerDesc) -> list[float]:
+        """The slides' features (``features.FEATURES``, log-scaled sizes, class one-hot) stacked with the log of
+        the roofline and refined-roofline times (ANNETTE stacks its models the same way)."""
+        return _x(d) + [math.log(max(self.t_roof(d), 1e-12)), math.log(max(self.t_ref(d), 1e-12))]
 
     def u_stat(self, descs: list[LayerDesc]) -> np.ndarray:
-        X = np.array([_x(d) for d in descs])
-        return np.exp(self._forest.predict(X))
+        X = np.array([self._features(d) for d in descs])
+        logu = self._forest.predict(X)
+        for i, d in enumerate(descs):
+            r = self._urange.get(d.cls)
+            if r is not None:
+                logu[i] = min(max(logu[i], r[0]), r[1])
+        return np.exp(logu)
 
     # ------------------------------------------------------------------ prediction
     def predict(self, model: Any, *inputs: Any, **kwargs: Any) -> ModelLatency:
@@ -218,7 +234,7 @@ class LatencyModel:
             lo, hi = self._xrange
             for d, ui in zip(descs, u):
                 base = self.t_ref(d) if self.kind == "mixed" else self.t_roof(d)
-                x = np.array(_x(d))
+                x = np.array(self._features(d))
                 if ((x < lo) | (x > hi)).any():
                     outside.append(d.name)
                 how = (f"{'refined roofline' if self.kind == 'mixed' else 'roofline'} / u_stat={ui:.3g} "
@@ -283,14 +299,15 @@ class LatencyModel:
     def fit(cls, kind: str = "stepwise", device: str = "cpu", budget_s: float = 600.0, *,
             threads: int | None = None, samples: Iterable[Sample] = (), classes: Iterable[str] | None = None,
             repeats: int = 5, log: Callable[[str], None] | None = None, base: LatencyModel | None = None,
-            tol: float = 0.05, max_points: int = 8) -> LatencyModel:
+            tol: float = 0.05, max_points: int = 8, clock: str | None = None) -> LatencyModel:
         """Measure this machine and fit a ``kind`` model within about ``budget_s`` seconds.
 
         ``threads``: ``torch.set_num_threads`` for the measurements (recorded; default: torch's current setting).
         ``samples``: extra measured layers for the statistical and mixed models (``training_from_layers_json``,
         or the layers of your own networks timed by ``measure.time_layers``). ``classes``: the layer classes the
         step-wise model generates functions for (default all). ``base``: reuse another model's roofline peaks
-        and container overhead instead of measuring them again.
+        and container overhead instead of measuring them again. ``clock``: ``"thread"`` times the CPU with the
+        thread's CPU time (needs ``threads=1``; for a machine shared with other work, see ``measure.use_clock``).
         """
         import torch
 
@@ -302,8 +319,11 @@ class LatencyModel:
             raise ValueError(f"device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise RuntimeError(f"device {device!r}: no CUDA device in this torch build or machine; use device='cpu'")
+        from lightning_edge.latency import measure
+
         log = log or (lambda _m: None)
         prev_threads = torch.get_num_threads()
+        prev_clock = measure.clock()
         t0 = time.monotonic()
         deadline = t0 + budget_s
         try:
@@ -311,6 +331,8 @@ class LatencyModel:
                 if threads < 1:
                     raise ValueError(f"threads must be >= 1, got {threads}")
                 torch.set_num_threads(int(threads))
+            if clock is not None:
+                measure.use_clock(clock)
             meta = host_meta(device)
             if base is not None:
                 peak, bw, container_s = base.peak_flops, base.bandwidth, base.container_s
@@ -350,6 +372,7 @@ class LatencyModel:
             cost["elapsed_s"] = round(time.monotonic() - t0, 2)
         finally:
             torch.set_num_threads(prev_threads)
+            measure._CLOCK["name"] = prev_clock
         return cls(kind, meta, peak, bw, tile=tile, container_s=container_s, stepwise=gens, samples=train,
                    fit_cost=cost)
 

@@ -15,6 +15,9 @@ def saved(tmp_path_factory):
     return stepwise_model().save(tmp_path_factory.mktemp("lat") / "sw.json")
 
 
+pytestmark = pytest.mark.filterwarnings("ignore:LatencyModel used outside")
+
+
 def test_predict_prints_an_estimated_table_and_writes_json(saved, tmp_path, capsys):
     out = tmp_path / "pred.json"
     assert main(["latency", "predict", str(saved), "zoo:resnet18", "--image-size", "32", "--json", str(out)]) == 0
