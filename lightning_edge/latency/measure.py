@@ -86,8 +86,8 @@ SPECS: dict[str, ClassSpec] = {
                       "only the centre tap works and the CPU takes another path); other kernels scale c "
                       "by kh*kw/9, groups run f/groups filters groups times"),
     "conv1x1": ClassSpec("conv1x1", (Dim.range("f", 8, 1024, 256), Dim.range("c", 8, 1024, 256),
-                                     Dim("P", _squares(32), 256, LINEAR)),
-                         "Conv2d 1x1 on (1, c, s, s), P = s*s output pixels"),
+                                     Dim("P", _squares(32, 2), 256, LINEAR)),
+                         "Conv2d 1x1 on (1, c, s, s), P = s*s output pixels (s >= 2: a 1x1 map takes another, faster path)"),
     "dwconv": ClassSpec("dwconv", (Dim.range("c", 8, 1024, 512), Dim("P", _squares(64, 2), 256, LINEAR)),
                         "depthwise Conv2d 3x3, pad 1 on (1, c, s, s); other kernels scale P by kh*kw/9"),
     "linear": ClassSpec("linear", (Dim.range("f", 8, 3072, 1024), Dim.range("c", 8, 3072, 1024),
