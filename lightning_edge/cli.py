@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "analyze": "lightning_edge.cost.cli",
     "mode": "lightning_edge.devices.cli",
     "roofline": "lightning_edge.roofline.cli",
+    "latency": "lightning_edge.latency.cli",
     "demo": "lightning_edge.demo",
     "store": "lightning_edge.tuning.store_cli",
 }

@@ -1,0 +1,38 @@
+"""Latency models of seed 003 (Jantsch's slides, after ANNETTE and Blackthorn), fitted on the device you have.
+
+    from lightning_edge.latency import LatencyModel
+    lm = LatencyModel.fit(kind="stepwise", device="cpu", budget_s=600)   # measures this machine
+    lm.save("cpu-latency.json"); lm = LatencyModel.load("cpu-latency.json")
+    pred = lm.predict(model, *example_inputs)    # ModelLatency: .total_s, .layers (name, kind, time_s, how)
+
+Kinds: ``roofline``, ``refined``, ``statistical``, ``mixed``, ``stepwise`` (see ``lightning_edge.latency.model``
+and docs/latency.md). Names load on first use; scikit-learn is needed only by the statistical and mixed kinds.
+"""
+
+from __future__ import annotations
+
+from lightning_edge._lazy import lazy_getattr
+
+_LAZY = {
+    "LatencyModel": "lightning_edge.latency.model",
+    "ModelLatency": "lightning_edge.latency.model",
+    "LayerLatency": "lightning_edge.latency.model",
+    "KINDS": "lightning_edge.latency.model",
+    "LayerDesc": "lightning_edge.latency.features",
+    "describe": "lightning_edge.latency.features",
+    "Sample": "lightning_edge.latency.measure",
+    "SPECS": "lightning_edge.latency.measure",
+    "time_layers": "lightning_edge.latency.measure",
+    "time_network": "lightning_edge.latency.measure",
+    "training_from_layers_json": "lightning_edge.latency.measure",
+    "Dim": "lightning_edge.latency.stepwise",
+    "StepFn": "lightning_edge.latency.stepwise",
+    "Generation": "lightning_edge.latency.stepwise",
+    "generate": "lightning_edge.latency.stepwise",
+    "generate_1d": "lightning_edge.latency.stepwise",
+    "plot_generation": "lightning_edge.latency.plot",
+}
+
+__all__ = list(_LAZY)
+
+__getattr__ = lazy_getattr(__name__, _LAZY, globals())

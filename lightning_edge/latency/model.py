@@ -1,0 +1,484 @@
+"""``LatencyModel``: the latency models of seed 003 behind one interface, fitted on the device you have.
+
+Kinds (T: a layer's forward time; f: its FLOP, D: its bytes, both from ``lightning_edge.analyze``):
+
+* ``roofline``:    T = max(f / P_peak, D / B_peak), peaks measured by ``lightning_edge.roofline``'s microbenchmarks;
+* ``refined``:     T = max(f / (P_peak u_eff), D / B_peak) (``lightning_edge.energy.refined``), u_eff from the
+                   layer's GEMM tiling on this device (CPU: a 6 x 2*SIMD micro-kernel over the threads);
+* ``statistical``: T = T_roof / u_stat, u_stat predicted by a random forest from the slides' features (h, w, c, f,
+                   kh, kw, stride, #ops, #in, #out, #weights, ...), trained on measured layers;
+* ``mixed``:       T = T_ref / u_stat, the forest trained on what the refined roofline leaves over (so the
+                   efficiencies multiply: f / (P_peak u_eff u_stat) where compute bounds the layer);
+* ``stepwise``:    per layer class, a step-wise linear function of its dimensions generated from a few measured
+                   points (``lightning_edge.latency.stepwise``).
+
+Where the roofline says a layer is memory-bound, u_stat scales the whole roofline time, not only the compute term
+as on the slides: on a CPU, layers whose data stay in cache run faster than DRAM bandwidth allows, which
+max(f / (P u), D / B) cannot express.
+
+Every prediction is labelled ``estimated``. A saved model records the device, threads, dtype, torch version and
+the points it was fitted on, and ``predict`` warns when it is used outside them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+import warnings
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lightning_edge.latency.features import FEATURES, LayerDesc, describe
+from lightning_edge.latency.measure import SPECS, Sample, host_meta, point_for
+from lightning_edge.latency.stepwise import Generation
+
+__all__ = ["KINDS", "LatencyModel", "ModelLatency", "LayerLatency"]
+
+KINDS = ("roofline", "refined", "statistical", "mixed", "stepwise")
+SCHEMA = "lightning_edge.latency_model"
+
+
+@dataclass
+class LayerLatency:
+    """One layer's estimated forward time (all its calls in one forward pass)."""
+
+    name: str
+    kind: str
+    time_s: float
+    how: str
+    cls: str = ""
+    calls: int = 1
+    label: str = "estimated"
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "kind": self.kind, "cls": self.cls, "calls": self.calls, "time_s": self.time_s,
+                "how": self.how, "label": self.label}
+
+
+@dataclass
+class ModelLatency:
+    """A network's estimated forward latency: ``total_s`` and one ``LayerLatency`` per layer (named as in
+    ``analyze``), plus the Python call overhead of container modules."""
+
+    layers: list[LayerLatency]
+    model_kind: str
+    device: str
+    model: str = ""
+    inputs: list = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    label: str = "estimated"
+
+    @property
+    def total_s(self) -> float:
+        return float(sum(la.time_s for la in self.layers))
+
+    def layer(self, name: str) -> LayerLatency:
+        for la in self.layers:
+            if la.name == name:
+                return la
+        raise KeyError(f"no layer named {name!r}")
+
+    def to_dict(self) -> dict:
+        return {"schema": "lightning_edge.model_latency", "version": 1, "label": self.label,
+                "latency_model": self.model_kind, "device": self.device, "model": self.model,
+                "inputs": [list(s) for s in self.inputs], "total_s": self.total_s, "notes": list(self.notes),
+                "layers": [la.to_dict() for la in self.layers]}
+
+    def table(self, top: int | None = None) -> str:
+        rows = self.layers if top is None else sorted(self.layers, key=lambda la: -la.time_s)[:top]
+        w = min(48, max([len(la.name or "(root)") for la in rows] + [5]))
+        out = [f"{self.model}: forward latency ESTIMATED by the {self.model_kind} model for {self.device} "
+               f"(inputs {self.inputs})", f"{'layer':<{w}}  {'kind':<18} {'class':<8} {'ms':>9}  how"]
+        for la in rows:
+            n = la.name or "(root)"
+            n = n if len(n) <= w else "..." + n[-(w - 3):]
+            out.append(f"{n:<{w}}  {la.kind:<18} {la.cls:<8} {la.time_s * 1e3:9.4f}  {la.how}")
+        out.append(f"{'TOTAL':<{w}}  {'':<18} {'':<8} {self.total_s * 1e3:9.4f}  estimated")
+        out += [f"note: {n}" for n in self.notes]
+        return "\n".join(out)
+
+    def __str__(self) -> str:
+        return self.table()
+
+
+def _cpu_simd_lanes() -> int:
+    """fp32 lanes of the widest vector unit this CPU reports (AVX-512: 16, AVX/AVX2: 8, else 4)."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            flags = next((ln for ln in fh if ln.startswith("flags")), "")
+    except OSError:
+        return 4
+    if " avx512f" in flags:
+        return 16
+    if " avx" in flags:
+        return 8
+    return 4
+
+
+class LatencyModel:
+    """Forward latency of a network's layers on one device; ``LatencyModel.fit(kind=..., device=..., budget_s=...)``
+    measures this machine. See the module docstring for the kinds."""
+
+    def __init__(self, kind: str, meta: dict, peak_flops: float, bandwidth: float, *, tile: dict | None = None,
+                 container_s: float = 0.0, stepwise: dict[str, Generation] | None = None,
+                 samples: list[Sample] | None = None, fit_cost: dict | None = None, notes: list[str] | None = None):
+        if kind not in KINDS:
+            raise ValueError(f"kind {kind!r} not understood: expected one of {', '.join(KINDS)}")
+        self.kind = kind
+        self.meta = dict(meta)
+        self.peak_flops = float(peak_flops)
+        self.bandwidth = float(bandwidth)
+        self.tile = dict(tile or {})
+        self.container_s = float(container_s)
+        self.stepwise = dict(stepwise or {})
+        self.samples = list(samples or [])
+        self.fit_cost = dict(fit_cost or {})
+        self.notes = list(notes or [])
+        self._forest = None
+        if kind in ("statistical", "mixed"):
+            if not self.samples:
+                raise ValueError(f"a {kind} model needs measured layers to train its random forest")
+            self._train()
+        if kind == "stepwise" and not self.stepwise:
+            raise ValueError("a stepwise model needs at least one generated layer-class function")
+
+    # ------------------------------------------------------------------ roofline pieces
+    @property
+    def roofline(self):
+        from lightning_edge.roofline.model import Roofline
+
+        return Roofline(self.peak_flops, self.bandwidth, label=self.meta.get("device_name"), source="measured")
+
+    def _refined(self):
+        from lightning_edge.energy.refined import RefinedRoofline
+
+        return RefinedRoofline(tile_m=int(self.tile.get("tile_m", 6)), tile_n=int(self.tile.get("tile_n", 16)),
+                               sm_count=int(self.tile.get("units", self.meta.get("threads", 1))))
+
+    def t_roof(self, d: LayerDesc) -> float:
+        return float(max(d.flops / self.peak_flops, d.bytes / self.bandwidth))
+
+    def u_eff(self, d: LayerDesc) -> float:
+        if d.cls in ("conv", "conv1x1", "dwconv", "linear") and d.flops > 0:
+            return float(self._refined().u_eff(d)[0])
+        return 1.0
+
+    def t_ref(self, d: LayerDesc) -> float:
+        from lightning_edge.energy.refined import RefinedRoofline
+
+        return float(RefinedRoofline.time(self.roofline, d.flops, d.bytes, self.u_eff(d)))
+
+    # ------------------------------------------------------------------ statistical
+    def _target(self, d: LayerDesc, t: float) -> float:
+        base = self.t_ref(d) if self.kind == "mixed" else self.t_roof(d)
+        return math.log(max(base, 1e-12) / max(t, 1e-12))
+
+    def _train(self) -> None:
+        try:
+            from sklearn.ensemble import RandomForestRegressor
+        except ImportError as exc:  # the core package does not depend on scikit-learn
+            raise ImportError("the statistical and mixed latency models need scikit-learn: "
+                              "pip install 'lightning-edge[latency]'") from exc
+        X = np.array([self._features(s.layer) for s in self.samples])
+        y = np.array([self._target(s.layer, s.time_s) for s in self.samples])
+        rf = RandomForestRegressor(n_estimators=200, min_samples_leaf=1, random_state=0, n_jobs=1)
+        rf.fit(X, y)
+        self._forest = rf
+        self._xrange = (X.min(axis=0), X.max(axis=0))
+        # log u_stat seen per layer class: a prediction is kept inside it (a forest averages training targets,
+        # but a layer class it saw little of should not borrow another class's extremes)
+        self._urange = {}
+        for s, t in zip(self.samples, y):
+            lo, hi = self._urange.get(s.layer.cls, (t, t))
+            self._urange[s.layer.cls] = (min(lo, t), max(hi, t))
+
+    def _features(self, d: LayerDesc) -> list[float]:
+        """The slides' features (``features.FEATURES``, log-scaled sizes, class one-hot) stacked with the log of
+        the roofline and refined-roofline times (ANNETTE stacks its models the same way)."""
+        return _x(d) + [math.log(max(self.t_roof(d), 1e-12)), math.log(max(self.t_ref(d), 1e-12))]
+
+    def u_stat(self, descs: list[LayerDesc]) -> np.ndarray:
+        X = np.array([self._features(d) for d in descs])
+        logu = self._forest.predict(X)
+        for i, d in enumerate(descs):
+            r = self._urange.get(d.cls)
+            if r is not None:
+                logu[i] = min(max(logu[i], r[0]), r[1])
+        return np.exp(logu)
+
+    # ------------------------------------------------------------------ prediction
+    def predict(self, model: Any, *inputs: Any, **kwargs: Any) -> ModelLatency:
+        """Estimated forward latency of ``model(*inputs, **kwargs)`` per layer (nothing is run: the model goes
+        through ``analyze`` on the meta device)."""
+        descs, containers = describe(model, *inputs, **kwargs)
+        out = self.predict_layers(descs, containers)
+        import torch
+
+        from lightning_edge.cost.counter import _leaves
+
+        out.model = type(model).__name__
+        out.inputs = [tuple(t.shape) for t in _leaves((inputs, kwargs)) if isinstance(t, torch.Tensor)]
+        self._check_context(model, out)
+        return out
+
+    def predict_layers(self, descs: list[LayerDesc], containers: dict[str, int] | None = None) -> ModelLatency:
+        rows: list[LayerLatency] = []
+        outside: list[str] = []
+        if self.kind in ("statistical", "mixed") and descs:
+            u = self.u_stat(descs)
+            lo, hi = self._xrange
+            for d, ui in zip(descs, u):
+                base = self.t_ref(d) if self.kind == "mixed" else self.t_roof(d)
+                x = np.array(self._features(d))
+                if ((x < lo) | (x > hi)).any():
+                    outside.append(d.name)
+                how = (f"{'refined roofline' if self.kind == 'mixed' else 'roofline'} / u_stat={ui:.3g} "
+                       "(random forest)")
+                rows.append(LayerLatency(d.name, d.kind, base / ui, how, d.cls, d.calls))
+        else:
+            for d in descs:
+                rows.append(self._layer(d, outside))
+        if containers and self.kind in ("statistical", "mixed", "stepwise") and self.container_s > 0:
+            n = sum(containers.values())
+            rows.append(LayerLatency("(containers)", "Python calls", n * self.container_s,
+                                     f"{n} container module calls x {self.container_s * 1e6:.1f} us (measured)",
+                                     "call", n))
+        notes = []
+        if outside:
+            notes.append(f"{len(outside)} layer(s) outside the fitted points (extrapolated): "
+                         + ", ".join(n or "(root)" for n in outside[:6]) + (" ..." if len(outside) > 6 else ""))
+        return ModelLatency(rows, self.kind, self.meta.get("device_name") or self.meta.get("device", "?"),
+                            notes=notes)
+
+    def _layer(self, d: LayerDesc, outside: list[str]) -> LayerLatency:
+        if self.kind == "roofline":
+            return LayerLatency(d.name, d.kind, self.t_roof(d), "roofline max(f/P, D/B)", d.cls, d.calls)
+        if self.kind == "refined":
+            u = self.u_eff(d)
+            return LayerLatency(d.name, d.kind, self.t_ref(d), f"refined roofline, u_eff={u:.3g}", d.cls, d.calls)
+        pf = point_for(d)
+        gen = self.stepwise.get(pf[0]) if pf is not None else None
+        if gen is None:
+            return LayerLatency(d.name, d.kind, self.t_ref(d), "refined roofline (no step-wise function for its "
+                                f"class {d.cls!r})", d.cls, d.calls)
+        cls, point, mult = pf
+        if any(p < dim.lo or p > dim.hi for p, dim in zip(point, gen.dims)):
+            outside.append(d.name)
+        per_call = max(gen(point), 0.0) * mult
+        dims = ", ".join(f"{dim.name}={p}" for dim, p in zip(gen.dims, point))
+        how = f"step-wise {cls}({dims})" + (f" x {mult:g} groups" if mult != 1 else "")
+        if d.calls > 1:
+            how += f" x {d.calls} calls"
+        return LayerLatency(d.name, d.kind, per_call * d.calls, how, d.cls, d.calls)
+
+    def _check_context(self, model: Any, out: ModelLatency) -> None:
+        import torch
+
+        msgs = []
+        if self.meta.get("threads") and torch.get_num_threads() != self.meta["threads"] and \
+                str(self.meta.get("device", "cpu")).startswith("cpu"):
+            msgs.append(f"fitted with {self.meta['threads']} CPU threads, now {torch.get_num_threads()}")
+        if self.meta.get("torch") and torch.__version__ != self.meta["torch"]:
+            msgs.append(f"fitted with torch {self.meta['torch']}, now {torch.__version__}")
+        dt = next((str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.is_floating_point()), None)
+        if dt and self.meta.get("dtype") and dt != self.meta["dtype"]:
+            msgs.append(f"fitted for {self.meta['dtype']}, the model is {dt}")
+        if out.notes:
+            msgs.append(out.notes[0])
+        if msgs:
+            out.notes.extend(m for m in msgs if m not in out.notes)
+            warnings.warn("LatencyModel used outside what it was fitted on: " + "; ".join(msgs), stacklevel=3)
+
+    # ------------------------------------------------------------------ fitting
+    @classmethod
+    def fit(cls, kind: str = "stepwise", device: str = "cpu", budget_s: float = 600.0, *,
+            threads: int | None = None, samples: Iterable[Sample] = (), classes: Iterable[str] | None = None,
+            repeats: int = 5, log: Callable[[str], None] | None = None, base: LatencyModel | None = None,
+            tol: float = 0.05, max_points: int = 8, clock: str | None = None) -> LatencyModel:
+        """Measure this machine and fit a ``kind`` model within about ``budget_s`` seconds.
+
+        ``threads``: ``torch.set_num_threads`` for the measurements (recorded; default: torch's current setting).
+        ``samples``: extra measured layers for the statistical and mixed models (``training_from_layers_json``,
+        or the layers of your own networks timed by ``measure.time_layers``). ``classes``: the layer classes the
+        step-wise model generates functions for (default all). ``base``: reuse another model's roofline peaks
+        and container overhead instead of measuring them again. ``clock``: ``"thread"`` times the CPU with the
+        thread's CPU time (needs ``threads=1``; for a machine shared with other work, see ``measure.use_clock``).
+        """
+        import torch
+
+        if kind not in KINDS:
+            raise ValueError(f"kind {kind!r} not understood: expected one of {', '.join(KINDS)}")
+        if not (budget_s > 0):
+            raise ValueError(f"budget_s must be a positive number of seconds, got {budget_s!r}")
+        if not (device == "cpu" or device.startswith("cuda")):
+            raise ValueError(f"device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
+        if device.startswith("cuda") and not torch.cuda.is_available():
+            raise RuntimeError(f"device {device!r}: no CUDA device in this torch build or machine; use device='cpu'")
+        from lightning_edge.latency import measure
+
+        log = log or (lambda _m: None)
+        prev_threads = torch.get_num_threads()
+        prev_clock = measure.clock()
+        t0 = time.monotonic()
+        deadline = t0 + budget_s
+        try:
+            if threads is not None:
+                if threads < 1:
+                    raise ValueError(f"threads must be >= 1, got {threads}")
+                torch.set_num_threads(int(threads))
+            if clock is not None:
+                measure.use_clock(clock)
+            meta = host_meta(device)
+            if base is not None:
+                peak, bw, container_s = base.peak_flops, base.bandwidth, base.container_s
+                bench_s = 0.0
+            else:
+                from lightning_edge.roofline.microbench import run_microbench
+
+                log(f"roofline microbenchmarks on {device} ({torch.get_num_threads()} threads) ...")
+                mb = run_microbench(device, quick=budget_s < 300, precisions=["fp32"], log=log)
+                p = mb.precisions["fp32"]
+                peak, bw = float(p["peak_flops"]), float(p["bandwidth"])
+                container_s = _container_overhead(device)
+                bench_s = mb.elapsed_s
+            lanes = _cpu_simd_lanes() if device == "cpu" else 0
+            tile = ({"tile_m": 6, "tile_n": 2 * lanes, "units": torch.get_num_threads(), "mapping": "cpu micro-kernel"}
+                    if device == "cpu" else {"tile_m": 128, "tile_n": 64,
+                                             "units": torch.cuda.get_device_properties(device).multi_processor_count,
+                                             "mapping": "gpu thread-block tiles over SMs"})
+            gens: dict[str, Generation] = {}
+            train = list(samples)
+            cost = {"microbench_s": round(bench_s, 2)}
+            if kind == "stepwise":
+                gens = _fit_stepwise(device, deadline, classes, repeats, log, tol, max_points)
+                n = sum(g.n_points for g in gens.values())
+                full = sum(g.full_sweep_points for g in gens.values())
+                cost.update({"points": n, "full_sweep_points": full,
+                             "measure_s": round(sum(g.elapsed_s for g in gens.values()), 2),
+                             "per_class": {c: {"points": g.n_points, "full_sweep_points": g.full_sweep_points,
+                                               "elapsed_s": round(g.elapsed_s, 2)} for c, g in gens.items()}})
+            elif kind in ("statistical", "mixed"):
+                from lightning_edge.latency.measure import sample_layers
+
+                left = max(5.0, deadline - time.monotonic())
+                own = sample_layers(left, device, repeats, log=log)
+                train = own + train
+                cost.update({"points": len(own), "extra_samples": len(train) - len(own)})
+            cost["elapsed_s"] = round(time.monotonic() - t0, 2)
+        finally:
+            torch.set_num_threads(prev_threads)
+            measure._CLOCK["name"] = prev_clock
+        return cls(kind, meta, peak, bw, tile=tile, container_s=container_s, stepwise=gens, samples=train,
+                   fit_cost=cost)
+
+    def with_samples(self, samples: Iterable[Sample], kind: str | None = None) -> LatencyModel:
+        """A statistical or mixed model trained on this model's samples plus ``samples`` (nothing is measured)."""
+        k = kind or self.kind
+        return LatencyModel(k, self.meta, self.peak_flops, self.bandwidth, tile=self.tile,
+                            container_s=self.container_s, stepwise=self.stepwise,
+                            samples=self.samples + list(samples), fit_cost=self.fit_cost, notes=self.notes)
+
+    # ------------------------------------------------------------------ files
+    def to_dict(self) -> dict:
+        return {
+            "schema": SCHEMA, "version": 1, "kind": self.kind, "label": "fitted on measurements",
+            "meta": self.meta, "peak_flops": self.peak_flops, "bandwidth": self.bandwidth, "tile": self.tile,
+            "container_s": self.container_s, "fit_cost": self.fit_cost, "notes": self.notes,
+            "stepwise": {c: g.to_dict() for c, g in self.stepwise.items()},
+            "samples": [s.to_dict() for s in self.samples],
+        }
+
+    def save(self, path: str | Path) -> Path:
+        p = Path(path)
+        if p.is_dir():
+            raise ValueError(f"{p} is a directory: give a file name such as {p / 'latency.json'}")
+        tmp = p.with_name(p.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), indent=1, allow_nan=False))
+        tmp.replace(p)
+        return p
+
+    @classmethod
+    def load(cls, path: str | Path) -> LatencyModel:
+        p = Path(path)
+        try:
+            d = json.loads(p.read_text())
+        except FileNotFoundError:
+            raise FileNotFoundError(f"{p}: no such latency model file; make one with "
+                                    "`lightning-edge latency fit --out FILE`") from None
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise ValueError(f"{p}: not a latency model file (invalid JSON: {exc})") from None
+        if not isinstance(d, dict) or d.get("schema") != SCHEMA:
+            raise ValueError(f"{p}: not a latency model file (schema {SCHEMA!r} expected)")
+        try:
+            return cls(d["kind"], d["meta"], d["peak_flops"], d["bandwidth"], tile=d.get("tile"),
+                       container_s=d.get("container_s", 0.0),
+                       stepwise={c: Generation.from_dict(g) for c, g in (d.get("stepwise") or {}).items()},
+                       samples=[Sample.from_dict(s) for s in d.get("samples", [])], fit_cost=d.get("fit_cost"),
+                       notes=d.get("notes"))
+        except (KeyError, TypeError) as exc:
+            raise ValueError(f"{p}: latency model file is incomplete or damaged ({exc!r})") from None
+
+    def describe(self) -> str:
+        m = self.meta
+        lines = [f"{self.kind} latency model for {m.get('device_name')} ({m.get('device')}, {m.get('threads')} threads, "
+                 f"{m.get('dtype')}, torch {m.get('torch')})",
+                 f"  roofline: P_peak {self.peak_flops / 1e9:.1f} GFLOP/s, B_peak {self.bandwidth / 1e9:.2f} GB/s "
+                 "(measured)", f"  container call overhead {self.container_s * 1e6:.1f} us"]
+        for c, g in self.stepwise.items():
+            lines.append(f"  {c}: {g.formula()}  [{g.n_points} points of {g.full_sweep_points} "
+                         f"({100 * g.n_points / g.full_sweep_points:.4f} %), {g.elapsed_s:.1f} s]")
+        if self.samples:
+            lines.append(f"  random forest trained on {len(self.samples)} measured layers")
+        if self.fit_cost:
+            lines.append(f"  fit cost: {self.fit_cost}")
+        return "\n".join(lines)
+
+
+def _x(d: LayerDesc) -> list[float]:
+    f = d.features()
+    # log-scale the sizes (a forest splits on ranks, but this keeps the features' ranges comparable to read)
+    return [math.log1p(v) if i < len(FEATURES) else v for i, v in enumerate(f)]
+
+
+def _container_overhead(device: str) -> float:
+    """Seconds one container module call adds (``Sequential(Identity)`` minus ``Identity``)."""
+    import torch
+    from torch import nn
+
+    from lightning_edge.latency.measure import time_module
+
+    x = torch.zeros(1, device=device)
+    inner = nn.Identity()
+    outer = nn.Sequential(nn.Identity())
+    a = min(time_module(outer, (x,), device, 7, 2) for _ in range(3))
+    b = min(time_module(inner, (x,), device, 7, 2) for _ in range(3))
+    return max(0.0, a - b)
+
+
+def _fit_stepwise(device: str, deadline: float, classes: Iterable[str] | None, repeats: int,
+                  log: Callable[[str], None], tol: float, max_points: int) -> dict[str, Generation]:
+    from lightning_edge.latency.measure import measure_layer
+    from lightning_edge.latency.stepwise import generate
+
+    todo = list(classes) if classes is not None else list(SPECS)
+    for c in todo:
+        if c not in SPECS:
+            raise ValueError(f"layer class {c!r}: expected one of {', '.join(SPECS)}")
+    # cheap classes first: what they leave of their share goes to the expensive ones measured later
+    cheap = ("eltwise", "norm", "pool", "dwconv", "linear", "conv1x1", "conv")
+    todo.sort(key=lambda c: cheap.index(c) if c in cheap else len(cheap))
+    gens = {}
+    for i, c in enumerate(todo):
+        share = (deadline - time.monotonic()) / (len(todo) - i)
+        spec = SPECS[c]
+        log(f"step-wise {c}: {spec.what}")
+        g = generate(spec.dims, lambda p, c=c: measure_layer(c, p, device, repeats), tol=tol,
+                     max_points=max_points, min_points=5, deadline=time.monotonic() + share)
+        log(f"  {c}: {g.formula()}  ({g.n_points} points, {g.elapsed_s:.1f} s)")
+        gens[c] = g
+    return gens
