@@ -93,7 +93,7 @@ def _no_global_hooks():
 @pytest.mark.parametrize("package", PACKAGES)
 def test_fit_with_the_twin_writes_tensorboard_reports_and_trace(package, tmp_path, capsys):
     L, TensorBoardLogger, EnergyProfiler = _pkg(package)
-    cb = EnergyProfiler(device="sim:orin-agx", every_n_steps=1, warmup_steps=1)
+    cb = EnergyProfiler(device="sim:orin-agx", every_n_steps=1, warmup_steps=1, figure=True, log_layers="all")
     logger = TensorBoardLogger(str(tmp_path), name="run")
     trainer = _trainer(L, tmp_path, [cb], logger=logger)
     dl = _loader()
@@ -104,40 +104,63 @@ def test_fit_with_the_twin_writes_tensorboard_reports_and_trace(package, tmp_pat
 
     acc = _events(log_dir)
     scalars = set(acc.Tags()["scalars"])
-    for tag in ("time/net.0_ms", "energy/net.0_mj", "power/net.0_w", "intensity/net.0", "time/step_ms",
-                "energy/step_j", "power/step_w", "energy/epoch_j", "energy/j_per_sample", "energy/val/step_j",
-                "time/val/net.0_ms", "energy/(backward)_mj"):
+    # every time/energy/power card says it is simulated in its path, one unit per family
+    for tag in ("sim/time_ms/train/layer/net.0", "sim/energy_j/train/layer/net.0", "sim/time_ms/train/step",
+                "sim/energy_j/train/step", "sim/power_w/train/step", "sim/energy_j/train/epoch",
+                "sim/energy_j/train/per_sample", "sim/energy_j/validate/step", "sim/time_ms/validate/layer/net.0",
+                "host/time_ms/train/step", "host/time_ms/train/layer/net.0"):
         assert tag in scalars, tag
-    assert "roofline/train" in acc.Tags()["images"]
+    assert all(t.split("/")[0] in ("sim", "host") for t in scalars if "time_ms" in t or "energy_j" in t), scalars
+    assert not [t for t in scalars if "power_w" in t and "/layer/" in t]  # per-layer power only on request
+    assert not [t for t in scalars if t.endswith("_mj") or "/mj" in t]
+    assert len([t for t in scalars if "/train/layer/" in t and t.startswith("sim/energy_j")]) <= 10
+    # the card's description says simulated (TensorBoard shows it on the card)
+    meta = acc.SummaryMetadata("sim/energy_j/train/step")
+    assert "SIMULATED" in meta.summary_description and "Jetson AGX Orin" in meta.summary_description
+    assert "this machine" in acc.SummaryMetadata("host/time_ms/train/step").summary_description
+    # a custom scalars layout, once per run
+    layouts = [t for t in acc.Tags()["tensors"] if t == "custom_scalars__config__"]
+    assert len(layouts) == 1 and len(acc.Tensors(layouts[0])) == 1
+    from tensorboard.plugins.custom_scalar import layout_pb2
+
+    lay = layout_pb2.Layout()
+    lay.ParseFromString(acc.Tensors(layouts[0])[0].tensor_proto.string_val[0])
+    titles = {c.title for cat in lay.category for c in cat.chart}
+    assert {"step energy (J)", "epoch energy (J)", "top layers by energy: train (J)"} <= titles
+    assert "roofline/train" in acc.Tags()["images"] and "layers/train" in acc.Tags()["images"]  # figure=True
     assert any(t.startswith("energy/train_layers") for t in acc.Tags()["tensors"])
     text = acc.Tensors([t for t in acc.Tags()["tensors"] if t.startswith("energy/train_layers")][0])[0]
     md = text.tensor_proto.string_val[0].decode()
     assert "SIMULATED" in md and "`net.0`" in md
 
-    # the layers of a profiled step sum to that step's measured (simulated) energy
+    # the layers of a profiled step sum to that step's simulated energy (every layer logged: log_layers="all")
     per_step = defaultdict(float)
     for tag in scalars:
-        if tag.startswith("energy/") and tag.endswith("_mj") and "/val/" not in tag:
+        if tag.startswith("sim/energy_j/train/layer/"):
             for ev in acc.Scalars(tag):
-                per_step[ev.step] += ev.value / 1e3
-    steps = {ev.step: ev.value for ev in acc.Scalars("energy/step_j")}
+                per_step[ev.step] += ev.value
+    steps = {ev.step: ev.value for ev in acc.Scalars("sim/energy_j/train/step")}
     assert per_step and set(per_step) <= set(steps)
     for s, e in per_step.items():
         assert e == pytest.approx(steps[s], rel=1e-4)
         assert 0.0 < steps[s] < 67 * 10  # below the board's cap x a generous step time
-    intensity = acc.Scalars("intensity/net.0")[0].value
-    assert 0.1 < intensity < 1000
 
-    # reports
+    # reports: the twin's times, this machine's apart
     rows = list(csv.DictReader(open(os.path.join(log_dir, "layers.csv"))))
     assert {r["stage"] for r in rows} == {"train", "validate"}
-    assert {r["method"] for r in rows} <= {"simulated-measured", "simulated-apportioned"}
+    assert {r["method"] for r in rows} == {"simulated"}
     conv = next(r for r in rows if r["stage"] == "train" and r["layer"] == "net.0")
     assert float(conv["time_ms"]) > 0 and float(conv["flops"]) > 0 and float(conv["bwd_ms"]) > 0
+    assert float(conv["host_time_ms"]) > 0 and conv["host_time_ms"] != conv["time_ms"]
     doc = json.load(open(os.path.join(log_dir, "layers.json")))
     assert doc["source"] == "simulated" and "SIMULATED" in doc["statement"]
     assert doc["stages"]["train"]["profiled_steps"] >= 4 and doc["stages"]["train"]["total_steps"] == 6
     assert doc["overhead"]["every_n_steps"] == 1
+    step = doc["stages"]["train"]["step"]
+    assert step["host_time_s"] > 0 and step["time_s"] != step["host_time_s"]
+    layer_sum = sum(r["energy_mj"] for r in doc["stages"]["train"]["layers"]) / 1e3
+    assert layer_sum == pytest.approx(step["energy_j"], rel=1e-4)
+    assert doc["overhead"]["run_wall_s"] > 0 and doc["overhead"]["run_overhead_s"] > 0
 
     # the Chrome/Perfetto trace, in the torch-tb-profiler layout
     traces = glob.glob(os.path.join(log_dir, "plugins", "profile", "energy", "*.pt.trace.json"))
@@ -151,7 +174,7 @@ def test_fit_with_the_twin_writes_tensorboard_reports_and_trace(package, tmp_pat
 
     out = capsys.readouterr().out
     assert "EnergyProfiler summary" in out and "SIMULATED for a Jetson AGX Orin" in out
-    assert "timings are measured on this machine" in out and "top" in out and "overhead" in out
+    assert "this machine's measured times are host_time" in out and "top" in out and "overhead" in out
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -168,9 +191,11 @@ def test_validate_test_predict_without_logger_or_sensor(package, tmp_path, capsy
     assert cb.log_dir.startswith(str(tmp_path / "lightning_logs" / "energy"))  # own SummaryWriter
     acc = _events(cb.log_dir)
     scalars = set(acc.Tags()["scalars"])
-    for tag in ("energy/val/step_j", "energy/test/step_j", "energy/predict/step_j", "time/test/net.0_ms",
-                "energy/test/net.0_mj", "energy/test/epoch_j", "energy/predict/j_per_sample"):
+    for tag in ("estimated/energy_j/validate/step", "estimated/energy_j/test/step", "estimated/energy_j/predict/step",
+                "time_ms/test/layer/net.0", "estimated/energy_j/test/layer/net.0", "estimated/energy_j/test/epoch",
+                "estimated/energy_j/predict/per_sample"):
         assert tag in scalars, tag
+    assert "ESTIMATED" in acc.SummaryMetadata("estimated/energy_j/test/step").summary_description
     doc = json.load(open(os.path.join(cb.log_dir, "layers.json")))
     assert doc["source"] == "model" and set(doc["stages"]) == {"validate", "test", "predict"}
     for st in doc["stages"].values():
