@@ -196,7 +196,7 @@ class EnergyProfilerMixin:
         s = self.session
         self._cb_ns = 0
         # what this Trainer call covers: its summary counts only what came after this mark
-        self._call = {"fn": stage, "t0": t0, "gstep0": int(getattr(trainer, "global_step", 0) or 0),
+        self._call = {"fn": stage, "t0": t0, "gstep0": None,  # set at the first batch (after a checkpoint loads)
                       "profiled": {k: len(v) for k, v in s.profiled.items()},
                       "totals": {k: len(v) for k, v in s.totals.items()}, "epochs": len(s.epochs),
                       "excess_ns": s.excess_ns, "setup_ns": s.setup_ns, "figures_ns": 0}
@@ -218,6 +218,8 @@ class EnergyProfilerMixin:
         if getattr(trainer, "sanity_checking", False) or self.session is None:
             return
         t0 = time.perf_counter_ns()
+        if stage == "train" and self._call is not None and self._call["gstep0"] is None:
+            self._call["gstep0"] = int(getattr(trainer, "global_step", 0) or 0)
         self.session.step_begin(stage, batch)
         self._cb_ns += time.perf_counter_ns() - t0
 
@@ -586,7 +588,7 @@ class EnergyProfilerMixin:
                              "label": "/".join(sorted(labels)) if labels else "",
                              "min_batches": s.warmup_steps + 1}
             if call is not None and stage == "train" and self._trainer is not None:
-                opt = int(getattr(self._trainer, "global_step", 0) or 0) - call.get("gstep0", 0)
+                opt = int(getattr(self._trainer, "global_step", 0) or 0) - (call.get("gstep0") or 0)
                 totals[stage]["optimizer_steps"] = opt
         epochs = [{"stage": e.stage, "epoch": e.epoch, "energy_j": e.energy_j, "time_s": e.time_s,
                    "steps": e.steps, "samples": e.samples, "j_per_sample": e.j_per_sample, "method": e.label,
