@@ -159,6 +159,7 @@ def write_trace(doc: Mapping, path: str | os.PathLike[str]) -> Path:
     """Write the trace (creating the directories); returns the path."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=False)  # the C encoder: json.dump's is Python's
     with open(p, "w") as f:
-        json.dump(doc, f, separators=(",", ":"), allow_nan=False)
+        f.write(text)
     return p
