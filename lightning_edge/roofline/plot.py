@@ -170,7 +170,9 @@ def plot_rooflines(rooflines: Roofline | Mapping[str, Roofline], layers: Sequenc
             e = pts["energy_j"]
             est_e = np.asarray(eroof.energy(pts["flops"], pts["bytes"], time_s=pts["time_s"],
                                             static=bool(np.isfinite(eroof.static_power).all())), dtype=float)
-            e = np.where(np.isfinite(e), e, est_e)
+            # a layer sits at the same time in both panels: its given energy goes with its given (measured or
+            # simulated) time; a layer placed on the roof (no time of the device) gets the roof's energy for it
+            e = np.where(np.isfinite(e) & pts["measured"], e, est_e)
             ax_e.scatter(pts["intensity"][order], (pts["flops"] / e / 1e9)[order], s=sizes[order],
                          c=pts["share"][order], cmap="Greys", vmin=0, vmax=max(pts["share"].max(), 1e-12),
                          edgecolors="black", linewidths=0.6, alpha=0.85, zorder=3)
