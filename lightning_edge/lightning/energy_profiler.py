@@ -637,6 +637,7 @@ class EnergyProfilerMixin:
             report.write_json(log_dir / "layers.json")
         if self.trace:
             self._write_trace(log_dir)
+            self._merge_profiler_traces(trainer, later=True)
         if self._writer is not None:
             self._writer.flush()
         # the whole call's overhead, measured: every hook of this callback (attribution, logging, cost analysis,
@@ -657,17 +658,75 @@ class EnergyProfilerMixin:
         if self.print_summary:
             print(self.summary_text)
 
+    def _trace_steps(self) -> list[ProfiledStep]:
+        s = self.session
+        chosen = []
+        for lst in s.profiled.values():
+            chosen += [p for p in lst if p.timing.modules or p.timing.nodes][-self.trace_steps:]
+        chosen.sort(key=lambda p: p.timing.t0_ns)
+        return chosen
+
+    def merge_into_trace(self, path: str | os.PathLike[str]) -> int:
+        """Add this session's layer spans (FLOP, bytes, energy) and power counters to a trace ``torch.profiler``
+        wrote (``export_chrome_trace`` or ``tensorboard_trace_handler``), as a process of their own; returns the
+        events added (0 when its window holds none of this session's steps). Done by itself for the traces of
+        Lightning's ``PyTorchProfiler``; call it for a ``torch.profiler.profile`` you run yourself."""
+        from lightning_edge.profiling.trace import merge_into
+
+        s = self.session
+        assert s is not None
+        power = None
+        if s.sampler is not None:
+            power = s.sampler.samples
+        return merge_into(path, [(p.timing, p.energy, f"{p.stage} step {p.index}") for p in self._trace_steps()],
+                          epoch_offset_ns=_EPOCH_OFFSET_NS, power=power,
+                          costs=lambda t: s.costs_for(t.has_backward),
+                          metadata={"source": s.source, "mode": s._last_mode})
+
+    def _merge_profiler_traces(self, trainer: Any, later: bool = False) -> None:
+        """Lightning's ``PyTorchProfiler``: merge into the traces it wrote during this call; its last trace is
+        written after the callbacks' teardown (``describe``), so that one is merged when it has been written."""
+        prof = getattr(trainer, "profiler", None)
+        dirpath = getattr(prof, "dirpath", None)
+        if prof is None or type(prof).__name__ != "PyTorchProfiler" or dirpath is None:
+            return
+        t0_epoch = ((self._call or {}).get("t0", 0) + _EPOCH_OFFSET_NS) / 1e9
+        done: set[str] = set()
+
+        def merge_new() -> None:
+            from lightning_edge.profiling.trace import TRACE_SUFFIX
+
+            for f in sorted(Path(dirpath).rglob(f"*{TRACE_SUFFIX}*")):
+                if str(f) in done or f.stat().st_mtime < t0_epoch - 1:
+                    continue
+                done.add(str(f))
+                try:
+                    self.merge_into_trace(f)
+                except Exception as exc:  # noqa: BLE001 - someone else's file: never fail the run over it
+                    if self.session is not None:
+                        self.session.notes.append(f"could not add energy to {f.name}: {exc}")
+
+        merge_new()
+        describe = getattr(prof, "describe", None)
+        if later and describe is not None and not getattr(describe, "_lightning_edge", False):
+            def describe_then_merge(*a: Any, **k: Any) -> Any:
+                try:
+                    return describe(*a, **k)
+                finally:
+                    prof.describe = describe  # once: give the profiler its own method back
+                    merge_new()
+
+            describe_then_merge._lightning_edge = True  # type: ignore[attr-defined]
+            prof.describe = describe_then_merge
+
     def _write_trace(self, log_dir: Path) -> None:
         from lightning_edge.profiling.trace import chrome_trace, trace_path, write_trace
 
         s = self.session
         assert s is not None
-        chosen = []
-        for lst in s.profiled.values():
-            chosen += [p for p in lst if p.timing.modules or p.timing.nodes][: self.trace_steps]
+        chosen = self._trace_steps()
         if not chosen:
             return
-        chosen.sort(key=lambda p: p.timing.t0_ns)
         power = None
         if s.sampler is not None:
             hold = s.sampler.hold_ns
@@ -681,6 +740,10 @@ class EnergyProfilerMixin:
         if self.trace_file is None:
             self.trace_file = trace_path(log_dir)
         write_trace(doc, self.trace_file)
+
+
+#: time.time_ns() - time.perf_counter_ns(): puts this process's step clock on the epoch clock of Kineto's traces
+_EPOCH_OFFSET_NS = time.time_ns() - time.perf_counter_ns()
 
 
 def _finite_or_none(x: float) -> float | None:

@@ -266,3 +266,34 @@ def test_steps_after_a_power_mode_change_are_not_profiled(tmp_path):
     trainer = _trainer(L, tmp_path, [Switch(), cb2], max_steps=9)
     trainer.fit(_module(L), _loader(n=80))
     assert [p.index for p in cb2.session.profiled["train"]] == [2]
+
+
+def test_power_and_layer_energy_go_into_lightnings_pytorch_profiler_trace(tmp_path):
+    """Issue 17 item 6: with Lightning's PyTorchProfiler running, its own trace gets the power counter tracks and
+    the layers with their FLOP, bytes and energy (a process of their own), beside its operators."""
+    L = pytest.importorskip("lightning.pytorch")
+    from lightning.pytorch.profilers import PyTorchProfiler
+
+    from lightning_edge.lightning.pytorch import EnergyProfiler
+    from lightning_edge.profiling.trace import MERGED_PID
+
+    cb = EnergyProfiler(device="sim:orin-agx", every_n_steps=1, warmup_steps=1, print_summary=False, figure=False,
+                        log_dir=str(tmp_path / "energy"))
+    prof = PyTorchProfiler(dirpath=str(tmp_path / "prof"), filename="p")
+    trainer = _trainer(L, tmp_path, [cb], profiler=prof, max_steps=8)
+    trainer.fit(_module(L), _loader(n=80))
+    traces = [p for p in glob.glob(str(tmp_path / "prof" / "**" / "*.pt.trace.json"), recursive=True)]
+    assert traces, os.listdir(tmp_path / "prof")
+    merged, layers = 0, []
+    for p in traces:
+        doc = json.load(open(p))
+        ours = [e for e in doc["traceEvents"] if e.get("pid") == MERGED_PID]
+        if not ours:
+            continue
+        merged += 1
+        assert any(e["ph"] == "C" and e["name"] == "power total (W)" for e in ours)
+        assert any(e.get("cat") == "cpu_op" and e["name"].startswith("aten::") for e in doc["traceEvents"])
+        layers += [e for e in ours if e["ph"] == "X" and e["name"] == "net.0"]
+    assert merged >= 1 and layers
+    assert all(e["args"]["flops"] > 0 and e["args"]["energy_mj"] > 0 for e in layers)
+    assert prof.describe.__func__ is type(prof).describe  # its own method given back
