@@ -435,7 +435,13 @@ class EnergySession:
             return self._twin_cache[key]
         out = None
         try:
-            lt = twin.layer_times(cost, mode, kind="train" if training else "infer", batch_size=batch)
+            kind = "train" if training else "infer"
+            try:  # one optimizer kernel per parameter tensor, counted as PowerModeTuner's SimWorkload counts them
+                n_tensors = sum(1 for _ in self.model.get_submodule(qual).parameters())
+            except Exception:  # noqa: BLE001
+                n_tensors = None
+            prof = twin.compile(cost, kind=kind, batch_size=batch, param_tensors=n_tensors)
+            lt = twin.layer_times(prof, mode, kind=kind, batch_size=batch)
             root = qual or self.timer.root_name
             names = {n: (f"{qual}.{n}" if qual else n) for n in lt.names if n and not n.startswith("(")}
             names["(root)"] = root

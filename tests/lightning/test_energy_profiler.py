@@ -297,3 +297,37 @@ def test_power_and_layer_energy_go_into_lightnings_pytorch_profiler_trace(tmp_pa
     assert merged >= 1 and layers
     assert all(e["args"]["flops"] > 0 and e["args"]["energy_mj"] > 0 for e in layers)
     assert prof.describe.__func__ is type(prof).describe  # its own method given back
+
+
+def test_on_the_twin_the_fit_reports_what_the_twin_predicts_and_the_tuner_sees(tmp_path):
+    """Issue 17 item 2: on the twin the per-layer table sums to the twin's step energy, and step time, step energy,
+    epoch energy and J/sample are the twin's prediction for the workload in the mode, the same numbers
+    PowerModeTuner's simulated workload gives (noise off), not this CPU's time x the Orin's power."""
+    L = pytest.importorskip("lightning.pytorch")
+    from lightning_edge.devices.sim.device import SimulatedOrin
+    from lightning_edge.devices.sim.workload import SimWorkload
+    from lightning_edge.lightning.pytorch import EnergyProfiler
+
+    dev = SimulatedOrin(noise=False)
+    cb = EnergyProfiler(device=dev, every_n_steps=1, warmup_steps=1, print_summary=False, figure=False,
+                        log_dir=str(tmp_path / "energy"))
+    model = _module(L)
+    trainer = _trainer(L, tmp_path, [cb], max_steps=6)
+    trainer.fit(model, _loader(n=48))
+    wl = SimWorkload(model, dev.twin, example_inputs=(torch.randn(8, 3, 16, 16),), noise=False)
+    t_s, p_w = wl.expected("train", dev.twin.current_mode(), 8)
+    doc = json.load(open(os.path.join(cb.log_dir, "layers.json")))
+    train = doc["stages"]["train"]
+    st = cb.report.stages["train"]
+    assert st.steps.time_s == pytest.approx(t_s, rel=1e-9) and st.steps.energy_j == pytest.approx(t_s * p_w, rel=1e-9)
+    assert train["step"]["time_s"] == pytest.approx(t_s, abs=1e-6)  # the file (rounded to 1e-6)
+    assert train["step"]["energy_j"] == pytest.approx(t_s * p_w, abs=1e-6)
+    assert train["step"]["host_time_s"] > 0
+    assert sum(ls.energy_j for ls in st.layers.values()) == pytest.approx(t_s * p_w, rel=1e-9)
+    assert sum(ls.time_s for ls in st.layers.values()) == pytest.approx(t_s, rel=1e-9)
+    assert all(r["host_time_ms"] is not None for r in train["layers"] if r["layer"].startswith("net."))
+    (ep,) = train["epochs"]
+    assert ep["energy_j"] == pytest.approx(6 * t_s * p_w, rel=1e-9) and ep["time_s"] == pytest.approx(6 * t_s)
+    assert ep["j_per_sample"] == pytest.approx(t_s * p_w / 8, rel=1e-9) and ep["method"] == "simulated"
+    opt = next(r for r in train["layers"] if r["layer"] == "(optimizer)")
+    assert opt["time_ms"] / 1e3 < t_s  # the Orin's optimizer step, not this machine's
