@@ -22,13 +22,19 @@ What it does (docs/profiler.md): times every module forward and backward on ever
 energy to its layers (:mod:`lightning_edge.profiling.attribution`), and writes:
 
 * TensorBoard (the Trainer's ``TensorBoardLogger``, else its own ``SummaryWriter`` under
-  ``<default_root_dir>/lightning_logs/energy/version_N``): ``time/<layer>_ms``, ``energy/<layer>_mj``,
-  ``power/<layer>_w`` per profiled step; ``time/step_ms``, ``energy/step_j``, ``power/step_w`` per step;
-  ``energy/epoch_j``, ``energy/j_per_sample``, ``intensity/<layer>`` per epoch; a roofline figure
-  (``roofline/<stage>``) and a per-layer markdown table (``energy/<stage>_layers``) per epoch. Stages other than
-  training put their short name after the prefix (``energy/val/step_j``).
+  ``<default_root_dir>/lightning_logs/energy/version_N``): ``time_ms/<stage>/step``, ``energy_j/<stage>/step``,
+  ``power_w/<stage>/step`` every step; ``.../layer/<layer>`` for the top ``tb_layers`` layers per profiled step;
+  ``.../epoch`` and ``energy_j/<stage>/per_sample`` per epoch. Tags start with ``sim/`` (the twin's numbers),
+  ``estimated/`` (the roofline model, no sensor) or ``host/`` (this machine's times beside the twin's), and every
+  card carries a description saying so. Once per run a custom scalars layout; once per Trainer call the markdown
+  table ``energy/<stage>_layers`` and, within the overhead budget, the images ``layers/<stage>`` and
+  ``roofline/<stage>``.
 * ``layers.csv`` and ``layers.json`` in the log dir, a Chrome/Perfetto trace under
-  ``<log dir>/plugins/profile/energy/``, and a short summary printed at the end of the run.
+  ``<log dir>/plugins/profile/energy/`` (and the same layers and power added to the traces of Lightning's
+  ``PyTorchProfiler``), and a short summary of each Trainer call printed at its end.
+
+On the twin every time and energy is the Orin's, from the twin's per-layer model of the captured workload
+(docs/profiler.md, "The twin"); this machine's times are kept as ``host_time_s``.
 
 Under DDP only rank 0 writes. Epoch totals cover every rank (:func:`combine_rank_totals`): samples add up, energy
 adds up over energy domains (a board's sensor read by several ranks counts once; ``energy/epoch_domains`` says

@@ -9,8 +9,10 @@ Pure Python over the attribution results (no torch, no Lightning)::
     report.markdown("train", top=20)            # for TensorBoard's add_text
 
 Every row says how its energy was obtained (``method``: ``measured``, ``apportioned``, ``estimated``,
-``simulated-measured``, ``simulated-apportioned``); with the twin the report states that power and energy are
-simulated for a Jetson AGX Orin while the timings are this machine's.
+``simulated-measured``, ``simulated-apportioned``, ``simulated``); with the twin the report states that time, power
+and energy are simulated for a Jetson AGX Orin (``twin_times``: the twin's per-layer model; this machine's times in
+``host_time``), or, when the twin could not model the workload, that power and energy are while the timings are
+this machine's.
 """
 
 from __future__ import annotations
