@@ -637,6 +637,7 @@ class EnergyProfilerMixin:
             f0 = time.perf_counter_ns()
             self._figures(w, self.call_report, stages, step)
             s.add_work_ns(time.perf_counter_ns() - f0, per_step=False)
+            self.call_report.notes = list(dict.fromkeys([*self.call_report.notes, *s.notes]))
         report = self.report = self._build_report()
         if self.write_report:
             report.write_csv(log_dir / "layers.csv")

@@ -331,3 +331,50 @@ def test_on_the_twin_the_fit_reports_what_the_twin_predicts_and_the_tuner_sees(t
     assert ep["j_per_sample"] == pytest.approx(t_s * p_w / 8, rel=1e-9) and ep["method"] == "simulated"
     opt = next(r for r in train["layers"] if r["layer"] == "(optimizer)")
     assert opt["time_ms"] / 1e3 < t_s  # the Orin's optimizer step, not this machine's
+
+
+def test_tensorboard_stays_readable_on_a_deep_model_and_figures_are_drawn_once_per_call(tmp_path):
+    """Issue 17 items 3 and 5: a demo run wrote 986 scalar tags (one energy, time and power card per layer) and drew
+    the roofline figure every epoch; now the per-layer cards are the top 10 layers, and tables and figures are made
+    once per Trainer call (figure=True), or not at all when they do not fit the overhead budget (figure='auto')."""
+    L = pytest.importorskip("lightning.pytorch")
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    from lightning_edge.lightning.pytorch import EnergyProfiler
+
+    class Deep(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(*[m for _ in range(20) for m in (nn.Linear(16, 16), nn.ReLU())],
+                                     nn.Linear(16, 4))
+
+        def training_step(self, batch, i):
+            x, y = batch
+            return nn.functional.cross_entropy(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    g = torch.Generator().manual_seed(0)
+    dl = DataLoader(TensorDataset(torch.randn(16, 16, generator=g), torch.randint(0, 4, (16,), generator=g)),
+                    batch_size=4)
+    cb = EnergyProfiler(device="sim:orin-agx", every_n_steps=1, warmup_steps=1, figure=True, print_summary=False)
+    logger = TensorBoardLogger(str(tmp_path), name="deep")
+    trainer = _trainer(L, tmp_path, [cb], logger=logger, max_steps=-1, max_epochs=3)  # 3 short epochs
+    trainer.fit(Deep(), dl)
+    acc = _events(logger.log_dir)
+    scalars = acc.Tags()["scalars"]
+    assert len([t for t in scalars if "/layer/" in t]) == 3 * 10  # time, energy, host time of the top 10
+    assert len(scalars) <= 45, len(scalars)
+    assert len(acc.Images("roofline/train")) == 1 and len(acc.Images("layers/train")) == 1  # not per epoch
+    (text_tag,) = [t for t in acc.Tags()["tensors"] if t.startswith("energy/train_layers")]
+    assert len(acc.Tensors(text_tag)) == 1
+
+    # the default: the figures cost more than 3 % of this short fit, so they are left out, and the summary says so
+    cb = EnergyProfiler(device="none", every_n_steps=1, warmup_steps=1, print_summary=False)
+    logger = TensorBoardLogger(str(tmp_path), name="short")
+    _trainer(L, tmp_path, [cb], logger=logger, max_steps=-1, max_epochs=2).fit(Deep(), dl)
+    acc = _events(logger.log_dir)
+    assert "roofline/train" not in acc.Tags()["images"]
+    assert any(n.startswith("figures not drawn") for n in cb.report.notes)
+    assert "figures not drawn" in cb.summary_text and "overhead:" in cb.summary_text
