@@ -359,6 +359,7 @@ class EnergyProfilerMixin:
     def _write_layout(self, w: Any) -> None:
         """The custom-scalars layout (once per run): step and epoch totals, the top layers' energy and time."""
         self._layout_written = self.log_dir
+        self._described = set()  # a new run: its cards get their descriptions again
         tp, ep, _ = self._labels()
         kind = {"sim/": " (simulated)", "estimated/": " (estimated)"}.get(ep, "")
         layout = {f"lightning_edge energy{kind}": {
