@@ -201,3 +201,26 @@ def test_write_scalars_batches_and_falls_back_to_add_scalar(tmp_path):
     p = Plain()
     write_scalars(p, [("x", 1.0), ("y", 2.0)], 3)
     assert p.calls == [("x", 1.0, 3), ("y", 2.0, 3)]
+
+
+def test_with_a_real_sensor_times_are_this_machines_and_energy_is_measured(tmp_path):
+    """Issue 17 item 2: the twin's per-layer model is for the twin only; with a (fake-sysfs) Orin INA3221 sensor
+    every time is measured here and the energies are measured or apportioned, as before."""
+    from lightning_edge.devices.sensors.ina3221 import INA3221Sensor
+    from tests.fakes.ina3221 import build_orin_agx_ina
+
+    board = build_orin_agx_ina(tmp_path / "sys")
+    sensor = INA3221Sensor(root=tmp_path / "sys")
+    for rail in sensor.total_rails:
+        board.set_power_w(rail, 5.0)
+    m = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
+    s = EnergySession(m, sensor, every_n_steps=1, warmup_steps=1)
+    _loop(s, 4)
+    s.flush(wait=True)
+    assert not s.twin_times
+    p = s.profiled["train"][-1]
+    assert p.energy.sim_time_s is None and p.energy.time_s == p.energy.host_time_s
+    assert {le.label for le in p.energy.layers.values()} <= {"measured", "apportioned"}
+    assert all(le.host_s == le.time_s for le in p.energy.layers.values())
+    assert all(t.sim_time_s is None and t.label == "measured" for t in s.totals["train"])
+    s.close()
