@@ -308,9 +308,13 @@ def fit_main(args: argparse.Namespace) -> int:
                       f"said +{100 * said[-1]:.1f} %", flush=True)
             rows.append((name, desc, statistics.median(base), statistics.median(prof), statistics.median(ratios),
                          min(ratios), max(ratios), statistics.median(said)))
+            print(f"ROW {name}: without {rows[-1][2]:.2f} s, with {rows[-1][3]:.2f} s, median ratio "
+                  f"x{rows[-1][4]:.3f} ({rows[-1][5]:.3f}-{rows[-1][6]:.3f}), summary said +{100 * rows[-1][7]:.1f} %; "
+                  f"load {os.getloadavg()[0]:.2f}", flush=True)
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     lines = ["# EnergyProfiler whole-fit overhead (issue 17)", "",
-             f"Command: `python benchmarks/overhead.py --fit --pairs {args.pairs} --resnet-steps {args.resnet_steps}`",
+             f"Command: `python benchmarks/overhead.py --fit --pairs {args.pairs} --resnet-steps {args.resnet_steps}"
+             + (f" --only {args.only}" if args.only else "") + "`",
              "", f"Machine: {env}; load average after the run {load}.", "",
              "Wall time of `trainer.fit()` with `EnergyProfiler()` (defaults: no sensor here, so energies are "
              "estimated; every N auto; figures only within the overhead budget) over the same fit without it. "
