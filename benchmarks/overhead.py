@@ -265,16 +265,16 @@ def fit_workloads(steps_resnet: int) -> dict:
     return out
 
 
-def fit_once(factory, loader: DataLoader, steps: int, tmp: str, profiled: bool) -> tuple[float, Any]:
+def fit_once(factory, loader: DataLoader, steps: int, tmp: str, profiled: bool) -> tuple[float, Any, float]:
     cb = EnergyProfiler(print_summary=False) if profiled else None
     torch.manual_seed(0)
     model = factory()
     trainer = L.Trainer(max_steps=steps, max_epochs=1, logger=TensorBoardLogger(tmp, name="fit"),
                         enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
                         accelerator="cpu", devices=1, callbacks=[cb] if cb else [], log_every_n_steps=10)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     trainer.fit(model, loader)
-    return time.perf_counter() - t0, cb
+    return time.perf_counter() - t0, cb, time.process_time() - c0
 
 
 def fit_main(args: argparse.Namespace) -> int:
@@ -292,24 +292,27 @@ def fit_main(args: argparse.Namespace) -> int:
         for name, (factory, loader, steps, desc) in wl.items():
             fit_once(factory, loader, min(steps, 4), tmp, False)  # warm-up of both (imports, first analyze)
             fit_once(factory, loader, min(steps, 4), tmp, True)
-            ratios, base, prof, said = [], [], [], []
+            ratios, base, prof, said, cpu_ratios = [], [], [], [], []
             for p in range(args.pairs):
                 order = (False, True) if p % 2 == 0 else (True, False)
                 got = {}
                 for profiled in order:
                     got[profiled] = fit_once(factory, loader, steps, tmp, profiled)
-                w0, (w1, cb) = got[False][0], got[True]
+                (w0, _, c0), (w1, cb, c1) = got[False], got[True]
                 ratios.append(w1 / w0)
+                cpu_ratios.append(c1 / c0)
                 base.append(w0)
                 prof.append(w1)
                 o = cb.overhead if cb is not None else {}
                 said.append(o.get("run_fraction") or float("nan"))
-                print(f"{name} pair {p + 1}: without {w0:.2f} s, with {w1:.2f} s, x{w1 / w0:.3f}; the summary "
+                print(f"{name} pair {p + 1}: without {w0:.2f} s, with {w1:.2f} s, x{w1 / w0:.3f} (CPU time "
+                      f"x{c1 / c0:.3f}); the summary "
                       f"said +{100 * said[-1]:.1f} %", flush=True)
             rows.append((name, desc, statistics.median(base), statistics.median(prof), statistics.median(ratios),
-                         min(ratios), max(ratios), statistics.median(said)))
+                         min(ratios), max(ratios), statistics.median(said), statistics.median(cpu_ratios)))
             print(f"ROW {name}: without {rows[-1][2]:.2f} s, with {rows[-1][3]:.2f} s, median ratio "
-                  f"x{rows[-1][4]:.3f} ({rows[-1][5]:.3f}-{rows[-1][6]:.3f}), summary said +{100 * rows[-1][7]:.1f} %; "
+                  f"x{rows[-1][4]:.3f} ({rows[-1][5]:.3f}-{rows[-1][6]:.3f}), CPU time x{rows[-1][8]:.3f}, summary said "
+                  f"+{100 * rows[-1][7]:.1f} %; "
                   f"load {os.getloadavg()[0]:.2f}", flush=True)
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     lines = ["# EnergyProfiler whole-fit overhead (issue 17)", "",
@@ -319,10 +322,14 @@ def fit_main(args: argparse.Namespace) -> int:
              "Wall time of `trainer.fit()` with `EnergyProfiler()` (defaults: no sensor here, so energies are "
              "estimated; every N auto; figures only within the overhead budget) over the same fit without it. "
              "Runs alternate, one warm-up fit of each first; the ratio is per pair, the median of the pairs in bold "
-             "with the range. *Summary said*: the whole-run overhead the callback measured and printed (median).", "",
-             "| fit | without (s) | with (s) | ratio (median of pairs) | range | summary said |", "|---|---|---|---|---|---|"]
-    for name, desc, b, p, r, lo, hi, said in rows:
-        lines.append(f"| {name}: {desc} | {b:.2f} | {p:.2f} | **x{r:.3f}** | {lo:.3f}-{hi:.3f} | +{100 * said:.1f} % |")
+             "with the range; *CPU ratio*: the same for this process's CPU time (all its threads), less sensitive to "
+             "other jobs on a shared machine. *Summary said*: the whole-run overhead the callback measured and printed "
+             "(median).", "",
+             "| fit | without (s) | with (s) | wall ratio (median of pairs) | range | CPU ratio | summary said |",
+             "|---|---|---|---|---|---|---|"]
+    for name, desc, b, p, r, lo, hi, said, cr in rows:
+        lines.append(f"| {name}: {desc} | {b:.2f} | {p:.2f} | **x{r:.3f}** | {lo:.3f}-{hi:.3f} | x{cr:.3f} | "
+                     f"+{100 * said:.1f} % |")
     text = "\n".join(lines) + "\n"
     print()
     print(text)

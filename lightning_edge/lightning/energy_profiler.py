@@ -491,31 +491,32 @@ class EnergyProfilerMixin:
         return (self._cb_ns + excess) / 1e9
 
     def _figures(self, w: Any, report: Any, stages: list[str], step: int) -> None:
-        """The roofline figure and the layer bar chart of each stage, when ``figure`` allows: always (True), never
-        (False), or ``"auto"``: only when their expected cost fits the overhead budget of this call."""
+        """The layer bar chart of each stage (cheap) and its roofline figure, when ``figure`` allows: always (True),
+        never (False), or ``"auto"``: only when its expected cost fits the overhead budget of this call."""
         s = self.session
         todo = [st for st in stages if report.stages.get(st) is not None and report.stages[st].layers]
         if not self.figure or not todo:
             return
+        for st in todo:  # cheap: always
+            self._add_bars(w, st, report.stages[st], step)
         import sys
 
         each = (_figure_cost_measured[-1] if _figure_cost_measured else
                 FIGURE_COST_S["next" if "matplotlib.pyplot" in sys.modules else "first"])
-        need = 2 * len(todo) * each if _figure_cost_measured else FIGURE_COST_S["first"] + (2 * len(todo) - 1) * each
+        need = len(todo) * each if _figure_cost_measured else FIGURE_COST_S["first"] + (len(todo) - 1) * each
         if self.figure == "auto":
             budget = self._figure_budget_s()
             if need > budget:
-                msg = (f"figures not drawn: about {need:.2g} s, over the {100 * self.overhead_target:.3g} % overhead "
+                msg = (f"roofline figures not drawn: about {need:.2g} s, over the {100 * self.overhead_target:.3g} % overhead "
                        f"budget of this {self._call_wall_s():.3g} s run (EnergyProfiler(figure=True) always draws "
                        "them; layers.csv has every layer)")
                 if msg not in s.notes:
                     s.notes.append(msg)
                 return
         for st in todo:
-            for fn in (self._add_figure, self._add_bars):
-                f0 = time.perf_counter()
-                fn(w, st, report.stages[st], step)
-                _figure_cost_measured.append(time.perf_counter() - f0)
+            f0 = time.perf_counter()
+            self._add_figure(w, st, report.stages[st], step)
+            _figure_cost_measured.append(time.perf_counter() - f0)
 
     def _call_wall_s(self) -> float:
         call = self._call or {}
@@ -545,28 +546,25 @@ class EnergyProfilerMixin:
             s.notes.append(f"roofline figure failed: {type(exc).__name__}: {exc}")
 
     def _add_bars(self, w: Any, stage: str, st: Any, epoch: int) -> None:
-        """A bar chart of the stage's top layers: energy (J) and time (ms) per step, labelled simulated or not."""
+        """A bar chart of the stage's top layers: energy (J) and time (ms) per step, labelled simulated or not.
+        Drawn with Pillow (a few milliseconds, so it is made every call; the roofline figure is budgeted)."""
         s = self.session
         ranked = [ls for ls in st.ranked() if math.isfinite(ls.energy_j) and ls.energy_j > 0][: max(self.top, 10)]
         if not ranked:
             return
         try:
-            from matplotlib.figure import Figure
+            import numpy as np
+
+            from lightning_edge.profiling.report import bar_chart
 
             kind = {"simulated": "SIMULATED (Orin twin)", "model": "ESTIMATED (roofline model)"}.get(s.source,
                                                                                                   "measured")
             tkind = "SIMULATED (Orin twin)" if s.twin_times else "this machine"
-            fig = Figure(figsize=(10, 0.35 * len(ranked) + 1.4))
-            ax_e, ax_t = fig.subplots(1, 2, sharey=True)
-            names = [ls.name for ls in ranked][::-1]
-            ax_e.barh(names, [ls.energy_j for ls in ranked][::-1], color="#c0504d")
-            ax_e.set_xlabel(f"energy per step (J), {kind}")
-            ax_t.barh(names, [ls.time_s * 1e3 for ls in ranked][::-1], color="#4f81bd")
-            ax_t.set_xlabel(f"time per step (ms), {tkind}")
-            ax_e.tick_params(axis="y", labelsize=7)
-            fig.suptitle(f"{stage}: top {len(ranked)} layers by energy", fontsize=10)
-            fig.tight_layout()
-            w.add_figure(f"layers/{stage}", fig, epoch, close=True)
+            img = bar_chart([ls.name for ls in ranked], [("energy per step, J: " + kind, [ls.energy_j for ls in ranked]),
+                                                         ("time per step, ms: " + tkind,
+                                                          [ls.time_s * 1e3 for ls in ranked])],
+                            title=f"{stage}: top {len(ranked)} layers by energy")
+            w.add_image(f"layers/{stage}", np.asarray(img), epoch, dataformats="HWC")
         except Exception as exc:  # noqa: BLE001
             s.notes.append(f"layer bar chart failed: {type(exc).__name__}: {exc}")
 

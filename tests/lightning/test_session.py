@@ -224,3 +224,20 @@ def test_with_a_real_sensor_times_are_this_machines_and_energy_is_measured(tmp_p
     assert all(le.host_s == le.time_s for le in p.energy.layers.values())
     assert all(t.sim_time_s is None and t.label == "measured" for t in s.totals["train"])
     s.close()
+
+
+def test_bar_chart_is_an_image_with_a_bar_per_layer_and_panel():
+    import numpy as np
+
+    from lightning_edge.profiling.report import bar_chart
+
+    img = bar_chart(["a", "b", "c"], [("energy, J", [3.0, 1.0, float("nan")]), ("time, ms", [1.0, 2.0, 0.5])],
+                    title="train")
+    arr = np.asarray(img)
+    assert arr.ndim == 3 and arr.shape[2] == 3 and arr.shape[0] >= 3 * 18
+    red = (arr[..., 0] > 150) & (arr[..., 1] < 110) & (arr[..., 2] < 110)
+    blue = (arr[..., 2] > 150) & (arr[..., 0] < 110)
+    assert red.sum() > 0 and blue.sum() > 0
+    # the longest bar is the largest value: row a is wider than row b in the energy panel
+    rows = [red[40 + i * 18: 40 + (i + 1) * 18].sum() for i in range(3)]
+    assert rows[0] > rows[1] > 0 and rows[2] == 0  # nan: no bar
