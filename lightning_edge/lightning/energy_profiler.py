@@ -207,7 +207,23 @@ class EnergyProfilerMixin:
                       "totals": {k: len(v) for k, v in s.totals.items()}, "epochs": len(s.epochs),
                       "excess_ns": s.excess_ns, "setup_ns": s.setup_ns, "figures_ns": 0}
         s.start()
+        self._note_torch_profiler(trainer)
         self._cb_ns += time.perf_counter_ns() - t0
+
+    def _note_torch_profiler(self, trainer: Any) -> None:
+        """A ``torch.profiler.profile`` the user runs around the Trainer writes its trace after the call returns:
+        say how to add the layers and power to it (Lightning's ``PyTorchProfiler`` is handled by itself)."""
+        try:
+            import torch.autograd.profiler as tap
+
+            running = bool(getattr(tap, "_is_profiler_enabled", False))
+        except Exception:  # noqa: BLE001
+            running = False
+        if running and type(getattr(trainer, "profiler", None)).__name__ != "PyTorchProfiler" and self.trace:
+            msg = ("a torch.profiler is running: after exporting its trace, call "
+                   "EnergyProfiler.merge_into_trace(path) to add the layers' FLOP, bytes, energy and the power tracks")
+            if self.session is not None and msg not in self.session.notes:
+                self.session.notes.append(msg)
 
     def _rank_zero(self, trainer: Any) -> bool:
         return bool(getattr(trainer, "is_global_zero", True))

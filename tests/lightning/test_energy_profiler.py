@@ -379,3 +379,32 @@ def test_tensorboard_stays_readable_on_a_deep_model_and_figures_are_drawn_once_p
     assert any(n.startswith("roofline figures not drawn") for n in cb.report.notes)
     assert "layers/train" in acc.Tags()["images"]  # the bar chart is cheap: always there
     assert "roofline figures not drawn" in cb.summary_text and "overhead:" in cb.summary_text
+
+
+def test_a_torch_profiler_around_fit_gets_the_layers_and_power(tmp_path):
+    """Issue 17 item 6 with a bare torch.profiler.profile: its trace is written after fit returns, so the summary
+    says how to merge, and merge_into_trace adds the layers (FLOP, bytes, energy) and power tracks on its clock."""
+    L = pytest.importorskip("lightning.pytorch")
+    from torch.profiler import ProfilerActivity, profile
+
+    from lightning_edge.lightning.pytorch import EnergyProfiler
+    from lightning_edge.profiling.trace import MERGED_PID
+
+    cb = EnergyProfiler(device="sim:orin-agx", every_n_steps=1, warmup_steps=1, print_summary=False, figure=False,
+                        log_dir=str(tmp_path / "energy"))
+    trainer = _trainer(L, tmp_path, [cb], max_steps=4)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        trainer.fit(_module(L), _loader())
+    assert "EnergyProfiler.merge_into_trace(path)" in cb.summary_text
+    path = tmp_path / "torch_trace.json"
+    prof.export_chrome_trace(str(path))
+    assert cb.merge_into_trace(path) > 0
+    doc = json.load(open(path))
+    ours = [e for e in doc["traceEvents"] if e.get("pid") == MERGED_PID]
+    assert any(e["ph"] == "C" and e["name"] == "power total (W)" for e in ours)
+    net0 = [e for e in ours if e["ph"] == "X" and e["name"] == "net.0"]
+    assert net0 and all(e["args"]["flops"] > 0 and e["args"]["energy_mj"] > 0 for e in net0)
+    ops = [e for e in doc["traceEvents"] if e.get("cat") == "cpu_op" and e.get("name", "").startswith("aten::conv")]
+    # on the same clock: a traced net.0 forward span overlaps one of the profiler's convolutions
+    fwd = [e for e in net0 if e["args"]["phase"] == "fwd"]
+    assert any(o["ts"] <= f["ts"] + f["dur"] and f["ts"] <= o["ts"] + o.get("dur", 0) for f in fwd for o in ops)
