@@ -656,7 +656,6 @@ class EnergyProfilerMixin:
         report = self.report = self._build_report()
         if self.write_report:
             report.write_csv(log_dir / "layers.csv")
-            report.write_json(log_dir / "layers.json")
         if self.trace:
             self._write_trace(log_dir)
             self._merge_profiler_traces(trainer, later=True)
@@ -674,7 +673,7 @@ class EnergyProfilerMixin:
                          "sampler_cpu_s": (so.cpu_fraction * wall) if so is not None else None}
         self.call_report.overhead.update(self.overhead)
         report.overhead.update(self.overhead)
-        if self.write_report:
+        if self.write_report:  # last: it carries the overhead (all but this write)
             report.write_json(log_dir / "layers.json")
         self.summary_text = self.call_report.summary(self.top, stages)
         if self.print_summary:
