@@ -556,7 +556,8 @@ class EnergyProfilerMixin:
         try:
             from lightning_edge.roofline.plot import plot_rooflines
 
-            fig = plot_rooflines(roof, layers=pts or None, title=f"{stage}: layers on the {desc}")
+            fig = plot_rooflines(roof, layers=pts or None, title=f"{stage}: layers on the {desc}",
+                                 times="SIMULATED (the twin's model)" if s.twin_times else None)
             w.add_figure(f"roofline/{stage}", fig, epoch, close=True)
         except Exception as exc:  # noqa: BLE001 - a figure must never stop training
             s.notes.append(f"roofline figure failed: {type(exc).__name__}: {exc}")
