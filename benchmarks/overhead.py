@@ -1,7 +1,15 @@
-"""Overhead of the EnergyProfiler callback on a ResNet-18 Lightning fit on the CPU.
+"""Overhead of the EnergyProfiler callback on a ResNet-18 Lightning fit on the CPU, and on whole fits.
 
     python benchmarks/overhead.py                    # ~2-4 minutes on a 2-core machine
     python benchmarks/overhead.py --steps 60 --rounds 5 --out benchmarks/results/overhead.md
+    python benchmarks/overhead.py --fit --pairs 5 --out benchmarks/results/overhead_fit.md   # whole-fit ratios
+
+``--fit`` measures what a user feels: the wall time of ``trainer.fit()`` (setup, cost analysis, every step,
+tables, figures, reports, TensorBoard writes and the summary included) with ``EnergyProfiler()`` at its defaults
+over the same fit without it, for three fits: a 40-step small CNN (7 conv layers, 32x32, batch 16, one epoch),
+a ResNet-18 and a tiny GPT-style fine-tune called with keyword arguments and dict batches (``transformers``
+GPT-2 from a config). Runs alternate (without, with, without, with, ...) after one warm-up fit of each; the
+ratio is taken per pair and the median of the pairs reported, so drifting load on a shared machine cancels.
 
 Four configurations, measured side by side in one process and interleaved round by round (so drifting machine
 load hits them alike):
@@ -29,6 +37,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 from torch import nn
@@ -178,6 +187,159 @@ def machine() -> str:
             f"{platform.release()}; load average before the run {load}")
 
 
+# ---------------------------------------------------------------------------------------------- whole fits
+class SmallCNN(L.LightningModule):
+    """7 conv layers on 32x32 images (issue 17's small CNN)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        ch = [3, 16, 16, 32, 32, 64, 64, 64]
+        layers: list[nn.Module] = []
+        for i in range(7):
+            layers += [nn.Conv2d(ch[i], ch[i + 1], 3, padding=1), nn.ReLU()]
+            if i in (1, 3, 5):
+                layers.append(nn.MaxPool2d(2))
+        self.net = nn.Sequential(*layers, nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10))
+
+    def forward(self, x):
+        return self.net(x)
+
+    def training_step(self, batch, batch_idx):
+        x, y = batch
+        return nn.functional.cross_entropy(self(x), y)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.01, momentum=0.9)
+
+
+class TinyGPT(L.LightningModule):
+    """A GPT-2 of 2 layers from a config (no weights downloaded), called as Hugging Face loops call it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        from transformers import GPT2Config, GPT2LMHeadModel
+
+        cfg = GPT2Config(vocab_size=512, n_positions=64, n_embd=64, n_layer=2, n_head=2)
+        self.model = GPT2LMHeadModel(cfg)
+
+    def training_step(self, batch, batch_idx):
+        return self.model(input_ids=batch["input_ids"], attention_mask=batch["attention_mask"],
+                          labels=batch["input_ids"]).loss
+
+    def configure_optimizers(self):
+        return torch.optim.AdamW(self.parameters(), lr=1e-3)
+
+
+class _Dicts(torch.utils.data.Dataset):
+    def __init__(self, n: int, seq: int) -> None:
+        g = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(0, 512, (n, seq), generator=g)
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def __getitem__(self, i: int) -> dict:
+        return {"input_ids": self.ids[i], "attention_mask": torch.ones_like(self.ids[i])}
+
+
+def fit_workloads(steps_resnet: int) -> dict:
+    """name -> (LightningModule factory, loader, steps, description)."""
+    g = torch.Generator().manual_seed(0)
+    out = {}
+    n = 40 * 16
+    cnn = DataLoader(TensorDataset(torch.randn(n, 3, 32, 32, generator=g), torch.randint(0, 10, (n,), generator=g)),
+                     batch_size=16)
+    out["small CNN"] = (SmallCNN, cnn, 40, "7 conv layers, 32x32, batch 16, 40 steps = one epoch")
+    n = steps_resnet * 16
+    rn = DataLoader(TensorDataset(torch.randn(n, 3, 32, 32, generator=g), torch.randint(0, 1000, (n,), generator=g)),
+                    batch_size=16)
+    out["ResNet-18"] = (LitResNet, rn, steps_resnet, f"zoo ResNet-18, 32x32, batch 16, {steps_resnet} steps")
+    try:
+        import transformers  # noqa: F401
+
+        out["tiny GPT-2"] = (TinyGPT, DataLoader(_Dicts(30 * 8, 32), batch_size=8), 30,
+                             "transformers GPT-2 (2 layers, d 64) from a config, keyword call, dict batches, "
+                             "seq 32, batch 8, 30 steps")
+    except ImportError:
+        pass
+    return out
+
+
+def fit_once(factory, loader: DataLoader, steps: int, tmp: str, profiled: bool) -> tuple[float, Any, float]:
+    cb = EnergyProfiler(print_summary=False) if profiled else None
+    torch.manual_seed(0)
+    model = factory()
+    trainer = L.Trainer(max_steps=steps, max_epochs=1, logger=TensorBoardLogger(tmp, name="fit"),
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+                        accelerator="cpu", devices=1, callbacks=[cb] if cb else [], log_every_n_steps=10)
+    t0, c0 = time.perf_counter(), time.process_time()
+    trainer.fit(model, loader)
+    return time.perf_counter() - t0, cb, time.process_time() - c0
+
+
+def fit_main(args: argparse.Namespace) -> int:
+    import logging
+    import warnings
+
+    logging.getLogger("lightning.pytorch").setLevel(logging.ERROR)
+    warnings.filterwarnings("ignore")
+    env = machine()
+    wl = fit_workloads(args.resnet_steps)
+    if args.only:
+        wl = {k: v for k, v in wl.items() if any(o.lower() in k.lower() for o in args.only.split(","))}
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for name, (factory, loader, steps, desc) in wl.items():
+            fit_once(factory, loader, min(steps, 4), tmp, False)  # warm-up of both (imports, first analyze)
+            fit_once(factory, loader, min(steps, 4), tmp, True)
+            ratios, base, prof, said, cpu_ratios = [], [], [], [], []
+            for p in range(args.pairs):
+                order = (False, True) if p % 2 == 0 else (True, False)
+                got = {}
+                for profiled in order:
+                    got[profiled] = fit_once(factory, loader, steps, tmp, profiled)
+                (w0, _, c0), (w1, cb, c1) = got[False], got[True]
+                ratios.append(w1 / w0)
+                cpu_ratios.append(c1 / c0)
+                base.append(w0)
+                prof.append(w1)
+                o = cb.overhead if cb is not None else {}
+                said.append(o.get("run_fraction") or float("nan"))
+                print(f"{name} pair {p + 1}: without {w0:.2f} s, with {w1:.2f} s, x{w1 / w0:.3f} (CPU time "
+                      f"x{c1 / c0:.3f}); the summary "
+                      f"said +{100 * said[-1]:.1f} %", flush=True)
+            rows.append((name, desc, statistics.median(base), statistics.median(prof), statistics.median(ratios),
+                         min(ratios), max(ratios), statistics.median(said), statistics.median(cpu_ratios)))
+            print(f"ROW {name}: without {rows[-1][2]:.2f} s, with {rows[-1][3]:.2f} s, median ratio "
+                  f"x{rows[-1][4]:.3f} ({rows[-1][5]:.3f}-{rows[-1][6]:.3f}), CPU time x{rows[-1][8]:.3f}, summary said "
+                  f"+{100 * rows[-1][7]:.1f} %; "
+                  f"load {os.getloadavg()[0]:.2f}", flush=True)
+    load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
+    lines = ["# EnergyProfiler whole-fit overhead (issue 17)", "",
+             f"Command: `python benchmarks/overhead.py --fit --pairs {args.pairs} --resnet-steps {args.resnet_steps}"
+             + (f" --only {args.only}" if args.only else "") + "`",
+             "", f"Machine: {env}; load average after the run {load}.", "",
+             "Wall time of `trainer.fit()` with `EnergyProfiler()` (defaults: no sensor here, so energies are "
+             "estimated; every N auto; figures only within the overhead budget) over the same fit without it. "
+             "Runs alternate, one warm-up fit of each first; the ratio is per pair, the median of the pairs in bold "
+             "with the range; *CPU ratio*: the same for this process's CPU time (all its threads), less sensitive to "
+             "other jobs on a shared machine. *Summary said*: the whole-run overhead the callback measured and printed "
+             "(median).", "",
+             "| fit | without (s) | with (s) | wall ratio (median of pairs) | range | CPU ratio | summary said |",
+             "|---|---|---|---|---|---|---|"]
+    for name, desc, b, p, r, lo, hi, said, cr in rows:
+        lines.append(f"| {name}: {desc} | {b:.2f} | {p:.2f} | **x{r:.3f}** | {lo:.3f}-{hi:.3f} | x{cr:.3f} | "
+                     f"+{100 * said:.1f} % |")
+    text = "\n".join(lines) + "\n"
+    print()
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+        print(f"written to {args.out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=40, help="training steps per fit (default 40)")
@@ -188,9 +350,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
     ap.add_argument("--pairs", type=int, default=30, help="(plain, profiled, plain) triples of the paired test")
     ap.add_argument("--out", type=Path, default=None, help="write the markdown table here")
+    ap.add_argument("--fit", action="store_true", help="whole-fit wall-time ratios (see the module docstring)")
+    ap.add_argument("--resnet-steps", type=int, default=20, help="--fit: ResNet-18 steps (default 20)")
+    ap.add_argument("--only", default="", help="--fit: comma-separated names to run (cnn, resnet, gpt)")
     args = ap.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.fit:
+        return fit_main(args)
 
     n = args.steps * args.batch_size
     g = torch.Generator().manual_seed(0)

@@ -7,7 +7,8 @@ What it shows, end to end, on the embedded defaults (the twin, an SQLite profile
   mode within the power budget; the board is restored at the end. The summary says how many minibatches tuning
   took, beside a dry run of the settings before (no prior, a fixed settling wait). Run it twice: the second run
   finds every profile in the store and is in the chosen mode from its second minibatch.
-* ``EnergyProfiler`` times every layer on this CPU and attributes the twin's simulated power to them.
+* ``EnergyProfiler`` shows every layer's time and energy on the Orin in the current mode, from the twin's per-layer
+  model of the workload it captured (this CPU's layer times are kept apart as ``host_time``).
 * TensorBoard logs (scalars, the profiled modes, the chosen mode, per-layer energy, a roofline) and a summary.
 
 Every power and energy figure is simulated (the twin); the training itself really runs here. Nothing is

@@ -40,10 +40,12 @@ from lightning_edge.lightning.device import JETSON_SETTLE_S, ProfilerDevice, res
 from lightning_edge.profiling.attribution import (
     DEFAULT_K,
     ESTIMATED,
+    SIMULATED,
     StepEnergy,
     attribute_step,
     label_of,
     model_energies,
+    simulated_step,
 )
 from lightning_edge.profiling.hooks import LayerTimer, StepTiming
 
@@ -86,10 +88,17 @@ class StepTotal:
     energy_j: float = math.nan
     label: str = ESTIMATED
     profiled: bool = False
+    mode: str | None = None
+    sim_time_s: float | None = None  # the step's time on the twin (its model of the workload), when simulated
+
+    @property
+    def host_time_s(self) -> float:
+        """The step's wall time on this machine."""
+        return (self.t1_ns - self.t0_ns) / 1e9
 
     @property
     def time_s(self) -> float:
-        return (self.t1_ns - self.t0_ns) / 1e9
+        return self.host_time_s if self.sim_time_s is None else self.sim_time_s
 
 
 @dataclass
@@ -107,6 +116,7 @@ class EpochTotals:
     ranks: int = 1  # DDP ranks and energy domains the totals cover (see EnergyProfiler)
     domains: int = 1
     readings: Any = None  # the sampler's ReadingQuality over the epoch (None without a sensor)
+    host_time_s: float = math.nan  # the epoch's wall time on this machine (the same as time_s unless simulated)
 
     @property
     def j_per_sample(self) -> float:
@@ -209,6 +219,8 @@ class EnergySession:
         self._twin_kind: str | None = None
         self.roofline_desc = ""
         self._roof_cache: dict[str | None, tuple[Any, str]] = {}
+        self._model_quals: dict[tuple[str, bool], str] = {}  # (shown, training) -> the analysed module's path
+        self._twin_cache: dict[tuple, Any] = {}  # (training, mode, batch) -> (LayerTimes, names) or None
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> EnergySession:
@@ -325,7 +337,7 @@ class EnergySession:
         index = st.batches
         st.batches += 1
         gstep = index if global_step is None else int(global_step)
-        total = StepTotal(stage, index, gstep, t0, t1, samples, profiled=timing is not None)
+        total = StepTotal(stage, index, gstep, t0, t1, samples, profiled=timing is not None, mode=self._last_mode)
         dur = t1 - t0
         self.run_ns += dur
         st.epoch_t1 = t1
@@ -387,6 +399,7 @@ class EnergySession:
                 continue
             self._model_costs = getattr(self, "_model_costs", {})
             self._model_costs[(shown, training)] = cost
+            self._model_quals[(shown, training)] = qual
             for layer in cost.layers:
                 full = f"{qual}.{layer.name}" if qual and layer.name else (qual or layer.name)
                 name = full or self.timer.root_name
@@ -400,17 +413,69 @@ class EnergySession:
         if self._twin_kind is not None and self._twin_kind != kind and (kind == "train") in self.costs:
             self._twin_begin(stage, kind == "train", self._batch_sizes.get(stage))
 
+    def _main_cost(self, training: bool) -> tuple[Any, str] | None:
+        """The largest analysed module's cost for training or inference, and its path in the model."""
+        costs = getattr(self, "_model_costs", {})
+        mc = [(c, self._model_quals.get(key, "")) for key, c in costs.items() if key[1] == training]
+        return max(mc, key=lambda x: x[0].flops) if mc else None
+
+    def twin_model(self, stage: str, mode: str | None = None) -> tuple[Any, dict[str, str]] | None:
+        """The twin's per-layer model of the stage's captured workload in ``mode`` (default: the current one):
+        ``(LayerTimes, {twin row name: profiler layer name})``, or None when there is no twin or no cost."""
+        twin = self.device.twin if self.device is not None else None
+        if twin is None or self.cost_arg is not None:
+            return None
+        training = stage == "train"
+        main = self._main_cost(training)
+        if main is None:
+            return None
+        cost, qual = main
+        batch = self._batch_sizes.get(stage)
+        key = (training, mode, batch, id(cost))
+        if key in self._twin_cache:
+            return self._twin_cache[key]
+        out = None
+        try:
+            kind = "train" if training else "infer"
+            try:  # one optimizer kernel per parameter tensor, counted as PowerModeTuner's SimWorkload counts them
+                n_tensors = sum(1 for _ in self.model.get_submodule(qual).parameters())
+            except Exception:  # noqa: BLE001
+                n_tensors = None
+            prof = twin.compile(cost, kind=kind, batch_size=batch, param_tensors=n_tensors)
+            lt = twin.layer_times(prof, mode, kind=kind, batch_size=batch)
+            root = qual or self.timer.root_name
+            names = {n: (f"{qual}.{n}" if qual else n) for n in lt.names if n and not n.startswith("(")}
+            names["(root)"] = root
+            out = (lt, names)
+            others = [k for k in getattr(self, "_model_costs", {}) if k[1] == training]
+            if len(others) > 1:
+                msg = (f"the twin models {root!r} only ({len(others) - 1} other analysed module(s) of the step get "
+                       "no simulated time)")
+                if msg not in self.notes:
+                    self.notes.append(msg)
+        except Exception as exc:  # noqa: BLE001 - the twin cannot model it: host times x simulated power
+            msg = (f"the twin could not model the workload per layer ({type(exc).__name__}: {exc}): layer times are "
+                   "this machine's, energies apportioned from the simulated sensor")
+            if msg not in self.notes:
+                self.notes.append(msg)
+        self._twin_cache[key] = out
+        return out
+
+    @property
+    def twin_times(self) -> bool:
+        """True when the layers' and steps' times and energies are the twin's model of the workload."""
+        return any(v is not None for v in self._twin_cache.values())
+
     def _twin_begin(self, stage: str, training: bool, samples: int | None) -> None:
         """Let the twin's simulated board run this workload (its power follows the model's cost)."""
         twin = self.device.twin if self.device is not None else None
         kind = "train" if training else "infer"
         if twin is None or self._twin_kind == kind:
             return
-        costs = getattr(self, "_model_costs", {})
-        mc = [c for (_, tr), c in costs.items() if tr == training]
-        if not mc:
+        found = self._main_cost(training)
+        if found is None:
             return
-        main = max(mc, key=lambda c: c.flops)
+        main = found[0]
         try:
             twin.begin(main, kind, samples or 1)
             self._twin_kind = kind
@@ -481,12 +546,17 @@ class EnergySession:
         selfs = timing.exclusive()
         roof, desc = self.roofline(p.mode)
         self.roofline_desc = desc
-        model = model_energies(selfs, self.costs_for(timing.has_backward), roof)
-        trace = self.sampler if self.sampler is not None else None
-        source = self.device.source if self.device is not None else "model"
-        energy = attribute_step(selfs, timing.t0_ns, timing.t1_ns, trace=trace,
-                                update_period_s=self.device.update_period_s if self.device else None,
-                                model_energy_j=model, k=self.k, source=source, samples=p.samples)
+        sim = self.twin_model(p.stage, p.mode)
+        if sim is not None:  # the twin: the Orin's time and energy of every layer, from its model of the workload
+            energy = simulated_step(selfs, timing.t0_ns, timing.t1_ns, sim[0], sim[1], samples=p.samples,
+                                    training=p.stage == "train")
+        else:
+            model = model_energies(selfs, self.costs_for(timing.has_backward), roof)
+            trace = self.sampler if self.sampler is not None else None
+            source = self.device.source if self.device is not None else "model"
+            energy = attribute_step(selfs, timing.t0_ns, timing.t1_ns, trace=trace,
+                                    update_period_s=self.device.update_period_s if self.device else None,
+                                    model_energy_j=model, k=self.k, source=source, samples=p.samples)
         step = ProfiledStep(p.stage, p.index, p.global_step, p.samples, timing, energy, p.mode)
         lst = self.profiled[p.stage]
         lst.append(step)
@@ -496,6 +566,7 @@ class EnergySession:
         for tot in reversed(self.totals[p.stage]):
             if tot.index == p.index:
                 tot.energy_j, tot.label, tot.profiled = energy.energy_j, energy.label, True
+                tot.sim_time_s = energy.sim_time_s
                 break
         return step
 
@@ -504,6 +575,17 @@ class EnergySession:
         if not todo:
             self._pending_totals.clear()
             return
+        if self.device is not None and self.device.twin is not None:
+            # the twin: every step is the twin's prediction for the workload in the step's mode
+            for t in todo:
+                sim = self.twin_model(t.stage, t.mode)
+                if sim is not None:
+                    t.sim_time_s = float(sim[0].time_s)
+                    t.energy_j, t.label = t.sim_time_s * float(sim[0].power_w), SIMULATED
+            todo = [t for t in todo if not math.isfinite(t.energy_j)]
+            if not todo:
+                self._pending_totals = []
+                return
         if self.sampler is not None:
             if not self._ready(todo[-1].t1_ns, wait) and not wait:
                 return  # (waiting found no newer reading: the sensor stopped; resolve with what there is)
@@ -556,7 +638,14 @@ class EnergySession:
         t0, t1 = st.epoch_t0 or steps[0].t0_ns, st.epoch_t1 or steps[-1].t1_ns
         samples = sum(s.samples or 0 for s in steps)
         energy, label, readings = math.nan, ESTIMATED, None
-        if self.sampler is not None:
+        host_s = (t1 - t0) / 1e9
+        time_s = host_s
+        if all(s.sim_time_s is not None and math.isfinite(s.energy_j) for s in steps):
+            # the twin's prediction for each step: the epoch on the Orin lasts as long as its steps
+            energy = float(sum(s.energy_j for s in steps))
+            time_s = float(sum(s.sim_time_s for s in steps))
+            label = SIMULATED
+        elif self.sampler is not None:
             energy = float(self.sampler.energy_j(t0, t1))
             readings = self.sampler.quality(t0, t1)
             label = label_of("measured", self.device.source if self.device else "measured", readings.is_partial)
@@ -568,7 +657,8 @@ class EnergySession:
             vals = [s.energy_j for s in steps if math.isfinite(s.energy_j)]
             energy = float(sum(vals)) * (len(steps) / len(vals)) if vals else math.nan
             label = ESTIMATED
-        tot = EpochTotals(stage, st.epoch, energy, (t1 - t0) / 1e9, len(steps), samples, label, readings=readings)
+        tot = EpochTotals(stage, st.epoch, energy, time_s, len(steps), samples, label, readings=readings,
+                          host_time_s=host_s)
         self.epochs.append(tot)
         st.epoch += 1
         st.epoch_t0 = st.epoch_t1 = None

@@ -40,7 +40,8 @@ import numpy as np
 __all__ = [
     "MEASURED", "APPORTIONED", "ESTIMATED", "SIMULATED", "PARTIAL", "DEFAULT_K",
     "PowerTrace", "LayerEnergy", "StepEnergy", "LayerStats", "StepStats", "LayerCostLike",
-    "attribute_step", "model_energies", "aggregate", "aggregate_steps", "label_of",
+    "attribute_step", "model_energies", "aggregate", "aggregate_steps", "label_of", "simulated_step",
+    "TWIN_REST",
 ]
 
 MEASURED, APPORTIONED, ESTIMATED, SIMULATED = "measured", "apportioned", "estimated", "simulated"
@@ -150,6 +151,8 @@ class LayerEnergy:
     bwd_s: float = 0.0
     calls: int = 0
     partial: bool = False  # the readings behind it missed a rail or a read
+    #: the layer's self time measured on this machine; ``nan``: the same as ``time_s`` (timed where it ran)
+    host_time_s: float = math.nan
 
     @property
     def label(self) -> str:
@@ -158,6 +161,11 @@ class LayerEnergy:
     @property
     def power_w(self) -> float:
         return self.energy_j / self.time_s if self.time_s > 0 else math.nan
+
+    @property
+    def host_s(self) -> float:
+        """This machine's self time of the layer (``time_s`` unless the time is the twin's)."""
+        return self.time_s if math.isnan(self.host_time_s) else self.host_time_s
 
 
 @dataclass
@@ -180,10 +188,17 @@ class StepEnergy:
     notes: list[str] = field(default_factory=list)
     samples: int | None = None
     partial: bool = False  # the readings over the step missed a rail or a read (the trace's ``quality``)
+    #: the step's time on the simulated device (the twin's model); ``None``: the step was timed where it ran
+    sim_time_s: float | None = None
+
+    @property
+    def host_time_s(self) -> float:
+        """The step's wall time on this machine."""
+        return (self.t1_ns - self.t0_ns) / 1e9
 
     @property
     def time_s(self) -> float:
-        return (self.t1_ns - self.t0_ns) / 1e9
+        return self.host_time_s if self.sim_time_s is None else float(self.sim_time_s)
 
     @property
     def power_w(self) -> float:
@@ -370,6 +385,52 @@ def _layer(name: str, s: Any, energy: float, method: str, source: str, model_j: 
                        int(_attr(s, "calls", 0) or 0))
 
 
+#: the twin's share of a step that no layer holds: the board's CPU power over the step and its static power while
+#: the GPU waits (data loading, kernel launches)
+TWIN_REST = "(idle and CPU)"
+
+
+def simulated_step(selfs: Mapping[str, Any], t0_ns: int, t1_ns: int, twin_layers: Any,
+                   name_of: Mapping[str, str] | None = None, *, samples: int | None = None,
+                   training: bool = True) -> StepEnergy:
+    """One step as the simulated device runs it: every layer's time and energy from the twin's per-layer model of
+    the workload (``twin_layers``: an :class:`~lightning_edge.devices.sim.twin.LayerTimes`, or anything with
+    ``names``, ``phase``, ``gpu_s``, ``energy_j``, ``time_s``, ``power_w``), so the layers sum to the twin's step
+    energy (``time_s * power_w``) and the step lasts the twin's ``time_s``. ``selfs`` (this machine's timings)
+    only supply each layer's host time (``host_time_s``), kind and calls; a layer the twin does not model gets
+    zero time and energy. ``name_of`` maps the twin's row names to the profiler's layer names (default: same).
+    What no layer holds (the CPU's power, static power while the GPU waits) is the row :data:`TWIN_REST`."""
+    name_of = dict(name_of or {})
+    rows: dict[str, list[float]] = {}  # name -> [gpu s, energy j, fwd s, bwd s]
+    for n, ph, g, e in zip(twin_layers.names, twin_layers.phase, np.asarray(twin_layers.gpu_s, dtype=float),
+                           np.asarray(twin_layers.energy_j, dtype=float)):
+        if ph == "backward" and not training:
+            continue
+        name = name_of.get(n, n)
+        r = rows.setdefault(name, [0.0, 0.0, 0.0, 0.0])
+        r[0] += float(g)
+        r[1] += float(e)
+        r[3 if ph == "backward" else 2] += float(g)
+    step_t = float(twin_layers.time_s)
+    step_e = step_t * float(twin_layers.power_w)
+    busy = sum(r[0] for r in rows.values())
+    rest_e = step_e - sum(r[1] for r in rows.values())
+    rows[TWIN_REST] = [max(step_t - busy, 0.0), rest_e, 0.0, 0.0]
+    layers: dict[str, LayerEnergy] = {}
+    for n, sel in selfs.items():
+        r = rows.pop(n, None)
+        g, e, f, b = r if r is not None else (0.0, 0.0, 0.0, 0.0)
+        layers[n] = LayerEnergy(n, e, g, SIMULATED, SIMULATED, str(_attr(sel, "kind", "module") or "module"),
+                                math.nan, f, b, int(_attr(sel, "calls", 0) or 0), host_time_s=_self_s(sel))
+    for n, (g, e, f, b) in rows.items():  # twin rows without a timed module: input copy, loss, the rest
+        layers[n] = LayerEnergy(n, e, g, SIMULATED, SIMULATED, "region", math.nan, f, b, 0, host_time_s=0.0)
+    notes = []
+    if rest_e < 0:
+        notes.append(f"the twin's layers exceed its step energy by {-rest_e:.3g} J")
+    return StepEnergy(int(t0_ns), int(t1_ns), step_e, SIMULATED, SIMULATED, layers, None, DEFAULT_K, True, notes,
+                      samples, sim_time_s=step_t)
+
+
 # ---------------------------------------------------------------------- aggregation over steps
 @dataclass
 class LayerStats:
@@ -392,6 +453,7 @@ class LayerStats:
     model_energy_j: float = math.nan
     flops: float | None = None
     bytes: float | None = None
+    host_time_s: float = math.nan  # mean self time on this machine (the same as time_s unless simulated)
 
     @property
     def label(self) -> str:
@@ -407,7 +469,7 @@ class LayerStats:
     def to_dict(self) -> dict:
         return {
             "name": self.name, "kind": self.kind, "steps": self.steps,
-            "time_s": self.time_s, "time_s_std": self.time_s_std,
+            "time_s": self.time_s, "time_s_std": self.time_s_std, "host_time_s": _none_if_nan(self.host_time_s),
             "fwd_s": self.fwd_s, "bwd_s": self.bwd_s,
             "energy_j": self.energy_j, "energy_j_std": self.energy_j_std,
             "power_w": _none_if_nan(self.power_w), "power_w_std": _none_if_nan(self.power_w_std),
@@ -432,6 +494,7 @@ class StepStats:
     energy_j_std: float
     power_w: float
     labels: Counter
+    host_time_s: float = math.nan  # mean wall time of the steps on this machine
 
     @property
     def label(self) -> str:
@@ -488,7 +551,7 @@ def aggregate(steps: Iterable[StepEnergy], costs: Mapping[str, Any] | None = Non
             _mean_std([r.fwd_s if r else 0.0 for r in rows])[0],
             _mean_std([r.bwd_s if r else 0.0 for r in rows])[0],
             _mean_std([float(r.calls) if r else 0.0 for r in rows])[0],
-            labels, _mean_std(mj)[0], flops, nbytes,
+            labels, _mean_std(mj)[0], flops, nbytes, _mean_std([r.host_s if r else 0.0 for r in rows])[0],
         )
     return out
 
@@ -499,4 +562,4 @@ def aggregate_steps(steps: Iterable[StepEnergy]) -> StepStats:
     tm, ts = _mean_std([s.time_s for s in steps])
     em, es = _mean_std([s.energy_j for s in steps])
     return StepStats(len(steps), tm, ts, em, es, em / tm if tm and tm > 0 else math.nan,
-                     Counter(s.label for s in steps))
+                     Counter(s.label for s in steps), _mean_std([s.host_time_s for s in steps])[0])

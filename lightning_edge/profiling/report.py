@@ -9,9 +9,11 @@ Pure Python over the attribution results (no torch, no Lightning)::
     report.markdown("train", top=20)            # for TensorBoard's add_text
 
 Every row says how its energy was obtained (``method``: ``measured``, ``apportioned``, ``estimated``,
-``simulated-measured``, ``simulated-apportioned``; `` (partial)`` appended when the power readings behind a number
-missed a rail, had a rail value rejected from the total, or a read failed); with the twin the report states that power and energy are
-simulated for a Jetson AGX Orin while the timings are this machine's.
+``simulated-measured``, ``simulated-apportioned``, ``simulated``; `` (partial)`` appended when the power readings
+behind a number missed a rail, had a rail value rejected from the total, or a read failed); with the twin the report
+states that time, power and energy are simulated for a Jetson AGX Orin (``twin_times``: the twin's per-layer model;
+this machine's times in ``host_time``), or, when the twin could not model the workload, that power and energy are
+while the timings are this machine's.
 """
 
 from __future__ import annotations
@@ -27,14 +29,17 @@ from typing import Any
 
 from lightning_edge.profiling.attribution import LayerStats, StepEnergy, StepStats, aggregate, aggregate_steps
 
-__all__ = ["ProfileReport", "StageReport", "CSV_FIELDS", "simulated_statement"]
+__all__ = ["ProfileReport", "StageReport", "CSV_FIELDS", "simulated_statement", "bar_chart"]
 
 CSV_FIELDS = ("stage", "layer", "kind", "method", "steps", "calls", "time_ms", "time_ms_std", "fwd_ms", "bwd_ms",
               "energy_mj", "energy_mj_std", "power_w", "power_w_std", "energy_share", "model_energy_mj",
-              "flops", "bytes", "intensity")
+              "flops", "bytes", "intensity", "host_time_ms")
 
 
-def simulated_statement(mode: str | None) -> str:
+def simulated_statement(mode: str | None, twin_times: bool = False) -> str:
+    if twin_times:
+        return (f"time, power and energy are SIMULATED for a Jetson AGX Orin (the twin's model of this workload) in "
+                f"mode {mode or '?'}; this machine's measured times are host_time (layers.csv/json)")
     return (f"power and energy are SIMULATED for a Jetson AGX Orin (the twin) in mode {mode or '?'}; "
             "the timings are measured on this machine")
 
@@ -53,6 +58,8 @@ class StageReport:
     total_samples: int = 0
     total_label: str = ""
     epochs: list[dict] = field(default_factory=list)
+    optimizer_steps: int | None = None  # the Trainer's optimizer steps in these batches (when known)
+    min_batches: int | None = None  # batches a stage needs before one is profiled per layer
 
     @property
     def profiled_steps(self) -> int:
@@ -90,6 +97,7 @@ class ProfileReport:
     roofline: str = ""
     overhead: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    twin_times: bool = False  # times are the twin's model of the workload (host times apart)
 
     @classmethod
     def build(cls, steps: Mapping[str, Iterable[StepEnergy]], *, costs: Mapping[str, Mapping[str, Any]] | None = None,
@@ -111,6 +119,7 @@ class ProfileReport:
                 int(tot.get("steps", len(lst))), float(tot.get("energy_j", math.nan)),
                 float(tot.get("time_s", math.nan)), int(tot.get("samples", 0) or 0), str(tot.get("label", "")),
                 [dict(e) for e in epochs if e.get("stage") == stage],
+                tot.get("optimizer_steps"), tot.get("min_batches"),
             )
         return cls(out, **kw)
 
@@ -136,6 +145,7 @@ class ProfileReport:
                     "energy_share": _f(s.energy_j / total if total > 0 else math.nan, nd=5),
                     "model_energy_mj": _f(s.model_energy_j, 1e3),
                     "flops": s.flops, "bytes": s.bytes, "intensity": _f(s.intensity, nd=4),
+                    "host_time_ms": _f(s.host_time_s, 1e3),
                 })
         return rows
 
@@ -154,7 +164,9 @@ class ProfileReport:
         for name, st in self.stages.items():
             stages[name] = {
                 "profiled_steps": st.profiled_steps, "total_steps": st.total_steps,
+                "optimizer_steps": st.optimizer_steps,
                 "step": {"time_s": _f(st.steps.time_s), "time_s_std": _f(st.steps.time_s_std),
+                         "host_time_s": _f(st.steps.host_time_s),
                          "energy_j": _f(st.steps.energy_j), "energy_j_std": _f(st.steps.energy_j_std),
                          "power_w": _f(st.steps.power_w), "method": st.steps.label},
                 "total": {"energy_j": _f(st.total_energy_j), "time_s": _f(st.total_time_s),
@@ -167,7 +179,7 @@ class ProfileReport:
         return {
             "schema": "lightning_edge.energy_profile", "version": 1,
             "device": self.device, "source": self.source, "mode": self.mode, "roofline": self.roofline,
-            "statement": simulated_statement(self.mode) if self.simulated else None,
+            "statement": simulated_statement(self.mode, self.twin_times) if self.simulated else None,
             "overhead": self.overhead, "notes": list(self.notes), "stages": stages,
         }
 
@@ -182,7 +194,7 @@ class ProfileReport:
             return ("estimated: no power sensor, every energy is the roofline model's "
                     f"({self.roofline or 'no roofline'}) with this machine's timings")
         if self.simulated:
-            return simulated_statement(self.mode)
+            return simulated_statement(self.mode, self.twin_times)
         return f"measured with {self.device}; layers shorter than the sensor resolves are apportioned"
 
     def markdown(self, stage: str, top: int | None = 30) -> str:
@@ -220,14 +232,23 @@ class ProfileReport:
         for st in self.stages.values():
             if wanted is not None and st.stage not in wanted:
                 continue
-            out.append(f"  [{st.stage}] {st.profiled_steps} of {st.total_steps} steps profiled per layer")
+            opt = ""
+            if st.optimizer_steps is not None and st.optimizer_steps != st.total_steps:
+                opt = f" ({st.optimizer_steps} optimizer steps: the Trainer's step count)"
+            out.append(f"  [{st.stage}] {st.profiled_steps} of {st.total_steps} batches profiled per layer{opt}")
+            if st.profiled_steps == 0 and st.min_batches:
+                out.append(f"    too short to profile per layer: a stage needs at least {st.min_batches} batches (the "
+                           f"first {st.min_batches - 1} are warm-up, one captures the inputs for the cost model); "
+                           f"this run had {st.total_steps}. Its totals below are from every batch.")
             if math.isfinite(st.total_energy_j):
                 per = (f", {st.total_energy_j / st.total_samples * 1e3:.3g} mJ/sample"
                        if st.total_samples else "")
                 out.append(f"    total energy {st.total_energy_j:.4g} J over {st.total_time_s:.3g} s{per} "
                            f"[{st.total_label}]")
             if st.steps.steps:
-                out.append(f"    per profiled step: {st.steps.time_s * 1e3:.3g} ms, {st.steps.energy_j:.4g} J, "
+                host = (f" (this machine: {st.steps.host_time_s * 1e3:.3g} ms)" if self.twin_times and
+                        math.isfinite(st.steps.host_time_s) else "")
+                out.append(f"    per profiled batch: {st.steps.time_s * 1e3:.3g} ms{host}, {st.steps.energy_j:.4g} J, "
                            f"{st.steps.power_w:.3g} W [{st.steps.label}]")
             total = sum(_nz(s.energy_j) for s in st.layers.values())
             ranked = [s for s in st.ranked() if _nz(s.energy_j) > 0][:top]
@@ -244,13 +265,17 @@ class ProfileReport:
         if self.overhead:
             o = self.overhead
             parts = []
+            if o.get("run_wall_s"):
+                parts.append(f"{o['run_overhead_s']:.3g} s of this {o['run_wall_s']:.3g} s run "
+                             f"(+{100 * (o.get('run_fraction') or 0.0):.2g} % wall time), measured: every hook of the "
+                             "callback, the layer timer, cost analysis, tables, figures, reports")
             if o.get("fraction") is not None:
                 every = f", profiling every {o['every_n_steps']} steps" if o.get("every_n_steps") is not None else ""
-                parts.append(f"{100 * o['fraction']:.2f} % of the step time{every}")
+                parts.append(f"per-layer profiling {100 * o['fraction']:.2f} % of the step time{every}")
             elif o.get("every_n_steps") is not None:
                 parts.append(f"every {o['every_n_steps']} steps")
             if o.get("epoch_work_s"):
-                parts.append(f"{o['epoch_work_s']:.2g} s per run for figures, tables and reports")
+                parts.append(f"figures {o['epoch_work_s']:.2g} s")
             if o.get("sampler_cpu_percent") is not None:
                 parts.append(f"power sampler {o['sampler_cpu_percent']:.2f} % of one core")
             if o.get("setup_s"):
@@ -259,6 +284,39 @@ class ProfileReport:
         for n in self.notes:
             out.append(f"  note: {n}")
         return "\n".join(out)
+
+
+def bar_chart(names: list[str], panels: list[tuple[str, list[float]]], title: str = "", row_px: int = 18,
+              panel_px: int = 300) -> Any:
+    """A horizontal bar chart as an RGB ``PIL.Image``: one row per name, one panel of bars per ``(label, values)``,
+    each bar with its value. Pillow only (matplotlib's own dependency): a few milliseconds, where a matplotlib
+    figure costs about a second."""
+    from PIL import Image, ImageDraw, ImageFont
+
+    font = ImageFont.load_default()
+    label_px = min(max((len(n) for n in names), default=8) * 7 + 16, 360)
+    head, foot = 40, 8
+    width = label_px + len(panels) * (panel_px + 20)
+    height = head + row_px * len(names) + foot
+    img = Image.new("RGB", (width, height), "white")
+    d = ImageDraw.Draw(img)
+    d.text((8, 6), title, fill="black", font=font)
+    colors = ["#c0504d", "#4f81bd", "#9bbb59", "#8064a2"]
+    for i, n in enumerate(names):
+        d.text((8, head + i * row_px + 3), n[-(label_px // 7):], fill="#222222", font=font)
+    for k, (label, values) in enumerate(panels):
+        x0 = label_px + k * (panel_px + 20)
+        d.text((x0, 22), label, fill="#333333", font=font)
+        finite = [v for v in values if v is not None and math.isfinite(v) and v > 0]
+        top = max(finite) if finite else 1.0
+        for i, v in enumerate(values):
+            if v is None or not math.isfinite(v) or v <= 0:
+                continue
+            y = head + i * row_px + 2
+            bar = int((panel_px - 70) * v / top)
+            d.rectangle([x0, y, x0 + max(bar, 1), y + row_px - 5], fill=colors[k % len(colors)])
+            d.text((x0 + bar + 4, y + 1), f"{v:.3g}", fill="#222222", font=font)
+    return img
 
 
 def _s(x: float | None, nd: int = 4) -> str:

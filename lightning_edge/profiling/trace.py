@@ -13,8 +13,12 @@ plugin all open it. Layout:
 * one process per trace (``pid`` = this process), threads: ``step`` (the ``ProfilerStep#N`` spans and the step's
   regions), ``forward`` and ``backward`` (module spans; a span that would not nest inside the spans already on a
   thread goes to an extra lane, ``backward 2`` ...), so every thread holds properly nested spans;
-* span ``args``: the layer, its class, the call index, phase, the layer's FLOP and bytes in that phase (from the cost
-  model, whole step), and the layer's self time and energy in that step with the energy's method;
+* layer spans have category ``cpu_op`` (as PyTorch's operators), so torch-tb-profiler counts them as CPU execution
+  and lists them in its operator view, not as "Other"; step spans (``ProfilerStep#N``) and regions stay
+  ``user_annotation`` as PyTorch writes them;
+* span ``args``: the layer, its class, the call index, phase, the layer's ``flops`` and ``bytes`` in that phase (from
+  the cost model, whole step), and the layer's self time and energy (``energy_mj``) in that step with the energy's
+  method;
 * counters (``ph: "C"``): ``power total (W)`` and ``power <rail> (W)`` for every rail, from the power samples
   inside each traced step (plus one sample either side).
 """
@@ -30,10 +34,12 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-__all__ = ["chrome_trace", "trace_path", "write_trace", "nest_lanes", "TRACE_SUFFIX"]
+__all__ = ["chrome_trace", "trace_path", "write_trace", "nest_lanes", "merge_into", "TRACE_SUFFIX", "MERGED_PID"]
 
 TRACE_SUFFIX = ".pt.trace.json"
 _TID_STEP, _TID_FWD, _TID_BWD = 1, 10, 100
+#: the process id lightning_edge's events get inside another profiler's trace (a process of their own there)
+MERGED_PID = 7_000_000
 
 
 def trace_path(log_dir: str | os.PathLike[str], run: str = "energy", worker: str | None = None) -> Path:
@@ -63,10 +69,6 @@ def nest_lanes(spans: list[tuple[int, int]]) -> list[int]:
     return out
 
 
-def _us(t_ns: int) -> float:
-    return t_ns / 1000.0
-
-
 def _phase_cost(cost: Any, phase: str) -> tuple[float | None, float | None]:
     if cost is None:
         return None, None
@@ -78,12 +80,19 @@ def _phase_cost(cost: Any, phase: str) -> tuple[float | None, float | None]:
 
 def chrome_trace(steps: Iterable[tuple[Any, Any, str]], power: Callable[[int, int], Any] | None = None,
                  costs: Mapping[str, Any] | Callable[[Any], Mapping[str, Any]] | None = None,
-                 pid: int | None = None, process_name: str = "lightning_edge", metadata: Mapping | None = None) -> dict:
+                 pid: int | None = None, process_name: str = "lightning_edge", metadata: Mapping | None = None,
+                 ts_offset_us: float = 0.0, power_window: tuple[int, int] | None = None) -> dict:
     """The trace document for ``steps``: ``(StepTiming, StepEnergy or None, label)`` each.
 
     ``power(t0_ns, t1_ns)``: the power samples of a window (``PowerSampler.samples``: ``t_ns``, ``power_w``,
-    ``rails_w``, ``rails``); ``costs``: ``{layer: LayerCost}`` or a function of the timing giving it."""
+    ``rails_w``, ``rails``), taken over each step, or over ``power_window`` (ns) when given; ``costs``:
+    ``{layer: LayerCost}`` or a function of the timing giving it. ``ts_offset_us`` is added to every time stamp
+    (to put the events on another trace's clock)."""
     pid = os.getpid() if pid is None else int(pid)
+
+    def _us(t_ns: int) -> float:
+        return t_ns / 1000.0 + ts_offset_us
+
     ev: list[dict] = [
         {"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": process_name}},
         {"ph": "M", "name": "thread_name", "pid": pid, "tid": _TID_STEP, "args": {"name": "step"}},
@@ -102,12 +111,12 @@ def chrome_trace(steps: Iterable[tuple[Any, Any, str]], power: Callable[[int, in
         layer_costs = costs(timing) if callable(costs) else (costs or {})
         layers = getattr(energy, "layers", None) or {}
         ev.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{n}", "pid": pid, "tid": _TID_STEP,
-                   "ts": _us(timing.t0_ns), "dur": _us(timing.duration_ns),
+                   "ts": _us(timing.t0_ns), "dur": timing.duration_ns / 1000.0,
                    "args": {"label": label, "energy_j": _num(getattr(energy, "energy_j", None)),
                             "method": getattr(energy, "label", None), "samples": getattr(energy, "samples", None)}})
         for r in timing.regions:
             ev.append({"ph": "X", "cat": "user_annotation", "name": r.name, "pid": pid, "tid": _TID_STEP,
-                       "ts": _us(r.t0_ns), "dur": _us(r.duration_ns), "args": {"phase": r.phase}})
+                       "ts": _us(r.t0_ns), "dur": r.duration_ns / 1000.0, "args": {"phase": r.phase}})
         spans = [iv for iv in timing.inclusive() if iv.kind == "module"]
         for phase, base, tname in (("fwd", _TID_FWD, "forward"), ("bwd", _TID_BWD, "backward")):
             mine = [iv for iv in spans if iv.phase == phase]
@@ -117,34 +126,86 @@ def chrome_trace(steps: Iterable[tuple[Any, Any, str]], power: Callable[[int, in
                 w, q = _phase_cost(layer_costs.get(iv.name), phase)
                 le = layers.get(iv.name)
                 args = {"layer": iv.name, "kind": timing.kinds.get(iv.name, ""), "call": iv.call, "phase": phase,
-                        "step_flops": w, "step_bytes": q}
+                        "flops": w, "bytes": q}
                 if le is not None:
-                    args.update(self_time_ms=le.time_s * 1e3, self_energy_mj=_num(le.energy_j * 1e3),
-                                method=le.label)
-                ev.append({"ph": "X", "cat": "user_annotation", "name": iv.name, "pid": pid, "tid": tid,
-                           "ts": _us(iv.t0_ns), "dur": _us(iv.duration_ns), "args": args})
-        if power is not None:
-            try:
-                s = power(timing.t0_ns, timing.t1_ns)
-            except Exception:  # noqa: BLE001 - a trace without counters is still a trace
-                s = None
-            if s is not None and len(s.t_ns):
-                rails = tuple(getattr(s, "rails", ()) or ())
-                for i in range(len(s.t_ns)):
-                    ts = _us(int(s.t_ns[i]))
-                    p = float(s.power_w[i])
-                    if math.isfinite(p):
-                        ev.append({"ph": "C", "name": "power total (W)", "pid": pid, "ts": ts, "args": {"W": p}})
-                    for k, rail in enumerate(rails):
-                        v = float(s.rails_w[i, k])
-                        if math.isfinite(v):
-                            ev.append({"ph": "C", "name": f"power {rail} (W)", "pid": pid, "ts": ts,
-                                       "args": {"W": v}})
+                    args.update(self_time_ms=le.time_s * 1e3, energy_mj=_num(le.energy_j * 1e3),
+                                host_self_time_ms=le.host_s * 1e3, method=le.label)
+                ev.append({"ph": "X", "cat": "cpu_op", "name": iv.name, "pid": pid, "tid": tid,
+                           "ts": _us(iv.t0_ns), "dur": iv.duration_ns / 1000.0, "args": args})
+        if power is not None and power_window is None:
+            _counters(ev, power, timing.t0_ns, timing.t1_ns, pid, _us)
+    if power is not None and power_window is not None:
+        _counters(ev, power, power_window[0], power_window[1], pid, _us)
     doc = {"schemaVersion": 1, "displayTimeUnit": "ms", "traceEvents": ev,
            "traceName": process_name}
     if metadata:
         doc["metadata"] = dict(metadata)
     return doc
+
+
+def _counters(ev: list, power: Callable[[int, int], Any], t0_ns: int, t1_ns: int, pid: int,
+              us: Callable[[int], float]) -> None:
+    try:
+        s = power(t0_ns, t1_ns)
+    except Exception:  # noqa: BLE001 - a trace without counters is still a trace
+        s = None
+    if s is None or not len(s.t_ns):
+        return
+    rails = tuple(getattr(s, "rails", ()) or ())
+    for i in range(len(s.t_ns)):
+        ts = us(int(s.t_ns[i]))
+        p = float(s.power_w[i])
+        if math.isfinite(p):
+            ev.append({"ph": "C", "name": "power total (W)", "pid": pid, "ts": ts, "args": {"W": p}})
+        for k, rail in enumerate(rails):
+            v = float(s.rails_w[i, k])
+            if math.isfinite(v):
+                ev.append({"ph": "C", "name": f"power {rail} (W)", "pid": pid, "ts": ts, "args": {"W": v}})
+
+
+def merge_into(path: str | os.PathLike[str], steps: Iterable[tuple[Any, Any, str]], *, epoch_offset_ns: int,
+               power: Callable[[int, int], Any] | None = None,
+               costs: Mapping[str, Any] | Callable[[Any], Mapping[str, Any]] | None = None,
+               metadata: Mapping | None = None) -> int:
+    """Add lightning_edge's layer spans (FLOP, bytes, energy as args) and power counter tracks to a trace written by
+    ``torch.profiler`` (Kineto's Chrome trace: ``ts`` in microseconds after ``baseTimeNanoseconds``), as a
+    process of their own (``MERGED_PID``), so torch-tb-profiler and Perfetto show operators and power together.
+
+    ``steps`` are ``(StepTiming, StepEnergy, label)`` on this process's ``perf_counter_ns`` clock and
+    ``epoch_offset_ns`` is ``time.time_ns() - time.perf_counter_ns()``. Only what falls inside the trace's
+    window is added; power covers the whole window. Plain or gzipped files. Returns the number of events added
+    (0: nothing overlapped, the file is left as it was)."""
+    import gzip
+
+    p = Path(path)
+    gz = p.name.endswith(".gz")
+    with (gzip.open(p, "rt") if gz else open(p)) as f:
+        doc = json.load(f)
+    evs = doc.get("traceEvents")
+    if not isinstance(evs, list):
+        raise ValueError(f"{p}: not a Chrome trace (no traceEvents list)")
+    if any(e.get("pid") == MERGED_PID for e in evs if isinstance(e, dict)):
+        return 0  # merged already
+    base = int(doc.get("baseTimeNanoseconds", 0) or 0)
+    spans = [e for e in evs if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e]
+    if not spans:
+        return 0
+    lo = min(float(e["ts"]) for e in spans)
+    hi = max(float(e["ts"]) + float(e.get("dur", 0) or 0) for e in spans)
+    off_us = (int(epoch_offset_ns) - base) / 1000.0
+    window = (int((lo - off_us) * 1000), int((hi - off_us) * 1000))  # on our clock
+    inside = [st for st in steps if st[0].t1_ns >= window[0] and st[0].t0_ns <= window[1]]
+    ours = chrome_trace(inside, power=power, costs=costs, pid=MERGED_PID,
+                        process_name="lightning_edge: layers, energy and power", metadata=metadata,
+                        ts_offset_us=off_us, power_window=window)["traceEvents"]
+    added = [e for e in ours if e["ph"] == "M" or lo - 1e3 <= float(e.get("ts", lo)) <= hi + 1e3]
+    if not [e for e in added if e["ph"] != "M"]:
+        return 0
+    evs.extend(added)
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
+    with (gzip.open(p, "wt") if gz else open(p, "w")) as f:
+        f.write(text)
+    return len(added)
 
 
 def _num(x: Any) -> float | None:
@@ -159,6 +220,7 @@ def write_trace(doc: Mapping, path: str | os.PathLike[str]) -> Path:
     """Write the trace (creating the directories); returns the path."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=False)  # the C encoder: json.dump's is Python's
     with open(p, "w") as f:
-        json.dump(doc, f, separators=(",", ":"), allow_nan=False)
+        f.write(text)
     return p

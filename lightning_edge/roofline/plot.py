@@ -77,7 +77,8 @@ def _fmt_si(x: float, unit: str) -> str:
 
 def plot_rooflines(rooflines: Roofline | Mapping[str, Roofline], layers: Sequence[Any] | None = None,
                    path: str | Path | None = None, static: str | bool = "both", title: str | None = None,
-                   intensity_range: tuple[float, float] | None = None, dpi: int = 130, annotate: int = 5):
+                   intensity_range: tuple[float, float] | None = None, dpi: int = 130, annotate: int = 5,
+                   times: str | None = None):
     """Draw time and energy rooflines of one or more modes, optionally with layers as points.
 
     Args:
@@ -89,6 +90,8 @@ def plot_rooflines(rooflines: Roofline | Mapping[str, Roofline], layers: Sequenc
         title: figure title.
         intensity_range: (min, max) FLOP/B of the x axis; default spans the balance points and the layers.
         annotate: label the names of the this many layers with the largest time share.
+        times: what the given layer times are, for the note in the time panel (default ``measured``), e.g.
+            ``"simulated (the twin's model)"``.
 
     Returns the ``matplotlib.figure.Figure`` (two axes: time roofline, energy roofline).
     """
@@ -170,7 +173,9 @@ def plot_rooflines(rooflines: Roofline | Mapping[str, Roofline], layers: Sequenc
             e = pts["energy_j"]
             est_e = np.asarray(eroof.energy(pts["flops"], pts["bytes"], time_s=pts["time_s"],
                                             static=bool(np.isfinite(eroof.static_power).all())), dtype=float)
-            e = np.where(np.isfinite(e), e, est_e)
+            # a layer sits at the same time in both panels: its given energy goes with its given (measured or
+            # simulated) time; a layer placed on the roof (no time of the device) gets the roof's energy for it
+            e = np.where(np.isfinite(e) & pts["measured"], e, est_e)
             ax_e.scatter(pts["intensity"][order], (pts["flops"] / e / 1e9)[order], s=sizes[order],
                          c=pts["share"][order], cmap="Greys", vmin=0, vmax=max(pts["share"].max(), 1e-12),
                          edgecolors="black", linewidths=0.6, alpha=0.85, zorder=3)
@@ -181,8 +186,9 @@ def plot_rooflines(rooflines: Roofline | Mapping[str, Roofline], layers: Sequenc
                           xytext=(dx, dy), ha="right" if dx < 0 else "left", fontsize=7, color="#222222",
                           bbox={"boxstyle": "round,pad=0.15", "fc": "white", "ec": "none", "alpha": 0.7},
                           arrowprops={"arrowstyle": "-", "color": "#888888", "lw": 0.6})
-        kind = "measured" if pts["measured"].all() else ("estimated" if not pts["measured"].any() else
-                                                          "measured where known, else estimated")
+        given = times or "measured"
+        kind = given if pts["measured"].all() else ("estimated" if not pts["measured"].any() else
+                                                     f"{given} where known, else estimated")
         ax_t.text(0.99, 0.01, f"layer times: {kind}", transform=ax_t.transAxes, ha="right", va="bottom",
                   fontsize=7, color="#555555")
 

@@ -121,9 +121,10 @@ def test_ddp_on_one_board_counts_the_board_once_and_every_rank_samples(tmp_path)
         board.set_power_w(rail, 5.0)
     total_w = 5.0 * len(sensor.total_rails)
     scal, layers = _fit_ddp(tmp_path, sensor)
-    (epoch_j,), (epoch_s,), (jps,) = scal["energy/epoch_j"], scal["time/epoch_s"], scal["energy/j_per_sample"]
-    assert scal["energy/epoch_domains"] == [1.0]
-    assert epoch_j / epoch_s == pytest.approx(total_w, rel=0.1)  # one board's power, not 2x
+    (epoch_j,), (epoch_ms,), (jps,) = (scal["energy_j/train/epoch"], scal["time_ms/train/epoch"],
+                                      scal["energy_j/train/per_sample"])
+    assert scal["energy_j/train/epoch_domains"] == [1.0]
+    assert epoch_j / (epoch_ms / 1e3) == pytest.approx(total_w, rel=0.1)  # one board's power, not 2x
     assert epoch_j / jps == pytest.approx(64)  # samples of both ranks
     (ep,) = layers["stages"]["train"]["epochs"]
     assert ep["ranks"] == 2 and ep["energy_domains"] == 1 and ep["samples"] == 64
@@ -132,10 +133,10 @@ def test_ddp_on_one_board_counts_the_board_once_and_every_rank_samples(tmp_path)
 @pytest.mark.slow
 def test_ddp_on_the_twin_adds_a_board_per_rank(tmp_path):
     scal, layers = _fit_ddp(tmp_path, "sim:orin-agx")
-    assert scal["energy/epoch_domains"] == [2.0]
-    (epoch_j,), (jps,) = scal["energy/epoch_j"], scal["energy/j_per_sample"]
+    assert scal["sim/energy_j/train/epoch_domains"] == [2.0]
+    (epoch_j,), (jps,) = scal["sim/energy_j/train/epoch"], scal["sim/energy_j/train/per_sample"]
     assert epoch_j > 0 and epoch_j / jps == pytest.approx(64)
-    assert any("step_j" in k for k in scal)  # per-step figures are rank 0's
+    assert any(k.endswith("energy_j/train/step") for k in scal)  # per-step figures are rank 0's
 
 
 @pytest.mark.slow

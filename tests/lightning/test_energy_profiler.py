@@ -93,7 +93,7 @@ def _no_global_hooks():
 @pytest.mark.parametrize("package", PACKAGES)
 def test_fit_with_the_twin_writes_tensorboard_reports_and_trace(package, tmp_path, capsys):
     L, TensorBoardLogger, EnergyProfiler = _pkg(package)
-    cb = EnergyProfiler(device="sim:orin-agx", every_n_steps=1, warmup_steps=1)
+    cb = EnergyProfiler(device="sim:orin-agx", every_n_steps=1, warmup_steps=1, figure=True, log_layers="all")
     logger = TensorBoardLogger(str(tmp_path), name="run")
     trainer = _trainer(L, tmp_path, [cb], logger=logger)
     dl = _loader()
@@ -104,40 +104,63 @@ def test_fit_with_the_twin_writes_tensorboard_reports_and_trace(package, tmp_pat
 
     acc = _events(log_dir)
     scalars = set(acc.Tags()["scalars"])
-    for tag in ("time/net.0_ms", "energy/net.0_mj", "power/net.0_w", "intensity/net.0", "time/step_ms",
-                "energy/step_j", "power/step_w", "energy/epoch_j", "energy/j_per_sample", "energy/val/step_j",
-                "time/val/net.0_ms", "energy/(backward)_mj"):
+    # every time/energy/power card says it is simulated in its path, one unit per family
+    for tag in ("sim/time_ms/train/layer/net.0", "sim/energy_j/train/layer/net.0", "sim/time_ms/train/step",
+                "sim/energy_j/train/step", "sim/power_w/train/step", "sim/energy_j/train/epoch",
+                "sim/energy_j/train/per_sample", "sim/energy_j/validate/step", "sim/time_ms/validate/layer/net.0",
+                "host/time_ms/train/step", "host/time_ms/train/layer/net.0"):
         assert tag in scalars, tag
-    assert "roofline/train" in acc.Tags()["images"]
+    assert all(t.split("/")[0] in ("sim", "host") for t in scalars if "time_ms" in t or "energy_j" in t), scalars
+    assert not [t for t in scalars if "power_w" in t and "/layer/" in t]  # per-layer power only on request
+    assert not [t for t in scalars if t.endswith("_mj") or "/mj" in t]
+    assert len([t for t in scalars if "/train/layer/" in t and t.startswith("sim/energy_j")]) <= 10
+    # the card's description says simulated (TensorBoard shows it on the card)
+    meta = acc.SummaryMetadata("sim/energy_j/train/step")
+    assert "SIMULATED" in meta.summary_description and "Jetson AGX Orin" in meta.summary_description
+    assert "this machine" in acc.SummaryMetadata("host/time_ms/train/step").summary_description
+    # a custom scalars layout, once per run
+    layouts = [t for t in acc.Tags()["tensors"] if t == "custom_scalars__config__"]
+    assert len(layouts) == 1 and len(acc.Tensors(layouts[0])) == 1
+    from tensorboard.plugins.custom_scalar import layout_pb2
+
+    lay = layout_pb2.Layout()
+    lay.ParseFromString(acc.Tensors(layouts[0])[0].tensor_proto.string_val[0])
+    titles = {c.title for cat in lay.category for c in cat.chart}
+    assert {"step energy (J)", "epoch energy (J)", "top layers by energy: train (J)"} <= titles
+    assert "roofline/train" in acc.Tags()["images"] and "layers/train" in acc.Tags()["images"]  # figure=True
     assert any(t.startswith("energy/train_layers") for t in acc.Tags()["tensors"])
     text = acc.Tensors([t for t in acc.Tags()["tensors"] if t.startswith("energy/train_layers")][0])[0]
     md = text.tensor_proto.string_val[0].decode()
     assert "SIMULATED" in md and "`net.0`" in md
 
-    # the layers of a profiled step sum to that step's measured (simulated) energy
+    # the layers of a profiled step sum to that step's simulated energy (every layer logged: log_layers="all")
     per_step = defaultdict(float)
     for tag in scalars:
-        if tag.startswith("energy/") and tag.endswith("_mj") and "/val/" not in tag:
+        if tag.startswith("sim/energy_j/train/layer/"):
             for ev in acc.Scalars(tag):
-                per_step[ev.step] += ev.value / 1e3
-    steps = {ev.step: ev.value for ev in acc.Scalars("energy/step_j")}
+                per_step[ev.step] += ev.value
+    steps = {ev.step: ev.value for ev in acc.Scalars("sim/energy_j/train/step")}
     assert per_step and set(per_step) <= set(steps)
     for s, e in per_step.items():
         assert e == pytest.approx(steps[s], rel=1e-4)
         assert 0.0 < steps[s] < 67 * 10  # below the board's cap x a generous step time
-    intensity = acc.Scalars("intensity/net.0")[0].value
-    assert 0.1 < intensity < 1000
 
-    # reports
+    # reports: the twin's times, this machine's apart
     rows = list(csv.DictReader(open(os.path.join(log_dir, "layers.csv"))))
     assert {r["stage"] for r in rows} == {"train", "validate"}
-    assert {r["method"] for r in rows} <= {"simulated-measured", "simulated-apportioned"}
+    assert {r["method"] for r in rows} == {"simulated"}
     conv = next(r for r in rows if r["stage"] == "train" and r["layer"] == "net.0")
     assert float(conv["time_ms"]) > 0 and float(conv["flops"]) > 0 and float(conv["bwd_ms"]) > 0
+    assert float(conv["host_time_ms"]) > 0 and conv["host_time_ms"] != conv["time_ms"]
     doc = json.load(open(os.path.join(log_dir, "layers.json")))
     assert doc["source"] == "simulated" and "SIMULATED" in doc["statement"]
     assert doc["stages"]["train"]["profiled_steps"] >= 4 and doc["stages"]["train"]["total_steps"] == 6
     assert doc["overhead"]["every_n_steps"] == 1
+    step = doc["stages"]["train"]["step"]
+    assert step["host_time_s"] > 0 and step["time_s"] != step["host_time_s"]
+    layer_sum = sum(r["energy_mj"] for r in doc["stages"]["train"]["layers"]) / 1e3
+    assert layer_sum == pytest.approx(step["energy_j"], rel=1e-4)
+    assert doc["overhead"]["run_wall_s"] > 0 and doc["overhead"]["run_overhead_s"] > 0
 
     # the Chrome/Perfetto trace, in the torch-tb-profiler layout
     traces = glob.glob(os.path.join(log_dir, "plugins", "profile", "energy", "*.pt.trace.json"))
@@ -151,7 +174,7 @@ def test_fit_with_the_twin_writes_tensorboard_reports_and_trace(package, tmp_pat
 
     out = capsys.readouterr().out
     assert "EnergyProfiler summary" in out and "SIMULATED for a Jetson AGX Orin" in out
-    assert "timings are measured on this machine" in out and "top" in out and "overhead" in out
+    assert "this machine's measured times are host_time" in out and "top" in out and "overhead" in out
 
 
 @pytest.mark.parametrize("package", PACKAGES)
@@ -168,9 +191,11 @@ def test_validate_test_predict_without_logger_or_sensor(package, tmp_path, capsy
     assert cb.log_dir.startswith(str(tmp_path / "lightning_logs" / "energy"))  # own SummaryWriter
     acc = _events(cb.log_dir)
     scalars = set(acc.Tags()["scalars"])
-    for tag in ("energy/val/step_j", "energy/test/step_j", "energy/predict/step_j", "time/test/net.0_ms",
-                "energy/test/net.0_mj", "energy/test/epoch_j", "energy/predict/j_per_sample"):
+    for tag in ("estimated/energy_j/validate/step", "estimated/energy_j/test/step", "estimated/energy_j/predict/step",
+                "time_ms/test/layer/net.0", "estimated/energy_j/test/layer/net.0", "estimated/energy_j/test/epoch",
+                "estimated/energy_j/predict/per_sample"):
         assert tag in scalars, tag
+    assert "ESTIMATED" in acc.SummaryMetadata("estimated/energy_j/test/step").summary_description
     doc = json.load(open(os.path.join(cb.log_dir, "layers.json")))
     assert doc["source"] == "model" and set(doc["stages"]) == {"validate", "test", "predict"}
     for st in doc["stages"].values():
@@ -241,3 +266,145 @@ def test_steps_after_a_power_mode_change_are_not_profiled(tmp_path):
     trainer = _trainer(L, tmp_path, [Switch(), cb2], max_steps=9)
     trainer.fit(_module(L), _loader(n=80))
     assert [p.index for p in cb2.session.profiled["train"]] == [2]
+
+
+def test_power_and_layer_energy_go_into_lightnings_pytorch_profiler_trace(tmp_path):
+    """Issue 17 item 6: with Lightning's PyTorchProfiler running, its own trace gets the power counter tracks and
+    the layers with their FLOP, bytes and energy (a process of their own), beside its operators."""
+    L = pytest.importorskip("lightning.pytorch")
+    from lightning.pytorch.profilers import PyTorchProfiler
+
+    from lightning_edge.lightning.pytorch import EnergyProfiler
+    from lightning_edge.profiling.trace import MERGED_PID
+
+    cb = EnergyProfiler(device="sim:orin-agx", every_n_steps=1, warmup_steps=1, print_summary=False, figure=False,
+                        log_dir=str(tmp_path / "energy"))
+    prof = PyTorchProfiler(dirpath=str(tmp_path / "prof"), filename="p")
+    trainer = _trainer(L, tmp_path, [cb], profiler=prof, max_steps=8)
+    trainer.fit(_module(L), _loader(n=80))
+    traces = [p for p in glob.glob(str(tmp_path / "prof" / "**" / "*.pt.trace.json"), recursive=True)]
+    assert traces, os.listdir(tmp_path / "prof")
+    merged, layers = 0, []
+    for p in traces:
+        doc = json.load(open(p))
+        ours = [e for e in doc["traceEvents"] if e.get("pid") == MERGED_PID]
+        if not ours:
+            continue
+        merged += 1
+        assert any(e["ph"] == "C" and e["name"] == "power total (W)" for e in ours)
+        assert any(e.get("cat") == "cpu_op" and e["name"].startswith("aten::") for e in doc["traceEvents"])
+        layers += [e for e in ours if e["ph"] == "X" and e["name"] == "net.0"]
+    assert merged >= 1 and layers
+    assert all(e["args"]["flops"] > 0 and e["args"]["energy_mj"] > 0 for e in layers)
+    assert prof.describe.__func__ is type(prof).describe  # its own method given back
+
+
+def test_on_the_twin_the_fit_reports_what_the_twin_predicts_and_the_tuner_sees(tmp_path):
+    """Issue 17 item 2: on the twin the per-layer table sums to the twin's step energy, and step time, step energy,
+    epoch energy and J/sample are the twin's prediction for the workload in the mode, the same numbers
+    PowerModeTuner's simulated workload gives (noise off), not this CPU's time x the Orin's power."""
+    L = pytest.importorskip("lightning.pytorch")
+    from lightning_edge.devices.sim.device import SimulatedOrin
+    from lightning_edge.devices.sim.workload import SimWorkload
+    from lightning_edge.lightning.pytorch import EnergyProfiler
+
+    dev = SimulatedOrin(noise=False)
+    cb = EnergyProfiler(device=dev, every_n_steps=1, warmup_steps=1, print_summary=False, figure=False,
+                        log_dir=str(tmp_path / "energy"))
+    model = _module(L)
+    trainer = _trainer(L, tmp_path, [cb], max_steps=6)
+    trainer.fit(model, _loader(n=48))
+    wl = SimWorkload(model, dev.twin, example_inputs=(torch.randn(8, 3, 16, 16),), noise=False)
+    t_s, p_w = wl.expected("train", dev.twin.current_mode(), 8)
+    doc = json.load(open(os.path.join(cb.log_dir, "layers.json")))
+    train = doc["stages"]["train"]
+    st = cb.report.stages["train"]
+    assert st.steps.time_s == pytest.approx(t_s, rel=1e-9) and st.steps.energy_j == pytest.approx(t_s * p_w, rel=1e-9)
+    assert train["step"]["time_s"] == pytest.approx(t_s, abs=1e-6)  # the file (rounded to 1e-6)
+    assert train["step"]["energy_j"] == pytest.approx(t_s * p_w, abs=1e-6)
+    assert train["step"]["host_time_s"] > 0
+    assert sum(ls.energy_j for ls in st.layers.values()) == pytest.approx(t_s * p_w, rel=1e-9)
+    assert sum(ls.time_s for ls in st.layers.values()) == pytest.approx(t_s, rel=1e-9)
+    assert all(r["host_time_ms"] is not None for r in train["layers"] if r["layer"].startswith("net."))
+    (ep,) = train["epochs"]
+    assert ep["energy_j"] == pytest.approx(6 * t_s * p_w, rel=1e-9) and ep["time_s"] == pytest.approx(6 * t_s)
+    assert ep["j_per_sample"] == pytest.approx(t_s * p_w / 8, rel=1e-9) and ep["method"] == "simulated"
+    opt = next(r for r in train["layers"] if r["layer"] == "(optimizer)")
+    assert opt["time_ms"] / 1e3 < t_s  # the Orin's optimizer step, not this machine's
+
+
+def test_tensorboard_stays_readable_on_a_deep_model_and_figures_are_drawn_once_per_call(tmp_path):
+    """Issue 17 items 3 and 5: a demo run wrote 986 scalar tags (one energy, time and power card per layer) and drew
+    the roofline figure every epoch; now the per-layer cards are the top 10 layers, and tables and figures are made
+    once per Trainer call (figure=True), or not at all when they do not fit the overhead budget (figure='auto')."""
+    L = pytest.importorskip("lightning.pytorch")
+    from lightning.pytorch.loggers import TensorBoardLogger
+
+    from lightning_edge.lightning.pytorch import EnergyProfiler
+
+    class Deep(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.net = nn.Sequential(*[m for _ in range(20) for m in (nn.Linear(16, 16), nn.ReLU())],
+                                     nn.Linear(16, 4))
+
+        def training_step(self, batch, i):
+            x, y = batch
+            return nn.functional.cross_entropy(self.net(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    g = torch.Generator().manual_seed(0)
+    dl = DataLoader(TensorDataset(torch.randn(16, 16, generator=g), torch.randint(0, 4, (16,), generator=g)),
+                    batch_size=4)
+    cb = EnergyProfiler(device="sim:orin-agx", every_n_steps=1, warmup_steps=1, figure=True, print_summary=False)
+    logger = TensorBoardLogger(str(tmp_path), name="deep")
+    trainer = _trainer(L, tmp_path, [cb], logger=logger, max_steps=-1, max_epochs=3)  # 3 short epochs
+    trainer.fit(Deep(), dl)
+    acc = _events(logger.log_dir)
+    scalars = acc.Tags()["scalars"]
+    assert len([t for t in scalars if "/layer/" in t]) == 3 * 10  # time, energy, host time of the top 10
+    assert len(scalars) <= 45, len(scalars)
+    assert len(acc.Images("roofline/train")) == 1 and len(acc.Images("layers/train")) == 1  # not per epoch
+    (text_tag,) = [t for t in acc.Tags()["tensors"] if t.startswith("energy/train_layers")]
+    assert len(acc.Tensors(text_tag)) == 1
+
+    # the default: the figures cost more than 3 % of this short fit, so they are left out, and the summary says so
+    cb = EnergyProfiler(device="none", every_n_steps=1, warmup_steps=1, print_summary=False)
+    logger = TensorBoardLogger(str(tmp_path), name="short")
+    _trainer(L, tmp_path, [cb], logger=logger, max_steps=-1, max_epochs=2).fit(Deep(), dl)
+    acc = _events(logger.log_dir)
+    assert "roofline/train" not in acc.Tags()["images"]
+    assert any(n.startswith("roofline figures not drawn") for n in cb.report.notes)
+    assert "layers/train" in acc.Tags()["images"]  # the bar chart is cheap: always there
+    assert "roofline figures not drawn" in cb.summary_text and "overhead:" in cb.summary_text
+
+
+def test_a_torch_profiler_around_fit_gets_the_layers_and_power(tmp_path):
+    """Issue 17 item 6 with a bare torch.profiler.profile: its trace is written after fit returns, so the summary
+    says how to merge, and merge_into_trace adds the layers (FLOP, bytes, energy) and power tracks on its clock."""
+    L = pytest.importorskip("lightning.pytorch")
+    from torch.profiler import ProfilerActivity, profile
+
+    from lightning_edge.lightning.pytorch import EnergyProfiler
+    from lightning_edge.profiling.trace import MERGED_PID
+
+    cb = EnergyProfiler(device="sim:orin-agx", every_n_steps=1, warmup_steps=1, print_summary=False, figure=False,
+                        log_dir=str(tmp_path / "energy"))
+    trainer = _trainer(L, tmp_path, [cb], max_steps=4)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        trainer.fit(_module(L), _loader())
+    assert "EnergyProfiler.merge_into_trace(path)" in cb.summary_text
+    path = tmp_path / "torch_trace.json"
+    prof.export_chrome_trace(str(path))
+    assert cb.merge_into_trace(path) > 0
+    doc = json.load(open(path))
+    ours = [e for e in doc["traceEvents"] if e.get("pid") == MERGED_PID]
+    assert any(e["ph"] == "C" and e["name"] == "power total (W)" for e in ours)
+    net0 = [e for e in ours if e["ph"] == "X" and e["name"] == "net.0"]
+    assert net0 and all(e["args"]["flops"] > 0 and e["args"]["energy_mj"] > 0 for e in net0)
+    ops = [e for e in doc["traceEvents"] if e.get("cat") == "cpu_op" and e.get("name", "").startswith("aten::conv")]
+    # on the same clock: a traced net.0 forward span overlaps one of the profiler's convolutions
+    fwd = [e for e in net0 if e["args"]["phase"] == "fwd"]
+    assert any(o["ts"] <= f["ts"] + f["dur"] and f["ts"] <= o["ts"] + o.get("dur", 0) for f in fwd for o in ops)

@@ -33,6 +33,9 @@ def _loop(session, steps, stage="train"):
 
 
 def test_plain_loop_with_the_twin():
+    """On the twin every layer's time and energy is the Orin's (the twin's per-layer model of the captured
+    workload in the current mode): the layers sum to the twin's step, the step and epoch are the twin's prediction
+    (what PowerModeTuner's SimWorkload reports), and this machine's times stay available as host times."""
     m = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
     s = EnergySession(m, "sim:orin-agx", every_n_steps=2, warmup_steps=2)
     _loop(s, 8)
@@ -40,17 +43,55 @@ def test_plain_loop_with_the_twin():
     idx = [p.index for p in s.profiled["train"]]
     assert idx == [2, 4, 6]  # step 0 captures the inputs for the cost model, 1 is warm-up
     p = s.profiled["train"][0]
-    assert p.energy.source == "simulated" and p.energy.label == "simulated-measured"
+    assert p.energy.source == "simulated" and p.energy.label == "simulated"
     assert p.energy.layer_sum_j == pytest.approx(p.energy.energy_j, rel=1e-9)
     assert {"0", "1", "2", "(forward)", "(backward)", "(optimizer)"} <= set(p.energy.layers)
     assert s.costs[True]["0"].backward.flops > 0  # the cost model ran on the captured inputs, with backward
-    assert s.device.twin.activity is not None and s.device.twin.activity.kind == "train"
-    assert all(t.label == "simulated-measured" for t in s.totals["train"])
+    twin = s.device.twin
+    assert twin.activity is not None and twin.activity.kind == "train"
+    pred = twin.predict(s._main_cost(True)[0], twin.current_mode(), kind="train", batch_size=4)
+    # the step is the twin's prediction for this workload in this mode, not this machine's time x its power
+    assert p.energy.time_s == pytest.approx(float(pred.time_s), rel=1e-9)
+    assert p.energy.energy_j == pytest.approx(float(pred.energy_j), rel=1e-9)
+    assert p.energy.host_time_s == pytest.approx((p.timing.t1_ns - p.timing.t0_ns) / 1e9)
+    lt = twin.layer_times(s._main_cost(True)[0], kind="train", batch_size=4)
+    rows = [i for i, n in enumerate(lt.names) if n == "0"]
+    le = p.energy.layers["0"]
+    assert le.time_s == pytest.approx(sum(lt.gpu_s[i] for i in rows))  # the Orin's time of the layer
+    assert le.energy_j == pytest.approx(sum(lt.energy_j[i] for i in rows))
+    assert le.host_time_s == pytest.approx(p.timing.exclusive()["0"].self_s)  # this machine's, kept apart
+    assert sum(x.time_s for x in p.energy.layers.values()) == pytest.approx(float(pred.time_s), rel=1e-6)
+    assert all(t.label == "simulated" for t in s.totals["train"])
+    assert all(t.time_s == pytest.approx(float(pred.time_s)) for t in s.totals["train"])
     tot = s.epoch_end("train")
-    assert tot.steps == 8 and tot.samples == 32 and tot.energy_j > 0 and tot.label == "simulated-measured"
+    assert tot.steps == 8 and tot.samples == 32 and tot.label == "simulated"
+    assert tot.energy_j == pytest.approx(8 * float(pred.energy_j), rel=1e-9)
+    assert tot.time_s == pytest.approx(8 * float(pred.time_s), rel=1e-9)
+    assert tot.host_time_s > 0 and tot.host_time_s != tot.time_s
     assert tot.j_per_sample == pytest.approx(tot.energy_j / 32)
     s.close()
     assert s.device.twin.activity is None
+
+
+def test_twin_follows_the_power_mode():
+    """A mode change moves every simulated number to the new mode's (the MAXN step is shorter than 15 W's)."""
+    m = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
+    s = EnergySession(m, "sim:orin-agx", every_n_steps=1, warmup_steps=1, settle_s=0.0)
+    _loop(s, 3)
+    s.flush(wait=True)
+    twin = s.device.twin
+    before = s.totals["train"][-1]
+    cur = twin.current_mode()
+    slow = cur.replace(gpu_mhz=min(twin.space.gpu_mhz))
+    assert slow != cur
+    twin.set_mode(slow)
+    _loop(s, 4)
+    s.flush(wait=True)
+    after = s.totals["train"][-1]
+    pred = twin.predict(s._main_cost(True)[0], twin.current_mode(), kind="train", batch_size=4)
+    assert after.time_s == pytest.approx(float(pred.time_s), rel=1e-9)
+    assert after.mode != before.mode
+    s.close()
 
 
 def test_warmup_and_every_n_policy():
@@ -160,3 +201,43 @@ def test_write_scalars_batches_and_falls_back_to_add_scalar(tmp_path):
     p = Plain()
     write_scalars(p, [("x", 1.0), ("y", 2.0)], 3)
     assert p.calls == [("x", 1.0, 3), ("y", 2.0, 3)]
+
+
+def test_with_a_real_sensor_times_are_this_machines_and_energy_is_measured(tmp_path):
+    """Issue 17 item 2: the twin's per-layer model is for the twin only; with a (fake-sysfs) Orin INA3221 sensor
+    every time is measured here and the energies are measured or apportioned, as before."""
+    from lightning_edge.devices.sensors.ina3221 import INA3221Sensor
+    from tests.fakes.ina3221 import build_orin_agx_ina
+
+    board = build_orin_agx_ina(tmp_path / "sys")
+    sensor = INA3221Sensor(root=tmp_path / "sys")
+    for rail in sensor.total_rails:
+        board.set_power_w(rail, 5.0)
+    m = nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
+    s = EnergySession(m, sensor, every_n_steps=1, warmup_steps=1)
+    _loop(s, 4)
+    s.flush(wait=True)
+    assert not s.twin_times
+    p = s.profiled["train"][-1]
+    assert p.energy.sim_time_s is None and p.energy.time_s == p.energy.host_time_s
+    assert {le.label for le in p.energy.layers.values()} <= {"measured", "apportioned"}
+    assert all(le.host_s == le.time_s for le in p.energy.layers.values())
+    assert all(t.sim_time_s is None and t.label == "measured" for t in s.totals["train"])
+    s.close()
+
+
+def test_bar_chart_is_an_image_with_a_bar_per_layer_and_panel():
+    import numpy as np
+
+    from lightning_edge.profiling.report import bar_chart
+
+    img = bar_chart(["a", "b", "c"], [("energy, J", [3.0, 1.0, float("nan")]), ("time, ms", [1.0, 2.0, 0.5])],
+                    title="train")
+    arr = np.asarray(img)
+    assert arr.ndim == 3 and arr.shape[2] == 3 and arr.shape[0] >= 3 * 18
+    red = (arr[..., 0] > 150) & (arr[..., 1] < 110) & (arr[..., 2] < 110)
+    blue = (arr[..., 2] > 150) & (arr[..., 0] < 110)
+    assert red.sum() > 0 and blue.sum() > 0
+    # the longest bar is the largest value: row a is wider than row b in the energy panel
+    rows = [red[40 + i * 18: 40 + (i + 1) * 18].sum() for i in range(3)]
+    assert rows[0] > rows[1] > 0 and rows[2] == 0  # nan: no bar

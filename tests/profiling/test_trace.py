@@ -92,3 +92,59 @@ def test_trace_without_energy_or_power():
     assert not [x for x in doc["traceEvents"] if x["ph"] == "C"]
     assert any(x["name"] == "2" for x in doc["traceEvents"] if x["ph"] == "X")
     json.dumps(doc, allow_nan=False)
+
+
+def test_layer_spans_are_operators_with_flop_bytes_and_energy():
+    """Issue 17: every span was ``user_annotation``, so torch-tb-profiler's overview was 100 % "Other" and its
+    operator view empty; layers are now ``cpu_op`` spans carrying their FLOP, bytes and energy."""
+    from lightning_edge.cost.types import Cost, LayerCost
+
+    t = _step()
+    e = attribute_step(t.exclusive(), t.t0_ns, t.t1_ns)
+    cost = {"0": LayerCost("0", "Linear", forward=Cost(flops=1000, bytes_read=300, bytes_written=100))}
+    spans = [x for x in chrome_trace([(t, e, "s")], costs=cost)["traceEvents"] if x["ph"] == "X"]
+    lin = next(x for x in spans if x["name"] == "0" and x["args"]["phase"] == "fwd")
+    assert lin["cat"] == "cpu_op"
+    assert lin["args"]["flops"] == 1000 and lin["args"]["bytes"] == 400 and lin["args"]["energy_mj"] is not None
+    assert next(x for x in spans if x["name"] == "ProfilerStep#0")["cat"] == "user_annotation"
+
+
+def test_merge_into_a_torch_profiler_trace(tmp_path):
+    """Layers and power go into the trace torch.profiler wrote, on its clock, as a process of their own."""
+    import time
+
+    import torch
+    from torch import nn
+    from torch.profiler import ProfilerActivity, profile
+
+    from lightning_edge.profiling.hooks import LayerTimer
+    from lightning_edge.profiling.sampler import Samples
+    from lightning_edge.profiling.trace import MERGED_PID, merge_into
+
+    m = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    timer = LayerTimer(m)
+    x = torch.randn(32, 8)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        timer.start_step()
+        m(x).sum().backward()
+        t = timer.stop_step()
+    path = tmp_path / "host_1.123.pt.trace.json"
+    prof.export_chrome_trace(str(path))
+    e = attribute_step(t.exclusive(), t.t0_ns, t.t1_ns)
+    ts = np.arange(t.t0_ns - 1_000_000, t.t1_ns + 1_000_000, 200_000)
+    samples = Samples(ts, np.full(ts.size, 12.5), np.full((ts.size, 1), 12.5), np.zeros(ts.size, bool),
+                      np.full(ts.size, np.nan), ("VDD_GPU_SOC",))
+    before = json.loads(path.read_text())
+    n = merge_into(path, [(t, e, "train step 0")], epoch_offset_ns=time.time_ns() - time.perf_counter_ns(),
+                   power=lambda a, b: samples)
+    assert n > 0
+    doc = json.loads(path.read_text())
+    assert len(doc["traceEvents"]) == len(before["traceEvents"]) + n
+    ours = [x for x in doc["traceEvents"] if x.get("pid") == MERGED_PID]
+    theirs = [x for x in before["traceEvents"] if x.get("ph") == "X" and x.get("cat") == "cpu_op"]
+    assert {"power total (W)", "power VDD_GPU_SOC (W)"} <= {x["name"] for x in ours if x["ph"] == "C"}
+    layer = next(x for x in ours if x["ph"] == "X" and x["name"] == "0" and x["args"]["phase"] == "fwd")
+    # on their clock: our first layer's forward overlaps their aten::linear / addmm
+    lin = [x for x in theirs if x["name"] in ("aten::linear", "aten::addmm")]
+    assert lin and any(abs(x["ts"] - layer["ts"]) < 5_000 for x in lin), (layer["ts"], [x["ts"] for x in lin])
+    assert merge_into(path, [(t, e, "again")], epoch_offset_ns=0) == 0  # merged once only

@@ -83,3 +83,25 @@ def test_cli_plot_from_profile_without_measuring(tmp_path, capsys):
     assert main(["roofline", "--plot", str(out), "--profile", "orin-agx-pagoda"]) == 0
     assert out.read_bytes()[:8] == PNG
     assert "measuring" not in capsys.readouterr().out
+
+
+def test_a_layer_sits_at_the_same_time_in_both_panels():
+    """Issue 17: a layer placed on the roof (no device time) used to keep its apportioned energy from another
+    machine's time in the energy panel, 2-4 decades below the roof; now both panels use the same time."""
+    prof = load_profile("orin-agx-pagoda")
+    roof = prof.roofline(prof.mode_names[0])
+    w, q = 2 * 10**9, 10**8
+    far_off = 50.0  # J: host time x simulated power, nothing to do with the roof's time
+    fig = plot_rooflines(roof, layers=[{"name": "fc", "flops": w, "bytes": q, "energy_j": far_off}])
+    ax_t, ax_e = fig.axes[0], fig.axes[1]
+    (x_t, y_t), = ax_t.collections[0].get_offsets()
+    (x_e, y_e), = ax_e.collections[0].get_offsets()
+    t_roof = float(roof.time(w, q))
+    assert y_t == pytest.approx(w / t_roof / 1e9)  # on the roof
+    e_roof = float(roof.energy(w, q, time_s=t_roof, static=True))
+    assert y_e == pytest.approx(w / e_roof / 1e9, rel=1e-6)  # the roof's energy at that same time
+    assert y_e != pytest.approx(w / far_off / 1e9)
+    # a layer with its device's time keeps its energy (twin or board): the same time in both panels
+    fig = plot_rooflines(roof, layers=[{"name": "fc", "flops": w, "bytes": q, "time_s": 1e-3, "energy_j": 0.02}])
+    (_, y_e), = fig.axes[1].collections[0].get_offsets()
+    assert y_e == pytest.approx(w / 0.02 / 1e9)

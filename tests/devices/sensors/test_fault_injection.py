@@ -370,7 +370,7 @@ def test_partial_readings_are_labelled_in_summary_reports_and_tensorboard(orin, 
 
     acc = EventAccumulator(str(log_dir), size_guidance={"scalars": 0, "tensors": 0})
     acc.Reload()
-    assert acc.Scalars("readings/epoch_partial")[0].value > 0
+    assert acc.Scalars("readings/train/epoch_partial")[0].value > 0
     table = "".join(e.tensor_proto.string_val[0].decode() for e in acc.Tensors("energy/train_layers/text_summary"))
     assert "(partial)" in table
 
