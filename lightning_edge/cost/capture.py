@@ -406,4 +406,5 @@ def step_cost(model: nn.Module, captured: Captured, *, training: bool | None = N
     inputs = [s for call, _ in costs for s in call.shapes()]
     return ModelCost(layers=list(merged.values()), uncounted=uncounted,
                      training=any(c.training for _, c in costs), dtype=first.dtype,
-                     model=type(model).__name__, inputs=inputs, notes=notes)
+                     model=type(model).__name__, inputs=inputs, notes=notes,
+                     autocast=next((c.autocast for _, c in costs if c.autocast), None))

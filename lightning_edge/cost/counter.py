@@ -487,7 +487,7 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
                      if not any(n.startswith(p + ".") if p else n != "" for p in opaque)}
 
     def meta_input(t: torch.Tensor) -> torch.Tensor:
-        m = _to_meta(t, target)
+        m = _to_meta(t, target, requires_grad=training and t.requires_grad)
         if t.device.type != "meta" and not t.is_floating_point() and not t.is_complex() \
                 and t.numel() <= KNOWN_MAX_NUMEL:
             with torch.inference_mode(False):
@@ -579,8 +579,8 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
         uncounted=rec.uncounted,
         training=training,
         fold_bn=fold_bn,
-        dtype=str(target or _infer_dtype(model)).removeprefix("torch.")
-        + (f" (autocast {str(amp).removeprefix('torch.')})" if amp is not None else ""),
+        dtype=str(target or _infer_dtype(model)).removeprefix("torch."),
+        autocast=str(amp).removeprefix("torch.") if amp is not None else None,
         model=type(model).__name__,
         inputs=[tuple(t.shape) for t in tensors_of_output((example_inputs, example_kwargs))],
         notes=notes,
