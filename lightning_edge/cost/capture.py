@@ -41,7 +41,7 @@ from torch.utils import _pytree as pytree
 
 __all__ = [
     "VALUE_MAX_NUMEL", "Call", "Captured", "CallCapture", "CaptureError", "capture", "step_cost", "to_meta",
-    "tree_map_tensors", "tensors_of", "has_uninitialized_params", "inputs_from_batch",
+    "tree_map_tensors", "tensors_of", "has_uninitialized_params", "inputs_from_batch", "has_forward",
 ]
 
 #: integer / bool tensors up to this many elements keep their values in a capture (ids, masks, labels)
@@ -107,6 +107,16 @@ def to_meta(obj: Any, keep_values: bool = True) -> Any:
         return torch.empty(t.shape, dtype=t.dtype, device="meta")
 
     return tree_map_tensors(conv, obj)
+
+
+def has_forward(module: Any) -> bool:
+    """False for a module whose class defines no ``forward`` of its own (``nn.Module``'s and ``LightningModule``'s
+    raise): Lightning allows them, their steps call submodules."""
+    fwd = getattr(type(module), "forward", None)
+    if fwd is None:
+        return callable(module)
+    owner = getattr(fwd, "__qualname__", "").split(".")[0]
+    return owner not in ("Module", "LightningModule")
 
 
 def has_uninitialized_params(module: nn.Module) -> bool:

@@ -224,9 +224,15 @@ class _CountMode(TorchDispatchMode):
         super().__init__()
         self.rec = rec
         self.cache = cache
+        self.adopted: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id(real tensor) -> (it, its meta twin)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        flat, spec = pytree.tree_flatten((args, kwargs))
+        if any(isinstance(x, torch.Tensor) and x.device.type != "meta" for x in flat):
+            # a real tensor made inside forward without device= (a causal mask on the default device): it joins the
+            # meta world, with its value when small
+            args, kwargs = pytree.tree_unflatten([self._adopt(x) for x in flat], spec)
         if self.rec.values:
             known = self._known(func, args, kwargs)
             if known is not _UNKNOWN:
@@ -234,6 +240,19 @@ class _CountMode(TorchDispatchMode):
         out = self._fast(func, args, kwargs)
         self.rec.record(func, args, kwargs, out)
         return out
+
+    def _adopt(self, x):
+        if not isinstance(x, torch.Tensor) or x.device.type == "meta":
+            return x
+        hit = self.adopted.get(id(x))
+        if hit is not None and hit[0] is x:
+            return hit[1]
+        m = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=META)
+        if x.numel() <= KNOWN_MAX_NUMEL:
+            with torch.inference_mode(False):
+                self.rec.values[id(m)] = (m, x.detach().clone())
+        self.adopted[id(x)] = (x, m)
+        return m
 
     def _known(self, func, args, kwargs):
         """Run ``func`` on known values when every tensor argument has one (or, for a factory op, none is
