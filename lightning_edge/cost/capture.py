@@ -190,7 +190,7 @@ def _describe(x: Any) -> str:
 @dataclass
 class Captured:
     """What a :class:`CallCapture` saw: the outermost ``calls`` in order, and ``notes`` (calls beyond
-    :data:`MAX_CALLS`, modules compiled with ``torch.compile``)."""
+    :data:`MAX_CALLS`)."""
 
     calls: list[Call] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -283,10 +283,6 @@ class CallCapture:
         for h in self._handles:
             h.remove()
         self._handles.clear()
-        compiled = [n or "(root)" for m, n in self._names.items() if is_compiled(m)]
-        if compiled:
-            self.captured.notes.append(
-                f"compiled with torch.compile: {', '.join(compiled[:4])}: each is costed as one opaque layer")
         if self.captured.dropped:
             self.captured.notes.append(f"{self.captured.dropped} more call(s) in the step were not captured "
                                        f"(at most {self.max_calls})")

@@ -103,3 +103,19 @@ def test_autocast_counts_matmuls_at_the_autocast_dtype():
     assert "autocast bfloat16" in amp.table() and amp.to_dict()["autocast"] == "bfloat16"
 
 
+
+
+def test_a_tensor_made_inside_forward_without_device_joins_the_meta_run():
+    # a causal mask built on the default device (no device=): before, "Tensor on device meta is not on the expected
+    # device cpu!"
+    class Causal(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layer = nn.TransformerEncoderLayer(16, 2, 32, dropout=0.0, batch_first=True)
+
+        def forward(self, x):
+            mask = nn.Transformer.generate_square_subsequent_mask(x.shape[1])
+            return self.layer(x, src_mask=mask, is_causal=True)
+
+    cost = analyze(Causal(), torch.randn(2, 8, 16), training=True)
+    assert cost.layer("layer.linear1").forward.macs == 2 * 8 * 16 * 32 and cost.backward.flops > 0
