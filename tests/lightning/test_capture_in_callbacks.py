@@ -229,3 +229,43 @@ def test_tuner_takes_a_given_cost_model(tmp_path):
     _trainer(tmp_path, [tuner], steps=20).fit(NoForward(), _dict_loader())
     assert tuner.workload_cost is cost
     assert tuner.summary()["new_profiles"] >= 1
+
+
+def test_tuner_on_a_measured_board_tunes_without_a_cost_model_and_says_so(tmp_path):
+    from lightning_edge.devices.sim.device import SimulatedOrin
+
+    sim = SimulatedOrin(seed=0, settling=False)
+
+    class Board:  # a board seen through its controller and its power sensor only (the tuner measures)
+        name = "test-board"
+        controller = sim.controller
+        sensor = sim.sensor
+
+    class Branchy(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(4, 2)
+
+        def forward(self, x):
+            return self.fc(x * 2 if x.sum() > 1e9 else x)
+
+    class Step(L.LightningModule):
+        def __init__(self):
+            super().__init__()
+            self.m = Branchy()
+
+        def training_step(self, batch, i):
+            x, y = batch
+            return nn.functional.cross_entropy(self.m(x), y)
+
+        def configure_optimizers(self):
+            return torch.optim.SGD(self.parameters(), lr=0.01)
+
+    ds = TensorDataset(torch.randn(64, 4), torch.randint(0, 2, (64,)))
+    tuner = PowerModeTuner(power_budget_w=25, device=Board(), store=None, print_summary=False,
+                           window=dict(settle_s=0.0, warmup_steps=1, min_steps=3, max_steps=3))
+    with pytest.warns(UserWarning, match="tuned from measurements only"):
+        _trainer(tmp_path, [tuner], steps=12).fit(Step(), DataLoader(ds, batch_size=8))
+    assert tuner.workload_cost is None
+    assert "measured" in tuner.summary_text and "tuned from measurements only" in tuner.summary_text
+    assert tuner.summary()["profiling_steps"] >= 3  # it measured modes all the same
