@@ -228,13 +228,16 @@ class _CountMode(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        flat, spec = pytree.tree_flatten((args, kwargs))
-        if any(isinstance(x, torch.Tensor) and x.device.type != "meta" for x in flat):
+        tensors = _arg_tensors(args, kwargs)
+        if any(t.device.type != "meta" for t in tensors):
             # a real tensor made inside forward without device= (a causal mask on the default device): it joins the
             # meta world, with its value when small
-            args, kwargs = pytree.tree_unflatten([self._adopt(x) for x in flat], spec)
+            flat, spec = pytree.tree_flatten((args, kwargs))
+            flat = [self._adopt(x) for x in flat]
+            args, kwargs = pytree.tree_unflatten(flat, spec)
+            tensors = _arg_tensors(args, kwargs)
         if self.rec.values:
-            known = self._known(func, args, kwargs)
+            known = self._known(func, args, kwargs, tensors)
             if known is not _UNKNOWN:
                 return known
         out = self._fast(func, args, kwargs)
@@ -254,12 +257,10 @@ class _CountMode(TorchDispatchMode):
         self.adopted[id(x)] = (x, m)
         return m
 
-    def _known(self, func, args, kwargs):
+    def _known(self, func, args, kwargs, tensors):
         """Run ``func`` on known values when every tensor argument has one (or, for a factory op, none is
         given); the meta result gets the real result's value. Returns ``_UNKNOWN`` otherwise."""
         values = self.rec.values
-        flat = pytree.tree_leaves((args, kwargs))
-        tensors = [x for x in flat if isinstance(x, torch.Tensor)]
         if tensors:
             if not all(id(t) in values for t in tensors):
                 return _UNKNOWN
@@ -324,6 +325,17 @@ class _CountMode(TorchDispatchMode):
         is_seq, metas = spec
         outs = [torch.empty_strided(sh, st, dtype=dt, device=META) for sh, st, dt in metas]
         return tuple(outs) if is_seq else outs[0]
+
+
+def _arg_tensors(args, kwargs) -> list:
+    """The tensors of an aten op's arguments (tensors or lists of tensors; no deeper nesting in aten schemas)."""
+    out = []
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out.extend(b for b in a if isinstance(b, torch.Tensor))
+    return out
 
 
 _UNKNOWN = object()
