@@ -255,6 +255,7 @@ class CallCapture:
         self._names: dict[nn.Module, str] = {}
         self._handles: list[Any] = []
         self._depth = 0
+        self._open: list[bool] = []
         self._root_open: int | None = None  # index in calls of the root call in progress
 
     @property
@@ -266,6 +267,7 @@ class CallCapture:
             return self
         self.captured = Captured()
         self._depth = 0
+        self._open: list[bool] = []  # per open call: does it count in the depth (not a recompute in the backward)
         self._root_open = None
         self._names = {}
         for name, mod in self.model.named_modules():
@@ -300,6 +302,12 @@ class CallCapture:
         name = self._names.get(mod)
         if name is None:
             return
+        if torch._C._current_autograd_node() is not None:
+            # a forward recomputed inside the backward (activation checkpointing): part of the calls already
+            # captured, whose analysis counts the recomputation
+            self._open.append(False)
+            return
+        self._open.append(True)
         depth = self._depth
         self._depth += 1
         calls = self.captured.calls
@@ -319,7 +327,7 @@ class CallCapture:
     def _post(self, mod: nn.Module, args: tuple, output: Any) -> None:
         if torch.compiler.is_compiling():
             return
-        if mod in self._names and self._depth > 0:
+        if mod in self._names and self._open and self._open.pop() and self._depth > 0:
             self._depth -= 1
             if self._depth == 0:
                 self._root_open = None

@@ -100,3 +100,22 @@ def test_power_mode_tuner_models_a_vit_fine_tune(tmp_path):
     cost = tuner.workload_cost
     assert cost.layer("model.vit.embeddings.patch_embeddings.projection").forward.macs == B * 16 * 3 * 64 * HIDDEN
     assert tuner.summary()["new_profiles"] >= 1
+
+
+def test_energy_profiler_keeps_the_cost_model_with_gradient_checkpointing(tmp_path):
+    # before: analyze raised inside the profiler ("Tensor.item() cannot be called on meta tensors") and the cost model
+    # was silently dropped: energy split by time only
+
+    def checkpointed():
+        model, batch = gpt2()
+        model.gradient_checkpointing_enable()
+        return model, batch
+
+    prof = EnergyProfiler(device="sim:orin-agx", every_n_steps=1, warmup_steps=1, figure=False)
+    _fit(tmp_path, checkpointed, prof, 4)
+    notes = prof.session.cost_notes
+    assert any("activation checkpointing" in n for n in notes), notes
+    assert not [n for n in notes if "failed" in n]
+    costs = prof.session.costs_for(True)
+    mlp = costs["model.transformer.h.0.mlp.c_fc"]
+    assert mlp.backward.macs == 3 * mlp.forward.macs  # input + weight gradients, and the recomputed forward

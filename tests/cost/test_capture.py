@@ -196,3 +196,27 @@ def test_a_lazy_module_is_costed_after_its_first_step_with_a_clear_error_before(
         analyze(m, torch.randn(2, 3))
     cap, _ = capture(m, m, torch.randn(2, 3))  # the first call initialises it
     assert step_cost(m, cap, training=False).macs == 2 * 3 * 4
+
+
+def test_a_forward_recomputed_in_the_backward_is_not_another_call():
+    from torch.utils.checkpoint import checkpoint
+
+    class M(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pre, self.block = nn.Linear(8, 8), nn.Linear(8, 8)
+
+        def forward(self, x):
+            return checkpoint(self.block, self.pre(x), use_reentrant=False)
+
+    class Outer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = M()
+
+    o = Outer()
+    with CallCapture(o) as cap:
+        o.m(torch.randn(4, 8)).sum().backward()
+    assert [c.module for c in cap.captured.calls] == ["m"]  # not also "m.block" (its recomputation)
+    cost = step_cost(o, cap.captured)
+    assert cost.layer("m.block").backward.macs == 3 * cost.layer("m.block").forward.macs
