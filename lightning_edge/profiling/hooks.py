@@ -37,7 +37,8 @@ How it times (the ModuleTracker pattern of ``torch/utils/module_tracker.py`` and
   on the CPU in this repository's tests.**
 
 Handles shared modules (one name, several calls), modules called several times (``call`` index),
-exceptions (hooks are always removed), ``torch.no_grad``/``torch.inference_mode`` (forward only) and autocast.
+exceptions (hooks are always removed), ``torch.no_grad``/``torch.inference_mode`` (forward only), autocast and
+``torch.compile``d submodules (timed whole).
 """
 
 from __future__ import annotations
@@ -286,8 +287,12 @@ class LayerTimer:
       parameters), ``True``/``False`` to force the CUDA-event path.
     - ``backward``: also time the backward (node hooks).
     - ``root_name``: the name reported for the root module (default: its class name).
-    - ``capture_inputs``: record the inputs (as meta tensors) of the outermost module calls of the step, so the
-      cost model can be run on exactly what ran (``StepTiming.inputs``).
+    - ``capture_inputs``: record the outermost module calls of the step, positional and keyword arguments, with the
+      shared capture (:class:`~lightning_edge.cost.capture.CallCapture`), so the cost model can be run on exactly
+      what ran (``StepTiming.captured``; ``StepTiming.inputs`` keeps the positional ones by name).
+
+    Inside code compiled by ``torch.compile`` the hooks do nothing (Dynamo would trace their bookkeeping): a compiled
+    module is timed as one layer, by its outer eager call.
     """
 
     def __init__(self, model: nn.Module, depth: int | None = None, include: Include = None,
