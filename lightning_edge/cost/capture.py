@@ -41,7 +41,7 @@ from torch.utils import _pytree as pytree
 
 __all__ = [
     "VALUE_MAX_NUMEL", "Call", "Captured", "CallCapture", "CaptureError", "capture", "step_cost", "to_meta",
-    "tree_map_tensors", "tensors_of", "has_uninitialized_params", "inputs_from_batch", "has_forward",
+    "tree_map_tensors", "tensors_of", "has_uninitialized_params", "has_forward",
 ]
 
 #: integer / bool tensors up to this many elements keep their values in a capture (ids, masks, labels)
@@ -217,9 +217,6 @@ class Captured:
                 return bs
         return None
 
-    def resized(self, batch_size: int) -> Captured:
-        return Captured([c.resized(batch_size) for c in self.calls], list(self.notes), self.dropped)
-
     def describe(self) -> str:
         if not self.calls:
             return "no call of the model's modules"
@@ -344,19 +341,6 @@ def capture(model: nn.Module, fn: Callable[..., Any], *args: Any, **kwargs: Any)
 def is_compiled(module: nn.Module) -> bool:
     """A module compiled with ``torch.compile(module)`` (an ``OptimizedModule``) or ``module.compile()``."""
     return type(module).__name__ == "OptimizedModule" or getattr(module, "_compiled_call_impl", None) is not None
-
-
-def inputs_from_batch(batch: Any) -> tuple[tuple, dict]:
-    """The call a model most likely gets for ``batch`` when none was captured: a mapping (dict,
-    ``BatchEncoding``) as keyword arguments (``model(**batch)``), a tuple/list as ``(inputs, targets)`` (its first
-    element), anything else as the one argument."""
-    if isinstance(batch, Mapping):
-        return (), dict(batch)
-    if dataclasses.is_dataclass(batch) and not isinstance(batch, type):
-        return (), {f.name: getattr(batch, f.name) for f in dataclasses.fields(batch)}
-    if isinstance(batch, (tuple, list)) and batch:
-        return (batch[0],), {}
-    return (batch,), {}
 
 
 # ---------------------------------------------------------------------------------------------- cost
