@@ -30,8 +30,10 @@ Tensor trees are walked with ``torch.utils._pytree`` (tuples, lists, dicts, name
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +50,21 @@ __all__ = [
 VALUE_MAX_NUMEL = 1 << 20
 #: calls recorded per capture at most (a loop over a module is summarised by its first calls)
 MAX_CALLS = 64
+
+
+_quiet = threading.local()
+
+
+@contextlib.contextmanager
+def not_captured() -> Iterator[None]:
+    """Calls made inside this block (``analyze``'s own meta run of a model) are not captured by any
+    :class:`CallCapture`: analysing a model during a captured step (the tuner's callback runs inside the profiler's
+    step) must not look like another call of it."""
+    _quiet.depth = getattr(_quiet, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _quiet.depth -= 1
 
 
 class CaptureError(ValueError):
@@ -299,9 +316,9 @@ class CallCapture:
         name = self._names.get(mod)
         if name is None:
             return
-        if torch._C._current_autograd_node() is not None:
-            # a forward recomputed inside the backward (activation checkpointing): part of the calls already
-            # captured, whose analysis counts the recomputation
+        if getattr(_quiet, "depth", 0) or torch._C._current_autograd_node() is not None:
+            # analyze's own meta run (not_captured), or a forward recomputed inside the backward (activation
+            # checkpointing): part of the calls already captured, whose analysis counts the recomputation
             self._open.append(False)
             return
         self._open.append(True)

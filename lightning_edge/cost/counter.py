@@ -493,7 +493,7 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
     amp = resolve_dtype(autocast)
     if amp is not None and not amp.is_floating_point:
         raise ValueError(f"autocast must be a floating dtype such as 'bf16' or 'fp16', got {autocast!r}")
-    from lightning_edge.cost.capture import has_uninitialized_params, tree_map_tensors
+    from lightning_edge.cost.capture import has_uninitialized_params, not_captured, tree_map_tensors
 
     if has_uninitialized_params(model):
         raise ValueError(f"{type(model).__name__} has uninitialized (Lazy) parameters: run one real step first "
@@ -543,7 +543,7 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
         # the meta parameters stay in place for the backward too: a checkpointed forward is recomputed in it
         # inference_mode (Lightning's eval loops) skips the decompositions the formulas expect: leave it
         with _reparametrize_module(model, state, tie_weights=True, strict=False), eager, \
-                torch.inference_mode(False):
+                torch.inference_mode(False), not_captured():
             with torch.set_grad_enabled(training), attention, amp_mode, _CountMode(rec, cache):
                 out = model(*meta_args, **meta_kwargs)
             if training:

@@ -221,3 +221,12 @@ def test_a_forward_recomputed_in_the_backward_is_not_another_call():
     cost = step_cost(o, cap.captured)
     first = cost.layer("m.block.0")  # recomputed once in the backward: input grad + weight grad + forward again
     assert first.backward.macs == 3 * first.forward.macs and first.calls == 1
+
+
+def test_analyzing_during_a_captured_step_is_not_another_call():
+    # the tuner analyses its capture at the end of the first step, inside the profiler's captured step
+    net = Net()
+    with CallCapture(net) as cap:
+        net(torch.randn(2, 8))
+        analyze(net, torch.randn(2, 8), training=True)
+    assert len(cap.captured.calls) == 1

@@ -269,3 +269,16 @@ def test_tuner_on_a_measured_board_tunes_without_a_cost_model_and_says_so(tmp_pa
     assert tuner.workload_cost is None
     assert "measured" in tuner.summary_text and "tuned from measurements only" in tuner.summary_text
     assert tuner.summary()["profiling_steps"] >= 3  # it measured modes all the same
+
+
+def test_profiler_and_tuner_together_capture_one_call_per_step(tmp_path):
+    # the tuner analyses its capture inside the profiler's captured step: that meta run is not another call
+    from lightning_edge.devices.sim.device import SimulatedOrin
+
+    board = SimulatedOrin(seed=0)
+    tuner = PowerModeTuner(power_budget_w=25, device=board, store=None, window=FAST, print_summary=False)
+    prof = EnergyProfiler(device=board, every_n_steps=1, warmup_steps=1, figure=False)
+    _trainer(tmp_path, [tuner, prof], steps=6).fit(WithForward(), _dict_loader())
+    assert not any("several calls" in n for n in prof.session.cost_notes), prof.session.cost_notes
+    assert prof.session.costs_for(True)["lm.head"].forward.macs == 4 * SEQ * DIM * VOCAB
+    assert tuner.workload_cost.layer("lm.head").forward.macs == 4 * SEQ * DIM * VOCAB
