@@ -15,6 +15,9 @@ _LAZY = {
     "OpCost": "lightning_edge.cost.formulas",
     "register": "lightning_edge.cost.formulas",
     "REGISTRY": "lightning_edge.cost.formulas",
+    "CallCapture": "lightning_edge.cost.capture",
+    "Captured": "lightning_edge.cost.capture",
+    "step_cost": "lightning_edge.cost.capture",
 }
 
 __all__ = list(_LAZY)

@@ -20,16 +20,20 @@ How it works:
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections import Counter
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.autograd.graph import _engine_run_backward
+from torch.nn.utils.stateless import _reparametrize_module
 from torch.overrides import TorchFunctionMode
+from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from lightning_edge.cost.formulas import ELEMENTWISE_FLOP, is_free, numel, op_cost, op_name, tensors_in
+from lightning_edge.cost.formulas import ELEMENTWISE_FLOP, is_free, numel, op_cost, op_name
 from lightning_edge.cost.model_cost import ModelCost
 from lightning_edge.cost.types import Cost, LayerCost
 
@@ -64,29 +68,6 @@ def _to_meta(t: torch.Tensor, dtype: torch.dtype | None, requires_grad: bool = F
     return torch.empty(t.shape, dtype=dt, device=META, requires_grad=requires_grad and dt.is_floating_point)
 
 
-def _map_tensors(obj, fn):
-    if isinstance(obj, torch.Tensor):
-        return fn(obj)
-    if isinstance(obj, tuple) and hasattr(obj, "_fields"):  # namedtuple
-        return type(obj)(*(_map_tensors(o, fn) for o in obj))
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_map_tensors(o, fn) for o in obj)
-    if isinstance(obj, dict):
-        return {k: _map_tensors(v, fn) for k, v in obj.items()}
-    return obj
-
-
-def _leaves(obj):
-    if isinstance(obj, torch.Tensor):
-        yield obj
-    elif isinstance(obj, (list, tuple)):
-        for o in obj:
-            yield from _leaves(o)
-    elif isinstance(obj, dict):
-        for o in obj.values():
-            yield from _leaves(o)
-
-
 class _Recorder:
     """Shared state of one ``analyze`` run."""
 
@@ -109,6 +90,10 @@ class _Recorder:
         self.extra_params: Counter = Counter()
         self._biased: set[str] = set()
         self._seen_params: set[int] = set()
+        # known values: id(meta tensor) -> (the meta tensor, its CPU value) for small integer/bool tensors and
+        # what is computed from them alone (masks, positions), so data-dependent Python (``if mask.all():``) runs
+        self.values: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.recomputed: set[str] = set()  # layers whose forward ran again inside the backward (checkpointing)
 
     # -- module stack -------------------------------------------------------------------
     def layer(self, name: str) -> LayerCost:
@@ -134,7 +119,8 @@ class _Recorder:
             self.claim_nodes((args, kwargs), self.stack[-1] if self.stack else "")
         self.modules.setdefault(name, module)
         self.stack.append(name)
-        self.layer(name).calls += 1
+        if not self.backward:
+            self.layer(name).calls += 1
 
     def post_hook(self, module, args, output):
         name = self.names.get(module)
@@ -148,7 +134,7 @@ class _Recorder:
             self.claim_nodes(output, name)
 
     def claim_nodes(self, output, name: str) -> None:
-        todo = [t.grad_fn for t in _leaves(output) if t.grad_fn is not None]
+        todo = [t.grad_fn for t in tensors_of_output(output) if t.grad_fn is not None]
         owner = self.node_owner
         while todo:
             node = todo.pop()
@@ -159,6 +145,9 @@ class _Recorder:
             todo.extend(n for n, _ in node.next_functions if n is not None)
 
     def current(self) -> str:
+        if self.backward and self.stack:  # a forward recomputed inside the backward (activation checkpointing)
+            self.recomputed.add(self.stack[-1])
+            return self.stack[-1]
         if self.backward:
             node = torch._C._current_autograd_node()
             if node is not None:
@@ -235,10 +224,79 @@ class _CountMode(TorchDispatchMode):
         super().__init__()
         self.rec = rec
         self.cache = cache
+        self.adopted: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id(real tensor) -> (it, its meta twin)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        tensors = _arg_tensors(args, kwargs)
+        if any(t.device.type != "meta" for t in tensors):
+            # a real tensor made inside forward without device= (a causal mask on the default device): it joins the
+            # meta world, with its value when small
+            flat, spec = pytree.tree_flatten((args, kwargs))
+            flat = [self._adopt(x) for x in flat]
+            args, kwargs = pytree.tree_unflatten(flat, spec)
+            tensors = _arg_tensors(args, kwargs)
+        if self.rec.values:
+            known = self._known(func, args, kwargs, tensors)
+            if known is not _UNKNOWN:
+                return known
         out = self._fast(func, args, kwargs)
+        self.rec.record(func, args, kwargs, out)
+        return out
+
+    def _adopt(self, x):
+        if not isinstance(x, torch.Tensor) or x.device.type == "meta":
+            return x
+        hit = self.adopted.get(id(x))
+        if hit is not None and hit[0] is x:
+            return hit[1]
+        m = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=META)
+        if x.numel() <= KNOWN_MAX_NUMEL:
+            with torch.inference_mode(False):
+                self.rec.values[id(m)] = (m, x.detach().clone())
+        self.adopted[id(x)] = (x, m)
+        return m
+
+    def _known(self, func, args, kwargs, tensors):
+        """Run ``func`` on known values when every tensor argument has one (or, for a factory op, none is
+        given); the meta result gets the real result's value. Returns ``_UNKNOWN`` otherwise."""
+        values = self.rec.values
+        if tensors:
+            if not all(id(t) in values for t in tensors):
+                return _UNKNOWN
+        elif kwargs.get("device") != META or not func._schema.returns:
+            return _UNKNOWN
+        else:  # a factory op (arange, ones, full): only small results get a value
+            out = self._fast(func, args, kwargs)
+            if not all(isinstance(o, torch.Tensor) and o.numel() <= FACTORY_MAX_NUMEL for o in pytree.tree_leaves(out)):
+                self.rec.record(func, args, kwargs, out)
+                return out
+
+        def real(x):
+            if isinstance(x, torch.Tensor):
+                return values[id(x)][1]
+            if isinstance(x, torch.device) and x.type == "meta":
+                return torch.device("cpu")
+            return x
+
+        r_args, r_kwargs = pytree.tree_map(real, (args, kwargs))
+        try:
+            r_out = func(*r_args, **r_kwargs)
+        except Exception:  # noqa: BLE001 - the value cannot be had: count the op as usual on the meta device
+            return _UNKNOWN
+        r_flat, spec = pytree.tree_flatten(r_out)
+        if not any(isinstance(x, torch.Tensor) for x in r_flat):
+            return r_out  # a Python scalar (.item(), equal): the real one
+        if func._schema.is_mutable or any(r.alias_info is not None for r in func._schema.returns):
+            out = self._fast(func, args, kwargs)  # in-place and views: the meta op keeps aliasing right
+            outs = pytree.tree_leaves(out)
+        else:
+            outs = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=META)
+                    if isinstance(x, torch.Tensor) else x for x in r_flat]
+            out = pytree.tree_unflatten(outs, spec)
+        for m, v in zip(outs, r_flat):
+            if isinstance(m, torch.Tensor) and isinstance(v, torch.Tensor) and v.numel() <= KNOWN_MAX_NUMEL:
+                values[id(m)] = (m, v)
         self.rec.record(func, args, kwargs, out)
         return out
 
@@ -269,6 +327,24 @@ class _CountMode(TorchDispatchMode):
         return tuple(outs) if is_seq else outs[0]
 
 
+def _arg_tensors(args, kwargs) -> list:
+    """The tensors of an aten op's arguments (tensors or lists of tensors; no deeper nesting in aten schemas)."""
+    out = []
+    for a in (*args, *kwargs.values()):
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out.extend(b for b in a if isinstance(b, torch.Tensor))
+    return out
+
+
+_UNKNOWN = object()
+#: tensors computed from known values keep theirs up to this many elements
+KNOWN_MAX_NUMEL = 1 << 22
+#: a factory op on the meta device (``torch.arange(n, device=x.device)``) gets a value up to this many elements
+FACTORY_MAX_NUMEL = 1 << 16
+
+
 def _inplace_elementwise(func) -> bool:
     name = op_name(func)
     return name.endswith("_") and name[:-1] in ELEMENTWISE_FLOP
@@ -282,45 +358,127 @@ def _fused_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=Fals
 
 
 class _FusedAttentionMode(TorchFunctionMode):
-    """Route ``F.scaled_dot_product_attention`` to one fused attention op, as real backends do."""
+    """Route ``F.scaled_dot_product_attention`` to one fused attention op, as real backends do.
 
-    def __init__(self):
+    Grouped-query attention (``enable_gqa=True``: fewer key/value heads than query heads) runs as one fused
+    kernel too: the key/value heads are repeated for the fused op without counting the repeat (flash kernels
+    index the shared heads; they do not copy them), so the FLOP are those of the query heads, causal pairs
+    halved as for plain SDPA."""
+
+    def __init__(self, rec: _Recorder | None = None):
         super().__init__()
+        self.rec = rec
         self.fallbacks = 0
+        self.gqa = 0
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         if func is F.scaled_dot_product_attention:
             q = args[0] if args else kwargs.get("query")
-            if isinstance(q, torch.Tensor) and q.dim() == 4 and not kwargs.get("enable_gqa", False):
+            if isinstance(q, torch.Tensor) and q.dim() == 4:
+                call = dict(zip(("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale",
+                                 "enable_gqa"), args))
+                call.update(kwargs)
                 try:
-                    return _fused_sdpa(*args, **kwargs)
-                except (RuntimeError, TypeError, NotImplementedError):
+                    if call.pop("enable_gqa", False):
+                        call["key"], call["value"] = self._repeat_kv(q, call["key"], call["value"])
+                        self.gqa += 1
+                    return _fused_sdpa(**call)
+                except (RuntimeError, TypeError, NotImplementedError, KeyError):
                     self.fallbacks += 1  # shapes the fused op does not take: count the math path
         return func(*args, **kwargs)
 
+    def _repeat_kv(self, q, k, v):
+        hq, hk = q.shape[-3], k.shape[-3]
+        if hk == hq:
+            return k, v
+        if hk == 0 or hq % hk:
+            raise RuntimeError("query heads are not a multiple of key/value heads")
+        if self.rec is not None:
+            self.rec.suppress += 1
+        try:
+            return k.repeat_interleave(hq // hk, dim=-3), v.repeat_interleave(hq // hk, dim=-3)
+        finally:
+            if self.rec is not None:
+                self.rec.suppress -= 1
+
+
+def _autocast_functions() -> frozenset:
+    """The functions autocast runs in lower precision (torch's autocast "lower_precision_fp" list, at the level
+    where models call them)."""
+    T = torch.Tensor
+    return frozenset({
+        F.linear, F.conv1d, F.conv2d, F.conv3d, F.conv_transpose1d, F.conv_transpose2d, F.conv_transpose3d,
+        F.scaled_dot_product_attention, F.bilinear, F.prelu,
+        torch.matmul, torch.mm, torch.bmm, torch.baddbmm, torch.addmm, torch.addbmm, torch.addmv, torch.mv,
+        torch.einsum, torch.chain_matmul, torch.conv1d, torch.conv2d, torch.conv3d,
+        T.matmul, T.__matmul__, T.mm, T.bmm, T.baddbmm, T.addmm, T.addbmm, T.mv, T.addmv,
+    })
+
+
+class _AutocastMode(TorchFunctionMode):
+    """Autocast on the meta device (torch's autocast does not act on meta tensors): the functions autocast
+    runs in lower precision get their floating-point arguments cast to ``dtype`` (the casts are counted, as
+    they run); every other op runs at the dtype of its inputs."""
+
+    def __init__(self, dtype: torch.dtype):
+        super().__init__()
+        self.dtype = dtype
+        self.functions = _autocast_functions()
+        self.calls = 0
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if func in self.functions:
+            dt = self.dtype
+
+            def cast(t):
+                if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != dt and t.dtype != torch.float64:
+                    return t.to(dt)
+                return t
+
+            args, kwargs = pytree.tree_map(cast, (args, kwargs))
+            self.calls += 1
+        return func(*args, **kwargs)
+
+
+def _opaque_prefixes(model: nn.Module) -> list[str]:
+    """Qualified names of modules compiled with ``torch.compile``: their inside is one opaque layer."""
+    from lightning_edge.cost.capture import is_compiled
+
+    return [n for n, m in model.named_modules() if is_compiled(m)]
+
 
 def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: bool = False,
-            dtype=None, **example_kwargs) -> ModelCost:
-    """Per-layer FLOP, MAC, bytes and arithmetic intensity of ``model(*example_inputs)``.
+            dtype=None, autocast=None, **example_kwargs) -> ModelCost:
+    """Per-layer FLOP, MAC, bytes and arithmetic intensity of ``model(*example_inputs, **example_kwargs)``.
 
     Nothing real is computed and no weight is materialised: the model runs on the meta device.
 
     Args:
         model: any ``nn.Module`` (LightningModules included), on any device, meta included.
         example_inputs: inputs for one forward call (their shapes and dtypes are what matter;
-            meta tensors are fine). Keyword inputs can be passed as keyword arguments.
+            meta tensors are fine), positional and keyword (``analyze(model, **batch)`` for a
+            Hugging Face model). Integer and boolean tensors keep their values (token ids, attention
+            masks): code that branches on them (``if mask.all():``) runs as it would for real.
         training: also count the backward pass (input and weight gradients), attributed to
             the module whose forward produced them; ``LayerCost.forward/backward`` keep them apart.
-            The forward then runs in train mode (BatchNorm batch statistics, dropout).
+            The forward then runs in train mode (BatchNorm batch statistics, dropout). A forward
+            recomputed during the backward (activation checkpointing, reentrant or not) counts
+            again, in the backward of its layers (``notes`` says so).
         fold_bn: count the model as an inference engine runs it after folding every BatchNorm
             that follows a convolution into it (Pagoda's ONNX convention): the BN disappears and
             the conv gains a bias. Inference only.
         dtype: count the model cast to this floating dtype (``"fp16"``, ``"bf16"``, ``torch.float16``...);
             integer inputs (token ids) keep theirs.
+        autocast: count the model as it runs under ``torch.autocast(dtype=autocast)`` (``"bf16"``,
+            ``"fp16"``): matmuls, convolutions and attention in that dtype (with their input casts), the rest
+            at its inputs' dtype.
 
     Returns:
         a :class:`ModelCost` with one :class:`LayerCost` per module, in execution order.
+        A module compiled with ``torch.compile`` is one opaque layer (its inner modules are not
+        separated), as the profiler times it; ``notes`` says so.
     """
     if not isinstance(model, nn.Module):
         raise TypeError(f"analyze() expects a torch.nn.Module, got {type(model).__name__}")
@@ -328,9 +486,18 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
         raise ValueError("fold_bn=True describes an inference engine (BatchNorm folded into the conv); "
                          "it cannot be combined with training=True: drop one of them")
     if not example_inputs and not example_kwargs:
-        raise ValueError("analyze() needs example inputs: analyze(model, torch.randn(1, 3, 224, 224)); "
-                         "zoo models provide them, e.g. lightning_edge.zoo.get('resnet50').inputs(batch_size=1)")
+        raise ValueError("analyze() needs example inputs: analyze(model, torch.randn(1, 3, 224, 224)) or, for a "
+                         "model called with keyword arguments, analyze(model, **batch); zoo models provide them, "
+                         "e.g. lightning_edge.zoo.get('resnet50').inputs(batch_size=1)")
     target = resolve_dtype(dtype)
+    amp = resolve_dtype(autocast)
+    if amp is not None and not amp.is_floating_point:
+        raise ValueError(f"autocast must be a floating dtype such as 'bf16' or 'fp16', got {autocast!r}")
+    from lightning_edge.cost.capture import has_uninitialized_params, not_captured, tree_map_tensors
+
+    if has_uninitialized_params(model):
+        raise ValueError(f"{type(model).__name__} has uninitialized (Lazy) parameters: run one real step first "
+                         "(the profiler and the tuner capture the cost after it), then analyze")
 
     # meta copies of parameters and buffers (tied tensors stay tied)
     memo: dict[int, torch.Tensor] = {}
@@ -343,33 +510,54 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
         if id(b) not in memo:
             memo[id(b)] = _to_meta(b, target)
         state[n] = memo[id(b)]
-    meta_args = _map_tensors(example_inputs, lambda t: _to_meta(t, target))
-    meta_kwargs = _map_tensors(example_kwargs, lambda t: _to_meta(t, target))
 
     rec = _Recorder(model, fold_bn)
+    opaque = _opaque_prefixes(model)
+    if opaque:  # the inside of a compiled module is charged to it
+        rec.names = {m: n for m, n in rec.names.items()
+                     if not any(n.startswith(p + ".") if p else n != "" for p in opaque)}
+
+    def meta_input(t: torch.Tensor) -> torch.Tensor:
+        m = _to_meta(t, target, requires_grad=training and t.requires_grad)
+        if t.device.type != "meta" and not t.is_floating_point() and not t.is_complex() \
+                and t.numel() <= KNOWN_MAX_NUMEL:
+            with torch.inference_mode(False):
+                rec.values[id(m)] = (m, t.detach().to("cpu", copy=True))
+        return m
+
+    meta_args = tree_map_tensors(meta_input, example_inputs)
+    meta_kwargs = tree_map_tensors(meta_input, example_kwargs)
+
     rec.modules[""] = model
     modes = [(m, m.training) for m in model.modules()]
     handles = []
-    attention = _FusedAttentionMode()
+    attention = _FusedAttentionMode(rec)
+    amp_mode = _AutocastMode(amp) if amp is not None else contextlib.nullcontext()
+    eager = torch.compiler.set_stance("force_eager") if opaque else contextlib.nullcontext()
     try:
         model.train(training)
         for m in model.modules():
             handles.append(m.register_forward_pre_hook(rec.pre_hook, with_kwargs=True))
-            handles.append(m.register_forward_hook(rec.post_hook))
+            handles.append(m.register_forward_hook(rec.post_hook, always_call=True))
         cache: dict = {}
+        # the meta parameters stay in place for the backward too: a checkpointed forward is recomputed in it
         # inference_mode (Lightning's eval loops) skips the decompositions the formulas expect: leave it
-        with torch.inference_mode(False), torch.set_grad_enabled(training), attention, _CountMode(rec, cache):
-            out = torch.func.functional_call(model, state, meta_args, meta_kwargs, strict=False,
-                                             tie_weights=True)
-        if training:
-            outs = [t for t in _leaves(out) if t.requires_grad]
-            if not outs:
-                raise ValueError("training=True but no output of the model requires grad: are all "
-                                 "parameters frozen (requires_grad=False)?")
-            grads = [torch.ones_like(t) for t in outs]
-            rec.backward = True
-            with attention, _CountMode(rec, cache):
-                torch.autograd.backward(outs, grads)
+        with _reparametrize_module(model, state, tie_weights=True, strict=False), eager, \
+                torch.inference_mode(False), not_captured():
+            with torch.set_grad_enabled(training), attention, amp_mode, _CountMode(rec, cache):
+                out = model(*meta_args, **meta_kwargs)
+            if training:
+                outs = [t for t in tensors_of_output(out) if t.requires_grad]
+                if not outs:
+                    raise ValueError("training=True but no output of the model requires grad: are all "
+                                     "parameters frozen (requires_grad=False)?")
+                grads = [torch.ones_like(t) for t in outs]
+                rec.backward = True
+                with attention, amp_mode, _CountMode(rec, cache):
+                    # the engine directly: torch.autograd.backward would pass through the function modes, which
+                    # are switched off while they handle a call, and a recomputed forward needs them on
+                    _engine_run_backward(tuple(outs), tuple(grads), False, False, (), allow_unreachable=True,
+                                         accumulate_grad=True)
     finally:
         for h in handles:
             h.remove()
@@ -380,7 +568,7 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
     layers = []
     for name, lc in rec.layers.items():
         mod = rec.modules.get(name)
-        is_leaf = mod is not None and next(iter(mod.children()), None) is None
+        is_leaf = mod is not None and (next(iter(mod.children()), None) is None or name in opaque)
         if name in rec.folded and not lc.ops:
             continue  # a BatchNorm folded away
         if not (is_leaf or name in rec.counted_ops):
@@ -402,6 +590,19 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
     if attention.fallbacks:
         notes.append(f"{attention.fallbacks} attention call(s) counted through the math decomposition "
                      "(shapes the fused kernel does not take)")
+    if attention.gqa:
+        notes.append(f"{attention.gqa} grouped-query attention call(s) (enable_gqa=True) counted as one fused "
+                     "kernel each (FLOP of the query heads, key/value heads shared)")
+    if rec.recomputed:
+        notes.append(f"activation checkpointing: the forward of {len(rec.recomputed)} layer(s) runs again during "
+                     "the backward (recomputed) and is counted there, in their backward cost")
+    if opaque:
+        notes.append("compiled with torch.compile: " + ", ".join(p or "(root)" for p in opaque)
+                     + " counted as one opaque layer each (as the profiler times it)")
+    if amp is not None:
+        notes.append(f"autocast {str(amp).removeprefix('torch.')}: matmuls, convolutions and attention counted at "
+                     f"that dtype ({getattr(amp_mode, 'calls', 0)} call(s), input casts included); other ops at "
+                     "their inputs' dtype")
     if fold_bn:
         notes.append(f"{len(rec.folded)} BatchNorm layer(s) folded into the preceding convolution")
     return ModelCost(
@@ -410,10 +611,17 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
         training=training,
         fold_bn=fold_bn,
         dtype=str(target or _infer_dtype(model)).removeprefix("torch."),
+        autocast=str(amp).removeprefix("torch.") if amp is not None else None,
         model=type(model).__name__,
-        inputs=[tuple(t.shape) for t in tensors_in(list(_leaves((example_inputs, example_kwargs))))],
+        inputs=[tuple(t.shape) for t in tensors_of_output((example_inputs, example_kwargs))],
         notes=notes,
     )
+
+
+def tensors_of_output(obj) -> list[torch.Tensor]:
+    from lightning_edge.cost.capture import tensors_of
+
+    return tensors_of(obj)
 
 
 def _infer_dtype(model: nn.Module) -> torch.dtype:

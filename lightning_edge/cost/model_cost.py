@@ -33,6 +33,7 @@ class ModelCost:
     model: str = ""
     inputs: list[tuple] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    autocast: str | None = None  # the autocast dtype matmuls/convolutions/attention were counted at
 
     # -- totals ----------------------------------------------------------------------------
     @property
@@ -127,7 +128,8 @@ class ModelCost:
                              [c.rjust(w) for c, w in zip(r[2:], widths[2:])])
 
         mode = "training (forward + backward)" if self.training else "inference (forward)"
-        lines = [f"{self.model}: {mode}, {self.dtype}, inputs {self.inputs}" +
+        amp = f" (autocast {self.autocast})" if self.autocast else ""
+        lines = [f"{self.model}: {mode}, {self.dtype}{amp}, inputs {self.inputs}" +
                  (", BatchNorm folded" if self.fold_bn else "") + " (estimated from shapes, nothing run)",
                  fmt(head), "-" * len(fmt(head))]
         lines += [fmt(r) for r in body[:-1]]
@@ -150,6 +152,7 @@ class ModelCost:
             "training": self.training,
             "fold_bn": self.fold_bn,
             "dtype": self.dtype,
+            "autocast": self.autocast,
             "inputs": [list(s) for s in self.inputs],
             "params": self.params,
             **self.total.to_dict(),

@@ -374,36 +374,30 @@ class EnergySession:
         if training in self.costs:
             self._twin_begin(stage, training, samples)
             return
+        # i17cost: the shared capture (lightning_edge.cost.capture): every outermost call of the step, positional and
+        # keyword, analysed and merged into one ModelCost named as in the model
         costs: dict[str, Any] = {}
         try:
-            from lightning_edge.cost import analyze
-        except Exception as exc:  # noqa: BLE001
-            self.cost_notes.append(f"cost model unavailable ({exc}): apportioning by time")
+            from lightning_edge.cost.capture import Captured, step_cost
+
+            captured = timing.captured
+            if captured is None:  # a timing captured the old way (positional inputs by name)
+                from lightning_edge.cost.capture import Call
+
+                captured = Captured([Call(timing.qualified.get(n, n), a, {}, training) for n, a in timing.inputs.items()])
+            cost = step_cost(self.model, captured, training=training)
+        except Exception as exc:  # noqa: BLE001 - a model the counter cannot run: time-based weights
+            msg = str(exc).splitlines()[0] if str(exc) else ""
+            self.cost_notes.append(f"cost model failed ({type(exc).__name__}: {msg}): layers are apportioned by time "
+                                   "only")
             self.costs[training] = costs
             return
-        for shown, args in timing.inputs.items():
-            qual = timing.qualified.get(shown, shown)
-            try:
-                import torch
-
-                module = self.model.get_submodule(qual) if qual else self.model
-                # Lightning's eval loops run under inference_mode, where aten.linear is not decomposed and the
-                # counter has no formula for it: count outside it
-                with torch.inference_mode(False):
-                    args = tuple(_fresh_meta(a) for a in args)  # not inference tensors
-                    cost = analyze(module, *args, training=training)
-            except Exception as exc:  # noqa: BLE001 - a model the counter cannot run: time-based weights
-                self.cost_notes.append(f"cost model failed on {shown!r} ({type(exc).__name__}: "
-                                       f"{str(exc).splitlines()[0] if str(exc) else ''}): its layers are apportioned "
-                                       "by time only")
-                continue
-            self._model_costs = getattr(self, "_model_costs", {})
-            self._model_costs[(shown, training)] = cost
-            self._model_quals[(shown, training)] = qual
-            for layer in cost.layers:
-                full = f"{qual}.{layer.name}" if qual and layer.name else (qual or layer.name)
-                name = full or self.timer.root_name
-                costs[name] = layer
+        self.cost_notes.extend(n for n in cost.notes if n not in self.cost_notes)
+        self._model_costs = getattr(self, "_model_costs", {})
+        self._model_costs[("", training)] = cost
+        self._model_quals[("", training)] = ""  # one merged cost, its layers named from the model's root
+        for layer in cost.layers:
+            costs[layer.name or self.timer.root_name] = layer
         self.costs[training] = costs
         self._twin_begin(stage, training, samples)
 
@@ -686,21 +680,8 @@ class EnergySession:
         return self.sampler.overhead() if self.sampler is not None else None
 
 
-def _fresh_meta(x: Any) -> Any:
-    """A new meta tensor like ``x`` (recursively in lists, tuples, dicts); other values unchanged."""
-    import torch
-
-    if isinstance(x, torch.Tensor):
-        return torch.empty(x.shape, dtype=x.dtype, device="meta")
-    if isinstance(x, (list, tuple)):
-        return type(x)(_fresh_meta(v) for v in x) if not hasattr(x, "_fields") else type(x)(*map(_fresh_meta, x))
-    if isinstance(x, dict):
-        return {k: _fresh_meta(v) for k, v in x.items()}
-    return x
-
-
 def _strip(t: StepTiming) -> StepTiming:
     """Drop a timing's raw intervals (keep its exclusive times) once it is too old to be traced."""
     t.exclusive()
-    t.modules, t.nodes, t.chains, t.inputs = [], [], [], {}
+    t.modules, t.nodes, t.chains, t.inputs, t.captured = [], [], [], {}, None
     return t

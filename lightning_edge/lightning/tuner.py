@@ -38,7 +38,6 @@ from lightning_edge.tuning.online import (
     SensorStepMeter,
     SimStepMeter,
     WindowSpec,
-    batch_tensors,
     module_fingerprint,
 )
 
@@ -199,6 +198,9 @@ class PowerModeTunerMixin:
             precision).
         precision: ``fp32``/``fp16`` for the twin's model (default: from the Trainer's precision).
         log_every_n_steps: TensorBoard scalars every N training steps.
+        cost: the training step's :class:`~lightning_edge.cost.ModelCost` (``analyze(model, ..., training=True)``)
+            for the twin; by default it is captured from the first training step (any call form: keyword
+            arguments, dict batches, modules without ``forward``, Lazy modules), which is then not tuned.
         print_summary: print the summary at the end of fit; ``log_dir``: own SummaryWriter's directory when the
             Trainer has no TensorBoardLogger.
         prior: ``True`` (default): on the twin, start the search from the modes' predicted time and power
@@ -215,7 +217,7 @@ class PowerModeTunerMixin:
                  drift_patience: int = 2, workload_id: str | None = None, precision: str | None = None,
                  seed: int | None = 0, log_every_n_steps: int = 10, print_summary: bool = True,
                  log_dir: str | os.PathLike[str] | None = None, prior: Any = True,
-                 thorough: bool | None = None) -> None:
+                 thorough: bool | None = None, cost: Any = None) -> None:
         super().__init__()
         budget = float(power_budget_w)
         if not (math.isfinite(budget) and budget > 0):
@@ -253,8 +255,11 @@ class PowerModeTunerMixin:
         self.summary_text: str | None = None
         self._tbw = TrainerWriter("tuner", log_dir)
         self._trainer: Any = None
-        self._hook: Any = None
-        self._captured: tuple | None = None
+        # i17cost: the workload's cost model, from the shared capture of the first training step
+        # (lightning_edge.cost.capture) or given as cost=; notes say what could not be modelled
+        self.workload_cost: Any = cost
+        self.capture_notes: list[str] = []
+        self._capture: Any = None
         self._energy_j = 0.0
         self._epoch = {"time_s": 0.0, "energy_j": 0.0, "steps": 0}
         self._pending_state: dict | None = None
@@ -306,30 +311,43 @@ class PowerModeTunerMixin:
             self.tuner.load_state_dict(self._pending_state)
             self._pending_state = None
 
-    def _capture_hook(self, module: Any, args: tuple, kwargs: dict) -> None:
-        if self._captured is None and args:
-            self._captured = tuple(args)
-
     # ------------------------------------------------------------------ steps
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
         t = self.tuner
-        if t is None or getattr(trainer, "sanity_checking", False):
+        if t is None or getattr(trainer, "sanity_checking", False) or t.phase == "closed":
             return
         if not t._started:
+            # i17cost: the first training step is captured (shared capture) for the cost model; on the twin, and
+            # with Lazy modules, tuning starts at the next step
+            sim = isinstance(t.meter, SimStepMeter)
+            if sim and not t.meter.bound and self.workload_cost is not None:
+                self._bind_cost(self.workload_cost, batch)
+            if self._capture is None and self.workload_cost is None and not self.capture_notes:
+                from lightning_edge.cost.capture import CallCapture
+
+                self._capture = CallCapture(pl_module).start()
+            from lightning_edge.cost.capture import has_uninitialized_params
+
+            if self._capture is not None and (sim or has_uninitialized_params(pl_module)):
+                return
+            if sim and not t.meter.bound:
+                return  # the twin could not model this workload: said in capture_notes, nothing is tuned
             prec = _precision_of(trainer, self.precision)
             t.bind(self.workload_id or module_fingerprint(pl_module, batch, prec))
-            if isinstance(t.meter, SimStepMeter) and not t.meter.bound:
-                self._hook = pl_module.register_forward_pre_hook(self._capture_hook, with_kwargs=True)
             t.start()
         t.before_step()
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         t = self.tuner
-        if t is None or not t._started or getattr(trainer, "sanity_checking", False):
+        if t is None or getattr(trainer, "sanity_checking", False):
             return
-        if isinstance(t.meter, SimStepMeter) and not t.meter.bound:
+        if self._capture is not None and not t._started:
             self._bind_twin(pl_module, batch)
+        if not t._started:
+            return
         rec = t.after_step()
+        if self._capture is not None:  # a real board tuned from step 0: analysed after the step's measurement
+            self._bind_twin(pl_module, batch)
         if rec is None:
             return
         self._energy_j += rec.energy_j
@@ -340,24 +358,40 @@ class PowerModeTunerMixin:
             self._log_step(trainer, rec)
 
     def _bind_twin(self, pl_module: Any, batch: Any) -> None:
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
-        inputs = self._captured
-        if inputs is None:  # training_step did not call the module itself: assume batch = (inputs, targets)
-            found = batch_tensors(batch, sort_keys=False)
-            x = found[0] if found else None
-            if x is None:
-                raise ValueError("PowerModeTuner on the twin needs the module's forward inputs: the training step "
-                                 "did not call the LightningModule and the batch holds no tensor")
-            inputs = (x,)
-        inputs = tuple(x.detach() if hasattr(x, "detach") else x for x in inputs)
+        """i17cost: the captured first step -> the workload's cost model (shared capture); the twin's meter is bound
+        to it. What cannot be modelled is said (``capture_notes``, the summary) instead of raised."""
+        from lightning_edge.cost.capture import step_cost
+
+        cap, self._capture = self._capture, None
+        captured = cap.stop()
+        sim = self.tuner is not None and isinstance(self.tuner.meter, SimStepMeter)
         try:
-            self.tuner.meter.bind(pl_module, inputs)
-        except Exception as exc:
-            raise ValueError(
-                f"PowerModeTuner on the twin could not model {type(pl_module).__name__} with inputs of shapes "
-                f"{[tuple(getattr(x, 'shape', ())) for x in inputs]}: {exc}") from exc
+            cost = step_cost(pl_module, captured, training=True)
+        except Exception as exc:  # noqa: BLE001 - said, never raised: training goes on
+            msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            if sim:
+                text = (f"the twin needs a cost model of the training step and none could be had ({msg}); captured: "
+                        f"{captured.describe()}. Nothing is tuned in this run (the board stays in its mode). Pass "
+                        "PowerModeTuner(..., cost=lightning_edge.analyze(model, *inputs, training=True, **kw_inputs))")
+            else:
+                text = f"no cost model of the training step ({msg}): tuned from measurements only"
+            self.capture_notes.append(text)
+            import warnings
+
+            warnings.warn(f"PowerModeTuner: {text}", stacklevel=2)
+            return
+        self.workload_cost = cost
+        self.capture_notes.extend(n for n in cost.notes if n not in self.capture_notes)
+        if sim and not self.tuner.meter.bound:
+            self._bind_cost(cost, batch)
+
+    def _bind_cost(self, cost: Any, batch: Any) -> None:
+        from lightning_edge.cost.capture import tensors_of
+
+        bs = next((int(x.shape[0]) for x in tensors_of(batch) if x.dim() > 0), None)
+        if bs is None:
+            bs = next((int(s[0]) for s in (getattr(cost, "inputs", None) or []) if len(s)), 1)
+        self.tuner.meter.bind_cost(cost, bs)
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         t = self.tuner
@@ -424,9 +458,9 @@ class PowerModeTunerMixin:
         t = self.tuner
         if t is None or t.phase == "closed":
             return
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
+        if self._capture is not None:  # i17cost
+            self._capture.stop()
+            self._capture = None
         try:
             restored = t.close(reason)
         finally:
@@ -436,6 +470,8 @@ class PowerModeTunerMixin:
         if restored is not None or t.original_mode is not None:
             s["restored"] = str(t.original_mode)
         self.summary_text = format_summary(s, self.tdev.describe() if self.tdev else "")
+        if self.capture_notes:  # i17cost: what the cost model could not see, or how it counted
+            self.summary_text += "".join(f"\n  note: {n}" for n in self.capture_notes)
         w = self._tbw.get(trainer) if trainer is not None else None
         if w is not None:
             w.add_text("tuner/summary", "    " + self.summary_text.replace("\n", "\n    "), t.step)

@@ -37,7 +37,8 @@ How it times (the ModuleTracker pattern of ``torch/utils/module_tracker.py`` and
   on the CPU in this repository's tests.**
 
 Handles shared modules (one name, several calls), modules called several times (``call`` index),
-exceptions (hooks are always removed), ``torch.no_grad``/``torch.inference_mode`` (forward only) and autocast.
+exceptions (hooks are always removed), ``torch.no_grad``/``torch.inference_mode`` (forward only), autocast and
+``torch.compile``d submodules (timed whole).
 """
 
 from __future__ import annotations
@@ -116,7 +117,9 @@ class StepTiming:
     ``modules``: forward intervals (one per module call); ``nodes``: backward node executions with their owner
     (``name``, ``call``) and the owner's ancestors' calls (``chains[i]``); ``regions``: the step's regions, which
     tile ``[t0_ns, t1_ns]``; ``kinds``: module class per name; ``calls``: forward calls per name;
-    ``inputs``: the captured inputs of the outermost module calls (``{name: (args as meta tensors)}``).
+    ``inputs``: the positional inputs of the first outermost call of each module (``{name: (args as meta
+    tensors)}``); ``captured``: every outermost call with its keyword arguments
+    (:class:`~lightning_edge.cost.capture.Captured`, the cost model's input).
     """
 
     t0_ns: int
@@ -131,6 +134,7 @@ class StepTiming:
     depths: dict[str, int] = field(default_factory=dict)
     qualified: dict[str, str] = field(default_factory=dict)
     device: str = "cpu"
+    captured: Any = None  # i17cost: the step's outermost calls (lightning_edge.cost.capture.Captured) when captured
     hook_calls: int = 0
     hook_ns: int = 0  # wall time spent inside the timer's hooks and its start/stop (the timer's own cost)
     _exclusive: dict[str, LayerSelf] | None = field(default=None, repr=False)
@@ -283,8 +287,12 @@ class LayerTimer:
       parameters), ``True``/``False`` to force the CUDA-event path.
     - ``backward``: also time the backward (node hooks).
     - ``root_name``: the name reported for the root module (default: its class name).
-    - ``capture_inputs``: record the inputs (as meta tensors) of the outermost module calls of the step, so the
-      cost model can be run on exactly what ran (``StepTiming.inputs``).
+    - ``capture_inputs``: record the outermost module calls of the step, positional and keyword arguments, with the
+      shared capture (:class:`~lightning_edge.cost.capture.CallCapture`), so the cost model can be run on exactly
+      what ran (``StepTiming.captured``; ``StepTiming.inputs`` keeps the positional ones by name).
+
+    Inside code compiled by ``torch.compile`` the hooks do nothing (Dynamo would trace their bookkeeping): a compiled
+    module is timed as one layer, by its outer eager call.
     """
 
     def __init__(self, model: nn.Module, depth: int | None = None, include: Include = None,
@@ -344,6 +352,7 @@ class LayerTimer:
         self._open: dict[int, list[int]] = {}
         self._regions: list[list] = []  # [name, phase, t0]
         self._inputs: dict[str, tuple] = {}
+        self._capture: Any = None  # i17cost: a CallCapture while capture_inputs
         self._hook_calls = 0
         self._hook_ns = 0
         self._t0: Any = None
@@ -377,6 +386,10 @@ class LayerTimer:
         try:
             self._handles.append(register_module_forward_pre_hook(self._pre))
             self._handles.append(register_module_forward_hook(self._post, always_call=True))
+            if self.capture_inputs:  # i17cost: the one shared capture (keyword arguments, no-forward modules)
+                from lightning_edge.cost.capture import CallCapture
+
+                self._capture = CallCapture(self.model).start()
         except Exception:
             self._remove_hooks()
             self._active = False
@@ -431,6 +444,8 @@ class LayerTimer:
         handle.timing = self.stop_step()
 
     def _remove_hooks(self) -> None:
+        if self._capture is not None:  # i17cost
+            self._capture.stop()
         for h in self._handles:
             h.remove()
         self._handles.clear()
@@ -476,11 +491,19 @@ class LayerTimer:
         depths = {name: d for name, d, _q in self._mods.values()}
         qualified = {name: q for name, _d, q in self._mods.values()}
         calls = {k: v + 1 for k, v in self._calls.items()}
+        captured = None
+        if self._capture is not None:  # i17cost: inputs by reported name, from the shared capture
+            captured = self._capture.stop()
+            self._capture = None
+            for c in captured.calls:
+                self._inputs.setdefault(self.display_name(c.module), c.args)
         return StepTiming(t0, t1, modules, nodes, chains, regions, kinds, calls, dict(self._inputs), depths,
-                          qualified, "cuda" if self._use_cuda else "cpu", self._hook_calls)
+                          qualified, "cuda" if self._use_cuda else "cpu", captured, self._hook_calls)
 
     # ------------------------------------------------------------------ hooks (hot path)
     def _pre(self, mod: nn.Module, args: Any) -> None:
+        if torch.compiler.is_compiling():  # i17cost: inside torch.compile'd code (the compiled module is timed whole)
+            return
         info = self._mods.get(mod)
         if info is None:
             return
@@ -500,20 +523,14 @@ class LayerTimer:
                     for t in tree_flatten(a)[0]:
                         if isinstance(t, torch.Tensor) and t.grad_fn is not None:
                             bound = max(bound, t.grad_fn._sequence_nr())
-        if self.capture_inputs:
-            if not self._stack and name not in self._inputs:
-                self._inputs[name] = _meta_args(args)
-            elif len(self._stack) == 1 and self._stack[0][0] == name:
-                # the outermost module called inside its own call: under DDP, Lightning runs training_step through
-                # the module's forward (arguments: the batch and its index), and training_step calls the model;
-                # the inner call's arguments are the model's inputs
-                self._inputs[name] = _meta_args(args)
         call = self._calls.get(name, -1) + 1
         self._calls[name] = call
         self._stack.append([name, call, self._stamp(), bound, depth])
         self._hook_ns += time.perf_counter_ns() - c0
 
     def _post(self, mod: nn.Module, args: Any, output: Any) -> None:
+        if torch.compiler.is_compiling():  # i17cost
+            return
         info = self._mods.get(mod)
         if info is None:
             return
@@ -610,18 +627,3 @@ class _StepHandle:
 
     def mark(self, region: str, phase: str = "other") -> None:
         self.timer.mark(region, phase)
-
-
-def _meta_args(args: Any) -> tuple:
-    """The inputs of a call as meta tensors (shapes and dtypes kept, no memory); other values as they are."""
-    def conv(x: Any) -> Any:
-        if isinstance(x, torch.Tensor):
-            return torch.empty(x.shape, dtype=x.dtype, device="meta")
-        return x
-
-    if not isinstance(args, tuple):
-        args = (args,)
-    leaves, spec = tree_flatten(args)
-    from torch.utils._pytree import tree_unflatten
-
-    return tuple(tree_unflatten([conv(x) for x in leaves], spec))

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -190,19 +190,34 @@ class RequestQueue:
 
 
 class RequestInputs:
-    """The input tensor of every request: ``pool[i % len(pool)]`` for request ``i`` (real tensors).
+    """The input of every request: sample ``i % len(pool)`` of ``pool`` for request ``i`` (real tensors).
 
-    ``RequestInputs(pool)``: a tensor whose first dimension indexes samples (e.g. a validation batch);
-    ``RequestInputs.random(shape, n=64, seed=0)``: seeded standard-normal samples of one request's ``shape``.
+    ``RequestInputs(pool)``: a tensor whose first dimension indexes samples (e.g. a validation batch), or a dict of
+    such tensors for a model called with keyword arguments (``model(**batch)``: ``input_ids``,
+    ``attention_mask``...); ``RequestInputs.random(shape, n=64, seed=0)``: seeded standard-normal samples of one
+    request's ``shape``.
     """
 
     def __init__(self, pool: Any) -> None:
         import torch
 
+        from lightning_edge.cost.capture import tensors_of
+
+        if isinstance(pool, Mapping):  # i17cost: keyword inputs
+            pool = {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in pool.items()}
+            lead = {int(t.shape[0]) for t in tensors_of(pool) if t.dim() >= 1}
+            if len(lead) != 1 or not all(isinstance(v, torch.Tensor) and v.dim() >= 1 for v in pool.values()):
+                shapes = {k: tuple(getattr(v, "shape", ())) for k, v in pool.items()}
+                raise ValueError("RequestInputs: a dict of request samples needs tensors with the same first "
+                                 f"dimension (samples), got {shapes}")
+            self.pool = pool
+            self.n = lead.pop()
+            return
         if not isinstance(pool, torch.Tensor) or pool.dim() < 1 or pool.shape[0] < 1:
-            raise ValueError("RequestInputs: expected a tensor of request samples, first dimension = samples, got "
-                             f"{type(pool).__name__} {tuple(getattr(pool, 'shape', ()))}")
+            raise ValueError("RequestInputs: expected a tensor of request samples (or a dict of them), first dimension "
+                             f"= samples, got {type(pool).__name__} {tuple(getattr(pool, 'shape', ()))}")
         self.pool = pool.detach()
+        self.n = int(pool.shape[0])
 
     @classmethod
     def random(cls, shape: tuple[int, ...], n: int = 64, seed: int = 0, dtype: Any = None) -> RequestInputs:
@@ -212,13 +227,27 @@ class RequestInputs:
         return cls(torch.randn((int(n), *shape), generator=g, dtype=dtype or torch.float32))
 
     @property
+    def keyword(self) -> bool:
+        return isinstance(self.pool, Mapping)
+
+    @property
     def sample_shape(self) -> tuple[int, ...]:
+        if self.keyword:
+            return tuple(next(iter(self.pool.values())).shape[1:])
         return tuple(self.pool.shape[1:])
+
+    def head(self, n: int = 1) -> Any:
+        """The first ``n`` samples: a tensor, or a dict of tensors."""
+        if self.keyword:
+            return {k: v[:n] for k, v in self.pool.items()}
+        return self.pool[:n]
 
     def batch(self, indices: np.ndarray) -> Any:
         import torch
 
-        idx = torch.as_tensor(np.asarray(indices) % self.pool.shape[0], dtype=torch.long)
+        idx = torch.as_tensor(np.asarray(indices) % self.n, dtype=torch.long)
+        if self.keyword:
+            return {k: v.index_select(0, idx) for k, v in self.pool.items()}
         return self.pool.index_select(0, idx)
 
 
@@ -227,8 +256,13 @@ class ModelRunner:
     train/eval mode restored afterwards. ``outputs`` keeps the last ``keep`` outputs (0: none)."""
 
     def __init__(self, model: Any, inputs: RequestInputs, *, keep: int = 0) -> None:
+        from lightning_edge.cost.capture import has_forward
+
         if not callable(model):
             raise TypeError(f"model must be a callable nn.Module, got {type(model).__name__}")
+        if not has_forward(model):
+            raise TypeError(f"{type(model).__name__} has no forward, so it cannot serve requests: pass the module "
+                            "that does (e.g. infer_model=model.net, or InferenceRunner(model.net, ...))")
         self.model = model
         self.inputs = inputs
         self.keep = int(keep)
@@ -244,7 +278,7 @@ class ModelRunner:
             self.model.eval()
         try:
             with torch.no_grad():
-                out = self.model(x)
+                out = self.model(**x) if isinstance(x, Mapping) else self.model(x)
         finally:
             if was_training:
                 self.model.train(True)

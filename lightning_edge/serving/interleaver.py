@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from lightning_edge.serving.arrivals import ArrivalProcess, ConstantArrivals
@@ -71,6 +72,13 @@ def _first_tensor(batch: Any) -> Any:
         return found[0]
     raise TypeError(f"Interleaver: cannot find the input tensor in a batch of type {type(batch).__name__}; pass "
                     "request_inputs= and a twin workload, or a solution=")
+
+
+def _keyword_inputs(batch: Any) -> dict:
+    """i17cost: the tensors of a dict batch (``model(**batch)``), on the CPU."""
+    import torch
+
+    return {k: v.detach().cpu() for k, v in batch.items() if isinstance(v, torch.Tensor)}
 
 
 class InterleaverMixin:
@@ -127,9 +135,17 @@ class InterleaverMixin:
         self._sampler: Any = None
         self._writer: Any = None
         self._stage: str | None = None
+        self._capture: Any = None  # i17cost: the first training step, captured, when the module has no forward
+        self._train_cost: Any = None
 
     # ------------------------------------------------------------------------------------------ setup
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+        from lightning_edge.cost.capture import has_forward
+
+        if self.infer_model is None and not has_forward(pl_module):  # i17cost: said before training starts
+            raise TypeError(f"Interleaver: {type(pl_module).__name__} has no forward, so it cannot serve requests: "
+                            "pass infer_model= (the module that serves them, e.g. Interleaver(..., "
+                            "infer_model=model.net))")
         if self.device is None:
             self.device = resolve_serving_device(self.device_arg, seed=self.seed)
         if self.store is not None:  # issue 18: a store that cannot be used fails here, in one line, before the run
@@ -143,9 +159,12 @@ class InterleaverMixin:
         dev = self.device or resolve_serving_device(self.device_arg, seed=self.seed)
         self.device = dev
         infer_model = self.infer_model if self.infer_model is not None else pl_module
-        x = _first_tensor(batch) if self.request_inputs is None or dev.simulated else None
+        # i17cost: a dict batch (model(**batch)) serves dict requests; otherwise the batch's first tensor
+        keyword = isinstance(batch, Mapping)
+        x = (_keyword_inputs(batch) if keyword else _first_tensor(batch).detach().cpu()) \
+            if self.request_inputs is None or dev.simulated else None
         if self.request_inputs is None:
-            pool = x.detach().cpu()
+            pool = x
         else:
             pool = self.request_inputs
         inputs = pool if isinstance(pool, RequestInputs) else RequestInputs(pool)
@@ -155,14 +174,17 @@ class InterleaverMixin:
             from lightning_edge.devices.sim.workload import SimWorkload
 
             twin = dev.sim.twin
-            x_cpu = x.detach().cpu() if x is not None else _first_tensor(batch).detach().cpu()
-            if stage == "fit":
-                bg_wl = SimWorkload(pl_module, twin, example_inputs=(x_cpu,), train_batch_size=int(x_cpu.shape[0]),
-                                    seed=self.seed)
+            x_cpu = x if x is not None else (_keyword_inputs(batch) if keyword else _first_tensor(batch).detach().cpu())
+            example = x_cpu if isinstance(x_cpu, Mapping) else (x_cpu,)
+            bs = RequestInputs(x_cpu).n
+            if stage == "fit" and self._train_cost is not None:  # captured from the first step (no forward)
+                bg_wl = SimWorkload(self._train_cost, twin, train_batch_size=bs, seed=self.seed)
+            elif stage == "fit":
+                bg_wl = SimWorkload(pl_module, twin, example_inputs=example, train_batch_size=bs, seed=self.seed)
             else:
-                bg_wl = NonUrgentInference(SimWorkload(pl_module, twin, example_inputs=(x_cpu,), seed=self.seed),
-                                           int(x_cpu.shape[0]))
-            in_wl = SimWorkload(infer_model, twin, example_inputs=(inputs.pool[:1],),
+                bg_wl = NonUrgentInference(SimWorkload(pl_module, twin, example_inputs=example, seed=self.seed), bs)
+            head = inputs.head(1)
+            in_wl = SimWorkload(infer_model, twin, example_inputs=head if inputs.keyword else (head,),
                                 seed=None if self.seed is None else self.seed + 1)
         if self.solution is not None:
             plan = self.solution if isinstance(self.solution, Plan) else Plan.from_solution(self.solution)
@@ -210,6 +232,15 @@ class InterleaverMixin:
     # ------------------------------------------------------------------------------------------ hooks
     def _before(self, trainer: Any, pl_module: Any, batch: Any, stage: str) -> None:
         if self.engine is None or self.engine.finished is not None:
+            from lightning_edge.cost.capture import CallCapture, has_forward
+
+            dev = self.device or resolve_serving_device(self.device_arg, seed=self.seed)
+            if (stage == "fit" and dev.simulated and self._train_cost is None and not has_forward(pl_module)
+                    and self.solution is None and self.workload is None):
+                # i17cost: no forward: the twin's training workload is the first step, captured (shared capture);
+                # interleaving starts at the next step
+                self._capture = CallCapture(pl_module).start()
+                return
             self.engine = None
             self.report = None
             self._build(trainer, pl_module, batch, stage)
@@ -219,6 +250,12 @@ class InterleaverMixin:
         self._before(trainer, pl_module, batch, "fit")
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self._capture is not None:  # i17cost
+            from lightning_edge.cost.capture import step_cost
+
+            cap, self._capture = self._capture, None
+            self._train_cost = step_cost(pl_module, cap.stop(), training=True)
+            return
         if self.engine is not None and self.engine._bg_start is not None:
             self.engine.after_background()
 

@@ -69,7 +69,11 @@ def twin_workload(model: Any, twin: Any, example: Any = None, *, seed: int | Non
     if example is None:
         raise ValueError(f"the twin needs an example input for {type(model).__name__}: pass example_input= (one "
                          "request's tensor) or request_inputs=, or use a zoo model name such as 'resnet18'")
-    return SimWorkload(model, twin, example_inputs=(example,), seed=seed, train_batch_size=train_batch_size)
+    from collections.abc import Mapping
+
+    # i17cost: a dict example is one keyword call, model(**example)
+    example_inputs = example if isinstance(example, Mapping) else (example,)
+    return SimWorkload(model, twin, example_inputs=example_inputs, seed=seed, train_batch_size=train_batch_size)
 
 
 @dataclass(frozen=True)
@@ -128,8 +132,9 @@ class InferenceRunner:
             or a fixed ``Solution``/``Plan`` (required on a device without a mode controller, e.g. ``"cpu"``).
         workload: what the tuner profiles (default on the twin: a ``SimWorkload`` of ``model``; on real boards give
             one that measures the real model at a mode).
-        example_input: one request's input tensor (no batch dimension); ``request_inputs``: a tensor of request
-            samples (first dimension = samples) or :class:`~lightning_edge.serving.engine.RequestInputs`.
+        example_input: one request's input tensor (no batch dimension), or a dict of them for a model called with
+            keyword arguments; ``request_inputs``: a tensor of request samples (first dimension = samples), a dict of
+            such tensors (``model(**requests)``) or :class:`~lightning_edge.serving.engine.RequestInputs`.
         run_model: on the twin, also run the real model on CPU (default: when ``model`` is an ``nn.Module``).
         space: the modes to tune over (default: Fulcrum's 441-mode space on the twin, else the controller's).
         store: profile store for the tuner (default: in memory; ``"default"`` persists them, see docs/tuning.md).
@@ -171,6 +176,11 @@ class InferenceRunner:
         self.keep_outputs = int(keep_outputs)
         self.inputs = self._inputs(request_inputs, example_input, model)
         is_module = callable(model) and not isinstance(model, str) and not hasattr(model, "sweep")
+        from lightning_edge.cost.capture import has_forward
+
+        if is_module and not has_forward(model):  # i17cost: said before anything runs
+            raise TypeError(f"InferenceRunner: {type(model).__name__} has no forward, so it cannot serve requests; "
+                            "pass the module that does (e.g. InferenceRunner(model.net, ...))")
         if run_model is None:
             run_model = is_module and self.inputs is not None
         if run_model and not (is_module and self.inputs is not None):
@@ -189,7 +199,7 @@ class InferenceRunner:
         if self.fixed_plan is None:
             if self.device.simulated:
                 if workload is None:
-                    example = None if self.inputs is None else self.inputs.pool[:1]
+                    example = None if self.inputs is None else self.inputs.head(1)
                     workload = twin_workload(model, self.device.sim.twin, example, seed=seed)
                 if space is None:
                     from lightning_edge.devices.catalog import fulcrum_space
@@ -212,6 +222,8 @@ class InferenceRunner:
             return request_inputs
         if request_inputs is not None:
             return RequestInputs(request_inputs)
+        if isinstance(example_input, dict):  # i17cost: one request's keyword inputs (no batch dimension)
+            return RequestInputs({k: v.unsqueeze(0) for k, v in example_input.items()})
         if example_input is not None:
             shape = tuple(example_input.shape)
             return RequestInputs.random(shape, seed=0, dtype=example_input.dtype)
@@ -237,7 +249,7 @@ class InferenceRunner:
             clock: Any = SimClock()
             runner = ModelRunner(self.model, self.inputs, keep=self.keep_outputs) if self.run_model else None
             timer_wl = self.workload if self.workload is not None else twin_workload(
-                self.model, dev.sim.twin, None if self.inputs is None else self.inputs.pool[:1], seed=self.seed)
+                self.model, dev.sim.twin, None if self.inputs is None else self.inputs.head(1), seed=self.seed)
             executor: Any = SimExecutor(TwinTimer(timer_wl, seed=None if self.seed is None else self.seed + 101),
                                         model_runner=runner)
         else:

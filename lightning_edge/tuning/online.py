@@ -124,7 +124,11 @@ def module_fingerprint(module: Any, batch: Any, precision: str = "fp32", extra: 
 
     Two runs of the same model on the same data shapes get the same key (and share profiles); a different
     architecture, width, input size, batch size or precision gets another one."""
-    n_params = sum(int(p.numel()) for p in module.parameters()) if hasattr(module, "parameters") else 0
+    from torch.nn.parameter import is_lazy
+
+    # a Lazy module's uninitialized parameters count as 0 (the tuner fingerprints after the first step)
+    n_params = (sum(int(p.numel()) for p in module.parameters() if not is_lazy(p))
+                if hasattr(module, "parameters") else 0)
     bs, sig = batch_signature(batch)
     from lightning_edge.tuning.store import model_name
 
@@ -267,6 +271,14 @@ class SimStepMeter:
         from lightning_edge.devices.sim.workload import SimWorkload
 
         self.workload = SimWorkload(module, self.twin, example_inputs=example_inputs, noise=self.noise,
+                                    seed=self.seed, precision=self.precision)
+
+    def bind_cost(self, cost: Any, batch_size: int) -> None:
+        """Bind to a training step's :class:`~lightning_edge.cost.ModelCost` (``training=True``), e.g. the shared
+        capture's ``step_cost``: every call form a module can have is already in it."""
+        from lightning_edge.devices.sim.workload import SimWorkload
+
+        self.workload = SimWorkload(cost, self.twin, train_batch_size=int(batch_size), noise=self.noise,
                                     seed=self.seed, precision=self.precision)
 
     def start(self) -> None:

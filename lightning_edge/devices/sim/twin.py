@@ -372,13 +372,16 @@ class OrinTwin:
         if inputs is None:
             raise ValueError("predict_workload(model, ...) with an nn.Module needs inputs=(example inputs,); "
                              "or pass a zoo model name such as 'resnet18'")
-        shapes = tuple((tuple(getattr(x, "shape", ())), str(getattr(x, "dtype", ""))) for x in inputs)
+        args, kwargs = (inputs.args, inputs.kwargs) if hasattr(inputs, "kwargs") else (tuple(inputs), {})  # i17cost
+        from lightning_edge.cost.capture import tensors_of
+
+        shapes = tuple((tuple(x.shape), str(x.dtype)) for x in tensors_of((args, kwargs))) + tuple(sorted(kwargs))
         key = (id(name_or_model), shapes, int(batch_size), kind, seq_len, dtype)
         cost = self._cost_cache.get(key)
         if cost is None:
             from lightning_edge.cost import analyze
 
-            cost = analyze(name_or_model, *inputs, training=training, dtype=dtype)
+            cost = analyze(name_or_model, *args, training=training, dtype=dtype, **kwargs)
             self._cost_cache[key] = cost
         n_tensors = sum(1 for _ in name_or_model.parameters())
         return cost, n_tensors

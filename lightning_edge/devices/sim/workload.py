@@ -303,7 +303,8 @@ class SimWorkload:
     power_noise=0.02, seq_len=None, precision="fp32", example_inputs=None)``
 
     ``model`` is a zoo name (``"resnet18"``) or an ``nn.Module``; a module needs ``example_inputs``: one
-    minibatch (a tensor or a tuple of tensors, batch dimension first). Only their shapes and dtypes are used
+    minibatch (a tensor or a tuple of tensors, batch dimension first; a dict of tensors for a model called as
+    ``model(**batch)``; or a captured :class:`~lightning_edge.cost.capture.Call`). Only their shapes and dtypes are used
     (the twin analyses the module on meta tensors of the same shapes, with the batch dimension set to
     the batch size asked for), so the module's weights are never touched.
 
@@ -331,6 +332,21 @@ class SimWorkload:
         precision: str = "fp32",
         example_inputs: Any = None,
     ) -> None:
+        self.example_call = None  # i17cost: a keyword / dict call form (lightning_edge.cost.capture.Call)
+        if example_inputs is not None and not isinstance(example_inputs, (tuple, list)) \
+                and not hasattr(example_inputs, "shape"):
+            from collections.abc import Mapping
+
+            from lightning_edge.cost.capture import Call, tensors_of, to_meta
+
+            if isinstance(example_inputs, Mapping):  # a dict batch: model(**batch)
+                example_inputs = Call("", (), dict(example_inputs))
+            if isinstance(example_inputs, Call):
+                self.example_call = Call(example_inputs.module, to_meta(example_inputs.args),
+                                         to_meta(example_inputs.kwargs))
+                example_inputs = tuple(tensors_of((self.example_call.args, self.example_call.kwargs)))
+                if train_batch_size is None and self.example_call.batch_size() is not None:
+                    train_batch_size = self.example_call.batch_size()
         if not isinstance(model, str) and not hasattr(model, "layers"):
             if example_inputs is None:
                 raise ValueError(
@@ -391,6 +407,8 @@ class SimWorkload:
         """Meta tensors shaped like ``example_inputs`` with ``batch_size`` rows (``None`` for a zoo name)."""
         if self.example_inputs is None:
             return None
+        if self.example_call is not None:  # i17cost: keyword inputs, resized (kept integer values repeated)
+            return self.example_call.resized(int(batch_size))
         import torch
 
         return tuple(torch.empty((int(batch_size), *tuple(x.shape)[1:]), dtype=x.dtype, device="meta")

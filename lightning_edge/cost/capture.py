@@ -1,0 +1,425 @@
+"""One capture of a model's real calls, for the cost model: the profiler, the tuner and serving all use it.
+
+The cost model (:func:`~lightning_edge.cost.analyze`) needs the inputs of a call. Users call their models in
+every way there is: ``model(x)``, ``model(input_ids=..., labels=...)``, ``model(**batch)`` with a dict or a
+Hugging Face ``BatchEncoding``, a LightningModule with no ``forward`` whose ``training_step`` calls
+``self.encoder(...)`` and ``self.head(...)``, a module called twice a step. Rather than guess inputs from the
+batch, :class:`CallCapture` records the *outermost* calls of the model's modules while a real step runs (its
+positional and keyword arguments, as meta tensors: shapes and dtypes, no memory), and :func:`step_cost`
+analyses each call and merges them into one :class:`~lightning_edge.cost.ModelCost` for the step, its layers
+named as in ``model.named_modules()``::
+
+    from lightning_edge.cost.capture import CallCapture, step_cost
+    with CallCapture(model) as cap:          # hooks only inside the block
+        loss = training_step(batch); loss.backward()
+    cost = step_cost(model, cap.captured)    # training=True when a call ran with gradients
+    cost.notes                               # e.g. "2 calls of 'encoder' per step"
+
+What "outermost" means: a call of one of the model's modules made while no other module of the model is
+running. With a ``forward``, that is the root (once); without one, the submodules ``training_step`` calls.
+A root called inside its own call (DDP runs ``training_step`` through ``forward``) gives the inner call.
+
+Values that decide control flow are kept: integer and boolean tensors (token ids, attention masks, labels)
+of at most :data:`VALUE_MAX_NUMEL` elements are kept as CPU copies, so code such as ``if mask.all():`` (Hugging
+Face's mask builders) runs on the meta device as it ran for real (see ``counter.py``, "known values").
+
+Tensor trees are walked with ``torch.utils._pytree`` (tuples, lists, dicts, namedtuples, ``ModelOutput`` /
+``BatchEncoding`` where registered); dataclass batches and mappings that are not registered are walked by
+:func:`tree_map_tensors` too.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+from torch.utils import _pytree as pytree
+
+__all__ = [
+    "VALUE_MAX_NUMEL", "Call", "Captured", "CallCapture", "CaptureError", "capture", "step_cost", "to_meta",
+    "tree_map_tensors", "tensors_of", "has_uninitialized_params", "has_forward",
+]
+
+#: integer / bool tensors up to this many elements keep their values in a capture (ids, masks, labels)
+VALUE_MAX_NUMEL = 1 << 20
+#: calls recorded per capture at most (a loop over a module is summarised by its first calls)
+MAX_CALLS = 64
+
+
+_quiet = threading.local()
+
+
+@contextlib.contextmanager
+def not_captured() -> Iterator[None]:
+    """Calls made inside this block (``analyze``'s own meta run of a model) are not captured by any
+    :class:`CallCapture`: analysing a model during a captured step (the tuner's callback runs inside the profiler's
+    step) must not look like another call of it."""
+    _quiet.depth = getattr(_quiet, "depth", 0) + 1
+    try:
+        yield
+    finally:
+        _quiet.depth -= 1
+
+
+class CaptureError(ValueError):
+    """No cost model could be had for the captured calls (the message says why, in one line)."""
+
+
+# ---------------------------------------------------------------------------------------------- tensor trees
+def _is_leaf(x: Any) -> bool:
+    return isinstance(x, torch.Tensor)
+
+
+def tree_map_tensors(fn: Callable[[torch.Tensor], Any], obj: Any) -> Any:
+    """``fn`` applied to every tensor of ``obj`` (pytree containers, plus dataclasses and mappings pytree does not
+    know, e.g. a user's batch dataclass or a ``BatchEncoding`` where it is not registered); other values kept."""
+    def walk(x: Any) -> Any:
+        if isinstance(x, torch.Tensor):
+            return fn(x)
+        if not pytree.tree_is_leaf(x):  # a registered container (tuple, list, dict, namedtuple, ModelOutput...)
+            children, spec = pytree.tree_flatten(x, is_leaf=lambda y: y is not x)  # one level
+            return pytree.tree_unflatten([walk(c) for c in children], spec)
+        if dataclasses.is_dataclass(x) and not isinstance(x, type):
+            try:
+                return dataclasses.replace(x, **{f.name: walk(getattr(x, f.name)) for f in dataclasses.fields(x)
+                                                 if f.init and hasattr(x, f.name)})
+            except Exception:  # noqa: BLE001 - a frozen or odd dataclass: a plain dict of its fields
+                return {f.name: walk(getattr(x, f.name)) for f in dataclasses.fields(x) if hasattr(x, f.name)}
+        if isinstance(x, Mapping):
+            items = {k: walk(v) for k, v in x.items()}
+            try:
+                return type(x)(items)
+            except Exception:  # noqa: BLE001 - BatchEncoding and friends take other constructor arguments
+                return items
+        return x
+
+    return walk(obj)
+
+
+def tensors_of(obj: Any) -> list[torch.Tensor]:
+    """Every tensor in ``obj`` (same walk as :func:`tree_map_tensors`), in order."""
+    out: list[torch.Tensor] = []
+    tree_map_tensors(out.append, obj)
+    return out
+
+
+def _keeps_values(t: torch.Tensor) -> bool:
+    return (not t.is_floating_point() and not t.is_complex() and t.device.type != "meta"
+            and t.numel() <= VALUE_MAX_NUMEL)
+
+
+def to_meta(obj: Any, keep_values: bool = True) -> Any:
+    """``obj`` with every tensor replaced by a meta tensor of its shape and dtype; with ``keep_values`` small
+    integer/bool tensors become CPU copies instead (their values can decide control flow: attention masks)."""
+    def conv(t: torch.Tensor) -> torch.Tensor:
+        if keep_values and _keeps_values(t):
+            with torch.inference_mode(False):
+                return t.detach().to("cpu", copy=True)
+        return torch.empty(t.shape, dtype=t.dtype, device="meta")
+
+    return tree_map_tensors(conv, obj)
+
+
+def has_forward(module: Any) -> bool:
+    """False for a module whose class defines no ``forward`` of its own (``nn.Module``'s and ``LightningModule``'s
+    raise): Lightning allows them, their steps call submodules."""
+    fwd = getattr(type(module), "forward", None)
+    if fwd is None:
+        return callable(module)
+    owner = getattr(fwd, "__qualname__", "").split(".")[0]
+    return owner not in ("Module", "LightningModule")
+
+
+def has_uninitialized_params(module: nn.Module) -> bool:
+    """True while a Lazy module (``LazyLinear``...) has not seen its first input."""
+    from torch.nn.parameter import is_lazy
+
+    return any(is_lazy(p) for p in module.parameters()) or any(is_lazy(b) for b in module.buffers())
+
+
+# ---------------------------------------------------------------------------------------------- records
+@dataclass
+class Call:
+    """One outermost call of one of the model's modules, as it ran.
+
+    ``module``: its qualified name in the model (``""``: the root); ``args`` / ``kwargs``: its arguments, tensors
+    as meta tensors (small integer/bool tensors as CPU copies); ``grad``: gradients were enabled (a backward
+    follows); ``autocast``: the autocast dtype it ran under (``"bfloat16"``, ``"float16"``) or None."""
+
+    module: str
+    args: tuple
+    kwargs: dict = field(default_factory=dict)
+    grad: bool = False
+    autocast: str | None = None
+
+    @property
+    def shown(self) -> str:
+        return self.module or "(root)"
+
+    def shapes(self) -> list[tuple[int, ...]]:
+        return [tuple(t.shape) for t in tensors_of((self.args, self.kwargs))]
+
+    def batch_size(self) -> int | None:
+        for t in tensors_of((self.args, self.kwargs)):
+            if t.dim() > 0:
+                return int(t.shape[0])
+        return None
+
+    def describe(self) -> str:
+        parts = [_describe(a) for a in self.args] + [f"{k}={_describe(v)}" for k, v in self.kwargs.items()]
+        return f"{self.shown}({', '.join(parts)})"
+
+    def resized(self, batch_size: int) -> Call:
+        """The same call with the batch dimension (the leading one, where it equals this call's batch size) set to
+        ``batch_size``; values kept for integer tensors are repeated/cut to fit."""
+        bs = self.batch_size()
+        if bs is None or bs == batch_size:
+            return self
+
+        def conv(t: torch.Tensor) -> torch.Tensor:
+            if t.dim() == 0 or t.shape[0] != bs:
+                return t
+            if t.device.type == "meta":
+                return torch.empty((batch_size, *t.shape[1:]), dtype=t.dtype, device="meta")
+            reps = -(-batch_size // bs)
+            return t.repeat(reps, *([1] * (t.dim() - 1)))[:batch_size]
+
+        return Call(self.module, tree_map_tensors(conv, self.args), tree_map_tensors(conv, self.kwargs), self.grad,
+                    self.autocast)
+
+
+def _describe(x: Any) -> str:
+    if isinstance(x, torch.Tensor):
+        return f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}"
+    ts = tensors_of(x)
+    if ts:
+        return f"{type(x).__name__}({len(ts)} tensors)"
+    r = repr(x)
+    return r if len(r) <= 20 else r[:17] + "..."
+
+
+@dataclass
+class Captured:
+    """What a :class:`CallCapture` saw: the outermost ``calls`` in order, and ``notes`` (calls beyond
+    :data:`MAX_CALLS`)."""
+
+    calls: list[Call] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    dropped: int = 0
+
+    def __bool__(self) -> bool:
+        return bool(self.calls)
+
+    @property
+    def training(self) -> bool:
+        return any(c.grad for c in self.calls)
+
+    @property
+    def modules(self) -> list[str]:
+        seen: dict[str, None] = {}
+        for c in self.calls:
+            seen.setdefault(c.module, None)
+        return list(seen)
+
+    def batch_size(self) -> int | None:
+        for c in self.calls:
+            bs = c.batch_size()
+            if bs is not None:
+                return bs
+        return None
+
+    def describe(self) -> str:
+        if not self.calls:
+            return "no call of the model's modules"
+        return "; ".join(c.describe() for c in self.calls[:4]) + (
+            f"; ... ({len(self.calls) - 4} more)" if len(self.calls) > 4 else "")
+
+
+# ---------------------------------------------------------------------------------------------- capture
+def _autocast_dtype() -> str | None:
+    for dev in ("cuda", "cpu"):
+        try:
+            if torch.is_autocast_enabled(dev):
+                return str(torch.get_autocast_dtype(dev)).removeprefix("torch.")
+        except (RuntimeError, TypeError, AttributeError):  # a device type this build does not know
+            continue
+    return None
+
+
+class CallCapture:
+    """Records the outermost calls of ``model``'s modules while active (see the module docstring).
+
+    ``CallCapture(model, max_calls=64)``; use as a context manager or with :meth:`start` / :meth:`stop`;
+    :attr:`captured` holds the result. Per-module hooks (with keyword arguments) exist only while active.
+    Calls traced by Dynamo (``torch.compile``) are not recorded from inside the compiled code: a compiled module
+    is recorded by its outer, eager call."""
+
+    def __init__(self, model: nn.Module, max_calls: int = MAX_CALLS) -> None:
+        if not isinstance(model, nn.Module):
+            raise TypeError(f"CallCapture needs a torch.nn.Module, got {type(model).__name__}")
+        self.model = model
+        self.max_calls = int(max_calls)
+        self.captured = Captured()
+        self._names: dict[nn.Module, str] = {}
+        self._handles: list[Any] = []
+        self._depth = 0
+        self._open: list[bool] = []
+        self._root_open: int | None = None  # index in calls of the root call in progress
+
+    @property
+    def active(self) -> bool:
+        return bool(self._handles)
+
+    def start(self) -> CallCapture:
+        if self.active:
+            return self
+        self.captured = Captured()
+        self._depth = 0
+        self._open: list[bool] = []  # per open call: does it count in the depth (not a recompute in the backward)
+        self._root_open = None
+        self._names = {}
+        for name, mod in self.model.named_modules():
+            self._names.setdefault(mod, name)
+        try:
+            for mod in self._names:
+                self._handles.append(mod.register_forward_pre_hook(self._pre, with_kwargs=True))
+                self._handles.append(mod.register_forward_hook(self._post, always_call=True))
+        except Exception:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> Captured:
+        for h in self._handles:
+            h.remove()
+        self._handles.clear()
+        if self.captured.dropped:
+            self.captured.notes.append(f"{self.captured.dropped} more call(s) in the step were not captured "
+                                       f"(at most {self.max_calls})")
+        return self.captured
+
+    def __enter__(self) -> CallCapture:
+        return self.start()
+
+    def __exit__(self, *exc: Any) -> None:
+        self.stop()
+
+    def _pre(self, mod: nn.Module, args: tuple, kwargs: dict) -> None:
+        if torch.compiler.is_compiling():
+            return
+        name = self._names.get(mod)
+        if name is None:
+            return
+        if getattr(_quiet, "depth", 0) or torch._C._current_autograd_node() is not None:
+            # analyze's own meta run (not_captured), or a forward recomputed inside the backward (activation
+            # checkpointing): part of the calls already captured, whose analysis counts the recomputation
+            self._open.append(False)
+            return
+        self._open.append(True)
+        depth = self._depth
+        self._depth += 1
+        calls = self.captured.calls
+        if depth == 0 or (depth == 1 and name == "" and self._root_open is not None):
+            call = Call(name, to_meta(tuple(args)), to_meta(dict(kwargs)), torch.is_grad_enabled(), _autocast_dtype())
+            if depth == 1:  # the root called inside its own call (DDP's forward -> training_step -> self(x))
+                calls[self._root_open] = call
+                self._root_open = None
+                return
+            if len(calls) >= self.max_calls:
+                self.captured.dropped += 1
+                return
+            calls.append(call)
+            if name == "":
+                self._root_open = len(calls) - 1
+
+    def _post(self, mod: nn.Module, args: tuple, output: Any) -> None:
+        if torch.compiler.is_compiling():
+            return
+        if mod in self._names and self._open and self._open.pop() and self._depth > 0:
+            self._depth -= 1
+            if self._depth == 0:
+                self._root_open = None
+
+
+def capture(model: nn.Module, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Captured, Any]:
+    """Run ``fn(*args, **kwargs)`` (a step: ``training_step``, ``model(**batch)``...) and capture ``model``'s
+    outermost calls; returns ``(captured, fn's result)``."""
+    with CallCapture(model) as cap:
+        out = fn(*args, **kwargs)
+    return cap.captured, out
+
+
+def is_compiled(module: nn.Module) -> bool:
+    """A module compiled with ``torch.compile(module)`` (an ``OptimizedModule``) or ``module.compile()``."""
+    return type(module).__name__ == "OptimizedModule" or getattr(module, "_compiled_call_impl", None) is not None
+
+
+# ---------------------------------------------------------------------------------------------- cost
+def step_cost(model: nn.Module, captured: Captured, *, training: bool | None = None, dtype: Any = None,
+              strict: bool = False) -> Any:
+    """One :class:`~lightning_edge.cost.ModelCost` for the captured step: every call analysed (with a backward
+    where it ran with gradients, unless ``training`` says otherwise), layers named as in ``model.named_modules()``
+    and summed over calls. Calls that cannot be analysed are named in ``notes``; :class:`CaptureError` when none
+    can (or, with ``strict``, when any cannot)."""
+    from lightning_edge.cost.counter import analyze
+    from lightning_edge.cost.model_cost import ModelCost
+    from lightning_edge.cost.types import LayerCost
+
+    if not captured.calls:
+        raise CaptureError(f"no call of {type(model).__name__}'s modules was captured: the cost model needs the "
+                           "step to call the model (or one of its submodules)")
+    merged: dict[str, LayerCost] = {}
+    notes: list[str] = list(captured.notes)
+    failed: list[str] = []
+    per_module: dict[str, int] = {}
+    costs = []
+    for call in captured.calls:
+        per_module[call.module] = per_module.get(call.module, 0) + 1
+        module = model.get_submodule(call.module) if call.module else model
+        tr = call.grad if training is None else (training and call.grad)
+        try:
+            with torch.inference_mode(False):
+                cost = analyze(module, *call.args, training=tr, dtype=dtype, autocast=call.autocast, **call.kwargs)
+        except Exception as exc:  # noqa: BLE001 - reported, and the other calls still count
+            msg = str(exc).splitlines()[0] if str(exc) else ""
+            failed.append(f"{call.shown} ({type(exc).__name__}: {msg})")
+            if strict:
+                raise CaptureError(f"cost model failed on {call.describe()}: {type(exc).__name__}: {msg}") from exc
+            continue
+        costs.append((call, cost))
+        for lc in cost.layers:
+            full = f"{call.module}.{lc.name}" if call.module and lc.name else (call.module or lc.name)
+            have = merged.get(full)
+            if have is None:
+                merged[full] = LayerCost(full, lc.kind, lc.params, lc.forward + type(lc.forward)(),
+                                         lc.backward + type(lc.backward)(), lc.calls, lc.ops.copy())
+            else:
+                have.forward += lc.forward
+                have.backward += lc.backward
+                have.calls += lc.calls
+                have.ops.update(lc.ops)
+        for n in cost.notes:
+            note = f"{call.shown}: {n}" if call.module else n
+            if note not in notes:
+                notes.append(note)
+    if not costs:
+        raise CaptureError("cost model failed on every captured call: " + "; ".join(failed))
+    if failed:
+        notes.append("no cost model for " + "; ".join(failed) + ": those calls count as zero")
+    repeated = {m: n for m, n in per_module.items() if n > 1}
+    if repeated:
+        notes.append("several calls per step, summed: " + ", ".join(f"{m or '(root)'} x{n}"
+                                                                   for m, n in repeated.items()))
+    uncounted = sum((c.uncounted for _, c in costs), start=type(costs[0][1].uncounted)())
+    first = costs[0][1]
+    inputs = [s for call, _ in costs for s in call.shapes()]
+    return ModelCost(layers=list(merged.values()), uncounted=uncounted,
+                     training=any(c.training for _, c in costs), dtype=first.dtype,
+                     model=type(model).__name__, inputs=inputs, notes=notes,
+                     autocast=next((c.autocast for _, c in costs if c.autocast), None))
