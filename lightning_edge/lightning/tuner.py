@@ -110,6 +110,16 @@ def _planned_long(trainer: Any) -> bool:
     return math.isfinite(n) and n >= THOROUGH_AFTER_STEPS
 
 
+def _batch_size_of(batch: Any, cost: Any) -> int:
+    """The minibatch's size: the first dimension of its first tensor, else of the cost's first input, else 1."""
+    from lightning_edge.cost.capture import tensors_of
+
+    bs = next((int(x.shape[0]) for x in tensors_of(batch) if x.dim() > 0), None)
+    if bs is None:
+        bs = next((int(s[0]) for s in (getattr(cost, "inputs", None) or []) if len(s)), 1)
+    return bs
+
+
 def _precision_of(trainer: Any, given: str | None) -> str:
     if given:
         return given
@@ -328,10 +338,15 @@ class PowerModeTunerMixin:
                 self._capture = CallCapture(pl_module).start()
             from lightning_edge.cost.capture import has_uninitialized_params
 
-            if self._capture is not None and (sim or has_uninitialized_params(pl_module)):
+            # a real Orin AGX with the prior on waits for the capture step too: the prior is the twin's calibrated
+            # model of the captured cost (OnlineTuner.bind_model)
+            board_prior = t.wants_board_prior
+            if self._capture is not None and (sim or board_prior or has_uninitialized_params(pl_module)):
                 return
             if sim and not t.meter.bound:
                 return  # the twin could not model this workload: said in capture_notes, nothing is tuned
+            if board_prior and self.workload_cost is not None:
+                t.bind_model(self.workload_cost, batch_size=_batch_size_of(batch, self.workload_cost))
             prec = _precision_of(trainer, self.precision)
             t.bind(self.workload_id or module_fingerprint(pl_module, batch, prec))
             t.start()
@@ -386,12 +401,7 @@ class PowerModeTunerMixin:
             self._bind_cost(cost, batch)
 
     def _bind_cost(self, cost: Any, batch: Any) -> None:
-        from lightning_edge.cost.capture import tensors_of
-
-        bs = next((int(x.shape[0]) for x in tensors_of(batch) if x.dim() > 0), None)
-        if bs is None:
-            bs = next((int(s[0]) for s in (getattr(cost, "inputs", None) or []) if len(s)), 1)
-        self.tuner.meter.bind_cost(cost, bs)
+        self.tuner.meter.bind_cost(cost, _batch_size_of(batch, cost))
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         t = self.tuner

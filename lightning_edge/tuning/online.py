@@ -671,10 +671,18 @@ class OnlineTuner:
         self.prior_time_s = time.perf_counter() - t0
         return True
 
-    def bind_model(self, module: Any, example_inputs: Any) -> None:
-        """The module and one minibatch of its forward inputs, for the prior on a real Orin AGX (the twin's
-        calibrated model of their ``analyze`` cost). Call before :meth:`start`; the twin's meter needs none."""
-        self._model = (module, example_inputs)
+    def bind_model(self, module: Any, example_inputs: Any = None, *, batch_size: int | None = None) -> None:
+        """The module and one minibatch of its forward inputs, or the training step's captured
+        :class:`~lightning_edge.cost.ModelCost` and its batch size (what ``PowerModeTuner`` passes), for the prior
+        on a real Orin AGX (the twin's calibrated model of that cost). Call before :meth:`start`; the twin's meter
+        needs none."""
+        self._model = (module, example_inputs, batch_size)
+
+    @property
+    def wants_board_prior(self) -> bool:
+        """A real Orin AGX with the prior on: the prior needs the module's cost (:meth:`bind_model`) before
+        :meth:`start`."""
+        return self.prior_setting == "auto" and not isinstance(self.meter, SimStepMeter) and _is_orin(self.controller)
 
     def _make_board_prior(self) -> bool:
         if not _is_orin(self.controller):
@@ -691,8 +699,9 @@ class OnlineTuner:
 
         t0 = time.perf_counter()
         try:
-            module, inputs = self._model
-            wl = SimWorkload(module, OrinTwin(noise=False, settling=False), example_inputs=inputs, noise=False)
+            module, inputs, batch_size = self._model
+            wl = SimWorkload(module, OrinTwin(noise=False, settling=False), example_inputs=inputs, noise=False,
+                             train_batch_size=batch_size)
             self.prior = prior_for_twin(wl, self.space, simulated=False)
         except Exception as exc:  # noqa: BLE001 - a prior is an aid: tune without it, and say why
             self.prior_note = f"no prior: the model of this workload failed ({type(exc).__name__}: {exc})"

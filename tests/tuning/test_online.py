@@ -235,3 +235,23 @@ def test_on_a_real_orin_the_prior_is_the_calibrated_twin_model_of_the_bound_modu
     assert t2.prior is None and "bind_model" in t2.summary()["prior_note"]
     t2.close()
     assert online.OnlineTuner(16.0, board.controller, real, prior=False, store=None).prior_setting is None
+
+
+def test_on_a_real_orin_the_prior_can_come_from_the_captured_step_cost():
+    """What PowerModeTuner passes on a board: the capture step's ModelCost and its batch size, not the module."""
+    from lightning_edge.cost import analyze
+
+    board = SimulatedOrin(settling=False, seed=0)
+    meter = _BoardMeter(board, tiny(), (X,), seed=0)
+    real = type("RealMeter", (), {k: getattr(meter, k) for k in ("start", "now_s", "mode_changed", "step_begin",
+                                                                 "step_end", "close")})()
+    real.label = "measured"
+    t = OnlineTuner(16.0, board.controller, real, window=FAST, store=None, fingerprint="tiny")
+    assert t.wants_board_prior
+    t.bind_model(analyze(tiny(), X, training=True), batch_size=int(X.shape[0]))
+    t.start()
+    run(t, 80)
+    assert t.prior is not None and "Orin AGX twin" in t.prior.source, t.summary().get("prior_note")
+    assert t.solution is not None and t.summary()["profiles_used"] <= 4
+    t.close()
+    assert not OnlineTuner(16.0, board.controller, meter, store=None).wants_board_prior  # the twin's own meter
