@@ -16,7 +16,6 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 PACKAGES = ["lightning.pytorch", "pytorch_lightning"]
-CAPTURE_FIX = "capture fix on branch i17cost"
 
 
 def _pkg(name):
@@ -174,7 +173,6 @@ def test_manual_optimisation_with_two_optimisers(tmp_path):
     assert "12 optimizer steps" in cb.summary_text
 
 
-@pytest.mark.xfail(strict=False, reason=CAPTURE_FIX)  # Dynamo "already tracked for mutation" in the forward hook
 def test_torch_compile_submodule(tmp_path):
     L, EP = _pkg("lightning.pytorch")
     cb = _profiler(EP, tmp_path, print_summary=False)
@@ -182,7 +180,6 @@ def test_torch_compile_submodule(tmp_path):
     _check(cb, costed=("net.0",))
 
 
-@pytest.mark.xfail(strict=False, reason=CAPTURE_FIX)  # analyze(training=True) under checkpoint: "not on meta"
 def test_activation_checkpointing(tmp_path):
     L, EP = _pkg("lightning.pytorch")
     cb = _profiler(EP, tmp_path, print_summary=False)
