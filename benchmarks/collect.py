@@ -9,7 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 
 HERE = Path(__file__).parent
-ORDER = ["analyze_speed", "twin_validation", "twin_sweep", "overhead", "fulcrum_eval", "autotune", "interleaving"]
+ORDER = ["analyze_speed", "twin_validation", "twin_sweep", "overhead", "overhead_fit", "sensor_checks",
+         "fulcrum_eval", "autotune", "autotune_prior", "store_field", "interleaving", "latency_models"]
 
 HEADER = """# Benchmarks
 
