@@ -160,7 +160,7 @@ def _tuning_comparison(tuner: Any, args: argparse.Namespace) -> None:
     t = tuner.tuner
     if t is None or getattr(t.meter, "workload", None) is None:
         return
-    s = t.summary()
+    s = tuner.summary()  # the callback's: the capture step counts as a minibatch before the chosen mode
     took = s.get("tuning_steps")
     try:
         before = simulate_tuning(t.meter.workload, args.budget, strategy=args.strategy, prior=None,

@@ -217,12 +217,10 @@ class LatencyModel:
         through ``analyze`` on the meta device)."""
         descs, containers = describe(model, *inputs, **kwargs)
         out = self.predict_layers(descs, containers)
-        import torch
-
-        from lightning_edge.cost.counter import _leaves
+        from lightning_edge.cost.capture import tensors_of
 
         out.model = type(model).__name__
-        out.inputs = [tuple(t.shape) for t in _leaves((inputs, kwargs)) if isinstance(t, torch.Tensor)]
+        out.inputs = [tuple(t.shape) for t in tensors_of((inputs, kwargs))]
         self._check_context(model, out)
         return out
 

@@ -270,6 +270,7 @@ class PowerModeTunerMixin:
         self.workload_cost: Any = cost
         self.capture_notes: list[str] = []
         self._capture: Any = None
+        self._pre_steps = 0  # minibatches trained before the tuner started (the capture step)
         self._energy_j = 0.0
         self._epoch = {"time_s": 0.0, "energy_j": 0.0, "steps": 0}
         self._pending_state: dict | None = None
@@ -294,7 +295,15 @@ class PowerModeTunerMixin:
         return None if self.tuner is None else self.tuner.solution
 
     def summary(self) -> dict[str, Any]:
-        return {} if self.tuner is None else self.tuner.summary()
+        """The tuner's summary; ``tuning_steps`` counts every minibatch before training ran in the chosen mode,
+        the capture step included (``capture_steps``)."""
+        if self.tuner is None:
+            return {}
+        s = self.tuner.summary()
+        s["capture_steps"] = self._pre_steps
+        if s.get("tuning_steps") is not None:
+            s["tuning_steps"] = int(s["tuning_steps"]) + self._pre_steps
+        return s
 
     # ------------------------------------------------------------------ set-up
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
@@ -342,6 +351,7 @@ class PowerModeTunerMixin:
             # model of the captured cost (OnlineTuner.bind_model)
             board_prior = t.wants_board_prior
             if self._capture is not None and (sim or board_prior or has_uninitialized_params(pl_module)):
+                self._pre_steps += 1  # the capture step: trained, not tuned
                 return
             if sim and not t.meter.bound:
                 return  # the twin could not model this workload: said in capture_notes, nothing is tuned
@@ -476,7 +486,7 @@ class PowerModeTunerMixin:
         finally:
             if self.tdev is not None:
                 self.tdev.close()
-        s = t.summary()
+        s = self.summary()
         if restored is not None or t.original_mode is not None:
             s["restored"] = str(t.original_mode)
         self.summary_text = format_summary(s, self.tdev.describe() if self.tdev else "")

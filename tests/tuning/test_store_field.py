@@ -542,8 +542,10 @@ def test_interleaver_store_errors_at_set_up(tmp_path):
     bad.write_bytes(os.urandom(4096))
     il = Interleaver(ConcurrentProblem(power_budget_w=30, latency_budget_s=0.1, arrival_rps=50), tuner="gmd",
                      store=str(bad))
+    import torch
+
     with pytest.raises(StoreError, match="not an SQLite database"):
-        il.setup(None, None, "fit")
+        il.setup(None, torch.nn.Linear(4, 2), "fit")  # a module that can serve: the store is what is wrong
 
 
 def test_a_profile_measured_after_its_claim_was_taken_over_is_kept(tmp_path):
