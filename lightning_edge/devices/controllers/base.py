@@ -273,11 +273,14 @@ class ModeController(ABC):
         if self._session is not None:
             snap = self._session["snapshot"]
             kept = self._session["kept_state"]
+            self._restoring_own = True  # this process's own snapshot: not taken from a file
             try:
                 result = self._finish_restore(snap, kept, reason="restore")
             except BaseException as exc:
                 self._notice(self.restore_failure_message(exc, self._session["original_mode"]))
                 raise
+            finally:
+                self._restoring_own = False
             self._end_session()
             return result
         if self._safety is None:
@@ -503,6 +506,12 @@ class ModeController(ABC):
         if "snapshot" in state:
             return self._mode_of_snapshot(state["snapshot"])
         return None
+
+    @property
+    def _snapshot_trusted(self) -> bool:
+        """Whether the snapshot being restored may tell root what to write (an nvpmodel.conf text): this process's
+        own, or read from a state dir only root could have chosen or changed."""
+        return self._safety is None or getattr(self, "_restoring_own", False) or self._safety.trusted_by_root
 
     def restore_command(self) -> str:
         """The exact command that puts this board back from its state file."""
