@@ -518,8 +518,10 @@ class ModeController(ABC):
         args = ["lightning-edge", "mode", "restore", *self.cli_args()]
         if self._safety is not None and not self._safety.is_default_dir:
             args += ["--state-dir", str(self._safety.state_dir)]
-        prefix = ["sudo"] if self.needs_root and os.geteuid() != 0 else []
-        if prefix and self._safety is not None and self._safety.is_default_dir:
+        # root started through sudo (SUDO_UID): the person reading this is not root, so the command needs sudo too
+        under_sudo = os.geteuid() == 0 and bool(os.environ.get("SUDO_UID"))
+        prefix = ["sudo"] if self.needs_root and (os.geteuid() != 0 or under_sudo) else []
+        if prefix and not under_sudo and self._safety is not None and self._safety.is_default_dir:
             # root has its own state dir: point sudo at ours
             args += ["--state-dir", str(self._safety.state_dir)]
         return " ".join(shlex.quote(a) for a in prefix + args)
