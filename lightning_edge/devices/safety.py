@@ -578,11 +578,29 @@ def _restore_all(reason: str) -> None:
             unregister(ctl)
 
 
+_IN_SIGNAL_RESTORE: list[int] = []  # the signal whose handler is restoring now
+_PENDING: list[int] = []  # signals that arrived meanwhile
+
+
 def _on_signal(signum: int, frame) -> None:
+    if _IN_SIGNAL_RESTORE:
+        # a second signal (Ctrl-C pressed twice) while the board is being put back: a nested restore would run
+        # inside the first and break it off; it is held and acted on once the restore is done
+        if signum not in _PENDING and signum != _IN_SIGNAL_RESTORE[0]:
+            _PENDING.append(signum)
+        return
     name = signal.Signals(signum).name
     prev = _PREVIOUS.get(signum, signal.SIG_DFL)
-    _restore_all(f"signal {name}")
+    _IN_SIGNAL_RESTORE.append(signum)
+    try:
+        _restore_all(f"signal {name}")
+    finally:
+        _IN_SIGNAL_RESTORE.clear()
+    pending = [s for s in _PENDING if s != signum]
+    _PENDING.clear()
     _uninstall_signal_handlers()
+    for other in pending:  # now with the handlers they had before us
+        signal.raise_signal(other)
     if callable(prev):
         prev(signum, frame)  # e.g. default_int_handler raises KeyboardInterrupt
     else:  # SIG_DFL (or None: installed from C): die of the same signal, as without us
