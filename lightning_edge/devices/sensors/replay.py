@@ -27,9 +27,10 @@ import numpy as np
 
 from lightning_edge.devices.sensors.base import PowerReading, PowerSensor, RailBounds, check_rail
 
+from lightning_edge.devices.sensors.tegrastats import parse_tegrastats
+
 #: a replayed trace may come from any board: no rail or total of one is above this (a corrupt file is)
 REPLAY_MAX_W = 10_000.0
-from lightning_edge.devices.sensors.tegrastats import parse_tegrastats
 
 
 class ReplaySensor(PowerSensor):
