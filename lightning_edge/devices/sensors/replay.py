@@ -26,7 +26,6 @@ from typing import Any
 import numpy as np
 
 from lightning_edge.devices.sensors.base import PowerReading, PowerSensor, RailBounds, check_rail
-
 from lightning_edge.devices.sensors.tegrastats import parse_tegrastats
 
 #: a replayed trace may come from any board: no rail or total of one is above this (a corrupt file is)
