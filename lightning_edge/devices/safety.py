@@ -20,7 +20,9 @@
 The state directory is ``$LIGHTNING_EDGE_STATE_DIR`` if set, else platformdirs' user state dir for
 ``lightning_edge`` (``~/.local/state/lightning_edge`` on Linux; ``/root/.local/state/...`` under sudo). It must be a
 real directory owned by the user (or root, or the user who ran sudo) and not writable by others; it is created
-0700. Lock, state and temporary files are opened without following symbolic links (``O_NOFOLLOW``; temporary files
+0700. Its path is walked from ``/`` without following a link anyone but root could have planted, and the directory
+is held open while its files are used (:func:`open_state_dir`): everything below is relative to that descriptor.
+Lock, state and temporary files are opened without following symbolic links (``O_NOFOLLOW``; temporary files
 ``O_EXCL`` with random names, then renamed), are plain files of their own and private (0600); the recorded command
 line has URL passwords and secret-named options redacted.
 """
