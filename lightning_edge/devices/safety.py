@@ -20,7 +20,9 @@
 The state directory is ``$LIGHTNING_EDGE_STATE_DIR`` if set, else platformdirs' user state dir for
 ``lightning_edge`` (``~/.local/state/lightning_edge`` on Linux; ``/root/.local/state/...`` under sudo). It must be a
 real directory owned by the user (or root, or the user who ran sudo) and not writable by others; it is created
-0700. Lock, state and temporary files are opened without following symbolic links (``O_NOFOLLOW``; temporary files
+0700. Its path is walked from ``/`` without following a link anyone but root could have planted, and the directory
+is held open while its files are used (:func:`open_state_dir`): everything below is relative to that descriptor.
+Lock, state and temporary files are opened without following symbolic links (``O_NOFOLLOW``; temporary files
 ``O_EXCL`` with random names, then renamed), are plain files of their own and private (0600); the recorded command
 line has URL passwords and secret-named options redacted.
 """
@@ -128,39 +130,143 @@ def _trusted_owners() -> set[int]:
     return owners
 
 
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+_O_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+_MAX_LINKS = 40
+
+
+def _root_controlled(st: os.stat_result) -> bool:
+    """A directory only root can change: owned by root, not writable by group or others."""
+    return st.st_uid == 0 and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+
+
+def _link_is_trusted(parent: os.stat_result, link: os.stat_result) -> bool:
+    """Whether a symbolic link may be followed: only root could have put it there (a root-only directory), or it
+    is root's own link in a sticky root directory (``/tmp``: others cannot replace it)."""
+    if _root_controlled(parent):
+        return True
+    return parent.st_uid == 0 and bool(parent.st_mode & stat.S_ISVTX) and link.st_uid == 0
+
+
+class _StateDir:
+    """The state directory, opened once: every file in it is opened, renamed and removed relative to this
+    descriptor, so what was checked is what is used (a directory swapped for a link afterwards changes nothing).
+
+    ``root_only``: no one but root could have chosen or changed this directory (every directory on the way to it,
+    and it, root's own); a root process takes file contents that tell it what to write only from such a one."""
+
+    def __init__(self, path: Path, fd: int, root_only: bool) -> None:
+        self.path, self.fd, self.root_only = path, fd, root_only
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+    def __enter__(self) -> _StateDir:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def open_state_dir(path: str | os.PathLike, create: bool = True) -> _StateDir:
+    """Open the state directory, walking its path from ``/`` one component at a time without letting the kernel
+    follow a symbolic link: a link on the way is followed only when nobody but root could have put it there (see
+    :func:`_link_is_trusted`), the directory itself must not be a link, and it is checked (owner, mode) on the
+    opened descriptor. Missing directories are created (the last one 0700) when ``create``; else
+    ``FileNotFoundError``. Raises :class:`StateDirError` saying how to fix it."""
+    d = Path(os.path.abspath(os.fspath(path)))
+    todo = [c for c in d.parts[1:] if c not in ("", ".")]
+    fd = os.open("/", os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+    root_only = True
+    links = 0
+    try:
+        while todo:
+            name = todo.pop(0)
+            last = not todo
+            if name == "..":
+                nfd = os.open("..", os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC, dir_fd=fd)
+                os.close(fd)
+                fd = nfd
+                continue
+            try:
+                nfd = os.open(name, os.O_RDONLY | _O_DIRECTORY | _O_NOFOLLOW | _O_CLOEXEC, dir_fd=fd)
+            except FileNotFoundError:
+                if not create:
+                    raise
+                try:
+                    os.mkdir(name, DIR_MODE if last else 0o777, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                todo.insert(0, name)
+                continue
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR, errno.EMLINK):
+                    raise
+                lst = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if not stat.S_ISLNK(lst.st_mode):
+                    raise StateDirError(f"{d}: {name} is not a directory") from None
+                target = os.readlink(name, dir_fd=fd)
+                if last:
+                    raise StateDirError(
+                        f"the state directory {d} is a symbolic link (to {target}): lightning_edge writes the "
+                        "board's lock and state there, possibly as root, and follows no links. Use the real "
+                        f"directory (--state-dir {os.path.realpath(d)}) or remove the link.") from None
+                parent = os.fstat(fd)
+                links += 1
+                if links > _MAX_LINKS or not _link_is_trusted(parent, lst):
+                    raise StateDirError(
+                        f"the state directory {d} is reached through {name}, a symbolic link (to {target}) in a "
+                        f"directory {_owner_name(parent.st_uid)} can change: refused (root would follow it "
+                        "anywhere). Use a directory reached without links (--state-dir "
+                        f"{os.path.realpath(d)}), or root's own state dir.") from None
+                parts = [c for c in Path(target).parts if c not in ("", ".")]
+                if target.startswith("/"):
+                    os.close(fd)
+                    fd = os.open("/", os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+                    parts = parts[1:]
+                todo[0:0] = parts
+                continue
+            st, parent = os.fstat(nfd), os.fstat(fd)
+            # root's, and not replaceable by others: its directory is root's alone, or root's sticky one (/tmp)
+            if st.st_uid != 0 or not (_root_controlled(parent)
+                                      or (parent.st_uid == 0 and parent.st_mode & stat.S_ISVTX)):
+                root_only = False
+            os.close(fd)
+            fd = nfd
+        st = os.fstat(fd)
+        owners = _trusted_owners()
+        if owners and st.st_uid not in owners:
+            raise StateDirError(f"the state directory {d} is owned by {_owner_name(st.st_uid)}, not by you "
+                                f"({_owner_name(os.geteuid())}): another user could replace the board's lock and "
+                                f"state files. Use your own directory (--state-dir, or ${ENV_STATE_DIR}).")
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise StateDirError(f"the state directory {d} is writable by others (mode {stat.S_IMODE(st.st_mode):o}): "
+                                f"anyone could plant files where root writes. Fix: chmod go-w {d}")
+        return _StateDir(d, fd, root_only)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def ensure_state_dir(path: str | os.PathLike) -> Path:
-    """Create ``path`` (mode 0700) if needed and check it is safe for a root process to write into: a real
-    directory (not a symbolic link), owned by this user (or root, or the user who ran sudo), not writable by group
-    or others. Raises :class:`StateDirError` saying how to fix it."""
-    d = Path(path)
-    try:
-        d.mkdir(parents=True, exist_ok=True, mode=DIR_MODE)
-    except FileExistsError:
-        pass
-    st = os.lstat(d)
-    if stat.S_ISLNK(st.st_mode):
-        raise StateDirError(f"the state directory {d} is a symbolic link (to {os.readlink(d)}): lightning_edge "
-                            "writes the board's lock and state there, possibly as root, and follows no links. "
-                            f"Use the real directory (--state-dir {os.path.realpath(d)}) or remove the link.")
-    if not stat.S_ISDIR(st.st_mode):
-        raise StateDirError(f"the state directory {d} is not a directory")
-    owners = _trusted_owners()
-    if owners and st.st_uid not in owners:
-        raise StateDirError(f"the state directory {d} is owned by {_owner_name(st.st_uid)}, not by you "
-                            f"({_owner_name(os.geteuid())}): another user could replace the board's lock and state "
-                            f"files. Use your own directory (--state-dir, or ${ENV_STATE_DIR}).")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise StateDirError(f"the state directory {d} is writable by others (mode {stat.S_IMODE(st.st_mode):o}): "
-                            f"anyone could plant files where root writes. Fix: chmod go-w {d}")
-    return d
+    """Create ``path`` (mode 0700) if needed and check it is safe for a root process to write into (see
+    :func:`open_state_dir`): a real directory (not a symbolic link), owned by this user (or root, or the user who
+    ran sudo), not writable by group or others. Raises :class:`StateDirError` saying how to fix it."""
+    with open_state_dir(path) as sd:
+        return sd.path
 
 
-def _open_nofollow(path: Path, flags: int, mode: int = FILE_MODE) -> int:
-    """``os.open`` without following a symbolic link at ``path``; a link is a :class:`StateDirError`."""
+def _open_nofollow(sd: _StateDir, name: str, flags: int, mode: int = FILE_MODE) -> int:
+    """``os.open`` of ``name`` in the opened state dir, without following a symbolic link and without blocking (a
+    fifo); a link is a :class:`StateDirError`."""
     try:
-        return os.open(path, flags | _O_NOFOLLOW | _O_CLOEXEC, mode)
+        return os.open(name, flags | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK, mode, dir_fd=sd.fd)
     except OSError as exc:
-        if exc.errno == errno.ELOOP or (exc.errno == errno.EMLINK and path.is_symlink()):
+        if exc.errno == errno.ELOOP or (
+                exc.errno == errno.EMLINK and stat.S_ISLNK(os.stat(name, dir_fd=sd.fd, follow_symlinks=False).st_mode)):
+            path = sd.path / name
             raise StateDirError(f"{path} is a symbolic link: refused (lightning_edge never follows links in its "
                                 f"state directory; something planted it). Remove it: rm {path}") from None
         raise
@@ -174,10 +280,14 @@ def _check_own_file(fd: int, path: Path) -> None:
                             f"file): refused. Remove it: rm {path}")
     if stat.S_IMODE(st.st_mode) != FILE_MODE and st.st_uid == os.geteuid():
         os.fchmod(fd, FILE_MODE)  # left 0644 by an older version
+    fl = fcntl.fcntl(fd, fcntl.F_GETFL) if fcntl is not None else 0
+    if fl & _O_NONBLOCK:
+        fcntl.fcntl(fd, fcntl.F_SETFL, fl & ~_O_NONBLOCK)
 
 
-def _read_nofollow(path: Path, limit: int = 1 << 20) -> str:
-    fd = _open_nofollow(path, os.O_RDONLY)
+def _read_nofollow(sd: _StateDir, name: str, limit: int = 1 << 20) -> str:
+    path = sd.path / name
+    fd = _open_nofollow(sd, name, os.O_RDONLY)
     try:
         _check_own_file(fd, path)
         chunks = []
@@ -222,14 +332,22 @@ def redact_argv(argv: list[str]) -> str:
 
 class StateFile:
     """A small JSON file written atomically: a new temporary file (random name, ``O_EXCL|O_NOFOLLOW``, 0600) in the
-    same checked directory, fsync, rename over the state file. Never follows a symbolic link."""
+    same checked directory, fsync, rename over the state file; every step relative to the directory opened and
+    checked by :func:`open_state_dir`. Never follows a symbolic link.
+
+    ``last_read_root_only``: whether the last :meth:`read` came from a directory only root could have chosen or
+    changed (see :class:`_StateDir`); ``None`` before a read or when there was no file."""
 
     def __init__(self, path: str | os.PathLike) -> None:
         self.path = Path(path)
+        self.last_read_root_only: bool | None = None
 
     def read(self) -> dict[str, Any] | None:
+        self.last_read_root_only = None
         try:
-            text = _read_nofollow(self.path)
+            with open_state_dir(self.path.parent, create=False) as sd:
+                text = _read_nofollow(sd, self.path.name)
+                self.last_read_root_only = sd.root_only
         except FileNotFoundError:
             return None
         try:
@@ -241,56 +359,59 @@ class StateFile:
         return data if isinstance(data, dict) else None
 
     def write(self, data: dict[str, Any]) -> None:
-        ensure_state_dir(self.path.parent)
         payload = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
-        for _ in range(100):
-            tmp = self.path.with_name(f".{self.path.name}.{secrets.token_hex(8)}.tmp")
+        with open_state_dir(self.path.parent) as sd:
+            for _ in range(100):
+                tmp = f".{self.path.name}.{secrets.token_hex(8)}.tmp"
+                try:
+                    fd = _open_nofollow(sd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
+                    break
+                except FileExistsError:
+                    continue
+            else:  # pragma: no cover - 100 collisions of 64 random bits
+                raise StateDirError(f"cannot create a temporary file next to {self.path}")
             try:
-                fd = _open_nofollow(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-                break
-            except FileExistsError:
-                continue
-        else:  # pragma: no cover - 100 collisions of 64 random bits
-            raise StateDirError(f"cannot create a temporary file next to {self.path}")
-        try:
-            try:
-                view = memoryview(payload)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)  # replaces a planted link itself, never its target
-        except BaseException:
-            try:
-                os.unlink(tmp)
-            except OSError:
+                try:
+                    view = memoryview(payload)
+                    while view:
+                        view = view[os.write(fd, view):]
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                # replaces a planted link itself, never its target
+                os.replace(tmp, self.path.name, src_dir_fd=sd.fd, dst_dir_fd=sd.fd)
+            except BaseException:
+                try:
+                    os.unlink(tmp, dir_fd=sd.fd)
+                except OSError:
+                    pass
+                raise
+            try:  # make the rename itself durable (power loss right after a write)
+                os.fsync(sd.fd)
+            except OSError:  # pragma: no cover
                 pass
-            raise
-        try:  # make the rename itself durable (power loss right after a write)
-            dfd = os.open(self.path.parent, os.O_RDONLY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
-        except OSError:  # pragma: no cover
-            pass
 
     def remove(self) -> None:
         try:
-            self.path.unlink()  # unlink removes a link itself
+            with open_state_dir(self.path.parent, create=False) as sd:
+                os.unlink(self.path.name, dir_fd=sd.fd)  # unlink removes a link itself
         except FileNotFoundError:
             pass
 
     def exists(self) -> bool:
-        return os.path.lexists(self.path)
+        try:
+            with open_state_dir(self.path.parent, create=False) as sd:
+                os.stat(self.path.name, dir_fd=sd.fd, follow_symlinks=False)
+                return True
+        except FileNotFoundError:
+            return False
 
 
 class BoardLock:
     """Exclusive, non-blocking advisory lock on one board (``fcntl.flock``), naming its holder's pid.
 
-    The lock file is opened without following links (``O_NOFOLLOW``), must be a plain file of its own, and is
-    private (0600); the directory is checked by :func:`ensure_state_dir`."""
+    The lock file is opened relative to the checked state dir (:func:`open_state_dir`) without following links
+    (``O_NOFOLLOW``), must be a plain file of its own, and is private (0600)."""
 
     def __init__(self, path: str | os.PathLike, device_id: str = "") -> None:
         self.path = Path(path)
@@ -303,7 +424,8 @@ class BoardLock:
 
     def holder_pid(self) -> int | None:
         try:
-            text = _read_nofollow(self.path, limit=4096).strip()
+            with open_state_dir(self.path.parent, create=False) as sd:
+                text = _read_nofollow(sd, self.path.name, limit=4096).strip()
         except OSError:
             return None
         try:
@@ -315,8 +437,8 @@ class BoardLock:
         """Take the lock or raise :class:`BoardBusyError` naming the pid that holds it."""
         if self._fd is not None:
             return
-        ensure_state_dir(self.path.parent)
-        fd = _open_nofollow(self.path, os.O_RDWR | os.O_CREAT)
+        with open_state_dir(self.path.parent) as sd:
+            fd = _open_nofollow(sd, self.path.name, os.O_RDWR | os.O_CREAT)
         try:
             _check_own_file(fd, self.path)
         except BaseException:
@@ -386,10 +508,9 @@ class BoardSafety:
         to the board's fixed knob files; never for a path or a configuration root would write.)"""
         if not hasattr(os, "geteuid") or os.geteuid() != 0:
             return True
-        try:
-            return os.lstat(self.state_dir).st_uid == 0
-        except OSError:
-            return True  # not there yet: it will be created by (and owned by) root
+        # the answer for the directory the state file was read from (by descriptor), never a second look-up by
+        # path: the directory at that path may have been swapped since
+        return bool(self.state.last_read_root_only)
 
     def new_record(self, **fields: Any) -> dict[str, Any]:
         now = time.time()
@@ -459,11 +580,29 @@ def _restore_all(reason: str) -> None:
             unregister(ctl)
 
 
+_IN_SIGNAL_RESTORE: list[int] = []  # the signal whose handler is restoring now
+_PENDING: list[int] = []  # signals that arrived meanwhile
+
+
 def _on_signal(signum: int, frame) -> None:
+    if _IN_SIGNAL_RESTORE:
+        # a second signal (Ctrl-C pressed twice) while the board is being put back: a nested restore would run
+        # inside the first and break it off; it is held and acted on once the restore is done
+        if signum not in _PENDING and signum != _IN_SIGNAL_RESTORE[0]:
+            _PENDING.append(signum)
+        return
     name = signal.Signals(signum).name
     prev = _PREVIOUS.get(signum, signal.SIG_DFL)
-    _restore_all(f"signal {name}")
+    _IN_SIGNAL_RESTORE.append(signum)
+    try:
+        _restore_all(f"signal {name}")
+    finally:
+        _IN_SIGNAL_RESTORE.clear()
+    pending = [s for s in _PENDING if s != signum]
+    _PENDING.clear()
     _uninstall_signal_handlers()
+    for other in pending:  # now with the handlers they had before us
+        signal.raise_signal(other)
     if callable(prev):
         prev(signum, frame)  # e.g. default_int_handler raises KeyboardInterrupt
     else:  # SIG_DFL (or None: installed from C): die of the same signal, as without us

@@ -193,3 +193,36 @@ def test_mode_without_action_prints_help(capsys):
 def test_unavailable_devices(capsys, device, state_dir):
     rc, _, err = run(capsys, "show", "--device", device, "--state-dir", state_dir)
     assert rc == 1 and "error:" in err
+
+
+def _documented_sudoers_commands():
+    """The commands the sudoers line of docs/power-modes.md lets the group run: (exact args | regex) after the path."""
+    import re
+    from pathlib import Path
+
+    text = Path(__file__).resolve().parents[2].joinpath("docs", "power-modes.md").read_text()
+    block = text[text.index("Cmnd_Alias LE_MODE"):]
+    block = block[:block.index("%lightning-edge")].replace("\\\n", " ")
+    cmds = [c.strip() for c in block.split("=", 1)[1].split(",")]
+    out = []
+    for c in cmds:
+        path, _, args = c.partition(" ")
+        out.append(re.compile(args[:-1] if args.endswith("$") else re.escape(args) + "$"))
+    return out
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root")
+def test_the_restore_command_root_prints_under_sudo_is_one_the_sudoers_line_allows(orin5, tmp_path, monkeypatch):
+    """Run through the documented sudoers line (root's default state dir), a failed restore told the user to run
+    ``lightning-edge mode restore --device jetson``: no ``sudo``, and arguments that line does not allow."""
+    import shlex
+
+    from lightning_edge.devices import JetsonSysfsController
+
+    monkeypatch.setenv("LIGHTNING_EDGE_STATE_DIR", str(tmp_path / "root-state"))
+    monkeypatch.setenv("SUDO_UID", "65534")
+    ctl = JetsonSysfsController(orin5.root, writer=orin5.writer(), handle_exit=False)
+    argv = shlex.split(ctl.restore_command())
+    assert argv[:2] == ["sudo", "lightning-edge"]
+    args = " ".join(argv[2:])
+    assert any(rx.match(args) for rx in _documented_sudoers_commands()), args

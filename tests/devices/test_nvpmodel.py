@@ -166,3 +166,22 @@ def test_any_controller_recovers_the_others_leftover(orin5, fake_nvpmodel, state
     c._session = None
     d = make(orin5, state_dir)  # and the other way round
     assert d.recovered.settled == ORIN_AGX_MAXN and orin5.knob_files() == before
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "geteuid") or __import__("os").geteuid() != 0, reason="needs root")
+def test_root_restores_its_own_nvpmodel_snapshot_from_a_users_state_dir(orin5, fake_nvpmodel, tmp_path, monkeypatch):
+    """``sudo -E`` with the user's state dir: the conf text root itself read at start was refused at restore (it
+    is not taken from a file there, it is this process's own snapshot), leaving the board's nvpmodel.conf edited."""
+    import os
+
+    d = tmp_path / "user-state"
+    d.mkdir(mode=0o700)
+    os.chown(d, 65534, 65534)
+    monkeypatch.setenv("SUDO_UID", "65534")
+    conf = orin5.path("etc/nvpmodel.conf")
+    original_text = conf.read_text()
+    ctl = make(orin5, d)
+    ctl.apply("12c/1344/727/2133")
+    res = ctl.restore()
+    assert res.settled == ORIN_AGX_MAXN
+    assert conf.read_text() == original_text

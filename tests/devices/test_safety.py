@@ -472,3 +472,35 @@ def test_a_write_error_then_a_failed_restore_never_claims_the_board_will_be_rest
     err = capsys.readouterr().err
     assert "restoring jetson-orin-agx" in err and "failed" in err and "is now in" in err
     assert "lightning-edge mode restore --device jetson" in err
+
+
+def test_a_second_signal_during_the_restore_waits_for_it(tmp_path, capsys):
+    """Ctrl-C pressed twice: the second SIGINT arrived while the first one's handler was restoring, ran a nested
+    restore and raised KeyboardInterrupt inside the first, which then printed that restoring had failed (it had
+    not). A signal that arrives during a restore is held until the restore is done, then acted on once."""
+    from lightning_edge.devices import safety
+
+    old = signal.getsignal(signal.SIGINT)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        ctl = SimModeController(board_file=tmp_path / "b.json", state_dir=tmp_path / "state")
+        ctl.apply("4c/422/114/665")  # installs the handlers
+        real, calls = ctl._apply_snapshot, []
+
+        def snapshot_with_a_second_ctrl_c(snap):
+            calls.append(1)
+            if len(calls) == 1:
+                signal.raise_signal(signal.SIGINT)
+            return real(snap)
+
+        ctl._apply_snapshot = snapshot_with_a_second_ctrl_c
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+    finally:
+        safety.unregister(ctl)
+        signal.signal(signal.SIGINT, old)
+    err = capsys.readouterr().err
+    assert "failed" not in err and "could not restore" not in err, err
+    assert calls == [1]  # one restore, not a nested second one
+    assert str(SimModeController(board_file=tmp_path / "b.json", state_dir=tmp_path / "state").current()) == \
+        "12c/2201/1300/3199"

@@ -173,3 +173,160 @@ def test_root_takes_no_nvpmodel_configuration_from_a_users_state_dir(orin5, tmp_
     rc = mode_main(["restore", "--device", "jetson", "--state-dir", str(d)], root=orin5.root)
     assert rc == 1 and "root does not own" in capsys.readouterr().err
     assert conf.read_text() == before
+
+
+# ---------------------------------------------------------------- races and paths: the checked directory is the one used
+needs_root = pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="needs root to chown")
+
+
+def _victim(tmp_path, name):
+    """A root-only directory holding a root-only file named like a state dir's file."""
+    v = tmp_path / "root-only"
+    v.mkdir(mode=0o700, exist_ok=True)
+    f = v / name
+    f.write_text(SECRET)
+    f.chmod(0o600)
+    return f
+
+
+def _swap_dir_for_link_just_before(monkeypatch, d, victim_dir, calls=("open", "unlink")):
+    """The attacker wins the race: right before root opens (or unlinks) a file in the state dir, after the dir was
+    checked, the dir is moved away and a symbolic link to ``victim_dir`` put in its place."""
+    done = []
+    real = {name: getattr(os, name) for name in calls}
+
+    def swap(path):
+        base = os.path.basename(os.fsdecode(path))
+        if not done and base.lstrip(".").startswith("b."):
+            done.append(True)
+            os.rename(d, d.with_name(d.name + ".moved"))
+            os.symlink(victim_dir, d)
+
+    def wrap(name):
+        def f(path, *a, **kw):
+            if name != "open" or not (a and a[0] & getattr(os, "O_DIRECTORY", 0)):
+                swap(path)
+            return real[name](path, *a, **kw)
+        return f
+
+    for name in calls:
+        monkeypatch.setattr(os, name, wrap(name))
+    return done
+
+
+def test_a_state_dir_swapped_for_a_link_after_its_check_does_not_redirect_the_lock(tmp_path, monkeypatch):
+    """The dir was checked by path, then the lock opened by path again: a dir swapped for a link in between made
+    root create and truncate ``<target>/<board>.lock``. Files are opened relative to the checked directory."""
+    victim = _victim(tmp_path, "b.lock")
+    d = _state_dir(tmp_path)
+    done = _swap_dir_for_link_just_before(monkeypatch, d, victim.parent)
+    lock = safety.BoardLock(d / "b.lock", "b")
+    try:
+        lock.acquire()
+    except OSError:
+        pass
+    finally:
+        lock.release()
+    monkeypatch.undo()
+    assert done and victim.read_text() == SECRET
+
+
+def test_a_state_dir_swapped_for_a_link_after_its_check_does_not_redirect_the_state_file(tmp_path, monkeypatch):
+    victim = _victim(tmp_path, "b.json")
+    d = _state_dir(tmp_path)
+    done = _swap_dir_for_link_just_before(monkeypatch, d, victim.parent)
+    try:
+        safety.StateFile(d / "b.json").write({"forged": True})
+    except OSError:
+        pass
+    monkeypatch.undo()
+    assert done and victim.read_text() == SECRET
+
+
+def test_a_state_dir_swapped_for_a_link_does_not_make_root_delete_another_file(tmp_path, monkeypatch):
+    victim = _victim(tmp_path, "b.json")
+    d = _state_dir(tmp_path)
+    sf = safety.StateFile(d / "b.json")
+    sf.write({"a": 1})
+    done = _swap_dir_for_link_just_before(monkeypatch, d, victim.parent, calls=("unlink",))
+    try:
+        sf.remove()
+    except OSError:
+        pass
+    monkeypatch.undo()
+    assert done and victim.read_text() == SECRET
+
+
+@needs_root
+def test_a_link_in_a_directory_a_user_controls_is_not_followed_to_a_root_directory(tmp_path, monkeypatch):
+    """Only the last component was checked: with a user's dir above it (``sudo`` keeping ``HOME``, or
+    ``--state-dir ~/x``), the user pointed root at any root-owned directory through a link higher up, and root
+    truncated the ``<board>.lock`` there."""
+    victim = _victim(tmp_path, "b.lock")
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "link").symlink_to(victim.parent.parent)  # .../home/link/root-only is the root-only directory
+    os.chown(home, 65534, 65534)
+    os.lchown(home / "link", 65534, 65534)
+    monkeypatch.setenv("SUDO_UID", "65534")
+    lock = safety.BoardLock(home / "link" / "root-only" / "b.lock", "b")
+    with pytest.raises(StateDirError, match="symbolic link"):
+        lock.acquire()
+    lock.release()
+    assert victim.read_text() == SECRET
+
+
+def test_links_that_only_root_can_change_are_followed(tmp_path):
+    """A link in a root-owned directory nobody else can write (``/home -> /data/home``) is fine."""
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    (tmp_path / "alias").symlink_to(real)
+    sf = safety.StateFile(tmp_path / "alias" / "state" / "b.json")
+    sf.write({"a": 1})
+    assert sf.read() == {"a": 1} and (real / "state" / "b.json").exists()
+
+
+def test_a_fifo_planted_as_the_state_file_does_not_hang_root(tmp_path):
+    """``open(O_RDONLY)`` of a fifo blocks until a writer comes: ``sudo ... mode show`` / ``restore`` hung."""
+    import threading
+
+    d = _state_dir(tmp_path)
+    os.mkfifo(d / "b.json", 0o600)
+    out: list = []
+
+    def read():
+        try:
+            out.append(safety.StateFile(d / "b.json").read())
+        except BaseException as exc:  # noqa: BLE001
+            out.append(exc)
+
+    t = threading.Thread(target=read, daemon=True)
+    t.start()
+    t.join(5)
+    if t.is_alive():  # unblock the reader before failing
+        fd = os.open(d / "b.json", os.O_WRONLY | os.O_NONBLOCK)
+        os.close(fd)
+        t.join(5)
+        pytest.fail("reading a fifo planted as the state file blocked")
+    assert isinstance(out[0], StateDirError)
+
+
+@needs_root
+def test_root_trusts_a_state_file_only_from_the_directory_it_read_it_from(tmp_path, monkeypatch):
+    """``trusted_by_root`` looked the dir up by path again after the state file was read from it: a user who swaps
+    a root-owned dir in between made root take a forged nvpmodel.conf text as its own."""
+    home = tmp_path / "home"
+    home.mkdir()
+    os.chown(home, 65534, 65534)
+    users = home / "state"
+    users.mkdir(mode=0o700)
+    os.chown(users, 65534, 65534)
+    roots = home / "root-made"  # made by an earlier root run (sudo keeping HOME)
+    roots.mkdir(mode=0o700)
+    monkeypatch.setenv("SUDO_UID", "65534")
+    s = safety.BoardSafety("b", users)
+    s.state.write({"pid": None, "snapshot": {"conf_text": "forged"}})
+    assert s.state.read()["snapshot"]["conf_text"] == "forged"
+    os.rename(users, home / "state.moved")
+    os.rename(roots, users)  # now a root-owned dir sits at the path
+    assert not s.trusted_by_root

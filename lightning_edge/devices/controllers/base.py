@@ -273,11 +273,14 @@ class ModeController(ABC):
         if self._session is not None:
             snap = self._session["snapshot"]
             kept = self._session["kept_state"]
+            self._restoring_own = True  # this process's own snapshot: not taken from a file
             try:
                 result = self._finish_restore(snap, kept, reason="restore")
             except BaseException as exc:
                 self._notice(self.restore_failure_message(exc, self._session["original_mode"]))
                 raise
+            finally:
+                self._restoring_own = False
             self._end_session()
             return result
         if self._safety is None:
@@ -504,13 +507,21 @@ class ModeController(ABC):
             return self._mode_of_snapshot(state["snapshot"])
         return None
 
+    @property
+    def _snapshot_trusted(self) -> bool:
+        """Whether the snapshot being restored may tell root what to write (an nvpmodel.conf text): this process's
+        own, or read from a state dir only root could have chosen or changed."""
+        return self._safety is None or getattr(self, "_restoring_own", False) or self._safety.trusted_by_root
+
     def restore_command(self) -> str:
         """The exact command that puts this board back from its state file."""
         args = ["lightning-edge", "mode", "restore", *self.cli_args()]
         if self._safety is not None and not self._safety.is_default_dir:
             args += ["--state-dir", str(self._safety.state_dir)]
-        prefix = ["sudo"] if self.needs_root and os.geteuid() != 0 else []
-        if prefix and self._safety is not None and self._safety.is_default_dir:
+        # root started through sudo (SUDO_UID): the person reading this is not root, so the command needs sudo too
+        under_sudo = os.geteuid() == 0 and bool(os.environ.get("SUDO_UID"))
+        prefix = ["sudo"] if self.needs_root and (os.geteuid() != 0 or under_sudo) else []
+        if prefix and not under_sudo and self._safety is not None and self._safety.is_default_dir:
             # root has its own state dir: point sudo at ours
             args += ["--state-dir", str(self._safety.state_dir)]
         return " ".join(shlex.quote(a) for a in prefix + args)

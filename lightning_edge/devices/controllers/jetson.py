@@ -596,7 +596,7 @@ class JetsonSysfsController(ModeController):
 
             actions += restore_nvpmodel_snapshot(
                 snapshot, board_conf=self.root / catalog.NVPMODEL_CONF, writer=self.writer, dry_run=self.dry_run,
-                trusted=self._safety is None or self._safety.trusted_by_root)
+                trusted=self._snapshot_trusted)
             snapshot = snapshot["raw"]
         more, mismatches = self.sysfs.execute(self.sysfs.plan(self.sysfs.read_raw(), snapshot))
         return actions + more, mismatches

@@ -478,7 +478,7 @@ class NvpmodelController(ModeController):
             return [shlex.join(self._cmd("-m", str(ident)))], []
         self._run_mode(ident)
         actions.append(shlex.join(self._cmd("-m", str(ident))))
-        trusted = self._safety is None or self._safety.trusted_by_root
+        trusted = self._snapshot_trusted
         conf, text = checked_conf(snapshot, self.conf_path, trusted)
         if text is not None and (not conf.exists() or self._read_conf_exact() != text):
             self.writer.write(conf, text)

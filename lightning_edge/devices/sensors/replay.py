@@ -25,8 +25,11 @@ from typing import Any
 
 import numpy as np
 
-from lightning_edge.devices.sensors.base import PowerReading, PowerSensor, check_rail
+from lightning_edge.devices.sensors.base import PowerReading, PowerSensor, RailBounds, check_rail
 from lightning_edge.devices.sensors.tegrastats import parse_tegrastats
+
+#: a replayed trace may come from any board: no rail or total of one is above this (a corrupt file is)
+REPLAY_MAX_W = 10_000.0
 
 
 class ReplaySensor(PowerSensor):
@@ -55,6 +58,8 @@ class ReplaySensor(PowerSensor):
             if self.rails else np.zeros((t.size, 0))
         if self.rails_w.shape[0] != t.size:
             raise ValueError("every rail needs one value per sample")
+        self.bounds = {r: RailBounds(REPLAY_MAX_W, f"{REPLAY_MAX_W:g} W: above any board's rail") for r in self.rails}
+        self._total_bounds = RailBounds(REPLAY_MAX_W * max(1, len(self.rails)), "the sum of the rails' maxima")
         self.period_ns = int(np.median(np.diff(self.t_ns)))
         self.duration_ns = int(self.t_ns[-1]) + self.period_ns  # the last sample lasts one period
         self.update_period_s = self.period_ns / 1e9
@@ -151,12 +156,16 @@ class ReplaySensor(PowerSensor):
                 rejected.append(r)
         total = float(self.power_w[i])
         if not math.isnan(total):
-            total, why = check_rail(total)
+            total, why = check_rail(total, self._total_bounds)
             if why is not None:
                 self.rejected_count += 1
                 self.last_rejection = f"total: {why}"
-        return PowerReading(now, total, rails, partial=not math.isfinite(total), missing=tuple(missing),
-                            rejected=tuple(rejected))
+        if rejected:
+            # the recorded total summed a value that was not believed: never that total; the rails that passed,
+            # labelled partial (nan when none did)
+            total = sum(rails.values()) if rails else math.nan
+        return PowerReading(now, total, rails, partial=not math.isfinite(total) or bool(rejected),
+                            missing=tuple(missing), rejected=tuple(rejected))
 
     def energy_j(self, t0_s: float, t1_s: float) -> float:
         """The exact energy of the replayed (held) trace between two elapsed times, J (for tests and checks)."""

@@ -10,6 +10,7 @@ returns the held value with a new timestamp. Everything it reads is ``simulated`
 
 from __future__ import annotations
 
+import math
 import os
 import time
 from collections.abc import Callable
@@ -17,7 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from lightning_edge.devices.sensors.base import PowerReading, PowerSensor
+from lightning_edge.devices.sensors.base import PowerReading, PowerSensor, RailBounds
+from lightning_edge.devices.sensors.ina3221 import (
+    INA3221_MAX_BUS_V,
+    INA3221_SHUNT_FULL_SCALE_V,
+    JETSON_DEFAULT_SHUNT_OHM,
+)
 
 __all__ = ["SimPowerSensor", "ORIN_AGX_RAILS", "rail_split"]
 
@@ -67,6 +73,9 @@ class SimPowerSensor(PowerSensor):
         self.clock_ns = clock_ns
         self._slot: int | None = None
         self._held: PowerReading | None = None
+        max_a = INA3221_SHUNT_FULL_SCALE_V / JETSON_DEFAULT_SHUNT_OHM
+        self.bounds = {r: RailBounds(INA3221_MAX_BUS_V * max_a, f"the Orin's INA3221 full scale ({max_a:g} A over "
+                                     f"its 5 mOhm shunts) at most {INA3221_MAX_BUS_V:g} V") for r in self.rails}
 
     @classmethod
     def why_unavailable(cls, **kwargs) -> str | None:
@@ -91,7 +100,8 @@ class SimPowerSensor(PowerSensor):
         t_ns = int(self.clock_ns())
         slot = t_ns // max(int(self.update_period_s * 1e9), 1)
         if self._held is not None and slot == self._slot:
-            return PowerReading(t_ns, self._held.power_w, dict(self._held.rails_w))
+            h = self._held
+            return PowerReading(t_ns, h.power_w, dict(h.rails_w), partial=h.partial, rejected=h.rejected)
         total = float(self.twin.power_now())
         parts = self._parts()
         split = rail_split(parts, self.rails)
@@ -100,6 +110,13 @@ class SimPowerSensor(PowerSensor):
         rails_w = {k: v * scale for k, v in split.items()}
         last = self.rails[-1]
         rails_w[last] = total - sum(v for k, v in rails_w.items() if k != last)
+        # checked like a live INA3221 (the twin models one): a model fault is rejected, never reported as simulated
+        # power; the total is then the rails that passed, labelled partial (nan when none did)
+        checked = {k: self.check(k, v) for k, v in rails_w.items()}
+        rejected = tuple(k for k, v in checked.items() if not math.isfinite(v))
+        if rejected:
+            rails_w = {k: v for k, v in checked.items() if math.isfinite(v)}
+            total = sum(rails_w.values()) if rails_w else math.nan
         self._slot = slot
-        self._held = PowerReading(t_ns, total, rails_w)
-        return PowerReading(t_ns, total, dict(rails_w))
+        self._held = PowerReading(t_ns, total, rails_w, partial=bool(rejected), rejected=rejected)
+        return PowerReading(t_ns, total, dict(rails_w), partial=bool(rejected), rejected=rejected)

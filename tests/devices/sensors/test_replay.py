@@ -114,3 +114,22 @@ def test_a_recording_is_checked_like_a_live_sensor():
     clock.t += 150_000_000
     r = s.read()
     assert math.isnan(r.power_w) and r.partial and r.rejected == ("X",) and s.rejected_count == 2
+
+
+def test_a_recorded_total_that_includes_a_rejected_rail_is_not_believed():
+    """A recording whose rail Y is negative had its recorded total (5 + -3 = 2 W) reported as a full, ok reading:
+    the rail was rejected but the total that summed it was not."""
+    s = ReplaySensor([0.0, 0.1], [2.0, 2.0], {"X": [5.0, 5.0], "Y": [-3.0, -3.0]}, clock_ns=Clock())
+    r = s.read()
+    assert r.rejected == ("Y",) and r.partial and not r.ok
+    assert r.power_w == 5.0  # the rails that passed, labelled partial; never the total that summed a bad one
+
+
+def test_an_absurd_recorded_value_is_rejected():
+    """A corrupt trace (4.95e5 W, as 999 V x 999 A gave live) was replayed as measured power."""
+    s = ReplaySensor([0.0, 0.1], [4.95e5, 4.95e5], clock_ns=Clock())
+    r = s.read()
+    assert not r.ok and math.isnan(r.power_w) and s.rejected_count == 1
+    s = ReplaySensor([0.0, 0.1], [4.95e5, 4.95e5], {"X": [4.95e5, 4.95e5]}, clock_ns=Clock())
+    r = s.read()
+    assert r.rejected == ("X",) and not r.ok
