@@ -26,7 +26,7 @@ import json
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -262,7 +262,7 @@ class LatencyModel:
             u = self.u_eff(d)
             return LayerLatency(d.name, d.kind, self.t_ref(d), f"refined roofline, u_eff={u:.3g}", d.cls, d.calls)
         pf = point_for(d)
-        gen = self.stepwise.get(pf[0]) if pf is not None else None
+        gen = self.generation_for(pf[0], pf[1]) if pf is not None else None
         if gen is None:
             return LayerLatency(d.name, d.kind, self.t_ref(d), "refined roofline (no step-wise function for its "
                                 f"class {d.cls!r})", d.cls, d.calls)
@@ -275,6 +275,16 @@ class LatencyModel:
         if d.calls > 1:
             how += f" x {d.calls} calls"
         return LayerLatency(d.name, d.kind, per_call * d.calls, how, d.cls, d.calls)
+
+    def generation_for(self, cls: str, point: Sequence[int]) -> Generation | None:
+        """The step-wise function for a layer of ``cls`` at ``point``: among the class's boxes (``cls`` and its
+        sub-boxes ``cls/...``, e.g. ``conv1x1/small``) the smallest that contains the point, else the class's own
+        (extrapolated), else None."""
+        boxes = [g for key, g in self.stepwise.items() if key.split("/", 1)[0] == cls]
+        inside = [g for g in boxes if all(dim.lo <= p <= dim.hi for p, dim in zip(point, g.dims))]
+        if inside:
+            return min(inside, key=lambda g: g.full_sweep_points)
+        return self.stepwise.get(cls) or (boxes[0] if boxes else None)
 
     def _check_context(self, model: Any, out: ModelLatency) -> None:
         import torch
@@ -465,19 +475,24 @@ def _fit_stepwise(device: str, deadline: float, classes: Iterable[str] | None, r
     from lightning_edge.latency.measure import measure_layer
     from lightning_edge.latency.stepwise import generate
 
-    todo = list(classes) if classes is not None else list(SPECS)
-    for c in todo:
-        if c not in SPECS:
-            raise ValueError(f"layer class {c!r}: expected one of {', '.join(SPECS)}")
+    todo = list(SPECS)
+    if classes is not None:
+        want = list(classes)
+        for c in want:
+            if c not in SPECS:
+                raise ValueError(f"layer class {c!r}: expected one of {', '.join(SPECS)}")
+        # a class brings its sub-boxes ("conv1x1" -> "conv1x1/small") unless only some boxes were asked for
+        todo = [k for k in SPECS if k in want or (k.split("/", 1)[0] in want and "/" in k)]
     # cheap classes first: what they leave of their share goes to the expensive ones measured later
-    cheap = ("eltwise", "norm", "pool", "dwconv", "linear", "conv1x1", "conv")
+    cheap = ("eltwise", "norm", "pool", "dwconv/small", "dwconv", "linear", "conv1x1/small", "conv/small",
+             "conv1x1", "conv")
     todo.sort(key=lambda c: cheap.index(c) if c in cheap else len(cheap))
     gens = {}
     for i, c in enumerate(todo):
         share = (deadline - time.monotonic()) / (len(todo) - i)
         spec = SPECS[c]
         log(f"step-wise {c}: {spec.what}")
-        g = generate(spec.dims, lambda p, c=c: measure_layer(c, p, device, repeats), tol=tol,
+        g = generate(spec.dims, lambda p, c=spec.cls: measure_layer(c, p, device, repeats), tol=tol,
                      max_points=max_points, min_points=5, deadline=time.monotonic() + share)
         log(f"  {c}: {g.formula()}  ({g.n_points} points, {g.elapsed_s:.1f} s)")
         gens[c] = g
