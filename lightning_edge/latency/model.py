@@ -40,6 +40,9 @@ from lightning_edge.latency.stepwise import Generation
 __all__ = ["KINDS", "LatencyModel", "ModelLatency", "LayerLatency"]
 
 KINDS = ("roofline", "refined", "statistical", "mixed", "stepwise")
+
+#: layer classes without MACs: the statistical and mixed models' forest learns their time directly (``_group``)
+NO_MAC = ("eltwise", "norm", "pool")
 SCHEMA = "lightning_edge.latency_model"
 
 
@@ -139,7 +142,7 @@ class LatencyModel:
         self.samples = list(samples or [])
         self.fit_cost = dict(fit_cost or {})
         self.notes = list(notes or [])
-        self._forest = None
+        self._forests: dict[str, Any] = {}
         if kind in ("statistical", "mixed"):
             if not self.samples:
                 raise ValueError(f"a {kind} model needs measured layers to train its random forest")
@@ -174,7 +177,17 @@ class LatencyModel:
         return float(RefinedRoofline.time(self.roofline, d.flops, d.bytes, self.u_eff(d)))
 
     # ------------------------------------------------------------------ statistical
+    def _group(self, d: LayerDesc) -> str:
+        """Which forest a layer belongs to: ``"ratio"`` (layers with MACs: the forest learns log u_stat, the
+        roofline's share of the measured time) or ``"time"`` (classes without MACs, ``NO_MAC``: the forest learns
+        log T itself). Such a layer's time is a per-call cost that its bytes barely move: a ratio learned on
+        larger ones, applied to an unfamiliar small layer's tiny roofline time, made a YOLOv8n C2f's chunk and
+        concat 10 times too slow."""
+        return "time" if d.cls in NO_MAC else "ratio"
+
     def _target(self, d: LayerDesc, t: float) -> float:
+        if self._group(d) == "time":
+            return math.log(max(t, 1e-12))
         base = self.t_ref(d) if self.kind == "mixed" else self.t_roof(d)
         return math.log(max(base, 1e-12) / max(t, 1e-12))
 
@@ -186,11 +199,16 @@ class LatencyModel:
                               "pip install 'lightning-edge[latency]'") from exc
         X = np.array([self._features(s.layer) for s in self.samples])
         y = np.array([self._target(s.layer, s.time_s) for s in self.samples])
-        rf = RandomForestRegressor(n_estimators=200, min_samples_leaf=1, random_state=0, n_jobs=1)
-        rf.fit(X, y)
-        self._forest = rf
+        groups = np.array([self._group(s.layer) for s in self.samples])
+        self._forests = {}
+        for g in ("ratio", "time"):
+            sel = groups == g
+            if sel.any():
+                rf = RandomForestRegressor(n_estimators=200, min_samples_leaf=1, random_state=0, n_jobs=1)
+                rf.fit(np.array([self._group_features(s.layer, g) for s in self.samples])[sel], y[sel])
+                self._forests[g] = rf
         self._xrange = (X.min(axis=0), X.max(axis=0))
-        # log u_stat seen per layer class: a prediction is kept inside it (a forest averages training targets,
+        # the targets seen per layer class: a prediction is kept inside them (a forest averages training targets,
         # but a layer class it saw little of should not borrow another class's extremes)
         self._urange = {}
         for s, t in zip(self.samples, y):
@@ -202,14 +220,38 @@ class LatencyModel:
         the roofline and refined-roofline times (ANNETTE stacks its models the same way)."""
         return _x(d) + [math.log(max(self.t_roof(d), 1e-12)), math.log(max(self.t_ref(d), 1e-12))]
 
+    def _group_features(self, d: LayerDesc, group: str) -> list[float]:
+        """The features a group's forest sees. ``"time"`` (no MACs): only the data moved (log #in, #out, bytes and
+        the roofline time): such a layer's channels, kernel and weights describe its children when it is a
+        container (a C2f's chunk and concat), and on them the forest matched YOLOv8n's 24 KB concatenations to
+        5 MB activations."""
+        if group == "time":
+            return [math.log1p(d.n_in), math.log1p(d.n_out), math.log1p(d.bytes),
+                    math.log(max(self.t_roof(d), 1e-12))]
+        return self._features(d)
+
     def u_stat(self, descs: list[LayerDesc]) -> np.ndarray:
-        X = np.array([self._features(d) for d in descs])
-        logu = self._forest.predict(X)
-        for i, d in enumerate(descs):
-            r = self._urange.get(d.cls)
-            if r is not None:
-                logu[i] = min(max(logu[i], r[0]), r[1])
-        return np.exp(logu)
+        """u_stat of each layer: the roofline time (refined, for ``mixed``) over the forest's time. For a layer
+        without MACs the forest predicts the time itself, and u_stat is what that time implies."""
+        if not descs:
+            return np.zeros(0)
+        out = np.empty(len(descs))
+        for g, rf in self._forests.items():
+            idx = [i for i, d in enumerate(descs)
+                   if self._group(d) == g or self._group(d) not in self._forests]
+            if not idx:
+                continue
+            pred = rf.predict(np.array([self._group_features(descs[i], g) for i in idx]))
+            for i, v in zip(idx, pred):
+                d = descs[i]
+                r = self._urange.get(d.cls)
+                if r is not None and self._group(d) == g:
+                    v = min(max(v, r[0]), r[1])
+                base = self.t_ref(d) if self.kind == "mixed" else self.t_roof(d)
+                if g == "time":                    # v = log T  ->  u = base / T
+                    v = math.log(max(base, 1e-12)) - v
+                out[i] = math.exp(v)
+        return out
 
     # ------------------------------------------------------------------ prediction
     def predict(self, model: Any, *inputs: Any, **kwargs: Any) -> ModelLatency:

@@ -309,3 +309,27 @@ def test_cold_weight_copies_are_cycled_only_when_reading_the_weights_could_matte
     assert measure._weights_matter(big_w, torch.randn(1, 2048), 16 * 2 ** 20, "cpu")
     big_x = nn.Conv2d(16, 16, 3, padding=1, bias=False).eval()   # 9 KiB of weights over 8 maps of 64x64
     assert not measure._weights_matter(big_x, torch.randn(8, 16, 64, 64), 16 * 16 * 9 * 4, "cpu")
+
+
+def test_a_small_container_without_macs_is_predicted_from_layers_of_its_size_not_its_children():
+    """YOLOv8n's C2f (chunk + concat in its own forward, convolutions in its children) was predicted 10 times too
+    slow: the forest matched it, on its children's channels and weights, to large activations."""
+    from lightning_edge.latency.features import LayerDesc
+
+    samples = []
+    for n in (1024, 4096, 16384, 65536):          # small activations: a per-call cost of ~10 us
+        d = LayerDesc(name=f"relu{n}", kind="ReLU", cls="eltwise", flops=0, macs=0, bytes=8 * n, n_in=n, n_out=n, c=16)
+        samples.append(Sample(d, 10e-6 + 8 * n / 1e10, "synthetic"))
+    for n in (2 ** 19, 2 ** 20):                  # large ones, with many channels
+        d = LayerDesc(name=f"silu{n}", kind="SiLU", cls="eltwise", flops=5 * n, macs=0, bytes=8 * n, n_in=n, n_out=n, c=1280)
+        samples.append(Sample(d, 10e-6 + 8 * n / 1e10, "synthetic"))
+    samples += training_samples()                 # layers with MACs, for the other forest
+    c2f = LayerDesc(name="model.12", kind="C2f", cls="eltwise", flops=0, macs=0, bytes=24576, n_in=6144, n_out=2048,
+                    c=1280, f=1280, params=500_000)
+    plain = LayerDesc(name="concat", kind="Concat", cls="eltwise", flops=0, macs=0, bytes=24576, n_in=6144,
+                      n_out=2048)
+    for kind in ("statistical", "mixed"):
+        lm = LatencyModel(kind, META, 5e10, 1e10, samples=samples)
+        t, t_plain = (r.time_s for r in lm.predict_layers([c2f, plain]).layers)
+        assert t == pytest.approx(t_plain), (kind, t, t_plain)    # its children's channels and weights do not count
+        assert 5e-6 < t < 40e-6, (kind, t)
