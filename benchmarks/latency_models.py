@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     ap.add_argument("--nets", default=None, help=f"comma-separated zoo names (default {','.join(NETS)})")
     ap.add_argument("--image-size", type=int, default=None, help="input side (default 64; --quick 48)")
     ap.add_argument("--batches", default=None, help="batch sizes (default 1,8; --quick 1,4)")
-    ap.add_argument("--budget-s", type=float, default=None, help="step-wise fit budget (default 240; --quick 60)")
+    ap.add_argument("--budget-s", type=float, default=None, help="step-wise fit budget (default 300; --quick 60)")
     ap.add_argument("--stat-budget-s", type=float, default=None,
                     help="random layers measured for the forest (default 90; --quick 30)")
     ap.add_argument("--repeats", type=int, default=None, help="timed passes per network (default 15; --quick 7)")
@@ -72,7 +72,7 @@ def main(argv=None) -> int:
     nets = tuple(args.nets.split(",")) if args.nets else (NETS[:3] + ("mobilenet_v3_large",) if q else NETS)
     size = args.image_size or (48 if q else 64)
     batches = [int(b) for b in (args.batches or ("1,4" if q else "1,8")).split(",")]
-    budget = args.budget_s or (60.0 if q else 240.0)
+    budget = args.budget_s or (60.0 if q else 300.0)
     stat_budget = args.stat_budget_s or (30.0 if q else 90.0)
     repeats = args.repeats or (7 if q else 15)
 
@@ -207,6 +207,27 @@ def main(argv=None) -> int:
             p = preds[k][i].total_s
             cells.append(f"{p * 1e3:.2f} ({abs(p - case[2]) / case[2] * 100:.0f})")
         lines.append(f"| {case[0]} | {case[1]} | {case[2] * 1e3:.2f} | " + " | ".join(cells) + " |")
+    # where the misses are: per layer class, the LayerTimer self times against the step-wise and mixed sums,
+    # for every case that either kind misses by more than 10 %
+    diag = []
+    for i, case in enumerate(cases):
+        if max(abs(preds[k][i].total_s - case[2]) / case[2] for k in ("stepwise", "mixed")) <= 0.10:
+            continue
+        by: dict[str, list[float]] = {}
+        for j, k in enumerate(("stepwise", "mixed")):
+            for la in preds[k][i].layers:
+                row = by.setdefault(la.cls or "?", [0.0, 0.0, 0.0, 0])
+                row[1 + j] += la.time_s
+                if j == 0:
+                    row[0] += case[3].get(la.name, 0.0)
+                    row[3] += 1
+        for c, (meas, st, mx, n) in sorted(by.items(), key=lambda kv: -kv[1][0]):
+            diag.append(f"| {case[0]} | {case[1]} | {c} | {n} | {meas * 1e3:.2f} | {st * 1e3:.2f} | {mx * 1e3:.2f} |")
+    if diag:
+        lines += ["", "Per layer class where step-wise or mixed misses by more than 10 % (ms; in network = "
+                  "LayerTimer self times, which include its hook overhead):", "",
+                  "| network | batch | class | layers | in network | stepwise | mixed |",
+                  "|---|---:|---|---:|---:|---:|---:|", *diag]
     ratio = 100 * pts / full
     lines += [
         "",

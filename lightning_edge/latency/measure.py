@@ -66,6 +66,26 @@ def _squares(n: int, lo: int = 1) -> tuple[int, ...]:
     return tuple(s * s for s in range(lo, n + 1))
 
 
+#: the largest square map a class's representative layer uses; beyond side*side output pixels the batch grows
+#: (batch folded into pixels: (b, c, side, side), P = b * side * side), as a network's larger batches do
+_SIDE = {"conv": 32, "conv1x1": 32, "dwconv": 64}
+
+
+def _pixels(side: int, batches: int) -> tuple[int, ...]:
+    """Output-pixel values: the square maps 2x2 .. side x side (batch 1), then batches 2 .. ``batches`` of the
+    side x side map (so a batch-8 layer of a 64x64-input network is measured, not extrapolated)."""
+    return _squares(side, 2) + tuple(b * side * side for b in range(2, batches + 1))
+
+
+def _nchw_pixels(p: int, side: int) -> tuple[int, int]:
+    """(batch, s) of the representative input for P = ``p`` output pixels: a square map while one fits in
+    side x side, else batch ceil(p / side^2) of side x side maps (P values from ``_pixels`` are exact)."""
+    p = max(1, int(p))
+    if p <= side * side:
+        return 1, _isqrt_exact(p)
+    return math.ceil(p / (side * side)), side
+
+
 @dataclass(frozen=True)
 class ClassSpec:
     """A layer class of the step-wise model: its dimensions (ranges measured) and the representative layer."""
@@ -81,15 +101,15 @@ class ClassSpec:
 #: between the ends of earlier dimensions, and on a CPU a 1-channel layer is far less efficient than an 8-channel
 #: one, so starting at 1 makes every small layer look cheaper than it is.
 SPECS: dict[str, ClassSpec] = {
-    "conv": ClassSpec("conv", (Dim.range("f", 8, 512, 256), Dim.range("c", 3, 512, 256), Dim("P", _squares(32, 2), 256, LINEAR)),
-                      "Conv2d 3x3, stride 1, pad 1 on (1, c, s, s), P = s*s output pixels (s >= 2: on a 1x1 map "
+    "conv": ClassSpec("conv", (Dim.range("f", 8, 512, 256), Dim.range("c", 3, 512, 256), Dim("P", _pixels(32, 8), 256, LINEAR)),
+                      "Conv2d 3x3, stride 1, pad 1 on (b, c, s, s), P = b*s*s output pixels (b > 1 only at s = 32) (s >= 2: on a 1x1 map "
                       "only the centre tap works and the CPU takes another path); other kernels scale c "
                       "by kh*kw/9, groups run f/groups filters groups times"),
     "conv1x1": ClassSpec("conv1x1", (Dim.range("f", 8, 1024, 256), Dim.range("c", 8, 1024, 256),
-                                     Dim("P", _squares(32, 2), 256, LINEAR)),
-                         "Conv2d 1x1 on (1, c, s, s), P = s*s output pixels (s >= 2: a 1x1 map takes another, faster path)"),
-    "dwconv": ClassSpec("dwconv", (Dim.range("c", 8, 1024, 512), Dim("P", _squares(64, 2), 256, LINEAR)),
-                        "depthwise Conv2d 3x3, pad 1 on (1, c, s, s); other kernels scale P by kh*kw/9"),
+                                     Dim("P", _pixels(32, 8), 256, LINEAR)),
+                         "Conv2d 1x1 on (b, c, s, s), P = b*s*s output pixels (b > 1 only at s = 32; s >= 2: a 1x1 map takes another, faster path)"),
+    "dwconv": ClassSpec("dwconv", (Dim.range("c", 8, 1024, 512), Dim("P", _pixels(64, 4), 256, LINEAR)),
+                        "depthwise Conv2d 3x3, pad 1 on (b, c, s, s), P = b*s*s (b > 1 only at s = 64); other kernels scale P by kh*kw/9"),
     "linear": ClassSpec("linear", (Dim.range("f", 8, 3072, 1024), Dim.range("c", 8, 3072, 1024),
                                    Dim.range("rows", 1, 256, 16, LINEAR)),
                         "Linear(c, f) on (rows, c)"),
@@ -97,6 +117,18 @@ SPECS: dict[str, ClassSpec] = {
                       "MaxPool2d(3, 2, 1) on (1, 64, s, s), n = input elements"),
     "norm": ClassSpec("norm", (Dim("n", tuple(64 * s * s for s in range(1, 129)), 64 * 32 * 32, LINEAR),),
                       "BatchNorm2d (eval) on (1, 64, s, s), n = input elements"),
+    # Small-channel boxes of the same classes (key "<class>/small"): a layer whose channel dimensions all fall in
+    # one is predicted from its function instead of the full box's. The later phases interpolate between the ends
+    # of each earlier dimension, so over 8..1024 channels a small layer (f = 96, c = 16: half of MobileNet) gets
+    # the large corner's efficiency and comes out too cheap; over 8..128 the ends are layers of its own size.
+    "conv/small": ClassSpec("conv", (Dim.range("f", 8, 128, 64), Dim.range("c", 3, 128, 64),
+                                     Dim("P", _pixels(32, 8), 256, LINEAR)),
+                            "as conv, channels up to 128"),
+    "conv1x1/small": ClassSpec("conv1x1", (Dim.range("f", 8, 128, 64), Dim.range("c", 8, 128, 64),
+                                           Dim("P", _pixels(32, 8), 256, LINEAR)),
+                               "as conv1x1, channels up to 128"),
+    "dwconv/small": ClassSpec("dwconv", (Dim.range("c", 8, 128, 64), Dim("P", _pixels(64, 4), 256, LINEAR)),
+                              "as dwconv, channels up to 128"),
     "eltwise": ClassSpec("eltwise", (Dim("n", tuple(64 * s * s for s in range(1, 129)), 64 * 32 * 32, LINEAR),),
                          "ReLU on (1, 64, s, s), n = elements moved (bytes / 8, read + write of fp32)"),
 }
@@ -147,15 +179,15 @@ def build_layer(cls: str, point: Sequence[int], device: str = "cpu", dtype: Any 
     kw = {"device": device, "dtype": dtype}
     if cls in ("conv", "conv1x1"):
         f, c, p = (int(v) for v in point)
-        s = _isqrt_exact(p)
+        b, s = _nchw_pixels(p, _SIDE[cls])
         k = 3 if cls == "conv" else 1
         mod = nn.Conv2d(c, f, k, padding=k // 2, bias=False, **kw)
-        x = torch.randn(1, c, s, s, **kw)
+        x = torch.randn(b, c, s, s, **kw)
     elif cls == "dwconv":
         c, p = (int(v) for v in point)
-        s = _isqrt_exact(p)
+        b, s = _nchw_pixels(p, _SIDE[cls])
         mod = nn.Conv2d(c, c, 3, padding=1, groups=c, bias=False, **kw)
-        x = torch.randn(1, c, s, s, **kw)
+        x = torch.randn(b, c, s, s, **kw)
     elif cls == "linear":
         f, c, rows = (int(v) for v in point)
         mod = nn.Linear(c, f, **kw)
@@ -192,7 +224,7 @@ def time_layer(mod: Any, x: Any, device: str = "cpu", repeats: int = 5, warmup: 
     mods = [mod]
     if cold:
         wbytes = sum(t.numel() * t.element_size() for t in [*mod.parameters(), *mod.buffers()])
-        if wbytes > 0:
+        if wbytes > 0 and _weights_matter(mod, x, wbytes, device):
             llc = _llc_bytes(device) or 32 * 2 ** 20
             n = min(128, max(1, math.ceil(2 * llc / wbytes)))
             mods += [copy.deepcopy(mod) for _ in range(n - 1)]
@@ -208,6 +240,27 @@ def time_layer(mod: Any, x: Any, device: str = "cpu", repeats: int = 5, warmup: 
                 m(x)
 
     return time_module(_Cycle(), (x,), device, repeats, warmup) / len(mods)
+
+
+#: a conservative memory bandwidth for deciding whether a layer's weights are worth reading cold (bytes/s)
+_COLD_BW = 5e9
+
+
+def _weights_matter(mod: Any, x: Any, wbytes: int, device: str) -> bool:
+    """Whether reading the weights from memory could change one call by more than 2 %: one warm call is timed,
+    and copies are cycled only if ``wbytes / _COLD_BW`` exceeds 2 % of it. A large layer (a 3x3 convolution on a
+    batch of maps) takes seconds per call; cycling 8 copies of it would cost 8 times the measuring time for a
+    difference below the noise."""
+    import torch
+
+    if device.startswith("cuda"):
+        return True
+    with torch.inference_mode():
+        mod(x)                                       # first call: allocation, weight packing
+        t0 = _clock_ns()()
+        mod(x)
+        t = (_clock_ns()() - t0) * 1e-9
+    return wbytes / _COLD_BW > 0.02 * t
 
 
 def time_module(mod: Any, args: tuple, device: str = "cpu", repeats: int = 5, warmup: int = 2,

@@ -26,7 +26,7 @@ import json
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,9 @@ from lightning_edge.latency.stepwise import Generation
 __all__ = ["KINDS", "LatencyModel", "ModelLatency", "LayerLatency"]
 
 KINDS = ("roofline", "refined", "statistical", "mixed", "stepwise")
+
+#: layer classes without MACs: the statistical and mixed models' forest learns their time directly (``_group``)
+NO_MAC = ("eltwise", "norm", "pool")
 SCHEMA = "lightning_edge.latency_model"
 
 
@@ -139,7 +142,7 @@ class LatencyModel:
         self.samples = list(samples or [])
         self.fit_cost = dict(fit_cost or {})
         self.notes = list(notes or [])
-        self._forest = None
+        self._forests: dict[str, Any] = {}
         if kind in ("statistical", "mixed"):
             if not self.samples:
                 raise ValueError(f"a {kind} model needs measured layers to train its random forest")
@@ -174,7 +177,17 @@ class LatencyModel:
         return float(RefinedRoofline.time(self.roofline, d.flops, d.bytes, self.u_eff(d)))
 
     # ------------------------------------------------------------------ statistical
+    def _group(self, d: LayerDesc) -> str:
+        """Which forest a layer belongs to: ``"ratio"`` (layers with MACs: the forest learns log u_stat, the
+        roofline's share of the measured time) or ``"time"`` (classes without MACs, ``NO_MAC``: the forest learns
+        log T itself). Such a layer's time is a per-call cost that its bytes barely move: a ratio learned on
+        larger ones, applied to an unfamiliar small layer's tiny roofline time, made a YOLOv8n C2f's chunk and
+        concat 10 times too slow."""
+        return "time" if d.cls in NO_MAC else "ratio"
+
     def _target(self, d: LayerDesc, t: float) -> float:
+        if self._group(d) == "time":
+            return math.log(max(t, 1e-12))
         base = self.t_ref(d) if self.kind == "mixed" else self.t_roof(d)
         return math.log(max(base, 1e-12) / max(t, 1e-12))
 
@@ -186,11 +199,16 @@ class LatencyModel:
                               "pip install 'lightning-edge[latency]'") from exc
         X = np.array([self._features(s.layer) for s in self.samples])
         y = np.array([self._target(s.layer, s.time_s) for s in self.samples])
-        rf = RandomForestRegressor(n_estimators=200, min_samples_leaf=1, random_state=0, n_jobs=1)
-        rf.fit(X, y)
-        self._forest = rf
+        groups = np.array([self._group(s.layer) for s in self.samples])
+        self._forests = {}
+        for g in ("ratio", "time"):
+            sel = groups == g
+            if sel.any():
+                rf = RandomForestRegressor(n_estimators=200, min_samples_leaf=1, random_state=0, n_jobs=1)
+                rf.fit(np.array([self._group_features(s.layer, g) for s in self.samples])[sel], y[sel])
+                self._forests[g] = rf
         self._xrange = (X.min(axis=0), X.max(axis=0))
-        # log u_stat seen per layer class: a prediction is kept inside it (a forest averages training targets,
+        # the targets seen per layer class: a prediction is kept inside them (a forest averages training targets,
         # but a layer class it saw little of should not borrow another class's extremes)
         self._urange = {}
         for s, t in zip(self.samples, y):
@@ -202,14 +220,38 @@ class LatencyModel:
         the roofline and refined-roofline times (ANNETTE stacks its models the same way)."""
         return _x(d) + [math.log(max(self.t_roof(d), 1e-12)), math.log(max(self.t_ref(d), 1e-12))]
 
+    def _group_features(self, d: LayerDesc, group: str) -> list[float]:
+        """The features a group's forest sees. ``"time"`` (no MACs): only the data moved (log #in, #out, bytes and
+        the roofline time): such a layer's channels, kernel and weights describe its children when it is a
+        container (a C2f's chunk and concat), and on them the forest matched YOLOv8n's 24 KB concatenations to
+        5 MB activations."""
+        if group == "time":
+            return [math.log1p(d.n_in), math.log1p(d.n_out), math.log1p(d.bytes),
+                    math.log(max(self.t_roof(d), 1e-12))]
+        return self._features(d)
+
     def u_stat(self, descs: list[LayerDesc]) -> np.ndarray:
-        X = np.array([self._features(d) for d in descs])
-        logu = self._forest.predict(X)
-        for i, d in enumerate(descs):
-            r = self._urange.get(d.cls)
-            if r is not None:
-                logu[i] = min(max(logu[i], r[0]), r[1])
-        return np.exp(logu)
+        """u_stat of each layer: the roofline time (refined, for ``mixed``) over the forest's time. For a layer
+        without MACs the forest predicts the time itself, and u_stat is what that time implies."""
+        if not descs:
+            return np.zeros(0)
+        out = np.empty(len(descs))
+        for g, rf in self._forests.items():
+            idx = [i for i, d in enumerate(descs)
+                   if self._group(d) == g or self._group(d) not in self._forests]
+            if not idx:
+                continue
+            pred = rf.predict(np.array([self._group_features(descs[i], g) for i in idx]))
+            for i, v in zip(idx, pred):
+                d = descs[i]
+                r = self._urange.get(d.cls)
+                if r is not None and self._group(d) == g:
+                    v = min(max(v, r[0]), r[1])
+                base = self.t_ref(d) if self.kind == "mixed" else self.t_roof(d)
+                if g == "time":                    # v = log T  ->  u = base / T
+                    v = math.log(max(base, 1e-12)) - v
+                out[i] = math.exp(v)
+        return out
 
     # ------------------------------------------------------------------ prediction
     def predict(self, model: Any, *inputs: Any, **kwargs: Any) -> ModelLatency:
@@ -260,7 +302,7 @@ class LatencyModel:
             u = self.u_eff(d)
             return LayerLatency(d.name, d.kind, self.t_ref(d), f"refined roofline, u_eff={u:.3g}", d.cls, d.calls)
         pf = point_for(d)
-        gen = self.stepwise.get(pf[0]) if pf is not None else None
+        gen = self.generation_for(pf[0], pf[1]) if pf is not None else None
         if gen is None:
             return LayerLatency(d.name, d.kind, self.t_ref(d), "refined roofline (no step-wise function for its "
                                 f"class {d.cls!r})", d.cls, d.calls)
@@ -273,6 +315,16 @@ class LatencyModel:
         if d.calls > 1:
             how += f" x {d.calls} calls"
         return LayerLatency(d.name, d.kind, per_call * d.calls, how, d.cls, d.calls)
+
+    def generation_for(self, cls: str, point: Sequence[int]) -> Generation | None:
+        """The step-wise function for a layer of ``cls`` at ``point``: among the class's boxes (``cls`` and its
+        sub-boxes ``cls/...``, e.g. ``conv1x1/small``) the smallest that contains the point, else the class's own
+        (extrapolated), else None."""
+        boxes = [g for key, g in self.stepwise.items() if key.split("/", 1)[0] == cls]
+        inside = [g for g in boxes if all(dim.lo <= p <= dim.hi for p, dim in zip(point, g.dims))]
+        if inside:
+            return min(inside, key=lambda g: g.full_sweep_points)
+        return self.stepwise.get(cls) or (boxes[0] if boxes else None)
 
     def _check_context(self, model: Any, out: ModelLatency) -> None:
         import torch
@@ -463,19 +515,24 @@ def _fit_stepwise(device: str, deadline: float, classes: Iterable[str] | None, r
     from lightning_edge.latency.measure import measure_layer
     from lightning_edge.latency.stepwise import generate
 
-    todo = list(classes) if classes is not None else list(SPECS)
-    for c in todo:
-        if c not in SPECS:
-            raise ValueError(f"layer class {c!r}: expected one of {', '.join(SPECS)}")
+    todo = list(SPECS)
+    if classes is not None:
+        want = list(classes)
+        for c in want:
+            if c not in SPECS:
+                raise ValueError(f"layer class {c!r}: expected one of {', '.join(SPECS)}")
+        # a class brings its sub-boxes ("conv1x1" -> "conv1x1/small") unless only some boxes were asked for
+        todo = [k for k in SPECS if k in want or (k.split("/", 1)[0] in want and "/" in k)]
     # cheap classes first: what they leave of their share goes to the expensive ones measured later
-    cheap = ("eltwise", "norm", "pool", "dwconv", "linear", "conv1x1", "conv")
+    cheap = ("eltwise", "norm", "pool", "dwconv/small", "dwconv", "linear", "conv1x1/small", "conv/small",
+             "conv1x1", "conv")
     todo.sort(key=lambda c: cheap.index(c) if c in cheap else len(cheap))
     gens = {}
     for i, c in enumerate(todo):
         share = (deadline - time.monotonic()) / (len(todo) - i)
         spec = SPECS[c]
         log(f"step-wise {c}: {spec.what}")
-        g = generate(spec.dims, lambda p, c=c: measure_layer(c, p, device, repeats), tol=tol,
+        g = generate(spec.dims, lambda p, c=spec.cls: measure_layer(c, p, device, repeats), tol=tol,
                      max_points=max_points, min_points=5, deadline=time.monotonic() + share)
         log(f"  {c}: {g.formula()}  ({g.n_points} points, {g.elapsed_s:.1f} s)")
         gens[c] = g

@@ -55,8 +55,8 @@ def plot_generation(gen: Generation, path: str | Path, title: str = "") -> Path:
 
 
 def plot_model(model, out_dir: str | Path) -> list[Path]:
-    """``<out_dir>/stepwise_<class>.png`` for every generated class of a step-wise ``LatencyModel``."""
+    """``<out_dir>/stepwise_<class>.png`` for every generated class (a sub-box ``conv/small``: ``stepwise_conv_small.png``) of a step-wise ``LatencyModel``."""
     out = []
     for cls, gen in model.stepwise.items():
-        out.append(plot_generation(gen, Path(out_dir) / f"stepwise_{cls}.png", title=f"step-wise {cls}"))
+        out.append(plot_generation(gen, Path(out_dir) / f"stepwise_{cls.replace('/', '_')}.png", title=f"step-wise {cls}"))
     return out

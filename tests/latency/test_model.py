@@ -68,7 +68,7 @@ def point_time(cls: str, point) -> float:
 
 def stepwise_model() -> LatencyModel:
     """Step-wise functions generated from synthetic 'measurements' of each class."""
-    gens = {cls: generate(SPECS[cls].dims, lambda p, cls=cls: point_time(cls, p), tol=0.02, max_points=6)
+    gens = {cls: generate(SPECS[cls].dims, lambda p, cls=cls: point_time(SPECS[cls].cls, p), tol=0.02, max_points=6)
             for cls in SPECS}
     return LatencyModel("stepwise", META, 5e10, 1e10, stepwise=gens, container_s=1e-6)
 
@@ -237,3 +237,99 @@ def test_tiny_real_fit_measures_this_machine(tmp_path):
     with pytest.raises(ValueError, match="thread clock needs torch.set_num_threads"):
         LatencyModel.fit("stepwise", "cpu", budget_s=1, threads=2, classes=["eltwise"], base=base, clock="thread")
     assert torch.get_num_threads() == prev and measure.clock() == "wall"
+
+
+# ------------------------------------------------------------------ ranges and boxes (issue 19 follow-up)
+@pytest.mark.parametrize("mod,shape", [
+    (nn.Conv2d(3, 64, 7, stride=2, padding=3), (8, 3, 64, 64)),     # ResNet stem, batch 8 at 64x64: 8192 pixels
+    (nn.Conv2d(32, 16, 1), (8, 32, 32, 32)),                       # MobileNetV2 1x1 at batch 8
+    (nn.Conv2d(32, 32, 3, padding=1, groups=32), (8, 32, 32, 32)),  # its depthwise 3x3
+])
+def test_batch8_layers_of_a_64px_network_are_inside_the_measured_pixel_range(mod, shape):
+    d = describe(mod.to("meta"), torch.empty(*shape, device="meta"))[0][0]
+    cls, point, _g = point_for(d)
+    for key in (cls, f"{cls}/small"):
+        dims = SPECS[key].dims
+        assert all(dim.lo <= p <= dim.hi for p, dim in zip(point, dims)), (key, point)
+    # the representative layer at that many pixels folds the batch: same output pixels, maps no larger than 32x32
+    p = point[-1]
+    rep, x = measure.build_layer(cls, point, device="meta")
+    y = rep(x)
+    assert y.shape[0] * y.shape[2] * y.shape[3] == p and x.shape[0] == p // (x.shape[2] * x.shape[3]) > 1
+
+
+def test_every_pixel_value_builds_a_layer_with_exactly_that_many_output_pixels():
+    for key in ("conv", "conv1x1", "dwconv"):
+        spec = SPECS[key]
+        for p in spec.dims[-1].values:
+            point = tuple(d.lo for d in spec.dims[:-1]) + (p,)
+            rep, x = measure.build_layer(spec.cls, point, device="meta")
+            y = rep(x)
+            assert y.shape[0] * y.shape[2] * y.shape[3] == p, (key, p, tuple(x.shape))
+
+
+def test_a_small_layer_is_predicted_from_the_small_box_and_a_large_one_from_the_full_box():
+    def eff_time(cls, p):  # small GEMMs run far below peak, as on a CPU: not bilinear in the channels
+        f, c, pix = p
+        work = 2 * f * c * pix * (9 if cls == "conv" else 1)
+        return 20e-6 + work / (5e10 * min(1.0, (f * c) / (512 * 512)) ** 0.5)
+
+    gens = {k: generate(SPECS[k].dims, lambda p, k=k: eff_time(SPECS[k].cls, p), tol=0.02, max_points=6)
+            for k in ("conv1x1", "conv1x1/small")}
+    lm = LatencyModel("stepwise", META, 5e10, 1e10, stepwise=gens)
+    small, large = (96, 16, 256), (512, 256, 64)
+    assert lm.generation_for("conv1x1", small) is gens["conv1x1/small"]
+    assert lm.generation_for("conv1x1", large) is gens["conv1x1"]
+    assert lm.generation_for("conv1x1", (4096, 16, 64)) is gens["conv1x1"]          # outside both: the full box
+    assert lm.generation_for("conv", small) is None
+    truth = eff_time("conv1x1", small)
+    err_small = abs(gens["conv1x1/small"](small) - truth) / truth
+    err_full = abs(gens["conv1x1"](small) - truth) / truth
+    assert err_small < err_full / 2, (err_small, err_full)
+
+
+def test_a_fit_asked_for_a_class_generates_its_sub_boxes_measuring_the_class_layer(monkeypatch):
+    import time
+
+    from lightning_edge.latency import model as model_mod
+
+    calls = []
+
+    def fake_measure(cls, point, device, repeats):
+        calls.append(cls)
+        return 20e-6 + 2e-11 * math.prod(point)
+
+    monkeypatch.setattr(measure, "measure_layer", fake_measure)
+    g = model_mod._fit_stepwise("cpu", time.monotonic() + 60, ["conv1x1"], 3, lambda _m: None, 0.05, 5)
+    assert sorted(g) == ["conv1x1", "conv1x1/small"] and set(calls) == {"conv1x1"}
+
+
+def test_cold_weight_copies_are_cycled_only_when_reading_the_weights_could_matter():
+    big_w = nn.Linear(2048, 2048).eval()                 # 16 MiB of weights for one row: weights dominate
+    assert measure._weights_matter(big_w, torch.randn(1, 2048), 16 * 2 ** 20, "cpu")
+    big_x = nn.Conv2d(16, 16, 3, padding=1, bias=False).eval()   # 9 KiB of weights over 8 maps of 64x64
+    assert not measure._weights_matter(big_x, torch.randn(8, 16, 64, 64), 16 * 16 * 9 * 4, "cpu")
+
+
+def test_a_small_container_without_macs_is_predicted_from_layers_of_its_size_not_its_children():
+    """YOLOv8n's C2f (chunk + concat in its own forward, convolutions in its children) was predicted 10 times too
+    slow: the forest matched it, on its children's channels and weights, to large activations."""
+    from lightning_edge.latency.features import LayerDesc
+
+    samples = []
+    for n in (1024, 4096, 16384, 65536):          # small activations: a per-call cost of ~10 us
+        d = LayerDesc(name=f"relu{n}", kind="ReLU", cls="eltwise", flops=0, macs=0, bytes=8 * n, n_in=n, n_out=n, c=16)
+        samples.append(Sample(d, 10e-6 + 8 * n / 1e10, "synthetic"))
+    for n in (2 ** 19, 2 ** 20):                  # large ones, with many channels
+        d = LayerDesc(name=f"silu{n}", kind="SiLU", cls="eltwise", flops=5 * n, macs=0, bytes=8 * n, n_in=n, n_out=n, c=1280)
+        samples.append(Sample(d, 10e-6 + 8 * n / 1e10, "synthetic"))
+    samples += training_samples()                 # layers with MACs, for the other forest
+    c2f = LayerDesc(name="model.12", kind="C2f", cls="eltwise", flops=0, macs=0, bytes=24576, n_in=6144, n_out=2048,
+                    c=1280, f=1280, params=500_000)
+    plain = LayerDesc(name="concat", kind="Concat", cls="eltwise", flops=0, macs=0, bytes=24576, n_in=6144,
+                      n_out=2048)
+    for kind in ("statistical", "mixed"):
+        lm = LatencyModel(kind, META, 5e10, 1e10, samples=samples)
+        t, t_plain = (r.time_s for r in lm.predict_layers([c2f, plain]).layers)
+        assert t == pytest.approx(t_plain), (kind, t, t_plain)    # its children's channels and weights do not count
+        assert 5e-6 < t < 40e-6, (kind, t)
