@@ -215,14 +215,21 @@ class _BoardMeter(SimStepMeter):
     label = "measured"
 
 
-def test_on_a_real_orin_the_prior_is_the_calibrated_twin_model_of_the_bound_module():
-    import lightning_edge.tuning.online as online
-
+def _real_orin():
+    """The twin's board behind a meter that is not the twin's (what a real Orin AGX with a sensor looks like to the
+    tuner): (board, the twin's meter, the "measured" meter)."""
     board = SimulatedOrin(settling=False, seed=0)
     meter = _BoardMeter(board, tiny(), (X,), seed=0)
     real = type("RealMeter", (), {k: getattr(meter, k) for k in ("start", "now_s", "mode_changed", "step_begin",
                                                                  "step_end", "close")})()
     real.label = "measured"
+    return board, meter, real
+
+
+def test_on_a_real_orin_the_prior_is_the_calibrated_twin_model_of_the_bound_module():
+    import lightning_edge.tuning.online as online
+
+    board, meter, real = _real_orin()
     t = OnlineTuner(16.0, board.controller, real, window=FAST, store=None, fingerprint="tiny")
     t.bind_model(tiny(), (X,))
     t.start()
@@ -241,11 +248,7 @@ def test_on_a_real_orin_the_prior_can_come_from_the_captured_step_cost():
     """What PowerModeTuner passes on a board: the capture step's ModelCost and its batch size, not the module."""
     from lightning_edge.cost import analyze
 
-    board = SimulatedOrin(settling=False, seed=0)
-    meter = _BoardMeter(board, tiny(), (X,), seed=0)
-    real = type("RealMeter", (), {k: getattr(meter, k) for k in ("start", "now_s", "mode_changed", "step_begin",
-                                                                 "step_end", "close")})()
-    real.label = "measured"
+    board, meter, real = _real_orin()
     t = OnlineTuner(16.0, board.controller, real, window=FAST, store=None, fingerprint="tiny")
     assert t.wants_board_prior
     t.bind_model(analyze(tiny(), X, training=True), batch_size=int(X.shape[0]))
