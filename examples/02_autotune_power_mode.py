@@ -3,10 +3,11 @@
     python examples/02_autotune_power_mode.py --budget 20            # the Orin twin (simulated power and time)
     python examples/02_autotune_power_mode.py --budget 25 --device auto   # on a Jetson (needs root for the knobs)
 
-``PowerModeTuner`` profiles power modes on the real training minibatches (about 40 per mode; the settling time
-after each switch and a warm-up minibatch are discarded), runs Fulcrum's GMD through the profile store (an SQLite
-file in your cache directory), then trains on in the fastest mode within the budget. Run it twice: the second run
-finds every profile in the store and starts in the chosen mode at once. The board's original mode is restored at
+``PowerModeTuner`` profiles power modes on the real training minibatches (the minibatches while the power settles
+after each switch are discarded, then it measures until the standard error is small), runs Fulcrum's GMD started
+from the modes' predicted time and power through the profile store (an SQLite file in your cache directory), then
+trains on in the fastest profiled mode within the budget. Run it twice: the second run finds every profile in the
+store and is in the chosen mode from its second minibatch (the first one is captured for the cost model). The board's original mode is restored at
 the end, on an exception, on Ctrl-C, and (after a kill -9) by the next controller that starts.
 """
 
