@@ -223,16 +223,17 @@ except KeyboardInterrupt:
     assert seen.read_text() == "12c/2201/1300/3199"  # restored before KeyboardInterrupt reached the program
 
 
-def test_an_ignored_sigint_leaves_the_run_and_its_mode_alone(tmp_path, spawn, wait):
-    """A job started with ``&`` or ``nohup`` from a script ignores SIGINT: the signal cannot end it, so the board
-    must not be put back under a run that goes on; the exit restores it as usual."""
+@pytest.mark.parametrize("sig", ["SIGINT", "SIGHUP"])
+def test_an_ignored_signal_leaves_the_run_and_its_mode_alone(tmp_path, spawn, wait, sig):
+    """A job started with ``&`` or ``nohup`` from a script ignores SIGINT (and ``nohup`` SIGHUP): the signal cannot
+    end it, so the board must not be put back under a run that goes on; the exit restores it as usual."""
     board_file = tmp_path / "sim" / "board.json"
     marker, go, seen = tmp_path / "applied", tmp_path / "go", tmp_path / "seen"
     script = r"""
 import signal, sys, time
 from pathlib import Path
 from lightning_edge.devices import SimModeController
-signal.signal(signal.SIGINT, signal.SIG_IGN)
+signal.signal(getattr(signal, sys.argv[5]), signal.SIG_IGN)
 board_file, marker, go, seen = sys.argv[1:5]
 ctl = SimModeController(board_file=board_file)
 ctl.apply("4c/422/115/665")
@@ -241,15 +242,15 @@ while not Path(go).exists():
     time.sleep(0.01)
 Path(seen).write_text(str(ctl.current()))
 """
-    child = spawn(script, board_file, marker, go, seen)
+    child = spawn(script, board_file, marker, go, seen, sig)
     wait(marker, child)
-    child.send_signal(signal.SIGINT)
+    child.send_signal(getattr(signal, sig))
     time.sleep(0.5)  # a handler, had one been installed, would have run by now
     go.write_text("x")
     _, err = child.communicate(timeout=60)
     assert child.returncode == 0, err
     assert seen.read_text() == "4c/422/114/665"  # still in the applied mode (GPU snapped to 114 MHz)
-    assert "on signal SIGINT" not in err and "on interpreter exit" in err
+    assert f"on signal {sig}" not in err and "on interpreter exit" in err
     from lightning_edge.devices import SimModeController
 
     assert str(SimModeController(board_file=board_file).current()) == "12c/2201/1300/3199"  # restored at exit
@@ -393,33 +394,6 @@ def test_sighup_and_sigquit_restore_then_end_the_process(sig, orin5, state_dir, 
     assert child.returncode == -sig, err
     assert f"signal {sig.name}" in err and "restoring jetson-orin-agx" in err
     assert orin5.knob_files() == before and _state_file(state_dir) is None
-
-
-def test_an_ignored_sighup_is_left_alone(tmp_path, spawn, wait):
-    """``nohup`` sets SIGHUP to SIG_IGN: the run goes on after the terminal closes, and so does its mode."""
-    board_file = tmp_path / "sim" / "board.json"
-    marker, go, seen = tmp_path / "applied", tmp_path / "go", tmp_path / "seen"
-    script = r"""
-import signal, sys, time
-from pathlib import Path
-from lightning_edge.devices import SimModeController
-signal.signal(signal.SIGHUP, signal.SIG_IGN)
-board_file, marker, go, seen = sys.argv[1:5]
-ctl = SimModeController(board_file=board_file)
-ctl.apply("4c/422/115/665")
-Path(marker).write_text("x")
-while not Path(go).exists():
-    time.sleep(0.01)
-Path(seen).write_text(str(ctl.current()))
-"""
-    child = spawn(script, board_file, marker, go, seen)
-    wait(marker, child)
-    child.send_signal(signal.SIGHUP)
-    time.sleep(0.5)
-    go.write_text("x")
-    _, err = child.communicate(timeout=60)
-    assert child.returncode == 0, err
-    assert seen.read_text() == "4c/422/114/665" and "on signal SIGHUP" not in err
 
 
 def test_a_failed_restore_on_a_signal_says_where_the_board_is_and_what_finishes_it(orin5, state_dir, tmp_path,
