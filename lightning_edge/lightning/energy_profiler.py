@@ -670,7 +670,10 @@ class EnergyProfilerMixin:
             self._figures(w, self.call_report, stages, step)
             s.add_work_ns(time.perf_counter_ns() - f0, per_step=False)
             self.call_report.notes = list(dict.fromkeys([*self.call_report.notes, *s.notes]))
-        report = self.report = self._build_report()
+        # the session's report: the call's own when this call is the session's first (one build, not two)
+        first = not (any(call.get("profiled", {}).values()) or any(call.get("totals", {}).values())
+                     or call.get("epochs"))
+        report = self.report = self.call_report if first else self._build_report()
         if self.write_report:
             report.write_csv(log_dir / "layers.csv")
         if self.trace:
