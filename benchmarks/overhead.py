@@ -123,8 +123,9 @@ def run(config: str, loader: DataLoader, steps: int, tmp: str) -> dict:
     out = {"durations": durations, "wall_s": wall}
     if energy is not None and energy.session is not None:
         s = energy.session
-        out.update(every_n=s.every_n_steps, profiled=len(s.profiled.get("train", [])),
-                   measured_overhead=s.overhead_fraction(), setup_s=s.setup_ns / 1e9, work_s=s.work_ns / 1e9)
+        sch = s.schedule
+        out.update(every_n=sch.every_n_steps, profiled=len(s.profiled.get("train", [])),
+                   measured_overhead=sch.overhead_fraction(), setup_s=sch.setup_ns / 1e9, work_s=sch.work_ns / 1e9)
     return out
 
 
@@ -175,7 +176,7 @@ def paired(loader: DataLoader, pairs: int) -> dict:
     return {"wall_ms": statistics.median(dw) / 1e6, "cpu_ms": statistics.median(dc) / 1e6,
             "wall_iqr": [v / 1e6 for v in q(dw, n=4)[::2]], "cpu_iqr": [v / 1e6 for v in q(dc, n=4)[::2]],
             "base_wall_ms": statistics.median(base_w) / 1e6, "base_cpu_ms": statistics.median(base_c) / 1e6,
-            "hook_estimate_ms": statistics.median(session._prof_ns["train"]) / 1e6}
+            "hook_estimate_ms": statistics.median(session.schedule._prof_ns["train"]) / 1e6}
 
 
 def machine() -> str:

@@ -208,7 +208,7 @@ class EnergyProfilerMixin:
         self._call = {"fn": stage, "t0": t0, "gstep0": None,  # set at the first batch (after a checkpoint loads)
                       "profiled": {k: len(v) for k, v in s.profiled.items()},
                       "totals": {k: len(v) for k, v in s.totals.items()}, "epochs": len(s.epochs),
-                      "excess_ns": s.excess_ns, "setup_ns": s.setup_ns, "figures_ns": 0}
+                      "excess_ns": s.schedule.excess_ns, "setup_ns": s.schedule.setup_ns, "figures_ns": 0}
         s.start()
         self._note_torch_profiler(trainer)
         self._cb_ns += time.perf_counter_ns() - t0
@@ -262,7 +262,7 @@ class EnergyProfilerMixin:
             self._log_steps(trainer, done)
         now = time.perf_counter_ns()
         if done:  # attribution + logging of the profiled step(s): feeds the overhead and "auto" every-N
-            s.add_work_ns(now - w0)
+            s.schedule.add_work_ns(now - w0)
         self._cb_ns += now - c0
 
     def _mark(self, region: str, phase: str) -> None:
@@ -358,7 +358,7 @@ class EnergyProfilerMixin:
         elif tag.startswith("sim/"):
             times = "time, power and energy" if s is not None and s.twin_times else "power and energy"
             how = (f"SIMULATED: {times} of a Jetson AGX Orin (the twin's model of this workload) in mode "
-                   f"{s._last_mode if s is not None else '?'}")
+                   f"{s.mode if s is not None else '?'}")
         elif tag.startswith("estimated/"):
             how = "ESTIMATED by the roofline model (no power sensor) from this machine's timings"
         elif "time_ms" in tag:
@@ -514,7 +514,7 @@ class EnergyProfilerMixin:
 
     def _spent_s(self) -> float:
         s, call = self.session, self._call or {}
-        excess = (s.excess_ns - call.get("excess_ns", 0)) if s is not None else 0
+        excess = (s.schedule.excess_ns - call.get("excess_ns", 0)) if s is not None else 0
         return (self._cb_ns + excess) / 1e9
 
     def _figures(self, w: Any, report: Any, stages: list[str], step: int) -> None:
@@ -551,7 +551,7 @@ class EnergyProfilerMixin:
 
     def _add_figure(self, w: Any, stage: str, st: Any, epoch: int) -> None:
         s = self.session
-        roof, desc = s.roofline(s._last_mode)
+        roof, desc = s.roofline(s.mode)
         if roof is None:
             return
         total_t = sum(ls.time_s for ls in st.layers.values() if math.isfinite(ls.time_s))
@@ -619,7 +619,7 @@ class EnergyProfilerMixin:
             totals[stage] = {"steps": len(lst), "energy_j": sum(vals) * len(lst) / len(vals) if vals else math.nan,
                              "time_s": sum(t.time_s for t in lst), "samples": sum(t.samples or 0 for t in lst),
                              "label": "/".join(sorted(labels)) if labels else "",
-                             "min_batches": s.warmup_steps + 1}
+                             "min_batches": s.schedule.warmup_steps + 1}
             if call is not None and stage == "train" and self._trainer is not None:
                 opt = int(getattr(self._trainer, "global_step", 0) or 0) - (call.get("gstep0") or 0)
                 totals[stage]["optimizer_steps"] = opt
@@ -634,13 +634,14 @@ class EnergyProfilerMixin:
                       if e.readings is not None else {})}
                   for e in s.epochs[e0:]]
         so = s.sampler_overhead()
-        overhead = {"fraction": _finite_or_none(s.overhead_fraction()), "every_n_steps": s.every_n_steps,
-                    "auto": s.auto, "excess_s": s.excess_ns / 1e9, "work_s": s.work_ns / 1e9,
-                    "epoch_work_s": s.epoch_work_ns / 1e9, "setup_s": s.setup_ns / 1e9, "steps_s": s.run_ns / 1e9,
+        sch = s.schedule
+        overhead = {"fraction": _finite_or_none(sch.overhead_fraction()), "every_n_steps": sch.every_n_steps,
+                    "auto": sch.auto, "excess_s": sch.excess_ns / 1e9, "work_s": sch.work_ns / 1e9,
+                    "epoch_work_s": sch.epoch_work_ns / 1e9, "setup_s": sch.setup_ns / 1e9, "steps_s": sch.run_ns / 1e9,
                     "sampler_cpu_percent": so.cpu_percent if so is not None else None, **self.overhead}
         dev = s.device
         notes = list(dict.fromkeys([*(dev.notes if dev else []), *s.cost_notes, *s.notes]))
-        mode = s._last_mode
+        mode = s.mode
         roof_desc = s.roofline(mode)[1] if dev is not None else s.roofline_desc
         return ProfileReport.build(steps, costs=costs, totals=totals, epochs=epochs,
                                    device=dev.describe() if dev else "", source=s.source, mode=mode,
@@ -668,7 +669,7 @@ class EnergyProfilerMixin:
                         w.add_text(f"energy/{st}_layers", self.call_report.markdown(st), step)
             f0 = time.perf_counter_ns()
             self._figures(w, self.call_report, stages, step)
-            s.add_work_ns(time.perf_counter_ns() - f0, per_step=False)
+            s.schedule.add_work_ns(time.perf_counter_ns() - f0, per_step=False)
             self.call_report.notes = list(dict.fromkeys([*self.call_report.notes, *s.notes]))
         # the session's report: the call's own when this call is the session's first (one build, not two)
         first = not (any(call.get("profiled", {}).values()) or any(call.get("totals", {}).values())
@@ -689,7 +690,7 @@ class EnergyProfilerMixin:
         so = s.sampler_overhead()
         self.overhead = {"run_wall_s": wall, "run_overhead_s": spent,
                          "run_fraction": spent / max(wall - spent, 1e-9) if wall > 0 else None,
-                         "analysis_s": (s.setup_ns - call.get("setup_ns", 0)) / 1e9,
+                         "analysis_s": (s.schedule.setup_ns - call.get("setup_ns", 0)) / 1e9,
                          "sampler_cpu_s": (so.cpu_fraction * wall) if so is not None else None}
         self.call_report.overhead.update(self.overhead)
         report.overhead.update(self.overhead)
@@ -722,7 +723,7 @@ class EnergyProfilerMixin:
         return merge_into(path, [(p.timing, p.energy, f"{p.stage} step {p.index}") for p in self._trace_steps()],
                           epoch_offset_ns=_EPOCH_OFFSET_NS, power=power,
                           costs=lambda t: s.costs_for(t.has_backward),
-                          metadata={"source": s.source, "mode": s._last_mode})
+                          metadata={"source": s.source, "mode": s.mode})
 
     def _merge_profiler_traces(self, trainer: Any, later: bool = False) -> None:
         """Lightning's ``PyTorchProfiler``: merge into the traces it wrote during this call; its last trace is
@@ -776,7 +777,7 @@ class EnergyProfilerMixin:
             [(p.timing, p.energy, f"{p.stage} step {p.index}") for p in chosen], power=power,
             costs=lambda t: s.costs_for(t.has_backward),
             metadata={"device": s.device.describe() if s.device else "", "source": s.source,
-                      "mode": s._last_mode, "method": "lightning_edge.EnergyProfiler",
+                      "mode": s.mode, "method": "lightning_edge.EnergyProfiler",
                       "times": "the twin's (simulated)" if s.twin_times else "this machine's"})
         if self.trace_file is None:
             self.trace_file = trace_path(log_dir)

@@ -13,17 +13,13 @@ can do the same::
         for done in session.flush(): print(done.energy.energy_j)
     session.close()
 
-Policy:
-
-* every step is timed as a whole (two clock reads); every ``every_n_steps``-th step is profiled per layer;
-* never the first ``warmup_steps`` steps of a stage (the first one is used, hooked, to capture the model's inputs
-  for the cost model), nor the ``warmup_steps`` steps after a power-mode change, nor steps within
-  ``settle_s`` of a change the controller reports (the board's power settles in 2-3 s);
-* ``every_n_steps="auto"`` (default) starts at ``AUTO_START`` and then adapts so that the measured overhead
-  (the profiled step's extra time, ``DISPATCH_FACTOR`` x the time measured inside the timer's hooks, plus the time
-  spent attributing and logging) stays below ``overhead_target`` of the median plain step time;
-* attribution waits until the power sampler has a sample after the step (so the end of the step is
-  interpolated, not held): ``flush()`` returns the steps that are ready; ``flush(wait=True)`` waits for them.
+The session has three parts, one job each: ``schedule`` (:class:`~lightning_edge.lightning.schedule.StepScheduler`:
+every step is timed as a whole, every ``every_n_steps``-th one is profiled per layer, warm-up and settling skipped,
+"auto" N within ``overhead_target``; the overhead accounting), ``twin`` (a
+:class:`~lightning_edge.lightning.twin_driver.TwinDriver` when the device is the Orin twin: its board runs the
+captured workload and its per-layer model gives the Orin's numbers), and attribution, the session's own: a profiled
+step is attributed once the power sampler has a sample after it (so the end of the step is interpolated, not held):
+``flush()`` returns the steps that are ready; ``flush(wait=True)`` waits for them.
 """
 
 from __future__ import annotations
@@ -31,12 +27,13 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from lightning_edge.lightning.device import JETSON_SETTLE_S, ProfilerDevice, resolve_device
+from lightning_edge.lightning.schedule import AUTO_START, StepScheduler
+from lightning_edge.lightning.twin_driver import TwinDriver
 from lightning_edge.profiling.attribution import (
     DEFAULT_K,
     ESTIMATED,
@@ -51,14 +48,6 @@ from lightning_edge.profiling.hooks import LayerTimer, StepTiming
 
 __all__ = ["EnergySession", "ProfiledStep", "StepTotal", "EpochTotals", "AUTO_START", "batch_size_of"]
 
-#: the first every_n_steps of "auto", until the overhead has been measured
-AUTO_START = 10
-#: the most steps "auto" may skip between two profiled ones
-AUTO_MAX = 500
-#: a profiled step costs about this many times the time spent inside the timer's own hooks: the rest is PyTorch's
-#: dispatch to them (the module call slow path, C++ -> Python node hooks), which no hook can see. Calibrated on
-#: ResNet-18 on the CPU by interleaving plain and profiled steps (paired medians: 15.6 ms extra for 7.3 ms in hooks).
-DISPATCH_FACTOR = 2.0
 STAGES = ("train", "validate", "test", "predict")
 
 
@@ -133,18 +122,6 @@ class _Pending:
     mode: str | None
 
 
-@dataclass
-class _StageState:
-    batches: int = 0  # steps begun in this stage (over the whole run)
-    since_profiled: int = 0  # plain steps since the last profiled one
-    n_profiled: int = 0
-    captured: bool = False
-    epoch: int = 0
-    epoch_t0: int | None = None
-    epoch_t1: int | None = None
-    epoch_steps: list[StepTotal] = field(default_factory=list)
-
-
 def batch_size_of(batch: Any) -> int | None:
     """The leading dimension of the first tensor-like in ``batch`` (None when there is none)."""
     todo = [batch]
@@ -169,29 +146,20 @@ class EnergySession:
                  settle_s: float | None = None, clock_ns: Callable[[], int] = time.perf_counter_ns,
                  sampler_rate_hz: float | None = None, keep_timings: int = 50,
                  cuda: bool | None = None) -> None:
-        if every_n_steps != "auto" and (not isinstance(every_n_steps, int) or every_n_steps < 1):
-            raise ValueError(f"every_n_steps must be 'auto' or an integer >= 1, got {every_n_steps!r}")
-        if warmup_steps < 1:
-            raise ValueError(f"warmup_steps must be >= 1 (the first step captures the inputs), got {warmup_steps}")
-        if not 0 < overhead_target < 1:
-            raise ValueError(f"overhead_target is a fraction of the run time (0.03 = 3 %), got {overhead_target}")
+        self.schedule = StepScheduler(every_n_steps, warmup_steps, overhead_target, settle_s)
         self.model = model
         self.device_arg = device
-        self.auto = every_n_steps == "auto"
-        self.every_n_steps = AUTO_START if self.auto else int(every_n_steps)
-        self.warmup_steps = int(warmup_steps)
         self.k = float(k)
         self.roofline_arg = roofline
         self.cost_arg = cost
         self.analyze = analyze
-        self.overhead_target = float(overhead_target)
-        self.settle_s = settle_s
         self.clock_ns = clock_ns
         self.sampler_rate_hz = sampler_rate_hz
         self.keep_timings = int(keep_timings)
         self.timer = LayerTimer(model, depth=depth, include=include, clock_ns=clock_ns, cuda=cuda)
         self.device: ProfilerDevice | None = None
         self.sampler: Any = None
+        self.twin: TwinDriver | None = None  # when the device is the Orin twin (and no cost= is given)
         self.started = False
         self.costs: dict[bool, dict[str, Any]] = {}  # training? -> {layer name: LayerCost}
         self.cost_notes: list[str] = []
@@ -199,28 +167,18 @@ class EnergySession:
         self.totals: dict[str, list[StepTotal]] = {}
         self.epochs: list[EpochTotals] = []
         self.notes: list[str] = []
+        self.roofline_desc = ""
         self._pending: list[_Pending] = []
         self._unconsumed: list[ProfiledStep] = []
         self._pending_totals: list[StepTotal] = []
-        self._stages: dict[str, _StageState] = {}
         self._current: tuple[str, bool, int, Any] | None = None  # stage, profiling?, t0, batch
-        self._plain_ns: dict[str, deque] = {}  # recent plain step times
-        self._prof_ns: dict[str, deque] = {}  # recent profiled steps' extra time (estimated from the hooks' time)
-        self._work_ns: deque = deque(maxlen=10)
-        self.excess_ns = 0  # profiled steps' extra time (DISPATCH_FACTOR x the time inside the timer's hooks)
-        self.work_ns = 0  # attribution and logging of the profiled steps
-        self.epoch_work_ns = 0  # per-epoch work: figure, table, reports
-        self.run_ns = 0  # total step time (profiled steps included)
-        self.setup_ns = 0  # one-time: cost analysis
         self._batch_sizes: dict[str, int | None] = {}
-        self._last_mode: str | None = None
-        self._mode_change_at: int | None = None  # global step count when a change was seen
-        self._step_count = 0
-        self._twin_kind: str | None = None
-        self.roofline_desc = ""
         self._roof_cache: dict[str | None, tuple[Any, str]] = {}
-        self._model_quals: dict[tuple[str, bool], str] = {}  # (shown, training) -> the analysed module's path
-        self._twin_cache: dict[tuple, Any] = {}  # (training, mode, batch) -> (LayerTimes, names) or None
+
+    @property
+    def mode(self) -> str | None:
+        """The power mode the session last saw."""
+        return self.schedule.mode
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> EnergySession:
@@ -232,9 +190,11 @@ class EnergySession:
 
             self.sampler = PowerSampler(self.device.sensor, rate_hz=self.sampler_rate_hz, clock_ns=self.clock_ns)
             self.sampler.start()
-        if self.settle_s is None:
-            self.settle_s = JETSON_SETTLE_S if self.device.controller is not None else 0.0
-        self._last_mode = self.device.mode()
+        if self.schedule.settle_s is None:
+            self.schedule.settle_s = JETSON_SETTLE_S if self.device.controller is not None else 0.0
+        if self.device.twin is not None and self.cost_arg is None:
+            self.twin = TwinDriver(self.device.twin, self.model, self.timer.root_name, self.notes)
+        self.schedule.mode = self.device.mode()
         self.started = True
         return self
 
@@ -244,10 +204,8 @@ class EnergySession:
             self.timer.abort()
         if self.sampler is not None:
             self.sampler.stop()
-        twin = self.device.twin if self.device is not None else None
-        if twin is not None and self._twin_kind is not None:
-            twin.end()
-            self._twin_kind = None
+        if self.twin is not None:
+            self.twin.end()
         if self.device is not None:
             self.device.close()
         self.started = False
@@ -258,41 +216,11 @@ class EnergySession:
         self._current = None
 
     # ------------------------------------------------------------------ per step
-    def _stage(self, stage: str) -> _StageState:
-        st = self._stages.get(stage)
-        if st is None:
-            st = self._stages[stage] = _StageState()
+    def _stage(self, stage: str) -> Any:
+        if stage not in self.schedule.stages:
             self.profiled.setdefault(stage, [])
             self.totals.setdefault(stage, [])
-            self._plain_ns[stage] = deque(maxlen=50)
-            self._prof_ns[stage] = deque(maxlen=5)
-        return st
-
-    def _mode_ok(self) -> bool:
-        """False when the mode changed recently (in steps or in seconds); tracks the mode."""
-        dev = self.device
-        if dev is None or dev.controller is None:
-            return True
-        mode = dev.mode()
-        if mode != self._last_mode:
-            self._last_mode = mode
-            self._mode_change_at = self._step_count
-            self.notes.append(f"power mode changed to {mode} at step {self._step_count}: "
-                              f"the next {self.warmup_steps} steps are not profiled")
-            return False
-        if self._mode_change_at is not None and self._step_count - self._mode_change_at <= self.warmup_steps:
-            return False
-        since = dev.seconds_since_mode_change()
-        return not (since is not None and self.settle_s and since < self.settle_s)
-
-    def should_profile(self, stage: str) -> bool:
-        """Whether the next step of ``stage`` is profiled (see the module docstring)."""
-        st = self._stage(stage)
-        if st.batches < self.warmup_steps:
-            return False
-        if st.n_profiled and st.since_profiled < self.every_n_steps - 1:
-            return False
-        return self._mode_ok()
+        return self.schedule.stage(stage)
 
     def step_begin(self, stage: str, batch: Any = None) -> bool:
         """A step of ``stage`` starts; returns True when it is profiled per layer."""
@@ -301,10 +229,10 @@ class EnergySession:
         if self.timer.active:  # the previous step never ended (an exception Lightning swallowed)
             self.timer.abort()
         st = self._stage(stage)
-        if self.device is not None and self.device.twin is not None:
-            self._twin_follow(stage)
+        if self.twin is not None:
+            self.twin.follow(stage == "train", self._batch_sizes.get(stage))
         capture = not st.captured and self.analyze and self.cost_arg is None
-        profile = capture or self.should_profile(stage)
+        profile = capture or self.schedule.should_profile(stage, self.device, self.notes)
         if profile:
             self.timer.capture_inputs = capture
             region = "(forward)" if stage == "train" else f"({stage})"
@@ -329,42 +257,36 @@ class EnergySession:
             return None
         _, profiled, t0, batch = cur
         self._current = None
+        sch = self.schedule
         st = self._stage(stage)
         timing = self.timer.stop_step() if self.timer.active else None
         t1 = self.clock_ns()
-        self._step_count += 1
+        sch.steps += 1
         samples = batch_size_of(batch)
         index = st.batches
         st.batches += 1
         gstep = index if global_step is None else int(global_step)
-        total = StepTotal(stage, index, gstep, t0, t1, samples, profiled=timing is not None, mode=self._last_mode)
+        total = StepTotal(stage, index, gstep, t0, t1, samples, profiled=timing is not None, mode=sch.mode)
         dur = t1 - t0
-        self.run_ns += dur
+        sch.run_ns += dur
         st.epoch_t1 = t1
         st.epoch_steps.append(total)
         self.totals[stage].append(total)
         self._pending_totals.append(total)
         if timing is None:
-            st.since_profiled += 1
-            self._plain_ns[stage].append(dur)
+            sch.plain_step(stage, dur)
             return total
         if not st.captured and self.timer.capture_inputs:
             st.captured = True
             self.timer.capture_inputs = False
             w0 = time.perf_counter_ns()
             self._analyze(stage, timing, samples)
-            self.setup_ns += time.perf_counter_ns() - w0
+            sch.setup_ns += time.perf_counter_ns() - w0
             total.profiled = False
             st.since_profiled += 1
             return total  # the capture step is a warm-up step: never reported
-        st.since_profiled = 0
-        st.n_profiled += 1
-        # the step's extra time, from what the timer measured of itself (step-to-step jitter on a busy machine is
-        # larger than the effect: comparing step times would be noise)
-        cost = int(DISPATCH_FACTOR * timing.hook_ns)
-        self._prof_ns[stage].append(cost)
-        self.excess_ns += cost
-        self._pending.append(_Pending(stage, index, gstep, samples, timing, self._last_mode))
+        sch.profiled_step(stage, timing.hook_ns)
+        self._pending.append(_Pending(stage, index, gstep, samples, timing, sch.mode))
         return total
 
     # ------------------------------------------------------------------ cost model
@@ -372,10 +294,11 @@ class EnergySession:
         training = timing.has_backward
         self._batch_sizes[stage] = samples
         if training in self.costs:
-            self._twin_begin(stage, training, samples)
+            if self.twin is not None:
+                self.twin.begin(training, samples)
             return
-        # i17cost: the shared capture (lightning_edge.cost.capture): every outermost call of the step, positional and
-        # keyword, analysed and merged into one ModelCost named as in the model
+        # the shared capture (lightning_edge.cost.capture): every outermost call of the step, positional and keyword,
+        # analysed and merged into one ModelCost named as in the model
         costs: dict[str, Any] = {}
         try:
             from lightning_edge.cost.capture import Captured, step_cost
@@ -393,88 +316,24 @@ class EnergySession:
             self.costs[training] = costs
             return
         self.cost_notes.extend(n for n in cost.notes if n not in self.cost_notes)
-        self._model_costs = getattr(self, "_model_costs", {})
-        self._model_costs[("", training)] = cost
-        self._model_quals[("", training)] = ""  # one merged cost, its layers named from the model's root
         for layer in cost.layers:
             costs[layer.name or self.timer.root_name] = layer
         self.costs[training] = costs
-        self._twin_begin(stage, training, samples)
-
-    def _twin_follow(self, stage: str) -> None:
-        """Switch the twin's workload when the stage changes (training <-> inference)."""
-        kind = "train" if stage == "train" else "infer"
-        if self._twin_kind is not None and self._twin_kind != kind and (kind == "train") in self.costs:
-            self._twin_begin(stage, kind == "train", self._batch_sizes.get(stage))
-
-    def _main_cost(self, training: bool) -> tuple[Any, str] | None:
-        """The largest analysed module's cost for training or inference, and its path in the model."""
-        costs = getattr(self, "_model_costs", {})
-        mc = [(c, self._model_quals.get(key, "")) for key, c in costs.items() if key[1] == training]
-        return max(mc, key=lambda x: x[0].flops) if mc else None
+        if self.twin is not None:
+            self.twin.add_cost(cost, training)  # one merged cost, its layers named from the model's root
+            self.twin.begin(training, samples)
 
     def twin_model(self, stage: str, mode: str | None = None) -> tuple[Any, dict[str, str]] | None:
         """The twin's per-layer model of the stage's captured workload in ``mode`` (default: the current one):
         ``(LayerTimes, {twin row name: profiler layer name})``, or None when there is no twin or no cost."""
-        twin = self.device.twin if self.device is not None else None
-        if twin is None or self.cost_arg is not None:
+        if self.twin is None:
             return None
-        training = stage == "train"
-        main = self._main_cost(training)
-        if main is None:
-            return None
-        cost, qual = main
-        batch = self._batch_sizes.get(stage)
-        key = (training, mode, batch, id(cost))
-        if key in self._twin_cache:
-            return self._twin_cache[key]
-        out = None
-        try:
-            kind = "train" if training else "infer"
-            try:  # one optimizer kernel per parameter tensor, counted as PowerModeTuner's SimWorkload counts them
-                n_tensors = sum(1 for _ in self.model.get_submodule(qual).parameters())
-            except Exception:  # noqa: BLE001
-                n_tensors = None
-            prof = twin.compile(cost, kind=kind, batch_size=batch, param_tensors=n_tensors)
-            lt = twin.layer_times(prof, mode, kind=kind, batch_size=batch)
-            root = qual or self.timer.root_name
-            names = {n: (f"{qual}.{n}" if qual else n) for n in lt.names if n and not n.startswith("(")}
-            names["(root)"] = root
-            out = (lt, names)
-            others = [k for k in getattr(self, "_model_costs", {}) if k[1] == training]
-            if len(others) > 1:
-                msg = (f"the twin models {root!r} only ({len(others) - 1} other analysed module(s) of the step get "
-                       "no simulated time)")
-                if msg not in self.notes:
-                    self.notes.append(msg)
-        except Exception as exc:  # noqa: BLE001 - the twin cannot model it: host times x simulated power
-            msg = (f"the twin could not model the workload per layer ({type(exc).__name__}: {exc}): layer times are "
-                   "this machine's, energies apportioned from the simulated sensor")
-            if msg not in self.notes:
-                self.notes.append(msg)
-        self._twin_cache[key] = out
-        return out
+        return self.twin.layer_model(stage == "train", mode, self._batch_sizes.get(stage))
 
     @property
     def twin_times(self) -> bool:
         """True when the layers' and steps' times and energies are the twin's model of the workload."""
-        return any(v is not None for v in self._twin_cache.values())
-
-    def _twin_begin(self, stage: str, training: bool, samples: int | None) -> None:
-        """Let the twin's simulated board run this workload (its power follows the model's cost)."""
-        twin = self.device.twin if self.device is not None else None
-        kind = "train" if training else "infer"
-        if twin is None or self._twin_kind == kind:
-            return
-        found = self._main_cost(training)
-        if found is None:
-            return
-        main = found[0]
-        try:
-            twin.begin(main, kind, samples or 1)
-            self._twin_kind = kind
-        except Exception as exc:  # noqa: BLE001
-            self.notes.append(f"the twin could not simulate this workload ({exc}): it shows idle power")
+        return self.twin is not None and self.twin.times
 
     def costs_for(self, training: bool) -> dict[str, Any]:
         if self.cost_arg is not None:
@@ -507,7 +366,7 @@ class EnergySession:
     def flush(self, wait: bool = False, record_work: bool = True) -> list[ProfiledStep]:
         """Attribute the profiled steps whose power is available (all of them with ``wait=True``); returns them
         (they are also queued for :meth:`consume`). ``record_work=False``: the caller measures and reports the
-        time itself (:meth:`add_work_ns`), e.g. together with its logging."""
+        time itself (``schedule.add_work_ns``), e.g. together with its logging."""
         done: list[ProfiledStep] = []
         if not self._pending and not self._pending_totals:
             return done
@@ -522,18 +381,8 @@ class EnergySession:
         self._resolve_totals(wait)
         work = time.perf_counter_ns() - w0
         if done and record_work:
-            self.add_work_ns(work)
+            self.schedule.add_work_ns(work)
         return done
-
-    def add_work_ns(self, ns: int, per_step: bool = True) -> None:
-        """Time spent on profiling outside the steps: per profiled step (attribution, logging: feeds auto every-N)
-        or per epoch (``per_step=False``: the figure, the table; counted in the overhead only)."""
-        if per_step:
-            self.work_ns += int(ns)
-            self._work_ns.append(int(ns))
-            self._adapt()
-        else:
-            self.epoch_work_ns += int(ns)
 
     def _attribute(self, p: _Pending) -> ProfiledStep:
         timing = p.timing
@@ -569,7 +418,7 @@ class EnergySession:
         if not todo:
             self._pending_totals.clear()
             return
-        if self.device is not None and self.device.twin is not None:
+        if self.twin is not None:
             # the twin: every step is the twin's prediction for the workload in the step's mode
             for t in todo:
                 sim = self.twin_model(t.stage, t.mode)
@@ -605,26 +454,10 @@ class EnergySession:
         # (waiting, e.g. at an epoch's end, resolves what can be: the rest stays nan, labelled estimated, not pending)
         self._pending_totals = [] if wait else [t for t in self._pending_totals if not math.isfinite(t.energy_j)]
 
-    def _adapt(self) -> None:
-        if not self.auto:
-            return
-        plain = self._plain_ns.get("train") or next((v for v in self._plain_ns.values() if v), None)
-        prof = self._prof_ns.get("train") or next((v for v in self._prof_ns.values() if v), None)
-        if not plain or not prof or len(plain) < 3:
-            return
-        base = statistics.median(plain)
-        if base <= 0:
-            return
-        extra = statistics.median(prof) + (statistics.median(self._work_ns) if self._work_ns else 0.0)
-        n = math.ceil(extra / (self.overhead_target * base)) if extra > 0 else 1
-        # grow at most 2x per update (one noisy step must not switch profiling off), shrink at once
-        n = min(n, 2 * self.every_n_steps)
-        self.every_n_steps = int(min(max(n, 1), AUTO_MAX))
-
     # ------------------------------------------------------------------ epochs and results
     def epoch_end(self, stage: str) -> EpochTotals | None:
         """Close the stage's epoch: its energy (the trace over the epoch's wall window, or the sum of its steps)."""
-        st = self._stages.get(stage)
+        st = self.schedule.stages.get(stage)
         if st is None or not st.epoch_steps:
             return None
         self.flush(wait=True)
@@ -658,19 +491,6 @@ class EnergySession:
         st.epoch_t0 = st.epoch_t1 = None
         st.epoch_steps = []
         return tot
-
-    @property
-    def overhead_ns(self) -> int:
-        return self.excess_ns + self.work_ns
-
-    def overhead_fraction(self) -> float:
-        """Overhead of per-layer profiling over the run: the profiled steps' extra time (``DISPATCH_FACTOR`` x the
-        time measured inside the timer's hooks) plus their attribution and logging time, over the run's step time
-        without it. The per-epoch work (``epoch_work_ns``: figure, table, reports), the one-time cost analysis
-        (``setup_ns``) and the sampler thread (``sampler_overhead()``) are reported apart; ``benchmarks/overhead.py``
-        measures the whole against runs without the callback."""
-        base = self.run_ns - self.excess_ns
-        return self.overhead_ns / base if base > 0 else math.nan
 
     @property
     def source(self) -> str:

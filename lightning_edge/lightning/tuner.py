@@ -335,7 +335,7 @@ class PowerModeTunerMixin:
         t = self.tuner
         if t is None or getattr(trainer, "sanity_checking", False) or t.phase == "closed":
             return
-        if not t._started:
+        if not t.started:
             # i17cost: the first training step is captured (shared capture) for the cost model; on the twin, and
             # with Lazy modules, tuning starts at the next step
             sim = isinstance(t.meter, SimStepMeter)
@@ -366,9 +366,9 @@ class PowerModeTunerMixin:
         t = self.tuner
         if t is None or getattr(trainer, "sanity_checking", False):
             return
-        if self._capture is not None and not t._started:
+        if self._capture is not None and not t.started:
             self._bind_twin(pl_module, batch)
-        if not t._started:
+        if not t.started:
             return
         rec = t.after_step()
         if self._capture is not None:  # a real board tuned from step 0: analysed after the step's measurement
@@ -415,7 +415,7 @@ class PowerModeTunerMixin:
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         t = self.tuner
-        if t is None or not t._started:
+        if t is None or not t.started:
             return
         t.epoch_boundary()
         w = self._tbw.get(trainer)

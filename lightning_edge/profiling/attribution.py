@@ -33,18 +33,33 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any, Protocol
 
 import numpy as np
 
 __all__ = [
-    "MEASURED", "APPORTIONED", "ESTIMATED", "SIMULATED", "PARTIAL", "DEFAULT_K",
+    "Method", "MEASURED", "APPORTIONED", "ESTIMATED", "SIMULATED", "PARTIAL", "DEFAULT_K",
     "PowerTrace", "LayerEnergy", "StepEnergy", "LayerStats", "StepStats", "LayerCostLike",
     "attribute_step", "model_energies", "aggregate", "aggregate_steps", "label_of", "simulated_step",
     "TWIN_REST",
 ]
 
-MEASURED, APPORTIONED, ESTIMATED, SIMULATED = "measured", "apportioned", "estimated", "simulated"
+class Method(str, Enum):
+    """How an energy was obtained: ``measured`` over the layer's own time, ``apportioned`` from a measured step by the
+    cost model, ``estimated`` by the roofline model, ``simulated`` by the Orin twin. Members compare equal to (and
+    print as) their strings; a label (:func:`label_of`) qualifies one (``simulated-measured``,
+    ``measured (partial)``)."""
+
+    MEASURED = "measured"
+    APPORTIONED = "apportioned"
+    ESTIMATED = "estimated"
+    SIMULATED = "simulated"
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+MEASURED, APPORTIONED, ESTIMATED, SIMULATED = Method
 #: a layer is measured when its self time covers at least this many sensor update periods. The sensor blurs every
 #: edge between layers: with samples every P seconds and linear interpolation, a power step of dP at an edge moves
 #: dP * P * u**2 / 2 joules across it (u in [0, 1] the edge's phase between samples: P*dP/6 on average, P*dP/2 at

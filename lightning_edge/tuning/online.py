@@ -54,6 +54,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -63,7 +64,7 @@ from lightning_edge.tuning.problems import Measurement, Solution, TrainingProble
 
 __all__ = [
     "OnlineTuner", "WindowSpec", "ProfileWindow", "StepRecord", "SimStepMeter", "SensorStepMeter",
-    "TuningCancelled", "TuningInterrupted", "batch_signature", "batch_tensors", "module_fingerprint", "PHASES",
+    "TuningCancelled", "TuningInterrupted", "batch_signature", "batch_tensors", "module_fingerprint", "PHASES", "Phase",
     "simulate_tuning",
 ]
 
@@ -71,10 +72,23 @@ THOROUGH_AFTER_STEPS = 2000
 """A run planned for at least this many minibatches gets ``thorough`` tuning from ``PowerModeTuner``: GMD's full
 search after the prior's profiles (about 14 windows, a few hundred minibatches, against a mode chosen on 4)."""
 
-PHASES = ("waiting", "profiling", "tuned", "infeasible", "closed")
-"""``waiting``: the strategy is busy (store look-ups) or has not started; ``profiling``: a window is being
-measured; ``tuned``: training in the chosen mode; ``infeasible``: no profiled mode meets the budget (training
-runs in the lowest-power mode profiled); ``closed``: the board was restored."""
+class Phase(str, Enum):
+    """``waiting``: the strategy is busy (store look-ups) or has not started; ``profiling``: a window is being
+    measured; ``tuned``: training in the chosen mode; ``infeasible``: no profiled mode meets the budget (training
+    runs in the lowest-power mode profiled); ``closed``: the board was restored; ``failed``: the strategy failed
+    (the board was restored, ``OnlineTuner.error`` says why). Members compare equal to their strings."""
+
+    WAITING = "waiting"
+    PROFILING = "profiling"
+    TUNED = "tuned"
+    INFEASIBLE = "infeasible"
+    CLOSED = "closed"
+    FAILED = "failed"
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+PHASES = tuple(Phase)
 
 
 class TuningCancelled(RuntimeError):
@@ -592,7 +606,7 @@ class OnlineTuner:
         self._launch_pending = False
         self._model: tuple | None = None
 
-        self.phase = "waiting"
+        self.phase = Phase.WAITING
         self.original_mode: PowerMode | None = None
         self.solution: Solution | None = None
         self.result: Any = None
@@ -612,7 +626,7 @@ class OnlineTuner:
         self._epoch_boundary = True
         self._drift_hits = 0
         self._closed = False
-        self._started = False
+        self.started = False
         self._restored: Any = None
         self._switched_s = -math.inf
         self._drift_buf: list[StepRecord] = []
@@ -629,14 +643,14 @@ class OnlineTuner:
 
     def start(self) -> None:
         """Record the original mode and start the strategy (needs :attr:`fingerprint` for a persistent store)."""
-        if self._started:
+        if self.started:
             return
         from lightning_edge.tuning.search import MemoryStore
 
         if not isinstance(self.store, MemoryStore) and not self.fingerprint:
             raise ValueError("OnlineTuner.start(): the workload has no fingerprint yet; call bind(fingerprint) "
                              "(the callback derives it from the module and the first batch)")
-        self._started = True
+        self.started = True
         self.original_mode = self.controller.current()
         self.meter.start()
         if not self._make_prior():
@@ -719,7 +733,7 @@ class OnlineTuner:
         workload = _OnlineWorkload(self, self.fingerprint or "online", self.device_model)
         self._workload = workload
         scaled = problem if self.drift_scale == 1.0 else TrainingProblem(problem.power_budget_w / self.drift_scale)
-        self.phase = "waiting"
+        self.phase = Phase.WAITING
         strategy = self.strategy
         if self.prior is not None and hasattr(strategy, "with_prior"):
             prior = self.prior
@@ -772,7 +786,7 @@ class OnlineTuner:
 
     def before_step(self) -> None:
         """Call before each training step: takes the strategy's next request or answer, switches modes."""
-        if self._closed or not self._started:
+        if self._closed or not self.started:
             return
         if self._launch_pending:  # the first step, before the strategy can start: trained in the current mode
             self.meter.step_begin()
@@ -808,7 +822,7 @@ class OnlineTuner:
         elif what is _DONE:
             self._finish(*payload)
         elif what is _CANCEL:
-            self.phase = "closed" if payload is None else "failed"
+            self.phase = Phase.CLOSED if payload is None else Phase.FAILED
             if payload is not None:
                 self.error = payload
                 raise RuntimeError(f"power-mode tuning failed: {payload}") from payload
@@ -817,7 +831,7 @@ class OnlineTuner:
         idx = len(self.profiles)
         self._window = ProfileWindow(idx, self.space.coerce(mode) if _in_space(self.space, mode) else mode,
                                      self.meter.now_s(), self._settle_s(), self.window_spec, reason)
-        self.phase = "profiling"
+        self.phase = Phase.PROFILING
         self._pending_mode = self._window.mode
 
     def _switch(self, mode: PowerMode) -> None:
@@ -832,7 +846,7 @@ class OnlineTuner:
 
     def after_step(self) -> StepRecord | None:
         """Call after each training step: measures it, feeds the window, hands finished profiles back."""
-        if self._closed or not self._started:
+        if self._closed or not self.started:
             return None
         mode = self.controller.current()
         dt, power = self.meter.step_end(mode)
@@ -864,7 +878,7 @@ class OnlineTuner:
         self.profiles.append(info)
         self._window = None
         self._emit("profile", info)
-        self.phase = "waiting"
+        self.phase = Phase.WAITING
         self._replies.put(m)
 
     def _finish(self, res: Any, base: Any, reason: str) -> None:
@@ -886,13 +900,13 @@ class OnlineTuner:
         if sol is None:
             self.solution = None
             fallback = self._lowest_power_mode(res)
-            self.phase = "infeasible"
+            self.phase = Phase.INFEASIBLE
             self._emit("infeasible", {"reason": reason, "mode": fallback, "budget_w": self.problem.power_budget_w})
             if fallback is not None:
                 self._pending_mode = fallback
         else:
             self.solution = sol
-            self.phase = "tuned"
+            self.phase = Phase.TUNED
             self._pending_mode = sol.mode
             self._emit("solution", {"reason": reason, "solution": sol, "budget_w": self.problem.power_budget_w,
                                     "drift_scale": self.drift_scale})
@@ -914,7 +928,7 @@ class OnlineTuner:
         new = TrainingProblem(float(power_budget_w))
         old = self.problem.power_budget_w
         self.problem = new
-        if not self._started or self._closed:
+        if not self.started or self._closed:
             return
         self._cancel_thread()
         self._window = None
@@ -978,13 +992,13 @@ class OnlineTuner:
                 self.meter.close()
             finally:
                 restored = None
-                if self._started:
+                if self.started:
                     restored = self.controller.restore()
                     if restored is None and self.original_mode is not None and \
                             self.controller.current() != self.original_mode:
                         restored = self.controller.apply(self.original_mode)
                 self._restored = restored
-                self.phase = "closed"
+                self.phase = Phase.CLOSED
                 self._emit("restore", {"reason": reason, "mode": self.original_mode})
         return self._restored
 
@@ -1008,7 +1022,7 @@ class OnlineTuner:
         sol = self.solution
         tot = self.phase_totals()
         out: dict[str, Any] = {
-            "label": self.label, "budget_w": self.problem.power_budget_w, "phase": self.phase,
+            "label": self.label, "budget_w": self.problem.power_budget_w, "phase": str(self.phase),
             "strategy": getattr(self.strategy, "name", type(self.strategy).__name__),
             "original_mode": str(self.original_mode) if self.original_mode is not None else None,
             "profiles_used": getattr(self.result, "profiles_used", 0) if self.result is not None else 0,
@@ -1074,7 +1088,7 @@ class OnlineTuner:
     # ------------------------------------------------------------------ checkpointing
     def state_dict(self) -> dict[str, Any]:
         sol = self.solution
-        return {"budget_w": self.problem.power_budget_w, "phase": self.phase, "fingerprint": self.fingerprint,
+        return {"budget_w": self.problem.power_budget_w, "phase": str(self.phase), "fingerprint": self.fingerprint,
                 "device_model": self.device_model, "drift_scale": self.drift_scale,
                 "original_mode": str(self.original_mode) if self.original_mode is not None else None,
                 "mode": str(sol.mode) if sol is not None else None,

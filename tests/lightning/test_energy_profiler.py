@@ -219,7 +219,7 @@ def test_default_arguments_and_the_package_level_name(tmp_path):
     s = cb.session
     # warm-up: the first steps are never profiled; "auto" profiles the first step after it, then every N
     assert [p.index for p in s.profiled["train"]] == [2]
-    assert s.auto and s.every_n_steps >= 1
+    assert s.schedule.auto and s.schedule.every_n_steps >= 1
     assert cb.report.stages["train"].total_steps == 5
 
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import csv
 import json
-from collections import deque
 
 import pytest
 import torch
 from torch import nn
 
-from lightning_edge.lightning.session import AUTO_START, EnergySession, batch_size_of
+from lightning_edge.lightning.session import EnergySession, batch_size_of
 from lightning_edge.profiling.attribution import LayerEnergy, StepEnergy
 from lightning_edge.profiling.report import CSV_FIELDS, ProfileReport
 
@@ -49,12 +48,12 @@ def test_plain_loop_with_the_twin():
     assert s.costs[True]["0"].backward.flops > 0  # the cost model ran on the captured inputs, with backward
     twin = s.device.twin
     assert twin.activity is not None and twin.activity.kind == "train"
-    pred = twin.predict(s._main_cost(True)[0], twin.current_mode(), kind="train", batch_size=4)
+    pred = twin.predict(s.twin.main_cost(True)[0], twin.current_mode(), kind="train", batch_size=4)
     # the step is the twin's prediction for this workload in this mode, not this machine's time x its power
     assert p.energy.time_s == pytest.approx(float(pred.time_s), rel=1e-9)
     assert p.energy.energy_j == pytest.approx(float(pred.energy_j), rel=1e-9)
     assert p.energy.host_time_s == pytest.approx((p.timing.t1_ns - p.timing.t0_ns) / 1e9)
-    lt = twin.layer_times(s._main_cost(True)[0], kind="train", batch_size=4)
+    lt = twin.layer_times(s.twin.main_cost(True)[0], kind="train", batch_size=4)
     rows = [i for i, n in enumerate(lt.names) if n == "0"]
     le = p.energy.layers["0"]
     assert le.time_s == pytest.approx(sum(lt.gpu_s[i] for i in rows))  # the Orin's time of the layer
@@ -88,7 +87,7 @@ def test_twin_follows_the_power_mode():
     _loop(s, 4)
     s.flush(wait=True)
     after = s.totals["train"][-1]
-    pred = twin.predict(s._main_cost(True)[0], twin.current_mode(), kind="train", batch_size=4)
+    pred = twin.predict(s.twin.main_cost(True)[0], twin.current_mode(), kind="train", batch_size=4)
     assert after.time_s == pytest.approx(float(pred.time_s), rel=1e-9)
     assert after.mode != before.mode
     s.close()
@@ -105,24 +104,6 @@ def test_warmup_and_every_n_policy():
     _loop(s, 4, stage="validate")
     s.flush(wait=True)
     assert [p.index for p in s.profiled["validate"]] == [2]
-
-
-def test_auto_every_n_follows_the_measured_overhead():
-    s = EnergySession(nn.Linear(2, 2), "none")
-    assert s.auto and s.every_n_steps == AUTO_START
-    s._plain_ns["train"] = deque([100_000_000] * 5)  # 100 ms plain steps
-    s._prof_ns["train"] = deque([10_000_000])  # a profiled step costs 10 ms more
-    s.add_work_ns(5_000_000)  # attribution + logging: 5 ms
-    assert s.every_n_steps == 5  # 15 ms / (3 % of 100 ms) = 5
-    s._prof_ns["train"] = deque([0])
-    s._work_ns.clear()
-    s.add_work_ns(1_000_000)
-    assert s.every_n_steps == 1
-    s._prof_ns["train"] = deque([100_000_000])  # 100 % per profiled step: N grows at most 2x per update
-    s.add_work_ns(0)
-    assert s.every_n_steps == 2
-    with pytest.raises(ValueError, match="every_n_steps"):
-        EnergySession(nn.Linear(2, 2), every_n_steps=0)
 
 
 def test_batch_size_of():
