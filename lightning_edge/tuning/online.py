@@ -64,7 +64,7 @@ from lightning_edge.tuning.problems import Measurement, Solution, TrainingProble
 
 __all__ = [
     "OnlineTuner", "WindowSpec", "ProfileWindow", "StepRecord", "SimStepMeter", "SensorStepMeter",
-    "TuningCancelled", "TuningInterrupted", "batch_signature", "batch_tensors", "module_fingerprint", "PHASES", "Phase",
+    "TuningCancelled", "TuningInterrupted", "batch_signature", "batch_tensors", "module_fingerprint", "PHASES", "Phase", "Event",
     "simulate_tuning",
 ]
 
@@ -89,6 +89,23 @@ class Phase(str, Enum):
 
 
 PHASES = tuple(Phase)
+
+
+class Event(str, Enum):
+    """What ``OnlineTuner(on_event=...)`` is told, with its info dict: ``wait`` (for another process's profiles),
+    ``profile`` (a window measured), ``infeasible`` / ``solution`` (a mode chosen), ``retune`` (the budget changed),
+    ``drift`` (the chosen mode's power drifted), ``restore`` (the original mode put back). Members compare equal to
+    their strings."""
+
+    WAIT = "wait"
+    PROFILE = "profile"
+    INFEASIBLE = "infeasible"
+    SOLUTION = "solution"
+    RETUNE = "retune"
+    DRIFT = "drift"
+    RESTORE = "restore"
+    __str__ = str.__str__
+    __format__ = str.__format__
 
 
 class TuningCancelled(RuntimeError):
@@ -510,7 +527,7 @@ class _OnlineWorkload:
         import sys
 
         print(f"lightning_edge PowerModeTuner: {message}", file=sys.stderr, flush=True)  # a person is waiting
-        self.tuner._emit("wait", {"message": message})
+        self.tuner.emit(Event.WAIT, {"message": message})
 
 
 _DONE = object()
@@ -877,7 +894,7 @@ class OnlineTuner:
                 "reason": win.reason, "within_budget": m.power_w <= self.problem.power_budget_w}
         self.profiles.append(info)
         self._window = None
-        self._emit("profile", info)
+        self.emit(Event.PROFILE, info)
         self.phase = Phase.WAITING
         self._replies.put(m)
 
@@ -901,14 +918,14 @@ class OnlineTuner:
             self.solution = None
             fallback = self._lowest_power_mode(res)
             self.phase = Phase.INFEASIBLE
-            self._emit("infeasible", {"reason": reason, "mode": fallback, "budget_w": self.problem.power_budget_w})
+            self.emit(Event.INFEASIBLE, {"reason": reason, "mode": fallback, "budget_w": self.problem.power_budget_w})
             if fallback is not None:
                 self._pending_mode = fallback
         else:
             self.solution = sol
             self.phase = Phase.TUNED
             self._pending_mode = sol.mode
-            self._emit("solution", {"reason": reason, "solution": sol, "budget_w": self.problem.power_budget_w,
+            self.emit(Event.SOLUTION, {"reason": reason, "solution": sol, "budget_w": self.problem.power_budget_w,
                                     "drift_scale": self.drift_scale})
         self._drift_hits = 0
         self._drift_buf = []
@@ -934,7 +951,7 @@ class OnlineTuner:
         self._window = None
         self._pending_mode = None
         self.retunes.append({"step": self.step, "reason": "budget", "from_w": old, "to_w": new.power_budget_w})
-        self._emit("retune", {"reason": "budget", "from_w": old, "to_w": new.power_budget_w})
+        self.emit(Event.RETUNE, {"reason": "budget", "from_w": old, "to_w": new.power_budget_w})
         self._launch(new, reason="budget")
 
     def _check_drift(self, rec: StepRecord) -> None:
@@ -964,7 +981,7 @@ class OnlineTuner:
         info = {"reason": "drift", "mode": rec.mode, "measured_power_w": mean_p, "profiled_power_w": profiled,
                 "budget_w": budget, "scale": self.drift_scale}
         self.retunes.append({"step": self.step, **info})
-        self._emit("drift", info)
+        self.emit(Event.DRIFT, info)
         self._cancel_thread()
         self._launch(self.problem, reason="drift")
 
@@ -999,10 +1016,11 @@ class OnlineTuner:
                         restored = self.controller.apply(self.original_mode)
                 self._restored = restored
                 self.phase = Phase.CLOSED
-                self._emit("restore", {"reason": reason, "mode": self.original_mode})
+                self.emit(Event.RESTORE, {"reason": reason, "mode": self.original_mode})
         return self._restored
 
-    def _emit(self, kind: str, info: dict) -> None:
+    def emit(self, kind: Event, info: dict) -> None:
+        """Tell ``on_event`` (when given)."""
         if self.on_event is not None:
             self.on_event(kind, info)
 
