@@ -86,7 +86,10 @@ TB_LAYERS = 10
 #: what one figure (roofline or layer chart) is assumed to cost before one has been drawn in this process (s);
 #: afterwards the last measured cost is used
 FIGURE_COST_S = {"first": 1.5, "next": 0.5}
+#: what a layer bar chart costs until one has been measured in this process
+BARS_COST_S = 0.02
 _figure_cost_measured: list[float] = []
+_bars_cost_measured: list[float] = []
 
 
 def write_scalars(writer: Any, items: list[tuple[str, float]], step: int,
@@ -518,32 +521,40 @@ class EnergyProfilerMixin:
         return (self._cb_ns + excess) / 1e9
 
     def _figures(self, w: Any, report: Any, stages: list[str], step: int) -> None:
-        """The layer bar chart of each stage (cheap) and its roofline figure, when ``figure`` allows: always (True),
-        never (False), or ``"auto"``: only when its expected cost fits the overhead budget of this call."""
-        s = self.session
+        """Each stage's layer bar chart (Pillow, some 20 ms) and roofline figure (matplotlib, about 0.5 s), when
+        ``figure`` allows: always (True), never (False), or ``"auto"``: each only when its expected cost fits the
+        overhead budget of this call (the bar chart first), with a note when it does not."""
         todo = [st for st in stages if report.stages.get(st) is not None and report.stages[st].layers]
         if not self.figure or not todo:
             return
-        for st in todo:  # cheap: always
-            self._add_bars(w, st, report.stages[st], step)
         import sys
 
+        if self._affordable(len(todo) * (_bars_cost_measured[-1] if _bars_cost_measured else BARS_COST_S),
+                            "layer bar charts"):
+            for st in todo:
+                f0 = time.perf_counter()
+                self._add_bars(w, st, report.stages[st], step)
+                _bars_cost_measured.append(time.perf_counter() - f0)
         each = (_figure_cost_measured[-1] if _figure_cost_measured else
                 FIGURE_COST_S["next" if "matplotlib.pyplot" in sys.modules else "first"])
         need = len(todo) * each if _figure_cost_measured else FIGURE_COST_S["first"] + (len(todo) - 1) * each
-        if self.figure == "auto":
-            budget = self._figure_budget_s()
-            if need > budget:
-                msg = (f"roofline figures not drawn: about {need:.2g} s, over the {100 * self.overhead_target:.3g} % overhead "
-                       f"budget of this {self._call_wall_s():.3g} s run (EnergyProfiler(figure=True) always draws "
-                       "them; layers.csv has every layer)")
-                if msg not in s.notes:
-                    s.notes.append(msg)
-                return
+        if not self._affordable(need, "roofline figures"):
+            return
         for st in todo:
             f0 = time.perf_counter()
             self._add_figure(w, st, report.stages[st], step)
             _figure_cost_measured.append(time.perf_counter() - f0)
+
+    def _affordable(self, need_s: float, what: str) -> bool:
+        """Whether ``figure`` lets ``what`` cost ``need_s`` now; a note says why not."""
+        if self.figure != "auto" or need_s <= self._figure_budget_s():
+            return True
+        msg = (f"{what} not drawn: about {need_s:.2g} s, over the {100 * self.overhead_target:.3g} % overhead "
+               f"budget of this {self._call_wall_s():.3g} s run (EnergyProfiler(figure=True) always draws them; "
+               "layers.csv has every layer)")
+        if msg not in self.session.notes:
+            self.session.notes.append(msg)
+        return False
 
     def _call_wall_s(self) -> float:
         call = self._call or {}
@@ -575,7 +586,7 @@ class EnergyProfilerMixin:
 
     def _add_bars(self, w: Any, stage: str, st: Any, epoch: int) -> None:
         """A bar chart of the stage's top layers: energy (J) and time (ms) per step, labelled simulated or not.
-        Drawn with Pillow (a few milliseconds, so it is made every call; the roofline figure is budgeted)."""
+        Drawn with Pillow (tens of milliseconds where a matplotlib figure takes about half a second)."""
         s = self.session
         ranked = [ls for ls in st.ranked() if math.isfinite(ls.energy_j) and ls.energy_j > 0][: max(self.top, 10)]
         if not ranked:

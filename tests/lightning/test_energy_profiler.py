@@ -377,8 +377,10 @@ def test_tensorboard_stays_readable_on_a_deep_model_and_figures_are_drawn_once_p
     acc = _events(logger.log_dir)
     assert "roofline/train" not in acc.Tags()["images"]
     assert any(n.startswith("roofline figures not drawn") for n in cb.report.notes)
-    assert "layers/train" in acc.Tags()["images"]  # the bar chart is cheap: always there
     assert "roofline figures not drawn" in cb.summary_text and "overhead:" in cb.summary_text
+    # the bar chart too is drawn when the budget allows it (about 20 ms: more than 3 % of a fit shorter than 0.7 s)
+    drawn = "layers/train" in acc.Tags()["images"]
+    assert drawn != any(n.startswith("layer bar charts not drawn") for n in cb.report.notes)
 
 
 def test_a_torch_profiler_around_fit_gets_the_layers_and_power(tmp_path):
