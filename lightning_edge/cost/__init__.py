@@ -17,7 +17,7 @@ _LAZY = {
     "REGISTRY": "lightning_edge.cost.formulas",
     "CallCapture": "lightning_edge.cost.capture",
     "Captured": "lightning_edge.cost.capture",
-    "step_cost": "lightning_edge.cost.capture",
+    "step_cost": "lightning_edge.cost.counter",
 }
 
 __all__ = list(_LAZY)

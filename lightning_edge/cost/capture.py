@@ -5,11 +5,12 @@ every way there is: ``model(x)``, ``model(input_ids=..., labels=...)``, ``model(
 Hugging Face ``BatchEncoding``, a LightningModule with no ``forward`` whose ``training_step`` calls
 ``self.encoder(...)`` and ``self.head(...)``, a module called twice a step. Rather than guess inputs from the
 batch, :class:`CallCapture` records the *outermost* calls of the model's modules while a real step runs (its
-positional and keyword arguments, as meta tensors: shapes and dtypes, no memory), and :func:`step_cost`
+positional and keyword arguments, as meta tensors: shapes and dtypes, no memory), and :func:`~lightning_edge.cost.counter.step_cost`
 analyses each call and merges them into one :class:`~lightning_edge.cost.ModelCost` for the step, its layers
 named as in ``model.named_modules()``::
 
-    from lightning_edge.cost.capture import CallCapture, step_cost
+    from lightning_edge.cost.capture import CallCapture
+    from lightning_edge.cost.counter import step_cost
     with CallCapture(model) as cap:          # hooks only inside the block
         loss = training_step(batch); loss.backward()
     cost = step_cost(model, cap.captured)    # training=True when a call ran with gradients
@@ -42,7 +43,7 @@ from torch import nn
 from torch.utils import _pytree as pytree
 
 __all__ = [
-    "VALUE_MAX_NUMEL", "Call", "Captured", "CallCapture", "CaptureError", "capture", "step_cost", "to_meta",
+    "VALUE_MAX_NUMEL", "Call", "Captured", "CallCapture", "CaptureError", "capture", "to_meta",
     "tree_map_tensors", "tensors_of", "has_uninitialized_params", "has_forward",
 ]
 
@@ -361,65 +362,3 @@ def is_compiled(module: nn.Module) -> bool:
 
 
 # ---------------------------------------------------------------------------------------------- cost
-def step_cost(model: nn.Module, captured: Captured, *, training: bool | None = None, dtype: Any = None,
-              strict: bool = False) -> Any:
-    """One :class:`~lightning_edge.cost.ModelCost` for the captured step: every call analysed (with a backward
-    where it ran with gradients, unless ``training`` says otherwise), layers named as in ``model.named_modules()``
-    and summed over calls. Calls that cannot be analysed are named in ``notes``; :class:`CaptureError` when none
-    can (or, with ``strict``, when any cannot)."""
-    from lightning_edge.cost.counter import analyze
-    from lightning_edge.cost.model_cost import ModelCost
-    from lightning_edge.cost.types import LayerCost
-
-    if not captured.calls:
-        raise CaptureError(f"no call of {type(model).__name__}'s modules was captured: the cost model needs the "
-                           "step to call the model (or one of its submodules)")
-    merged: dict[str, LayerCost] = {}
-    notes: list[str] = list(captured.notes)
-    failed: list[str] = []
-    per_module: dict[str, int] = {}
-    costs = []
-    for call in captured.calls:
-        per_module[call.module] = per_module.get(call.module, 0) + 1
-        module = model.get_submodule(call.module) if call.module else model
-        tr = call.grad if training is None else (training and call.grad)
-        try:
-            with torch.inference_mode(False):
-                cost = analyze(module, *call.args, training=tr, dtype=dtype, autocast=call.autocast, **call.kwargs)
-        except Exception as exc:  # noqa: BLE001 - reported, and the other calls still count
-            msg = str(exc).splitlines()[0] if str(exc) else ""
-            failed.append(f"{call.shown} ({type(exc).__name__}: {msg})")
-            if strict:
-                raise CaptureError(f"cost model failed on {call.describe()}: {type(exc).__name__}: {msg}") from exc
-            continue
-        costs.append((call, cost))
-        for lc in cost.layers:
-            full = f"{call.module}.{lc.name}" if call.module and lc.name else (call.module or lc.name)
-            have = merged.get(full)
-            if have is None:
-                merged[full] = LayerCost(full, lc.kind, lc.params, lc.forward + type(lc.forward)(),
-                                         lc.backward + type(lc.backward)(), lc.calls, lc.ops.copy())
-            else:
-                have.forward += lc.forward
-                have.backward += lc.backward
-                have.calls += lc.calls
-                have.ops.update(lc.ops)
-        for n in cost.notes:
-            note = f"{call.shown}: {n}" if call.module else n
-            if note not in notes:
-                notes.append(note)
-    if not costs:
-        raise CaptureError("cost model failed on every captured call: " + "; ".join(failed))
-    if failed:
-        notes.append("no cost model for " + "; ".join(failed) + ": those calls count as zero")
-    repeated = {m: n for m, n in per_module.items() if n > 1}
-    if repeated:
-        notes.append("several calls per step, summed: " + ", ".join(f"{m or '(root)'} x{n}"
-                                                                   for m, n in repeated.items()))
-    uncounted = sum((c.uncounted for _, c in costs), start=type(costs[0][1].uncounted)())
-    first = costs[0][1]
-    inputs = [s for call, _ in costs for s in call.shapes()]
-    return ModelCost(layers=list(merged.values()), uncounted=uncounted,
-                     training=any(c.training for _, c in costs), dtype=first.dtype,
-                     model=type(model).__name__, inputs=inputs, notes=notes,
-                     autocast=next((c.autocast for _, c in costs if c.autocast), None))

@@ -33,6 +33,15 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from lightning_edge.cost.capture import (
+    Captured,
+    CaptureError,
+    has_uninitialized_params,
+    is_compiled,
+    not_captured,
+    tensors_of,
+    tree_map_tensors,
+)
 from lightning_edge.cost.formulas import ELEMENTWISE_FLOP, is_free, numel, op_cost, op_name
 from lightning_edge.cost.model_cost import ModelCost
 from lightning_edge.cost.types import Cost, LayerCost
@@ -134,7 +143,7 @@ class _Recorder:
             self.claim_nodes(output, name)
 
     def claim_nodes(self, output, name: str) -> None:
-        todo = [t.grad_fn for t in tensors_of_output(output) if t.grad_fn is not None]
+        todo = [t.grad_fn for t in tensors_of(output) if t.grad_fn is not None]
         owner = self.node_owner
         while todo:
             node = todo.pop()
@@ -444,8 +453,6 @@ class _AutocastMode(TorchFunctionMode):
 
 def _opaque_prefixes(model: nn.Module) -> list[str]:
     """Qualified names of modules compiled with ``torch.compile``: their inside is one opaque layer."""
-    from lightning_edge.cost.capture import is_compiled
-
     return [n for n, m in model.named_modules() if is_compiled(m)]
 
 
@@ -493,8 +500,6 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
     amp = resolve_dtype(autocast)
     if amp is not None and not amp.is_floating_point:
         raise ValueError(f"autocast must be a floating dtype such as 'bf16' or 'fp16', got {autocast!r}")
-    from lightning_edge.cost.capture import has_uninitialized_params, not_captured, tree_map_tensors
-
     if has_uninitialized_params(model):
         raise ValueError(f"{type(model).__name__} has uninitialized (Lazy) parameters: run one real step first "
                          "(the profiler and the tuner capture the cost after it), then analyze")
@@ -547,7 +552,7 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
             with torch.set_grad_enabled(training), attention, amp_mode, _CountMode(rec, cache):
                 out = model(*meta_args, **meta_kwargs)
             if training:
-                outs = [t for t in tensors_of_output(out) if t.requires_grad]
+                outs = [t for t in tensors_of(out) if t.requires_grad]
                 if not outs:
                     raise ValueError("training=True but no output of the model requires grad: are all "
                                      "parameters frozen (requires_grad=False)?")
@@ -613,15 +618,11 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
         dtype=str(target or _infer_dtype(model)).removeprefix("torch."),
         autocast=str(amp).removeprefix("torch.") if amp is not None else None,
         model=type(model).__name__,
-        inputs=[tuple(t.shape) for t in tensors_of_output((example_inputs, example_kwargs))],
+        inputs=[tuple(t.shape) for t in tensors_of((example_inputs, example_kwargs))],
         notes=notes,
     )
 
 
-def tensors_of_output(obj) -> list[torch.Tensor]:
-    from lightning_edge.cost.capture import tensors_of
-
-    return tensors_of(obj)
 
 
 def _infer_dtype(model: nn.Module) -> torch.dtype:
@@ -631,4 +632,64 @@ def _infer_dtype(model: nn.Module) -> torch.dtype:
     return torch.get_default_dtype()
 
 
-__all__ = ["analyze", "Cost", "LayerCost", "ModelCost"]
+__all__ = ["analyze", "step_cost", "Cost", "LayerCost", "ModelCost"]
+
+
+def step_cost(model: nn.Module, captured: Captured, *, training: bool | None = None, dtype: torch.dtype | str | None = None,
+              strict: bool = False) -> ModelCost:
+    """One :class:`~lightning_edge.cost.ModelCost` for the captured step: every call analysed (with a backward
+    where it ran with gradients, unless ``training`` says otherwise), layers named as in ``model.named_modules()``
+    and summed over calls. Calls that cannot be analysed are named in ``notes``; :class:`CaptureError` when none
+    can (or, with ``strict``, when any cannot)."""
+    if not captured.calls:
+        raise CaptureError(f"no call of {type(model).__name__}'s modules was captured: the cost model needs the "
+                           "step to call the model (or one of its submodules)")
+    merged: dict[str, LayerCost] = {}
+    notes: list[str] = list(captured.notes)
+    failed: list[str] = []
+    per_module: dict[str, int] = {}
+    costs = []
+    for call in captured.calls:
+        per_module[call.module] = per_module.get(call.module, 0) + 1
+        module = model.get_submodule(call.module) if call.module else model
+        tr = call.grad if training is None else (training and call.grad)
+        try:
+            with torch.inference_mode(False):
+                cost = analyze(module, *call.args, training=tr, dtype=dtype, autocast=call.autocast, **call.kwargs)
+        except Exception as exc:  # noqa: BLE001 - reported, and the other calls still count
+            msg = str(exc).splitlines()[0] if str(exc) else ""
+            failed.append(f"{call.shown} ({type(exc).__name__}: {msg})")
+            if strict:
+                raise CaptureError(f"cost model failed on {call.describe()}: {type(exc).__name__}: {msg}") from exc
+            continue
+        costs.append((call, cost))
+        for lc in cost.layers:
+            full = f"{call.module}.{lc.name}" if call.module and lc.name else (call.module or lc.name)
+            have = merged.get(full)
+            if have is None:
+                merged[full] = LayerCost(full, lc.kind, lc.params, lc.forward + type(lc.forward)(),
+                                         lc.backward + type(lc.backward)(), lc.calls, lc.ops.copy())
+            else:
+                have.forward += lc.forward
+                have.backward += lc.backward
+                have.calls += lc.calls
+                have.ops.update(lc.ops)
+        for n in cost.notes:
+            note = f"{call.shown}: {n}" if call.module else n
+            if note not in notes:
+                notes.append(note)
+    if not costs:
+        raise CaptureError("cost model failed on every captured call: " + "; ".join(failed))
+    if failed:
+        notes.append("no cost model for " + "; ".join(failed) + ": those calls count as zero")
+    repeated = {m: n for m, n in per_module.items() if n > 1}
+    if repeated:
+        notes.append("several calls per step, summed: " + ", ".join(f"{m or '(root)'} x{n}"
+                                                                   for m, n in repeated.items()))
+    uncounted = sum((c.uncounted for _, c in costs), start=type(costs[0][1].uncounted)())
+    first = costs[0][1]
+    inputs = [s for call, _ in costs for s in call.shapes()]
+    return ModelCost(layers=list(merged.values()), uncounted=uncounted,
+                     training=any(c.training for _, c in costs), dtype=first.dtype,
+                     model=type(model).__name__, inputs=inputs, notes=notes,
+                     autocast=next((c.autocast for _, c in costs if c.autocast), None))

@@ -301,7 +301,8 @@ class EnergySession:
         # analysed and merged into one ModelCost named as in the model
         costs: dict[str, Any] = {}
         try:
-            from lightning_edge.cost.capture import Captured, step_cost
+            from lightning_edge.cost.capture import Captured
+            from lightning_edge.cost.counter import step_cost
 
             captured = timing.captured
             if captured is None:  # a timing captured the old way (positional inputs by name)

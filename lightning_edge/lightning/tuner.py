@@ -385,7 +385,7 @@ class PowerModeTunerMixin:
     def _bind_twin(self, pl_module: Any, batch: Any) -> None:
         """i17cost: the captured first step -> the workload's cost model (shared capture); the twin's meter is bound
         to it. What cannot be modelled is said (``capture_notes``, the summary) instead of raised."""
-        from lightning_edge.cost.capture import step_cost
+        from lightning_edge.cost.counter import step_cost
 
         cap, self._capture = self._capture, None
         captured = cap.stop()

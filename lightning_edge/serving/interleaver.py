@@ -251,7 +251,7 @@ class InterleaverMixin:
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
         if self._capture is not None:  # i17cost
-            from lightning_edge.cost.capture import step_cost
+            from lightning_edge.cost.counter import step_cost
 
             cap, self._capture = self._capture, None
             self._train_cost = step_cost(pl_module, cap.stop(), training=True)

@@ -18,7 +18,8 @@ from torch import nn
 transformers = pytest.importorskip("transformers")
 
 from lightning_edge.cost import analyze  # noqa: E402
-from lightning_edge.cost.capture import CallCapture, step_cost  # noqa: E402
+from lightning_edge.cost.capture import CallCapture  # noqa: E402
+from lightning_edge.cost.counter import step_cost  # noqa: E402
 
 logging.getLogger("transformers").setLevel(logging.ERROR)
 transformers.logging.set_verbosity_error()

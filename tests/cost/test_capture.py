@@ -11,7 +11,8 @@ import torch
 from torch import nn
 
 from lightning_edge.cost import analyze
-from lightning_edge.cost.capture import Call, CallCapture, Captured, CaptureError, capture, step_cost, to_meta
+from lightning_edge.cost.capture import Call, CallCapture, Captured, CaptureError, capture, to_meta
+from lightning_edge.cost.counter import step_cost
 
 
 class Net(nn.Module):
