@@ -49,7 +49,7 @@ from _machine import machine  # noqa: E402
 
 from lightning_edge.devices import ORIN_AGX_MAXN, fulcrum_space  # noqa: E402
 from lightning_edge.devices.sim.device import SimulatedOrin  # noqa: E402
-from lightning_edge.devices.sim.workload import SimWorkload  # noqa: E402
+from lightning_edge.devices.sim.live import SimWorkload  # noqa: E402
 from lightning_edge.tuning import Exhaustive, TrainingProblem  # noqa: E402
 from lightning_edge.tuning.online import (  # noqa: E402
     THOROUGH_AFTER_STEPS,
@@ -66,7 +66,7 @@ WORKLOADS = [("ResNet-18", "resnet18", 16), ("MobileNetV3", "mobilenet_v3", 16),
 def run_epochs(name: str, model: str, bs: int, budget: float, steps: int, seed: int) -> dict:
     board = SimulatedOrin(seed=seed)
     meter = SimStepMeter(board, seed=seed)
-    from lightning_edge.devices.sim.workload import SimWorkload as _SW
+    from lightning_edge.devices.sim.live import SimWorkload as _SW
 
     meter.workload = _SW(model, board.twin, train_batch_size=bs, seed=seed)
     # what PowerModeTuner does for a run of 2 x steps minibatches (thorough from THOROUGH_AFTER_STEPS on)

@@ -2,7 +2,7 @@
 
 Sources: /work/shared/spec/orin-agx-twin.md (Orin AGX 32 GB, JetPack 5) and the Fulcrum paper
 (the 441-mode experimental subset). A real board's ``available_frequencies`` win over these
-tables: images differ (see :func:`lightning_edge.devices.controllers.jetson.discover_space`).
+tables: images differ (see :func:`lightning_edge.devices.controllers.sysfs.discover_space`).
 
 All sysfs paths here are *relative* to the file-system root so that tests can point a
 controller at a fake tree (``root=tmp_path``).

@@ -499,13 +499,6 @@ class PowerModeSpace:
             raise InvalidModeError(f"device profile lacks the valid values of {exc.args[0]!r}") from None
         return cls(**vals, name=str(d.get("name", "")))
 
-    @classmethod
-    def discover(cls, root: str = "/") -> PowerModeSpace:
-        """Discover the space of a real Jetson from sysfs under ``root`` (core count, ``available_frequencies``)."""
-        from lightning_edge.devices.controllers.jetson import discover_space
-
-        return discover_space(root)
-
     def describe(self) -> str:
         """A few lines: the values per knob and the size."""
         head = f"{self.name}: " if self.name else ""

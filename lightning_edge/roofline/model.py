@@ -325,14 +325,6 @@ class Roofline:
         return Bound(str(t) if t.ndim == 0 else t, e)
 
     # ------------------------------------------------------------------ (de)serialisation
-    @classmethod
-    def from_profile(cls, mode_entry, precision: str = "fp32") -> Roofline:
-        """Roofline of one mode entry of a device profile (a dict as in the JSON file, or a ``ModeEntry``)."""
-        from lightning_edge.roofline.profile import ModeEntry
-
-        entry = mode_entry if isinstance(mode_entry, ModeEntry) else ModeEntry.from_dict(mode_entry)
-        return entry.roofline(precision)
-
     def to_dict(self) -> dict:
         """Coefficients as plain JSON values (lists for array rooflines, ``None`` for unknown)."""
         def val(a):

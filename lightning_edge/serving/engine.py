@@ -316,7 +316,7 @@ class RunningMean:
 
 
 class TwinTimer:
-    """Minibatch time and power of a :class:`~lightning_edge.devices.sim.workload.SimWorkload` at a mode: the twin's
+    """Minibatch time and power of a :class:`~lightning_edge.devices.sim.live.SimWorkload` at a mode: the twin's
     noise-free prediction (cached per mode and batch size) times seeded gaussian noise with the workload's relative
     sd (``time_noise``, ``power_noise``: 2.5 % and 2 % by default), as ``SimWorkload.train``/``infer`` draw it, but
     without re-running the twin for every minibatch. Everything is ``simulated``."""

@@ -171,7 +171,7 @@ class InterleaverMixin:
         background_kind = "train" if stage == "fit" else "non-urgent inference"
         bg_wl = in_wl = None
         if dev.simulated:
-            from lightning_edge.devices.sim.workload import SimWorkload
+            from lightning_edge.devices.sim.live import SimWorkload
 
             twin = dev.sim.twin
             x_cpu = x if x is not None else (_keyword_inputs(batch) if keyword else _first_tensor(batch).detach().cpu())

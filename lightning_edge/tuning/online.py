@@ -299,7 +299,7 @@ class SimStepMeter:
         return self.workload is not None
 
     def bind(self, module: Any, example_inputs: Any) -> None:
-        from lightning_edge.devices.sim.workload import SimWorkload
+        from lightning_edge.devices.sim.live import SimWorkload
 
         self.workload = SimWorkload(module, self.twin, example_inputs=example_inputs, noise=self.noise,
                                     seed=self.seed, precision=self.precision)
@@ -307,7 +307,7 @@ class SimStepMeter:
     def bind_cost(self, cost: Any, batch_size: int) -> None:
         """Bind to a training step's :class:`~lightning_edge.cost.ModelCost` (``training=True``), e.g. the shared
         capture's ``step_cost``: every call form a module can have is already in it."""
-        from lightning_edge.devices.sim.workload import SimWorkload
+        from lightning_edge.devices.sim.live import SimWorkload
 
         self.workload = SimWorkload(cost, self.twin, train_batch_size=int(batch_size), noise=self.noise,
                                     seed=self.seed, precision=self.precision)
@@ -724,8 +724,8 @@ class OnlineTuner:
         if self._model is None:
             self.prior_note = "no prior: the module's inputs were not given (OnlineTuner.bind_model)"
             return True
+        from lightning_edge.devices.sim.live import SimWorkload
         from lightning_edge.devices.sim.twin import OrinTwin
-        from lightning_edge.devices.sim.workload import SimWorkload
         from lightning_edge.tuning.prior import prior_for_twin
 
         t0 = time.perf_counter()
@@ -1138,12 +1138,12 @@ class OnlineTuner:
 def simulate_tuning(workload: Any, power_budget_w: float, *, strategy: Any = "gmd", prior: Any = "auto",
                     window: WindowSpec | None = None, seed: int | None = 0, max_steps: int = 5000,
                     board: Any = None) -> OnlineTuner:
-    """Tune ``workload`` (a :class:`~lightning_edge.devices.sim.workload.SimWorkload`: a zoo name or a module with
+    """Tune ``workload`` (a :class:`~lightning_edge.devices.sim.live.SimWorkload`: a zoo name or a module with
     its inputs) on a fresh twin with nothing else running: the engine's steps until it trains in the chosen mode
     (or ``max_steps``), every step the twin's (simulated: noise, power settling), no real computation. Returns the
     closed tuner (``summary()``, ``tuned_at_step``, ``profiles``). For benchmarks and for comparing settings."""
     from lightning_edge.devices.sim.device import SimulatedOrin
-    from lightning_edge.devices.sim.workload import SimWorkload
+    from lightning_edge.devices.sim.live import SimWorkload
 
     board = board if board is not None else SimulatedOrin(seed=seed)
     meter = SimStepMeter(board, seed=seed)

@@ -179,7 +179,7 @@ def _climb(grid: Any, measured: dict[int, tuple[float, float]], p_hat: float, t:
 
 # ------------------------------------------------------------------------------------------ sources
 def prior_for_twin(workload: Any, space: PowerModeSpace, *, simulated: bool) -> Prior:
-    """The prior of a :class:`~lightning_edge.devices.sim.workload.SimWorkload` (a zoo name or a module with its
+    """The prior of a :class:`~lightning_edge.devices.sim.live.SimWorkload` (a zoo name or a module with its
     example inputs) over ``space``: the twin's model of its ``analyze`` cost; with ``simulated=True`` (the
     measurements come from the twin) the *uncalibrated* twin, so that the prior does not know the simulated
     truth (module docstring)."""

@@ -22,7 +22,9 @@ from lightning_edge.devices import (
     PowerMode,
     fulcrum_space,
     get_controller,
+    orin_agx_space,
 )
+from lightning_edge.devices.controllers.sysfs import discover_space
 from tests.fakes.jetson_sysfs import CLUSTERS, EMC
 
 POLICY = "sys/devices/system/cpu/cpufreq/{}/scaling_{}_freq"
@@ -279,3 +281,19 @@ def test_restore_reports_what_it_did(orin5, state_dir):
     assert res.settled == ORIN_AGX_MAXN and res.verified
     assert res.actions[0].endswith("cpu4/online")  # cores back first
     assert ctl.restore() is None
+
+
+# ---------------------------------------------------------------- discovery (controllers/sysfs.py)
+def test_discover_space_from_fake_board(orin):
+    found = discover_space(orin.root)
+    assert found == orin_agx_space()
+    assert found.name == "orin-agx"
+
+
+def test_discover_respects_board_lists(orin5):
+    # an image whose GPU table is shorter: the board's list wins over the catalogue
+    orin5.set_file(orin5.gpu_rel_file("available_frequencies"), "114750000 624750000 1300500000")
+    orin5.set_file("sys/kernel/debug/bpmp/debug/clk/emc/possible_rates", "204000 665600 2133000 (kHz)")
+    found = discover_space(orin5.root)
+    assert found.gpu_mhz == (114.75, 624.75, 1300.5)
+    assert found.mem_mhz == (204.0, 665.6, 2133.0)

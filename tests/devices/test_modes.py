@@ -1,4 +1,4 @@
-"""PowerMode and PowerModeSpace: labels, grids, snapping, neighbours, numpy, sub-grids, discovery."""
+"""PowerMode and PowerModeSpace: labels, grids, snapping, neighbours, numpy, sub-grids, the catalogue."""
 
 from __future__ import annotations
 
@@ -187,22 +187,7 @@ def test_midpoint_of_full_grid_is_upper_middle(space):
     assert space.midpoint() == PowerMode(7, 1190.4, 726.75, 2133)
 
 
-# ---------------------------------------------------------------- discovery and catalogue
-def test_discover_space_from_fake_board(orin):
-    found = PowerModeSpace.discover(orin.root)
-    assert found == orin_agx_space()
-    assert found.name == "orin-agx"
-
-
-def test_discover_respects_board_lists(orin5):
-    # an image whose GPU table is shorter: the board's list wins over the catalogue
-    orin5.set_file(orin5.gpu_rel_file("available_frequencies"), "114750000 624750000 1300500000")
-    orin5.set_file("sys/kernel/debug/bpmp/debug/clk/emc/possible_rates", "204000 665600 2133000 (kHz)")
-    found = PowerModeSpace.discover(orin5.root)
-    assert found.gpu_mhz == (114.75, 624.75, 1300.5)
-    assert found.mem_mhz == (204.0, 665.6, 2133.0)
-
-
+# ---------------------------------------------------------------- the catalogue
 def test_catalogue_detection(orin):
     assert detect_board(orin.root) is board_info("orin-agx")
     assert jetpack_major(orin.root) == orin.jetpack

@@ -18,7 +18,7 @@ exposes (JetPack 5 or 6 GPU devfreq path), in the real units:
 The board boots in MAXN with DVFS on (frequency ranges open, EMC not locked).
 
 ``board.writer()`` returns a :class:`FakeBoardWriter`: the controllers' real
-:class:`~lightning_edge.devices.controllers.jetson.SysfsWriter` with the kernel's behaviour added:
+:class:`~lightning_edge.devices.controllers.sysfs.SysfsWriter` with the kernel's behaviour added:
 it logs every write (in memory and in ``.fake_jetson_writes.jsonl``, so writes of child processes
 are seen too), refuses writes to an inactive cpufreq policy (EBUSY) or that would put min above
 max (EINVAL), and plays a board that clamps or ignores some values (``board.clamp(...)``,
@@ -35,7 +35,7 @@ import time
 from pathlib import Path
 
 from lightning_edge.devices.catalog import ORIN_AGX_CPU_KHZ, ORIN_AGX_EMC_HZ, ORIN_AGX_GPU_HZ
-from lightning_edge.devices.controllers.jetson import SysfsWriter
+from lightning_edge.devices.controllers.sysfs import SysfsWriter
 
 META = ".fake_jetson.json"
 WRITE_LOG = ".fake_jetson_writes.jsonl"

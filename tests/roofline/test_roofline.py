@@ -9,6 +9,7 @@ import pytest
 
 import lightning_edge
 from lightning_edge.roofline import Bound, Roofline
+from lightning_edge.roofline.profile import ModeEntry
 
 # Pagoda MAXN (seed 000, sections 5.2.4 and 7.2.1)
 F, B, EF, EM, P0 = 14.7e12, 164.4e9, 3.86e-12, 141.38e-12, 17.9
@@ -247,8 +248,8 @@ def test_from_profile_mode_entry():
     entry = {"mode": "12c/2201/1300/3199",
              "precision": {"fp32": {"peak_flops": F, "bandwidth": B}, "fp16": {"peak_flops": 33.0e12, "bandwidth": 159.7e9}},
              "eps_flop": EF, "eps_mop": EM, "static_power_w": P0}
-    r = Roofline.from_profile(entry)
+    r = ModeEntry.from_dict(entry).roofline()
     assert r.energy_balance() == pytest.approx(39.75312, rel=1e-6)
     # fp16: 33.0e12 / 159.7e9 = 206.64 FLOP/B (Pagoda prints 208.4 from unrounded peaks)
-    assert Roofline.from_profile(entry, "fp16").time_balance == pytest.approx(206.6374, rel=1e-6)
+    assert ModeEntry.from_dict(entry).roofline("fp16").time_balance == pytest.approx(206.6374, rel=1e-6)
     assert r.label == "12c/2201/1300/3199"

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_edge.devices.catalog import fulcrum_space
 from lightning_edge.devices.sim.device import SimulatedOrin
-from lightning_edge.devices.sim.workload import SimWorkload
+from lightning_edge.devices.sim.live import SimWorkload
 from lightning_edge.serving import ConstantArrivals, InterleavingEngine, Plan
 from lightning_edge.serving.engine import (
     ConcurrentWorkload,

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from lightning_edge.devices import fulcrum_space
+from lightning_edge.devices.sim.live import SimWorkload
 from lightning_edge.devices.sim.twin import OrinTwin
-from lightning_edge.devices.sim.workload import SimWorkload
 from lightning_edge.tuning import GMD, Exhaustive, TrainingProblem
 from lightning_edge.tuning.als import ALS
 from lightning_edge.tuning.online import ProfileWindow, WindowSpec

@@ -25,16 +25,16 @@ from lightning_edge.devices.controllers.errors import (
     RebootRequiredError,
     RecoveryError,
 )
-from lightning_edge.devices.controllers.jetson import (
+from lightning_edge.devices.controllers.jetson import JetsonSysfsController
+from lightning_edge.devices.controllers.nvml import NvmlController
+from lightning_edge.devices.controllers.nvpmodel import CommandRunner, DryRunRunner, NvpmodelController
+from lightning_edge.devices.controllers.sysfs import (
     DryRunWriter,
     JetsonLayout,
-    JetsonSysfsController,
     SysfsWriter,
     Write,
     discover_space,
 )
-from lightning_edge.devices.controllers.nvml import NvmlController
-from lightning_edge.devices.controllers.nvpmodel import CommandRunner, DryRunRunner, NvpmodelController
 
 DEVICES_HELP = "auto, jetson, nvpmodel, nvml[:INDEX], sim:orin-agx"
 

@@ -47,7 +47,7 @@ from lightning_edge.devices.controllers.errors import (
     ModeWriteError,
     RebootRequiredError,
 )
-from lightning_edge.devices.controllers.jetson import JetsonLayout, JetsonSysfs, SysfsWriter, _root_suffix
+from lightning_edge.devices.controllers.sysfs import JetsonLayout, JetsonSysfs, SysfsWriter, root_suffix
 from lightning_edge.devices.modes import PowerMode, PowerModeSpace
 
 BEGIN_MARK = "# >>> lightning_edge: custom power model, removed on restore >>>"
@@ -258,7 +258,7 @@ class NvpmodelController(ModeController):
         self.sysfs = JetsonSysfs(self.layout, self.writer)
         self._mode_id = mode_id
         self.reboot_caveat: str | None = None
-        device_id = f"jetson-{self.layout.board.key}{_root_suffix(self.root)}"
+        device_id = f"jetson-{self.layout.board.key}{root_suffix(self.root)}"
         super().__init__(
             space=space or self.sysfs.space(), device_id=device_id, dry_run=dry_run, out=out, **common
         )

@@ -20,9 +20,9 @@ from typing import Any
 
 from lightning_edge.devices.modes import PowerModeSpace
 from lightning_edge.devices.sim.controller import SimModeController
+from lightning_edge.devices.sim.live import SimWorkload
 from lightning_edge.devices.sim.sensor import SimPowerSensor
 from lightning_edge.devices.sim.twin import OrinTwin
-from lightning_edge.devices.sim.workload import SimWorkload
 
 __all__ = ["SimulatedOrin"]
 

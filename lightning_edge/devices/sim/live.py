@@ -1,0 +1,194 @@
+"""The twin running a workload, as tuners see it: :class:`SimWorkload` (``train(mode)`` / ``infer(mode,
+batch_size)``) gives a :class:`Measurement` (``time_s``, ``power_w``, ``label="simulated"``) with seeded
+measurement noise, from :class:`~lightning_edge.devices.sim.twin.OrinTwin`'s prediction for the compiled workload
+(:mod:`lightning_edge.devices.sim.workload`)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from lightning_edge.devices.sim.twin import OrinTwin
+
+__all__ = ["Measurement", "SimWorkload"]
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One profiled minibatch on the twin: mean time per minibatch (s) and mean power (W).
+
+    ``label`` is always ``"simulated"``: never present it as a measurement of a real board.
+    """
+
+    time_s: float
+    power_w: float
+    label: str = "simulated"
+    mode: Any = None
+    batch_size: int | None = None
+
+    @property
+    def energy_j(self) -> float:
+        return self.time_s * self.power_w
+
+
+class SimWorkload:
+    """What a tuner profiles: one model, training and/or inference, on the twin.
+
+    ``SimWorkload("resnet18", twin=None, train_batch_size=16, noise=True, seed=0, time_noise=0.025,
+    power_noise=0.02, seq_len=None, precision="fp32", example_inputs=None)``
+
+    ``model`` is a zoo name (``"resnet18"``) or an ``nn.Module``; a module needs ``example_inputs``: one
+    minibatch (a tensor or a tuple of tensors, batch dimension first; a dict of tensors for a model called as
+    ``model(**batch)``; or a captured :class:`~lightning_edge.cost.capture.Call`). Only their shapes and dtypes are used
+    (the twin analyses the module on meta tensors of the same shapes, with the batch dimension set to
+    the batch size asked for), so the module's weights are never touched.
+
+    ``train(mode)`` and ``infer(mode, batch_size)`` return a :class:`Measurement`; with ``noise`` each
+    call draws seeded gaussian noise (relative sd ``time_noise`` on time, ``power_noise`` on power), so
+    the same seed gives the same sequence of measurements. ``noise=False`` returns the model's values.
+    ``calls`` counts the profiling calls (a tuner's cost).
+    """
+
+    label = "simulated"
+    device_model = "sim-orin-agx"
+    """Profiles of the twin are stored apart from those of a real Orin AGX (``orin-agx``): never mixed."""
+
+    def __init__(
+        self,
+        model: Any,
+        twin: OrinTwin | None = None,
+        *,
+        train_batch_size: int | None = None,
+        noise: bool = True,
+        seed: int | None = 0,
+        time_noise: float = 0.025,
+        power_noise: float = 0.02,
+        seq_len: int | None = None,
+        precision: str = "fp32",
+        example_inputs: Any = None,
+    ) -> None:
+        self.example_call = None  # i17cost: a keyword / dict call form (lightning_edge.cost.capture.Call)
+        if example_inputs is not None and not isinstance(example_inputs, (tuple, list)) \
+                and not hasattr(example_inputs, "shape"):
+            from collections.abc import Mapping
+
+            from lightning_edge.cost.capture import Call, tensors_of, to_meta
+
+            if isinstance(example_inputs, Mapping):  # a dict batch: model(**batch)
+                example_inputs = Call("", (), dict(example_inputs))
+            if isinstance(example_inputs, Call):
+                self.example_call = Call(example_inputs.module, to_meta(example_inputs.args),
+                                         to_meta(example_inputs.kwargs))
+                example_inputs = tuple(tensors_of((self.example_call.args, self.example_call.kwargs)))
+                if train_batch_size is None and self.example_call.batch_size() is not None:
+                    train_batch_size = self.example_call.batch_size()
+        if not isinstance(model, str) and not hasattr(model, "layers"):
+            if example_inputs is None:
+                raise ValueError(
+                    f"SimWorkload({type(model).__name__}): an nn.Module needs example_inputs=(one minibatch,) "
+                    "so the twin knows its input shapes; or pass a zoo model name such as 'resnet18'")
+            example_inputs = tuple(example_inputs) if isinstance(example_inputs, (tuple, list)) else (example_inputs,)
+            if not example_inputs or not all(hasattr(x, "shape") and len(x.shape) >= 1 for x in example_inputs):
+                raise ValueError("example_inputs must be tensors with a batch dimension first, "
+                                 f"got {[type(x).__name__ for x in example_inputs]}")
+            if train_batch_size is None:
+                train_batch_size = int(example_inputs[0].shape[0])
+        self.example_inputs = example_inputs
+        if train_batch_size is None:
+            train_batch_size = 16
+        if twin is None:
+            twin = OrinTwin()
+        self.twin = twin
+        self.model = model
+        self.train_batch_size = int(train_batch_size)
+        self.noise = bool(noise)
+        self.seed = seed
+        self.time_noise = float(time_noise)
+        self.power_noise = float(power_noise)
+        self.seq_len = seq_len
+        self.precision = precision
+        self.calls = Counter()
+        self._rng = np.random.default_rng(seed)
+        self._expected: dict[tuple, tuple[float, float]] = {}
+
+    @property
+    def space(self):
+        return self.twin.space
+
+    @property
+    def model_name(self) -> str:
+        if isinstance(self.model, str):
+            return self.model
+        return str(getattr(self.model, "model", None) or type(self.model).__name__)
+
+    @property
+    def fingerprint(self) -> str:
+        """The key of this workload's profiles in a store: model (and, for a module, its parameter count and input
+        shapes), training batch size, precision and sequence length; the same workload gets the same key in
+        every process."""
+        parts = [self.model_name]
+        if self.example_inputs is not None:
+            n_params = sum(int(p.numel()) for p in self.model.parameters()) if hasattr(self.model, "parameters") else 0
+            shapes = "x".join("-".join(str(int(d)) for d in tuple(x.shape)[1:]) or "0" for x in self.example_inputs)
+            parts += [f"p{n_params}", f"in{shapes}"]
+        parts += [f"train-bs{self.train_batch_size}", self.precision]
+        if self.seq_len is not None:
+            parts.append(f"seq{self.seq_len}")
+        return "-".join(parts)
+
+    def inputs_for(self, batch_size: int) -> tuple | None:
+        """Meta tensors shaped like ``example_inputs`` with ``batch_size`` rows (``None`` for a zoo name)."""
+        if self.example_inputs is None:
+            return None
+        if self.example_call is not None:  # i17cost: keyword inputs, resized (kept integer values repeated)
+            return self.example_call.resized(int(batch_size))
+        import torch
+
+        return tuple(torch.empty((int(batch_size), *tuple(x.shape)[1:]), dtype=x.dtype, device="meta")
+                     for x in self.example_inputs)
+
+    def reset(self, seed: int | None = None) -> None:
+        """Restart the noise sequence (same seed: same measurements again)."""
+        self._rng = np.random.default_rng(self.seed if seed is None else seed)
+        self.calls.clear()
+
+    def expected(self, kind: str, mode: Any, batch_size: int | None = None) -> tuple[float, float]:
+        """Noise-free ``(time_s, power_w)`` of one minibatch on ``mode`` (cached per kind, mode and batch size, so
+        repeated measurements do not run the twin again). ``batch_size`` defaults to ``train_batch_size``."""
+        bs = self.train_batch_size if batch_size is None else int(batch_size)
+        key = (kind, self.twin.space.coerce(mode), bs)
+        hit = self._expected.get(key)
+        if hit is None:
+            pred = self.twin.predict_workload(self.model, bs, kind, key[1], seq_len=self.seq_len,
+                                              precision=self.precision, inputs=self.inputs_for(bs))
+            hit = (float(np.asarray(pred.time_s).reshape(-1)[0]), float(np.asarray(pred.power_w).reshape(-1)[0]))
+            self._expected[key] = hit
+        return hit
+
+    def _measure(self, kind: str, mode: Any, batch_size: int) -> Measurement:
+        t, p = self.expected(kind, mode, batch_size)
+        if self.noise:
+            t *= max(1.0 + self.time_noise * float(self._rng.standard_normal()), 0.5)
+            p *= max(1.0 + self.power_noise * float(self._rng.standard_normal()), 0.5)
+        self.calls[kind] += 1
+        return Measurement(t, p, "simulated", self.twin.space.coerce(mode), batch_size)
+
+    def train(self, mode: Any) -> Measurement:
+        """Time per training minibatch (``train_batch_size``) and power on ``mode``."""
+        return self._measure("train", mode, self.train_batch_size)
+
+    def infer(self, mode: Any, batch_size: int = 1) -> Measurement:
+        """Time per inference minibatch of ``batch_size`` and power on ``mode``."""
+        return self._measure("infer", mode, int(batch_size))
+
+    def sweep(self, kind: str = "train", batch_size: int | None = None, modes: Any = None):
+        """Noise-free prediction over many modes (default: the whole space), as a twin ``Prediction``."""
+        bs = self.train_batch_size if batch_size is None else batch_size
+        return self.twin.predict_workload(self.model, bs, kind, modes, seq_len=self.seq_len,
+                                          precision=self.precision, inputs=self.inputs_for(bs))
+
+    def __repr__(self) -> str:
+        return f"SimWorkload({self.fingerprint}, simulated)"
