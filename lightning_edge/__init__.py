@@ -12,6 +12,7 @@ __version__ = "0.1.0"
 # public name -> module that defines it
 _LAZY = {
     "analyze": "lightning_edge.cost",
+    "register_formula": "lightning_edge.cost",
     "ModelCost": "lightning_edge.cost",
     "LayerCost": "lightning_edge.cost",
     "Cost": "lightning_edge.cost",

@@ -13,7 +13,7 @@ _LAZY = {
     "LayerCost": "lightning_edge.cost.types",
     "Cost": "lightning_edge.cost.types",
     "OpCost": "lightning_edge.cost.formulas",
-    "register": "lightning_edge.cost.formulas",
+    "register_formula": "lightning_edge.cost.formulas",
     "REGISTRY": "lightning_edge.cost.formulas",
     "CallCapture": "lightning_edge.cost.capture",
     "Captured": "lightning_edge.cost.capture",

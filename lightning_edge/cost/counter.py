@@ -42,8 +42,16 @@ from lightning_edge.cost.capture import (
     tensors_of,
     tree_map_tensors,
 )
-from lightning_edge.cost.formulas import ELEMENTWISE_FLOP, is_free, numel, op_cost, op_name
+from lightning_edge.cost.formulas import (
+    ELEMENTWISE_FLOP,
+    is_free,
+    numel,
+    op_cost,
+    op_key,
+    op_name,
+)
 from lightning_edge.cost.model_cost import ModelCost
+from lightning_edge.cost.ops import BATCH_NORM_OPS, CONV_OPS
 from lightning_edge.cost.types import Cost, LayerCost
 
 #: accepted spellings of ``dtype=``
@@ -54,10 +62,6 @@ DTYPES: dict[str, torch.dtype] = {
     "fp64": torch.float64, "float64": torch.float64, "double": torch.float64,
 }
 
-_CONV_OPS = frozenset({"convolution", "_convolution", "conv1d", "conv2d", "conv3d", "cudnn_convolution",
-                       "mkldnn_convolution"})
-_BN_OPS = frozenset({"native_batch_norm", "_native_batch_norm_legit", "_native_batch_norm_legit_no_training",
-                     "batch_norm", "cudnn_batch_norm", "_batch_norm_no_update"})
 
 _warned: set[str] = set()
 META = torch.device("meta")
@@ -80,7 +84,8 @@ def _to_meta(t: torch.Tensor, dtype: torch.dtype | None, requires_grad: bool = F
 class _Recorder:
     """Shared state of one ``analyze`` run."""
 
-    def __init__(self, model: nn.Module, fold_bn: bool):
+    def __init__(self, model: nn.Module, fold_bn: bool, formulas: dict | None = None):
+        self.formulas = formulas or {}  # per-call overrides, keyed by op_key
         self.names: dict[nn.Module, str] = {m: n for n, m in model.named_modules()}
         self.root = model
         self.fold_bn = fold_bn
@@ -171,13 +176,13 @@ class _Recorder:
             return
         where = self.current()
         if not self.backward and self.fold_bn:
-            if name in _CONV_OPS and isinstance(out, torch.Tensor):
+            if name in CONV_OPS and isinstance(out, torch.Tensor):
                 bias = args[2] if len(args) > 2 else kwargs.get("bias")
                 self.conv_out[id(out)] = (where, out, bias is not None)
-            elif name in _BN_OPS and args and id(args[0]) in self.conv_out:
+            elif name in BATCH_NORM_OPS and args and id(args[0]) in self.conv_out:
                 self.fold_into_conv(where, args[0])
                 return
-        cost = op_cost(name, args, kwargs, out)
+        cost = op_cost(func, args, kwargs, out, self.formulas)
         lc = self.layer(where)
         lc.ops[name] += 1
         self.counted_ops.add(where)
@@ -457,7 +462,7 @@ def _opaque_prefixes(model: nn.Module) -> list[str]:
 
 
 def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: bool = False,
-            dtype=None, autocast=None, **example_kwargs) -> ModelCost:
+            dtype=None, autocast=None, formulas: dict | None = None, **example_kwargs) -> ModelCost:
     """Per-layer FLOP, MAC, bytes and arithmetic intensity of ``model(*example_inputs, **example_kwargs)``.
 
     Nothing real is computed and no weight is materialised: the model runs on the meta device.
@@ -481,6 +486,9 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
         autocast: count the model as it runs under ``torch.autocast(dtype=autocast)`` (``"bf16"``,
             ``"fp16"``): matmuls, convolutions and attention in that dtype (with their input casts), the rest
             at its inputs' dtype.
+        formulas: formulas for this analysis only, ``{op: fn}`` (keys as for
+            :func:`~lightning_edge.cost.formulas.register_formula`: ``torch.ops.mylib.mm``, ``"aten::mm"``...),
+            tried before the registry.
 
     Returns:
         a :class:`ModelCost` with one :class:`LayerCost` per module, in execution order.
@@ -516,7 +524,7 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
             memo[id(b)] = _to_meta(b, target)
         state[n] = memo[id(b)]
 
-    rec = _Recorder(model, fold_bn)
+    rec = _Recorder(model, fold_bn, {op_key(op): fn for op, fn in (formulas or {}).items()})
     opaque = _opaque_prefixes(model)
     if opaque:  # the inside of a compiled module is charged to it
         rec.names = {m: n for m, n in rec.names.items()
@@ -586,7 +594,7 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
         if new:
             _warned.update(new)
             warnings.warn(
-                "lightning_edge.analyze: no cost formula for aten ops "
+                "lightning_edge.analyze: no cost formula for ops "
                 + ", ".join(f"{n} (x{rec.uncounted[n]})" for n in new)
                 + "; they count as zero and are listed in cost.uncounted",
                 stacklevel=2,

@@ -40,7 +40,7 @@ class OpCost:
 
 Formula = Callable[..., OpCost]
 
-#: op name (``aten::`` stripped) -> formula
+#: qualified op name (``aten::mm``) or one overload of one (``aten::mm.default``) -> formula
 REGISTRY: dict[str, Formula] = {}
 
 #: ops that move no data and do no arithmetic: views, reshapes, allocation without a fill
@@ -57,33 +57,97 @@ FREE_OPS = frozenset(
     """.split()
 )
 
+def _split(text: str) -> tuple[str, str, str]:
+    """``"ns::name.overload"`` -> (ns, name, overload); a bare ``"name"`` is aten's."""
+    ns, _, rest = text.rpartition("::")
+    name, _, overload = rest.partition(".")
+    return ns or "aten", name, overload
+
+
+def op_key(op) -> str:
+    """The registry key of ``op``: an op overload packet (``torch.ops.aten.mm``, ``torch.ops.mylib.mm``), one
+    overload (``torch.ops.aten.mm.default``), or its qualified name (``"aten::mm"``, ``"mylib::mm.default"``; a
+    bare name is aten's). Raises ``ValueError`` when torch knows no such op."""
+    if isinstance(op, torch._ops.OpOverload):
+        ns, name = op._schema.name.split("::", 1)
+        return f"{ns}::{name}.{op._overloadname}"
+    if isinstance(op, torch._ops.OpOverloadPacket):
+        return op._qualified_op_name
+    if not isinstance(op, str) or not op:
+        raise ValueError(f"a formula is registered for an op: torch.ops.<namespace>.<name>[.<overload>] or its "
+                         f"name 'namespace::name[.overload]', got {op!r}")
+    ns, name, overload = _split(op)
+    try:
+        packet = getattr(getattr(torch.ops, ns), name)
+        if overload:
+            getattr(packet, overload)
+    except (AttributeError, RuntimeError):
+        raise ValueError(f"no op {ns}::{name}{'.' + overload if overload else ''} is registered with torch: check "
+                         f"the name (torch.ops.{ns}.{name}), or define the op (torch.library) before registering "
+                         "its formula") from None
+    return f"{ns}::{name}" + (f".{overload}" if overload else "")
+
+
+def register_formula(op, fn: Formula | None = None, *, override: bool = False):
+    """Register ``fn`` as the formula of ``op`` (see :func:`op_key`); a decorator when ``fn`` is not given.
+
+    ``fn(*args, out=..., **kwargs) -> OpCost`` receives the op's arguments and its result (meta tensors: look at
+    shapes and dtypes only). A formula for a packet (``torch.ops.mylib.mm``) counts every overload and the in-place
+    variant (``mylib::mm_``) unless those have their own; one for an overload (``torch.ops.mylib.mm.default``)
+    counts that overload only. Replacing a formula needs ``override=True``; for one analysis only, pass
+    ``analyze(..., formulas={op: fn})`` instead."""
+    key = op_key(op)
+
+    def deco(f: Formula) -> Formula:
+        if key in REGISTRY and not override:
+            raise ValueError(f"{key} already has a formula ({REGISTRY[key].__name__}): pass override=True to "
+                             "replace it, or analyze(..., formulas={op: fn}) for one analysis")
+        REGISTRY[key] = f
+        return f
+
+    return deco if fn is None else deco(fn)
+
 
 def register(*names: str) -> Callable[[Formula], Formula]:
-    """Register ``fn`` as the formula of the aten ops called ``names`` (in-place ``op_`` is
-    looked up under ``op`` automatically)."""
+    """Register ``fn`` as the formula of the aten ops called ``names`` (the built-in formulas)."""
 
     def deco(fn: Formula) -> Formula:
         for n in names:
-            if n in REGISTRY:
-                raise ValueError(f"formula for aten::{n} registered twice")
-            REGISTRY[n] = fn
+            register_formula(n, fn)
         return fn
 
     return deco
 
 
 def op_name(func) -> str:
-    """``aten.add_.Tensor`` -> ``add_``."""
+    """How an op is named in costs: ``aten.add_.Tensor`` -> ``add_``; another namespace's op keeps its namespace
+    (``mylib::mm``), so that it is never mistaken for aten's."""
     name = func._schema.name
-    return name.split("::", 1)[1] if "::" in name else name
+    return name[6:] if name.startswith("aten::") else name
 
 
-def lookup(name: str) -> Formula | None:
-    """The formula for an op name, trying the out-of-place name for an in-place ``op_``."""
-    fn = REGISTRY.get(name)
-    if fn is None and name.endswith("_") and not name.endswith("__"):
-        fn = REGISTRY.get(name[:-1])
-    return fn
+def _keys(op) -> list[str]:
+    """Registry keys to try for ``op`` (an OpOverload, or a name as :func:`op_name` gives it), most specific first;
+    an in-place ``op_`` falls back to ``op``'s formula."""
+    if isinstance(op, torch._ops.OpOverload):
+        ns, name = op._schema.name.split("::", 1)
+        keys = [f"{ns}::{name}.{op._overloadname}", f"{ns}::{name}"]
+    else:
+        ns, name, overload = _split(op)
+        keys = ([f"{ns}::{name}.{overload}"] if overload else []) + [f"{ns}::{name}"]
+    if name.endswith("_") and not name.endswith("__"):
+        keys.append(f"{ns}::{name[:-1]}")
+    return keys
+
+
+def lookup(op, formulas: dict[str, Formula] | None = None) -> Formula | None:
+    """The formula for ``op`` (an OpOverload or an op name): ``formulas`` (keyed by :func:`op_key`) first, then
+    the registry; None when there is none."""
+    for key in _keys(op):
+        fn = (formulas or {}).get(key) or REGISTRY.get(key)
+        if fn is not None:
+            return fn
+    return None
 
 
 def is_free(name: str) -> bool:
@@ -304,7 +368,7 @@ ELEMENTWISE_FLOP: dict[str, int] = {
     "relu": 1, "threshold": 1, "hardtanh": 1, "relu6": 1, "leaky_relu": 1, "prelu": 1,
     "_prelu_kernel": 1, "elu": 4,
     "sigmoid": 4, "tanh": 5, "hardsigmoid": 4, "hardswish": 5, "silu": 5, "mish": 8,
-    "gelu": 8, "erf": 8, "softplus": 4, "logsigmoid": 5,
+    "gelu": 8, "erf": 8, "softplus": 4, "log_sigmoid_forward": 5,
     # activation gradients (ours: the derivative's arithmetic times the incoming gradient)
     "threshold_backward": 1, "hardtanh_backward": 1, "leaky_relu_backward": 1,
     "sigmoid_backward": 3, "tanh_backward": 3, "hardsigmoid_backward": 2,
@@ -478,10 +542,10 @@ def scatter_cost(x, *args, out=None, **kwargs) -> OpCost:
 # data movement: copies, concatenation, fills
 
 
-@register("cat", "stack", "_cat", "clone", "_to_copy", "contiguous", "to", "_copy_from",
+@register("cat", "stack", "clone", "_to_copy", "contiguous", "to", "_copy_from",
           "_copy_from_and_resize", "constant_pad_nd", "reflection_pad2d", "replication_pad2d",
           "repeat", "roll", "flip", "tril", "triu", "pixel_shuffle", "pixel_unshuffle", "upsample_nearest2d",
-          "upsample_bilinear2d", "_unsafe_view_copy", "col2im", "im2col", "topk", "sort",
+          "upsample_bilinear2d", "col2im", "im2col", "topk", "sort",
           # gradients of views and slicing: write the full-size gradient, copy the slice in
           "slice_backward", "select_backward", "diagonal_backward", "unfold_backward", "as_strided_scatter",
           "slice_scatter", "select_scatter")
@@ -514,7 +578,7 @@ def loss_cost(x, *args, out=None, **kwargs) -> OpCost:
     return OpCost(flops=2 * numel(x))
 
 
-@register("nll_loss_backward", "nll_loss2d_backward", "mse_loss_backward", "l1_loss_backward",
+@register("nll_loss_backward", "nll_loss2d_backward", "mse_loss_backward",
           "smooth_l1_loss_backward", "binary_cross_entropy_backward", "huber_loss_backward")
 def loss_backward_cost(grad_out, x, *args, out=None, **kwargs) -> OpCost:
     return OpCost(flops=2 * numel(x))
@@ -523,9 +587,11 @@ def loss_backward_cost(grad_out, x, *args, out=None, **kwargs) -> OpCost:
 # --------------------------------------------------------------------------------------------
 
 
-def op_cost(name: str, args: tuple, kwargs: dict, out) -> tuple[int, int, int, int] | None:
-    """(flops, macs, bytes_read, bytes_written) of one op call, or None when no formula exists."""
-    fn = lookup(name)
+def op_cost(op, args: tuple, kwargs: dict, out, formulas: dict[str, Formula] | None = None,
+            ) -> tuple[int, int, int, int] | None:
+    """(flops, macs, bytes_read, bytes_written) of one call of ``op`` (an OpOverload or an op name), or None when
+    no formula exists (``formulas``: per-call overrides, keyed by :func:`op_key`)."""
+    fn = lookup(op, formulas)
     if fn is None:
         return None
     c = fn(*args, out=out, **kwargs)

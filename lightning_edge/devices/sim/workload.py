@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lightning_edge.cost.ops import ATTENTION_OPS, CONV_OPS, GEMM_OPS
+
 if TYPE_CHECKING:  # pragma: no cover
     from lightning_edge.cost import ModelCost
 
@@ -35,12 +37,8 @@ __all__ = [
 UNITS: tuple[str, ...] = ("tc", "cuda", "dw", "elt")
 """Execution units of a step's FLOP: TF32 tensor-core conv, FP32 CUDA-core matmul, depthwise conv, element-wise."""
 
-_CONV_OPS = {"convolution", "convolution_backward", "conv2d", "conv1d", "conv3d", "_convolution",
-             "cudnn_convolution", "conv_transpose2d"}
-_GEMM_OPS = {"addmm", "mm", "bmm", "matmul", "linear", "baddbmm", "addbmm", "addmv", "mv", "dot",
-             "_scaled_dot_product_flash_attention", "_scaled_dot_product_efficient_attention",
-             "_scaled_dot_product_flash_attention_for_cpu", "scaled_dot_product_attention",
-             "_scaled_dot_product_attention_math", "_scaled_dot_product_cudnn_attention", "einsum"}
+_CONV_OPS = CONV_OPS | {"convolution_backward"}
+_GEMM_OPS = GEMM_OPS | ATTENTION_OPS
 _BACKWARD_EXTRA = {"mm", "sum", "add_"}  # ops that, in a training layer, belong to its backward pass
 _FUSED_RNN_KINDS = {"LSTM", "GRU", "RNN"}
 _DEPTHWISE_REDUCTION = 32  # MACs per output element below which a convolution counts as depthwise-like
