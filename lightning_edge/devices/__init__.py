@@ -7,10 +7,12 @@ Light to import: no torch. ::
     space = orin_agx_space()                       # 18,096 modes
     with get_controller("sim:orin-agx") as ctl:    # or "auto" on a Jetson
         ctl.apply(space.parse("8c/1344/727/2133"))
+    board = get_board("auto")                      # sensor + controller (+ twin): what the callbacks use
 """
 
 from __future__ import annotations
 
+from lightning_edge.devices.board import Board, get_board
 from lightning_edge.devices.catalog import (
     FULCRUM_MIDPOINT,
     ORIN_AGX_MAXN,
@@ -54,6 +56,8 @@ from lightning_edge.devices.sensors import (
 from lightning_edge.devices.sim.controller import SimModeController
 
 __all__ = [
+    "Board",
+    "get_board",
     "EmptySensor",
     "INA3221Sensor",
     "JtopSensor",

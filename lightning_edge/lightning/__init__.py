@@ -19,8 +19,6 @@ from lightning_edge._lazy import lazy_getattr
 _LAZY = {
     "EnergySession": "lightning_edge.lightning.session",
     "EnergyProfilerMixin": "lightning_edge.lightning.energy_profiler",
-    "resolve_device": "lightning_edge.lightning.device",
-    "ProfilerDevice": "lightning_edge.lightning.device",
     "PowerModeTunerMixin": "lightning_edge.lightning.tuner",
 }
 

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from lightning_edge.lightning.device import JETSON_SETTLE_S, ProfilerDevice, resolve_device
+from lightning_edge.devices.board import JETSON_SETTLE_S, Board, get_board
 from lightning_edge.lightning.schedule import AUTO_START, StepScheduler
 from lightning_edge.lightning.twin_driver import TwinDriver
 from lightning_edge.profiling.attribution import (
@@ -157,7 +157,7 @@ class EnergySession:
         self.sampler_rate_hz = sampler_rate_hz
         self.keep_timings = int(keep_timings)
         self.timer = LayerTimer(model, depth=depth, include=include, clock_ns=clock_ns, cuda=cuda)
-        self.device: ProfilerDevice | None = None
+        self.device: Board | None = None
         self.sampler: Any = None
         self.twin: TwinDriver | None = None  # when the device is the Orin twin (and no cost= is given)
         self.started = False
@@ -184,7 +184,7 @@ class EnergySession:
     def start(self) -> EnergySession:
         if self.started:
             return self
-        self.device = resolve_device(self.device_arg)
+        self.device = get_board(self.device_arg)
         if self.device.has_sensor:
             from lightning_edge.profiling.sampler import PowerSampler
 

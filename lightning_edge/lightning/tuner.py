@@ -31,6 +31,7 @@ import math
 import os
 from typing import Any
 
+from lightning_edge.devices.board import get_board
 from lightning_edge.lightning.tb import TrainerWriter
 from lightning_edge.tuning.online import (
     PHASES,
@@ -41,62 +42,16 @@ from lightning_edge.tuning.online import (
     module_fingerprint,
 )
 
-__all__ = ["PowerModeTunerMixin", "TuningDevice", "resolve_tuning_device", "format_summary"]
+__all__ = ["PowerModeTunerMixin", "format_summary"]
 
 
-class TuningDevice:
-    """What the tuner drives: a writable mode ``controller``, a step ``meter`` and, on the twin, the ``board``."""
-
-    def __init__(self, name: str, controller: Any, meter: Any, board: Any = None, owner: Any = None) -> None:
-        self.name, self.controller, self.meter, self.board, self.owner = name, controller, meter, board, owner
-
-    @property
-    def simulated(self) -> bool:
-        return isinstance(self.meter, SimStepMeter)
-
-    def describe(self) -> str:
-        if self.simulated:
-            return ("simulated: Jetson AGX Orin twin (minibatch time and power are the twin's for this model on the "
-                    "Orin; the training itself ran on this machine)")
-        return f"measured: {self.name}"
-
-    def close(self) -> None:
-        close = getattr(self.owner, "close", None)
-        if close is not None:
-            close()
-
-
-def resolve_tuning_device(device: Any = "auto", *, precision: str = "fp32", seed: int | None = 0) -> TuningDevice:
-    """``"sim:orin-agx"`` (a new twin), a ``SimulatedOrin`` (shared, e.g. with an ``EnergyProfiler``), an object
-    with ``controller`` and ``sensor``, or a board name for :func:`~lightning_edge.devices.get_controller`
-    (``"auto"``, ``"jetson"``, ``"nvpmodel"``, ``"nvml"``) whose power sensor comes from ``get_sensor("auto")``."""
-    if isinstance(device, TuningDevice):
-        return device
-    if isinstance(device, str) and device.strip().lower().startswith("sim"):
-        from lightning_edge.devices.sim.device import SimulatedOrin
-
-        board = SimulatedOrin.from_name(device, seed=seed)
-        return TuningDevice("sim:orin-agx", board.controller, SimStepMeter(board, precision=precision, seed=seed),
-                            board, owner=board)
-    if not isinstance(device, str):
-        twin = getattr(device, "twin", None)
-        ctl = getattr(device, "controller", None)
-        if twin is not None and ctl is not None:
-            return TuningDevice(str(getattr(device, "name", "sim:orin-agx")), ctl,
-                                SimStepMeter(device, precision=precision, seed=seed), device)
-        sensor = getattr(device, "sensor", None)
-        if ctl is None or sensor is None:
-            raise TypeError(
-                "device: expected 'sim:orin-agx', 'auto', 'jetson', 'nvpmodel', 'nvml', a SimulatedOrin, or an object "
-                f"with .controller and .sensor; got {type(device).__name__}")
-        return TuningDevice(str(getattr(device, "name", type(device).__name__)), ctl, SensorStepMeter(sensor))
-    from lightning_edge.devices.controllers import get_controller
-    from lightning_edge.devices.sensors import get_sensor
-
-    kind = device.strip().lower()
-    controller = get_controller(kind)  # raises saying why there is no controllable board here
-    sensor = get_sensor("auto" if kind in ("auto", "jetson", "nvpmodel") else kind)
-    return TuningDevice(kind, controller, SensorStepMeter(sensor), owner=None)
+def _describe(board: Any) -> str:
+    if board is None:
+        return ""
+    if board.simulated:
+        return ("simulated: Jetson AGX Orin twin (minibatch time and power are the twin's for this model on the "
+                "Orin; the training itself ran on this machine)")
+    return f"measured: {board.name}"
 
 
 def _planned_long(trainer: Any) -> bool:
@@ -261,7 +216,7 @@ class PowerModeTunerMixin:
         self.prior = prior
         self.thorough = thorough
         self.tuner: OnlineTuner | None = None
-        self.tdev: TuningDevice | None = None
+        self.board: Any = None  # the devices.Board tuned
         self.summary_text: str | None = None
         self._tbw = TrainerWriter("tuner", log_dir)
         self._trainer: Any = None
@@ -318,9 +273,15 @@ class PowerModeTunerMixin:
                 "on one device (Trainer(devices=1, ...) with PowerModeTuner), then give every board the tuned mode "
                 "(PowerModeTuner.solution.mode; on each board: lightning-edge mode set <mode>).")
         prec = _precision_of(trainer, self.precision)
-        self.tdev = resolve_tuning_device(self.device, precision=prec, seed=self.seed)
+        self.board = board = get_board(self.device, control="write", seed=self.seed)
+        if board.controller is None:
+            raise TypeError(f"device {board.name!r}: PowerModeTuner needs a board whose power mode it can switch (a "
+                            "mode controller): 'sim:orin-agx', 'auto', 'jetson', 'nvpmodel', 'nvml', a SimulatedOrin, "
+                            "or an object with .controller and .sensor")
+        meter = (SimStepMeter(board, precision=prec, seed=self.seed) if board.twin is not None
+                 else SensorStepMeter(board.sensor))
         self.tuner = OnlineTuner(
-            self.power_budget_w, self.tdev.controller, self.tdev.meter, strategy=self.strategy, space=self.space,
+            self.power_budget_w, board.controller, meter, strategy=self.strategy, space=self.space,
             store=self.store, fingerprint=self.workload_id, window=self.window, switch_at=self.switch_at,
             baseline=self.baseline, on_event=self._on_event, prior="auto" if self.prior is True else self.prior,
             thorough=_planned_long(trainer) if self.thorough is None else bool(self.thorough), **self.drift)
@@ -484,12 +445,12 @@ class PowerModeTunerMixin:
         try:
             restored = t.close(reason)
         finally:
-            if self.tdev is not None:
-                self.tdev.close()
+            if self.board is not None:
+                self.board.close()
         s = self.summary()
         if restored is not None or t.original_mode is not None:
             s["restored"] = str(t.original_mode)
-        self.summary_text = format_summary(s, self.tdev.describe() if self.tdev else "")
+        self.summary_text = format_summary(s, _describe(self.board))
         if self.capture_notes:  # i17cost: what the cost model could not see, or how it counted
             self.summary_text += "".join(f"\n  note: {n}" for n in self.capture_notes)
         w = self._tbw.get(trainer) if trainer is not None else None

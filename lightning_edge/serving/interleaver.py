@@ -44,8 +44,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from lightning_edge.devices.board import get_board
 from lightning_edge.serving.arrivals import ArrivalProcess, ConstantArrivals
-from lightning_edge.serving.device import resolve_serving_device
 from lightning_edge.serving.engine import (
     ConcurrentWorkload,
     ModelRunner,
@@ -147,7 +147,7 @@ class InterleaverMixin:
                             "pass infer_model= (the module that serves them, e.g. Interleaver(..., "
                             "infer_model=model.net))")
         if self.device is None:
-            self.device = resolve_serving_device(self.device_arg, seed=self.seed)
+            self.device = get_board("cpu" if self.device_arg is None else self.device_arg, control="write", seed=self.seed)
         if self.store is not None:  # issue 18: a store that cannot be used fails here, in one line, before the run
             from lightning_edge.tuning.search import MemoryStore
             from lightning_edge.tuning.store import ProfileStore
@@ -156,7 +156,7 @@ class InterleaverMixin:
                 self.store = ProfileStore.open(self.store)
 
     def _build(self, trainer: Any, pl_module: Any, batch: Any, stage: str) -> None:
-        dev = self.device or resolve_serving_device(self.device_arg, seed=self.seed)
+        dev = self.device or get_board("cpu" if self.device_arg is None else self.device_arg, control="write", seed=self.seed)
         self.device = dev
         infer_model = self.infer_model if self.infer_model is not None else pl_module
         # i17cost: a dict batch (model(**batch)) serves dict requests; otherwise the batch's first tensor
@@ -173,7 +173,7 @@ class InterleaverMixin:
         if dev.simulated:
             from lightning_edge.devices.sim.live import SimWorkload
 
-            twin = dev.sim.twin
+            twin = dev.twin
             x_cpu = x if x is not None else (_keyword_inputs(batch) if keyword else _first_tensor(batch).detach().cpu())
             example = x_cpu if isinstance(x_cpu, Mapping) else (x_cpu,)
             bs = RequestInputs(x_cpu).n
@@ -234,7 +234,7 @@ class InterleaverMixin:
         if self.engine is None or self.engine.finished is not None:
             from lightning_edge.cost.capture import CallCapture, has_forward
 
-            dev = self.device or resolve_serving_device(self.device_arg, seed=self.seed)
+            dev = self.device or get_board("cpu" if self.device_arg is None else self.device_arg, control="write", seed=self.seed)
             if (stage == "fit" and dev.simulated and self._train_cost is None and not has_forward(pl_module)
                     and self.solution is None and self.workload is None):
                 # i17cost: no forward: the twin's training workload is the first step, captured (shared capture);

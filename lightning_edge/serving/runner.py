@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from lightning_edge.devices.board import get_board
 from lightning_edge.serving.arrivals import ArrivalProcess, ConstantArrivals, RateEstimator
-from lightning_edge.serving.device import resolve_serving_device
 from lightning_edge.serving.engine import (
     BatchServer,
     ModelRunner,
@@ -159,7 +159,7 @@ class InferenceRunner:
             raise TypeError(f"InferenceRunner needs an InferenceProblem, got {type(problem).__name__}")
         self.model = model
         self.problem = problem
-        self.device = resolve_serving_device(device, seed=seed)
+        self.device = get_board("cpu" if device is None else device, control="write", seed=seed)
         self.arrivals = arrivals if arrivals is not None else ConstantArrivals(problem.arrival_rps)
         if not isinstance(self.arrivals, ArrivalProcess):
             raise TypeError(f"arrivals: expected an ArrivalProcess, got {type(self.arrivals).__name__}")
@@ -200,7 +200,7 @@ class InferenceRunner:
             if self.device.simulated:
                 if workload is None:
                     example = None if self.inputs is None else self.inputs.head(1)
-                    workload = twin_workload(model, self.device.sim.twin, example, seed=seed)
+                    workload = twin_workload(model, self.device.twin, example, seed=seed)
                 if space is None:
                     from lightning_edge.devices.catalog import fulcrum_space
 
@@ -249,7 +249,7 @@ class InferenceRunner:
             clock: Any = SimClock()
             runner = ModelRunner(self.model, self.inputs, keep=self.keep_outputs) if self.run_model else None
             timer_wl = self.workload if self.workload is not None else twin_workload(
-                self.model, dev.sim.twin, None if self.inputs is None else self.inputs.head(1), seed=self.seed)
+                self.model, dev.twin, None if self.inputs is None else self.inputs.head(1), seed=self.seed)
             executor: Any = SimExecutor(TwinTimer(timer_wl, seed=None if self.seed is None else self.seed + 101),
                                         model_runner=runner)
         else:

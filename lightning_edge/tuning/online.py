@@ -1213,6 +1213,6 @@ def _device_model(controller: Any, meter: Any) -> str:
 def _default_settle_s(meter: Any) -> float:
     if isinstance(meter, SimStepMeter):
         return 3.0 * meter.settle_tau_s
-    from lightning_edge.lightning.device import JETSON_SETTLE_S
+    from lightning_edge.devices.board import JETSON_SETTLE_S
 
     return JETSON_SETTLE_S

@@ -186,12 +186,12 @@ def test_bad_arguments_are_clear_errors():
         PowerModeTuner(20, switch_at="sometimes")
     with pytest.raises(ValueError, match="min_steps"):
         PowerModeTuner(20, window={"min_step": 3})
-    from lightning_edge.lightning.tuner import resolve_tuning_device
+    from lightning_edge.devices import get_board
 
     with pytest.raises(TypeError, match="controller"):
-        resolve_tuning_device(object())
+        get_board(object(), control="write")
     with pytest.raises(ValueError, match="sim:orin-agx"):
-        resolve_tuning_device("sim:orin-nano")
+        get_board("sim:orin-nano", control="write")
 
 
 KILLED = textwrap.dedent("""
