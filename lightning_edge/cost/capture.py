@@ -110,6 +110,11 @@ def tensors_of(obj: Any) -> list[torch.Tensor]:
     return out
 
 
+def batch_size(batch: Any) -> int | None:
+    """The leading dimension of the first tensor of ``batch`` that has one (walked as :func:`tensors_of`), or None."""
+    return next((int(t.shape[0]) for t in tensors_of(batch) if t.dim() > 0), None)
+
+
 def _keeps_values(t: torch.Tensor) -> bool:
     return (not t.is_floating_point() and not t.is_complex() and t.device.type != "meta"
             and t.numel() <= VALUE_MAX_NUMEL)

@@ -31,6 +31,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from lightning_edge.cost.capture import batch_size
 from lightning_edge.devices.board import JETSON_SETTLE_S, Board, get_board
 from lightning_edge.lightning.schedule import AUTO_START, StepScheduler
 from lightning_edge.lightning.twin_driver import TwinDriver
@@ -46,7 +47,7 @@ from lightning_edge.profiling.attribution import (
 )
 from lightning_edge.profiling.hooks import LayerTimer, StepTiming
 
-__all__ = ["EnergySession", "ProfiledStep", "StepTotal", "EpochTotals", "AUTO_START", "batch_size_of"]
+__all__ = ["EnergySession", "ProfiledStep", "StepTotal", "EpochTotals", "AUTO_START"]
 
 STAGES = ("train", "validate", "test", "predict")
 
@@ -120,21 +121,6 @@ class _Pending:
     samples: int | None
     timing: StepTiming
     mode: str | None
-
-
-def batch_size_of(batch: Any) -> int | None:
-    """The leading dimension of the first tensor-like in ``batch`` (None when there is none)."""
-    todo = [batch]
-    while todo:
-        b = todo.pop(0)
-        shape = getattr(b, "shape", None)
-        if shape is not None and len(shape) > 0:
-            return int(shape[0])
-        if isinstance(b, dict):
-            todo.extend(b.values())
-        elif isinstance(b, (list, tuple)):
-            todo.extend(b)
-    return None
 
 
 class EnergySession:
@@ -262,7 +248,7 @@ class EnergySession:
         timing = self.timer.stop_step() if self.timer.active else None
         t1 = self.clock_ns()
         sch.steps += 1
-        samples = batch_size_of(batch)
+        samples = batch_size(batch)
         index = st.batches
         st.batches += 1
         gstep = index if global_step is None else int(global_step)

@@ -67,12 +67,9 @@ def _planned_long(trainer: Any) -> bool:
 
 def _batch_size_of(batch: Any, cost: Any) -> int:
     """The minibatch's size: the first dimension of its first tensor, else of the cost's first input, else 1."""
-    from lightning_edge.cost.capture import tensors_of
+    from lightning_edge.cost.capture import batch_size
 
-    bs = next((int(x.shape[0]) for x in tensors_of(batch) if x.dim() > 0), None)
-    if bs is None:
-        bs = next((int(s[0]) for s in (getattr(cost, "inputs", None) or []) if len(s)), 1)
-    return bs
+    return batch_size(batch) or next((int(s[0]) for s in (getattr(cost, "inputs", None) or []) if len(s)), 1)
 
 
 def _precision_of(trainer: Any, given: str | None) -> str:

@@ -44,6 +44,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from lightning_edge.cost.capture import tensors_of
 from lightning_edge.devices.board import get_board
 from lightning_edge.serving.arrivals import ArrivalProcess, ConstantArrivals
 from lightning_edge.serving.engine import (
@@ -60,14 +61,13 @@ from lightning_edge.serving.engine import (
 )
 from lightning_edge.serving.interleave import InterleavingEngine, InterleavingReport
 from lightning_edge.serving.tune import Retuner
-from lightning_edge.tuning.online import batch_tensors
 
 __all__ = ["InterleaverMixin"]
 
 
 def _first_tensor(batch: Any) -> Any:
     """The batch's input: its first tensor, depth first, dict entries in the order they were written."""
-    found = batch_tensors(batch, sort_keys=False)
+    found = tensors_of(batch)
     if found:
         return found[0]
     raise TypeError(f"Interleaver: cannot find the input tensor in a batch of type {type(batch).__name__}; pass "

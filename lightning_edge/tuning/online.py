@@ -117,16 +117,16 @@ class TuningInterrupted(RuntimeError):
 
 
 # ============================================================================================ fingerprints
-def batch_tensors(batch: Any, *, sort_keys: bool = True) -> list:
-    """Every tensor in a (nested) batch of tuples, lists and dicts: dict entries in key order (stable keys for
-    fingerprints), or in insertion order with ``sort_keys=False`` (the order the user wrote them)."""
+def batch_tensors(batch: Any) -> list:
+    """Every tensor in a (nested) batch of tuples, lists and dicts, dict entries in key order: stable keys for
+    fingerprints (:func:`~lightning_edge.cost.capture.tensors_of` keeps the order the user wrote them)."""
     out: list = []
 
     def walk(obj: Any) -> None:
         if hasattr(obj, "shape") and hasattr(obj, "dtype"):
             out.append(obj)
         elif isinstance(obj, dict):
-            for k in (sorted(obj, key=str) if sort_keys else obj):
+            for k in sorted(obj, key=str):
                 walk(obj[k])
         elif isinstance(obj, (list, tuple)):
             for x in obj:

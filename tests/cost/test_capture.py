@@ -231,3 +231,12 @@ def test_analyzing_during_a_captured_step_is_not_another_call():
         net(torch.randn(2, 8))
         analyze(net, torch.randn(2, 8), training=True)
     assert len(cap.captured.calls) == 1
+
+
+def test_batch_size_is_the_first_tensors_leading_dimension():
+    from lightning_edge.cost.capture import batch_size
+
+    assert batch_size((torch.zeros(5, 2), torch.zeros(5))) == 5
+    assert batch_size({"ids": torch.zeros(3, 7)}) == 3
+    assert batch_size((torch.tensor(1.0), torch.zeros(4, 2))) == 4  # a scalar has no batch dimension
+    assert batch_size([1, 2]) is None

@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_edge.lightning.session import EnergySession, batch_size_of
+from lightning_edge.lightning.session import EnergySession
 from lightning_edge.profiling.attribution import LayerEnergy, StepEnergy
 from lightning_edge.profiling.report import CSV_FIELDS, ProfileReport
 
@@ -104,12 +104,6 @@ def test_warmup_and_every_n_policy():
     _loop(s, 4, stage="validate")
     s.flush(wait=True)
     assert [p.index for p in s.profiled["validate"]] == [2]
-
-
-def test_batch_size_of():
-    assert batch_size_of((torch.zeros(5, 2), torch.zeros(5))) == 5
-    assert batch_size_of({"ids": torch.zeros(3, 7)}) == 3
-    assert batch_size_of([1, 2]) is None
 
 
 def _steps():
