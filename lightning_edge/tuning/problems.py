@@ -60,6 +60,10 @@ class Measurement:
         object.__setattr__(self, "power_w", p)
         object.__setattr__(self, "label", str(self.label))
 
+    @property
+    def energy_j(self) -> float:
+        return self.time_s * self.power_w
+
 
 def as_measurement(obj: Any) -> Measurement:
     """A :class:`Measurement` from anything with ``time_s`` and ``power_w`` (and optionally ``label``)."""

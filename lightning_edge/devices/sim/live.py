@@ -6,32 +6,14 @@ measurement noise, from :class:`~lightning_edge.devices.sim.twin.OrinTwin`'s pre
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from lightning_edge.devices.sim.twin import OrinTwin
+from lightning_edge.tuning.problems import Measurement
 
 __all__ = ["Measurement", "SimWorkload"]
-
-
-@dataclass(frozen=True)
-class Measurement:
-    """One profiled minibatch on the twin: mean time per minibatch (s) and mean power (W).
-
-    ``label`` is always ``"simulated"``: never present it as a measurement of a real board.
-    """
-
-    time_s: float
-    power_w: float
-    label: str = "simulated"
-    mode: Any = None
-    batch_size: int | None = None
-
-    @property
-    def energy_j(self) -> float:
-        return self.time_s * self.power_w
 
 
 class SimWorkload:
@@ -174,7 +156,7 @@ class SimWorkload:
             t *= max(1.0 + self.time_noise * float(self._rng.standard_normal()), 0.5)
             p *= max(1.0 + self.power_noise * float(self._rng.standard_normal()), 0.5)
         self.calls[kind] += 1
-        return Measurement(t, p, "simulated", self.twin.space.coerce(mode), batch_size)
+        return Measurement(t, p, "simulated")
 
     def train(self, mode: Any) -> Measurement:
         """Time per training minibatch (``train_batch_size``) and power on ``mode``."""
