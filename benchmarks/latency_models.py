@@ -17,7 +17,7 @@ recorded before and after: on a shared machine, numbers move with it.
     python benchmarks/latency_models.py                    # full: ~8-10 min; writes benchmarks/results/latency_models.md
     python benchmarks/latency_models.py --clock wall       # wall time (the default 1 thread uses the thread's CPU time)
     python benchmarks/latency_models.py --threads 2 --figures /tmp/latency_figs   # on a quiet machine, all cores
-    python benchmarks/latency_models.py --device cuda      # on a GPU: checks the CUDA-event paths (not run here)
+    python benchmarks/latency_models.py --torch-device cuda      # on a GPU: checks the CUDA-event paths (not run here)
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ def uptime() -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="fewer networks, smaller budget and repeats (~3 min)")
-    ap.add_argument("--device", default="cpu", help="cpu (default) or cuda")
+    ap.add_argument("--torch-device", default="cpu", help="cpu (default) or cuda")
     ap.add_argument("--threads", type=int, default=1,
                     help="torch threads for fits and measurements (default 1: steadiest on a shared machine)")
     ap.add_argument("--clock", choices=["wall", "thread"], default=None,
@@ -84,7 +84,7 @@ def main(argv=None) -> int:
     from lightning_edge.latency.model import LatencyModel
 
     warnings.simplefilter("ignore")  # extrapolation warnings: the table says how far off the models are
-    device = args.device
+    device = args.torch_device
     torch.set_num_threads(args.threads)
     from lightning_edge.latency import measure
 

@@ -72,5 +72,36 @@ def run_command(run, args: argparse.Namespace, prog: str) -> int:
         return 1
 
 
+def check_board_option(value: str) -> str:
+    """``--device`` names a board in every command (auto, jetson, nvml:N, rapl, none, sim:orin-agx); a torch device
+    given there (``cuda``, ``cuda:0``, ``mps``; ``cpu`` is ambiguous) is an error that names ``--torch-device``."""
+    v = (value or "auto").strip().lower()
+    if v == "cpu" or v.split(":")[0] in ("cuda", "mps", "xpu"):
+        raise ValueError(f"--device {value}: --device names a board in lightning-edge (auto, jetson, nvml:N, "
+                         f"sim:orin-agx); for a torch device use --torch-device {value}")
+    return v
+
+
+def add_json_argument(parser: argparse.ArgumentParser, what: str = "the result") -> None:
+    """``--json [PATH|-]``, the same in every command: ``--json`` or ``--json -`` prints JSON to stdout (and
+    nothing else there), ``--json PATH`` writes it to PATH."""
+    parser.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH|-",
+                        help=f"{what} as JSON: to PATH, or to stdout with '-' or no value (then only the JSON)")
+
+
+def write_json(data, dest: str) -> None:
+    """Write ``data`` (JSON-able, or JSON text) where ``--json`` said: stdout for ``-``, else the file (its name
+    on stderr)."""
+    import json
+
+    text = data if isinstance(data, str) else json.dumps(data, indent=2, default=str)
+    if dest == "-":
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        return
+    with open(dest, "w", newline="") as fh:
+        fh.write(text)
+    print(f"wrote {dest}", file=sys.stderr)
+
+
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())

@@ -6,6 +6,8 @@ import argparse
 import importlib
 import sys
 
+from lightning_edge.cli import add_json_argument, write_json
+
 HELP = "per-layer FLOP, MAC, bytes and arithmetic intensity of a model, from shapes (nothing is run)"
 
 
@@ -25,7 +27,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sort", choices=["flops", "bytes", "macs", "params"], default=None,
                    help="order the table by this column (default: execution order)")
     p.add_argument("--top", type=int, default=None, help="show only the first N rows of the table")
-    p.add_argument("--json", metavar="PATH", default=None, help="also write the full result as JSON")
+    add_json_argument(p, "the full result")
     p.add_argument("--list", action="store_true", help="list the zoo models and exit")
 
 
@@ -118,14 +120,16 @@ def run(args: argparse.Namespace) -> int:
         raise RuntimeError(_failed_on_inputs(args.model, inputs, exc)) from exc
     except IndexError as exc:
         raise ValueError(_failed_on_inputs(args.model, inputs, exc)) from exc
+    if args.json == "-":
+        write_json(cost.to_json(), "-")
+        return 0
     print(cost.table(top=args.top, sort=args.sort))
     t = cost.total
     print(f"\n{args.model} batch {args.batch_size}: {t.flops / 1e9:.3f} GFLOP, {t.macs / 1e9:.3f} GMAC, "
           f"{t.bytes / 1e6:.2f} MB moved, intensity {t.intensity:.2f} FLOP/B "
           "(estimated from shapes, nothing was run)")
     if args.json:
-        cost.to_json(args.json)
-        print(f"wrote {args.json}")
+        write_json(cost.to_json(), args.json)
     return 0
 
 

@@ -16,10 +16,11 @@ On the twin (``--device sim:orin-agx``) the simulated mode persists in the state
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
+
+from lightning_edge.cli import add_json_argument, write_json
 
 HELP = "show, list and switch power modes (and put the board back)"
 
@@ -34,9 +35,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"which board: {DEVICES_HELP} (default: auto = this Jetson; NVML is never picked by auto)",
     )
     common.add_argument(
-        "--dry-run", action="store_true", help="print the exact writes or commands, change nothing"
-    )
-    common.add_argument(
         "--state-dir",
         default=None,
         help="where the state and lock files live (default: $LIGHTNING_EDGE_STATE_DIR or the user state dir)",
@@ -46,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p = sub.add_parser(
         "show", parents=[common], help="print the current mode", description="Print the current mode."
     )
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_json_argument(p)
     p = sub.add_parser(
         "list",
         parents=[common],
@@ -55,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--all", action="store_true", help="print every mode, one per line")
     p.add_argument("--subset", choices=["fulcrum"], help="only a named subset (fulcrum: the 441-mode grid)")
-    p.add_argument("--json", action="store_true", help="print JSON")
+    add_json_argument(p)
     p = sub.add_parser(
         "set",
         parents=[common],
@@ -63,12 +61,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         description="Switch to MODE and leave it set; `mode restore` puts back the original.",
     )
     p.add_argument("mode", help="CORESc/CPU/GPU/MEM in MHz (e.g. 8c/1344/727/2133), or maxn, min, mid")
-    sub.add_parser(
+    p.add_argument("--dry-run", action="store_true", help="print the exact writes or commands, change nothing")
+    p = sub.add_parser(
         "restore",
         parents=[common],
         help="put back the mode found before lightning_edge changed it",
         description="Put back the mode recorded in the board's state file.",
     )
+    p.add_argument("--dry-run", action="store_true", help="print the exact writes or commands, change nothing")
     parser.set_defaults(_mode_parser=parser)
 
 
@@ -120,7 +120,7 @@ def _show(args) -> int:
             "original": (state or {}).get("original"),
             "state_file": ctl.state_path if state else None,
         }
-        print(json.dumps(out, indent=2))
+        write_json(out, args.json)
         return 0
     tags = [ctl.source]
     if mode == space.max_mode():
@@ -160,7 +160,7 @@ def _list(args) -> int:
         d["size"] = space.size
         if args.all:
             d["modes"] = [str(m) for m in space]
-        print(json.dumps(d, indent=2))
+        write_json(d, args.json)
         return 0
     lines = space.describe().splitlines()
     if ctl.source == "simulated":

@@ -12,8 +12,9 @@ Examples::
 from __future__ import annotations
 
 import argparse
-import json
 import math
+
+from lightning_edge.cli import add_json_argument, check_board_option, write_json
 
 HELP = "latency models of seed 003 (roofline, refined, statistical, mixed, step-wise): fit, predict, evaluate"
 
@@ -33,7 +34,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     sub.required = True
     f = sub.add_parser("fit", help="measure this machine and fit a latency model")
     f.add_argument("--kind", default="stepwise", choices=["roofline", "refined", "statistical", "mixed", "stepwise"])
-    f.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    f.add_argument("--torch-device", default="cpu", metavar="cpu|cuda[:N]",
+                   help="the torch device measured and modelled (default cpu)")
+    f.add_argument("--device", default=None, metavar="BOARD",
+                   help="not used by fit: --device names a board in lightning-edge; the torch device is --torch-device")
     f.add_argument("--budget-s", type=float, default=600.0, help="seconds of measurement (default 600)")
     f.add_argument("--threads", type=int, default=None,
                    help="torch.set_num_threads for the measurements (recorded; on a busy machine 1 is steadiest)")
@@ -56,13 +60,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("latency_model", metavar="MODEL.json")
     _model_args(p)
     p.add_argument("--top", type=int, default=None, help="show only the N slowest layers")
-    p.add_argument("--json", metavar="PATH", default=None, help="also write the prediction as JSON")
+    add_json_argument(p, "the prediction")
     p.set_defaults(_action=_predict)
 
     e = sub.add_parser("evaluate", help="measure a network on this machine and compare with the prediction")
     e.add_argument("latency_model", metavar="MODEL.json")
     _model_args(e)
     e.add_argument("--repeats", type=int, default=10, help="timed forward passes (median; default 10)")
+    add_json_argument(e, "the comparison (measured and estimated times, errors)")
     e.set_defaults(_action=_evaluate)
 
 
@@ -112,7 +117,11 @@ def _fit(args) -> int:
             got = training_from_layers_json(path, model, *inputs)
             print(f"{path}: {len(got)} layers with forward times")
             samples += got
-    lm = LatencyModel.fit(kind=args.kind, device=args.device, budget_s=args.budget_s, threads=args.threads,
+    if args.device is not None:
+        check_board_option(args.device)
+        raise ValueError(f"--device {args.device}: latency fit measures a torch device (--torch-device cpu|cuda[:N]), "
+                         "not a board; to fit on a Jetson, run it there")
+    lm = LatencyModel.fit(kind=args.kind, device=args.torch_device, budget_s=args.budget_s, threads=args.threads,
                           samples=samples, classes=args.classes, log=print, clock=args.clock)
     lm.save(args.out)
     print(lm.describe())
@@ -131,11 +140,10 @@ def _predict(args) -> int:
     lm = LatencyModel.load(args.latency_model)
     model, inputs = load(args.model, args.batch_size, args.image_size, args.seq_len, args.input_shape)
     pred = lm.predict(model, *inputs)
-    print(pred.table(top=args.top))
+    if args.json != "-":
+        print(pred.table(top=args.top))
     if args.json:
-        with open(args.json, "w") as fh:
-            json.dump(pred.to_dict(), fh, indent=1)
-        print(f"wrote {args.json}")
+        write_json(pred.to_dict(), args.json)
     return 0
 
 
@@ -166,9 +174,15 @@ def _evaluate(args) -> int:
     sq = [((la.time_s - per_layer[la.name]) / per_layer[la.name]) ** 2 for la in pred.layers
           if per_layer.get(la.name, 0) > 0]
     rmspe = math.sqrt(sum(sq) / len(sq)) * 100 if sq else float("nan")
-    print(f"{args.model} batch {args.batch_size}: measured {measured * 1e3:.3f} ms (median of {args.repeats}, "
-          f"{lm.meta.get('threads')} threads, {clk} clock), {lm.kind} estimate {pred.total_s * 1e3:.3f} ms: error {ape:.1f} %; "
-          f"per-layer RMSPE {rmspe:.1f} % over {len(sq)} layers")
+    if args.json:
+        write_json({"model": args.model, "batch_size": args.batch_size, "kind": lm.kind,
+                    "measured_s": measured, "repeats": args.repeats, "threads": lm.meta.get("threads"), "clock": clk,
+                    "estimated_s": pred.total_s, "error_pct": ape, "layer_rmspe_pct": rmspe, "layers_compared": len(sq)},
+                   args.json)
+    if args.json != "-":
+        print(f"{args.model} batch {args.batch_size}: measured {measured * 1e3:.3f} ms (median of {args.repeats}, "
+              f"{lm.meta.get('threads')} threads, {clk} clock), {lm.kind} estimate {pred.total_s * 1e3:.3f} ms: "
+              f"error {ape:.1f} %; per-layer RMSPE {rmspe:.1f} % over {len(sq)} layers")
     return 0
 
 

@@ -14,15 +14,24 @@ from __future__ import annotations
 import argparse
 import importlib
 import inspect
+import sys
 import time
+
+from lightning_edge.cli import add_json_argument, check_board_option, write_json
 
 HELP = "measure the time/energy roofline of this device (or draw one from a profile)"
 
+TWIN_PROFILE = "orin-agx-twin"  # the simulated Orin AGX's rooflines (lightning_edge/data)
 SETTLE_S = 3.0  # Pagoda: power takes 2-3 s to stabilise after a mode change
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--device", default=None, help="cpu, cuda or cuda:N (default: cuda when available, else cpu)")
+    parser.add_argument("--torch-device", default=None, metavar="cpu|cuda[:N]",
+                        help="the torch device the microbenchmarks run on (default: cuda when available, else cpu)")
+    parser.add_argument("--device", default="auto", metavar="BOARD",
+                        help="the board, as in every lightning-edge command: auto (this Jetson, whose controller "
+                             "--modes uses), jetson, nvml:N, or sim:orin-agx (the twin: its shipped simulated profile, "
+                             "nothing measured)")
     parser.add_argument("--quick", action="store_true", help="small sweeps, 3 repeats (seconds, not minutes)")
     parser.add_argument("--out", metavar="PROFILE.json", help="write the measured (or selected) profile here")
     parser.add_argument("--modes", nargs="+", metavar="MODE",
@@ -38,17 +47,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--profile", metavar="PATH_OR_NAME",
                         help="use this profile instead of measuring (a file, or a shipped name such as orin-agx-pagoda)")
     parser.add_argument("--device-name", help="device model name written into the profile (default: detected)")
+    add_json_argument(parser, "the rooflines (per mode: peaks, balance points, energy efficiency; and the profile)")
 
 
 def run(args: argparse.Namespace) -> int:
     from lightning_edge.roofline.profile import DeviceProfile, load_profile, save_profile
 
-    if args.device and args.device.startswith("sim"):
-        raise ValueError(f"--device {args.device}: the simulated twin is not measured with microbenchmarks; its roofline "
-                         "comes from a profile (--profile orin-agx-pagoda, or the twin's own profile)")
+    board = check_board_option(args.device)
+    if board.startswith("sim"):
+        if args.profile:
+            raise ValueError(f"--device {args.device} and --profile {args.profile}: give one (the twin's rooflines are "
+                             f"its shipped profile {TWIN_PROFILE!r})")
+        if args.torch_device:
+            raise ValueError(f"--device {args.device}: the simulated twin is not measured with microbenchmarks, so "
+                             "--torch-device means nothing with it; its roofline is its shipped profile")
+        args.profile = TWIN_PROFILE
     if args.batch_size < 1:
         raise ValueError(f"--batch-size: expected a positive integer, got {args.batch_size}")
     precision = (args.precision or ["fp32"])[0]
+    info = sys.stderr if args.json == "-" else sys.stdout  # stdout carries only the JSON then
 
     if args.profile:
         profile = load_profile(args.profile)
@@ -57,7 +74,7 @@ def run(args: argparse.Namespace) -> int:
             profile = DeviceProfile(device=profile.device, source=profile.source, modes=entries, created=profile.created,
                                     host=profile.host, mode_space=profile.mode_space, fit=profile.fit,
                                     reference=profile.reference, notes=profile.notes)
-        print(f"profile {args.profile!r}: device {profile.device}, source {profile.source}, {len(profile.modes)} mode(s)")
+        print(f"profile {args.profile!r}: device {profile.device}, source {profile.source}, {len(profile.modes)} mode(s)", file=info)
     else:
         profile = _measure(args)
 
@@ -66,16 +83,21 @@ def run(args: argparse.Namespace) -> int:
     if not any(precision in m.precision for m in profile.modes):
         have = sorted({p for m in profile.modes for p in m.precision})
         raise ValueError(f"--precision {precision}: the profile has no such roofline; it has {', '.join(have)}")
-    _print_table(profile, precision)
+    if args.json:
+        write_json({"device": profile.device, "source": profile.source, "precision": precision,
+                    "modes": profile.summary_table(precision), "profile": profile.to_dict()}, args.json)
+    if args.json != "-":
+        _print_table(profile, precision)
 
     if args.out:
         path = save_profile(profile, args.out)
-        print(f"wrote {path} (validated)")
+        print(f"wrote {path} (validated)", file=info)
 
     if layers is not None:
         roof = profile.roofline(profile.modes[0].mode, precision) if precision in profile.modes[0].precision \
             else next(m.roofline(precision) for m in profile.modes if precision in m.precision)
-        _print_layers(layers, roof)
+        if args.json != "-":
+            _print_layers(layers, roof)
 
     if args.plot:
         from lightning_edge.roofline.plot import plot_rooflines
@@ -86,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
             title += f": {args.model}, batch {args.batch_size}"
         fig = plot_rooflines(roofs, layers=layers, path=args.plot, title=title)
         del fig
-        print(f"wrote {args.plot}")
+        print(f"wrote {args.plot}", file=info)
     return 0
 
 
@@ -97,7 +119,7 @@ def _measure(args):
     from lightning_edge.roofline.microbench import find_energy_meter, run_microbench
     from lightning_edge.roofline.profile import DeviceProfile
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = args.torch_device or ("cuda" if torch.cuda.is_available() else "cpu")
     meter = find_energy_meter(device)
 
     def log(msg):
@@ -106,7 +128,7 @@ def _measure(args):
     if args.modes:
         entries = []
         result = None
-        with _get_controller() as ctl:  # the mode found at start is restored on exit
+        with _get_controller(args.device) as ctl:  # the mode found at start is restored on exit
             for mode in args.modes:
                 print(f"switching to mode {mode} ...", flush=True)
                 applied = ctl.apply(mode)
@@ -118,7 +140,7 @@ def _measure(args):
     else:
         print(f"measuring the roofline of the current mode ({'quick' if args.quick else 'full'} run) ...", flush=True)
         result = run_microbench(device, quick=args.quick, precisions=args.precision, meter=meter, log=log)
-        mode = _current_mode_string()
+        mode = _current_mode_string(args.device)
         profile = result.to_profile(mode=mode, device=args.device_name)
         print(f"done in {result.elapsed_s:.1f} s")
     if not meter.available:
@@ -132,8 +154,8 @@ def _slug(text):
     return slug(text)
 
 
-def _get_controller():
-    """The power-mode controller of this board (``lightning_edge.devices.get_controller("auto")``), or a clear error."""
+def _get_controller(board: str = "auto"):
+    """The power-mode controller of ``board`` (``lightning_edge.devices.get_controller``), or a clear error."""
     try:
         from lightning_edge.devices import get_controller
     except ImportError:
@@ -142,7 +164,7 @@ def _get_controller():
             "not have; run without --modes to measure the current mode, or switch modes yourself and run once per mode"
         ) from None
     try:
-        return get_controller("auto")
+        return get_controller(board)
     except RuntimeError as exc:
         raise RuntimeError(
             f"--modes needs a power-mode controller to switch modes, and none is available here:\n{exc}\n"
@@ -150,14 +172,14 @@ def _get_controller():
         ) from None
 
 
-def _current_mode_string() -> str:
+def _current_mode_string(board: str = "auto") -> str:
     """The board's current mode as 'Nc/CPU/GPU/MEM' when a Jetson controller can read it, else 'current'.
 
     Reading only: the controller is opened without its state file, lock, recovery or exit handlers."""
     try:
         from lightning_edge.devices import get_controller
 
-        ctl = get_controller("auto", safety=False, recover=False, handle_exit=False)
+        ctl = get_controller(board, safety=False, recover=False, handle_exit=False)
         return str(ctl.current())
     except Exception:  # noqa: BLE001 - not a Jetson (or no controller yet): the mode has no knob name
         return "current"

@@ -21,9 +21,10 @@ import argparse
 import csv
 import io
 import json
-import sys
 import time
 from typing import Any
+
+from lightning_edge.cli import add_json_argument, write_json
 
 HELP = "list, show, query, export and tidy the profile store (studies, profiles, claims)"
 
@@ -37,11 +38,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        help="'default' (SQLite in the user cache dir), a file path (SQLite) or an Optuna storage URL")
         if study:
             q.add_argument("workload", help="study name, workload key, or a unique part of one")
-            q.add_argument("--device", default=None, help="device model (e.g. sim-orin-agx, orin-agx)")
+            q.add_argument("--device-model", default=None, help="device model (e.g. sim-orin-agx, orin-agx)")
             q.add_argument("--kind", choices=("train", "infer"), default=None, help="training or inference profiles")
         if json_out:
-            q.add_argument("--json", nargs="?", const="-", default=None, metavar="PATH|-",
-                           help="write JSON to PATH, or to stdout with '-' (or no value)")
+            add_json_argument(q, "the answer")
 
     common(sub.add_parser("list", help="every study: device, workload, kind, profiles, label, open claims"),
            study=False)
@@ -66,15 +66,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def _write(text: str, dest: str) -> None:
-    if dest == "-":
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        return
-    with open(dest, "w", newline="") as fh:
-        fh.write(text)
-    print(f"wrote {dest}", file=sys.stderr)
-
-
 def _studies(store: Any) -> list[Any]:
     import optuna
 
@@ -91,7 +82,7 @@ def _find(store: Any, args: argparse.Namespace) -> str:
 
     def ok(name: str) -> bool:
         _, dev, wid, kind = name.split("/")
-        return (args.device is None or dev == args.device) and (args.kind is None or kind == args.kind)
+        return (args.device_model is None or dev == args.device_model) and (args.kind is None or kind == args.kind)
 
     for test in (lambda n: n == want, lambda n: n.split("/")[2] == want, lambda n: want in n):
         found = [n for n in names if test(n) and ok(n)]
@@ -101,7 +92,7 @@ def _find(store: Any, args: argparse.Namespace) -> str:
             raise ValueError(f"{want!r} names {len(found)} studies ({', '.join(found[:4])}"
                              f"{', ...' if len(found) > 4 else ''}); give the full name or --device / --kind")
     raise ValueError(f"no study in the profile store {store.describe()} matches {want!r}"
-                     f"{'' if args.device is None else f' on {args.device}'}"
+                     f"{'' if args.device_model is None else f' on {args.device_model}'}"
                      f"{'' if args.kind is None else f' ({args.kind})'}; see lightning-edge store list")
 
 
@@ -199,7 +190,7 @@ def _do_list(store: Any, args: argparse.Namespace) -> int:
                      ",".join(sorted({t.user_attrs.get("label", "") for t in trials
                                       if t.state == TrialState.COMPLETE} - {""})) or "-"})
     if args.json is not None:
-        _write(json.dumps(rows, indent=2), args.json)
+        write_json(json.dumps(rows, indent=2), args.json)
         return 0
     if not rows:
         print(f"profile store {store.describe()}: no studies yet")
@@ -220,7 +211,7 @@ def _do_show(store: Any, args: argparse.Namespace) -> int:
     name = _find(store, args)
     rows = _rows(store, name)
     if args.json is not None:
-        _write(json.dumps({"study": name, "profiles": rows}, indent=2), args.json)
+        write_json(json.dumps({"study": name, "profiles": rows}, indent=2), args.json)
         return 0
     print(f"{name}: {len(rows)} profiles ({store.describe()})")
     print(_table(rows, _profile_cols(name.split("/")[3])))
@@ -246,7 +237,7 @@ def _do_best(store: Any, args: argparse.Namespace) -> int:
                                                  "power_w": sol.power_w, "label": getattr(sol, "label", None),
                                                  "batch_size": getattr(sol, "batch_size", None)}}
     if args.json is not None:
-        _write(json.dumps(out, indent=2), args.json)
+        write_json(json.dumps(out, indent=2), args.json)
         return 0 if sol is not None else 1
     if sol is None:
         print(f"{name}: none of its {out['profiles']} profiled modes meets {problem.describe()}")
@@ -267,16 +258,16 @@ def _do_export(store: Any, args: argparse.Namespace) -> int:
         w.writeheader()
         for r in rows:
             w.writerow({**r, "constraints": json.dumps(r["constraints"])})
-        _write(buf.getvalue(), args.csv)
+        write_json(buf.getvalue(), args.csv)
     if args.json is not None:
-        _write(json.dumps({"study": name, "profiles": rows}, indent=2), args.json)
+        write_json(json.dumps({"study": name, "profiles": rows}, indent=2), args.json)
     return 0
 
 
 def _do_claims(store: Any, args: argparse.Namespace) -> int:
     rows = _claims(store)
     if args.json is not None:
-        _write(json.dumps([{k: v for k, v in r.items() if k != "_trial"} for r in rows], indent=2), args.json)
+        write_json(json.dumps([{k: v for k, v in r.items() if k != "_trial"} for r in rows], indent=2), args.json)
         return 0
     if not rows:
         print(f"profile store {store.describe()}: no open claims")

@@ -136,3 +136,17 @@ def test_a_profile_json_of_random_bytes_names_the_file(tmp_path, capsys):
     bad.write_bytes(bytes(range(256)) * 3)
     msg = _one_line_error(capsys, ["roofline", "--profile", str(bad)])
     assert str(bad) in msg
+
+
+def test_json_dash_prints_only_the_json_to_stdout(capsys):
+    """issue 16: ``--json [PATH|-]`` is the same in every command (it used to write a file named '-')."""
+    import json
+
+    from lightning_edge.cli import main
+
+    assert main(["analyze", "zoo:resnet18", "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["model"] == "ResNet" and doc["layers"]
+    assert main(["roofline", "--profile", "orin-agx-pagoda", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["device"] and doc["modes"][0]["time_balance"] > 0

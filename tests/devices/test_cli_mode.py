@@ -145,8 +145,11 @@ def test_there_is_no_root_option(capsys, orin5, state_dir):
     add_arguments(parser)
     show = next(a for a in parser._actions if a.dest == "mode_command").choices["show"]
     help_text = show.format_help()
-    assert "--device" in help_text and "--dry-run" in help_text and "--state-dir" in help_text
+    assert "--device" in help_text and "--state-dir" in help_text
     assert "--root" not in help_text
+    assert "--dry-run" not in help_text  # issue 16: show changes nothing, so a dry run of it meant nothing
+    sub = next(a for a in parser._actions if a.dest == "mode_command").choices
+    assert "--dry-run" in sub["set"].format_help() and "--dry-run" in sub["restore"].format_help()
     for action in ("show", "set", "restore", "list"):
         extra = ["8c/1344/727/2133"] if action == "set" else []
         with pytest.raises(SystemExit) as exc:

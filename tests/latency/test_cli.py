@@ -33,6 +33,16 @@ def test_evaluate_measures_and_compares(saved, capsys):
     assert "measured" in text and "stepwise estimate" in text and "per-layer RMSPE" in text
 
 
+def test_json_dash_is_the_same_in_predict_and_evaluate(saved, capsys):
+    """issue 16: ``--json [PATH|-]`` in every command; with '-' stdout holds only the JSON."""
+    assert main(["latency", "predict", str(saved), "zoo:resnet18", "--image-size", "32", "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["label"] == "estimated"
+    assert main(["latency", "evaluate", str(saved), "zoo:mobilenet_v2", "--image-size", "32", "--repeats", "2",
+                 "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["measured_s"] > 0 and doc["estimated_s"] > 0 and doc["kind"] == "stepwise"
+
+
 def test_bad_arguments_are_one_line_errors(saved, tmp_path, capsys):
     assert main(["latency", "fit", "--out", str(tmp_path / "m.json"), "--layers-json", "x.json"]) == 1
     assert "--layers-json needs --model" in capsys.readouterr().err

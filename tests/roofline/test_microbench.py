@@ -243,7 +243,7 @@ def test_microbench_input_errors():
 def test_cli_quick_run_writes_profile(tmp_path, capsys):
     out = tmp_path / "profile.json"
     t0 = time.monotonic()
-    rc = main(["roofline", "--quick", "--device", "cpu", "--precision", "fp32", "--out", str(out)])
+    rc = main(["roofline", "--quick", "--torch-device", "cpu", "--precision", "fp32", "--out", str(out)])
     elapsed = time.monotonic() - t0
     text = capsys.readouterr().out
     assert rc == 0
@@ -271,7 +271,9 @@ def test_cli_profile_mode_subset(tmp_path, capsys):
     (["--profile", "nope"], "no device profile 'nope'"),
     (["--profile", "orin-agx-pagoda", "--modes", "9c/1/1/1"], "has no mode '9c/1/1/1'"),
     (["--profile", "orin-agx-pagoda", "--precision", "int4"], "--precision int4: the profile has no such roofline"),
-    (["--device", "sim:orin-agx"], "the simulated twin is not measured"),
+    (["--device", "sim:orin-agx", "--torch-device", "cpu"], "the simulated twin is not measured"),
+    (["--device", "cuda"], "for a torch device use --torch-device cuda"),
+    (["--device", "cpu"], "for a torch device use --torch-device cpu"),
     (["--profile", "orin-agx-pagoda", "--batch-size", "0"], "--batch-size"),
     (["--profile", "orin-agx-pagoda", "--model", "resnet"], "expected zoo:NAME"),
 ])
@@ -280,6 +282,18 @@ def test_cli_errors_are_readable(argv, match, capsys):
     err = capsys.readouterr().err
     assert err.startswith("lightning-edge roofline: error: ")
     assert match in err
+
+
+def test_device_is_a_board_here_too(capsys):
+    """issue 16: ``--device`` names a board in every command; ``roofline --device sim:orin-agx`` shows the twin's
+    rooflines (its shipped simulated profile), measuring nothing."""
+    import json
+
+    assert main(["roofline", "--device", "sim:orin-agx", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["source"] == "simulated" and doc["modes"]
+    assert main(["latency", "fit", "--device", "sim:orin-agx", "--out", "x.json"]) == 1
+    assert "--torch-device" in capsys.readouterr().err
 
 
 @pytest.mark.skipif(ON_JETSON, reason="on a Jetson --modes really switches power modes")
