@@ -35,95 +35,72 @@ from lightning_edge.devices.controllers.sysfs import (
     Write,
     discover_space,
 )
+from lightning_edge.devices.registry import Registry
 
 DEVICES_HELP = "auto, jetson, nvpmodel, nvml[:INDEX], sim:orin-agx"
 
 
-# keyword arguments that only one kind of backend understands; the others never see them
-_JETSON_ONLY = {"root", "writer", "conf_path", "nvpmodel", "runner", "mode_id"}
-_NVML_ONLY = {"nvml", "power_limit_w"}
-_SIM_ONLY = {"board_file", "clock", "on_step", "initial"}
+#: power-mode controller backends by name (``register`` adds one); each gets only the options its constructor takes
+CONTROLLERS = Registry("power-mode controller", {
+    "jetson": JetsonSysfsController,
+    "nvpmodel": NvpmodelController,
+    "nvml": NvmlController,
+    "sim": "lightning_edge.devices.sim.controller:SimModeController",
+})
 
 
-def _only(kwargs: dict[str, Any], *drop: set[str]) -> dict[str, Any]:
-    out = dict(kwargs)
-    for keys in drop:
-        for k in keys:
-            out.pop(k, None)
-    return out
-
-
-def _sim(board: str, kwargs: dict[str, Any]) -> ModeController:
-    from lightning_edge.devices.sim.controller import SimModeController
-
-    kw = _only(kwargs, _JETSON_ONLY, _NVML_ONLY)
-    board = board or kw.pop("board", None) or "orin-agx"
-    kw.pop("board", None)
-    return SimModeController(board, **kw)
+def _open(kind: str, arg: str, kwargs: dict[str, Any]) -> ModeController:
+    cls = CONTROLLERS.get(kind)
+    reason = cls.probe(arg, **kwargs)
+    if reason:
+        raise ControllerUnavailableError(f"--device {kind}: {reason}", {kind: reason})
+    return cls.open(arg, **kwargs)
 
 
 def get_controller(device: str = "auto", *, allow_nvml: bool = False, **kwargs: Any) -> ModeController:
     """The power-mode controller for ``device``; raises :class:`ControllerUnavailableError` saying why not.
 
     ``device``: ``"auto"`` (a Jetson if there is one; NVML only with ``allow_nvml=True``), ``"jetson"``,
-    ``"nvpmodel"``, ``"nvml"`` / ``"nvml:1"``, ``"sim"`` / ``"sim:orin-agx"``. ``kwargs`` go to the
-    controller (``root=``, ``dry_run=``, ``state_dir=``, ``board_file=`` for the twin...).
+    ``"nvpmodel"`` (also ``"jetson:nvpmodel"``), ``"nvml"`` / ``"nvml:1"``, ``"sim"`` / ``"sim:orin-agx"``, or the
+    name of a backend added with ``CONTROLLERS.register``. ``kwargs`` go to the controller (``root=``, ``dry_run=``,
+    ``state_dir=``, ``board_file=`` for the twin...); each backend receives only those its constructor takes.
     """
     kind, _, arg = str(device).strip().partition(":")
     kind = kind.lower()
-    if kind == "sim":
-        return _sim(arg, dict(kwargs))
-    if kind == "jetson" and arg in ("", "sysfs"):
-        reason = JetsonSysfsController.why_unavailable(**_probe_kw(kwargs))
-        if reason:
-            raise ControllerUnavailableError(f"--device jetson: {reason}", {"jetson": reason})
-        return JetsonSysfsController(
-            **_only(kwargs, _NVML_ONLY, _SIM_ONLY, {"conf_path", "nvpmodel", "runner", "mode_id"})
-        )
-    if kind == "nvpmodel" or (kind == "jetson" and arg == "nvpmodel"):
-        reason = NvpmodelController.why_unavailable(**_probe_kw(kwargs))
-        if reason:
-            raise ControllerUnavailableError(f"--device nvpmodel: {reason}", {"nvpmodel": reason})
-        return NvpmodelController(**_only(kwargs, _NVML_ONLY, _SIM_ONLY))
-    if kind == "nvml":
-        return NvmlController(int(arg or 0), **_only(kwargs, _JETSON_ONLY, _SIM_ONLY, {"board"}))
+    if kind == "jetson" and arg in ("sysfs", "nvpmodel"):
+        kind, arg = ("jetson", "") if arg == "sysfs" else ("nvpmodel", "")
     if kind != "auto":
-        raise ControllerUnavailableError(f"unknown device {device!r}: expected one of {DEVICES_HELP}")
+        if kind not in CONTROLLERS:
+            raise ControllerUnavailableError(f"unknown device {device!r}: expected one of {DEVICES_HELP}")
+        return _open(kind, arg, kwargs)
     reasons: dict[str, str] = {}
-    reason = JetsonSysfsController.why_unavailable(**_probe_kw(kwargs))
-    if reason is None:
-        return JetsonSysfsController(
-            **_only(kwargs, _NVML_ONLY, _SIM_ONLY, {"conf_path", "nvpmodel", "runner", "mode_id"})
-        )
-    reasons["jetson"] = reason
-    if allow_nvml:
-        nreason = NvmlController.why_unavailable(nvml=kwargs.get("nvml"))
-        if nreason is None:
-            return NvmlController(**_only(kwargs, _JETSON_ONLY, _SIM_ONLY, {"board"}))
-        reasons["nvml"] = nreason
-    else:
-        reasons["nvml"] = "opt-in only, never chosen automatically (pass allow_nvml=True or device='nvml')"
+    for k in ("jetson", "nvml"):
+        if k == "nvml" and not allow_nvml:
+            reasons[k] = "opt-in only, never chosen automatically (pass allow_nvml=True or device='nvml')"
+            continue
+        try:
+            return _open(k, "", kwargs)
+        except ControllerUnavailableError as exc:
+            reasons[k] = exc.reasons.get(k, str(exc))
     lines = ["no power-mode controller available for device 'auto':"]
     lines += [f"  {k}: {v}" for k, v in reasons.items()]
     lines.append("For the simulated Orin AGX twin use device 'sim:orin-agx' (CLI: --device sim:orin-agx).")
     raise ControllerUnavailableError("\n".join(lines), reasons)
 
 
-def _probe_kw(kwargs: dict[str, Any]) -> dict[str, Any]:
-    return {k: kwargs[k] for k in ("root", "board", "conf_path", "nvpmodel") if k in kwargs}
-
-
 def available_backends(**kwargs: Any) -> dict[str, str | None]:
-    """``{backend: None if available else why not}`` for every real backend (the twin is always available)."""
-    return {
-        "jetson": JetsonSysfsController.why_unavailable(**_probe_kw(kwargs)),
-        "nvpmodel": NvpmodelController.why_unavailable(**_probe_kw(kwargs)),
-        "nvml": NvmlController.why_unavailable(nvml=kwargs.get("nvml")),
-        "sim": None,
-    }
+    """``{backend: None if available else why not}`` for every registered backend (the twin is always available)."""
+    out = {}
+    for k in CONTROLLERS:
+        try:
+            out[k] = CONTROLLERS.get(k).probe("", **kwargs)
+        except ControllerUnavailableError as exc:
+            out[k] = str(exc)
+    return out
 
 
 __all__ = [
+    "CONTROLLERS",
     "AppliedMode",
     "BoardBusyError",
     "CommandRunner",

@@ -120,6 +120,20 @@ class ModeController(ABC):
     def available(cls, **kwargs: Any) -> bool:
         return cls.why_unavailable(**kwargs) is None
 
+    @classmethod
+    def probe(cls, arg: str = "", **kw: Any) -> str | None:
+        """:meth:`why_unavailable` for the spec ``name:arg`` (``arg``: what followed the colon; most take none)."""
+        if arg:
+            return f"{cls.name} takes nothing after ':' (got {cls.name}:{arg})"
+        return cls.why_unavailable(**kw)
+
+    @classmethod
+    def open(cls, arg: str = "", **kw: Any) -> ModeController:
+        """The controller for the spec ``name:arg``, given only the options of ``kw`` its constructor takes."""
+        from lightning_edge.devices.registry import accepted_kwargs
+
+        return cls(**accepted_kwargs(cls, kw))
+
     @abstractmethod
     def _read_mode(self) -> PowerMode:
         """The board's mode now."""

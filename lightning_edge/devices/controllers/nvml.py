@@ -72,6 +72,24 @@ class NvmlController(ModeController):
             **common,
         )
 
+    @staticmethod
+    def index_of(arg: str) -> int:
+        try:
+            return int(arg or 0)
+        except ValueError:
+            raise ControllerUnavailableError(f"nvml:{arg}: expected an NVML GPU index such as nvml:0",
+                                             {"nvml": f"bad index {arg!r}"}) from None
+
+    @classmethod
+    def probe(cls, arg: str = "", **kw: Any) -> str | None:
+        return cls.why_unavailable(index=cls.index_of(arg), nvml=kw.get("nvml"))
+
+    @classmethod
+    def open(cls, arg: str = "", **kw: Any) -> NvmlController:
+        from lightning_edge.devices.registry import accepted_kwargs
+
+        return cls(cls.index_of(arg), **accepted_kwargs(cls, {k: v for k, v in kw.items() if k != "index"}))
+
     @classmethod
     def why_unavailable(cls, index: int = 0, nvml: Any = None, **_: Any) -> str | None:
         nv = nvml or _import_nvml()

@@ -158,6 +158,20 @@ class PowerSensor(ABC):
     rejected_count: int = 0
     last_rejection: str | None = None
 
+    @classmethod
+    def probe(cls, arg: str = "", **kw: Any) -> str | None:
+        """:meth:`why_unavailable` for the spec ``name:arg`` (``arg``: what followed the colon; most take none)."""
+        if arg:
+            return f"power sensor {cls.name!r} takes nothing after ':' (got {cls.name}:{arg})"
+        return cls.why_unavailable(**kw)
+
+    @classmethod
+    def open(cls, arg: str = "", **kw: Any) -> PowerSensor:
+        """The sensor for the spec ``name:arg``, given only the options of ``kw`` its constructor takes."""
+        from lightning_edge.devices.registry import accepted_kwargs
+
+        return cls(**accepted_kwargs(cls, kw))
+
     def check(self, rail: str, power_w: float, *, volts: float | None = None,
               amps: float | None = None) -> float:
         """Validate one rail's value against its bounds (:func:`check_rail`); a rejected value is counted on the

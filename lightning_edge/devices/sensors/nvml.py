@@ -170,6 +170,29 @@ class NvmlSensor(PowerSensor):
     def why_unavailable(cls, index: int = 0, nvml: Any = None, **_: Any) -> str | None:
         return _probe(index, nvml)[3]
 
+    @staticmethod
+    def index_of(arg: str, nvml: Any = None, cuda: Any = None, **_: Any) -> int:
+        """``nvml:N`` -> N; plain ``nvml`` (and ``auto``) -> the GPU this process computes on when CUDA is in use
+        (each DDP rank its own), else 0."""
+        if arg:
+            try:
+                return int(arg)
+            except ValueError:
+                raise SensorUnavailableError(f"nvml:{arg}: expected an NVML GPU index such as nvml:0",
+                                             {"nvml": f"bad index {arg!r}"}) from None
+        found = nvml_index_of_cuda_device(nvml=nvml, cuda=cuda)
+        return 0 if found is None else found
+
+    @classmethod
+    def probe(cls, arg: str = "", **kw: Any) -> str | None:
+        return cls.why_unavailable(index=cls.index_of(arg, **kw), nvml=kw.get("nvml"))
+
+    @classmethod
+    def open(cls, arg: str = "", **kw: Any) -> NvmlSensor:
+        from lightning_edge.devices.registry import accepted_kwargs
+
+        return cls(cls.index_of(arg, **kw), **accepted_kwargs(cls, {k: v for k, v in kw.items() if k != "index"}))
+
     def read(self) -> PowerReading:
         t = int(self.clock_ns())
         rail = self.rails[0]

@@ -92,6 +92,17 @@ class SimModeController(ModeController):
             **common,
         )
 
+    @classmethod
+    def probe(cls, arg: str = "", **kw: Any) -> str | None:
+        return None  # the twin runs anywhere; an unknown board name is a ValueError from the constructor
+
+    @classmethod
+    def open(cls, arg: str = "", **kw: Any) -> SimModeController:
+        from lightning_edge.devices.registry import accepted_kwargs
+
+        board = arg or kw.get("board") or "orin-agx"
+        return cls(board, **accepted_kwargs(cls, {k: v for k, v in kw.items() if k != "board"}))
+
     def cli_args(self) -> list[str]:
         return ["--device", f"sim:{self.board}"]
 

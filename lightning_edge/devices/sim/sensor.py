@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from lightning_edge.devices.sensors.base import PowerReading, PowerSensor, RailBounds
+from lightning_edge.devices.sensors.base import PowerReading, PowerSensor, RailBounds, SensorUnavailableError
 from lightning_edge.devices.sensors.ina3221 import (
     INA3221_MAX_BUS_V,
     INA3221_SHUNT_FULL_SCALE_V,
@@ -78,8 +78,22 @@ class SimPowerSensor(PowerSensor):
                                      f"its 5 mOhm shunts) at most {INA3221_MAX_BUS_V:g} V") for r in self.rails}
 
     @classmethod
-    def why_unavailable(cls, **kwargs) -> str | None:
-        return None
+    def probe(cls, arg: str = "", **kw: Any) -> str | None:
+        return None if arg in ("", "orin-agx") else f"no simulated board {arg!r}: the twin plays orin-agx"
+
+    @classmethod
+    def open(cls, arg: str = "", **kw: Any) -> SimPowerSensor:
+        """``sim:orin-agx``: the sensor of ``twin=`` (a new :class:`OrinTwin` by default)."""
+        why = cls.probe(arg)
+        if why:
+            raise SensorUnavailableError(why, {"sim": why})
+        twin = kw.get("twin")
+        if twin is None:
+            from lightning_edge.devices.sim.twin import OrinTwin
+
+            twin = OrinTwin()
+        opts = {k: kw[k] for k in ("clock_ns", "update_period_s") if kw.get(k)}
+        return cls(twin, **opts)
 
     @property
     def energy_domain(self) -> str:
