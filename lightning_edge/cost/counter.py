@@ -325,7 +325,8 @@ class _CountMode(TorchDispatchMode):
         if not cacheable:
             return func(*args, **kwargs)
         try:
-            key = (func, _signature(args), tuple((k, _signature(v)) for k, v in kwargs.items()))
+            key = (func, _signature(args), tuple((k, _signature(v)) for k, v in kwargs.items()),
+                   torch.get_default_dtype())  # factory ops without dtype= follow it
         except TypeError:
             return func(*args, **kwargs)
         spec = self.cache.get(key)
@@ -339,6 +340,19 @@ class _CountMode(TorchDispatchMode):
         is_seq, metas = spec
         outs = [torch.empty_strided(sh, st, dtype=dt, device=META) for sh, st, dt in metas]
         return tuple(outs) if is_seq else outs[0]
+
+
+#: output shapes of meta kernels by (op, argument signature), shared by every analysis in the process (a meta
+#: kernel is a pure function of its arguments' shapes, strides, dtypes and scalars): a second analysis of the same
+#: model (fit then validate, the tuner and the profiler, a sweep) skips the Python decompositions. Bounded.
+_SHAPES: dict = {}
+_SHAPES_MAX = 50_000
+
+
+def _shape_cache() -> dict:
+    if len(_SHAPES) > _SHAPES_MAX:
+        _SHAPES.clear()
+    return _SHAPES
 
 
 def _arg_tensors(args, kwargs) -> list:
@@ -552,7 +566,7 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
         for m in model.modules():
             handles.append(m.register_forward_pre_hook(rec.pre_hook, with_kwargs=True))
             handles.append(m.register_forward_hook(rec.post_hook, always_call=True))
-        cache: dict = {}
+        cache = _shape_cache()
         # the meta parameters stay in place for the backward too: a checkpointed forward is recomputed in it
         # inference_mode (Lightning's eval loops) skips the decompositions the formulas expect: leave it
         with _reparametrize_module(model, state, tie_weights=True, strict=False), eager, \
