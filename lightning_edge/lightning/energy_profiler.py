@@ -124,6 +124,23 @@ def write_scalars(writer: Any, items: list[tuple[str, float]], step: int,
         writer.add_scalar(t, v, step)
 
 
+def expected_batches(trainer: Any, stage: str) -> int | None:
+    """How many ``stage`` batches this Trainer call will run (one validation pass for ``validate`` inside a fit);
+    None when the Trainer cannot tell (an iterable dataset without a length, a time limit)."""
+    try:
+        if stage == "train":
+            if getattr(trainer, "max_time", None) is not None:
+                return None
+            n = float(trainer.estimated_stepping_batches) * max(int(getattr(trainer, "accumulate_grad_batches", 1)), 1)
+        else:
+            attr = {"validate": "num_val_batches", "test": "num_test_batches", "predict": "num_predict_batches"}[stage]
+            got = getattr(trainer, attr)
+            n = float(sum(got) if isinstance(got, (list, tuple)) else got)
+    except Exception:  # noqa: BLE001 - a Trainer without these (or not set up yet): unknown
+        return None
+    return int(n) if math.isfinite(n) and n > 0 else None
+
+
 class EnergyProfilerMixin:
     """The callback's behaviour, independent of the Lightning package (see the module docstring).
 
@@ -138,7 +155,10 @@ class EnergyProfilerMixin:
         roofline: the roofline whose energy model apportions/estimates (default: the twin's in the current mode, else
             the published Orin AGX profile).
         cost: a precomputed ``ModelCost`` (names relative to the LightningModule); ``analyze``: run the cost model on
-            the captured inputs of the first step (default True).
+            the captured inputs of the first step: ``True`` always, ``False`` never, ``"auto"`` (default) when its
+            expected cost fits ``overhead_target`` of the run (the Trainer says how many batches; a run too short
+            for it gets a note, and layers apportioned by time); on the twin always (its numbers are its model of
+            the analysed workload).
         log_layers: log per-layer scalars to TensorBoard; ``figure``/``table``: the roofline figure and the markdown
             table per epoch; ``trace``: write the Chrome/Perfetto trace (``trace_steps`` profiled steps at most);
             ``report``: write ``layers.csv``/``layers.json``; ``print_summary``: print the summary (``top`` layers).
@@ -147,7 +167,8 @@ class EnergyProfilerMixin:
 
     def __init__(self, device: Any = "auto", *, every_n_steps: int | str = "auto", warmup_steps: int = 2,
                  depth: int | None = None, include: Any = None, k: float = DEFAULT_K, roofline: Any = None,
-                 cost: Any = None, analyze: bool = True, overhead_target: float = 0.03, settle_s: float | None = None,
+                 cost: Any = None, analyze: bool | str = "auto", overhead_target: float = 0.03,
+                 settle_s: float | None = None,
                  log_layers: bool | str = True, tb_layers: int = TB_LAYERS, layer_power: bool = False,
                  figure: bool | str = "auto", table: bool = True, trace: bool = True,
                  trace_steps: int = 20, report: bool = True, print_summary: bool = True, top: int = 5,
@@ -211,7 +232,9 @@ class EnergyProfilerMixin:
         self._call = {"fn": stage, "t0": t0, "gstep0": None,  # set at the first batch (after a checkpoint loads)
                       "profiled": {k: len(v) for k, v in s.profiled.items()},
                       "totals": {k: len(v) for k, v in s.totals.items()}, "epochs": len(s.epochs),
-                      "excess_ns": s.schedule.excess_ns, "setup_ns": s.schedule.setup_ns, "figures_ns": 0}
+                      "excess_ns": s.schedule.excess_ns, "setup_ns": s.schedule.setup_ns, "figures_ns": 0,
+                      "expected": set()}
+        s.new_run()
         s.start()
         self._note_torch_profiler(trainer)
         self._cb_ns += time.perf_counter_ns() - t0
@@ -248,6 +271,9 @@ class EnergyProfilerMixin:
         t0 = time.perf_counter_ns()
         if stage == "train" and self._call is not None and self._call["gstep0"] is None:
             self._call["gstep0"] = int(getattr(trainer, "global_step", 0) or 0)
+        if self._call is not None and stage not in self._call["expected"]:
+            self._call["expected"].add(stage)
+            self.session.expect(stage, expected_batches(trainer, stage))
         self.session.step_begin(stage, batch)
         self._cb_ns += time.perf_counter_ns() - t0
 

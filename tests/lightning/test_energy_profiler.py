@@ -180,7 +180,7 @@ def test_fit_with_the_twin_writes_tensorboard_reports_and_trace(package, tmp_pat
 @pytest.mark.parametrize("package", PACKAGES)
 def test_validate_test_predict_without_logger_or_sensor(package, tmp_path, capsys):
     L, _TB, EnergyProfiler = _pkg(package)
-    cb = EnergyProfiler(device="none", every_n_steps=1, warmup_steps=1, trace=False, figure=False)
+    cb = EnergyProfiler(device="none", every_n_steps=1, warmup_steps=1, trace=False, figure=False, analyze=True)
     trainer = _trainer(L, tmp_path, [cb])
     model = _module(L)
     dl = _loader(n=32)

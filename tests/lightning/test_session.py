@@ -216,3 +216,52 @@ def test_bar_chart_is_an_image_with_a_bar_per_layer_and_panel():
     # the longest bar is the largest value: row a is wider than row b in the energy panel
     rows = [red[40 + i * 18: 40 + (i + 1) * 18].sum() for i in range(3)]
     assert rows[0] > rows[1] > 0 and rows[2] == 0  # nan: no bar
+
+
+# ------------------------------------------------------------------ analyze="auto": the cost model within the budget
+def _mlp():
+    return nn.Sequential(nn.Linear(6, 16), nn.ReLU(), nn.Linear(16, 3))
+
+
+def test_auto_analysis_is_skipped_when_the_run_cannot_afford_it():
+    """issue 17 item 3: a run of a few short steps cannot pay for the cost analysis within overhead_target; the
+    session says so (and how to force it) and apportions the layers by time."""
+    s = EnergySession(_mlp(), "none", every_n_steps=1, warmup_steps=1)
+    s.expect("train", 5)
+    _loop(s, 5)
+    s.flush(wait=True)
+    assert s.costs == {True: {}}
+    note = next(n for n in s.cost_notes if "cost model skipped for train" in n)
+    assert "overhead budget of this run" in note and "5 batches" in note and "analyze=True" in note
+    assert s.profiled["train"]  # still profiled per layer, by time
+    assert s.schedule.setup_ns == 0
+
+
+def test_auto_analysis_runs_when_the_run_is_long_enough():
+    s = EnergySession(_mlp(), "none", every_n_steps=1, warmup_steps=2)
+    s.expect("train", 10_000_000)  # a long run: the analysis is a small part of its budget
+    _loop(s, 4)
+    s.flush(wait=True)
+    assert s.costs[True]["0"].forward.flops > 0 and s.schedule.setup_ns > 0
+    assert not [n for n in s.cost_notes if "skipped" in n]
+    assert s.profiled["train"][0].index == 2  # decided at step 1, the step after the capture
+
+
+@pytest.mark.parametrize("how", ["unknown length", "analyze=True", "twin"])
+def test_analysis_at_the_capture_step(how):
+    kw = {"analyze": True} if how == "analyze=True" else {}
+    s = EnergySession(_mlp(), "sim:orin-agx" if how == "twin" else "none", every_n_steps=1, warmup_steps=1, **kw)
+    if how != "unknown length":
+        s.expect("train", 2)  # far too short for the budget: only "auto" without a twin would skip
+    _loop(s, 1)
+    assert s.costs[True]["0"].forward.flops > 0
+    s.close()
+
+
+def test_a_new_run_starts_its_budget_afresh():
+    s = EnergySession(_mlp(), "none", every_n_steps=1, warmup_steps=1)
+    s.expect("train", 10_000_000)
+    s.new_run()
+    assert s.expected_batches == {}
+    with pytest.raises(ValueError, match="analyze must be True"):
+        EnergySession(_mlp(), "none", analyze="sometimes")
