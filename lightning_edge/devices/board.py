@@ -116,6 +116,16 @@ class Board:
         maxn = prof.modes[0].mode
         return prof.roofline(maxn, precision), f"{ORIN_PROFILE} (published) mode {maxn} (MAXN)"
 
+    def meter(self, *, seed: int | None = 0, settling: bool = True, wait: bool = True, **twin: Any) -> Any:
+        """The board's step meter (:mod:`lightning_edge.devices.meter`): a ``TwinMeter`` on the twin (``seed``,
+        ``settling``, and ``train=``/``infer=``/``precision=`` for it), else a ``SensorMeter`` of the sensor
+        (``wait``: wait for a sample after each step)."""
+        from lightning_edge.devices.meter import SensorMeter, TwinMeter
+
+        if self.twin is not None:
+            return TwinMeter(self.twin, seed=seed, settling=settling, **twin)
+        return SensorMeter(self.sensor, wait=wait)
+
     def describe(self) -> str:
         if not self.has_sensor:
             why = (getattr(self.sensor, "reason", None) or "no power sensor").splitlines()[0].rstrip(":")
