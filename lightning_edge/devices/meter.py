@@ -28,7 +28,10 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Reading", "StepMeter", "TwinMeter", "SensorMeter"]
+__all__ = ["Reading", "StepMeter", "TwinMeter", "SensorMeter", "JETSON_SETTLE_S"]
+
+#: seconds a Jetson's power takes to settle after a mode change (Pagoda: 2-3 s; the twin: 3 tau = 2.4 s)
+JETSON_SETTLE_S = 2.5
 
 
 @dataclass(frozen=True)
@@ -52,6 +55,7 @@ class StepMeter(Protocol):
 
     label: str
     simulated: bool
+    settle_s: float  # how long the power takes to settle after a mode change (s)
 
     def open(self) -> None: ...
     def now_s(self) -> float: ...
@@ -121,9 +125,10 @@ class TwinMeter:
                                               precision=self.precision)
 
     @property
-    def settle_tau_s(self) -> float:
+    def settle_s(self) -> float:
+        """3 time constants of the twin's settling curve (within 5 %; 0 without settling)."""
         on = self.settling and getattr(self.twin, "settling", True)
-        return float(getattr(self.twin, "settle_tau_s", 0.8)) if on else 0.0
+        return 3.0 * float(getattr(self.twin, "settle_tau_s", 0.8)) if on else 0.0
 
     # ------------------------------------------------------------------ the clock
     def open(self) -> None:
@@ -214,6 +219,7 @@ class SensorMeter:
 
     label = "measured"
     simulated = False
+    settle_s = JETSON_SETTLE_S
 
     def __init__(self, sensor: Any = None, *, rate_hz: float | None = None, sync: Callable[[], None] | None = None,
                  wait: bool = True, clock_ns: Callable[[], int] = time.perf_counter_ns,

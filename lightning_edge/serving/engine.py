@@ -386,10 +386,6 @@ class NonUrgentInference:
         return getattr(self.workload, "device_model", None)
 
     @property
-    def twin(self) -> Any:
-        return self.workload.twin
-
-    @property
     def time_noise(self) -> float:
         return float(getattr(self.workload, "time_noise", 0.025))
 
@@ -406,10 +402,6 @@ class NonUrgentInference:
     def expected(self, kind: str, mode: Any, batch_size: int | None = None) -> tuple[float, float]:
         """Noise-free ``(time_s, power_w)``: a ``train`` step is one non-urgent minibatch of ``batch_size``."""
         return self.workload.expected("infer", mode, self.batch_size if kind == "train" else batch_size)
-
-    def sweep(self, kind: str = "train", batch_size: int | None = None, modes: Any = None) -> Any:
-        bs = self.batch_size if kind == "train" else batch_size
-        return self.workload.sweep("infer", batch_size=bs, modes=modes)
 
     def __repr__(self) -> str:
         return f"NonUrgentInference({self.fingerprint})"

@@ -58,6 +58,7 @@ from typing import Any
 
 import numpy as np
 
+from lightning_edge.devices.meter import JETSON_SETTLE_S, TwinMeter
 from lightning_edge.devices.modes import PowerMode, PowerModeSpace
 from lightning_edge.tuning.problems import Measurement, Solution, TrainingProblem
 
@@ -694,7 +695,7 @@ class OnlineTuner:
 
     def _settle_s(self) -> float:
         settle = self.window_spec.settle_s
-        return _default_settle_s(self.meter) if settle is None else settle
+        return float(getattr(self.meter, "settle_s", JETSON_SETTLE_S)) if settle is None else settle
 
     def after_step(self) -> StepRecord | None:
         """Call after each training step: measures it, feeds the window, hands finished profiles back."""
@@ -978,7 +979,6 @@ def simulate_tuning(workload: Any, power_budget_w: float, *, strategy: Any = "gm
     its inputs) on a fresh twin with nothing else running: the engine's steps until it trains in the chosen mode
     (or ``max_steps``), every step the twin's (simulated: noise, power settling), no real computation. Returns the
     closed tuner (``summary()``, ``tuned_at_step``, ``profiles``). For benchmarks and for comparing settings."""
-    from lightning_edge.devices.meter import TwinMeter
     from lightning_edge.devices.sim.device import SimulatedOrin
     from lightning_edge.devices.sim.live import SimWorkload
 
@@ -1048,11 +1048,3 @@ def _device_model(controller: Any, meter: Any) -> str:
 
 def _on_twin(meter: Any) -> bool:
     return bool(getattr(meter, "simulated", False))
-
-
-def _default_settle_s(meter: Any) -> float:
-    if _on_twin(meter):
-        return 3.0 * meter.settle_tau_s
-    from lightning_edge.devices.board import JETSON_SETTLE_S
-
-    return JETSON_SETTLE_S
