@@ -1,5 +1,6 @@
 """One step meter: the time, power and energy of a step (a training minibatch, an inference minibatch) on a clock,
-for the power-mode tuner (:mod:`lightning_edge.tuning.online`), serving and interleaving (:mod:`lightning_edge.serving`).
+for the power-mode tuner (:mod:`lightning_edge.tuning.online`), serving and interleaving
+(:mod:`lightning_edge.serving`).
 
 ``board.meter()`` (:meth:`~lightning_edge.devices.board.Board.meter`) gives the right one:
 
@@ -73,11 +74,12 @@ class TwinMeter:
 
     ``TwinMeter(twin, *, train=None, infer=None, seed=0, noise=True, settling=True, precision="fp32")``: ``twin``
     is an :class:`~lightning_edge.devices.sim.twin.OrinTwin` (or anything with ``.twin``, e.g. a
-    ``SimulatedOrin``); ``train``/``infer`` the twin workloads (``SimWorkload``, anything with ``expected(kind,
-    mode, batch_size)``) timed by ``stop(mode, "train")`` and ``stop(mode, "infer", bs)``; the training one can be
-    given later with :meth:`bind` or :meth:`bind_cost`. Each step draws seeded gaussian noise (the workload's
-    ``time_noise``, ``power_noise``: 2.5 % and 2 %) from one generator. With ``settling`` the power follows the
-    twin's settling curve after :meth:`mode_changed` and, at the first step, from the idle board's static power.
+    ``SimulatedOrin``); ``train``/``infer`` the twin workloads (``SimWorkload``, anything with ``draw(kind, mode,
+    batch_size, rng, noise)``) timed by ``stop(mode, "train")`` and ``stop(mode, "infer", bs)``; the training one can
+    be given later with :meth:`bind` or :meth:`bind_cost`. Each step draws the workload's seeded gaussian noise
+    (``time_noise``, ``power_noise``: 2.5 % and 2 %) from the meter's one generator. With ``settling`` the power
+    follows the twin's settling curve after :meth:`mode_changed` and, at the first step, from the idle board's static
+    power.
     """
 
     label = "simulated"
@@ -150,12 +152,7 @@ class TwinMeter:
         wl = self.workloads.get(kind)
         if wl is None:
             raise RuntimeError(f"TwinMeter has no {kind} workload: pass {kind}= (or call bind(module, inputs))")
-        t, clean = wl.expected(kind, mode, batch_size)
-        p = clean
-        if self.noise:
-            t *= max(1.0 + float(getattr(wl, "time_noise", 0.025)) * float(self.rng.standard_normal()), 0.5)
-            p *= max(1.0 + float(getattr(wl, "power_noise", 0.02)) * float(self.rng.standard_normal()), 0.5)
-        return t, p, clean
+        return wl.draw(kind, mode, batch_size, self.rng, self.noise)
 
     def start(self) -> float:
         self._t0 = self.clock_s

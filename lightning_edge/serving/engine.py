@@ -385,23 +385,16 @@ class NonUrgentInference:
     def device_model(self) -> str | None:
         return getattr(self.workload, "device_model", None)
 
-    @property
-    def time_noise(self) -> float:
-        return float(getattr(self.workload, "time_noise", 0.025))
-
-    @property
-    def power_noise(self) -> float:
-        return float(getattr(self.workload, "power_noise", 0.02))
-
     def train(self, mode: Any) -> Any:
         return self.workload.infer(mode, self.batch_size)
 
     def infer(self, mode: Any, batch_size: int) -> Any:
         return self.workload.infer(mode, batch_size)
 
-    def expected(self, kind: str, mode: Any, batch_size: int | None = None) -> tuple[float, float]:
-        """Noise-free ``(time_s, power_w)``: a ``train`` step is one non-urgent minibatch of ``batch_size``."""
-        return self.workload.expected("infer", mode, self.batch_size if kind == "train" else batch_size)
+    def draw(self, kind: str, mode: Any, batch_size: int | None = None, rng: Any = None,
+             noise: bool | None = None) -> tuple[float, float, float]:
+        """One noisy minibatch (the step meter's): a ``train`` step is one non-urgent minibatch of ``batch_size``."""
+        return self.workload.draw("infer", mode, self.batch_size if kind == "train" else batch_size, rng, noise)
 
     def __repr__(self) -> str:
         return f"NonUrgentInference({self.fingerprint})"
