@@ -7,7 +7,7 @@ For each Fulcrum training workload (ResNet-18, MobileNetV3, YOLOv8n, BERT-base, 
 the evaluation's batch sizes) and three power budgets (50 %, 65 % and 80 % of the workload's power in MAXN, so
 each budget binds: MAXN breaks all three), the tuner's engine
 (:class:`~lightning_edge.tuning.online.OnlineTuner`, the one inside ``PowerModeTuner``) runs a simulated training
-loop: every step's time and power come from the twin (:class:`~lightning_edge.tuning.online.SimStepMeter`: noise,
+loop: every step's time and power come from the twin (:class:`~lightning_edge.devices.meter.TwinMeter`: noise,
 power settling after each switch); no real computation runs, so this is the tuner's behaviour on the Orin, simulated.
 Default profiling windows (settling detected on the power trace, at most 2.4 s; 1 warm-up; 10-40 measured minibatches),
 GMD from the prior and then its full search (``thorough``: what ``PowerModeTuner`` does for a run of 2,000
@@ -48,13 +48,13 @@ for p in (str(REPO), str(Path(__file__).resolve().parent)):
 from _machine import machine  # noqa: E402
 
 from lightning_edge.devices import ORIN_AGX_MAXN, fulcrum_space  # noqa: E402
+from lightning_edge.devices.meter import TwinMeter  # noqa: E402
 from lightning_edge.devices.sim.device import SimulatedOrin  # noqa: E402
 from lightning_edge.devices.sim.live import SimWorkload  # noqa: E402
 from lightning_edge.tuning import Exhaustive, TrainingProblem  # noqa: E402
 from lightning_edge.tuning.online import (  # noqa: E402
     THOROUGH_AFTER_STEPS,
     OnlineTuner,
-    SimStepMeter,
     WindowSpec,
     simulate_tuning,
 )
@@ -65,10 +65,7 @@ WORKLOADS = [("ResNet-18", "resnet18", 16), ("MobileNetV3", "mobilenet_v3", 16),
 
 def run_epochs(name: str, model: str, bs: int, budget: float, steps: int, seed: int) -> dict:
     board = SimulatedOrin(seed=seed)
-    meter = SimStepMeter(board, seed=seed)
-    from lightning_edge.devices.sim.live import SimWorkload as _SW
-
-    meter.workload = _SW(model, board.twin, train_batch_size=bs, seed=seed)
+    meter = TwinMeter(board, seed=seed, train=SimWorkload(model, board.twin, train_batch_size=bs, seed=seed))
     # what PowerModeTuner does for a run of 2 x steps minibatches (thorough from THOROUGH_AFTER_STEPS on)
     tuner = OnlineTuner(budget, board.controller, meter, store=None, fingerprint=f"{model}-bs{bs}",
                         thorough=2 * steps >= THOROUGH_AFTER_STEPS)

@@ -35,6 +35,7 @@ if str(REPO) not in sys.path:
 from _machine import machine  # noqa: E402
 
 from lightning_edge.devices.catalog import fulcrum_space  # noqa: E402
+from lightning_edge.devices.meter import SensorMeter, TwinMeter  # noqa: E402
 from lightning_edge.devices.sim.device import SimulatedOrin  # noqa: E402
 from lightning_edge.serving import ConstantArrivals, InferenceRunner, InterleavingEngine, synthetic_trace  # noqa: E402
 from lightning_edge.serving.engine import (  # noqa: E402
@@ -42,11 +43,6 @@ from lightning_edge.serving.engine import (  # noqa: E402
     ModelRunner,
     NonUrgentInference,
     RequestInputs,
-    SimClock,
-    SimExecutor,
-    TwinTimer,
-    WallClock,
-    WallExecutor,
     plan_from_times,
 )
 from lightning_edge.serving.native import run_native_threads, simulate_native_twin  # noqa: E402
@@ -123,7 +119,7 @@ def real_section(duration_s: float) -> list[str]:
         if plan is None:
             out += [f"{rate:g} requests/s, budget {budget * 1e3:g} ms: no feasible plan from the measured times", ""]
             continue
-        eng = InterleavingEngine(plan, ConstantArrivals(rate), budget, executor=WallExecutor(runner), clock=WallClock())
+        eng = InterleavingEngine(plan, ConstantArrivals(rate), budget, meter=SensorMeter(wait=False), runner=runner)
         managed = eng.run(step, duration_s=duration_s)
         native = run_native_threads(step, runner, ConstantArrivals(rate), plan, budget, duration_s)
         out += [f"**{rate:g} requests/s, latency budget {budget * 1e3:g} ms**: plan bs {plan.batch_size}, tau "
@@ -164,13 +160,11 @@ def twin_section(duration_s: float) -> list[str]:
         if sol is None:
             out += [head + ": GMD found no feasible mode", ""]
             continue
-        bkind = "train"
         managed = InterleavingEngine(sol, ConstantArrivals(problem.arrival_rps), problem.latency_budget_s,
-                                     executor=SimExecutor(TwinTimer(inf, seed=3), TwinTimer(bg, seed=4),
-                                                          background_kind=bkind),
-                                     clock=SimClock(), controller=sim.controller).run(None, duration_s=duration_s)
+                                     meter=TwinMeter(sim, train=bg, infer=inf, seed=3, settling=False),
+                                     controller=sim.controller).run(None, duration_s=duration_s)
         native = simulate_native_twin(sol, ConstantArrivals(problem.arrival_rps), problem.latency_budget_s, duration_s,
-                                      infer_timer=TwinTimer(inf, seed=3), train_timer=TwinTimer(bg, seed=4))
+                                      infer=inf, train=bg, seed=3)
         out += [head + f": GMD chose {sol.describe()}", "", HEADER, row("managed (simulated)", managed),
                 row("native (simulated model)", native),
                 f"| power / energy | | | | | | | managed {managed.mean_power_w:.1f} W, native "

@@ -38,6 +38,7 @@ from lightning_edge.devices.controllers import (
     available_backends,
     get_controller,
 )
+from lightning_edge.devices.meter import Reading, SensorMeter, StepMeter, TwinMeter
 from lightning_edge.devices.modes import KNOBS, InvalidModeError, PowerMode, PowerModeSpace
 from lightning_edge.devices.sensors import (
     EmptySensor,
@@ -58,6 +59,10 @@ from lightning_edge.devices.sim.controller import SimModeController
 __all__ = [
     "Board",
     "get_board",
+    "StepMeter",
+    "TwinMeter",
+    "SensorMeter",
+    "Reading",
     "EmptySensor",
     "INA3221Sensor",
     "JtopSensor",

@@ -23,14 +23,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from lightning_edge.devices.meter import JETSON_SETTLE_S, SensorMeter, TwinMeter
 from lightning_edge.devices.sensors.base import EmptySensor, PowerSensor
 
 __all__ = ["Board", "get_board", "ORIN_PROFILE", "JETSON_SETTLE_S", "HOST_NAMES"]
 
 #: the published roofline profile used for the model energies on real boards (Pagoda's Orin AGX)
 ORIN_PROFILE = "orin-agx-pagoda"
-#: seconds the board's power takes to settle after a mode change (Pagoda: 2-3 s; the twin: tau 0.8 s)
-JETSON_SETTLE_S = 2.5
 #: names of "this machine, nothing to measure or control"
 HOST_NAMES = ("none", "null", "cpu", "host")
 
@@ -115,6 +114,14 @@ class Board:
                 pass
         maxn = prof.modes[0].mode
         return prof.roofline(maxn, precision), f"{ORIN_PROFILE} (published) mode {maxn} (MAXN)"
+
+    def meter(self, *, seed: int | None = 0, settling: bool = True, wait: bool = True, **twin: Any) -> Any:
+        """The board's step meter (:mod:`lightning_edge.devices.meter`): a ``TwinMeter`` on the twin (``seed``,
+        ``settling``, and ``train=``/``infer=``/``precision=`` for it), else a ``SensorMeter`` of the sensor
+        (``wait``: wait for a sample after each step)."""
+        if self.twin is not None:
+            return TwinMeter(self.twin, seed=seed, settling=settling, **twin)
+        return SensorMeter(self.sensor, wait=wait)
 
     def describe(self) -> str:
         if not self.has_sensor:

@@ -36,8 +36,6 @@ from lightning_edge.lightning.tb import TrainerWriter
 from lightning_edge.tuning.online import (
     PHASES,
     OnlineTuner,
-    SensorStepMeter,
-    SimStepMeter,
     WindowSpec,
     module_fingerprint,
 )
@@ -275,8 +273,7 @@ class PowerModeTunerMixin:
             raise TypeError(f"device {board.name!r}: PowerModeTuner needs a board whose power mode it can switch (a "
                             "mode controller): 'sim:orin-agx', 'auto', 'jetson', 'nvpmodel', 'nvml', a SimulatedOrin, "
                             "or an object with .controller and .sensor")
-        meter = (SimStepMeter(board, precision=prec, seed=self.seed) if board.twin is not None
-                 else SensorStepMeter(board.sensor))
+        meter = board.meter(precision=prec, seed=self.seed) if board.twin is not None else board.meter()
         self.tuner = OnlineTuner(
             self.power_budget_w, board.controller, meter, strategy=self.strategy, space=self.space,
             store=self.store, fingerprint=self.workload_id, window=self.window, switch_at=self.switch_at,
@@ -296,7 +293,7 @@ class PowerModeTunerMixin:
         if not t.started:
             # i17cost: the first training step is captured (shared capture) for the cost model; on the twin, and
             # with Lazy modules, tuning starts at the next step
-            sim = isinstance(t.meter, SimStepMeter)
+            sim = t.meter.simulated
             if sim and not t.meter.bound and self.workload_cost is not None:
                 self._bind_cost(self.workload_cost, batch)
             if self._capture is None and self.workload_cost is None and not self.capture_notes:
@@ -347,7 +344,7 @@ class PowerModeTunerMixin:
 
         cap, self._capture = self._capture, None
         captured = cap.stop()
-        sim = self.tuner is not None and isinstance(self.tuner.meter, SimStepMeter)
+        sim = self.tuner is not None and self.tuner.meter.simulated
         try:
             cost = step_cost(pl_module, captured, training=True)
         except Exception as exc:  # noqa: BLE001 - said, never raised: training goes on

@@ -1,18 +1,11 @@
 """The serving machinery shared by :class:`~lightning_edge.serving.runner.InferenceRunner` and the interleaver.
 
-The *seam* between simulated and real serving is a (clock, executor) pair; the batching, deadline and statistics
-logic above it is the same code:
-
-==================  ===============================================  ============================================
-                    twin (``device="sim:orin-agx"``)                 real hardware / this CPU
-==================  ===============================================  ============================================
-clock               :class:`SimClock`: simulated seconds, jumps       :class:`WallClock`: ``time.perf_counter``,
-                    over idle time                                   sleeps over idle time
-executor            :class:`SimExecutor`: minibatch time and power    :class:`WallExecutor`: runs the real model,
-                    from the twin at the current mode (its noise);   times it on the wall clock, power from a
-                    optionally also runs the real model on CPU        ``PowerSampler`` (``nan`` without a sensor)
-label               ``simulated``                                    ``measured``
-==================  ===============================================  ============================================
+The *seam* between simulated and real serving is the device's step meter (:mod:`lightning_edge.devices.meter`,
+``board.meter()``); the batching, deadline and statistics logic above it is the same code. On the twin a
+``TwinMeter`` gives each minibatch the twin's time and power at the current mode (its noise) on a simulated clock
+that jumps over idle time (``simulated``; the real model may also run on the CPU, its wall time not counted); on real
+hardware a ``SensorMeter`` times the real model on the wall clock, sleeps over idle time, and reads power from the
+sensor (``nan`` without one; ``measured``).
 
 Requests are FIFO: request ``i`` arrives at ``arrival_s[i]`` (open loop: arrivals never wait for the server) and
 is served in the ``i``-th place. A minibatch takes the oldest ``bs`` pending requests; each request's latency is
@@ -28,8 +21,7 @@ falling arrival rate.
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,67 +29,11 @@ import numpy as np
 
 from lightning_edge.serving.arrivals import ArrivalProcess, ArrivalStream
 from lightning_edge.serving.stats import MinibatchLog
-from lightning_edge.tuning.problems import Measurement
 
 __all__ = [
-    "SimClock", "WallClock", "RequestQueue", "RequestInputs", "ModelRunner", "TwinTimer", "SimExecutor",
-    "WallExecutor", "BatchServer", "Plan", "ConcurrentWorkload", "NonUrgentInference", "RunningMean", "plan_from_times",
+    "RequestQueue", "RequestInputs", "ModelRunner", "BatchServer", "Plan", "ConcurrentWorkload", "NonUrgentInference",
+    "RunningMean", "plan_from_times",
 ]
-
-
-# ------------------------------------------------------------------------------------------------ clocks
-class SimClock:
-    """Simulated time in seconds: ``advance(dt)`` after simulated work, ``wait_until(t)`` jumps over idle time."""
-
-    simulated = True
-    label = "simulated"
-
-    def __init__(self, start_s: float = 0.0) -> None:
-        self.t_s = float(start_s)
-
-    def now(self) -> float:
-        return self.t_s
-
-    def advance(self, dt_s: float) -> None:
-        if dt_s < 0:
-            raise ValueError(f"cannot advance a clock by a negative time {dt_s!r} s")
-        self.t_s += float(dt_s)
-
-    def wait_until(self, t_s: float) -> float:
-        """Jump to ``t_s`` (if later); returns the idle time."""
-        idle = max(float(t_s) - self.t_s, 0.0)
-        self.t_s += idle
-        return idle
-
-
-class WallClock:
-    """Wall-clock seconds since creation (``time.perf_counter_ns``); ``wait_until`` sleeps, ``advance`` is a
-    no-op (the work itself took the time)."""
-
-    simulated = False
-    label = "measured"
-
-    def __init__(self, clock_ns: Callable[[], int] = time.perf_counter_ns, sleep: Callable[[float], None] = time.sleep
-                 ) -> None:
-        self._ns = clock_ns
-        self._sleep = sleep
-        self.t0_ns = int(clock_ns())
-
-    def now(self) -> float:
-        return (self._ns() - self.t0_ns) / 1e9
-
-    def to_ns(self, t_s: float) -> int:
-        return self.t0_ns + int(round(t_s * 1e9))
-
-    def advance(self, dt_s: float) -> None:
-        return None
-
-    def wait_until(self, t_s: float) -> float:
-        start = self.now()
-        d = float(t_s) - start
-        if d > 0:
-            self._sleep(d)
-        return max(self.now() - start, 0.0)
 
 
 # ------------------------------------------------------------------------------------------------ requests
@@ -289,7 +225,6 @@ class ModelRunner:
         return out
 
 
-# ------------------------------------------------------------------------------------------------ executors
 class RunningMean:
     """Expected minibatch time: the mean of observed values once ``min_n`` were seen, but never below ``prior``
     (the profiled time) when there is one: partial minibatches are faster, and a deadline check must not learn
@@ -313,136 +248,6 @@ class RunningMean:
         if self.n >= self.min_n:
             return max(self.total / self.n, self.prior)
         return self.prior
-
-
-class TwinTimer:
-    """Minibatch time and power of a :class:`~lightning_edge.devices.sim.live.SimWorkload` at a mode: the twin's
-    noise-free prediction (cached per mode and batch size) times seeded gaussian noise with the workload's relative
-    sd (``time_noise``, ``power_noise``: 2.5 % and 2 % by default), as ``SimWorkload.train``/``infer`` draw it, but
-    without re-running the twin for every minibatch. Everything is ``simulated``."""
-
-    label = "simulated"
-
-    def __init__(self, workload: Any, *, seed: int | None = 0, noise: bool = True) -> None:
-        if not hasattr(workload, "sweep"):
-            raise TypeError(f"TwinTimer needs a twin workload (SimWorkload) with .sweep(), got {type(workload).__name__}")
-        self.workload = workload
-        self.noise = bool(noise)
-        self.rng = np.random.default_rng(seed)
-        self._cache: dict[tuple, tuple[float, float]] = {}
-
-    def expected(self, kind: str, mode: Any, batch_size: int | None = None) -> tuple[float, float]:
-        """Noise-free ``(time_s, power_w)``."""
-        if hasattr(self.workload, "expected"):  # a SimWorkload caches its own predictions
-            return self.workload.expected(kind, mode, batch_size)
-        key = (kind, str(mode), batch_size)
-        hit = self._cache.get(key)
-        if hit is None:
-            pred = self.workload.sweep(kind, batch_size=batch_size, modes=mode)
-            hit = (float(np.asarray(pred.time_s).reshape(-1)[0]), float(np.asarray(pred.power_w).reshape(-1)[0]))
-            self._cache[key] = hit
-        return hit
-
-    def draw(self, kind: str, mode: Any, batch_size: int | None = None) -> Measurement:
-        t, p = self.expected(kind, mode, batch_size)
-        if self.noise:
-            tn = float(getattr(self.workload, "time_noise", 0.025))
-            pn = float(getattr(self.workload, "power_noise", 0.02))
-            t *= max(1.0 + tn * float(self.rng.standard_normal()), 0.5)
-            p *= max(1.0 + pn * float(self.rng.standard_normal()), 0.5)
-        return Measurement(t, p, "simulated")
-
-    def idle_power_w(self, mode: Any) -> float:
-        return float(np.asarray(self.workload.twin.static_power(mode)).reshape(-1)[0])
-
-
-class SimExecutor:
-    """Simulated execution on the twin: the clock advances by the twin's minibatch time at the current mode.
-
-    ``infer_timer``/``background_timer``: :class:`TwinTimer` of the inference workload and of the background one
-    (training, or a non-urgent inference); ``model_runner``: also run the real model on CPU (real predictions, its
-    wall time is not counted); ``background_batch_size``: the non-urgent inference's minibatch size (``None`` for
-    training).
-    """
-
-    simulated = True
-    label = "simulated"
-
-    def __init__(self, infer_timer: TwinTimer, background_timer: TwinTimer | None = None, *,
-                 model_runner: ModelRunner | None = None, background_kind: str = "train",
-                 background_batch_size: int | None = None) -> None:
-        self.infer_timer = infer_timer
-        self.background_timer = background_timer
-        self.model_runner = model_runner
-        self.background_kind = background_kind
-        self.background_batch_size = background_batch_size
-        self.outputs = None
-
-    def infer(self, clock: SimClock, mode: Any, indices: np.ndarray) -> tuple[float, float]:
-        if self.model_runner is not None:
-            self.outputs = self.model_runner(indices)
-        m = self.infer_timer.draw("infer", mode, int(len(indices)))
-        clock.advance(m.time_s)
-        return m.time_s, m.power_w
-
-    def background_start(self, clock: SimClock) -> float:
-        return clock.now()
-
-    def background_end(self, clock: SimClock, mode: Any, start_s: float) -> tuple[float, float]:
-        if self.background_timer is None:
-            raise RuntimeError("SimExecutor: no background (training) workload to time")
-        m = self.background_timer.draw(self.background_kind, mode, self.background_batch_size)
-        clock.advance(m.time_s)
-        return m.time_s, m.power_w
-
-    def idle_power_w(self, mode: Any) -> float:
-        return self.infer_timer.idle_power_w(mode)
-
-    def energy_j(self, clock: Any, t0_s: float, t1_s: float) -> float | None:
-        return None  # from the minibatch log
-
-
-class WallExecutor:
-    """Real execution: runs ``model_runner`` (the real model on real tensors), times it on the wall clock; power is
-    the mean of ``sampler`` (a started :class:`~lightning_edge.profiling.sampler.PowerSampler`) over the minibatch,
-    or ``nan`` without one."""
-
-    simulated = False
-    label = "measured"
-
-    def __init__(self, model_runner: ModelRunner, *, sampler: Any = None) -> None:
-        self.model_runner = model_runner
-        self.sampler = sampler
-        self.outputs = None
-
-    def _power(self, clock: WallClock, t0: float, t1: float) -> float:
-        if self.sampler is None or not getattr(self.sampler, "energy_available", False):
-            return math.nan
-        try:
-            return float(self.sampler.mean_power_w(clock.to_ns(t0), clock.to_ns(t1)))
-        except Exception:  # noqa: BLE001 - a sensor hiccup must not stop serving
-            return math.nan
-
-    def infer(self, clock: WallClock, mode: Any, indices: np.ndarray) -> tuple[float, float]:
-        t0 = clock.now()
-        self.outputs = self.model_runner(indices)
-        t1 = clock.now()
-        return t1 - t0, self._power(clock, t0, t1)
-
-    def background_start(self, clock: WallClock) -> float:
-        return clock.now()
-
-    def background_end(self, clock: WallClock, mode: Any, start_s: float) -> tuple[float, float]:
-        t1 = clock.now()
-        return t1 - start_s, self._power(clock, start_s, t1)
-
-    def idle_power_w(self, mode: Any) -> float:
-        return math.nan
-
-    def energy_j(self, clock: WallClock, t0_s: float, t1_s: float) -> float | None:
-        if self.sampler is None or not getattr(self.sampler, "energy_available", False):
-            return math.nan
-        return float(self.sampler.energy_j(clock.to_ns(t0_s), clock.to_ns(t1_s)))
 
 
 # ------------------------------------------------------------------------------------------------ plans
@@ -580,27 +385,16 @@ class NonUrgentInference:
     def device_model(self) -> str | None:
         return getattr(self.workload, "device_model", None)
 
-    @property
-    def twin(self) -> Any:
-        return self.workload.twin
-
-    @property
-    def time_noise(self) -> float:
-        return float(getattr(self.workload, "time_noise", 0.025))
-
-    @property
-    def power_noise(self) -> float:
-        return float(getattr(self.workload, "power_noise", 0.02))
-
     def train(self, mode: Any) -> Any:
         return self.workload.infer(mode, self.batch_size)
 
     def infer(self, mode: Any, batch_size: int) -> Any:
         return self.workload.infer(mode, batch_size)
 
-    def sweep(self, kind: str = "train", batch_size: int | None = None, modes: Any = None) -> Any:
-        bs = self.batch_size if kind == "train" else batch_size
-        return self.workload.sweep("infer", batch_size=bs, modes=modes)
+    def draw(self, kind: str, mode: Any, batch_size: int | None = None, rng: Any = None,
+             noise: bool | None = None) -> tuple[float, float, float]:
+        """One noisy minibatch (the step meter's): a ``train`` step is one non-urgent minibatch of ``batch_size``."""
+        return self.workload.draw("infer", mode, self.batch_size if kind == "train" else batch_size, rng, noise)
 
     def __repr__(self) -> str:
         return f"NonUrgentInference({self.fingerprint})"
@@ -609,20 +403,23 @@ class NonUrgentInference:
 # ------------------------------------------------------------------------------------------------ the batcher
 class BatchServer:
     """Batching, the deadline guard and the statistics, shared by the inference runner, managed interleaving and
-    the native baselines. ``serve(n)`` runs one minibatch of the ``n`` oldest pending requests on ``executor`` at
-    ``mode``; ``idle_until(t)`` waits (idle power on the twin); ``guard_s(t_arrival)`` is the latest start for a
-    request that arrived at ``t_arrival``."""
+    the native baselines. ``serve(n)`` runs one minibatch of the ``n`` oldest pending requests at ``mode`` (``runner``,
+    a :class:`ModelRunner`, runs the real model when given) and ``meter`` (a
+    :class:`~lightning_edge.devices.meter.StepMeter`) times it; ``idle_until(t)`` waits (idle power on the twin);
+    ``guard_s(t_arrival)`` is the latest start for a request that arrived at ``t_arrival``."""
 
-    def __init__(self, queue: RequestQueue, clock: Any, executor: Any, *, latency_budget_s: float, mode: Any,
-                 batch_size: int, infer_time_s: float | None, safety: float = 0.05) -> None:
+    def __init__(self, queue: RequestQueue, meter: Any, *, latency_budget_s: float, mode: Any, batch_size: int,
+                 infer_time_s: float | None, runner: ModelRunner | None = None, safety: float = 0.05) -> None:
         self.budget_s = float(latency_budget_s)
         if not (math.isfinite(self.budget_s) and self.budget_s > 0):
             raise ValueError(f"latency_budget_s must be a time > 0 s, got {latency_budget_s!r}")
-        if bool(getattr(executor, "simulated", False)) != bool(getattr(clock, "simulated", False)):
-            raise ValueError("executor and clock disagree: use SimExecutor with SimClock, WallExecutor with WallClock")
+        if not hasattr(meter, "stop"):
+            raise TypeError(f"meter: expected a step meter (board.meter(), TwinMeter, SensorMeter), got "
+                            f"{type(meter).__name__}")
         self.queue = queue
-        self.clock = clock
-        self.executor = executor
+        self.meter = meter
+        self.runner = runner
+        self.outputs: Any = None
         self.mode = mode
         self.safety = float(safety)
         self.log = MinibatchLog()
@@ -645,30 +442,31 @@ class BatchServer:
 
     def serve(self, n: int) -> np.ndarray:
         idx = self.queue.take(n)
-        start = self.clock.now()
-        dur, power = self.executor.infer(self.clock, self.mode, idx)
-        end = self.clock.now()
-        self.queue.complete(idx, end)
-        self.log.add("infer", start, dur, power, len(idx))
-        self.t_in.add(dur)  # partial minibatches too: never faster than expected in a way that hurts the guard
+        start = self.meter.start()
+        if self.runner is not None:
+            self.outputs = self.runner(idx)
+        r = self.meter.stop(self.mode, "infer", int(len(idx)))
+        self.queue.complete(idx, self.meter.now_s())
+        self.log.add("infer", start, r.time_s, r.power_w, len(idx))
+        self.t_in.add(r.time_s)  # partial minibatches too: never faster than expected in a way that hurts the guard
         if len(idx) != self.batch_size:
             self.partial += 1
         return idx
 
     def idle_until(self, t_s: float) -> float:
-        idle = self.clock.wait_until(t_s)
+        idle = self.meter.wait_until(t_s)
         if idle > 0:
-            self.log.add_idle(idle, self.executor.idle_power_w(self.mode))
+            self.log.add_idle(idle, self.meter.idle_power_w(self.mode))
         return idle
 
     def step_due(self) -> bool:
         """Serve one minibatch if one is due now (``bs`` pending, or the oldest at its guard); True if it did."""
-        self.queue.admit(self.clock.now())
+        self.queue.admit(self.meter.now_s())
         pending = self.queue.pending
         if pending >= self.batch_size:
             self.serve(self.batch_size)
             return True
-        if pending and self.clock.now() >= self.guard_s(self.queue.oldest_s()):
+        if pending and self.meter.now_s() >= self.guard_s(self.queue.oldest_s()):
             self.serve(pending)
             return True
         return False

@@ -85,17 +85,18 @@ class InterleavingEngine:
         plan: a :class:`~lightning_edge.serving.engine.Plan` (or a concurrent ``Solution``) with ``tau >= 1``.
         arrivals: the inference requests' :class:`~lightning_edge.serving.arrivals.ArrivalProcess`.
         latency_budget_s: every request's budget (arrival to completion).
-        executor: ``SimExecutor`` (twin, simulated time) or ``WallExecutor`` (real, wall clock).
-        clock: ``SimClock`` or ``WallClock`` (must match the executor).
+        meter: the device's step meter (``board.meter()``: ``TwinMeter``, simulated time; ``SensorMeter``, wall
+            clock), which times both the inference and the background minibatches.
+        runner: a :class:`~lightning_edge.serving.engine.ModelRunner`: runs the real inference model on the requests
+            (on the twin optional: its wall time is not counted).
         controller: applies ``plan.mode`` at ``start()`` (``None``: leave the mode alone); restored by ``finish()``
             when ``restore=True``.
         safety: relative margin on the expected minibatch times in the deadline checks (default 5 %).
-        background_kind: ``"train"`` or ``"non-urgent inference"`` (for the report).
     """
 
-    def __init__(self, plan: Any, arrivals: ArrivalProcess, latency_budget_s: float, *, executor: Any, clock: Any,
-                 controller: Any = None, restore: bool = False, safety: float = 0.05,
-                 background_kind: str = "train", scheduler: str = "managed interleaving") -> None:
+    def __init__(self, plan: Any, arrivals: ArrivalProcess, latency_budget_s: float, *, meter: Any,
+                 runner: Any = None, controller: Any = None, restore: bool = False, safety: float = 0.05,
+                 scheduler: str = "managed interleaving") -> None:
         if not isinstance(plan, Plan):
             plan = Plan.from_solution(plan)
         if plan.train_minibatches < 1:
@@ -103,16 +104,15 @@ class InterleavingEngine:
                              f"({plan.describe()}) has tau = {plan.train_minibatches}")
         self.plan = plan
         self.arrivals = arrivals
-        self.executor = executor
-        self.clock = clock
+        self.meter = meter
         self.controller = controller
         self.restore = bool(restore)
         self.safety = float(safety)
-        self.background_kind = background_kind
         self.scheduler = scheduler
         self.queue = RequestQueue(arrivals)
-        self.server = BatchServer(self.queue, clock, executor, latency_budget_s=latency_budget_s, mode=plan.mode,
-                                  batch_size=plan.batch_size, infer_time_s=plan.infer_time_s, safety=safety)
+        self.server = BatchServer(self.queue, meter, latency_budget_s=latency_budget_s, mode=plan.mode,
+                                  batch_size=plan.batch_size, infer_time_s=plan.infer_time_s, runner=runner,
+                                  safety=safety)
         self.budget_s = self.server.budget_s
         self.log = self.server.log
         self.t_tr = RunningMean(plan.train_time_s)
@@ -129,7 +129,7 @@ class InterleavingEngine:
             return self
         if self.controller is not None and self.plan.mode is not None:
             self.controller.apply(self.plan.mode)
-        self._t0 = self.clock.now()
+        self._t0 = self.meter.now_s()
         self._last_bg_end = self._t0
         self.started = True
         return self
@@ -143,7 +143,7 @@ class InterleavingEngine:
             if srv.step_due():
                 self.in_cycle = 0
                 continue
-            now = self.clock.now()
+            now = self.meter.now_s()
             pending = self.queue.pending
             guard = srv.guard_s(self.queue.oldest_s()) if pending else math.inf
             t_tr = self.t_tr.value or 0.0
@@ -154,18 +154,19 @@ class InterleavingEngine:
             if not math.isfinite(nxt):
                 break  # no more requests will come: the background runs freely
             srv.idle_until(nxt)
-        self._bg_start = self.executor.background_start(self.clock)
+        self._bg_start = self.meter.start()
 
     def after_background(self) -> float:
         """Record the background minibatch that just ran (on the twin: advance the clock by its simulated time)."""
         if self._bg_start is None:
             raise RuntimeError("after_background() without before_background()")
-        dur, power = self.executor.background_end(self.clock, self.plan.mode, self._bg_start)
-        self.log.add("background", self._bg_start, dur, power, 1)
+        r = self.meter.stop(self.plan.mode, "train")
+        dur = r.time_s
+        self.log.add("background", self._bg_start, dur, r.power_w, 1)
         self.t_tr.add(dur)
         self.in_cycle += 1
         self._bg_start = None
-        self._last_bg_end = self.clock.now()
+        self._last_bg_end = self.meter.now_s()
         return dur
 
     def run(self, background_step: Callable[[], Any] | None = None, *, steps: int | None = None,
@@ -176,11 +177,11 @@ class InterleavingEngine:
         ``None`` (nothing real runs, only simulated time passes)."""
         if steps is None and duration_s is None:
             raise ValueError("run() needs steps= or duration_s=")
-        if background_step is None and not self.clock.simulated:
+        if background_step is None and not self.meter.simulated:
             raise ValueError("on the wall clock run() needs a background_step to execute")
         self.start()
         done = 0
-        while (steps is None or done < steps) and (duration_s is None or self.clock.now() - self._t0 < duration_s):
+        while (steps is None or done < steps) and (duration_s is None or self.meter.now_s() - self._t0 < duration_s):
             self.before_background()
             if background_step is not None:
                 background_step()
@@ -194,7 +195,7 @@ class InterleavingEngine:
             return self.finished
         if not self.started:
             self.start()
-        self.queue.admit(self.clock.now())
+        self.queue.admit(self.meter.now_s())
         partial = self.server.partial  # the final drain is not the deadline guard
         while self.queue.pending:
             self.server.serve(min(self.queue.pending, self.plan.batch_size))
@@ -209,12 +210,12 @@ class InterleavingEngine:
 
     # ------------------------------------------------------------------------------------------ results
     def report(self) -> InterleavingReport:
-        label = self.executor.label
+        label = self.meter.label
         lat = summarize_latencies(self.queue.latencies_s(), self.budget_s, label)
-        end = self.clock.now()
+        end = self.meter.now_s()
         elapsed = max(self._last_bg_end - self._t0, 0.0)
         n_bg = self.log.count("background")
-        e = self.executor.energy_j(self.clock, self._t0, end)
+        e = self.meter.energy_j(self._t0, end)
         energy = self.log.energy_j() if e is None else e
         span = end - self._t0
         notes = []

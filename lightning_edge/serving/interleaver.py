@@ -53,11 +53,6 @@ from lightning_edge.serving.engine import (
     NonUrgentInference,
     Plan,
     RequestInputs,
-    SimClock,
-    SimExecutor,
-    TwinTimer,
-    WallClock,
-    WallExecutor,
 )
 from lightning_edge.serving.interleave import InterleavingEngine, InterleavingReport
 from lightning_edge.serving.tune import Retuner
@@ -132,7 +127,7 @@ class InterleaverMixin:
         self.plan: Plan | None = None
         self.report: InterleavingReport | None = None
         self.new_profiles = 0
-        self._sampler: Any = None
+        self._meter: Any = None
         self._writer: Any = None
         self._stage: str | None = None
         self._capture: Any = None  # i17cost: the first training step, captured, when the module has no forward
@@ -168,7 +163,6 @@ class InterleaverMixin:
         else:
             pool = self.request_inputs
         inputs = pool if isinstance(pool, RequestInputs) else RequestInputs(pool)
-        background_kind = "train" if stage == "fit" else "non-urgent inference"
         bg_wl = in_wl = None
         if dev.simulated:
             from lightning_edge.devices.sim.live import SimWorkload
@@ -212,21 +206,15 @@ class InterleaverMixin:
             plan = dataclasses.replace(plan, mode=dev.controller.current())  # "the current mode" is a mode on the twin
         self.plan = plan
         runner = ModelRunner(infer_model, inputs)
-        if dev.simulated:
-            seed = None if self.seed is None else self.seed + 101
-            executor: Any = SimExecutor(TwinTimer(in_wl, seed=seed), TwinTimer(bg_wl, seed=None if seed is None else seed + 1),
-                                        model_runner=runner)
-            clock: Any = SimClock()
-        else:
-            if dev.sensor is not None and getattr(dev.sensor, "available", False):
-                from lightning_edge.profiling.sampler import PowerSampler
-
-                self._sampler = PowerSampler(dev.sensor).start()
-            executor = WallExecutor(runner, sampler=self._sampler)
-            clock = WallClock()
-        self.engine = InterleavingEngine(plan, self.arrivals, self.problem.latency_budget_s, executor=executor,
-                                         clock=clock, controller=dev.controller, restore=self.restore,
-                                         safety=self.safety, background_kind=background_kind).start()
+        if self._meter is not None:  # a second run (fit, then predict): the last one's sampler stops
+            self._meter.close()
+        # serving does not model the power's settling after the mode is applied (the tuner's windows do)
+        self._meter = dev.meter(seed=None if self.seed is None else self.seed + 101, settling=False, wait=False,
+                                **({"train": bg_wl, "infer": in_wl} if dev.simulated else {}))
+        self._meter.open()
+        self.engine = InterleavingEngine(plan, self.arrivals, self.problem.latency_budget_s, meter=self._meter,
+                                         runner=runner, controller=dev.controller, restore=self.restore,
+                                         safety=self.safety).start()
         self._stage = stage
 
     # ------------------------------------------------------------------------------------------ hooks
@@ -282,9 +270,9 @@ class InterleaverMixin:
         self._finish(trainer, log=False)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
-        if self._sampler is not None:
-            self._sampler.stop()
-            self._sampler = None
+        if self._meter is not None:
+            self._meter.close()
+            self._meter = None
         if self.device is not None and self.engine is not None and self.engine.finished is not None:
             self.device.close()
 

@@ -27,23 +27,13 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
+from lightning_edge.devices.meter import Reading, SensorMeter, TwinMeter
 from lightning_edge.serving.arrivals import ArrivalProcess
-from lightning_edge.serving.engine import (
-    BatchServer,
-    ModelRunner,
-    Plan,
-    RequestQueue,
-    SimClock,
-    TwinTimer,
-    WallClock,
-    WallExecutor,
-)
+from lightning_edge.serving.engine import BatchServer, ModelRunner, Plan, RequestQueue
 from lightning_edge.serving.interleave import InterleavingReport
 from lightning_edge.serving.stats import summarize_latencies
 
-__all__ = ["run_native_threads", "simulate_native_twin", "NativeTwinExecutor"]
+__all__ = ["run_native_threads", "simulate_native_twin", "NativeTwinMeter"]
 
 
 def _as_plan(plan: Any) -> Plan:
@@ -53,29 +43,30 @@ def _as_plan(plan: Any) -> Plan:
 # ------------------------------------------------------------------------------------------------ real threads
 def run_native_threads(train_step: Callable[[], Any], model_runner: ModelRunner, arrivals: ArrivalProcess, plan: Any,
                        latency_budget_s: float, duration_s: float, *, safety: float = 0.05,
-                       sampler: Any = None) -> InterleavingReport:
+                       sensor: Any = None) -> InterleavingReport:
     """Native interleaving on this machine (**measured**): ``train_step()`` in one thread, back to back, for
     ``duration_s`` wall seconds; inference minibatches of ``plan.batch_size`` (``model_runner``) in another, as soon
     as they are due (``bs`` pending, or the oldest request at its deadline guard). Requests arriving before
-    ``duration_s`` are all served. Returns the same report as managed interleaving (``scheduler`` says native)."""
+    ``duration_s`` are all served; ``sensor`` (a power sensor, optional) gives the power. Returns the same report as
+    managed interleaving (``scheduler`` says native)."""
     plan = _as_plan(plan)
     if not (duration_s > 0):
         raise ValueError(f"duration_s must be > 0 s, got {duration_s!r}")
-    clock = WallClock()
+    meter = SensorMeter(sensor, wait=False)
+    meter.open()
     queue = RequestQueue(arrivals, stop_s=float(duration_s))
-    executor = WallExecutor(model_runner, sampler=sampler)
-    server = BatchServer(queue, clock, executor, latency_budget_s=latency_budget_s, mode=plan.mode,
-                         batch_size=plan.batch_size, infer_time_s=plan.infer_time_s, safety=safety)
+    server = BatchServer(queue, meter, latency_budget_s=latency_budget_s, mode=plan.mode, batch_size=plan.batch_size,
+                         infer_time_s=plan.infer_time_s, runner=model_runner, safety=safety)
     stop = threading.Event()
     train_log: list[tuple[float, float]] = []
     errors: list[BaseException] = []
 
     def trainer() -> None:
         try:
-            while not stop.is_set() and clock.now() < duration_s:
-                t0 = clock.now()
+            while not stop.is_set() and meter.now_s() < duration_s:
+                t0 = meter.now_s()
                 train_step()
-                train_log.append((t0, clock.now() - t0))
+                train_log.append((t0, meter.now_s() - t0))
         except BaseException as exc:  # noqa: BLE001 - re-raised in the caller
             errors.append(exc)
 
@@ -87,7 +78,7 @@ def run_native_threads(train_step: Callable[[], Any], model_runner: ModelRunner,
                 nxt = server.next_event_s()
                 if not math.isfinite(nxt):
                     break
-                clock.wait_until(nxt)
+                meter.wait_until(nxt)
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
             stop.set()
@@ -98,56 +89,48 @@ def run_native_threads(train_step: Callable[[], Any], model_runner: ModelRunner,
         t.start()
     for t in threads:
         t.join()
+    end = meter.now_s()
+    energy = meter.energy_j(0.0, end)
+    meter.close()
     if errors:
         raise errors[0]
-    end = clock.now()
     elapsed = (train_log[-1][0] + train_log[-1][1]) if train_log else 0.0
     lat = summarize_latencies(queue.latencies_s(), latency_budget_s, "measured")
-    energy = executor.energy_j(clock, 0.0, end)
     return InterleavingReport(
         scheduler="native interleaving (2 threads, OS scheduler)", label="measured",
         plan=plan.describe() + " (no tau: both run freely)", latency=lat, background_minibatches=len(train_log),
         infer_minibatches=server.log.count("infer"), elapsed_s=elapsed,
         background_throughput=len(train_log) / elapsed if elapsed > 0 else 0.0, predicted_throughput=math.nan,
         background_busy_s=float(sum(d for _, d in train_log)), infer_busy_s=server.log.busy_s("infer"), idle_s=0.0,
-        energy_j=float(energy) if energy is not None else math.nan,
-        mean_power_w=float(energy / end) if energy is not None and end > 0 else math.nan,
+        energy_j=energy, mean_power_w=energy / end if end > 0 else math.nan,
         partial_minibatches=server.partial)
 
 
 # ------------------------------------------------------------------------------------------------ the twin model
-class NativeTwinExecutor:
-    """Executor of the native time-slicing model on the twin (see the module docstring). Training always runs; an
-    inference minibatch shares the GPU with it in round-robin slices. ``simulated``."""
+class NativeTwinMeter(TwinMeter):
+    """The native time-slicing model on the twin (see the module docstring), as a step meter: training always runs
+    (its minibatches drawn from the twin at ``mode``); an inference minibatch (``stop(mode, "infer", bs)``) shares
+    the GPU with it in round-robin slices, and idle time (``wait_until``) is training time. One seeded generator
+    draws the noise and the slices' phase. ``simulated``."""
 
-    simulated = True
-    label = "simulated"
-
-    def __init__(self, infer_timer: TwinTimer, train_timer: TwinTimer, mode: Any, *, timeslice_s: float = 1e-3,
-                 switch_s: float = 25e-6, seed: int | None = 0, background_kind: str = "train",
-                 background_batch_size: int | None = None) -> None:
+    def __init__(self, twin: Any, *, train: Any, infer: Any, mode: Any, timeslice_s: float = 1e-3,
+                 switch_s: float = 25e-6, seed: int | None = 0, noise: bool = True) -> None:
         if not (timeslice_s > 0 and switch_s >= 0):
             raise ValueError(f"timeslice_s must be > 0 and switch_s >= 0, got {timeslice_s!r}, {switch_s!r}")
-        self.infer_timer = infer_timer
-        self.train_timer = train_timer
+        super().__init__(twin, train=train, infer=infer, seed=seed, noise=noise, settling=False)
         self.mode = mode
         self.q = float(timeslice_s)
         self.s = float(switch_s)
-        self.rng = np.random.default_rng(seed)
-        self.background_kind = background_kind
-        self.background_batch_size = background_batch_size
         self.energy = 0.0
         self.train_done = 0
         self.train_busy_s = 0.0
         self.last_train_end_s = 0.0
         self._work = 0.0
         self._need = self._draw_train()
-        self.outputs = None
 
-    def _draw_train(self) -> Any:
-        m = self.train_timer.draw(self.background_kind, self.mode, self.background_batch_size)
-        self._p_tr = m.power_w
-        return m.time_s
+    def _draw_train(self) -> float:
+        t, self._p_tr, _ = self.draw("train", self.mode)
+        return t
 
     def train_for(self, t_start_s: float, dt_s: float) -> None:
         """Training alone (or in its slices) for ``dt_s`` of GPU time, ending at ``t_start_s + dt_s``."""
@@ -162,47 +145,50 @@ class NativeTwinExecutor:
             self.last_train_end_s = t_start_s + dt_s - self._work
             self._need = self._draw_train()
 
-    def infer(self, clock: SimClock, mode: Any, indices: np.ndarray) -> tuple[float, float]:
-        m = self.infer_timer.draw("infer", mode, int(len(indices)))
-        w = m.time_s
+    def wait_until(self, t_s: float) -> float:
+        t0 = self.clock_s
+        idle = super().wait_until(t_s)
+        self.train_for(t0, idle)  # the GPU is never idle: training runs
+        return idle
+
+    def stop(self, mode: Any, kind: str = "infer", batch_size: int | None = None) -> Reading:
+        if kind != "infer":
+            raise ValueError("NativeTwinMeter times inference minibatches; training runs on its own (train_for)")
+        w, p_in, _ = self.draw("infer", mode, batch_size)
         k = max(math.ceil(w / self.q - 1e-12), 1)
         r0 = float(self.rng.uniform(0.0, self.q))
-        t0 = clock.now()
+        t0 = self.clock_s
         # the running training slice ends, then inference and training alternate slices
         self.train_for(t0, r0)
         train_slices = (k - 1) * self.q
         switches = (2 * k) * self.s  # into and out of every inference slice
         dur = r0 + w + train_slices + switches
         self.train_for(t0 + r0, train_slices)  # progress in the interleaved slices (timing inside the job)
-        self.energy += w * m.power_w + switches * max(m.power_w, self._p_tr)
-        clock.advance(dur)
-        return dur, (self.energy_slice(r0 + train_slices, w, switches, m.power_w) / dur)
-
-    def energy_slice(self, t_train: float, t_in: float, t_sw: float, p_in: float) -> float:
-        return t_train * self._p_tr + t_in * p_in + t_sw * max(p_in, self._p_tr)
+        self.energy += w * p_in + switches * max(p_in, self._p_tr)
+        self.clock_s += dur
+        t_train = r0 + train_slices
+        return Reading(dur, (t_train * self._p_tr + w * p_in + switches * max(p_in, self._p_tr)) / dur, self.label)
 
     def idle_power_w(self, mode: Any) -> float:
         return self._p_tr  # the GPU is never idle: training runs
 
-    def energy_j(self, clock: Any, t0_s: float, t1_s: float) -> float:
+    def energy_j(self, t0_s: float, t1_s: float) -> float:
         return self.energy
 
 
 def simulate_native_twin(plan: Any, arrivals: ArrivalProcess, latency_budget_s: float, duration_s: float, *,
-                         infer_timer: TwinTimer, train_timer: TwinTimer, timeslice_s: float = 1e-3,
-                         switch_s: float = 25e-6, safety: float = 0.05, seed: int | None = 0,
-                         background_kind: str = "train", background_batch_size: int | None = None
-                         ) -> InterleavingReport:
+                         infer: Any, train: Any, timeslice_s: float = 1e-3, switch_s: float = 25e-6,
+                         safety: float = 0.05, seed: int | None = 0, noise: bool = True) -> InterleavingReport:
     """Native interleaving on the twin, as the time-slicing **model** of the module docstring (``simulated``).
 
+    ``infer``/``train``: the twin workloads (``SimWorkload``; a ``NonUrgentInference`` in the place of training).
     Same mode and inference batch size as ``plan`` (the paper runs native, streams and managed with GMD's
     settings, section 3.2); training runs continuously for ``duration_s`` simulated seconds."""
     plan = _as_plan(plan)
-    clock = SimClock()
     queue = RequestQueue(arrivals, stop_s=float(duration_s))
-    exe = NativeTwinExecutor(infer_timer, train_timer, plan.mode, timeslice_s=timeslice_s, switch_s=switch_s,
-                             seed=seed, background_kind=background_kind, background_batch_size=background_batch_size)
-    server = BatchServer(queue, clock, exe, latency_budget_s=latency_budget_s, mode=plan.mode,
+    meter = NativeTwinMeter(infer.twin, train=train, infer=infer, mode=plan.mode, timeslice_s=timeslice_s,
+                            switch_s=switch_s, seed=seed, noise=noise)
+    server = BatchServer(queue, meter, latency_budget_s=latency_budget_s, mode=plan.mode,
                          batch_size=plan.batch_size, infer_time_s=plan.infer_time_s, safety=safety)
     while True:
         if server.step_due():
@@ -210,22 +196,17 @@ def simulate_native_twin(plan: Any, arrivals: ArrivalProcess, latency_budget_s: 
         nxt = server.next_event_s()
         if not math.isfinite(nxt):
             break
-        t = clock.now()
-        dt = clock.wait_until(nxt)
-        exe.train_for(t, dt)
-    if clock.now() < duration_s:  # training alone until the end
-        exe.train_for(clock.now(), duration_s - clock.now())
-        clock.wait_until(duration_s)
+        meter.wait_until(nxt)
+    meter.wait_until(duration_s)  # training alone until the end
     lat = summarize_latencies(queue.latencies_s(), latency_budget_s, "simulated")
-    end = clock.now()
-    elapsed = end
+    end = meter.now_s()
     return InterleavingReport(
         scheduler=f"native interleaving (time-slicing model: {timeslice_s * 1e3:g} ms slices, "
                   f"{switch_s * 1e6:g} us switches)", label="simulated",
-        plan=plan.describe() + " (no tau: both run freely)", latency=lat, background_minibatches=exe.train_done,
-        infer_minibatches=server.log.count("infer"), elapsed_s=elapsed,
-        background_throughput=exe.train_done / elapsed if elapsed > 0 else 0.0, predicted_throughput=math.nan,
-        background_busy_s=exe.train_busy_s, infer_busy_s=server.log.busy_s("infer"), idle_s=0.0,
-        energy_j=exe.energy, mean_power_w=exe.energy / end if end > 0 else math.nan,
+        plan=plan.describe() + " (no tau: both run freely)", latency=lat, background_minibatches=meter.train_done,
+        infer_minibatches=server.log.count("infer"), elapsed_s=end,
+        background_throughput=meter.train_done / end if end > 0 else 0.0, predicted_throughput=math.nan,
+        background_busy_s=meter.train_busy_s, infer_busy_s=server.log.busy_s("infer"), idle_s=0.0,
+        energy_j=meter.energy, mean_power_w=meter.energy / end if end > 0 else math.nan,
         partial_minibatches=server.partial,
         notes=["native interleaving on the twin is a model (docs/serving.md), not a simulation of the GPU scheduler"])

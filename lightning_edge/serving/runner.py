@@ -44,11 +44,6 @@ from lightning_edge.serving.engine import (
     Plan,
     RequestInputs,
     RequestQueue,
-    SimClock,
-    SimExecutor,
-    TwinTimer,
-    WallClock,
-    WallExecutor,
 )
 from lightning_edge.serving.stats import LatencySummary, summarize_latencies
 from lightning_edge.serving.tune import Retuner
@@ -244,34 +239,27 @@ class InferenceRunner:
         if not (math.isfinite(end) and end > 0):
             raise ValueError("run() needs duration_s= (seconds) for an unbounded arrival process")
         dev = self.device
-        sampler = None
         if dev.simulated:
-            clock: Any = SimClock()
             runner = ModelRunner(self.model, self.inputs, keep=self.keep_outputs) if self.run_model else None
-            timer_wl = self.workload if self.workload is not None else twin_workload(
+            infer = self.workload if self.workload is not None else twin_workload(
                 self.model, dev.twin, None if self.inputs is None else self.inputs.head(1), seed=self.seed)
-            executor: Any = SimExecutor(TwinTimer(timer_wl, seed=None if self.seed is None else self.seed + 101),
-                                        model_runner=runner)
+            # serving does not model the power's settling after a mode change (the tuner's windows do)
+            meter = dev.meter(seed=None if self.seed is None else self.seed + 101, settling=False, infer=infer)
         else:
-            if dev.sensor is not None and getattr(dev.sensor, "available", False):
-                from lightning_edge.profiling.sampler import PowerSampler
-
-                sampler = PowerSampler(dev.sensor).start()
-            clock = WallClock()
             runner = ModelRunner(self.model, self.inputs, keep=self.keep_outputs)
-            executor = WallExecutor(runner, sampler=sampler)
+            meter = dev.meter(wait=False)
+        meter.open()
         try:
-            return self._loop(end, clock, executor)
+            return self._loop(end, meter, runner)
         finally:
-            if sampler is not None:
-                sampler.stop()
+            meter.close()
             if dev.controller is not None and self.fixed_plan is None:
                 try:
                     dev.controller.restore()
                 except Exception:  # noqa: BLE001
                     pass
 
-    def _loop(self, end_s: float, clock: Any, executor: Any) -> ServingReport:
+    def _loop(self, end_s: float, meter: Any, runner: ModelRunner | None) -> ServingReport:
         dev = self.device
         rate = self.problem.arrival_rps
         plan, new = self._solve(rate)
@@ -285,18 +273,19 @@ class InferenceRunner:
         if dev.controller is not None and plan.mode is not None:
             dev.controller.apply(plan.mode)
         queue = RequestQueue(self.arrivals, stop_s=end_s)
-        server = BatchServer(queue, clock, executor, latency_budget_s=self.problem.latency_budget_s, mode=plan.mode,
-                             batch_size=plan.batch_size, infer_time_s=plan.infer_time_s, safety=self.safety)
+        server = BatchServer(queue, meter, latency_budget_s=self.problem.latency_budget_s, mode=plan.mode,
+                             batch_size=plan.batch_size, infer_time_s=plan.infer_time_s, runner=runner,
+                             safety=self.safety)
         est = RateEstimator(self.rate_window_s)
         fed = 0
         last_tune = 0.0
-        t0 = clock.now()
+        t0 = meter.now_s()
         while True:
             served = server.step_due()
             if queue.admitted > fed:
                 est.observe(queue.arrival_s(slice(fed, queue.admitted)))
                 fed = queue.admitted
-            now = clock.now()
+            now = meter.now_s()
             if self.retune_enabled and self.fixed_plan is None and now - last_tune >= self.retune_interval_s:
                 r = est.rate_rps(now)
                 if r is not None and abs(r - rate) > self.rate_tolerance * rate:
@@ -318,10 +307,10 @@ class InferenceRunner:
             if not math.isfinite(nxt):
                 break
             server.idle_until(nxt)
-        span = clock.now() - t0
-        label = executor.label
+        span = meter.now_s() - t0
+        label = meter.label
         lat = queue.latencies_s()
-        e = executor.energy_j(clock, t0, clock.now())
+        e = meter.energy_j(t0, meter.now_s())
         energy = server.log.energy_j() if e is None else e
         windows = self._windows(queue.served_arrivals_s()[~np.isnan(queue._done[:queue.head])], lat, events, end_s,
                                 server.log)
@@ -331,7 +320,7 @@ class InferenceRunner:
             minibatches=server.log.count("infer"), partial_minibatches=server.partial, energy_j=float(energy),
             mean_power_w=float(energy / span) if span > 0 else math.nan, busy_s=server.log.busy_s(),
             idle_s=server.log.idle_s, retunes=events, profiles=profiles, windows=windows,
-            outputs=executor.outputs if self.keep_outputs or self.run_model else None)
+            outputs=server.outputs if self.keep_outputs or self.run_model else None)
         return self.report
 
     def _windows(self, arrivals: np.ndarray, lat: np.ndarray, events: list[RetuneEvent], end_s: float,

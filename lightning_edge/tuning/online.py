@@ -2,7 +2,7 @@
 
 :class:`OnlineTuner` is the engine of :class:`lightning_edge.PowerModeTuner` and works in any training loop::
 
-    tuner = OnlineTuner(TrainingProblem(25.0), controller=board.controller, meter=SimStepMeter(board))
+    tuner = OnlineTuner(TrainingProblem(25.0), controller=board.controller, meter=board.meter())
     for batch in loader:
         tuner.before_step(batch)        # may switch the mode: only here, between steps
         loss = step(batch)
@@ -38,12 +38,11 @@ Safety
     next time a controller of that board starts (:mod:`lightning_edge.devices.safety`).
 
 Meters
-    :class:`SensorStepMeter`: wall-clock step times (CUDA-synchronised when the model is on a GPU) and power
-    from a real sensor through a :class:`~lightning_edge.profiling.sampler.PowerSampler` (label ``measured``).
-    :class:`SimStepMeter`: the Orin twin. The training really runs on this machine, but the minibatch time and
-    power the tuner sees are the twin's for that module and batch on the board's current mode, on a simulated
-    clock, with the twin's measurement noise and its exponential power settling after a mode change (label
-    ``simulated``).
+    Any :class:`~lightning_edge.devices.meter.StepMeter`; ``board.meter()`` gives the right one. A
+    ``SensorMeter``: wall-clock step times (CUDA-synchronised when the model is on a GPU) and power from a real
+    sensor (label ``measured``). A ``TwinMeter``: the training really runs on this machine, but the minibatch time
+    and power the tuner sees are the twin's for that module and batch on the board's current mode, on a simulated
+    clock, with the twin's measurement noise and its power settling after a mode change (label ``simulated``).
 """
 
 from __future__ import annotations
@@ -59,11 +58,12 @@ from typing import Any
 
 import numpy as np
 
+from lightning_edge.devices.meter import JETSON_SETTLE_S, TwinMeter
 from lightning_edge.devices.modes import PowerMode, PowerModeSpace
 from lightning_edge.tuning.problems import Measurement, Solution, TrainingProblem
 
 __all__ = [
-    "OnlineTuner", "WindowSpec", "ProfileWindow", "StepRecord", "SimStepMeter", "SensorStepMeter",
+    "OnlineTuner", "WindowSpec", "ProfileWindow", "StepRecord",
     "TuningCancelled", "TuningInterrupted", "batch_signature", "batch_tensors", "module_fingerprint", "PHASES", "Phase", "Event",
     "simulate_tuning",
 ]
@@ -167,7 +167,7 @@ def module_fingerprint(module: Any, batch: Any, precision: str = "fp32", extra: 
     return "-".join(x for x in (name, f"p{n_params}", f"bs{bs}", sig, precision, extra) if x)
 
 
-# ============================================================================================ meters
+# ============================================================================================ steps
 @dataclass
 class StepRecord:
     """One training step as the meter saw it (``label``: measured / simulated)."""
@@ -184,176 +184,6 @@ class StepRecord:
     @property
     def energy_j(self) -> float:
         return self.time_s * self.power_w
-
-
-class SensorStepMeter:
-    """Step time on the wall clock, power from a real sensor (``measured``).
-
-    ``sensor``: any :class:`~lightning_edge.devices.sensors.base.PowerSensor` (Jetson INA3221, jtop, NVML, RAPL);
-    ``sync``: a callable that waits for the accelerator (default: ``torch.cuda.synchronize`` when CUDA is
-    available, else nothing). A step whose window is shorter than the sensor's update period gets the mean
-    power of the last ``update period`` instead (the sensor cannot resolve it)."""
-
-    label = "measured"
-    #: whether the last step's power rests on complete, believed readings (no rail missing or rejected, no failed
-    #: read): a profile window re-measures a step that does not (see ProfileWindow.feed)
-    last_trusted = True
-
-    def __init__(self, sensor: Any, *, rate_hz: float | None = None, sync: Callable[[], None] | None = None) -> None:
-        from lightning_edge.profiling.sampler import PowerSampler
-
-        if not getattr(sensor, "available", True):
-            raise ValueError(
-                f"the power-mode tuner needs a power sensor, and {getattr(sensor, 'name', sensor)!r} is not one "
-                f"({getattr(sensor, 'reason', 'unavailable')}); on a Jetson run as a user who can read the INA3221 "
-                "hwmon files, or use device='sim:orin-agx' for the twin")
-        self.sensor = sensor
-        self.sampler = PowerSampler(sensor, rate_hz=rate_hz)
-        self._sync = sync if sync is not None else _default_sync()
-        self._t0: int | None = None
-        self.period_ns = int(max(float(getattr(sensor, "update_period_s", 0.0) or 0.0), 0.0) * 1e9)
-
-    def start(self) -> None:
-        if not self.sampler.running:
-            self.sampler.start()
-
-    def now_s(self) -> float:
-        return time.perf_counter_ns() / 1e9
-
-    def mode_changed(self, mode: PowerMode) -> None:
-        pass  # the real board settles on its own; the window discards the settling time
-
-    def step_begin(self) -> None:
-        self._sync()
-        self._t0 = time.perf_counter_ns()
-
-    def step_end(self, mode: PowerMode) -> tuple[float, float]:
-        self._sync()
-        t1 = time.perf_counter_ns()
-        t0 = self._t0 if self._t0 is not None else t1 - 1
-        self._t0 = None
-        self.sampler.wait_for(t1, timeout_s=max(2 * self.period_ns / 1e9, 0.05))
-        lo = min(t0, t1 - self.period_ns)
-        power = self.sampler.mean_power_w(lo, t1)
-        self.last_trusted = self.sampler.quality(lo, t1).trusted
-        if not math.isfinite(power):
-            try:
-                reading = self.sensor.read()
-            except Exception:  # noqa: BLE001 - a sensor must never take training down (SensorError: nothing read)
-                reading = None
-            power = float(getattr(reading, "power_w", float("nan")))
-            self.last_trusted = bool(getattr(reading, "ok", False)) and not getattr(reading, "rejected", ())
-        self.last_trusted = self.last_trusted and math.isfinite(power)
-        return max((t1 - t0) / 1e9, 1e-9), float(power)
-
-    def close(self) -> None:
-        self.sampler.stop()
-
-
-def _default_sync() -> Callable[[], None]:
-    try:
-        import torch
-
-        if torch.cuda.is_available():
-            return torch.cuda.synchronize
-    except Exception:  # noqa: BLE001 - no torch, no CUDA: nothing to wait for
-        pass
-    return lambda: None
-
-
-class SimStepMeter:
-    """The twin's view of a training step (``simulated``): time and power of this module and batch on the Orin
-    AGX in the board's current mode, on a simulated clock.
-
-    ``SimStepMeter(board, module=None, example_inputs=None, precision="fp32", seed=0)``: ``board`` is a
-    :class:`~lightning_edge.devices.sim.device.SimulatedOrin` (its controller says the mode). The module and one
-    minibatch of its forward inputs can be given later with :meth:`bind` (the callback captures them on the
-    first step). Each step draws the twin's measurement noise (2.5 % on time, 2 % on power) and follows its
-    exponential power settling (time constant ``board.twin.settle_tau_s``) after a mode change or a start from
-    idle. The simulated clock advances by each step's simulated time.
-    """
-
-    label = "simulated"
-
-    def __init__(self, board: Any, module: Any = None, example_inputs: Any = None, *, precision: str = "fp32",
-                 seed: int | None = 0, noise: bool = True) -> None:
-        self.board = board
-        self.twin = board.twin
-        self.precision = precision
-        self.seed = seed
-        self.noise = noise
-        self.workload: Any = None
-        self.clock_s = 0.0
-        self._change_s = 0.0
-        self._from_w: float | None = None  # start from idle: the static power of the first mode
-        self._target_w: float | None = None
-        if module is not None:
-            self.bind(module, example_inputs)
-
-    @property
-    def settle_tau_s(self) -> float:
-        return float(getattr(self.twin, "settle_tau_s", 0.8)) if getattr(self.twin, "settling", True) else 0.0
-
-    @property
-    def bound(self) -> bool:
-        return self.workload is not None
-
-    def bind(self, module: Any, example_inputs: Any) -> None:
-        from lightning_edge.devices.sim.live import SimWorkload
-
-        self.workload = SimWorkload(module, self.twin, example_inputs=example_inputs, noise=self.noise,
-                                    seed=self.seed, precision=self.precision)
-
-    def bind_cost(self, cost: Any, batch_size: int) -> None:
-        """Bind to a training step's :class:`~lightning_edge.cost.ModelCost` (``training=True``), e.g. the shared
-        capture's ``step_cost``: every call form a module can have is already in it."""
-        from lightning_edge.devices.sim.live import SimWorkload
-
-        self.workload = SimWorkload(cost, self.twin, train_batch_size=int(batch_size), noise=self.noise,
-                                    seed=self.seed, precision=self.precision)
-
-    def start(self) -> None:
-        pass
-
-    def now_s(self) -> float:
-        return self.clock_s
-
-    def _level_at(self, t: float) -> float:
-        assert self._target_w is not None
-        if self._from_w is None:
-            return self._target_w
-        return self.twin.settling_w(self._from_w, self._target_w, t - self._change_s)
-
-    def mode_changed(self, mode: PowerMode) -> None:
-        if self._target_w is None:
-            return
-        self._from_w = self._level_at(self.clock_s)
-        self._change_s = self.clock_s
-        self._target_w = None  # set at the next step, from the new mode
-
-    def step_begin(self) -> None:
-        pass
-
-    def step_end(self, mode: PowerMode) -> tuple[float, float]:
-        if self.workload is None:
-            raise RuntimeError("SimStepMeter has no module yet: call bind(module, example_inputs) first")
-        _, clean_power_w = self.workload.expected("train", mode)
-        if self._target_w is None:
-            self._target_w = clean_power_w
-            if self._from_w is None:  # the board was idle before the first step
-                self._from_w = float(np.asarray(self.twin.static_power(mode)).reshape(-1)[0])
-                self._change_s = self.clock_s
-        noisy = self.workload.train(mode)
-        dt = float(noisy.time_s)
-        a, b = self.clock_s, self.clock_s + dt
-        # the mean of the twin's settling curve over the step (the curve lives in the twin only)
-        level = self.twin.settling_w(self._from_w, self._target_w, a - self._change_s, b - self._change_s)
-        power = level * (noisy.power_w / clean_power_w)
-        self.clock_s = b
-        return dt, float(power)
-
-    def close(self) -> None:
-        pass
 
 
 # ============================================================================================ windows
@@ -540,7 +370,8 @@ class OnlineTuner:
     Args:
         problem: a :class:`TrainingProblem` (or a power budget in W).
         controller: the board's mode controller (``apply``/``current``/``restore``; writable).
-        meter: :class:`SensorStepMeter` or :class:`SimStepMeter`.
+        meter: a :class:`~lightning_edge.devices.meter.StepMeter` (``board.meter()``: ``SensorMeter`` with a sensor,
+            ``TwinMeter`` on the twin).
         strategy: ``"gmd"`` (default), ``"als"`` or a :class:`~lightning_edge.tuning.search.Strategy`.
         space: the modes to search (default: ``fulcrum_space()``, Fulcrum's 441 modes).
         store: the profile store (``"default"``: SQLite in the user cache directory; a URL such as
@@ -580,6 +411,11 @@ class OnlineTuner:
             raise ValueError(f"switch_at must be 'window' (between profiling windows) or 'epoch', got {switch_at!r}")
         if drift_window < 0 or drift_patience < 1 or not drift_tolerance >= 0:
             raise ValueError("need drift_window >= 0 (0: off), drift_patience >= 1 and drift_tolerance >= 0")
+        if getattr(meter, "has_power", True) is False:
+            raise ValueError(
+                f"the power-mode tuner needs a power sensor, and {getattr(meter.sensor, 'name', meter.sensor)!r} is "
+                f"not one ({meter.why_no_power}); on a Jetson run as a user who can read the INA3221 hwmon files, "
+                "or use device='sim:orin-agx' for the twin")
         self.problem = problem
         self.controller = controller
         self.meter = meter
@@ -669,7 +505,7 @@ class OnlineTuner:
                              "(the callback derives it from the module and the first batch)")
         self.started = True
         self.original_mode = self.controller.current()
-        self.meter.start()
+        self.meter.open()
         if not self._make_prior():
             self._launch_pending = True  # the prior needs the module's inputs: launched after the first step
             return
@@ -688,7 +524,7 @@ class OnlineTuner:
         if setting != "auto":
             self.prior = setting
             return True
-        if not isinstance(self.meter, SimStepMeter):
+        if not _on_twin(self.meter):
             return self._make_board_prior()
         if not self.meter.bound:
             return False
@@ -713,7 +549,7 @@ class OnlineTuner:
     def wants_board_prior(self) -> bool:
         """A real Orin AGX with the prior on: the prior needs the module's cost (:meth:`bind_model`) before
         :meth:`start`."""
-        return self.prior_setting == "auto" and not isinstance(self.meter, SimStepMeter) and _is_orin(self.controller)
+        return self.prior_setting == "auto" and not _on_twin(self.meter) and _is_orin(self.controller)
 
     def _make_board_prior(self) -> bool:
         if not _is_orin(self.controller):
@@ -806,7 +642,7 @@ class OnlineTuner:
         if self._closed or not self.started:
             return
         if self._launch_pending:  # the first step, before the strategy can start: trained in the current mode
-            self.meter.step_begin()
+            self.meter.start()
             return
         if self._window is None and self._pending_mode is None and self.phase in ("waiting",):
             self._poll(block=True)
@@ -816,7 +652,7 @@ class OnlineTuner:
             if self._window is not None:
                 self._window.switched_s = self.meter.now_s()
         self._epoch_boundary = False
-        self.meter.step_begin()
+        self.meter.start()
 
     def _poll(self, block: bool) -> None:
         # the store bounds (and reports) its own waits for other processes; this bounds a stuck strategy
@@ -859,21 +695,22 @@ class OnlineTuner:
 
     def _settle_s(self) -> float:
         settle = self.window_spec.settle_s
-        return _default_settle_s(self.meter) if settle is None else settle
+        return float(getattr(self.meter, "settle_s", JETSON_SETTLE_S)) if settle is None else settle
 
     def after_step(self) -> StepRecord | None:
         """Call after each training step: measures it, feeds the window, hands finished profiles back."""
         if self._closed or not self.started:
             return None
         mode = self.controller.current()
-        dt, power = self.meter.step_end(mode)
+        reading = self.meter.stop(mode)
+        dt, power = reading.time_s, reading.power_w
         end_s = self.meter.now_s()
         rec = StepRecord(self.step, mode, dt, power, self.phase, self.label)
         self.step += 1
         win = self._window
         if win is not None and self._pending_mode is None:
             rec.window = win.index
-            rec.discarded = not win.feed(end_s, dt, power, trusted=bool(getattr(self.meter, "last_trusted", True)))
+            rec.discarded = not win.feed(end_s, dt, power, trusted=reading.trusted)
             if win.complete:
                 self._close_window(win)
         elif self.phase in ("tuned", "infeasible") and end_s - dt - self._switched_s >= self._settle_s():
@@ -1146,10 +983,9 @@ def simulate_tuning(workload: Any, power_budget_w: float, *, strategy: Any = "gm
     from lightning_edge.devices.sim.live import SimWorkload
 
     board = board if board is not None else SimulatedOrin(seed=seed)
-    meter = SimStepMeter(board, seed=seed)
-    meter.workload = SimWorkload(workload.model, board.twin, train_batch_size=workload.train_batch_size, seed=seed,
-                                 seq_len=workload.seq_len, precision=workload.precision,
-                                 example_inputs=workload.example_inputs)
+    train = SimWorkload(workload.model, board.twin, train_batch_size=workload.train_batch_size, seed=seed,
+                        seq_len=workload.seq_len, precision=workload.precision, example_inputs=workload.example_inputs)
+    meter = TwinMeter(board.twin, seed=seed, train=train)
     tuner = OnlineTuner(power_budget_w, board.controller, meter, strategy=strategy, store=None,
                         fingerprint=workload.fingerprint, window=window, prior=prior)
     try:
@@ -1210,9 +1046,5 @@ def _device_model(controller: Any, meter: Any) -> str:
     return f"sim-{name}" if getattr(meter, "label", "") == "simulated" else str(name)
 
 
-def _default_settle_s(meter: Any) -> float:
-    if isinstance(meter, SimStepMeter):
-        return 3.0 * meter.settle_tau_s
-    from lightning_edge.devices.board import JETSON_SETTLE_S
-
-    return JETSON_SETTLE_S
+def _on_twin(meter: Any) -> bool:
+    return bool(getattr(meter, "simulated", False))

@@ -115,7 +115,7 @@ def test_interleaver_with_a_module_without_forward_and_a_dict_batch():
     assert rep is not None and rep.label == "simulated"
     assert rep.background_minibatches == 11  # the first step was captured for the twin's training workload
     assert rep.latency.n_requests > 0 and rep.latency.deadline_misses == 0
-    assert il.engine.executor.model_runner.minibatches == rep.infer_minibatches  # real keyword inference ran
+    assert il.engine.server.runner.minibatches == rep.infer_minibatches  # real keyword inference ran
     assert il._train_cost.layer("lm.head").forward.macs == 8 * SEQ * DIM * VOCAB
 
 

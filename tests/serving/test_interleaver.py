@@ -12,17 +12,16 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from lightning_edge.devices.catalog import fulcrum_space
+from lightning_edge.devices.meter import TwinMeter
 from lightning_edge.devices.sim.device import SimulatedOrin
 from lightning_edge.devices.sim.live import SimWorkload
+from lightning_edge.devices.sim.twin import OrinTwin
 from lightning_edge.serving import ConstantArrivals, InterleavingEngine, Plan
 from lightning_edge.serving.engine import (
     ConcurrentWorkload,
     ModelRunner,
     NonUrgentInference,
     RequestInputs,
-    SimClock,
-    SimExecutor,
-    TwinTimer,
 )
 from lightning_edge.serving.native import run_native_threads, simulate_native_twin
 from lightning_edge.tuning import GMD, ConcurrentProblem
@@ -57,7 +56,7 @@ def test_engine_without_lightning_meets_every_deadline_and_the_oracle_throughput
     sol = GMD().solve(PROBLEM, fulcrum_space(), ConcurrentWorkload(tr, inf), store=None)
     assert sol is not None and sol.train_minibatches >= 1 and sol.new_profiles <= 30
     eng = InterleavingEngine(sol, ConstantArrivals(PROBLEM.arrival_rps), PROBLEM.latency_budget_s,
-                             executor=SimExecutor(TwinTimer(inf, seed=3), TwinTimer(tr, seed=4)), clock=SimClock(),
+                             meter=TwinMeter(sim, train=tr, infer=inf, seed=3, settling=False),
                              controller=sim.controller)
     rep = eng.run(None, duration_s=20.0)
     assert sim.controller.current() == sol.mode
@@ -73,7 +72,7 @@ def test_engine_without_lightning_meets_every_deadline_and_the_oracle_throughput
 
 def test_engine_refuses_a_plan_without_training():
     with pytest.raises(ValueError, match="tau >= 1"):
-        InterleavingEngine(Plan(None, 4, 0, 0.01, 0.01), ConstantArrivals(10), 0.1, executor=None, clock=SimClock())
+        InterleavingEngine(Plan(None, 4, 0, 0.01, 0.01), ConstantArrivals(10), 0.1, meter=TwinMeter(OrinTwin()))
 
 
 def _lit(pkg):
@@ -118,7 +117,7 @@ def test_interleaver_in_a_lightning_fit_on_the_twin():
     assert rep is not None and rep.label == "simulated"
     assert rep.background_minibatches == 60
     assert rep.latency.n_requests > 10 and rep.latency.deadline_misses == 0
-    assert il.engine.executor.model_runner.minibatches == rep.infer_minibatches  # real inference ran
+    assert il.engine.server.runner.minibatches == rep.infer_minibatches  # real inference ran
     assert model.training and not torch.equal(w0, model.net[0].weight)  # it trained, and is back in train mode
     oracle = oracle_throughput(PROBLEM, model, X[:16], model, X[:1])
     assert rep.background_throughput >= 0.9 * oracle, (rep.describe(), oracle)
@@ -188,7 +187,7 @@ def test_native_twin_model_matches_its_formula_and_stretches_inference():
     sol = GMD().solve(PROBLEM, fulcrum_space(), ConcurrentWorkload(tr, inf), store=None)
     q, s = 2e-4, 1e-5
     rep = simulate_native_twin(sol, ConstantArrivals(PROBLEM.arrival_rps), PROBLEM.latency_budget_s, 10.0,
-                               infer_timer=TwinTimer(inf, noise=False), train_timer=TwinTimer(tr, noise=False),
+                               infer=inf, train=tr, noise=False,
                                timeslice_s=q, switch_s=s, seed=0)
     assert rep.label == "simulated" and "model" in rep.scheduler
     w = sol.infer_time_s
@@ -196,8 +195,8 @@ def test_native_twin_model_matches_its_formula_and_stretches_inference():
     per_batch = rep.infer_busy_s / rep.infer_minibatches
     assert w + (k - 1) * q + 2 * k * s <= per_batch <= q + w + (k - 1) * q + 2 * k * s
     managed = InterleavingEngine(sol, ConstantArrivals(PROBLEM.arrival_rps), PROBLEM.latency_budget_s,
-                                 executor=SimExecutor(TwinTimer(inf, noise=False), TwinTimer(tr, noise=False)),
-                                 clock=SimClock()).run(None, duration_s=10.0)
+                                 meter=TwinMeter(sim, train=tr, infer=inf, noise=False, settling=False)
+                                 ).run(None, duration_s=10.0)
     assert rep.latency.p50_s > managed.latency.p50_s  # stretched inference
     # the GPU is never idle: training gets every slice inference and the switches do not use
     infer_work = rep.infer_minibatches * (w + 2 * k * s)

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from torch import nn
 
+from lightning_edge.devices.meter import TwinMeter
 from lightning_edge.devices.sim.device import SimulatedOrin
 from lightning_edge.tuning import GMD
 from lightning_edge.tuning.online import (
     OnlineTuner,
     ProfileWindow,
-    SimStepMeter,
     WindowSpec,
     batch_signature,
     module_fingerprint,
@@ -31,7 +33,8 @@ X = torch.randn(32, 3, 32, 32)
 
 def make(budget: float, *, settling: bool = False, window: WindowSpec = FAST, **kw) -> tuple[OnlineTuner, SimulatedOrin]:
     board = SimulatedOrin(settling=settling, seed=0)
-    meter = SimStepMeter(board, tiny(), (X,), seed=0)
+    meter = TwinMeter(board, seed=0)
+    meter.bind(tiny(), (X,))
     t = OnlineTuner(budget, board.controller, meter, window=window, fingerprint="tiny", **kw)
     return t, board
 
@@ -80,7 +83,7 @@ def test_bad_window_and_switch_settings_are_clear_errors():
         WindowSpec(settle_s=-1)
     board = SimulatedOrin(settling=False)
     with pytest.raises(ValueError, match="switch_at"):
-        OnlineTuner(20, board.controller, SimStepMeter(board), switch_at="never")
+        OnlineTuner(20, board.controller, TwinMeter(board), switch_at="never")
 
 
 def test_converges_to_the_best_feasible_mode_within_the_gmd_budget_and_restores():
@@ -118,23 +121,24 @@ def test_budget_change_retunes_from_stored_profiles():
     t.close()
 
 
-class _HotterMeter(SimStepMeter):
+class _HotterMeter(TwinMeter):
     """The board heats up: from step ``at`` on every mode draws ``factor`` times more power (thermal drift)."""
 
     def __init__(self, *a, at: int, factor: float, **kw):
         super().__init__(*a, **kw)
         self.at, self.factor, self.n = at, factor, 0
 
-    def step_end(self, mode):
-        dt, p = super().step_end(mode)
+    def stop(self, mode, kind="train", batch_size=None):
+        r = super().stop(mode, kind, batch_size)
         self.n += 1
-        return dt, p * (self.factor if self.n > self.at else 1.0)
+        return dataclasses.replace(r, power_w=r.power_w * (self.factor if self.n > self.at else 1.0))
 
 
 def test_power_drift_over_budget_triggers_a_retune_to_a_lower_power_mode():
     budget = 16.0
     board = SimulatedOrin(settling=False, seed=0)
-    meter = _HotterMeter(board, tiny(), (X,), seed=0, at=150, factor=1.08)
+    meter = _HotterMeter(board, seed=0, at=150, factor=1.08)
+    meter.bind(tiny(), (X,))
     t = OnlineTuner(budget, board.controller, meter, window=FAST, store=None, fingerprint="tiny", drift_window=10)
     t.start()
     run(t, 150)
@@ -209,20 +213,15 @@ def test_state_dict_resumes_without_profiling_even_in_memory():
     resumed.close()
 
 
-class _BoardMeter(SimStepMeter):
-    """A meter that is not the twin's to the tuner (as on a real board), measuring through the twin."""
-
-    label = "measured"
-
-
 def _real_orin():
     """The twin's board behind a meter that is not the twin's (what a real Orin AGX with a sensor looks like to the
     tuner): (board, the twin's meter, the "measured" meter)."""
     board = SimulatedOrin(settling=False, seed=0)
-    meter = _BoardMeter(board, tiny(), (X,), seed=0)
-    real = type("RealMeter", (), {k: getattr(meter, k) for k in ("start", "now_s", "mode_changed", "step_begin",
-                                                                 "step_end", "close")})()
-    real.label = "measured"
+    meter = TwinMeter(board, seed=0)
+    meter.bind(tiny(), (X,))
+    real = type("RealMeter", (), {k: getattr(meter, k) for k in ("open", "now_s", "mode_changed", "start", "stop",
+                                                                 "close")})()
+    real.label, real.simulated = "measured", False
     return board, meter, real
 
 

@@ -522,11 +522,12 @@ def test_inference_runner_store_errors_at_construction_and_dead_claims_taken_ove
 
 def test_a_resumed_run_counts_only_the_profiles_it_measured(tmp_path):
     # was: "new_profiles 8" after a resume where the store gained 5 (the checkpoint's 3 were counted again)
+    from lightning_edge.devices.meter import TwinMeter
     from lightning_edge.devices.sim.device import SimulatedOrin
-    from lightning_edge.tuning.online import OnlineTuner, SimStepMeter
+    from lightning_edge.tuning.online import OnlineTuner
 
     board = SimulatedOrin(settling=False, seed=0)
-    t = OnlineTuner(20.0, board.controller, SimStepMeter(board), store=str(tmp_path / "p.sqlite3"))
+    t = OnlineTuner(20.0, board.controller, TwinMeter(board), store=str(tmp_path / "p.sqlite3"))
     saved = [{"index": i, "mode": "8c/1344/726/2133", "time_s": 0.1, "power_w": 15.0, "label": "simulated",
               "steps": 5, "discarded": 1, "cost_s": 0.6, "cost_j": 9.0, "reason": "strategy",
               "within_budget": True} for i in range(3)]

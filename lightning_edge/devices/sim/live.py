@@ -150,11 +150,21 @@ class SimWorkload:
             self._expected[key] = hit
         return hit
 
+    def draw(self, kind: str, mode: Any, batch_size: int | None = None, rng: Any = None,
+             noise: bool | None = None) -> tuple[float, float, float]:
+        """One noisy minibatch: ``(time_s, power_w, noise-free power_w)``, the noise drawn from ``rng`` (default:
+        the workload's own generator) when ``noise`` (default: the workload's setting); the step meter
+        (:class:`~lightning_edge.devices.meter.TwinMeter`) draws its steps here too."""
+        t, clean = self.expected(kind, mode, batch_size)
+        p = clean
+        if self.noise if noise is None else noise:
+            rng = self._rng if rng is None else rng
+            t *= max(1.0 + self.time_noise * float(rng.standard_normal()), 0.5)
+            p *= max(1.0 + self.power_noise * float(rng.standard_normal()), 0.5)
+        return t, p, clean
+
     def _measure(self, kind: str, mode: Any, batch_size: int) -> Measurement:
-        t, p = self.expected(kind, mode, batch_size)
-        if self.noise:
-            t *= max(1.0 + self.time_noise * float(self._rng.standard_normal()), 0.5)
-            p *= max(1.0 + self.power_noise * float(self._rng.standard_normal()), 0.5)
+        t, p, _ = self.draw(kind, mode, batch_size)
         self.calls[kind] += 1
         return Measurement(t, p, "simulated")
 

@@ -690,7 +690,7 @@ class OrinTwin:
         ``t0_s`` seconds after the change, or with ``t1_s`` its exact mean over ``[t0_s, t1_s]``. Exponential with
         time constant ``settle_tau_s`` (within 5 % after 3 tau = 2.4 s); the target at once with ``settling=False``.
         The one home of the curve: the live board (:meth:`power_now`) and the tuner's simulated steps
-        (:class:`~lightning_edge.tuning.online.SimStepMeter`) both read it."""
+        (:class:`~lightning_edge.devices.meter.TwinMeter`) both read it."""
         tau = self.settle_tau_s
         if not self.settling or tau <= 0:
             return float(target_w)

@@ -380,20 +380,21 @@ def test_partial_readings_are_labelled_in_summary_reports_and_tensorboard(orin, 
 def test_a_tuner_step_on_partial_readings_is_remeasured_then_marked(orin):
     """The power-mode tuner's profile of a mode must not rest on partial or rejected readings: such a step is
     measured again by the next one; if they never get better, the profile says ``(partial)``."""
+    from lightning_edge.devices.meter import SensorMeter
     from lightning_edge.devices.modes import PowerMode
-    from lightning_edge.tuning.online import ProfileWindow, SensorStepMeter, WindowSpec
+    from lightning_edge.tuning.online import ProfileWindow, WindowSpec
 
-    meter = SensorStepMeter(INA3221Sensor(root=orin.root), sync=lambda: None)
-    meter.start()
+    meter = SensorMeter(INA3221Sensor(root=orin.root), sync=lambda: None)
+    meter.open()
     mode = PowerMode(12, 2201.6, 1300.5, 3199)
     spec = WindowSpec(settle_s=0.0, warmup_steps=0, min_steps=2, max_steps=3, rel_sem=0.5)
     try:
         good = ProfileWindow(0, mode, switched_s=0.0, settle_s=0.0, spec=spec)
         for _ in range(3):
-            meter.step_begin()
+            meter.start()
             time.sleep(0.03)
-            dt, p = meter.step_end(mode)
-            assert meter.last_trusted and good.feed(meter.now_s(), dt, p, trusted=meter.last_trusted)
+            r = meter.stop(mode)
+            assert r.trusted and r.label == "measured" and good.feed(meter.now_s(), r.time_s, r.power_w, r.trusted)
         assert good.result("measured").label == "measured"
 
         orin.set("VDD_GPU_SOC", ma=-30000)  # rejected from now on
@@ -401,11 +402,11 @@ def test_a_tuner_step_on_partial_readings_is_remeasured_then_marked(orin):
         bad = ProfileWindow(1, mode, switched_s=0.0, settle_s=0.0, spec=spec)
         fed = []
         for _ in range(6):
-            meter.step_begin()
+            meter.start()
             time.sleep(0.03)
-            dt, p = meter.step_end(mode)
-            assert not meter.last_trusted
-            fed.append(bad.feed(meter.now_s(), dt, p, trusted=meter.last_trusted))
+            r = meter.stop(mode)
+            assert not r.trusted
+            fed.append(bad.feed(meter.now_s(), r.time_s, r.power_w, trusted=r.trusted))
         assert fed == [False, False, False, True, True, True]  # re-measured 3 times (max_steps), then kept
         m = bad.result("measured")
         assert m.label == "measured (partial)" and bad.remeasured == 3 and bad.partial == 3
