@@ -38,6 +38,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from lightning_edge.roofline.model import pagoda_energy
+
 __all__ = [
     "Method", "MEASURED", "APPORTIONED", "ESTIMATED", "SIMULATED", "PARTIAL", "DEFAULT_K",
     "PowerTrace", "LayerEnergy", "StepEnergy", "LayerStats", "StepStats", "LayerCostLike",
@@ -283,7 +285,7 @@ def model_energies(selfs: Mapping[str, Any], costs: Mapping[str, Any] | None, ro
                     pw, pq = _phase_cost(cost, phase)
                     w += pw
                     q += pq
-        out[name] = eps_f * w + eps_m * q + pi0 * t
+        out[name] = pagoda_energy(w, q, t, eps_f, eps_m, pi0)
     return out
 
 

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["Roofline", "Bound"]
+__all__ = ["Roofline", "Bound", "pagoda_energy"]
 
 
 class Bound(NamedTuple):
@@ -87,6 +87,13 @@ def _nonneg(name: str, value) -> np.ndarray:
     if np.isnan(arr).any() or (arr < 0).any():
         raise ValueError(f"{name}: expected non-negative numbers, got {value!r}")
     return arr
+
+
+def pagoda_energy(flops, bytes, time_s, eps_flop, eps_mop, static_power):
+    """E = eps_flop * W + eps_mop * Q + pi_0 * T, joules (Pagoda eq. 2): the package's one copy of the formula.
+    Plain arithmetic on numbers or numpy arrays (broadcast), no checks: ``Roofline.energy`` validates first,
+    the energy fit and the profiler's apportioning weights (``profiling.attribution.model_energies``) call it too."""
+    return eps_flop * flops + eps_mop * bytes + static_power * time_s
 
 
 @dataclass(frozen=True, eq=False)
@@ -242,7 +249,7 @@ class Roofline:
         w = _nonneg("flops", flops)
         q = _nonneg("bytes", bytes)
         t = np.maximum(w / self.peak_flops, q / self.bandwidth) if time_s is None else _nonneg("time_s", time_s)
-        return _out(self.eps_flop * w + self.eps_mop * q + self._pi0(static) * t)
+        return _out(pagoda_energy(w, q, t, self.eps_flop, self.eps_mop, self._pi0(static)))
 
     def power(self, flops, bytes, time_s=None, static=True):
         """Average power E / T, watts (eq. 2 divided by the eq. 1 time, or by ``time_s``)."""
