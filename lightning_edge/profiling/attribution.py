@@ -33,11 +33,20 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any, Protocol
 
 import numpy as np
 
+from lightning_edge.energy.base import (
+    APPORTIONED,
+    ESTIMATED,
+    MEASURED,
+    PARTIAL,
+    SIMULATED,
+    LayerEnergy,
+    Method,
+    label_of,
+)
 from lightning_edge.roofline.model import pagoda_energy
 
 __all__ = [
@@ -47,21 +56,6 @@ __all__ = [
     "TWIN_REST",
 ]
 
-class Method(str, Enum):
-    """How an energy was obtained: ``measured`` over the layer's own time, ``apportioned`` from a measured step by the
-    cost model, ``estimated`` by the roofline model, ``simulated`` by the Orin twin. Members compare equal to (and
-    print as) their strings; a label (:func:`label_of`) qualifies one (``simulated-measured``,
-    ``measured (partial)``)."""
-
-    MEASURED = "measured"
-    APPORTIONED = "apportioned"
-    ESTIMATED = "estimated"
-    SIMULATED = "simulated"
-    __str__ = str.__str__
-    __format__ = str.__format__
-
-
-MEASURED, APPORTIONED, ESTIMATED, SIMULATED = Method
 #: a layer is measured when its self time covers at least this many sensor update periods. The sensor blurs every
 #: edge between layers: with samples every P seconds and linear interpolation, a power step of dP at an edge moves
 #: dP * P * u**2 / 2 joules across it (u in [0, 1] the edge's phase between samples: P*dP/6 on average, P*dP/2 at
@@ -69,20 +63,6 @@ MEASURED, APPORTIONED, ESTIMATED, SIMULATED = Method
 #: on average (dP/(k*p) at worst): k = 4 keeps that near 4 % for dP/p = 0.5, a large swing on a Jetson whose static
 #: power is most of the total. Shorter layers are apportioned instead.
 DEFAULT_K = 4.0
-
-
-#: appended to a measured / apportioned label when the readings behind it were partial (a rail missing or
-#: rejected, a read failed): ``measured (partial)``
-PARTIAL = "partial"
-
-
-def label_of(method: str, source: str, partial: bool = False) -> str:
-    """``method`` qualified by ``source``: ``simulated-measured``, ``simulated-apportioned``; else ``method``.
-    ``partial``: the readings behind it missed a rail or a read (``measured (partial)``)."""
-    label = f"{SIMULATED}-{method}" if source == SIMULATED and method in (MEASURED, APPORTIONED) else method
-    if partial and method in (MEASURED, APPORTIONED):
-        label = f"{label} ({PARTIAL})"
-    return label
 
 
 class _Trace(Protocol):
@@ -150,39 +130,6 @@ class PowerTrace:
         if self.t_ns.size == 0:
             return math.nan
         return float(np.interp(t_ns, self.t_ns, self.power_w))
-
-
-@dataclass
-class LayerEnergy:
-    """One layer's energy in one step. ``time_s`` is its self (exclusive) time; ``model_energy_j`` is the roofline
-    model's estimate that served as its apportioning weight; ``label`` combines ``method`` and ``source``."""
-
-    name: str
-    energy_j: float
-    time_s: float
-    method: str
-    source: str
-    kind: str = "module"
-    model_energy_j: float = math.nan
-    fwd_s: float = 0.0
-    bwd_s: float = 0.0
-    calls: int = 0
-    partial: bool = False  # the readings behind it missed a rail or a read
-    #: the layer's self time measured on this machine; ``nan``: the same as ``time_s`` (timed where it ran)
-    host_time_s: float = math.nan
-
-    @property
-    def label(self) -> str:
-        return label_of(self.method, self.source, self.partial)
-
-    @property
-    def power_w(self) -> float:
-        return self.energy_j / self.time_s if self.time_s > 0 else math.nan
-
-    @property
-    def host_s(self) -> float:
-        """This machine's self time of the layer (``time_s`` unless the time is the twin's)."""
-        return self.time_s if math.isnan(self.host_time_s) else self.host_time_s
 
 
 @dataclass
@@ -388,18 +335,18 @@ def attribute_step(selfs: Mapping[str, Any], t0_ns: int, t1_ns: int, *, trace: _
     layers = {}
     for n in names:
         method = MEASURED if n in measured else APPORTIONED
-        layers[n] = _layer(n, selfs[n], energies[n], method, source, model.get(n))
-        layers[n].partial = partial
+        layers[n] = _layer(n, selfs[n], energies[n], method, source, model.get(n), partial)
     return StepEnergy(int(t0_ns), int(t1_ns), e_step, MEASURED, source, layers, update_period_s, k,
                       bool(period > 0 and step_s >= threshold), notes, samples, partial)
 
 
-def _layer(name: str, s: Any, energy: float, method: str, source: str, model_j: float | None) -> LayerEnergy:
+def _layer(name: str, s: Any, energy: float, method: str, source: str, model_j: float | None,
+           partial: bool = False) -> LayerEnergy:
     fwd = _attr(s, "fwd_ns", 0) or 0
     bwd = _attr(s, "bwd_ns", 0) or 0
-    return LayerEnergy(name, float(energy), _self_s(s), method, source, str(_attr(s, "kind", "module") or "module"),
+    return LayerEnergy(float(energy), _self_s(s), method, name, source, str(_attr(s, "kind", "module") or "module"),
                        math.nan if model_j is None else float(model_j), fwd / 1e9, bwd / 1e9,
-                       int(_attr(s, "calls", 0) or 0))
+                       int(_attr(s, "calls", 0) or 0), partial)
 
 
 #: the twin's share of a step that no layer holds: the board's CPU power over the step and its static power while
@@ -437,10 +384,10 @@ def simulated_step(selfs: Mapping[str, Any], t0_ns: int, t1_ns: int, twin_layers
     for n, sel in selfs.items():
         r = rows.pop(n, None)
         g, e, f, b = r if r is not None else (0.0, 0.0, 0.0, 0.0)
-        layers[n] = LayerEnergy(n, e, g, SIMULATED, SIMULATED, str(_attr(sel, "kind", "module") or "module"),
+        layers[n] = LayerEnergy(e, g, SIMULATED, n, SIMULATED, str(_attr(sel, "kind", "module") or "module"),
                                 math.nan, f, b, int(_attr(sel, "calls", 0) or 0), host_time_s=_self_s(sel))
     for n, (g, e, f, b) in rows.items():  # twin rows without a timed module: input copy, loss, the rest
-        layers[n] = LayerEnergy(n, e, g, SIMULATED, SIMULATED, "region", math.nan, f, b, 0, host_time_s=0.0)
+        layers[n] = LayerEnergy(e, g, SIMULATED, n, SIMULATED, "region", math.nan, f, b, 0, host_time_s=0.0)
     notes = []
     if rest_e < 0:
         notes.append(f"the twin's layers exceed its step energy by {-rest_e:.3g} J")
