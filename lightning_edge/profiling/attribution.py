@@ -46,6 +46,7 @@ from lightning_edge.energy.base import (
     LayerEnergy,
     Method,
     label_of,
+    layer_attr,
 )
 from lightning_edge.roofline.model import pagoda_energy
 
@@ -187,12 +188,6 @@ class LayerCostLike(Protocol):
     backward: Any
 
 
-def _attr(obj: Any, name: str, default: Any = None) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
-
-
 def _phase_cost(cost: Any, phase: str) -> tuple[float, float]:
     """(FLOP, bytes) of one phase of a LayerCost-like object or a dict ``{"fwd": (W, Q), "bwd": (W, Q)}``."""
     if cost is None:
@@ -200,10 +195,10 @@ def _phase_cost(cost: Any, phase: str) -> tuple[float, float]:
     if isinstance(cost, Mapping) and phase in cost:
         w, q = cost[phase]
         return float(w), float(q)
-    part = _attr(cost, "forward" if phase == "fwd" else "backward")
+    part = layer_attr(cost, "forward" if phase == "fwd" else "backward")
     if part is None:
         return 0.0, 0.0
-    return float(_attr(part, "flops", 0) or 0), float(_attr(part, "bytes", 0) or 0)
+    return float(layer_attr(part, "flops", 0) or 0), float(layer_attr(part, "bytes", 0) or 0)
 
 
 def model_energies(selfs: Mapping[str, Any], costs: Mapping[str, Any] | None, roofline: Any,
@@ -213,9 +208,9 @@ def model_energies(selfs: Mapping[str, Any], costs: Mapping[str, Any] | None, ro
     step (forward, and backward when it had backward time). Layers without a cost (containers, regions) get
     ``pi_0*T``. ``selfs``: ``{name: LayerSelf-like}`` (``self_s``/``self_ns``, ``fwd_ns``, ``bwd_ns``).
     Coefficients that are ``nan`` or absent count as zero; with none at all the weight is the time ``T``."""
-    eps_f = _finite(_attr(roofline, "eps_flop", math.nan)) if roofline is not None else 0.0
-    eps_m = _finite(_attr(roofline, "eps_mop", math.nan)) if roofline is not None else 0.0
-    pi0 = _finite(_attr(roofline, "static_power", math.nan)) if (roofline is not None and static) else 0.0
+    eps_f = _finite(layer_attr(roofline, "eps_flop", math.nan)) if roofline is not None else 0.0
+    eps_m = _finite(layer_attr(roofline, "eps_mop", math.nan)) if roofline is not None else 0.0
+    pi0 = _finite(layer_attr(roofline, "static_power", math.nan)) if (roofline is not None and static) else 0.0
     time_only = eps_f == 0.0 and eps_m == 0.0 and pi0 == 0.0
     out: dict[str, float] = {}
     costs = costs or {}
@@ -227,7 +222,7 @@ def model_energies(selfs: Mapping[str, Any], costs: Mapping[str, Any] | None, ro
         cost = costs.get(name)
         w = q = 0.0
         if cost is not None:
-            for phase, ns in (("fwd", _attr(s, "fwd_ns", 0)), ("bwd", _attr(s, "bwd_ns", 0))):
+            for phase, ns in (("fwd", layer_attr(s, "fwd_ns", 0)), ("bwd", layer_attr(s, "bwd_ns", 0))):
                 if ns:
                     pw, pq = _phase_cost(cost, phase)
                     w += pw
@@ -245,9 +240,9 @@ def _finite(x: Any) -> float:
 
 
 def _self_s(s: Any) -> float:
-    v = _attr(s, "self_s")
+    v = layer_attr(s, "self_s")
     if v is None:
-        v = _attr(s, "self_ns", 0) / 1e9
+        v = layer_attr(s, "self_ns", 0) / 1e9
     return float(v)
 
 
@@ -285,14 +280,14 @@ def attribute_step(selfs: Mapping[str, Any], t0_ns: int, t1_ns: int, *, trace: _
                           False, notes, samples)
 
     threshold = k * period
-    measured = [n for n in names if period > 0 and times[n] >= threshold and _attr(selfs[n], "segments")]
+    measured = [n for n in names if period > 0 and times[n] >= threshold and layer_attr(selfs[n], "segments")]
     energies: dict[str, float] = {}
     if measured:
         a: list[int] = []
         b: list[int] = []
         owner: list[int] = []
         for j, n in enumerate(measured):
-            for s0, s1 in _attr(selfs[n], "segments"):
+            for s0, s1 in layer_attr(selfs[n], "segments"):
                 a.append(int(s0))
                 b.append(int(s1))
                 owner.append(j)
@@ -342,11 +337,11 @@ def attribute_step(selfs: Mapping[str, Any], t0_ns: int, t1_ns: int, *, trace: _
 
 def _layer(name: str, s: Any, energy: float, method: str, source: str, model_j: float | None,
            partial: bool = False) -> LayerEnergy:
-    fwd = _attr(s, "fwd_ns", 0) or 0
-    bwd = _attr(s, "bwd_ns", 0) or 0
-    return LayerEnergy(float(energy), _self_s(s), method, name, source, str(_attr(s, "kind", "module") or "module"),
+    fwd = layer_attr(s, "fwd_ns", 0) or 0
+    bwd = layer_attr(s, "bwd_ns", 0) or 0
+    return LayerEnergy(float(energy), _self_s(s), method, name, source, str(layer_attr(s, "kind", "module") or "module"),
                        math.nan if model_j is None else float(model_j), fwd / 1e9, bwd / 1e9,
-                       int(_attr(s, "calls", 0) or 0), partial)
+                       int(layer_attr(s, "calls", 0) or 0), partial)
 
 
 #: the twin's share of a step that no layer holds: the board's CPU power over the step and its static power while
@@ -384,8 +379,8 @@ def simulated_step(selfs: Mapping[str, Any], t0_ns: int, t1_ns: int, twin_layers
     for n, sel in selfs.items():
         r = rows.pop(n, None)
         g, e, f, b = r if r is not None else (0.0, 0.0, 0.0, 0.0)
-        layers[n] = LayerEnergy(e, g, SIMULATED, n, SIMULATED, str(_attr(sel, "kind", "module") or "module"),
-                                math.nan, f, b, int(_attr(sel, "calls", 0) or 0), host_time_s=_self_s(sel))
+        layers[n] = LayerEnergy(e, g, SIMULATED, n, SIMULATED, str(layer_attr(sel, "kind", "module") or "module"),
+                                math.nan, f, b, int(layer_attr(sel, "calls", 0) or 0), host_time_s=_self_s(sel))
     for n, (g, e, f, b) in rows.items():  # twin rows without a timed module: input copy, loss, the rest
         layers[n] = LayerEnergy(e, g, SIMULATED, n, SIMULATED, "region", math.nan, f, b, 0, host_time_s=0.0)
     notes = []

@@ -90,9 +90,8 @@ def _nonneg(name: str, value) -> np.ndarray:
 
 
 def pagoda_energy(flops, bytes, time_s, eps_flop, eps_mop, static_power):
-    """E = eps_flop * W + eps_mop * Q + pi_0 * T, joules (Pagoda eq. 2): the package's one copy of the formula.
-    Plain arithmetic on numbers or numpy arrays (broadcast), no checks: ``Roofline.energy`` validates first,
-    the energy fit and the profiler's apportioning weights (``profiling.attribution.model_energies``) call it too."""
+    """E = eps_flop * W + eps_mop * Q + pi_0 * T, joules (Pagoda eq. 2), on numbers or arrays, unchecked
+    (``Roofline.energy`` checks first): the package's one copy of the formula."""
     return eps_flop * flops + eps_mop * bytes + static_power * time_s
 
 
