@@ -17,22 +17,30 @@ from torch._C._autograd import _get_sequence_nr as mark
 __all__ = ["mark", "claim_nodes"]
 
 
-def claim_nodes(roots: Any, since: int, owner: dict[int, Any], value: Any) -> list:
+def claim_nodes(roots: Any, since: int, owner: dict[int, Any], value: Any, below: dict[int, list]) -> list:
     """Record ``owner[id(node)] = value`` for every node reachable from ``roots`` (``grad_fn`` objects, ``None``
     allowed) that was created at or after the sequence number ``since`` and has no owner yet; return those nodes
-    (keep them alive while ``owner`` is in use, so their ids stay unique). The walk goes on through nodes owned
-    already (an inner call's) and stops at older ones (history from before the call)."""
-    claimed = []
+    (keep them alive while ``owner`` is in use, so their ids stay unique). The walk stops at older nodes (history
+    from before the call) and goes on under nodes owned already (an inner call's): ``below``, shared by all the
+    claims of a run, maps each claimed node to the older nodes its call stopped at, so an outer call jumps there
+    instead of walking the inner call's nodes again."""
+    claimed: list = []
+    older: list = []
     seen: set[int] = set()
     todo = [r for r in roots if r is not None]
     while todo:
         node = todo.pop()
         key = id(node)
-        if key in seen or node._sequence_nr() < since:
+        if key in seen:
             continue
         seen.add(key)
-        if key not in owner:
+        if node._sequence_nr() < since:
+            older.append(node)
+        elif key in owner:
+            todo.extend(below.get(key, ()))
+        else:
             owner[key] = value
             claimed.append(node)
-        todo.extend(n for n, _ in node.next_functions if n is not None)
+            todo.extend(n for n, _ in node.next_functions if n is not None)
+    below.update(dict.fromkeys(map(id, claimed), older))
     return claimed
