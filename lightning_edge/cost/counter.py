@@ -97,8 +97,7 @@ class _Recorder:
         self.backward = False
         self.suppress = 0
         self.node_owner: dict[int, str] = {}
-        self._below: dict[int, list] = {}  # cost/nodes.py: claim_nodes' memo
-        self._nodes: list = []  # keeps owned nodes alive so their ids stay unique
+        self._memo: dict[int, tuple] = {}  # cost/nodes.py: claim_nodes' memo, which keeps owned nodes alive
         self.uncounted: Counter = Counter()
         self.counted_ops: set[str] = set()  # layers that got at least one non-free op
         # fold_bn bookkeeping
@@ -147,8 +146,7 @@ class _Recorder:
             since = self.marks[i]
             del self.stack[i:], self.marks[i:]
         if torch.is_grad_enabled():  # the autograd nodes this call created are its own (cost/nodes.py)
-            self._nodes += nodes.claim_nodes([t.grad_fn for t in tensors_of(output)], since, self.node_owner, name,
-                                              self._below)
+            nodes.claim_nodes([t.grad_fn for t in tensors_of(output)], since, self.node_owner, name, self._memo)
 
     def current(self) -> str:
         if self.backward and self.stack:  # a forward recomputed inside the backward (activation checkpointing)

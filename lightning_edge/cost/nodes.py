@@ -1,11 +1,10 @@
-"""Which module owns an autograd node: one rule for the cost counter (backward FLOP) and the timing hooks (backward time).
+"""Which module owns an autograd node: one rule for the cost counter (backward FLOP) and the timing hooks (time).
 
-A node belongs to the innermost module call that created it. A call notes the autograd sequence number when it
-starts (:func:`mark`); when it returns, :func:`claim_nodes` walks back from its outputs' ``grad_fn`` over the nodes
-created since (sequence number at least the mark; a leaf's ``AccumulateGrad`` counts as new) and claims those not
-owned yet. Inner calls return first and claim first. So an op a module runs between its children's calls is its own,
-however a child later receives the result (positionally, by keyword, through an attribute), just as the op's forward
-is charged to the module running it; nodes made outside every module (input preprocessing, the loss) are nobody's.
+A node is the innermost module call's that created it: a call notes the autograd sequence number as it starts
+(:func:`mark`) and, as it returns, claims the unowned nodes made since (:func:`claim_nodes`; a leaf's
+``AccumulateGrad`` counts as new). Inner calls return first, so claim first. An op a module runs itself is its own
+however a child receives the result (positionally, by keyword, through an attribute), as the op's forward is;
+nodes made outside every module (input preprocessing, the loss) are nobody's.
 """
 
 from __future__ import annotations
@@ -17,13 +16,11 @@ from torch._C._autograd import _get_sequence_nr as mark
 __all__ = ["mark", "claim_nodes"]
 
 
-def claim_nodes(roots: Any, since: int, owner: dict[int, Any], value: Any, below: dict[int, list]) -> list:
-    """Record ``owner[id(node)] = value`` for every node reachable from ``roots`` (``grad_fn`` objects, ``None``
-    allowed) that was created at or after the sequence number ``since`` and has no owner yet; return those nodes
-    (keep them alive while ``owner`` is in use, so their ids stay unique). The walk stops at older nodes (history
-    from before the call) and goes on under nodes owned already (an inner call's): ``below``, shared by all the
-    claims of a run, maps each claimed node to the older nodes its call stopped at, so an outer call jumps there
-    instead of walking the inner call's nodes again."""
+def claim_nodes(roots: Any, since: int, owner: dict[int, Any], value: Any, memo: dict[int, tuple]) -> list:
+    """``owner[id(node)] = value`` for each unowned node reachable from ``roots`` (``grad_fn``s, ``None`` allowed)
+    made at or after the sequence number ``since``; returns them. The walk stops at older nodes and goes on under
+    owned ones (an inner call's) by jumping to where that call stopped. ``memo``, shared by a run's claims, holds
+    each claimed node (alive, so ids stay unique while ``owner`` is used) and that list."""
     claimed: list = []
     older: list = []
     seen: set[int] = set()
@@ -37,10 +34,10 @@ def claim_nodes(roots: Any, since: int, owner: dict[int, Any], value: Any, below
         if node._sequence_nr() < since:
             older.append(node)
         elif key in owner:
-            todo.extend(below.get(key, ()))
+            todo.extend(memo[key][1] if key in memo else ())
         else:
             owner[key] = value
             claimed.append(node)
             todo.extend(n for n, _ in node.next_functions if n is not None)
-    below.update(dict.fromkeys(map(id, claimed), older))
+    memo.update((id(n), (n, older)) for n in claimed)
     return claimed

@@ -90,10 +90,8 @@ class LayerEnergy:
 
     @property
     def power_w(self) -> float | None:
-        """Average power energy_j / time_s: ``None`` when the method gives no time, ``nan`` for no time at all."""
-        if self.time_s is None:
-            return None
-        return self.energy_j / self.time_s if self.time_s > 0 else math.nan
+        """Average power energy_j / time_s: ``None`` when the method gives no time, ``nan`` when it is zero."""
+        return None if self.time_s is None else self.energy_j / self.time_s if self.time_s > 0 else math.nan
 
     @property
     def host_s(self) -> float | None:

@@ -348,8 +348,7 @@ class LayerTimer:
         self._fwd: list[tuple] = []  # (name, call, t0, t1, depth)
         self._calls: dict[str, int] = {}
         self._owner: dict[int, int] = {}  # id(node) -> its index in _node_meta
-        self._below: dict[int, list] = {}  # cost/nodes.py: claim_nodes' memo
-        self._keep: list[Any] = []  # owned nodes, kept alive so ids stay unique during the step
+        self._memo: dict[int, tuple] = {}  # cost/nodes.py: claim_nodes' memo; keeps owned nodes alive in the step
         self._node_meta: list[tuple[str, int, int, tuple]] = []  # (name, call, depth, chain) per owned node
         self._runs: list[list] = []  # [node index, t0, t1]
         self._open: dict[int, list[int]] = {}
@@ -420,7 +419,7 @@ class LayerTimer:
             self._active = False
             if self._pool is not None:
                 self._pool.release()
-            self._keep = []
+            self._memo = {}
         timing.hook_ns = self._hook_ns + time.perf_counter_ns() - c0
         self.last = timing
         return timing
@@ -549,10 +548,9 @@ class LayerTimer:
         roots = ([output.grad_fn] if isinstance(output, torch.Tensor) else
                  [t.grad_fn for t in tree_flatten(output)[0] if isinstance(t, torch.Tensor)])
         meta_index = len(self._node_meta)
-        claimed = claim_nodes(roots, since, self._owner, meta_index, self._below)  # the nodes this call created
+        claimed = claim_nodes(roots, since, self._owner, meta_index, self._memo)  # the nodes this call created
         if claimed:
             self._node_meta.append((name, call, depth, tuple((e[0], e[1]) for e in stack)))
-            self._keep += claimed
             for node in claimed:
                 self._hook_node(node, meta_index)
 

@@ -210,9 +210,12 @@ class Roofline:
 
     def time(self, flops, bytes):
         """T = max(W * tau_flop, Q * tau_mop), seconds (Pagoda eq. 1; compute and memory overlap)."""
-        w = _nonneg("flops", flops)
-        q = _nonneg("bytes", bytes)
-        return _out(np.maximum(w / self.peak_flops, q / self.bandwidth))
+        return _out(self._wqt(flops, bytes)[2])
+
+    def _wqt(self, flops, bytes, time_s=None):
+        """W, Q and T (eq. 1, or ``time_s`` when given) as checked arrays."""
+        w, q = _nonneg("flops", flops), _nonneg("bytes", bytes)
+        return w, q, np.maximum(w / self.peak_flops, q / self.bandwidth) if time_s is None else _nonneg("time_s", time_s)
 
     def attainable(self, intensity):
         """Attainable performance W/T = min(FLOP/s(peak), I * BW(peak)), FLOP/s (the time roofline,
@@ -245,16 +248,12 @@ class Roofline:
         ``static=False`` drops the pi_0 * T term (the "no static power" case of section 5.2.1).
         """
         self._need_energy(static)
-        w = _nonneg("flops", flops)
-        q = _nonneg("bytes", bytes)
-        t = np.maximum(w / self.peak_flops, q / self.bandwidth) if time_s is None else _nonneg("time_s", time_s)
+        w, q, t = self._wqt(flops, bytes, time_s)
         return _out(pagoda_energy(w, q, t, self.eps_flop, self.eps_mop, self._pi0(static)))
 
     def power(self, flops, bytes, time_s=None, static=True):
         """Average power E / T, watts (eq. 2 divided by the eq. 1 time, or by ``time_s``)."""
-        w = _nonneg("flops", flops)
-        q = _nonneg("bytes", bytes)
-        t = np.maximum(w / self.peak_flops, q / self.bandwidth) if time_s is None else _nonneg("time_s", time_s)
+        w, q, t = self._wqt(flops, bytes, time_s)
         e = np.asarray(self.energy(w, q, time_s=t, static=static))
         with np.errstate(divide="ignore", invalid="ignore"):
             return _out(np.where(t > 0, e / np.where(t > 0, t, 1.0), np.nan))
