@@ -10,8 +10,8 @@ How it works:
   ``q @ k.transpose(-1, -2)`` or ``torch.cat`` inside a ``forward`` are counted) and charges it
   to the module on top of a stack kept by forward pre/post hooks on every sub-module.
 * Backward ops (``training=True``) are charged through the autograd graph: after each module's
-  forward, the autograd nodes it created (walked back from its outputs until nodes already
-  owned) are recorded as that module's, and during backward the node being executed
+  forward, the autograd nodes it created are recorded as that module's (the rule of
+  ``cost/nodes.py``, which the timing hooks share), and during backward the node being executed
   (``torch._C._current_autograd_node()``) says whose gradient is being computed. This is exact
   for residual branches and in-place ops, where a stack of backward hooks is not.
 * ``F.scaled_dot_product_attention`` is routed to one fused attention op (as the real backends
@@ -33,6 +33,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils import _pytree as pytree
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from lightning_edge.cost import nodes
 from lightning_edge.cost.capture import (
     Captured,
     CaptureError,
@@ -92,10 +93,11 @@ class _Recorder:
         self.layers: dict[str, LayerCost] = {}
         self.modules: dict[str, nn.Module] = {}
         self.stack: list[str] = []
+        self.marks: list[int] = []  # the autograd sequence number at each stack entry's start
         self.backward = False
         self.suppress = 0
         self.node_owner: dict[int, str] = {}
-        self._nodes: list = []  # keeps owned nodes alive so their ids stay unique
+        self._memo: dict[int, tuple] = {}  # cost/nodes.py: claim_nodes' memo, which keeps owned nodes alive
         self.uncounted: Counter = Counter()
         self.counted_ops: set[str] = set()  # layers that got at least one non-free op
         # fold_bn bookkeeping
@@ -128,11 +130,9 @@ class _Recorder:
         name = self.names.get(module)
         if name is None:
             return
-        if torch.is_grad_enabled():
-            # autograd nodes that produced this module's inputs belong to whoever ran them so far
-            self.claim_nodes((args, kwargs), self.stack[-1] if self.stack else "")
         self.modules.setdefault(name, module)
         self.stack.append(name)
+        self.marks.append(nodes.mark())
         if not self.backward:
             self.layer(name).calls += 1
 
@@ -140,23 +140,13 @@ class _Recorder:
         name = self.names.get(module)
         if name is None:
             return
-        if self.stack and self.stack[-1] == name:
-            self.stack.pop()
-        elif name in self.stack:  # an exception unwound some frames: drop through to this one
-            del self.stack[self.stack.index(name):]
-        if torch.is_grad_enabled():
-            self.claim_nodes(output, name)
-
-    def claim_nodes(self, output, name: str) -> None:
-        todo = [t.grad_fn for t in tensors_of(output) if t.grad_fn is not None]
-        owner = self.node_owner
-        while todo:
-            node = todo.pop()
-            if node is None or id(node) in owner:
-                continue
-            owner[id(node)] = name
-            self._nodes.append(node)
-            todo.extend(n for n, _ in node.next_functions if n is not None)
+        since = 0
+        if name in self.stack:  # on top, or below frames an exception unwound
+            i = len(self.stack) - 1 - self.stack[::-1].index(name)
+            since = self.marks[i]
+            del self.stack[i:], self.marks[i:]
+        if torch.is_grad_enabled():  # the autograd nodes this call created are its own (cost/nodes.py)
+            nodes.claim_nodes([t.grad_fn for t in tensors_of(output)], since, self.node_owner, name, self._memo)
 
     def current(self) -> str:
         if self.backward and self.stack:  # a forward recomputed inside the backward (activation checkpointing)

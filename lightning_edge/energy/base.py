@@ -16,6 +16,7 @@ import math
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Any
 
 import numpy as np
@@ -23,26 +24,79 @@ import numpy as np
 from lightning_edge.roofline.model import Roofline
 from lightning_edge.roofline.profile import DeviceProfile, ModeEntry
 
-__all__ = ["LayerEnergy", "LayerEnergies", "EnergyEstimator", "resolve_roofline", "layer_attr"]
+__all__ = ["LayerEnergy", "LayerEnergies", "EnergyEstimator", "resolve_roofline", "layer_attr", "Method", "MEASURED",
+           "APPORTIONED", "ESTIMATED", "SIMULATED", "PARTIAL", "label_of"]
+
+
+class Method(str, Enum):
+    """How an energy was obtained: ``measured`` over the layer's own time, ``apportioned`` from a measured step by the
+    cost model, ``estimated`` by the roofline model, ``simulated`` by the Orin twin. Members compare equal to (and
+    print as) their strings; a label (:func:`label_of`) qualifies one (``simulated-measured``,
+    ``measured (partial)``)."""
+
+    MEASURED = "measured"
+    APPORTIONED = "apportioned"
+    ESTIMATED = "estimated"
+    SIMULATED = "simulated"
+    __str__ = str.__str__
+    __format__ = str.__format__
+
+
+MEASURED, APPORTIONED, ESTIMATED, SIMULATED = Method
+_METHODS = frozenset(Method)
+
+#: appended to a measured / apportioned label when the readings behind it were partial (a rail missing or
+#: rejected, a read failed): ``measured (partial)``
+PARTIAL = "partial"
+
+
+def label_of(method: str, source: str, partial: bool = False) -> str:
+    """``method`` qualified by ``source``: ``simulated-measured``, ``simulated-apportioned``; else ``method``.
+    ``partial``: the readings behind it missed a rail or a read (``measured (partial)``)."""
+    label = f"{SIMULATED}-{method}" if source == SIMULATED and method in (MEASURED, APPORTIONED) else method
+    if partial and method in (MEASURED, APPORTIONED):
+        label = f"{label} ({PARTIAL})"
+    return label
 
 
 @dataclass(frozen=True)
 class LayerEnergy:
-    """Energy (and, where the method models it, time) of one layer."""
+    """Energy and time of one layer: an estimator's estimate, or the profiler's number for one step.
+
+    ``method``: an estimator's name (``roofline``, ``conv_fc``, ...) or the profiler's :class:`Method`;
+    ``source``: ``model`` (an estimate), ``measured`` (hardware) or ``simulated`` (the twin's sensor); ``label``
+    combines them (:func:`label_of`), ``estimated`` for an estimator's number. ``time_s`` is ``None`` when the
+    method models no time; from the profiler it is the layer's self (exclusive) time in the step, and
+    ``model_energy_j`` the roofline model's estimate that served as its apportioning weight."""
 
     energy_j: float
     time_s: float | None
     method: str
-    label: str = "estimated"
     name: str | None = None
+    source: str = "model"
+    kind: str = "module"
+    model_energy_j: float = math.nan
+    fwd_s: float = 0.0
+    bwd_s: float = 0.0
+    calls: int = 0
+    partial: bool = False  # the readings behind it missed a rail or a read
+    #: the layer's self time measured on this machine; ``nan``: the same as ``time_s`` (timed where it ran)
+    host_time_s: float = math.nan
     details: dict = field(default_factory=dict)
 
     @property
+    def label(self) -> str:
+        return label_of(self.method, self.source, self.partial) if self.method in _METHODS else ESTIMATED.value
+
+    @property
     def power_w(self) -> float | None:
-        """Average power energy_j / time_s, or None when the method gives no time."""
-        if self.time_s is None or not self.time_s > 0:
-            return None
-        return self.energy_j / self.time_s
+        """Average power energy_j / time_s: ``None`` when the method gives no time, ``nan`` when it is zero."""
+        return None if self.time_s is None else self.energy_j / self.time_s if self.time_s > 0 else math.nan
+
+    @property
+    def host_s(self) -> float | None:
+        """This machine's self time of the layer (``time_s`` unless the time is the twin's)."""
+        return self.time_s if math.isnan(self.host_time_s) else self.host_time_s
 
 
 @dataclass
@@ -78,8 +132,8 @@ class LayerEnergies:
                             f"{np.shape(self.energy_j)} (modes x layers): index it first")
         for i, name in enumerate(self.names):
             t = None if self.time_s is None or math.isnan(self.time_s[i]) else float(self.time_s[i])
-            yield LayerEnergy(float(self.energy_j[i]), t, self.method, self.label, name,
-                              self.details[i] if i < len(self.details) else {})
+            yield LayerEnergy(float(self.energy_j[i]), t, self.method, name,
+                              details=self.details[i] if i < len(self.details) else {})
 
     def to_rows(self) -> list[dict]:
         return [{"name": e.name, "energy_j": e.energy_j, "time_s": e.time_s, "method": e.method, "label": e.label}

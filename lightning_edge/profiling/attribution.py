@@ -33,10 +33,22 @@ import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Any, Protocol
 
 import numpy as np
+
+from lightning_edge.energy.base import (
+    APPORTIONED,
+    ESTIMATED,
+    MEASURED,
+    PARTIAL,
+    SIMULATED,
+    LayerEnergy,
+    Method,
+    label_of,
+    layer_attr,
+)
+from lightning_edge.roofline.model import pagoda_energy
 
 __all__ = [
     "Method", "MEASURED", "APPORTIONED", "ESTIMATED", "SIMULATED", "PARTIAL", "DEFAULT_K",
@@ -45,21 +57,6 @@ __all__ = [
     "TWIN_REST",
 ]
 
-class Method(str, Enum):
-    """How an energy was obtained: ``measured`` over the layer's own time, ``apportioned`` from a measured step by the
-    cost model, ``estimated`` by the roofline model, ``simulated`` by the Orin twin. Members compare equal to (and
-    print as) their strings; a label (:func:`label_of`) qualifies one (``simulated-measured``,
-    ``measured (partial)``)."""
-
-    MEASURED = "measured"
-    APPORTIONED = "apportioned"
-    ESTIMATED = "estimated"
-    SIMULATED = "simulated"
-    __str__ = str.__str__
-    __format__ = str.__format__
-
-
-MEASURED, APPORTIONED, ESTIMATED, SIMULATED = Method
 #: a layer is measured when its self time covers at least this many sensor update periods. The sensor blurs every
 #: edge between layers: with samples every P seconds and linear interpolation, a power step of dP at an edge moves
 #: dP * P * u**2 / 2 joules across it (u in [0, 1] the edge's phase between samples: P*dP/6 on average, P*dP/2 at
@@ -67,20 +64,6 @@ MEASURED, APPORTIONED, ESTIMATED, SIMULATED = Method
 #: on average (dP/(k*p) at worst): k = 4 keeps that near 4 % for dP/p = 0.5, a large swing on a Jetson whose static
 #: power is most of the total. Shorter layers are apportioned instead.
 DEFAULT_K = 4.0
-
-
-#: appended to a measured / apportioned label when the readings behind it were partial (a rail missing or
-#: rejected, a read failed): ``measured (partial)``
-PARTIAL = "partial"
-
-
-def label_of(method: str, source: str, partial: bool = False) -> str:
-    """``method`` qualified by ``source``: ``simulated-measured``, ``simulated-apportioned``; else ``method``.
-    ``partial``: the readings behind it missed a rail or a read (``measured (partial)``)."""
-    label = f"{SIMULATED}-{method}" if source == SIMULATED and method in (MEASURED, APPORTIONED) else method
-    if partial and method in (MEASURED, APPORTIONED):
-        label = f"{label} ({PARTIAL})"
-    return label
 
 
 class _Trace(Protocol):
@@ -151,39 +134,6 @@ class PowerTrace:
 
 
 @dataclass
-class LayerEnergy:
-    """One layer's energy in one step. ``time_s`` is its self (exclusive) time; ``model_energy_j`` is the roofline
-    model's estimate that served as its apportioning weight; ``label`` combines ``method`` and ``source``."""
-
-    name: str
-    energy_j: float
-    time_s: float
-    method: str
-    source: str
-    kind: str = "module"
-    model_energy_j: float = math.nan
-    fwd_s: float = 0.0
-    bwd_s: float = 0.0
-    calls: int = 0
-    partial: bool = False  # the readings behind it missed a rail or a read
-    #: the layer's self time measured on this machine; ``nan``: the same as ``time_s`` (timed where it ran)
-    host_time_s: float = math.nan
-
-    @property
-    def label(self) -> str:
-        return label_of(self.method, self.source, self.partial)
-
-    @property
-    def power_w(self) -> float:
-        return self.energy_j / self.time_s if self.time_s > 0 else math.nan
-
-    @property
-    def host_s(self) -> float:
-        """This machine's self time of the layer (``time_s`` unless the time is the twin's)."""
-        return self.time_s if math.isnan(self.host_time_s) else self.host_time_s
-
-
-@dataclass
 class StepEnergy:
     """One step's energy and its layers (``layers`` sums to ``energy_j``).
 
@@ -238,12 +188,6 @@ class LayerCostLike(Protocol):
     backward: Any
 
 
-def _attr(obj: Any, name: str, default: Any = None) -> Any:
-    if isinstance(obj, Mapping):
-        return obj.get(name, default)
-    return getattr(obj, name, default)
-
-
 def _phase_cost(cost: Any, phase: str) -> tuple[float, float]:
     """(FLOP, bytes) of one phase of a LayerCost-like object or a dict ``{"fwd": (W, Q), "bwd": (W, Q)}``."""
     if cost is None:
@@ -251,10 +195,10 @@ def _phase_cost(cost: Any, phase: str) -> tuple[float, float]:
     if isinstance(cost, Mapping) and phase in cost:
         w, q = cost[phase]
         return float(w), float(q)
-    part = _attr(cost, "forward" if phase == "fwd" else "backward")
+    part = layer_attr(cost, "forward" if phase == "fwd" else "backward")
     if part is None:
         return 0.0, 0.0
-    return float(_attr(part, "flops", 0) or 0), float(_attr(part, "bytes", 0) or 0)
+    return float(layer_attr(part, "flops", 0) or 0), float(layer_attr(part, "bytes", 0) or 0)
 
 
 def model_energies(selfs: Mapping[str, Any], costs: Mapping[str, Any] | None, roofline: Any,
@@ -264,9 +208,9 @@ def model_energies(selfs: Mapping[str, Any], costs: Mapping[str, Any] | None, ro
     step (forward, and backward when it had backward time). Layers without a cost (containers, regions) get
     ``pi_0*T``. ``selfs``: ``{name: LayerSelf-like}`` (``self_s``/``self_ns``, ``fwd_ns``, ``bwd_ns``).
     Coefficients that are ``nan`` or absent count as zero; with none at all the weight is the time ``T``."""
-    eps_f = _finite(_attr(roofline, "eps_flop", math.nan)) if roofline is not None else 0.0
-    eps_m = _finite(_attr(roofline, "eps_mop", math.nan)) if roofline is not None else 0.0
-    pi0 = _finite(_attr(roofline, "static_power", math.nan)) if (roofline is not None and static) else 0.0
+    eps_f = _finite(layer_attr(roofline, "eps_flop", math.nan)) if roofline is not None else 0.0
+    eps_m = _finite(layer_attr(roofline, "eps_mop", math.nan)) if roofline is not None else 0.0
+    pi0 = _finite(layer_attr(roofline, "static_power", math.nan)) if (roofline is not None and static) else 0.0
     time_only = eps_f == 0.0 and eps_m == 0.0 and pi0 == 0.0
     out: dict[str, float] = {}
     costs = costs or {}
@@ -278,12 +222,12 @@ def model_energies(selfs: Mapping[str, Any], costs: Mapping[str, Any] | None, ro
         cost = costs.get(name)
         w = q = 0.0
         if cost is not None:
-            for phase, ns in (("fwd", _attr(s, "fwd_ns", 0)), ("bwd", _attr(s, "bwd_ns", 0))):
+            for phase, ns in (("fwd", layer_attr(s, "fwd_ns", 0)), ("bwd", layer_attr(s, "bwd_ns", 0))):
                 if ns:
                     pw, pq = _phase_cost(cost, phase)
                     w += pw
                     q += pq
-        out[name] = eps_f * w + eps_m * q + pi0 * t
+        out[name] = pagoda_energy(w, q, t, eps_f, eps_m, pi0)
     return out
 
 
@@ -296,9 +240,9 @@ def _finite(x: Any) -> float:
 
 
 def _self_s(s: Any) -> float:
-    v = _attr(s, "self_s")
+    v = layer_attr(s, "self_s")
     if v is None:
-        v = _attr(s, "self_ns", 0) / 1e9
+        v = layer_attr(s, "self_ns", 0) / 1e9
     return float(v)
 
 
@@ -336,14 +280,14 @@ def attribute_step(selfs: Mapping[str, Any], t0_ns: int, t1_ns: int, *, trace: _
                           False, notes, samples)
 
     threshold = k * period
-    measured = [n for n in names if period > 0 and times[n] >= threshold and _attr(selfs[n], "segments")]
+    measured = [n for n in names if period > 0 and times[n] >= threshold and layer_attr(selfs[n], "segments")]
     energies: dict[str, float] = {}
     if measured:
         a: list[int] = []
         b: list[int] = []
         owner: list[int] = []
         for j, n in enumerate(measured):
-            for s0, s1 in _attr(selfs[n], "segments"):
+            for s0, s1 in layer_attr(selfs[n], "segments"):
                 a.append(int(s0))
                 b.append(int(s1))
                 owner.append(j)
@@ -386,18 +330,18 @@ def attribute_step(selfs: Mapping[str, Any], t0_ns: int, t1_ns: int, *, trace: _
     layers = {}
     for n in names:
         method = MEASURED if n in measured else APPORTIONED
-        layers[n] = _layer(n, selfs[n], energies[n], method, source, model.get(n))
-        layers[n].partial = partial
+        layers[n] = _layer(n, selfs[n], energies[n], method, source, model.get(n), partial)
     return StepEnergy(int(t0_ns), int(t1_ns), e_step, MEASURED, source, layers, update_period_s, k,
                       bool(period > 0 and step_s >= threshold), notes, samples, partial)
 
 
-def _layer(name: str, s: Any, energy: float, method: str, source: str, model_j: float | None) -> LayerEnergy:
-    fwd = _attr(s, "fwd_ns", 0) or 0
-    bwd = _attr(s, "bwd_ns", 0) or 0
-    return LayerEnergy(name, float(energy), _self_s(s), method, source, str(_attr(s, "kind", "module") or "module"),
+def _layer(name: str, s: Any, energy: float, method: str, source: str, model_j: float | None,
+           partial: bool = False) -> LayerEnergy:
+    fwd = layer_attr(s, "fwd_ns", 0) or 0
+    bwd = layer_attr(s, "bwd_ns", 0) or 0
+    return LayerEnergy(float(energy), _self_s(s), method, name, source, str(layer_attr(s, "kind", "module") or "module"),
                        math.nan if model_j is None else float(model_j), fwd / 1e9, bwd / 1e9,
-                       int(_attr(s, "calls", 0) or 0))
+                       int(layer_attr(s, "calls", 0) or 0), partial)
 
 
 #: the twin's share of a step that no layer holds: the board's CPU power over the step and its static power while
@@ -435,10 +379,10 @@ def simulated_step(selfs: Mapping[str, Any], t0_ns: int, t1_ns: int, twin_layers
     for n, sel in selfs.items():
         r = rows.pop(n, None)
         g, e, f, b = r if r is not None else (0.0, 0.0, 0.0, 0.0)
-        layers[n] = LayerEnergy(n, e, g, SIMULATED, SIMULATED, str(_attr(sel, "kind", "module") or "module"),
-                                math.nan, f, b, int(_attr(sel, "calls", 0) or 0), host_time_s=_self_s(sel))
+        layers[n] = LayerEnergy(e, g, SIMULATED, n, SIMULATED, str(layer_attr(sel, "kind", "module") or "module"),
+                                math.nan, f, b, int(layer_attr(sel, "calls", 0) or 0), host_time_s=_self_s(sel))
     for n, (g, e, f, b) in rows.items():  # twin rows without a timed module: input copy, loss, the rest
-        layers[n] = LayerEnergy(n, e, g, SIMULATED, SIMULATED, "region", math.nan, f, b, 0, host_time_s=0.0)
+        layers[n] = LayerEnergy(e, g, SIMULATED, n, SIMULATED, "region", math.nan, f, b, 0, host_time_s=0.0)
     notes = []
     if rest_e < 0:
         notes.append(f"the twin's layers exceed its step energy by {-rest_e:.3g} J")

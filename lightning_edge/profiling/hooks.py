@@ -18,9 +18,9 @@ How it times (the ModuleTracker pattern of ``torch/utils/module_tracker.py`` and
   registration instead of one per module, and no cost at all on the other steps) and because
   ``always_call=True`` runs the post hook even when a forward raises, so the module stack stays consistent.
 * **Backward**: no full backward hooks (they break on in-place ops). After each module's forward, the autograd
-  nodes it created (walked back from its outputs, stopping at its inputs' nodes, which are older by sequence
-  number) are recorded as that module's, the innermost one owning them, exactly as the cost counter charges
-  backward FLOP (``lightning_edge/cost/counter.py``); each owned node gets a pre-hook and a post-hook
+  nodes it created (walked back from its outputs, stopping at nodes older by sequence number than the call) are
+  recorded as that module's, the innermost one owning them, by the rule the cost counter charges backward FLOP
+  with (``lightning_edge/cost/nodes.py``); each owned node gets a pre-hook and a post-hook
   (``Node.register_prehook`` / ``Node.register_hook``), so a backward interval is the node's own execution.
   This is exact across residual branches and in-place ops. Marker pairs from
   ``torch.autograd.graph.register_multi_grad_hook`` ("grads of the outputs arrived" .. "grads of all inputs
@@ -54,6 +54,8 @@ import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
 from torch.utils._pytree import tree_flatten
+
+from lightning_edge.cost.nodes import claim_nodes, mark
 
 __all__ = ["Interval", "LayerSelf", "LayerTimer", "StepTiming", "exclusive_times", "DEFAULT_REGION"]
 
@@ -342,11 +344,11 @@ class LayerTimer:
     # ------------------------------------------------------------------ step lifecycle
     def _reset(self) -> None:
         self._mods: dict[nn.Module, tuple[str, int, str]] = {}
-        self._stack: list[list] = []  # [name, call, t0, bound, depth]
+        self._stack: list[list] = []  # [name, call, t0, autograd mark, depth]
         self._fwd: list[tuple] = []  # (name, call, t0, t1, depth)
         self._calls: dict[str, int] = {}
-        self._owner: set[int] = set()
-        self._keep: list[Any] = []  # owned nodes, kept alive so ids stay unique during the step
+        self._owner: dict[int, int] = {}  # id(node) -> its index in _node_meta
+        self._memo: dict[int, tuple] = {}  # cost/nodes.py: claim_nodes' memo; keeps owned nodes alive in the step
         self._node_meta: list[tuple[str, int, int, tuple]] = []  # (name, call, depth, chain) per owned node
         self._runs: list[list] = []  # [node index, t0, t1]
         self._open: dict[int, list[int]] = {}
@@ -417,7 +419,7 @@ class LayerTimer:
             self._active = False
             if self._pool is not None:
                 self._pool.release()
-            self._keep = []
+            self._memo = {}
         timing.hook_ns = self._hook_ns + time.perf_counter_ns() - c0
         self.last = timing
         return timing
@@ -472,7 +474,7 @@ class LayerTimer:
         t0, t1 = resolve(self._t0), resolve(t1_raw)
         # modules still open (an exception swallowed by the caller): close them at the end of the step
         fwd = list(self._fwd)
-        for name, call, a, _bound, depth in self._stack:
+        for name, call, a, _mark, depth in self._stack:
             fwd.append((name, call, a, t1_raw, depth))
         modules = [Interval(n, FWD, resolve(a), resolve(b), c, d) for n, c, a, b, d in fwd]
         nodes: list[Interval] = []
@@ -510,22 +512,9 @@ class LayerTimer:
         c0 = time.perf_counter_ns()
         self._hook_calls += 1
         name, depth, _q = info
-        bound = -1
-        if self.backward and torch.is_grad_enabled():
-            for a in (args if type(args) is tuple else (args,)):
-                if isinstance(a, torch.Tensor):
-                    fn = a.grad_fn
-                    if fn is not None:
-                        s = fn._sequence_nr()
-                        if s > bound:
-                            bound = s
-                elif isinstance(a, (list, tuple, dict)):
-                    for t in tree_flatten(a)[0]:
-                        if isinstance(t, torch.Tensor) and t.grad_fn is not None:
-                            bound = max(bound, t.grad_fn._sequence_nr())
         call = self._calls.get(name, -1) + 1
         self._calls[name] = call
-        self._stack.append([name, call, self._stamp(), bound, depth])
+        self._stack.append([name, call, self._stamp(), mark() if self.backward else 0, depth])
         self._hook_ns += time.perf_counter_ns() - c0
 
     def _post(self, mod: nn.Module, args: Any, output: Any) -> None:
@@ -552,46 +541,18 @@ class LayerTimer:
             return
         entry = stack.pop(i)
         del stack[i:]  # anything opened after it and not closed (exception paths) is dropped
-        _, call, t0, bound, depth = entry
+        _, call, t0, since, depth = entry
         self._fwd.append((name, call, t0, t1, depth))
         if output is None or not self.backward or not torch.is_grad_enabled():
             return
-        if isinstance(output, torch.Tensor):
-            fn = output.grad_fn
-            roots = [fn] if fn is not None else []
-        else:
-            roots = [t.grad_fn for t in tree_flatten(output)[0]
-                     if isinstance(t, torch.Tensor) and t.grad_fn is not None]
-        if roots:
-            chain = tuple((e[0], e[1]) for e in stack)
-            self._own(roots, bound, name, call, depth, chain)
-
-    def _own(self, roots: list, bound: int, name: str, call: int, depth: int, chain: tuple) -> None:
-        """Claim the unowned autograd nodes created by this module call; hook their execution."""
-        owner = self._owner
-        seen: set[int] = set()
-        todo = list(roots)
-        meta_index: int | None = None
-        limit = 100_000
-        while todo and limit:
-            limit -= 1
-            node = todo.pop()
-            key = id(node)
-            if key in seen:
-                continue
-            seen.add(key)
-            if node._sequence_nr() <= bound:
-                continue  # created before this module was entered: an input's history
-            if key not in owner:
-                owner.add(key)
-                self._keep.append(node)
-                if meta_index is None:
-                    self._node_meta.append((name, call, depth, chain))
-                    meta_index = len(self._node_meta) - 1
+        roots = ([output.grad_fn] if isinstance(output, torch.Tensor) else
+                 [t.grad_fn for t in tree_flatten(output)[0] if isinstance(t, torch.Tensor)])
+        meta_index = len(self._node_meta)
+        claimed = claim_nodes(roots, since, self._owner, meta_index, self._memo)  # the nodes this call created
+        if claimed:
+            self._node_meta.append((name, call, depth, tuple((e[0], e[1]) for e in stack)))
+            for node in claimed:
                 self._hook_node(node, meta_index)
-            for nxt, _ in node.next_functions:
-                if nxt is not None:
-                    todo.append(nxt)
 
     def _hook_node(self, node: Any, meta_index: int) -> None:
         runs = self._runs

@@ -20,6 +20,8 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from lightning_edge.roofline.model import pagoda_energy
+
 __all__ = ["nnls", "EnergyFit", "fit_energy_coefficients"]
 
 
@@ -121,7 +123,7 @@ def fit_energy_coefficients(flops, bytes, time_s, energy_j, static_power_w: floa
     x, _ = nnls(a * row[:, None], b * row)
     eps_flop, eps_mop = float(x[0]), float(x[1])
     pi0 = float(x[2]) if static_power_w is None else float(static_power_w)
-    pred = eps_flop * w + eps_mop * q + pi0 * t
+    pred = pagoda_energy(w, q, t, eps_flop, eps_mop, pi0)
     ss_res = float(((e - pred) ** 2).sum())
     ss_tot = float(((e - e.mean()) ** 2).sum())
     r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else float("nan")

@@ -36,7 +36,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-__all__ = ["Roofline", "Bound"]
+__all__ = ["Roofline", "Bound", "pagoda_energy"]
 
 
 class Bound(NamedTuple):
@@ -87,6 +87,12 @@ def _nonneg(name: str, value) -> np.ndarray:
     if np.isnan(arr).any() or (arr < 0).any():
         raise ValueError(f"{name}: expected non-negative numbers, got {value!r}")
     return arr
+
+
+def pagoda_energy(flops, bytes, time_s, eps_flop, eps_mop, static_power):
+    """E = eps_flop * W + eps_mop * Q + pi_0 * T, joules (Pagoda eq. 2), on numbers or arrays, unchecked
+    (``Roofline.energy`` checks first): the package's one copy of the formula."""
+    return eps_flop * flops + eps_mop * bytes + static_power * time_s
 
 
 @dataclass(frozen=True, eq=False)
@@ -204,9 +210,12 @@ class Roofline:
 
     def time(self, flops, bytes):
         """T = max(W * tau_flop, Q * tau_mop), seconds (Pagoda eq. 1; compute and memory overlap)."""
-        w = _nonneg("flops", flops)
-        q = _nonneg("bytes", bytes)
-        return _out(np.maximum(w / self.peak_flops, q / self.bandwidth))
+        return _out(self._wqt(flops, bytes)[2])
+
+    def _wqt(self, flops, bytes, time_s=None):
+        """W, Q and T (eq. 1, or ``time_s`` when given) as checked arrays."""
+        w, q = _nonneg("flops", flops), _nonneg("bytes", bytes)
+        return w, q, np.maximum(w / self.peak_flops, q / self.bandwidth) if time_s is None else _nonneg("time_s", time_s)
 
     def attainable(self, intensity):
         """Attainable performance W/T = min(FLOP/s(peak), I * BW(peak)), FLOP/s (the time roofline,
@@ -239,16 +248,12 @@ class Roofline:
         ``static=False`` drops the pi_0 * T term (the "no static power" case of section 5.2.1).
         """
         self._need_energy(static)
-        w = _nonneg("flops", flops)
-        q = _nonneg("bytes", bytes)
-        t = np.maximum(w / self.peak_flops, q / self.bandwidth) if time_s is None else _nonneg("time_s", time_s)
-        return _out(self.eps_flop * w + self.eps_mop * q + self._pi0(static) * t)
+        w, q, t = self._wqt(flops, bytes, time_s)
+        return _out(pagoda_energy(w, q, t, self.eps_flop, self.eps_mop, self._pi0(static)))
 
     def power(self, flops, bytes, time_s=None, static=True):
         """Average power E / T, watts (eq. 2 divided by the eq. 1 time, or by ``time_s``)."""
-        w = _nonneg("flops", flops)
-        q = _nonneg("bytes", bytes)
-        t = np.maximum(w / self.peak_flops, q / self.bandwidth) if time_s is None else _nonneg("time_s", time_s)
+        w, q, t = self._wqt(flops, bytes, time_s)
         e = np.asarray(self.energy(w, q, time_s=t, static=static))
         with np.errstate(divide="ignore", invalid="ignore"):
             return _out(np.where(t > 0, e / np.where(t > 0, t, 1.0), np.nan))

@@ -110,9 +110,9 @@ def _steps():
     out = []
     for i, scale in enumerate((1.0, 1.2)):
         layers = {
-            "conv": LayerEnergy("conv", 0.5 * scale, 0.02, "measured", "measured", "Conv2d", 0.4, 0.01, 0.01, 1),
-            "bn": LayerEnergy("bn", 0.1, 0.005, "apportioned", "measured", "BatchNorm2d", 0.1, 0.002, 0.003, 1),
-            "(other)": LayerEnergy("(other)", 0.05, 0.004, "apportioned", "measured", "region", 0.05),
+            "conv": LayerEnergy(0.5 * scale, 0.02, "measured", "conv", "measured", "Conv2d", 0.4, 0.01, 0.01, 1),
+            "bn": LayerEnergy(0.1, 0.005, "apportioned", "bn", "measured", "BatchNorm2d", 0.1, 0.002, 0.003, 1),
+            "(other)": LayerEnergy(0.05, 0.004, "apportioned", "(other)", "measured", "region", 0.05),
         }
         e = sum(le.energy_j for le in layers.values())
         out.append(StepEnergy(i * 10**8, i * 10**8 + 29_000_000, e, "measured", "measured", layers, 1e-3,

@@ -344,3 +344,56 @@ def test_other_modules_are_ignored_and_steps_do_not_nest():
     assert {iv.name for iv in s.timing.modules} == {"Linear"}
     with pytest.raises(RuntimeError, match="no step"):
         timer.stop_step()
+
+
+class _Scaled(nn.Module):
+    """``x * w * scale``, then busy for 10 ns forward and 100 ns backward; ``scale`` by keyword or as an attribute."""
+
+    def __init__(self, clock: Clock) -> None:
+        super().__init__()
+        self.clock = clock
+        self.w = nn.Parameter(torch.ones(8))
+        self.scale = None
+
+    def forward(self, x, scale=None):
+        s = self.scale if scale is None else scale
+        return _BusyFn.apply(x * self.w * s, self.clock, 10, 100)
+
+
+class _MakesScale(nn.Module):
+    """Runs an op of its own (busy 3 ns forward, 40 ns backward) and hands the result to its child."""
+
+    def __init__(self, clock: Clock, how: str) -> None:
+        super().__init__()
+        self.clock, self.how = clock, how
+        self.gamma = nn.Parameter(torch.ones(8))
+        self.child = _Scaled(clock)
+
+    def forward(self, x):
+        x = x * 1.0  # the child's input is newer than the scale: a bound taken from its inputs misses the scale
+        scale = _BusyFn.apply(self.gamma.exp(), self.clock, 3, 40)
+        if self.how == "keyword":
+            return self.child(x, scale=scale)
+        self.child.scale = scale
+        return self.child(x)
+
+
+@pytest.mark.parametrize("how", ["keyword", "attribute"])
+def test_a_node_belongs_to_the_module_call_that_created_it_in_the_timer_and_the_cost_counter(how):
+    """One rule (lightning_edge.cost.nodes): an op a parent runs and hands to its child (by keyword, or through an
+    attribute) is the parent's in backward as in forward, for the timer's backward time and the cost counter's
+    backward FLOP alike. They used to differ: the timer gave the keyword case to the child (its bound saw only
+    positional inputs), the counter gave the attribute case to the child (it claimed only the inputs' history)."""
+    from lightning_edge.cost import analyze
+
+    clock = Clock()
+    net = nn.Sequential(_MakesScale(clock, how))
+    with LayerTimer(net, clock_ns=clock).step() as s:
+        net(torch.randn(4, 8)).sum().backward()
+    ex = s.timing.exclusive()
+    assert (ex["0"].fwd_ns, ex["0"].bwd_ns) == (3, 40)
+    assert (ex["0.child"].fwd_ns, ex["0.child"].bwd_ns) == (10, 100)
+    cost = analyze(nn.Sequential(_MakesScale(Clock(), how)), torch.randn(4, 8), training=True)
+    layers = {lc.name: lc for lc in cost.layers}
+    assert layers["0"].backward.flops == 8  # exp's backward: grad * exp(gamma)
+    assert layers["0.child"].backward.flops == 160
