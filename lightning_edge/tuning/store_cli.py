@@ -154,9 +154,9 @@ def _claims(store: Any) -> list[dict[str, Any]]:
 
 
 def _mode_text(t: Any) -> str:
-    from lightning_edge.tuning.store import trial_key
+    from lightning_edge.tuning.store import trial_key, trial_kind
 
-    k = trial_key("infer" if "batch_size" in (t.params or t.system_attrs.get("fixed_params", {})) else "train", t)
+    k = trial_key(trial_kind(t), t)
     return "?" if k is None else str(k.mode) + ("" if k.batch_size is None else f" bs {k.batch_size}")
 
 

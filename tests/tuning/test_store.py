@@ -98,6 +98,28 @@ def test_concurrent_points_use_both_studies(tmp_path):
     assert again.new_profiles == 0 and again.solution == r.solution.__class__(**{**r.solution.__dict__, "new_profiles": 0})
 
 
+def test_a_store_written_by_plain_optuna_in_the_layout_is_read(tmp_path):
+    # the layout (study names, params, values, user attributes) is the format: a store written by an older
+    # version, here by plain Optuna without lightning_edge, answers without any new profile
+    url = f"sqlite:///{tmp_path / 'old.sqlite3'}"
+    study = optuna.create_study(storage=url, study_name="lightning_edge/hand-board/linear-v1/train",
+                                directions=["minimize", "minimize"])
+    study.set_user_attr("kind", "train")
+    dists = {"cores": optuna.distributions.IntDistribution(1, 4096),
+             **{k: optuna.distributions.FloatDistribution(0.0, 1e6) for k in ("cpu_mhz", "gpu_mhz", "mem_mhz")}}
+    for m in SMALL_SPACE:
+        t, p = LinearWorkload.time_s(m), LinearWorkload.power_w(m)
+        params = {"cores": m.cores, "cpu_mhz": float(m.cpu_mhz), "gpu_mhz": float(m.gpu_mhz), "mem_mhz": float(m.mem_mhz)}
+        study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, values=[t, p],
+                                                  user_attrs={"time_s": t, "power_w": p, "label": "simulated"},
+                                                  system_attrs={"fixed_params": params}))
+    w = LinearWorkload()
+    r = GMD().run(TrainingProblem(25.0), SMALL_SPACE, w, store=ProfileStore(url), device_model="hand-board")
+    assert r.new_profiles == 0 and not w.calls
+    fresh = GMD().run(TrainingProblem(25.0), SMALL_SPACE, LinearWorkload(), store=None)
+    assert r.visited == fresh.visited and r.solution.mode == fresh.solution.mode
+
+
 def test_workload_identity():
     assert workload_fingerprint(LinearWorkload()) == "linear-v1"
     assert workload_fingerprint(object(), workload_id="my model/bs 16") == "my-model-bs-16"
