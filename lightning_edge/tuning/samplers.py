@@ -22,6 +22,7 @@ from typing import Any
 
 import optuna
 from optuna.distributions import BaseDistribution
+from optuna.samplers import BaseSampler, RandomSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
@@ -29,16 +30,16 @@ from lightning_edge.devices.modes import PowerModeSpace
 from lightning_edge.tuning.als import ALS
 from lightning_edge.tuning.backend import ProfileKey
 from lightning_edge.tuning.gmd import GMD
-from lightning_edge.tuning.problems import ConcurrentMeasurement, Measurement, as_measurement
+from lightning_edge.tuning.problems import ConcurrentMeasurement, as_measurement
 from lightning_edge.tuning.search import ExploreSpec, Point, SearchContext
 from lightning_edge.tuning.store import (
     PARAM_DISTRIBUTIONS,
-    PassiveSampler,
     constraint_values,
     distributions,
     key_params,
     params_key,
     suggest,
+    trial_measurement,
 )
 
 
@@ -47,7 +48,7 @@ def _point_params(point: Point) -> dict[str, Any]:
     return key_params(ProfileKey(kind, point.mode, point.batch_size))
 
 
-class StrategySampler(PassiveSampler):
+class StrategySampler(BaseSampler):
     """A strategy (GMD, ALS, RND, NN, binary search, exhaustive) as an Optuna sampler (for ``study.optimize``).
 
     ``target`` is the problem (per-problem strategies and ``solve``) or an :class:`ExploreSpec`
@@ -55,9 +56,8 @@ class StrategySampler(PassiveSampler):
     """
 
     def __init__(self, strategy: Any, target: Any, space: PowerModeSpace | None = None, *, seed: int | None = 0) -> None:
-        super().__init__()
+        self._fallback = RandomSampler(seed=0)  # parameters the algorithm does not set (none of the profile's)
         self.strategy = strategy
-        self.strategy_name = getattr(strategy, "name", type(strategy).__name__)
         self.target = target
         self.space = space
         self.seed = seed
@@ -105,11 +105,9 @@ class StrategySampler(PassiveSampler):
 
     @staticmethod
     def _result_of(point: Point, t: FrozenTrial) -> Any:
-        ua = t.user_attrs
         if point.kind == "concurrent":
-            return ConcurrentMeasurement(Measurement(ua["train_time_s"], ua["train_power_w"], ua.get("label", "measured")),
-                                         Measurement(ua["infer_time_s"], ua["infer_power_w"], ua.get("label", "measured")))
-        return Measurement(ua.get("time_s", t.values[0]), ua.get("power_w", t.values[1]), ua.get("label", "measured"))
+            return ConcurrentMeasurement(trial_measurement(t, "train_"), trial_measurement(t, "infer_"))
+        return trial_measurement(t)
 
     def _next_point(self, study: Study) -> Point | None:
         """Feed finished trials to the algorithm; the next point it wants that nobody is profiling."""
@@ -138,6 +136,10 @@ class StrategySampler(PassiveSampler):
         if p is None:
             return {}
         return {k: v for k, v in _point_params(p).items() if k in search_space}
+
+    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
 
     def objective(self, workload: Any):
         """An objective for ``study.optimize`` that profiles the point this sampler proposes."""
@@ -205,4 +207,4 @@ class ALSSampler(StrategySampler):
         super().__init__(strategy if strategy is not None else ALS(**als_options), target, space, seed=seed)
 
 
-__all__ = ["PassiveSampler", "StrategySampler", "GMDSampler", "ALSSampler", "PARAM_DISTRIBUTIONS"]
+__all__ = ["StrategySampler", "GMDSampler", "ALSSampler", "PARAM_DISTRIBUTIONS"]

@@ -20,8 +20,6 @@ from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
-
 from lightning_edge.devices.modes import KNOBS, PowerMode, PowerModeSpace
 from lightning_edge.tuning.backend import MemoryStore, ProfileBackend, ProfileKey
 from lightning_edge.tuning.problems import (
@@ -371,7 +369,3 @@ class ExploringStrategy(Strategy):
 
     def make_table(self, ctx: SearchContext, spec: ExploreSpec, space: PowerModeSpace, new_profiles: int) -> ProfileTable:
         return ctx.table(spec.kind, strategy=self.name, new_profiles=new_profiles)
-
-
-def rng_for(seed: int | None) -> np.random.Generator:
-    return np.random.default_rng(seed)

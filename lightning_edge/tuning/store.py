@@ -63,10 +63,9 @@ from pathlib import Path
 from typing import Any
 
 import optuna
-from optuna.distributions import BaseDistribution, FloatDistribution, IntDistribution
-from optuna.samplers import BaseSampler, RandomSampler
+from optuna.distributions import FloatDistribution, IntDistribution
+from optuna.samplers import RandomSampler
 from optuna.storages import BaseStorage
-from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
 from lightning_edge.devices.modes import KNOBS, PowerMode
@@ -112,34 +111,6 @@ def suggest(trial: optuna.Trial, kind: str) -> dict[str, Any]:
             for name, d in distributions(kind).items()}
 
 
-class PassiveSampler(BaseSampler):
-    """The sampler of the profile studies: hands over ``pending`` (the store entry being claimed); otherwise
-    samples nothing (the strategies decide the points, through the store)."""
-
-    strategy_name = ""
-
-    def __init__(self) -> None:
-        self.pending: ProfileKey | None = None
-        self._fallback = RandomSampler(seed=0)
-
-    def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        kind = study.user_attrs.get("kind") or (self.pending.kind if self.pending else "infer")
-        return distributions("infer" if kind != "train" else "train")
-
-    def sample_relative(self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]) -> dict:
-        if self.pending is None:
-            return {}
-        return {k: v for k, v in key_params(self.pending).items() if k in search_space}
-
-    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
-        if self.pending is not None:
-            params = key_params(self.pending)
-            if param_name in params:
-                return params[param_name]
-        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
-
-
 def params_key(kind: str, params: dict[str, Any]) -> ProfileKey | None:
     """The store entry of a trial's parameters (``None`` if they are not a profile of ``kind``)."""
     try:
@@ -156,6 +127,13 @@ def _trial_params(t: FrozenTrial) -> dict[str, Any]:
 
 def trial_key(kind: str, t: FrozenTrial) -> ProfileKey | None:
     return params_key(kind, _trial_params(t))
+
+
+def trial_measurement(t: FrozenTrial, prefix: str = "") -> Measurement:
+    """The profile of a completed trial: user attributes ``{prefix}time_s``, ``{prefix}power_w`` and ``label``."""
+    ua = t.user_attrs
+    return Measurement(ua.get(f"{prefix}time_s", t.values[0]), ua.get(f"{prefix}power_w", t.values[1]),
+                       ua.get("label", "measured"))
 
 
 def trial_kind(t: FrozenTrial) -> str:
@@ -419,13 +397,6 @@ def _check_server(url: str, given: str | None = None) -> None:
                          "server or fix the URL, or use a local store (store='/path/profiles.sqlite3')") from None
 
 
-def make_storage(spec: str | os.PathLike[str] | BaseStorage | None, *, heartbeat_interval_s: int | None = None,
-                 grace_period_s: int | None = None) -> BaseStorage:
-    """An Optuna storage from ``"default"``, a plain path (SQLite), an RDB URL, ``journal:///path`` or a
-    storage instance (see :func:`open_storage`)."""
-    return open_storage(spec, heartbeat_interval_s=heartbeat_interval_s, grace_period_s=grace_period_s)[0]
-
-
 def open_storage(spec: str | os.PathLike[str] | BaseStorage | None, *, heartbeat_interval_s: int | None = None,
                  grace_period_s: int | None = None) -> tuple[BaseStorage, bool]:
     """``(storage, read_only)``. Raises :class:`StoreError` (one line: what, why, how to fix) when the store
@@ -560,7 +531,8 @@ class ProfileStore:
         if kind not in ("train", "infer"):
             raise ValueError(f"profile studies are 'train' or 'infer', got {kind!r}")
         name = self.study_name(device_model, workload_id, kind)
-        sampler = sampler if sampler is not None else PassiveSampler()
+        # the points are queued with fixed parameters: the sampler never decides one
+        sampler = sampler if sampler is not None else RandomSampler(seed=0)
         if name in self._studies:
             st = self._studies[name]
         elif self.read_only:
@@ -637,14 +609,13 @@ class WorkloadProfiles:
         self.store = store
         self.device_model = device_model
         self.workload_id = workload_id
-        self.sampler = PassiveSampler()
         self.problem = problem
         self.strategy = strategy
         self.host = socket.gethostname()
         self._study_ids: dict[str, int] = {}
 
     def study(self, kind: str, label: str | None = None) -> optuna.Study | None:
-        return self.store.study(self.device_model, self.workload_id, kind, self.sampler, label=label)
+        return self.store.study(self.device_model, self.workload_id, kind, label=label)
 
     def _tid(self, t: FrozenTrial) -> int:
         """The storage's id of trial ``t`` of this workload (public storage API: ``FrozenTrial._trial_id`` is
@@ -669,23 +640,18 @@ class WorkloadProfiles:
             g.sort(key=lambda t: t.number)
         return groups
 
-    @staticmethod
-    def _measurement(t: FrozenTrial) -> Measurement:
-        ua = t.user_attrs
-        return Measurement(ua.get("time_s", t.values[0]), ua.get("power_w", t.values[1]), ua.get("label", "measured"))
-
     def _unsaved_key(self, key: ProfileKey) -> tuple[str, str, ProfileKey]:
         return (self.device_model, self.workload_id, key)
 
     def lookup(self, key: ProfileKey) -> Measurement | None:
         g = self._groups(key.kind).get(key)
         if g and g[0].state == TrialState.COMPLETE:
-            return self._measurement(g[0])
+            return trial_measurement(g[0])
         return self.store._unsaved.get(self._unsaved_key(key))
 
     def table(self, kind: str) -> ProfileTable:
         """Every completed profile of ``kind`` as a :class:`ProfileTable`."""
-        found = {k: self._measurement(g[0]) for k, g in self._groups(kind).items() if g[0].state == TrialState.COMPLETE}
+        found = {k: trial_measurement(g[0]) for k, g in self._groups(kind).items() if g[0].state == TrialState.COMPLETE}
         for (dm, wid, k), m in self.store._unsaved.items():
             if dm == self.device_model and wid == self.workload_id and k.kind == kind:
                 found.setdefault(k, m)
@@ -767,7 +733,6 @@ class WorkloadProfiles:
 
     def _measure_claimed(self, study: optuna.Study, t: FrozenTrial, key: ProfileKey,
                          measure: Callable[[ProfileKey], Measurement]) -> Measurement:
-        self.sampler.pending = key
         tid = self._tid(t)
         trial = optuna.trial.Trial(study, tid)
         beat = _Heartbeat(self.store, tid)
@@ -779,7 +744,6 @@ class WorkloadProfiles:
             raise
         finally:
             beat.stop()
-            self.sampler.pending = None
         attrs = {"time_s": m.time_s, "power_w": m.power_w, "label": m.label,
                  "provenance": {"host": self.host, "strategy": self.strategy,
                                 "problem": self.problem.describe() if self.problem is not None else ""}}
@@ -856,7 +820,7 @@ class WorkloadProfiles:
                         if dup.state == TrialState.WAITING:
                             self._close_duplicate(kind, dup, owner)
                     if owner.state == TrialState.COMPLETE:
-                        out[key] = (self._measurement(owner), False)
+                        out[key] = (trial_measurement(owner), False)
                         progressed = True
                     elif owner.state == TrialState.WAITING and self._claim(owner, heartbeat=True):
                         out[key] = (self._measure_claimed(self.study(kind), owner, key, measure), True)  # type: ignore[arg-type]

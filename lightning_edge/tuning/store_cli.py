@@ -100,6 +100,8 @@ def _rows(store: Any, name: str) -> list[dict[str, Any]]:
     """Every profile of a study (the store's answer: the owner trial of each point), sorted by mode."""
     from optuna.trial import TrialState
 
+    from lightning_edge.tuning.store import trial_measurement
+
     _, dev, wid, kind = name.split("/")
     wp = store.bind(dev, wid)
     rows = []
@@ -107,7 +109,7 @@ def _rows(store: Any, name: str) -> list[dict[str, Any]]:
         t = g[0]
         if t.state != TrialState.COMPLETE:
             continue
-        m = wp._measurement(t)
+        m = trial_measurement(t)
         row: dict[str, Any] = {"mode": str(key.mode), "cores": key.mode.cores, "cpu_mhz": key.mode.cpu_mhz,
                                "gpu_mhz": key.mode.gpu_mhz, "mem_mhz": key.mode.mem_mhz}
         if kind == "infer":
