@@ -524,15 +524,13 @@ class ProfileStore:
     def study_name(device_model: str, workload_id: str, kind: str) -> str:
         return f"{STUDY_PREFIX}/{_slug(device_model)}/{_slug(workload_id)}/{kind}"
 
-    def study(self, device_model: str, workload_id: str, kind: str, sampler: Any = None,
-              label: str | None = None) -> optuna.Study | None:
+    def study(self, device_model: str, workload_id: str, kind: str, label: str | None = None) -> optuna.Study | None:
         """The study of one (device model, workload, kind); created on first use (``None``: a read-only store
         that has no such study). ``label``: ``simulated`` or ``measured``, kept in the study's attributes."""
         if kind not in ("train", "infer"):
             raise ValueError(f"profile studies are 'train' or 'infer', got {kind!r}")
         name = self.study_name(device_model, workload_id, kind)
-        # the points are queued with fixed parameters: the sampler never decides one
-        sampler = sampler if sampler is not None else RandomSampler(seed=0)
+        sampler = RandomSampler(seed=0)  # the points are queued with fixed parameters: the sampler never decides one
         if name in self._studies:
             st = self._studies[name]
         elif self.read_only:
@@ -555,7 +553,6 @@ class ProfileStore:
         if st is not None:
             if label and not self.read_only and st.user_attrs.get("label") not in (label, "mixed"):
                 st.set_user_attr("label", label if "label" not in st.user_attrs else "mixed")
-            st.sampler = sampler
         return st
 
     def bind(self, device_model: str, workload_id: str, problem: Any = None, strategy: str = "") -> WorkloadProfiles:

@@ -20,7 +20,9 @@ from lightning_edge.tuning import (
     RandomSampling,
     TrainingProblem,
 )
+from lightning_edge.tuning.backend import MemoryStore, ProfileBackend
 from lightning_edge.tuning.samplers import ALSSampler, GMDSampler
+from lightning_edge.tuning.search import open_backend
 from lightning_edge.tuning.store import default_storage_url, workload_fingerprint
 
 from .workloads import HAND_SPACE, SMALL_SPACE, LinearWorkload, SaturatingWorkload
@@ -43,6 +45,28 @@ class SlowWorkload(SaturatingWorkload):
     def infer(self, mode, batch_size):
         time.sleep(self.delay_s)
         return super().infer(mode, batch_size)
+
+
+def test_store_arguments_become_backends_in_one_place(tmp_path):
+    mem = MemoryStore()
+    assert open_backend(mem) is mem and isinstance(open_backend(None), MemoryStore) and open_backend(None) is not mem
+    ps = open_backend(str(tmp_path / "p.sqlite3"))  # a path, a URL or "default": the Optuna store parses it
+    assert isinstance(ps, ProfileStore) and open_backend(ps) is ps and ps.describe() == str(tmp_path / "p.sqlite3")
+
+    class Logged(MemoryStore):  # any object with profiles() and describe() is a backend
+        def __init__(self):
+            super().__init__()
+            self.asked = []
+
+        def profiles(self, workload, **kw):
+            self.asked.append(kw)
+            return self
+
+    back = Logged()
+    assert isinstance(back, ProfileBackend) and open_backend(back) is back
+    r = GMD().run(TrainingProblem(29.5), HAND_SPACE, LinearWorkload(), store=back, workload_id="w")
+    assert len(back) == r.new_profiles == r.profiles_used
+    assert back.asked == [{"workload_id": "w", "device_model": None, "problem": TrainingProblem(29.5), "strategy": "GMD"}]
 
 
 def test_second_solve_profiles_nothing_new(tmp_path):
