@@ -10,7 +10,8 @@ Layout
     holds inference profiles (the same plus ``batch_size``). Objective values ``[time_s, power_w]``
     (both minimised); user attributes ``time_s``, ``power_w``, ``label`` (measured / simulated) and
     ``provenance`` (host, strategy, problem); constraints of the problem that asked for the profile via
-    ``Trial.set_constraint`` (``power_w``, ``latency_s``, ``keep_up_s``: feasible when <= 0).
+    ``Trial.set_constraint`` (its own ``problem.constraints``: ``power_w``, ``latency_s``, ``keep_up_s``;
+    feasible when <= 0). The store implements :class:`~lightning_edge.tuning.backend.ProfileBackend`.
 
 Storage
     ``ProfileStore()`` / ``"default"``: SQLite in ``platformdirs.user_cache_dir("lightning_edge")``
