@@ -96,7 +96,7 @@ def main():
         from lightning_edge.tuning.store import trial_key
 
         # the store itself: how many measurements were recorded, and for how many distinct modes
-        profiles = ProfileStore(url).profiler(SimWorkload("resnet18", train_batch_size=16)).store
+        profiles = ProfileStore(url).profiles(SimWorkload("resnet18", train_batch_size=16))
         done = [t for t in profiles.study("train").get_trials(deepcopy=False) if t.state == TrialState.COMPLETE]
         distinct = {trial_key("train", t) for t in done}
         print(f"store: {len(done)} measurements of {len(distinct)} distinct modes "

@@ -87,11 +87,11 @@ def _lit_module(model_name: str, classes: int, lr: float) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lightning_edge.tuning.store import ProfileStore
+    from lightning_edge.tuning.search import open_backend
 
     # the store first: a path, a URL or 'default'; one that cannot be used fails here, in one line, before training
-    store: Any = None if args.store == "memory" else ProfileStore.open(args.store)
-    store_text = "in memory (not kept)" if store is None else store.describe()
+    store: Any = open_backend(None if args.store == "memory" else args.store)
+    store_text = store.describe()
     import torch
     from torch.utils.data import DataLoader
 

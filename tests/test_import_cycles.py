@@ -14,13 +14,6 @@ import lightning_edge
 
 ROOT = Path(lightning_edge.__file__).parent
 
-#: the one cycle left, inside tuning/: strategies' ``run(store=...)`` (search.py) open an Optuna store (store.py)
-#: and its sampler (samplers.py), which drive the strategies (gmd.py, als.py). Issue 16 item 3 (a tuning core that
-#: knows no storage) removes it; then delete this entry (the test fails until you do, so it cannot go stale).
-KNOWN = [frozenset({"lightning_edge.tuning.als", "lightning_edge.tuning.gmd", "lightning_edge.tuning.samplers",
-                    "lightning_edge.tuning.search", "lightning_edge.tuning.store"})]
-
-
 def _modules() -> dict[str, Path]:
     out = {}
     for p in ROOT.rglob("*.py"):
@@ -116,8 +109,5 @@ def test_the_walker_finds_a_cycle_and_follows_lazy_imports():
 
 
 def test_no_import_cycles():
-    found = cycles(import_graph())
-    new = [sorted(c) for c in found if c not in KNOWN]
-    assert not new, "import cycles: " + "; ".join(" <-> ".join(c) for c in new)
-    assert sorted(map(sorted, found)) == sorted(map(sorted, KNOWN)), \
-        "a known cycle is gone: remove it from KNOWN in tests/test_import_cycles.py"
+    found = [sorted(c) for c in cycles(import_graph())]
+    assert not found, "import cycles: " + "; ".join(" <-> ".join(c) for c in found)

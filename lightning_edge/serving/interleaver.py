@@ -144,11 +144,9 @@ class InterleaverMixin:
         if self.device is None:
             self.device = get_board("cpu" if self.device_arg is None else self.device_arg, control="write", seed=self.seed)
         if self.store is not None:  # issue 18: a store that cannot be used fails here, in one line, before the run
-            from lightning_edge.tuning.search import MemoryStore
-            from lightning_edge.tuning.store import ProfileStore
+            from lightning_edge.tuning.search import open_backend
 
-            if not isinstance(self.store, MemoryStore):
-                self.store = ProfileStore.open(self.store)
+            self.store = open_backend(self.store)
 
     def _build(self, trainer: Any, pl_module: Any, batch: Any, stage: str) -> None:
         dev = self.device or get_board("cpu" if self.device_arg is None else self.device_arg, control="write", seed=self.seed)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_edge.tuning.search import MemoryStore, Strategy
+from lightning_edge.tuning.search import Strategy, open_backend
 
 __all__ = ["Retuner", "TUNERS"]
 
@@ -33,11 +33,7 @@ class Retuner:
 
         self.space = space
         self.workload = workload
-        self.store = MemoryStore() if store is None else store
-        if not isinstance(self.store, MemoryStore):  # issue 18: a store that cannot be used fails here, in one line
-            from lightning_edge.tuning.store import ProfileStore
-
-            self.store = ProfileStore.open(self.store)
+        self.store = open_backend(store)  # issue 18: a store that cannot be used fails here, in one line
         self.seed = seed
         self.als_latency_range_s = als_latency_range_s
         self.als_rate_range_rps = als_rate_range_rps

@@ -6,12 +6,14 @@ sol = GMD().solve(TrainingProblem(power_budget_w=30.0), space, workload)   # pro
 table = ALS().explore(space, workload, kind="infer")   # profile once, then table.solve(problem) many times
 ```
 
-See docs/tuning.md. The Optuna-backed pieces (``ProfileStore``, the samplers) load lazily.
+See docs/tuning.md. The core talks to a profile backend (``tuning/backend.py``); the Optuna-backed pieces
+(``ProfileStore``, the samplers) load lazily.
 """
 
 from __future__ import annotations
 
 from lightning_edge._lazy import lazy_getattr
+from lightning_edge.tuning.backend import MemoryStore, ProfileBackend
 from lightning_edge.tuning.gmd import GMD, DynamicGMD
 from lightning_edge.tuning.problems import (
     DEFAULT_BATCH_SIZES,
@@ -26,7 +28,6 @@ from lightning_edge.tuning.problems import (
 from lightning_edge.tuning.search import (
     BudgetExhausted,
     ExploreSpec,
-    MemoryStore,
     Point,
     SearchResult,
     Strategy,
@@ -48,7 +49,8 @@ _LAZY = {
 __all__ = [
     "ALS", "GMD", "DynamicGMD", "BinarySearch", "Exhaustive", "NeuralBaseline", "RandomSampling",
     "TrainingProblem", "InferenceProblem", "ConcurrentProblem", "Measurement", "ConcurrentMeasurement",
-    "Solution", "Workload", "DEFAULT_BATCH_SIZES", "Point", "ExploreSpec", "MemoryStore", "SearchResult",
+    "Solution", "Workload", "DEFAULT_BATCH_SIZES", "Point", "ExploreSpec", "MemoryStore", "ProfileBackend",
+    "SearchResult",
     "Strategy", "BudgetExhausted", "ProfileTable", "ProfileStore", "StrategySampler", "GMDSampler", "ALSSampler",
 ]
 

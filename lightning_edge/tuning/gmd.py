@@ -72,7 +72,7 @@ from lightning_edge.tuning.problems import (
     queueing_time_s,
     within,
 )
-from lightning_edge.tuning.search import Grid, Point, SearchContext, Strategy
+from lightning_edge.tuning.search import Grid, Point, SearchContext, Strategy, open_backend
 
 DEFAULT_MAX_PROFILES = {"train": 10, "infer": 11, "concurrent": 15}
 """Fulcrum's GMD budgets: GMD10 (training), GMD11 (inference), GMD15 (concurrent)."""
@@ -563,11 +563,9 @@ class DynamicGMD:
 
     def __init__(self, space: PowerModeSpace, workload: Any, gmd: GMD | None = None, *, store: Any = None,
                  **run_kw: Any) -> None:
-        from lightning_edge.tuning.search import MemoryStore
-
         self.space, self.workload = space, workload
         self.gmd = gmd if gmd is not None else GMD()
-        self.store = store if store is not None else MemoryStore()
+        self.store = open_backend(store)
         self.run_kw = run_kw
         self.profiles: dict[Point, Any] = {}
 

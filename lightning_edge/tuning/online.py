@@ -425,15 +425,11 @@ class OnlineTuner:
 
             space = catalog.fulcrum_space() if _is_orin(controller) else controller.space
         self.space = space
-        from lightning_edge.tuning.search import MemoryStore
+        from lightning_edge.tuning.search import open_backend
 
-        if store is None:  # in memory, but shared by every solve of this tuner (re-tunes reuse it)
-            store = MemoryStore()
-        elif not isinstance(store, MemoryStore):  # opened now: a store that cannot be used fails before training
-            from lightning_edge.tuning.store import ProfileStore
-
-            store = ProfileStore.open(store)
-        self.store = store
+        # opened now: a store that cannot be used fails before training; None: in memory, but shared by every solve
+        # of this tuner (re-tunes reuse it)
+        self.store = open_backend(store)
         self.interrupted: Callable[[], bool] | None = None  # e.g. "the Trainer got SIGTERM": stop waiting
         self.fingerprint = fingerprint
         self.device_model = device_model or _device_model(controller, meter)
@@ -617,11 +613,11 @@ class OnlineTuner:
 
     def _profile_baseline(self, workload: _OnlineWorkload) -> Measurement | None:
         from lightning_edge.devices.modes import KNOBS
-        from lightning_edge.tuning.search import Point, _store_and_profiler
+        from lightning_edge.tuning.search import Point, Profiler
 
         maxn = PowerMode(*(self.space.values(k)[-1] for k in KNOBS))  # every knob at its top: MAXN
-        prof = _store_and_profiler(self.store, workload, workload_id=self.fingerprint,
-                                   device_model=self.device_model, sampler=None, problem=self.problem)
+        prof = Profiler(workload, self.store, workload_id=self.fingerprint, device_model=self.device_model,
+                        problem=self.problem)
         return prof.resolve_many([Point("train", maxn)])[0]
 
     # the strategy thread ----------------------------------------------------------

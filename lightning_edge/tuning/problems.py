@@ -125,7 +125,7 @@ def cycle_time_s(batch_size: Any, arrival_rps: Any) -> Any:
 
 def keeps_up(t_in: Any, batch_size: Any, arrival_rps: Any) -> Any:
     """True where the inference rate keeps up with arrivals: ``bs / t_in >= alpha`` (Fig. 3b)."""
-    return np.asarray(t_in, dtype=float) <= cycle_time_s(batch_size, arrival_rps) * (1.0 + _REL_TOL)
+    return slack(t_in, cycle_time_s(batch_size, arrival_rps), 0.0) <= 0
 
 
 def interleaved_minibatches(t_tr: Any, t_in: Any, batch_size: Any, arrival_rps: Any) -> Any:
@@ -150,9 +150,15 @@ def concurrent_power_w(p_tr: Any, p_in: Any) -> Any:
     return np.maximum(np.asarray(p_tr, dtype=float), np.asarray(p_in, dtype=float))
 
 
+def slack(value: Any, budget: Any, abs_tol: float = 1e-15) -> Any:
+    """How far ``value`` exceeds ``budget`` beyond the tolerance of :func:`within` (a constraint value: the
+    budget holds where it is <= 0, exactly where :func:`within` is true)."""
+    return np.asarray(value, dtype=float) - (np.asarray(budget, dtype=float) * (1.0 + _REL_TOL) + abs_tol)
+
+
 def within(value: Any, budget: float) -> Any:
     """``value <= budget`` with a relative slack of 1e-12 (numbers computed two ways)."""
-    return np.asarray(value, dtype=float) <= budget * (1.0 + _REL_TOL) + 1e-15
+    return slack(value, budget) <= 0
 
 
 # ----------------------------------------------------------------------------------------- assessment
@@ -169,6 +175,11 @@ class Assessment(NamedTuple):
     throughput: np.ndarray
     train_minibatches: np.ndarray | None
     rank: tuple[np.ndarray, ...]
+
+
+def _holds(constraints: dict[str, Any]) -> np.ndarray:
+    """Where every constraint value is <= 0."""
+    return np.logical_and.reduce([np.asarray(v) <= 0 for v in constraints.values()])
 
 
 def _arr(x: Any) -> np.ndarray:
@@ -206,11 +217,14 @@ class TrainingProblem:
     def batch_sizes(self) -> tuple[int, ...]:
         return ()
 
+    def constraints(self, time_s: Any, power_w: Any, batch_size: Any = None) -> dict[str, Any]:
+        """Constraint values of profiles (the budget holds where <= 0): what :meth:`assess` checks."""
+        return {"power_w": slack(power_w, self.power_budget_w)}
+
     def assess(self, time_s: Any, power_w: Any) -> Assessment:
         """Feasibility and rank of training profiles: minimise time, then power."""
         t, p = _arr(time_s), _arr(power_w)
-        feasible = within(p, self.power_budget_w)
-        return Assessment(feasible, p, None, 1.0 / t, None, (t, p))
+        return Assessment(_holds(self.constraints(t, p)), p, None, 1.0 / t, None, (t, p))
 
     def describe(self) -> str:
         return f"training, power <= {self.power_budget_w:g} W"
@@ -234,6 +248,18 @@ class _ServingProblem:
     def latency_s(self, t_in: Any, batch_size: Any) -> Any:
         return inference_latency_s(t_in, batch_size, self.arrival_rps)
 
+    def constraints(self, time_s: Any, power_w: Any, batch_size: Any = None) -> dict[str, Any]:
+        """Constraint values (a budget holds where <= 0), what :meth:`assess` checks: the power budget; for
+        inference minibatches (``batch_size`` given) also the latency budget and keeping up with the arrivals."""
+        out = {"power_w": slack(power_w, self.power_budget_w)}
+        if batch_size is not None:
+            out["latency_s"] = slack(self.latency_s(time_s, batch_size), self.latency_budget_s)
+            out["keep_up_s"] = slack(time_s, cycle_time_s(batch_size, self.arrival_rps), 0.0)
+        return out
+
+    def _in_sizes(self, bs: np.ndarray) -> np.ndarray:
+        return np.isin(bs, np.asarray(self.batch_sizes, dtype=float))
+
 
 @dataclass(frozen=True)
 class InferenceProblem(_ServingProblem):
@@ -247,12 +273,7 @@ class InferenceProblem(_ServingProblem):
         """Feasibility and rank of inference profiles: minimise latency, then power, then batch size."""
         t, p, bs = _arr(time_s), _arr(power_w), _arr(batch_size)
         lat = inference_latency_s(t, bs, self.arrival_rps)
-        feasible = (
-            within(p, self.power_budget_w)
-            & within(lat, self.latency_budget_s)
-            & keeps_up(t, bs, self.arrival_rps)
-            & np.isin(bs, np.asarray(self.batch_sizes, dtype=float))
-        )
+        feasible = _holds(self.constraints(t, p, bs)) & self._in_sizes(bs)
         return Assessment(feasible, p, lat, bs / t, None, (lat, p, bs))
 
     def describe(self) -> str:
@@ -283,13 +304,7 @@ class ConcurrentProblem(_ServingProblem):
         tau = np.asarray(interleaved_minibatches(t_tr, t_in, bs, self.arrival_rps))
         theta = tau * self.arrival_rps / bs
         p = concurrent_power_w(p_tr, p_in)
-        feasible = (
-            within(p, self.power_budget_w)
-            & within(lat, self.latency_budget_s)
-            & keeps_up(t_in, bs, self.arrival_rps)
-            & (tau >= 1)
-            & np.isin(bs, np.asarray(self.batch_sizes, dtype=float))
-        )
+        feasible = _holds(self.constraints(t_in, p, bs)) & (tau >= 1) & self._in_sizes(bs)
         return Assessment(feasible, p, lat, theta, tau, (-theta, lat, p, bs))
 
     def describe(self) -> str:

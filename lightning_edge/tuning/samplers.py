@@ -1,25 +1,18 @@
-"""GMD, ALS and the baselines as Optuna samplers.
+"""GMD, ALS and the baselines as Optuna samplers, for ``study.optimize``.
 
 The algorithm decides the next point; the sampler hands it to Optuna's trial through
-``sample_relative`` (all parameters at once: the four knobs and, for inference, the batch size).
-Two ways to use them:
+``sample_relative`` (all parameters at once: the four knobs and, for inference, the batch size)::
 
-Driven by ``solve`` (the usual way)
-    ``GMD().solve(problem, space, workload, store=ProfileStore(...))`` creates a :class:`GMDSampler`,
-    attaches it to the profile studies of the workload and drives them with claim/tell (see
-    :mod:`lightning_edge.tuning.store`): points already in the store are not profiled again.
+    sampler = GMDSampler(TrainingProblem(30.0), space)
+    study = optuna.create_study(directions=["minimize", "minimize"], sampler=sampler)
+    study.optimize(sampler.objective(workload), n_trials=100, callbacks=[sampler.stop_callback])
+    sampler.result().solution
 
-Standalone, with ``study.optimize``
-    ::
-
-        sampler = GMDSampler(TrainingProblem(30.0), space)
-        study = optuna.create_study(directions=["minimize", "minimize"], sampler=sampler)
-        study.optimize(sampler.objective(workload), n_trials=100, callbacks=[sampler.stop_callback])
-        sampler.result().solution
-
-    Each trial profiles one point: objective values ``[time_s, power_w]`` (concurrent points:
-    training time and the larger power, with both profiles in user attributes), constraints of the
-    problem via ``Trial.set_constraint``, the search stops itself when the algorithm is done.
+Each trial profiles one point: objective values ``[time_s, power_w]`` (concurrent points:
+training time and the larger power, with both profiles in user attributes), constraints of the
+problem via ``Trial.set_constraint``, the search stops itself when the algorithm is done.
+(``solve`` / ``explore`` need no sampler: they drive the algorithm against a profile backend, see
+:mod:`lightning_edge.tuning.search`.)
 """
 
 from __future__ import annotations
@@ -34,14 +27,19 @@ from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
 from lightning_edge.devices.modes import PowerModeSpace
-from lightning_edge.tuning.problems import ConcurrentMeasurement, Measurement, as_measurement
-from lightning_edge.tuning.search import ExploreSpec, Point, ProfileKey, SearchContext
+from lightning_edge.tuning.als import ALS
+from lightning_edge.tuning.backend import ProfileKey
+from lightning_edge.tuning.gmd import GMD
+from lightning_edge.tuning.problems import ConcurrentMeasurement, as_measurement
+from lightning_edge.tuning.search import ExploreSpec, Point, SearchContext
 from lightning_edge.tuning.store import (
     PARAM_DISTRIBUTIONS,
     constraint_values,
     distributions,
     key_params,
     params_key,
+    suggest,
+    trial_measurement,
 )
 
 
@@ -50,44 +48,16 @@ def _point_params(point: Point) -> dict[str, Any]:
     return key_params(ProfileKey(kind, point.mode, point.batch_size))
 
 
-class PassiveSampler(BaseSampler):
-    """Hands over ``pending`` (the store entry being claimed); otherwise samples nothing."""
-
-    strategy_name = ""
-
-    def __init__(self) -> None:
-        self.pending: ProfileKey | None = None
-        self._fallback = RandomSampler(seed=0)
-
-    def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        kind = study.user_attrs.get("kind") or (self.pending.kind if self.pending else "infer")
-        return distributions("infer" if kind != "train" else "train")
-
-    def sample_relative(self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]) -> dict:
-        if self.pending is None:
-            return {}
-        return {k: v for k, v in key_params(self.pending).items() if k in search_space}
-
-    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
-                           param_distribution: BaseDistribution) -> Any:
-        if self.pending is not None:
-            params = key_params(self.pending)
-            if param_name in params:
-                return params[param_name]
-        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
-
-
-class StrategySampler(PassiveSampler):
-    """A strategy (GMD, ALS, RND, NN, binary search, exhaustive) as an Optuna sampler.
+class StrategySampler(BaseSampler):
+    """A strategy (GMD, ALS, RND, NN, binary search, exhaustive) as an Optuna sampler (for ``study.optimize``).
 
     ``target`` is the problem (per-problem strategies and ``solve``) or an :class:`ExploreSpec`
     (exploring strategies' ``explore``). ``space`` is needed only for standalone use.
     """
 
     def __init__(self, strategy: Any, target: Any, space: PowerModeSpace | None = None, *, seed: int | None = 0) -> None:
-        super().__init__()
+        self._fallback = RandomSampler(seed=0)  # parameters the algorithm does not set (none of the profile's)
         self.strategy = strategy
-        self.strategy_name = getattr(strategy, "name", type(strategy).__name__)
         self.target = target
         self.space = space
         self.seed = seed
@@ -102,11 +72,6 @@ class StrategySampler(PassiveSampler):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.strategy!r}, {self.target!r})"
 
-    def attach(self, ctx: SearchContext) -> None:
-        """Driven mode: ``solve``/``explore`` step the algorithm and set ``pending`` for each claim."""
-        self.ctx = ctx
-
-    # ------------------------------------------------------------------------------ standalone mode
     @property
     def kind(self) -> str:
         return self.target.kind
@@ -140,11 +105,9 @@ class StrategySampler(PassiveSampler):
 
     @staticmethod
     def _result_of(point: Point, t: FrozenTrial) -> Any:
-        ua = t.user_attrs
         if point.kind == "concurrent":
-            return ConcurrentMeasurement(Measurement(ua["train_time_s"], ua["train_power_w"], ua.get("label", "measured")),
-                                         Measurement(ua["infer_time_s"], ua["infer_power_w"], ua.get("label", "measured")))
-        return Measurement(ua.get("time_s", t.values[0]), ua.get("power_w", t.values[1]), ua.get("label", "measured"))
+            return ConcurrentMeasurement(trial_measurement(t, "train_"), trial_measurement(t, "infer_"))
+        return trial_measurement(t)
 
     def _next_point(self, study: Study) -> Point | None:
         """Feed finished trials to the algorithm; the next point it wants that nobody is profiling."""
@@ -165,22 +128,18 @@ class StrategySampler(PassiveSampler):
             self._advance_gen(answers[0] if self._single else answers)
         return None
 
-    def _driven(self) -> bool:
-        return self.pending is not None or (self.ctx is not None and self._gen is None)
-
     def infer_relative_search_space(self, study: Study, trial: FrozenTrial) -> dict[str, BaseDistribution]:
-        if self._driven():
-            return super().infer_relative_search_space(study, trial)
-        kind = getattr(self.target, "kind", "train")
-        return distributions("train" if kind == "train" else "infer")
+        return distributions("train" if self.kind == "train" else "infer")
 
     def sample_relative(self, study: Study, trial: FrozenTrial, search_space: dict[str, BaseDistribution]) -> dict:
-        if self._driven():
-            return super().sample_relative(study, trial, search_space)
         p = self._next_point(study)
         if p is None:
             return {}
         return {k: v for k, v in _point_params(p).items() if k in search_space}
+
+    def sample_independent(self, study: Study, trial: FrozenTrial, param_name: str,
+                           param_distribution: BaseDistribution) -> Any:
+        return self._fallback.sample_independent(study, trial, param_name, param_distribution)
 
     def objective(self, workload: Any):
         """An objective for ``study.optimize`` that profiles the point this sampler proposes."""
@@ -189,11 +148,10 @@ class StrategySampler(PassiveSampler):
         def _objective(trial: optuna.Trial) -> Sequence[float]:
             if self.done:
                 raise optuna.TrialPruned("the search is finished")
-            dists = distributions("train" if kind == "train" else "infer")
             if not trial.relative_params:
                 raise optuna.TrialPruned("no point left to profile now")
-            params = {name: trial._suggest(name, dist) for name, dist in dists.items()}
-            key = params_key("train" if kind == "train" else "infer", params)
+            profile_kind = "train" if kind == "train" else "infer"
+            key = params_key(profile_kind, suggest(trial, profile_kind))
             mode, bs = key.mode, key.batch_size
             problem = None if isinstance(self.target, ExploreSpec) else self.target
             if kind == "concurrent":
@@ -202,20 +160,15 @@ class StrategySampler(PassiveSampler):
                     trial.set_user_attr(f"{name}_time_s", m.time_s)
                     trial.set_user_attr(f"{name}_power_w", m.power_w)
                 trial.set_user_attr("label", mi.label)
-                if problem is not None:
-                    trial.set_constraint("power_w", max(mt.power_w, mi.power_w) - problem.power_budget_w)
-                    for name, v in constraint_values(problem, ProfileKey("infer", mode, bs), mi).items():
-                        if name != "power_w":
-                            trial.set_constraint(name, v)
+                for name, v in constraint_values(problem, mi.time_s, max(mt.power_w, mi.power_w), bs).items():
+                    trial.set_constraint(name, v)
                 return [mt.time_s, max(mt.power_w, mi.power_w)]
             m = as_measurement(workload.train(mode) if kind == "train" else workload.infer(mode, bs))
             trial.set_user_attr("time_s", m.time_s)
             trial.set_user_attr("power_w", m.power_w)
             trial.set_user_attr("label", m.label)
-            if problem is not None:
-                for name, v in constraint_values(problem, ProfileKey("train" if kind == "train" else "infer", mode, bs),
-                                                 m).items():
-                    trial.set_constraint(name, v)
+            for name, v in constraint_values(problem, m.time_s, m.power_w, bs).items():
+                trial.set_constraint(name, v)
             return [m.time_s, m.power_w]
 
         return _objective
@@ -241,8 +194,6 @@ class GMDSampler(StrategySampler):
 
     def __init__(self, problem: Any, space: PowerModeSpace | None = None, *, strategy: Any = None, seed: int | None = 0,
                  **gmd_options: Any) -> None:
-        from lightning_edge.tuning.gmd import GMD
-
         super().__init__(strategy if strategy is not None else GMD(**gmd_options), problem, space, seed=seed)
 
 
@@ -251,23 +202,9 @@ class ALSSampler(StrategySampler):
 
     def __init__(self, target: Any, space: PowerModeSpace | None = None, *, strategy: Any = None, seed: int | None = 0,
                  **als_options: Any) -> None:
-        from lightning_edge.tuning.als import ALS
-
         if isinstance(target, str):
             target = ExploreSpec(target, seed=seed)
         super().__init__(strategy if strategy is not None else ALS(**als_options), target, space, seed=seed)
 
 
-def sampler_for(strategy: Any, target: Any) -> StrategySampler:
-    """The sampler class that fronts ``strategy`` (driven mode)."""
-    from lightning_edge.tuning.als import ALS
-    from lightning_edge.tuning.gmd import GMD
-
-    if isinstance(strategy, GMD):
-        return GMDSampler(target, strategy=strategy)
-    if isinstance(strategy, ALS):
-        return ALSSampler(target, strategy=strategy)
-    return StrategySampler(strategy, target)
-
-
-__all__ = ["PassiveSampler", "StrategySampler", "GMDSampler", "ALSSampler", "sampler_for", "PARAM_DISTRIBUTIONS"]
+__all__ = ["StrategySampler", "GMDSampler", "ALSSampler", "PARAM_DISTRIBUTIONS"]

@@ -1,12 +1,11 @@
 """How a strategy talks to "something that can profile a point", and how its budget is counted.
 
 Every strategy is written as a *generator*: it yields the :class:`Point` (or a batch of points) it
-wants profiled and receives the measurements back. The same generator runs
-
-- in pure Python against a workload and an in-memory store (:class:`MemoryStore`), as in the tests
-  and the evaluation harness, and
-- under Optuna (:mod:`lightning_edge.tuning.samplers`): a ``BaseSampler`` hands each point to an
-  Optuna trial of a study that is the persistent profile store (:mod:`lightning_edge.tuning.store`).
+wants profiled and receives the measurements back. :func:`drive` runs the generator with a
+:class:`Profiler`, which resolves points against a profile backend (:mod:`lightning_edge.tuning.backend`:
+the in-memory :class:`MemoryStore`, or the Optuna profile store of :mod:`lightning_edge.tuning.store`),
+measuring the workload on a miss. The same generators also run as Optuna samplers
+(:mod:`lightning_edge.tuning.samplers`, for ``study.optimize``).
 
 Budget: each distinct point (training: a mode; inference and concurrent: a mode and a batch size)
 that a strategy asks for counts once (``SearchContext.used``), whether it was measured or found in
@@ -17,13 +16,12 @@ from __future__ import annotations
 
 import math
 import weakref
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
-
-import numpy as np
+from typing import Any
 
 from lightning_edge.devices.modes import KNOBS, PowerMode, PowerModeSpace
+from lightning_edge.tuning.backend import MemoryStore, ProfileBackend, ProfileKey
 from lightning_edge.tuning.problems import (
     DEFAULT_BATCH_SIZES,
     ConcurrentMeasurement,
@@ -57,14 +55,6 @@ class Point:
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.mode}" + ("" if self.batch_size is None else f":bs{self.batch_size}")
-
-
-class ProfileKey(NamedTuple):
-    """One entry of a profile store: a training profile of a mode, or an inference profile of (mode, bs)."""
-
-    kind: str  # "train" | "infer"
-    mode: PowerMode
-    batch_size: int | None
 
 
 Result = Measurement | ConcurrentMeasurement
@@ -118,52 +108,36 @@ class SearchContext:
         return ProfileTable.from_results(kind, self.results, profiles_used=self.used, **kw)
 
 
-# --------------------------------------------------------------------------------------- stores
-class MemoryStore:
-    """An in-memory profile store: a dict ``ProfileKey -> Measurement``. Shared across solves if reused."""
+# --------------------------------------------------------------------------------------- profiling
+def open_backend(store: Any) -> ProfileBackend:
+    """The one place a ``store=`` argument becomes a profile backend: ``None`` -> a fresh :class:`MemoryStore`;
+    a backend (a :class:`MemoryStore`, a :class:`~lightning_edge.tuning.store.ProfileStore`) as it is; anything
+    else (``"default"``, a path, a storage URL, an Optuna storage) -> the Optuna profile store, which parses it.
+    A store that cannot be used raises :class:`~lightning_edge.tuning.store.StoreError` here."""
+    if store is None:
+        return MemoryStore()
+    if isinstance(store, ProfileBackend):
+        return store
+    from lightning_edge.tuning.store import ProfileStore  # Optuna only when a persistent store is asked for
 
-    def __init__(self) -> None:
-        self._data: dict[ProfileKey, Measurement] = {}
-
-    def __len__(self) -> int:
-        return len(self._data)
-
-    def __contains__(self, key: object) -> bool:
-        return key in self._data
-
-    def lookup(self, key: ProfileKey) -> Measurement | None:
-        return self._data.get(key)
-
-    def put(self, key: ProfileKey, m: Measurement) -> None:
-        self._data[key] = m
-
-    def fetch_or_measure_many(
-        self, keys: Sequence[ProfileKey], measure: Callable[[ProfileKey], Measurement], context: dict | None = None
-    ) -> list[tuple[Measurement, bool]]:
-        out = []
-        for k in keys:
-            m = self._data.get(k)
-            if m is None:
-                m = measure(k)
-                self._data[k] = m
-                out.append((m, True))
-            else:
-                out.append((m, False))
-        return out
+    return ProfileStore(store)
 
 
 class Profiler:
-    """Resolves points against a store, measuring the workload on a miss; counts new measurements."""
+    """Resolves points against a backend's profiles of ``workload``, measuring it on a miss; counts new
+    measurements. ``store``: anything :func:`open_backend` takes; the other arguments go to the backend."""
 
-    def __init__(self, workload: Any, store: Any, context: dict | None = None) -> None:
+    def __init__(self, workload: Any, store: Any = None, *, workload_id: str | None = None,
+                 device_model: str | None = None, problem: Any = None, strategy: str = "") -> None:
         self.workload = workload
-        self.store = store
-        self.context = dict(context or {})
+        self.store = open_backend(store).profiles(workload, workload_id=workload_id, device_model=device_model,
+                                                  problem=problem, strategy=strategy)
+        self.context: dict[str, Any] = {}
         # a workload may say when to stop waiting for other processes' profiles, and hear how long it waits
         for name, attr in (("check", "check_cancelled"), ("on_wait", "on_store_wait")):
             fn = getattr(workload, attr, None)
             if callable(fn):
-                self.context.setdefault(name, fn)
+                self.context[name] = fn
         self.new_profiles = 0
 
     def measure(self, key: ProfileKey) -> Measurement:
@@ -311,33 +285,18 @@ class ExploreSpec:
         return out
 
 
-def _store_and_profiler(store: Any, workload: Any, *, workload_id: str | None, device_model: str | None,
-                        sampler: Any, problem: Any) -> Any:
-    """A profiler for ``store``: ``None`` = a fresh in-memory store; a :class:`MemoryStore`; or an
-    Optuna store (``"default"``, a storage URL, a :class:`~lightning_edge.tuning.store.ProfileStore`)."""
-    if store is None:
-        return Profiler(workload, MemoryStore())
-    if isinstance(store, MemoryStore):
-        return Profiler(workload, store)
-    from lightning_edge.tuning.store import ProfileStore  # Optuna only when asked for
-
-    ps = store if isinstance(store, ProfileStore) else ProfileStore.open(store)
-    return ps.profiler(workload, workload_id=workload_id, device_model=device_model, sampler=sampler, problem=problem)
-
-
 class Strategy:
     """Base of every tuner. Subclasses implement :meth:`budget` and :meth:`search` (a generator).
 
     ``solve(problem, space, workload)`` returns a :class:`Solution` or ``None``; ``run(...)`` returns the
-    full :class:`SearchResult`. ``store`` selects where profiles live: ``"default"`` (the default: an
-    Optuna study in an SQLite file under the user cache directory, see
-    :mod:`lightning_edge.tuning.store`), any Optuna storage URL (``postgresql://...``), a
+    full :class:`SearchResult`. ``store`` selects where profiles live (see :func:`open_backend`): ``"default"``
+    (the default: an Optuna study in an SQLite file under the user cache directory, see
+    :mod:`lightning_edge.tuning.store`), a path or any Optuna storage URL (``postgresql://...``), a
     :class:`~lightning_edge.tuning.store.ProfileStore`, a shared :class:`MemoryStore`, or ``None`` (a
     fresh in-memory store: nothing persists, no Optuna involved).
     """
 
     name = "strategy"
-    sampler_class_name = "StrategySampler"
 
     def budget(self, problem: Any, space: PowerModeSpace) -> int | None:
         raise NotImplementedError
@@ -354,7 +313,7 @@ class Strategy:
             workload_id: str | None = None, device_model: str | None = None, seed: int | None = 0) -> SearchResult:
         ctx = SearchContext(self.budget(problem, space))
         gen = self.search(ctx, problem, space, seed)
-        new_profiles = _profile(self, ctx, gen, problem, store, workload, workload_id, device_model, problem)
+        new_profiles = _profile(self, gen, store, workload, workload_id, device_model, problem)
         return self.answer(ctx, problem, space, new_profiles)
 
     def solve(self, problem: Any, space: PowerModeSpace, workload: Any, **kw: Any) -> Solution | None:
@@ -365,19 +324,11 @@ class Strategy:
         return f"{type(self).__name__}()"
 
 
-def _profile(strategy: Strategy, ctx: SearchContext, gen: Generator, sampler_key: Any, store: Any, workload: Any,
-             workload_id: str | None, device_model: str | None, problem: Any) -> int:
-    """Drive a search generator against the store (through an Optuna sampler for persistent stores);
-    returns how many points were newly profiled."""
-    sampler = None
-    if store is not None and not isinstance(store, MemoryStore):
-        from lightning_edge.tuning.samplers import sampler_for
-
-        sampler = sampler_for(strategy, sampler_key)
-    profiler = _store_and_profiler(store, workload, workload_id=workload_id, device_model=device_model,
-                                   sampler=sampler, problem=problem)
-    if sampler is not None:
-        sampler.attach(ctx)
+def _profile(strategy: Strategy, gen: Generator, store: Any, workload: Any, workload_id: str | None,
+             device_model: str | None, problem: Any) -> int:
+    """Drive a search generator against the store; returns how many points were newly profiled."""
+    profiler = Profiler(workload, store, workload_id=workload_id, device_model=device_model, problem=problem,
+                        strategy=strategy.name)
     drive(gen, profiler)
     return profiler.new_profiles
 
@@ -413,12 +364,8 @@ class ExploringStrategy(Strategy):
         spec = ExploreSpec(kind, tuple(batch_sizes), latency_range_s, arrival_range_rps, seed)
         ctx = SearchContext(self.budget_for(spec, space))
         gen = self.explore_search(ctx, spec, space)
-        new_profiles = _profile(self, ctx, gen, spec, store, workload, workload_id, device_model, None)
+        new_profiles = _profile(self, gen, store, workload, workload_id, device_model, None)
         return self.make_table(ctx, spec, space, new_profiles)
 
     def make_table(self, ctx: SearchContext, spec: ExploreSpec, space: PowerModeSpace, new_profiles: int) -> ProfileTable:
         return ctx.table(spec.kind, strategy=self.name, new_profiles=new_profiles)
-
-
-def rng_for(seed: int | None) -> np.random.Generator:
-    return np.random.default_rng(seed)

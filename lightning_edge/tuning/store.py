@@ -10,7 +10,8 @@ Layout
     holds inference profiles (the same plus ``batch_size``). Objective values ``[time_s, power_w]``
     (both minimised); user attributes ``time_s``, ``power_w``, ``label`` (measured / simulated) and
     ``provenance`` (host, strategy, problem); constraints of the problem that asked for the profile via
-    ``Trial.set_constraint`` (``power_w``, ``latency_s``, ``keep_up_s``: feasible when <= 0).
+    ``Trial.set_constraint`` (its own ``problem.constraints``: ``power_w``, ``latency_s``, ``keep_up_s``;
+    feasible when <= 0). The store implements :class:`~lightning_edge.tuning.backend.ProfileBackend`.
 
 Storage
     ``ProfileStore()`` / ``"default"``: SQLite in ``platformdirs.user_cache_dir("lightning_edge")``
@@ -64,12 +65,13 @@ from typing import Any
 
 import optuna
 from optuna.distributions import FloatDistribution, IntDistribution
+from optuna.samplers import RandomSampler
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from lightning_edge.devices.modes import KNOBS, PowerMode
+from lightning_edge.tuning.backend import MemoryStore, ProfileKey
 from lightning_edge.tuning.problems import Measurement
-from lightning_edge.tuning.search import ProfileKey
 from lightning_edge.tuning.table import ProfileTable
 
 _log = logging.getLogger(__name__)
@@ -103,6 +105,13 @@ def key_params(key: ProfileKey) -> dict[str, Any]:
     return params
 
 
+def suggest(trial: optuna.Trial, kind: str) -> dict[str, Any]:
+    """Suggest the parameters of a ``kind`` profile on ``trial`` (a queued trial's fixed parameters, else the
+    sampler's) with the public ``suggest_int`` / ``suggest_float``; returns them."""
+    return {name: (trial.suggest_int if isinstance(d, IntDistribution) else trial.suggest_float)(name, d.low, d.high)
+            for name, d in distributions(kind).items()}
+
+
 def params_key(kind: str, params: dict[str, Any]) -> ProfileKey | None:
     """The store entry of a trial's parameters (``None`` if they are not a profile of ``kind``)."""
     try:
@@ -113,9 +122,24 @@ def params_key(kind: str, params: dict[str, Any]) -> ProfileKey | None:
     return ProfileKey(kind, mode, bs)
 
 
+def _trial_params(t: FrozenTrial) -> dict[str, Any]:
+    return t.params if t.params else t.system_attrs.get("fixed_params", {})
+
+
 def trial_key(kind: str, t: FrozenTrial) -> ProfileKey | None:
-    params = t.params if t.params else t.system_attrs.get("fixed_params", {})
-    return params_key(kind, params)
+    return params_key(kind, _trial_params(t))
+
+
+def trial_measurement(t: FrozenTrial, prefix: str = "") -> Measurement:
+    """The profile of a completed trial: user attributes ``{prefix}time_s``, ``{prefix}power_w`` and ``label``."""
+    ua = t.user_attrs
+    return Measurement(ua.get(f"{prefix}time_s", t.values[0]), ua.get(f"{prefix}power_w", t.values[1]),
+                       ua.get("label", "measured"))
+
+
+def trial_kind(t: FrozenTrial) -> str:
+    """``"infer"`` for a trial of an inference profile (it has a batch size), else ``"train"``."""
+    return "infer" if "batch_size" in _trial_params(t) else "train"
 
 
 def _slug(text: str) -> str:
@@ -374,13 +398,6 @@ def _check_server(url: str, given: str | None = None) -> None:
                          "server or fix the URL, or use a local store (store='/path/profiles.sqlite3')") from None
 
 
-def make_storage(spec: str | os.PathLike[str] | BaseStorage | None, *, heartbeat_interval_s: int | None = None,
-                 grace_period_s: int | None = None) -> BaseStorage:
-    """An Optuna storage from ``"default"``, a plain path (SQLite), an RDB URL, ``journal:///path`` or a
-    storage instance (see :func:`open_storage`)."""
-    return open_storage(spec, heartbeat_interval_s=heartbeat_interval_s, grace_period_s=grace_period_s)[0]
-
-
 def open_storage(spec: str | os.PathLike[str] | BaseStorage | None, *, heartbeat_interval_s: int | None = None,
                  grace_period_s: int | None = None) -> tuple[BaseStorage, bool]:
     """``(storage, read_only)``. Raises :class:`StoreError` (one line: what, why, how to fix) when the store
@@ -501,14 +518,6 @@ class ProfileStore:
                    "write access to the file and its directory, or pass a writable store, to keep them")
             warnings.warn(msg, StoreReadOnlyWarning, stacklevel=3)
 
-    @classmethod
-    def default(cls) -> ProfileStore:
-        return cls("default")
-
-    @classmethod
-    def open(cls, spec: Any) -> ProfileStore:
-        return spec if isinstance(spec, ProfileStore) else cls(spec)
-
     def __repr__(self) -> str:
         return f"ProfileStore({self.spec!r})"
 
@@ -516,16 +525,13 @@ class ProfileStore:
     def study_name(device_model: str, workload_id: str, kind: str) -> str:
         return f"{STUDY_PREFIX}/{_slug(device_model)}/{_slug(workload_id)}/{kind}"
 
-    def study(self, device_model: str, workload_id: str, kind: str, sampler: Any = None,
-              label: str | None = None) -> optuna.Study | None:
+    def study(self, device_model: str, workload_id: str, kind: str, label: str | None = None) -> optuna.Study | None:
         """The study of one (device model, workload, kind); created on first use (``None``: a read-only store
         that has no such study). ``label``: ``simulated`` or ``measured``, kept in the study's attributes."""
         if kind not in ("train", "infer"):
             raise ValueError(f"profile studies are 'train' or 'infer', got {kind!r}")
         name = self.study_name(device_model, workload_id, kind)
-        from lightning_edge.tuning.samplers import PassiveSampler
-
-        sampler = sampler if sampler is not None else PassiveSampler()
+        sampler = RandomSampler(seed=0)  # the points are queued with fixed parameters: the sampler never decides one
         if name in self._studies:
             st = self._studies[name]
         elif self.read_only:
@@ -548,22 +554,18 @@ class ProfileStore:
         if st is not None:
             if label and not self.read_only and st.user_attrs.get("label") not in (label, "mixed"):
                 st.set_user_attr("label", label if "label" not in st.user_attrs else "mixed")
-            st.sampler = sampler
         return st
 
-    def bind(self, device_model: str, workload_id: str, sampler: Any = None, problem: Any = None,
-             strategy: str = "") -> WorkloadProfiles:
-        return WorkloadProfiles(self, device_model, workload_id, sampler=sampler, problem=problem, strategy=strategy)
+    def bind(self, device_model: str, workload_id: str, problem: Any = None, strategy: str = "") -> WorkloadProfiles:
+        return WorkloadProfiles(self, device_model, workload_id, problem=problem, strategy=strategy)
 
-    def profiler(self, workload: Any, *, workload_id: str | None = None, device_model: str | None = None,
-                 sampler: Any = None, problem: Any = None) -> Any:
-        """A profiler (see :class:`~lightning_edge.tuning.search.Profiler`) backed by this store.
+    def profiles(self, workload: Any, *, workload_id: str | None = None, device_model: str | None = None,
+                 problem: Any = None, strategy: str = "") -> WorkloadProfiles | MemoryStore:
+        """The profiles of ``workload`` (the :class:`~lightning_edge.tuning.backend.ProfileBackend` protocol).
 
         A workload the store cannot key (no ``fingerprint``, no ``workload_id``, no informative ``repr``) is
         profiled into an in-memory store instead (kept for this workload object while it lives), with a
         one-time warning that says how to persist its profiles."""
-        from lightning_edge.tuning.search import MemoryStore, Profiler
-
         try:
             wid = workload_fingerprint(workload, workload_id)
         except UnkeyableWorkload as exc:
@@ -571,17 +573,15 @@ class ProfileStore:
             if name not in _WARNED_UNKEYED:
                 _WARNED_UNKEYED.add(name)
                 warnings.warn(f"{exc}; its profiles are kept in memory for this run only", UnkeyedWorkloadWarning,
-                              stacklevel=4)
+                              stacklevel=5)
             try:
                 mem = _MEMORY_STORES.get(workload)
                 if mem is None:
                     mem = _MEMORY_STORES[workload] = MemoryStore()
             except TypeError:  # neither hashable nor weak-referenceable: a fresh store for this solve
                 mem = MemoryStore()
-            return Profiler(workload, mem)
-        bound = self.bind(device_key(workload, device_model), wid, sampler=sampler, problem=problem,
-                          strategy=getattr(sampler, "strategy_name", "") if sampler is not None else "")
-        return Profiler(workload, bound)
+            return mem
+        return self.bind(device_key(workload, device_model), wid, problem=problem, strategy=strategy)
 
     def workloads(self) -> list[tuple[str, str, str]]:
         """``(device model, workload, kind)`` of every profile study in the storage."""
@@ -602,18 +602,26 @@ RENEWED_ATTR = "lightning_edge:renewed"
 class WorkloadProfiles:
     """The profiles of one workload on one device model: lookup, claim, measure, record."""
 
-    def __init__(self, store: ProfileStore, device_model: str, workload_id: str, *, sampler: Any = None,
-                 problem: Any = None, strategy: str = "") -> None:
+    def __init__(self, store: ProfileStore, device_model: str, workload_id: str, *, problem: Any = None,
+                 strategy: str = "") -> None:
         self.store = store
         self.device_model = device_model
         self.workload_id = workload_id
-        self.sampler = sampler
         self.problem = problem
         self.strategy = strategy
         self.host = socket.gethostname()
+        self._study_ids: dict[str, int] = {}
 
     def study(self, kind: str, label: str | None = None) -> optuna.Study | None:
-        return self.store.study(self.device_model, self.workload_id, kind, self.sampler, label=label)
+        return self.store.study(self.device_model, self.workload_id, kind, label=label)
+
+    def _tid(self, t: FrozenTrial) -> int:
+        """The storage's id of trial ``t`` of this workload (public storage API: ``FrozenTrial._trial_id`` is
+        private)."""
+        kind = trial_kind(t)
+        if kind not in self._study_ids:
+            self._study_ids[kind] = self.store.storage.get_study_id_from_name(self.study(kind).study_name)  # type: ignore[union-attr]
+        return self.store.storage.get_trial_id_from_study_id_trial_number(self._study_ids[kind], t.number)
 
     # ------------------------------------------------------------------------------ reading
     def _groups(self, kind: str) -> dict[ProfileKey, list[FrozenTrial]]:
@@ -630,23 +638,18 @@ class WorkloadProfiles:
             g.sort(key=lambda t: t.number)
         return groups
 
-    @staticmethod
-    def _measurement(t: FrozenTrial) -> Measurement:
-        ua = t.user_attrs
-        return Measurement(ua.get("time_s", t.values[0]), ua.get("power_w", t.values[1]), ua.get("label", "measured"))
-
     def _unsaved_key(self, key: ProfileKey) -> tuple[str, str, ProfileKey]:
         return (self.device_model, self.workload_id, key)
 
     def lookup(self, key: ProfileKey) -> Measurement | None:
         g = self._groups(key.kind).get(key)
         if g and g[0].state == TrialState.COMPLETE:
-            return self._measurement(g[0])
+            return trial_measurement(g[0])
         return self.store._unsaved.get(self._unsaved_key(key))
 
     def table(self, kind: str) -> ProfileTable:
         """Every completed profile of ``kind`` as a :class:`ProfileTable`."""
-        found = {k: self._measurement(g[0]) for k, g in self._groups(kind).items() if g[0].state == TrialState.COMPLETE}
+        found = {k: trial_measurement(g[0]) for k, g in self._groups(kind).items() if g[0].state == TrialState.COMPLETE}
         for (dm, wid, k), m in self.store._unsaved.items():
             if dm == self.device_model and wid == self.workload_id and k.kind == kind:
                 found.setdefault(k, m)
@@ -674,22 +677,24 @@ class WorkloadProfiles:
         if not self._claim(t):
             return
         try:
-            storage.set_trial_user_attr(t._trial_id, "duplicate_of", owner.number)
-            storage.set_trial_state_values(t._trial_id, TrialState.FAIL)
+            tid = self._tid(t)
+            storage.set_trial_user_attr(tid, "duplicate_of", owner.number)
+            storage.set_trial_state_values(tid, TrialState.FAIL)
         except optuna.exceptions.UpdateFinishedTrialError:
             pass
 
     def _claim(self, t: FrozenTrial, heartbeat: bool = False) -> bool:
         storage = self.store.storage
+        tid = self._tid(t)
         with _file_lock(self.store._claim_lock):
             try:
-                ok = bool(storage.set_trial_state_values(t._trial_id, TrialState.RUNNING))
+                ok = bool(storage.set_trial_state_values(tid, TrialState.RUNNING))
             except optuna.exceptions.UpdateFinishedTrialError:
                 return False
             if ok:
-                storage.set_trial_system_attr(t._trial_id, CLAIM_ATTR, {**process_identity(), "since": time.time()})
+                storage.set_trial_system_attr(tid, CLAIM_ATTR, {**process_identity(), "since": time.time()})
                 if heartbeat and self.store.heartbeat:
-                    storage.record_heartbeat(t._trial_id)  # type: ignore[attr-defined]
+                    storage.record_heartbeat(tid)  # type: ignore[attr-defined]
             return ok
 
     def _take_over_dead_claims(self, owners: Sequence[FrozenTrial]) -> list[str]:
@@ -710,13 +715,10 @@ class WorkloadProfiles:
                     why = f"its lease was not renewed for {now - float(renewed):.0f} s"
             if why is None:
                 continue
-            name = self.store.study_name(self.device_model, self.workload_id,
-                                         "infer" if "batch_size" in (t.params or t.system_attrs.get("fixed_params", {}))
-                                         else "train")
-            if fail_claim(self.store.storage, name, t, why):
+            kind = trial_kind(t)
+            if fail_claim(self.store.storage, self.store.study_name(self.device_model, self.workload_id, kind), t, why):
                 done.append(f"trial {t.number}: {why}")
-                k = trial_key("infer" if "batch_size" in (t.params or t.system_attrs.get("fixed_params", {}))
-                              else "train", t)
+                k = trial_key(kind, t)
                 _log.warning("profile store %s: took over the claim on %s (%s)", self.store.describe(),
                              k.mode if k is not None else f"trial {t.number}", why)
         return done
@@ -729,26 +731,21 @@ class WorkloadProfiles:
 
     def _measure_claimed(self, study: optuna.Study, t: FrozenTrial, key: ProfileKey,
                          measure: Callable[[ProfileKey], Measurement]) -> Measurement:
-        if self.sampler is not None:
-            self.sampler.pending = key
-        tid = t._trial_id
+        tid = self._tid(t)
         trial = optuna.trial.Trial(study, tid)
         beat = _Heartbeat(self.store, tid)
         try:
-            for name, dist in distributions(key.kind).items():  # the fixed params of the queued trial
-                trial._suggest(name, dist)
+            suggest(trial, key.kind)  # the fixed params of the queued trial
             m = measure(key)
         except BaseException:
             study.tell(trial, state=TrialState.FAIL)
             raise
         finally:
             beat.stop()
-            if self.sampler is not None:
-                self.sampler.pending = None
         attrs = {"time_s": m.time_s, "power_w": m.power_w, "label": m.label,
                  "provenance": {"host": self.host, "strategy": self.strategy,
                                 "problem": self.problem.describe() if self.problem is not None else ""}}
-        constraints = constraint_values(self.problem, key, m) if self.problem is not None else {}
+        constraints = constraint_values(self.problem, m.time_s, m.power_w, key.batch_size)
         try:
             for name, value in attrs.items():
                 trial.set_user_attr(name, value)
@@ -765,8 +762,7 @@ class WorkloadProfiles:
             params = key_params(key)
             study.add_trial(optuna.trial.create_trial(
                 params=params, distributions=distributions(key.kind), values=[m.time_s, m.power_w],
-                user_attrs=attrs, system_attrs={"fixed_params": params,
-                                                **{f"constraints:{n}": v for n, v in constraints.items()}}))
+                user_attrs=attrs, system_attrs={"fixed_params": params}, constraints=constraints))
         self.study(key.kind, label=m.label)
         return m
 
@@ -822,7 +818,7 @@ class WorkloadProfiles:
                         if dup.state == TrialState.WAITING:
                             self._close_duplicate(kind, dup, owner)
                     if owner.state == TrialState.COMPLETE:
-                        out[key] = (self._measurement(owner), False)
+                        out[key] = (trial_measurement(owner), False)
                         progressed = True
                     elif owner.state == TrialState.WAITING and self._claim(owner, heartbeat=True):
                         out[key] = (self._measure_claimed(self.study(kind), owner, key, measure), True)  # type: ignore[arg-type]
@@ -1035,12 +1031,7 @@ def _file_lock(path: str | None) -> Iterator[None]:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def constraint_values(problem: Any, key: ProfileKey, m: Measurement) -> dict[str, float]:
-    """Constraint values of one profile for the problem that asked for it (feasible when all <= 0)."""
-    out = {"power_w": float(m.power_w - problem.power_budget_w)}
-    if key.kind == "infer" and hasattr(problem, "latency_budget_s"):
-        bs = int(key.batch_size)  # type: ignore[arg-type]
-        out["latency_s"] = float((bs - 1) / problem.arrival_rps + m.time_s - problem.latency_budget_s)
-        out["keep_up_s"] = float(m.time_s - bs / problem.arrival_rps)
-    return out
-
+def constraint_values(problem: Any, time_s: float, power_w: float, batch_size: int | None = None) -> dict[str, float]:
+    """Optuna constraint values of one profile (feasible when all <= 0) for the problem that asked for it: its own
+    :meth:`constraints` (those its assessment checks, with its tolerance); none without a problem."""
+    return {} if problem is None else {k: float(v) for k, v in problem.constraints(time_s, power_w, batch_size).items()}

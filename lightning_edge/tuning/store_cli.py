@@ -100,6 +100,8 @@ def _rows(store: Any, name: str) -> list[dict[str, Any]]:
     """Every profile of a study (the store's answer: the owner trial of each point), sorted by mode."""
     from optuna.trial import TrialState
 
+    from lightning_edge.tuning.store import trial_measurement
+
     _, dev, wid, kind = name.split("/")
     wp = store.bind(dev, wid)
     rows = []
@@ -107,7 +109,7 @@ def _rows(store: Any, name: str) -> list[dict[str, Any]]:
         t = g[0]
         if t.state != TrialState.COMPLETE:
             continue
-        m = wp._measurement(t)
+        m = trial_measurement(t)
         row: dict[str, Any] = {"mode": str(key.mode), "cores": key.mode.cores, "cpu_mhz": key.mode.cpu_mhz,
                                "gpu_mhz": key.mode.gpu_mhz, "mem_mhz": key.mode.mem_mhz}
         if kind == "infer":
@@ -154,9 +156,9 @@ def _claims(store: Any) -> list[dict[str, Any]]:
 
 
 def _mode_text(t: Any) -> str:
-    from lightning_edge.tuning.store import trial_key
+    from lightning_edge.tuning.store import trial_key, trial_kind
 
-    k = trial_key("infer" if "batch_size" in (t.params or t.system_attrs.get("fixed_params", {})) else "train", t)
+    k = trial_key(trial_kind(t), t)
     return "?" if k is None else str(k.mode) + ("" if k.batch_size is None else f" bs {k.batch_size}")
 
 

@@ -42,6 +42,22 @@ def test_keeps_up_with_arrivals():
     np.testing.assert_array_equal(keeps_up(np.array([0.01, 0.02]), 1, 60.0), [True, False])
 
 
+def test_constraint_values_are_what_the_assessment_checks():
+    # a profile store records these (feasible when <= 0): the same numbers, with the same tolerance, as assess
+    inf = InferenceProblem(25.0, 0.1, 100.0, batch_sizes=(4,))
+    t = np.array([0.04, 0.041, 0.07, 0.071, 0.05])
+    p = np.array([25.0, 25.0, 24.0, 24.0, 25.0 * (1 + 1e-12)])  # the budget itself, and within the tolerance
+    c = inf.constraints(t, p, 4)
+    assert set(c) == {"power_w", "latency_s", "keep_up_s"}
+    np.testing.assert_allclose(c["latency_s"], 3 / 100.0 + t - 0.1, atol=1e-12)
+    np.testing.assert_allclose(c["keep_up_s"], t - 0.04, atol=1e-12)
+    holds = np.logical_and.reduce([v <= 0 for v in c.values()])
+    np.testing.assert_array_equal(inf.assess(t, p, 4).feasible, holds)
+    assert inf.constraints(0.04, 26.0).keys() == {"power_w"}  # a training profile of a serving problem
+    tr = TrainingProblem(30.0)
+    np.testing.assert_array_equal(tr.assess([1.0, 1.0], [30.0, 30.1]).feasible, tr.constraints(1.0, np.array([30.0, 30.1]))["power_w"] <= 0)
+
+
 def test_interleaving_throughput():
     # bs 16 at 60 rps: cycle 16/60 = 0.2667 s; inference 0.1 s leaves 0.1667 s idle;
     # 0.05 s training minibatches: floor(0.1667 / 0.05) = 3 per cycle; 3 * 60 / 16 = 11.25 minibatches/s

@@ -20,7 +20,9 @@ from lightning_edge.tuning import (
     RandomSampling,
     TrainingProblem,
 )
+from lightning_edge.tuning.backend import MemoryStore, ProfileBackend
 from lightning_edge.tuning.samplers import ALSSampler, GMDSampler
+from lightning_edge.tuning.search import open_backend
 from lightning_edge.tuning.store import default_storage_url, workload_fingerprint
 
 from .workloads import HAND_SPACE, SMALL_SPACE, LinearWorkload, SaturatingWorkload
@@ -43,6 +45,28 @@ class SlowWorkload(SaturatingWorkload):
     def infer(self, mode, batch_size):
         time.sleep(self.delay_s)
         return super().infer(mode, batch_size)
+
+
+def test_store_arguments_become_backends_in_one_place(tmp_path):
+    mem = MemoryStore()
+    assert open_backend(mem) is mem and isinstance(open_backend(None), MemoryStore) and open_backend(None) is not mem
+    ps = open_backend(str(tmp_path / "p.sqlite3"))  # a path, a URL or "default": the Optuna store parses it
+    assert isinstance(ps, ProfileStore) and open_backend(ps) is ps and ps.describe() == str(tmp_path / "p.sqlite3")
+
+    class Logged(MemoryStore):  # any object with profiles() and describe() is a backend
+        def __init__(self):
+            super().__init__()
+            self.asked = []
+
+        def profiles(self, workload, **kw):
+            self.asked.append(kw)
+            return self
+
+    back = Logged()
+    assert isinstance(back, ProfileBackend) and open_backend(back) is back
+    r = GMD().run(TrainingProblem(29.5), HAND_SPACE, LinearWorkload(), store=back, workload_id="w")
+    assert len(back) == r.new_profiles == r.profiles_used
+    assert back.asked == [{"workload_id": "w", "device_model": None, "problem": TrainingProblem(29.5), "strategy": "GMD"}]
 
 
 def test_second_solve_profiles_nothing_new(tmp_path):
@@ -96,6 +120,28 @@ def test_concurrent_points_use_both_studies(tmp_path):
     assert len(train) == len(modes) and len(infer) == len(r.visited)
     again = GMD().run(prob, HAND_SPACE, w, store=store, workload_id="linear-fast-train")
     assert again.new_profiles == 0 and again.solution == r.solution.__class__(**{**r.solution.__dict__, "new_profiles": 0})
+
+
+def test_a_store_written_by_plain_optuna_in_the_layout_is_read(tmp_path):
+    # the layout (study names, params, values, user attributes) is the format: a store written by an older
+    # version, here by plain Optuna without lightning_edge, answers without any new profile
+    url = f"sqlite:///{tmp_path / 'old.sqlite3'}"
+    study = optuna.create_study(storage=url, study_name="lightning_edge/hand-board/linear-v1/train",
+                                directions=["minimize", "minimize"])
+    study.set_user_attr("kind", "train")
+    dists = {"cores": optuna.distributions.IntDistribution(1, 4096),
+             **{k: optuna.distributions.FloatDistribution(0.0, 1e6) for k in ("cpu_mhz", "gpu_mhz", "mem_mhz")}}
+    for m in SMALL_SPACE:
+        t, p = LinearWorkload.time_s(m), LinearWorkload.power_w(m)
+        params = {"cores": m.cores, "cpu_mhz": float(m.cpu_mhz), "gpu_mhz": float(m.gpu_mhz), "mem_mhz": float(m.mem_mhz)}
+        study.add_trial(optuna.trial.create_trial(params=params, distributions=dists, values=[t, p],
+                                                  user_attrs={"time_s": t, "power_w": p, "label": "simulated"},
+                                                  system_attrs={"fixed_params": params}))
+    w = LinearWorkload()
+    r = GMD().run(TrainingProblem(25.0), SMALL_SPACE, w, store=ProfileStore(url), device_model="hand-board")
+    assert r.new_profiles == 0 and not w.calls
+    fresh = GMD().run(TrainingProblem(25.0), SMALL_SPACE, LinearWorkload(), store=None)
+    assert r.visited == fresh.visited and r.solution.mode == fresh.solution.mode
 
 
 def test_workload_identity():
