@@ -472,10 +472,14 @@ def _overall_label(labels: Counter) -> str:
 
 
 def _mean_std(v: Sequence[float]) -> tuple[float, float]:
-    a = np.asarray([x for x in v if x is not None and math.isfinite(x)], dtype=float)
-    if a.size == 0:
+    """Mean and sample standard deviation of the finite values (plain Python: a few values per layer, where numpy's
+    per-call cost dominated the end-of-run report)."""
+    a = [float(x) for x in v if x is not None and math.isfinite(x)]
+    n = len(a)
+    if n == 0:
         return math.nan, math.nan
-    return float(a.mean()), float(a.std(ddof=1)) if a.size > 1 else 0.0
+    m = math.fsum(a) / n
+    return m, math.sqrt(math.fsum((x - m) ** 2 for x in a) / (n - 1)) if n > 1 else 0.0
 
 
 def aggregate(steps: Iterable[StepEnergy], costs: Mapping[str, Any] | None = None) -> dict[str, LayerStats]:
