@@ -101,9 +101,9 @@ def tune_once(model: str, bs: int, budget: float, setting: str, seed: int, max_s
                             seed=seed, max_steps=max_steps)
     s = tuner.summary()
     steps = tuner.tuned_at_step
-    return {"profiles": s["profiles_used"], "windows": len(tuner.profiles), "steps": steps,
+    return {"profiles": s.profiles_used, "windows": len(tuner.profiles), "steps": steps,
             "sim_s": sum(r.time_s for r in tuner.records[: steps or len(tuner.records)]),
-            "mode": tuner.solution.mode if tuner.solution is not None else None, "prior_s": s["prior_time_s"]}
+            "mode": tuner.solution.mode if tuner.solution is not None else None, "prior_s": s.progress.prior_time_s}
 
 
 def prior_part(seeds: list[int], out: str) -> None:
@@ -204,7 +204,7 @@ def main() -> None:
                 "maxn_p": maxn.power_w,
                 "e1_t": e1["time_s"], "e1_e": e1["energy_j"], "e1_prof": e1["profiling_steps"],
                 "e2_t": e2["time_s"], "e2_e": e2["energy_j"], "e2_p": e2["energy_j"] / e2["time_s"],
-                "mode": s.get("mode", "-"), "profiles": s["new_profiles"],
+                "mode": s.mode or "-", "profiles": s.new_profiles,
                 "oracle_t": (oracle.time_s * args.steps_per_epoch) if oracle else float("nan"),
                 "oracle_mode": str(oracle.mode) if oracle else "-",
             })

@@ -161,7 +161,7 @@ def _tuning_comparison(tuner: Any, args: argparse.Namespace) -> None:
     if t is None or getattr(t.meter, "workload", None) is None:
         return
     s = tuner.summary()  # the callback's: the capture step counts as a minibatch before the chosen mode
-    took = s.get("tuning_steps")
+    took = s.tuning_steps
     try:
         before = simulate_tuning(t.meter.workload, args.budget, strategy=args.strategy, prior=None,
                                  window=WindowSpec(settle_s=2.4), seed=args.seed).tuned_at_step
@@ -170,8 +170,8 @@ def _tuning_comparison(tuner: Any, args: argparse.Namespace) -> None:
         return
     then = f"{before} minibatches" if before is not None else "more than 5000 minibatches"
     if took is None:
-        print(f"tuning did not finish in this run ({s['profiles_done']} profiles measured, about "
-              f"{s['more_steps_needed']} more minibatches needed); the settings before (no prior, a fixed 2.4 s "
+        print(f"tuning did not finish in this run ({s.progress.profiles_done} profiles measured, about "
+              f"{s.progress.more_steps_needed} more minibatches needed); the settings before (no prior, a fixed 2.4 s "
               f"settling wait per profile) need {then} in all (simulated dry run)")
         return
     how = "found in the store" if not t.profiles else f"{len(t.profiles)} profiles measured, MAXN included"

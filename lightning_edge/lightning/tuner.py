@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import math
 import os
+from dataclasses import replace
 from typing import Any
 
 from lightning_edge.devices.board import get_board
@@ -36,6 +37,8 @@ from lightning_edge.lightning.tb import TrainerWriter
 from lightning_edge.tuning.online import (
     PHASES,
     OnlineTuner,
+    TuningProgress,
+    TuningSummary,
     WindowSpec,
     module_fingerprint,
 )
@@ -77,61 +80,54 @@ def _precision_of(trainer: Any, given: str | None) -> str:
     return "fp16" if "16" in p and "bf16" not in p else ("bf16" if "bf16" in p else "fp32")
 
 
-def format_summary(s: dict[str, Any], device_text: str) -> str:
+def format_summary(s: TuningSummary, device_text: str) -> str:
     """The end-of-fit summary printed by the callback (``s`` from :meth:`OnlineTuner.summary`)."""
-    lab = s.get("label", "")
+    lab = s.label
     lines = [f"lightning_edge PowerModeTuner ({device_text})"]
-    cost = (f"{s['profiling_steps']} minibatches, {s['profiling_time_s']:.1f} s, {s['profiling_energy_j']:.0f} J "
-            f"{lab}")
-    if s["profiles_used"] or s["new_profiles"]:
-        lines.append(f"  budget {s['budget_w']:g} W, strategy {s['strategy']}: {s['profiles_used']} profiles used, "
-                     f"{s['new_profiles']} measured in this run ({cost})")
+    cost = f"{s.profiling_steps} minibatches, {s.profiling_time_s:.1f} s, {s.profiling_energy_j:.0f} J {lab}"
+    if s.profiles_used or s.new_profiles:
+        lines.append(f"  budget {s.budget_w:g} W, strategy {s.strategy}: {s.profiles_used} profiles used, "
+                     f"{s.new_profiles} measured in this run ({cost})")
     else:
-        lines.append(f"  budget {s['budget_w']:g} W, strategy {s['strategy']}: no search finished in this run "
+        lines.append(f"  budget {s.budget_w:g} W, strategy {s.strategy}: no search finished in this run "
                      f"(profiling windows: {cost})")
-    lines.extend(_progress_lines(s))
-    if s.get("mode"):
-        lines.append(f"  chosen mode {s['mode']}: {s['time_s'] * 1e3:.1f} ms/minibatch, {s['power_w']:.1f} W "
-                     f"(profile, {lab})")
-        if "measured_tuned_time_s" in s:
-            n = s.get("measured_tuned_steps")
+    lines.extend(_progress_lines(s.progress))
+    if s.mode:
+        lines.append(f"  chosen mode {s.mode}: {s.time_s * 1e3:.1f} ms/minibatch, {s.power_w:.1f} W (profile, {lab})")
+        if s.measured_tuned_time_s is not None:
+            n = s.measured_tuned_steps
             what = f"{n} minibatches" if n else "minibatches"
             lines.append(f"  while training in it ({what}, the power settling after the switch included): "
-                         f"{s['measured_tuned_time_s'] * 1e3:.1f} ms/minibatch, {s['measured_tuned_power_w']:.1f} W "
-                         f"({lab})")
-    elif s.get("phase") == "infeasible":
+                         f"{s.measured_tuned_time_s * 1e3:.1f} ms/minibatch, {s.measured_tuned_power_w:.1f} W ({lab})")
+    elif s.phase == "infeasible":
         lines.append("  no profiled mode meets the budget: trained in the lowest-power mode profiled")
-    if "maxn_time_s" in s and s.get("mode"):
-        thr = s["throughput_vs_maxn"]
-        en = s["energy_vs_maxn"]
-        lines.append(f"  vs MAXN ({s['maxn_time_s'] * 1e3:.1f} ms, {s['maxn_power_w']:.1f} W): throughput "
+    if s.maxn_time_s is not None and s.mode:
+        thr, en = s.throughput_vs_maxn, s.energy_vs_maxn
+        lines.append(f"  vs MAXN ({s.maxn_time_s * 1e3:.1f} ms, {s.maxn_power_w:.1f} W): throughput "
                      f"x{thr:.2f} ({(thr - 1) * 100:+.1f} %), energy per minibatch {(en - 1) * 100:+.1f} %")
-    if s.get("retunes"):
-        lines.append(f"  re-tuned {s['retunes']} time(s) (budget changes or power drift; drift scale "
-                     f"x{s['drift_scale']:.3f})")
-    if s.get("restored"):
-        lines.append(f"  board restored to {s['restored']}")
+    if s.retunes:
+        lines.append(f"  re-tuned {s.retunes} time(s) (budget changes or power drift; drift scale x{s.drift_scale:.3f})")
+    if s.restored:
+        lines.append(f"  board restored to {s.restored}")
     return "\n".join(lines)
 
 
-def _progress_lines(s: dict[str, Any]) -> list[str]:
+def _progress_lines(p: TuningProgress) -> list[str]:
     """Where tuning stands (from :meth:`OnlineTuner.progress`): never a bare count of zero profiles."""
-    if "profiles_done" not in s:
-        return []
-    est = " (estimated from the step times)" if s.get("per_profile_estimated") else ""
-    per = (f"{s['minibatches_per_profile']:.0f} minibatches per profile{est}: {s['settle_steps']:.0f} while the "
-           f"power settles, {s['warmup_steps']:.0f} warm-up, {s['window_steps']:.0f} measured")
-    maxn = ", MAXN included" if s.get("baseline") else ""
-    out = [f"  tuning: {s['profiles_done']} profiles done of {s['profiles_planned']} planned (at most{maxn}); {per}"]
-    if s.get("tuning_steps") is not None:
-        out.append(f"  tuning took {s['tuning_steps']} minibatches, then training went on in the chosen mode")
-    elif s.get("more_steps_needed"):
-        out.append(f"  tuning did not finish: the run would have needed about {s['more_steps_needed']} more "
+    est = " (estimated from the step times)" if p.per_profile_estimated else ""
+    per = (f"{p.minibatches_per_profile:.0f} minibatches per profile{est}: {p.settle_steps:.0f} while the "
+           f"power settles, {p.warmup_steps:.0f} warm-up, {p.window_steps:.0f} measured")
+    maxn = ", MAXN included" if p.baseline else ""
+    out = [f"  tuning: {p.profiles_done} profiles done of {p.profiles_planned} planned (at most{maxn}); {per}"]
+    if p.tuning_steps is not None:
+        out.append(f"  tuning took {p.tuning_steps} minibatches, then training went on in the chosen mode")
+    elif p.more_steps_needed:
+        out.append(f"  tuning did not finish: the run would have needed about {p.more_steps_needed} more "
                    "minibatches (profiles done are kept in the store: a longer or a second run finishes it)")
-    if s.get("prior"):
-        out.append(f"  prior: {s['prior']} ({s['prior_time_s']:.2f} s); nothing is chosen on a prediction, only on a profile")
-    elif s.get("prior_note"):
-        out.append(f"  {s['prior_note']}")
+    if p.prior:
+        out.append(f"  prior: {p.prior} ({p.prior_time_s:.2f} s); nothing is chosen on a prediction, only on a profile")
+    elif p.prior_note:
+        out.append(f"  {p.prior_note}")
     return out
 
 
@@ -221,6 +217,7 @@ class PowerModeTunerMixin:
         self.capture_notes: list[str] = []
         self._capture: Any = None
         self._pre_steps = 0  # minibatches trained before the tuner started (the capture step)
+        self._restored: str | None = None  # the mode the board was put back to at the end
         self._energy_j = 0.0
         self._epoch = {"time_s": 0.0, "energy_j": 0.0, "steps": 0}
         self._pending_state: dict | None = None
@@ -244,16 +241,15 @@ class PowerModeTunerMixin:
     def solution(self) -> Any:
         return None if self.tuner is None else self.tuner.solution
 
-    def summary(self) -> dict[str, Any]:
-        """The tuner's summary; ``tuning_steps`` counts every minibatch before training ran in the chosen mode,
-        the capture step included (``capture_steps``)."""
+    def summary(self) -> TuningSummary | None:
+        """The tuner's summary (None before the fit set it up); ``tuning_steps`` counts every minibatch before
+        training ran in the chosen mode, the capture step included (``capture_steps``)."""
         if self.tuner is None:
-            return {}
+            return None
         s = self.tuner.summary()
-        s["capture_steps"] = self._pre_steps
-        if s.get("tuning_steps") is not None:
-            s["tuning_steps"] = int(s["tuning_steps"]) + self._pre_steps
-        return s
+        took = s.progress.tuning_steps
+        return replace(s, capture_steps=self._pre_steps, restored=self._restored,
+                       progress=replace(s.progress, tuning_steps=None if took is None else int(took) + self._pre_steps))
 
     # ------------------------------------------------------------------ set-up
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
@@ -441,10 +437,9 @@ class PowerModeTunerMixin:
         finally:
             if self.board is not None:
                 self.board.close()
-        s = self.summary()
         if restored is not None or t.original_mode is not None:
-            s["restored"] = str(t.original_mode)
-        self.summary_text = format_summary(s, _describe(self.board))
+            self._restored = str(t.original_mode)
+        self.summary_text = format_summary(self.summary(), _describe(self.board))
         if self.capture_notes:  # i17cost: what the cost model could not see, or how it counted
             self.summary_text += "".join(f"\n  note: {n}" for n in self.capture_notes)
         w = self._tbw.get(trainer) if trainer is not None else None

@@ -65,7 +65,7 @@ from lightning_edge.tuning.problems import Measurement, Solution, TrainingProble
 __all__ = [
     "OnlineTuner", "WindowSpec", "ProfileWindow", "StepRecord",
     "TuningCancelled", "TuningInterrupted", "batch_signature", "batch_tensors", "module_fingerprint", "PHASES", "Phase", "Event",
-    "simulate_tuning",
+    "simulate_tuning", "TuningProgress", "TuningSummary",
 ]
 
 THOROUGH_AFTER_STEPS = 2000
@@ -106,6 +106,75 @@ class Event(str, Enum):
     RESTORE = "restore"
     __str__ = str.__str__
     __format__ = str.__format__
+
+
+@dataclass(frozen=True)
+class TuningProgress:
+    """Where tuning stands (:meth:`OnlineTuner.progress`): profiles done and planned, the minibatches one profile
+    takes (settling, warm-up, measured window: the mean of this run's windows, else estimated from the step times),
+    how many more minibatches tuning needs (0 once tuned), and the prior the search started from."""
+
+    profiles_done: int
+    profiles_planned: int
+    baseline: Any
+    settle_steps: float
+    warmup_steps: float
+    window_steps: float
+    minibatches_per_profile: float
+    per_profile_estimated: bool
+    more_steps_needed: int
+    tuning_steps: int | None  # minibatches before training ran in the chosen mode (None: not tuned yet)
+    prior: str | None
+    prior_note: str | None
+    prior_time_s: float | None
+
+
+@dataclass(frozen=True)
+class TuningSummary:
+    """What a tuning run did and chose (:meth:`OnlineTuner.summary`); every time, power and energy is labelled by
+    ``label`` (``simulated`` on the twin, ``measured`` on a board). The chosen mode's fields are None until a mode is
+    chosen; the MAXN comparison's when MAXN was not profiled; ``measured_tuned_*`` before training ran in it."""
+
+    label: str
+    budget_w: float
+    phase: str
+    strategy: str
+    original_mode: str | None
+    profiles_used: int
+    new_profiles: int
+    profiling_steps: int
+    profiling_time_s: float
+    profiling_energy_j: float
+    retunes: int
+    drift_scale: float
+    fingerprint: str | None
+    device_model: str | None
+    progress: TuningProgress
+    mode: str | None = None
+    time_s: float | None = None
+    power_w: float | None = None
+    energy_per_step_j: float | None = None
+    throughput_steps_s: float | None = None
+    measured_tuned_time_s: float | None = None
+    measured_tuned_steps: int | None = None
+    measured_tuned_power_w: float | None = None
+    maxn_time_s: float | None = None
+    maxn_power_w: float | None = None
+    maxn_energy_per_step_j: float | None = None
+    throughput_vs_maxn: float | None = None
+    energy_vs_maxn: float | None = None
+    capture_steps: int = 0  # PowerModeTuner: minibatches before tuning started (the cost model's capture step)
+    restored: str | None = None  # the mode the board was put back to at the end
+
+    @property
+    def tuning_steps(self) -> int | None:
+        return self.progress.tuning_steps
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain values (the progress nested under ``progress``), for JSON and logs."""
+        from dataclasses import asdict
+
+        return asdict(self)
 
 
 class TuningCancelled(RuntimeError):
@@ -869,38 +938,36 @@ class OnlineTuner:
             d["energy_j"] += r.energy_j
         return out
 
-    def summary(self) -> dict[str, Any]:
+    def summary(self) -> TuningSummary:
         sol = self.solution
         tot = self.phase_totals()
-        out: dict[str, Any] = {
-            "label": self.label, "budget_w": self.problem.power_budget_w, "phase": str(self.phase),
-            "strategy": getattr(self.strategy, "name", type(self.strategy).__name__),
-            "original_mode": str(self.original_mode) if self.original_mode is not None else None,
-            "profiles_used": getattr(self.result, "profiles_used", 0) if self.result is not None else 0,
-            "new_profiles": len([p for p in self.profiles if p["reason"] == "strategy" and not p.get("resumed")]),
-            "profiling_steps": int(tot.get("profiling", {}).get("steps", 0)),
-            "profiling_time_s": float(tot.get("profiling", {}).get("time_s", 0.0)),
-            "profiling_energy_j": float(tot.get("profiling", {}).get("energy_j", 0.0)),
-            "retunes": len(self.retunes), "drift_scale": self.drift_scale,
-            "fingerprint": self.fingerprint, "device_model": self.device_model,
-        }
-        out.update(self.progress())
+        prof = tot.get("profiling", {})
+        kw: dict[str, Any] = {}
         if sol is not None:
-            out.update(mode=str(sol.mode), time_s=sol.time_s, power_w=sol.power_w,
-                       energy_per_step_j=sol.time_s * sol.power_w, throughput_steps_s=1.0 / sol.time_s)
+            kw.update(mode=str(sol.mode), time_s=sol.time_s, power_w=sol.power_w,
+                      energy_per_step_j=sol.time_s * sol.power_w, throughput_steps_s=1.0 / sol.time_s)
         tuned = tot.get("tuned")
         if tuned and tuned["steps"]:
-            out.update(measured_tuned_time_s=tuned["time_s"] / tuned["steps"], measured_tuned_steps=int(tuned["steps"]),
-                       measured_tuned_power_w=tuned["energy_j"] / tuned["time_s"])
+            kw.update(measured_tuned_time_s=tuned["time_s"] / tuned["steps"], measured_tuned_steps=int(tuned["steps"]),
+                      measured_tuned_power_w=tuned["energy_j"] / tuned["time_s"])
         b = self.baseline_profile
         if b is not None:
-            out.update(maxn_time_s=b.time_s, maxn_power_w=b.power_w, maxn_energy_per_step_j=b.time_s * b.power_w)
+            kw.update(maxn_time_s=b.time_s, maxn_power_w=b.power_w, maxn_energy_per_step_j=b.time_s * b.power_w)
             if sol is not None:
-                out.update(throughput_vs_maxn=b.time_s / sol.time_s,
-                           energy_vs_maxn=(sol.time_s * sol.power_w) / (b.time_s * b.power_w))
-        return out
+                kw.update(throughput_vs_maxn=b.time_s / sol.time_s,
+                          energy_vs_maxn=(sol.time_s * sol.power_w) / (b.time_s * b.power_w))
+        return TuningSummary(
+            label=self.label, budget_w=self.problem.power_budget_w, phase=str(self.phase),
+            strategy=getattr(self.strategy, "name", type(self.strategy).__name__),
+            original_mode=str(self.original_mode) if self.original_mode is not None else None,
+            profiles_used=getattr(self.result, "profiles_used", 0) if self.result is not None else 0,
+            new_profiles=len([p for p in self.profiles if p["reason"] == "strategy" and not p.get("resumed")]),
+            profiling_steps=int(prof.get("steps", 0)), profiling_time_s=float(prof.get("time_s", 0.0)),
+            profiling_energy_j=float(prof.get("energy_j", 0.0)), retunes=len(self.retunes),
+            drift_scale=self.drift_scale, fingerprint=self.fingerprint, device_model=self.device_model,
+            progress=self.progress(), **kw)
 
-    def progress(self) -> dict[str, Any]:
+    def progress(self) -> TuningProgress:
         """Where tuning stands: profiles done and planned, the minibatches one profile takes (settling, warm-up,
         measured window: the mean of this run's windows, else an estimate from the step times and the window
         settings), and how many more minibatches tuning needs (0 once tuned)."""
@@ -930,11 +997,8 @@ class OnlineTuner:
             more = int(math.ceil(max(left * per - in_window, per - in_window if cur is not None else 0.0)))
             more += int(self._launch_pending)
         prior = getattr(self.prior, "source", None)
-        return {"profiles_done": done, "profiles_planned": int(planned), "baseline": self.baseline,
-                "settle_steps": settle, "warmup_steps": warm,
-                "window_steps": meas, "minibatches_per_profile": per, "per_profile_estimated": estimated,
-                "more_steps_needed": int(more), "tuning_steps": self.tuned_at_step,
-                "prior": prior, "prior_note": None if prior else self.prior_note, "prior_time_s": self.prior_time_s}
+        return TuningProgress(done, int(planned), self.baseline, settle, warm, meas, per, estimated, int(more),
+                              self.tuned_at_step, prior, None if prior else self.prior_note, self.prior_time_s)
 
     # ------------------------------------------------------------------ checkpointing
     def state_dict(self) -> dict[str, Any]:

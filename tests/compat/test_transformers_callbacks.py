@@ -92,7 +92,7 @@ def test_power_mode_tuner_models_llama_with_grouped_query_attention(tmp_path):
     hd = HIDDEN // HEADS
     assert cost.layer("model.model.layers.0.self_attn").forward.macs == B * HEADS * (SEQ * (SEQ + 1) // 2) * 2 * hd
     assert any("grouped-query" in n for n in tuner.capture_notes)
-    assert tuner.summary()["new_profiles"] >= 1 and "simulated" in tuner.summary_text
+    assert tuner.summary().new_profiles >= 1 and "simulated" in tuner.summary_text
 
 
 def test_power_mode_tuner_models_a_vit_fine_tune(tmp_path):
@@ -101,7 +101,7 @@ def test_power_mode_tuner_models_a_vit_fine_tune(tmp_path):
     _fit(tmp_path, vit, tuner, 8)
     cost = tuner.workload_cost
     assert cost.layer("model.vit.embeddings.patch_embeddings.projection").forward.macs == B * 16 * 3 * 64 * HIDDEN
-    assert tuner.summary()["new_profiles"] >= 1
+    assert tuner.summary().new_profiles >= 1
 
 
 def test_energy_profiler_keeps_the_cost_model_with_gradient_checkpointing(tmp_path):

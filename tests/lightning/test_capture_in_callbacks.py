@@ -182,7 +182,7 @@ def test_tuner_on_the_twin_models_a_module_without_forward_and_a_dict_batch(tmp_
     assert cost is not None and cost.training
     assert cost.layer("lm.head").forward.macs == 4 * SEQ * DIM * VOCAB
     s = tuner.summary()
-    assert s["new_profiles"] >= 1 and s["profiling_steps"] >= 3  # the twin ran this workload, mode after mode
+    assert s.new_profiles >= 1 and s.profiling_steps >= 3  # the twin ran this workload, mode after mode
     assert "simulated" in tuner.summary_text
 
 
@@ -215,7 +215,7 @@ def test_tuner_on_the_twin_says_what_it_needs_when_it_cannot_model(tmp_path):
         _trainer(tmp_path, [tuner], steps=5).fit(Lit(), DataLoader(ds, batch_size=8))
     assert tuner.workload_cost is None
     assert "cost=lightning_edge.analyze" in tuner.summary_text
-    assert tuner.summary()["new_profiles"] == 0
+    assert tuner.summary().new_profiles == 0
 
 
 def test_tuner_takes_a_given_cost_model(tmp_path):
@@ -228,7 +228,7 @@ def test_tuner_takes_a_given_cost_model(tmp_path):
                            cost=cost)
     _trainer(tmp_path, [tuner], steps=20).fit(NoForward(), _dict_loader())
     assert tuner.workload_cost is cost
-    assert tuner.summary()["new_profiles"] >= 1
+    assert tuner.summary().new_profiles >= 1
 
 
 def test_tuner_on_a_measured_board_tunes_without_a_cost_model_and_says_so(tmp_path):
@@ -268,7 +268,7 @@ def test_tuner_on_a_measured_board_tunes_without_a_cost_model_and_says_so(tmp_pa
         _trainer(tmp_path, [tuner], steps=12).fit(Step(), DataLoader(ds, batch_size=8))
     assert tuner.workload_cost is None
     assert "measured" in tuner.summary_text and "tuned from measurements only" in tuner.summary_text
-    assert tuner.summary()["profiling_steps"] >= 3  # it measured modes all the same
+    assert tuner.summary().profiling_steps >= 3  # it measured modes all the same
 
 
 def test_profiler_and_tuner_together_capture_one_call_per_step(tmp_path):

@@ -125,7 +125,7 @@ def test_tunes_on_the_twin_trains_on_in_the_chosen_mode_restores_and_reuses_the_
     _trainer(L, tmp_path, [cb2], max_steps=10).fit(_module(L), _loader())
     assert cb2.tuner.profiles == []
     assert cb2.solution.mode == sol.mode and cb2.tuner.records[1].mode == sol.mode
-    assert cb2.summary()["tuning_steps"] == 1
+    assert cb2.summary().tuning_steps == 1
     assert board2.controller.current() == original
 
 
@@ -268,12 +268,13 @@ def test_a_short_fine_tune_says_where_tuning_stands(tmp_path, capsys):
     _trainer(L, tmp_path, [cb], max_steps=96).fit(_module(L), _loader(n=96 * 16))
     out = capsys.readouterr().out
     s = cb.summary()
+    p = s.progress
     assert "0 profiles used, 0 measured" not in out
-    assert s["profiles_planned"] >= s["profiles_done"] >= 0 and s["profiles_planned"] >= 1
-    assert s["minibatches_per_profile"] > 0 and "settle_steps" in s and "window_steps" in s
-    if s["phase"] in ("tuned", "infeasible"):
+    assert p.profiles_planned >= p.profiles_done >= 0 and p.profiles_planned >= 1
+    assert p.minibatches_per_profile > 0 and p.settle_steps >= 0 and p.window_steps > 0
+    if s.phase in ("tuned", "infeasible"):
         assert "tuning took" in out
     else:
-        assert s["more_steps_needed"] > 0
-        assert f"about {s['more_steps_needed']} more minibatches" in out
+        assert p.more_steps_needed > 0
+        assert f"about {p.more_steps_needed} more minibatches" in out
     assert "profiles done" in out and "planned" in out and "minibatches per profile" in out

@@ -234,11 +234,11 @@ def test_on_a_real_orin_the_prior_is_the_calibrated_twin_model_of_the_bound_modu
     t.start()
     run(t, 80)
     assert t.prior is not None and "uncalibrated" not in t.prior.source and "Orin AGX twin" in t.prior.source
-    assert t.solution is not None and t.summary()["profiles_used"] <= 4
+    assert t.solution is not None and t.summary().profiles_used <= 4
     t.close()
     t2 = OnlineTuner(16.0, board.controller, real, window=FAST, store=None, fingerprint="tiny")
     t2.start()  # no bind_model: it tunes without a prior and says why
-    assert t2.prior is None and "bind_model" in t2.summary()["prior_note"]
+    assert t2.prior is None and "bind_model" in t2.summary().progress.prior_note
     t2.close()
     assert online.OnlineTuner(16.0, board.controller, real, prior=False, store=None).prior_setting is None
 
@@ -253,7 +253,7 @@ def test_on_a_real_orin_the_prior_can_come_from_the_captured_step_cost():
     t.bind_model(analyze(tiny(), X, training=True), batch_size=int(X.shape[0]))
     t.start()
     run(t, 80)
-    assert t.prior is not None and "Orin AGX twin" in t.prior.source, t.summary().get("prior_note")
-    assert t.solution is not None and t.summary()["profiles_used"] <= 4
+    assert t.prior is not None and "Orin AGX twin" in t.prior.source, t.summary().progress.prior_note
+    assert t.solution is not None and t.summary().profiles_used <= 4
     t.close()
     assert not OnlineTuner(16.0, board.controller, meter, store=None).wants_board_prior  # the twin's own meter

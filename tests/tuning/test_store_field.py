@@ -477,7 +477,7 @@ def test_every_trial_of_a_tuning_run_carries_its_constraints_and_the_study_names
     assert study.best_trials, sorted(t.user_attrs["power_w"] for t in done)
     assert all(t.user_attrs["power_w"] <= budget for t in study.best_trials)
     # the run's counts match what the store gained
-    assert cb.summary()["new_profiles"] == len(done)
+    assert cb.summary().new_profiles == len(done)
 
 
 # ------------------------------------------------------------------------------ item 8: the serving side
@@ -532,7 +532,7 @@ def test_a_resumed_run_counts_only_the_profiles_it_measured(tmp_path):
               "steps": 5, "discarded": 1, "cost_s": 0.6, "cost_j": 9.0, "reason": "strategy",
               "within_budget": True} for i in range(3)]
     t.load_state_dict({"budget_w": 20.0, "profiles": saved, "fingerprint": "resumed-v1"})
-    assert len(t.profiles) == 3 and t.summary()["new_profiles"] == 0
+    assert len(t.profiles) == 3 and t.summary().new_profiles == 0
 
 
 def test_interleaver_store_errors_at_set_up(tmp_path):
