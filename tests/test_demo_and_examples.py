@@ -25,7 +25,7 @@ def test_demo_tunes_restores_prints_the_tensorboard_line_and_a_second_run_reuses
     cmd = [sys.executable, "-m", "lightning_edge", "demo", "--minutes", "0.5"]
     out = _run(cmd, tmp_path)
     assert "SIMULATED Jetson AGX Orin" in out and "PowerModeTuner (simulated" in out
-    assert "chosen mode" in out and "vs MAXN" in out and "board restored to 12c/2201/1300/3199" in out
+    assert "chosen mode" in out and "vs MAXN" in out and "board restored to 12c/2201.6/1300.5/3199" in out
     assert "EnergyProfiler summary" in out and "tensorboard --logdir" in out
     logdir = out.rsplit("tensorboard --logdir", 1)[1].split()[0]
     assert list(Path(logdir).rglob("events.out.tfevents.*"))

@@ -36,7 +36,7 @@ ORIN_AGX_EMC_HZ: tuple[int, ...] = (204000000, 665600000, 2133000000, 3199000000
 ORIN_AGX_CORES = 12
 
 ORIN_AGX_MAXN = PowerMode(12, 2201.6, 1300.5, 3199.0)
-"""MAXN: ``12c/2201/1300/3199``."""
+"""MAXN: ``12c/2201.6/1300.5/3199``."""
 
 # --------------------------------------------------------------------------- Fulcrum's 441-mode subset
 # Fulcrum (Table 9c): cores {4, 8, 12} x 7 CPU (422-2200 MHz) x 7 GPU (115-1300 MHz) x 3 memory
@@ -50,7 +50,7 @@ FULCRUM_CPU_MHZ: tuple[float, ...] = (422.4, 729.6, 1036.8, 1344.0, 1651.2, 1958
 FULCRUM_GPU_MHZ: tuple[float, ...] = (114.75, 318.75, 522.75, 726.75, 930.75, 1134.75, 1300.5)
 FULCRUM_MEM_MHZ: tuple[float, ...] = (665.6, 2133.0, 3199.0)
 FULCRUM_MIDPOINT = PowerMode(8, 1344.0, 726.75, 2133.0)
-"""Fulcrum's ``mid1`` mode, ``8c/1344/727/2133`` in the paper (printed ``8c/1344/726/2133``)."""
+"""Fulcrum's ``mid1`` mode, ``8c/1344/727/2133`` in the paper (printed ``8c/1344/726.75/2133``)."""
 
 
 def orin_agx_space() -> PowerModeSpace:

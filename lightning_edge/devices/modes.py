@@ -8,9 +8,10 @@ Conventions:
 
 - Frequencies are MHz, stored *as on the board* (``2201.6``, ``1300.5``, ``3199.0``), canonicalised
   to 1 kHz (``round(mhz, 3)``) so that equality and hashing are exact.
-- The short label is ``"12c/2201/1300/3199"``: cores, then CPU / GPU / memory MHz truncated to an
-  integer (the kernel's kHz -> MHz integer division). :meth:`PowerMode.parse` keeps the numbers it is
-  given; :meth:`PowerModeSpace.parse` snaps each one to the grid value within 1 MHz, so
+- The label is ``"12c/2201.6/1300.5/3199"``: cores, then CPU / GPU / memory MHz as on the board (no trailing
+  zeros), so it parses back to the same mode. :meth:`PowerMode.parse` keeps the numbers it is given;
+  :meth:`PowerModeSpace.parse` snaps each one to the grid value within 1 MHz, so a truncated or rounded label
+  (``12c/2201/1300/3199``, the paper's ``8c/1344/727/2133``) names a valid mode too:
   ``space.parse("8c/1344/727/2133")`` is the mode ``8c/1344.0/726.75/2133.0``.
 - The fixed knob order, used by every array: ``KNOBS = ("cores", "cpu_mhz", "gpu_mhz", "mem_mhz")``.
 
@@ -60,7 +61,8 @@ _KNOB_ALIASES = {
 }
 
 SNAP_TOLERANCE_MHZ = 1.0
-"""How far a given frequency may be from a grid value and still name it (labels are truncated MHz)."""
+"""How far a given frequency may be from a grid value and still name it (truncated or rounded MHz, as in papers and
+labels written before issue 16)."""
 
 _EXACT_TOL = 5e-4  # half of the 1 kHz canonical resolution
 
@@ -109,7 +111,7 @@ class PowerMode:
     """One power mode: online CPU cores and CPU / GPU / memory (EMC) frequencies in MHz.
 
     Immutable and hashable. Frequencies are kept as given (canonicalised to 1 kHz), so the
-    Orin AGX MAXN is ``PowerMode(12, 2201.6, 1300.5, 3199)``, printed ``12c/2201/1300/3199``.
+    Orin AGX MAXN is ``PowerMode(12, 2201.6, 1300.5, 3199)``, printed ``12c/2201.6/1300.5/3199`` (parses back to it).
     A frequency of 0 means "this knob is not controlled" (for example the CPU on a desktop GPU).
     """
 
@@ -124,11 +126,12 @@ class PowerMode:
 
     # ----------------------------------------------------------------- text
     def __str__(self) -> str:
-        return f"{self.cores}c/{int(self.cpu_mhz)}/{int(self.gpu_mhz)}/{int(self.mem_mhz)}"
+        return f"{self.cores}c/{_fmt_mhz(self.cpu_mhz)}/{_fmt_mhz(self.gpu_mhz)}/{_fmt_mhz(self.mem_mhz)}"
 
     @property
     def label(self) -> str:
-        """Short label ``12c/2201/1300/3199`` (integer MHz, truncated)."""
+        """Label ``12c/2201.6/1300.5/3199``: the exact frequencies in MHz (no trailing zeros), so that
+        :meth:`parse` gives this mode back."""
         return str(self)
 
     def describe(self) -> str:
@@ -140,7 +143,7 @@ class PowerMode:
 
     @classmethod
     def parse(cls, text: str) -> PowerMode:
-        """Parse ``"12c/2201/1300/3199"`` (or ``"12c/2201.6/1300.5/3199"``) keeping the numbers as given.
+        """Parse ``"12c/2201.6/1300.5/3199"`` (or a rounded ``"12c/2201/1300/3199"``) keeping the numbers as given.
 
         Use :meth:`PowerModeSpace.parse` to snap a label to the valid grid values.
         """
@@ -321,7 +324,7 @@ class PowerModeSpace:
     def coerce(self, mode: ModeLike, tolerance_mhz: float = SNAP_TOLERANCE_MHZ) -> PowerMode:
         """Turn a label, dict, tuple or PowerMode into a valid mode of this space.
 
-        Each frequency snaps to the grid value within ``tolerance_mhz`` (so the truncated label
+        Each frequency snaps to the grid value within ``tolerance_mhz`` (so the paper's rounded label
         ``8c/1344/727/2133`` names ``8c/1344.0/726.75/2133.0``); anything further away is an error
         that lists the valid values. Labels ``maxn``/``max``, ``min`` and ``mid``/``midpoint`` are accepted.
         """
@@ -406,7 +409,7 @@ class PowerModeSpace:
     def midpoint(self) -> PowerMode:
         """Every knob at its middle value: index ``n // 2`` of the ``n`` sorted values (upper middle when even).
 
-        For the Fulcrum subset this is ``8c/1344/726/2133`` (GPU 726.75 MHz), Fulcrum's "mid" mode.
+        For the Fulcrum subset this is ``8c/1344/726.75/2133`` (GPU 726.75 MHz), Fulcrum's "mid" mode.
         """
         return PowerMode(*(self._values[k][len(self._values[k]) // 2] for k in KNOBS))
 

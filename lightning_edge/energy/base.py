@@ -166,7 +166,7 @@ def resolve_roofline(target: Any, profile: DeviceProfile | None = None, precisio
         if profile is not None:
             return profile.roofline(None, precision)
         raise ValueError("no device given: pass a Roofline (or a mode with profile= set on the estimator), "
-                         "e.g. estimator.estimate(layer, load_profile('orin-agx-pagoda').roofline('12c/2201/1300/3199'))")
+                         "e.g. estimator.estimate(layer, load_profile('orin-agx-pagoda').roofline('12c/2201.6/1300.5/3199'))")
     if profile is None:
         raise ValueError(f"mode {str(target)!r} given but the estimator has no profile to look it up in: "
                          "construct it with profile=load_profile(...) or pass a Roofline")

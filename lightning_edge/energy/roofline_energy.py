@@ -33,7 +33,7 @@ class RooflineEnergy(EnergyEstimator):
         static: include pi_0 * T (``False``: the "no static power" energy of section 5.2.1).
         time_model: ``None`` (roofline time, eq. 1) or a ``RefinedRoofline`` (seed 003).
         use_layer_time: use a layer's ``time_s`` attribute when it has one.
-        profile, precision: resolve mode strings given as targets (``estimate(layer, "12c/2201/1300/3199")``).
+        profile, precision: resolve mode strings given as targets (``estimate(layer, "12c/2201.6/1300.5/3199")``).
         roofline: default target when none is passed.
     """
 

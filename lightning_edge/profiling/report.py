@@ -3,7 +3,7 @@
 Pure Python over the attribution results (no torch, no Lightning)::
 
     report = ProfileReport.build({"train": step_energies}, costs={"train": costs}, device="sim:orin-agx: ...",
-                                 source="simulated", mode="12c/2201/1300/3199", roofline="twin roofline ...")
+                                 source="simulated", mode="12c/2201.6/1300.5/3199", roofline="twin roofline ...")
     report.write_csv(log_dir / "layers.csv"); report.write_json(log_dir / "layers.json")
     print(report.summary())                     # top layers by energy, total, methods, overhead
     report.markdown("train", top=20)            # for TensorBoard's add_text

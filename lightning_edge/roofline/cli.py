@@ -6,7 +6,7 @@ Examples::
                                                                 # only without a power sensor)
     lightning-edge roofline --profile orin-agx-pagoda --plot orin.png
     lightning-edge roofline --profile orin-agx-pagoda --model zoo:resnet50 --batch-size 1 --plot r50.png
-    lightning-edge roofline --modes 12c/2201/1300/3199 8c/1344/726/2133 --out modes.json   # on a Jetson
+    lightning-edge roofline --modes 12c/2201.6/1300.5/3199 8c/1344/726.75/2133 --out modes.json   # on a Jetson
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--quick", action="store_true", help="small sweeps, 3 repeats (seconds, not minutes)")
     parser.add_argument("--out", metavar="PROFILE.json", help="write the measured (or selected) profile here")
     parser.add_argument("--modes", nargs="+", metavar="MODE",
-                        help="power modes to measure (e.g. 12c/2201/1300/3199); needs a mode controller (a Jetson). "
+                        help="power modes to measure (e.g. 12c/2201.6/1300.5/3199); needs a mode controller (a Jetson). "
                              "With --profile: the modes of the profile to show")
     parser.add_argument("--precision", nargs="+", metavar="P",
                         help="precisions to measure (fp32 tf32 fp16 bf16; default: fp32 plus the fast ones the device "

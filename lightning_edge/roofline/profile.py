@@ -11,7 +11,7 @@ description and an example)::
       "host": {...} | "..." | null,                       # where it was measured / transcribed from
       "mode_space": {"cores": [...], "cpu_mhz": [...], "gpu_mhz": [...], "mem_mhz": [...]},   # optional
       "modes": [
-        {"mode": "12c/2201/1300/3199",                   # cores c / CPU MHz / GPU MHz / memory MHz, or a name
+        {"mode": "12c/2201.6/1300.5/3199",                   # cores c / CPU MHz / GPU MHz / memory MHz, or a name
          "precision": {"fp32": {"peak_flops": 1.47e13, "bandwidth": 1.644e11}, "fp16": {...}},
          "eps_flop": 3.86e-12, "eps_mop": 1.4138e-10, "static_power_w": 17.9,   # null when not measured
          "cpu": {...},                                    # optional CPU-side model, free form
@@ -21,8 +21,8 @@ description and an example)::
       "reference": {...}, "notes": "..."                  # optional, free form, never read by the code
     }
 
-Mode strings stay strings here (no dependency on ``lightning_edge.devices``); ``parse_mode`` reads the
-four knobs when needed, and lookups tolerate a 1 MHz difference (truncated versus rounded MHz).
+Mode strings stay strings here; ``parse_mode`` reads the four knobs when needed, and lookups tolerate a 1 MHz
+difference (profiles written with truncated MHz, ``12c/2201/1300/3199``, match ``12c/2201.6/1300.5/3199``).
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ class ProfileError(ValueError):
 
 # ---------------------------------------------------------------------------------------------- modes
 def parse_mode(mode: str) -> tuple[int, float, float, float] | None:
-    """``"12c/2201/1300/3199"`` -> ``(12, 2201.0, 1300.0, 3199.0)`` (cores, CPU, GPU, memory MHz);
+    """``"12c/2201.6/1300.5/3199"`` -> ``(12, 2201.6, 1300.5, 3199.0)`` (cores, CPU, GPU, memory MHz);
     ``None`` for a named mode such as ``"MAXN"``. Raises ``ValueError`` for anything else."""
     s = str(mode).strip()
     m = _MODE_RE.match(s)
@@ -94,14 +94,16 @@ def parse_mode(mode: str) -> tuple[int, float, float, float] | None:
     if _NAME_RE.match(s):
         return None
     raise ValueError(
-        f"mode {mode!r}: expected 'CORESc/CPU_MHz/GPU_MHz/MEM_MHz' such as '12c/2201/1300/3199', "
+        f"mode {mode!r}: expected 'CORESc/CPU_MHz/GPU_MHz/MEM_MHz' such as '12c/2201.6/1300.5/3199', "
         "or a mode name such as 'MAXN' (letters, digits, _ . + -)"
     )
 
 
 def format_mode(cores: int, cpu_mhz: float, gpu_mhz: float, mem_mhz: float) -> str:
-    """Knobs -> mode string, MHz truncated to integers (2201.6 MHz -> 2201, as in '12c/2201/1300/3199')."""
-    return f"{int(cores)}c/{int(cpu_mhz)}/{int(gpu_mhz)}/{int(mem_mhz)}"
+    """Knobs -> mode string, as :class:`~lightning_edge.devices.modes.PowerMode` prints it ('12c/2201.6/1300.5/3199')."""
+    from lightning_edge.devices.modes import PowerMode
+
+    return str(PowerMode(int(cores), cpu_mhz, gpu_mhz, mem_mhz))
 
 
 def _same_mode(a: str, b: str, tol_mhz: float = 1.0) -> bool:
@@ -226,9 +228,9 @@ def _validate_mode(errors, path, entry):
     mode = entry.get("mode")
     if mode is None:
         errors.append(f"{path}.mode: missing; give the power mode as 'CORESc/CPU_MHz/GPU_MHz/MEM_MHz' "
-                      "(e.g. '12c/2201/1300/3199') or a name")
+                      "(e.g. '12c/2201.6/1300.5/3199') or a name")
     elif not isinstance(mode, str):
-        errors.append(f"{path}.mode: expected a string such as '12c/2201/1300/3199', got {mode!r}")
+        errors.append(f"{path}.mode: expected a string such as '12c/2201.6/1300.5/3199', got {mode!r}")
     else:
         try:
             parse_mode(mode)

@@ -27,7 +27,7 @@ def test_top_level_cli_dispatches_mode(capsys, state_dir):
     from lightning_edge.cli import main as top_main
 
     assert top_main(["mode", "show", "--device", "sim:orin-agx", "--state-dir", str(state_dir)]) == 0
-    assert "12c/2201/1300/3199" in capsys.readouterr().out
+    assert "12c/2201.6/1300.5/3199" in capsys.readouterr().out
     assert (
         top_main(
             ["mode", "set", "8c/1350/727/2133", "--device", "sim:orin-agx", "--state-dir", str(state_dir)]
@@ -48,7 +48,7 @@ def test_auto_without_a_jetson_suggests_the_twin(capsys, tmp_path):
 def test_show_and_list_on_the_twin(capsys, state_dir):
     rc, out, _ = run(capsys, "show", "--device", "sim:orin-agx", "--state-dir", state_dir)
     assert rc == 0
-    assert "12c/2201/1300/3199" in out and "simulated" in out and "MAXN" in out
+    assert "12c/2201.6/1300.5/3199" in out and "simulated" in out and "MAXN" in out
     rc, out, _ = run(capsys, "list", "--device", "sim:orin-agx", "--state-dir", state_dir)
     assert rc == 0 and "12 x 29 x 13 x 4 = 18,096 power modes" in out and "simulated" in out
     assert "2201.6" in out and "1300.5" in out
@@ -56,7 +56,7 @@ def test_show_and_list_on_the_twin(capsys, state_dir):
         capsys, "list", "--device", "sim:orin-agx", "--subset", "fulcrum", "--all", "--state-dir", state_dir
     )
     assert rc == 0 and "3 x 7 x 7 x 3 = 441 power modes" in out
-    assert "8c/1344/726/2133" in out
+    assert "8c/1344/726.75/2133" in out
     assert sum(1 for ln in out.splitlines() if ln.strip()[:1].isdigit() and "c/" in ln) == 441
 
 
@@ -84,20 +84,20 @@ def test_set_show_restore_across_processes(state_dir):
         return res.stdout
 
     out = cli("set", "8c/1344/727/2133")
-    assert "8c/1344/726/2133" in out and "simulated" in out
+    assert "8c/1344/726.75/2133" in out and "simulated" in out
     assert "undo with: lightning-edge mode restore --device sim:orin-agx" in out
     out = cli("show")  # a new process sees the mode the previous one set
-    assert "mode:   8c/1344/726/2133" in out and "original mode 12c/2201/1300/3199" in out
+    assert "mode:   8c/1344/726.75/2133" in out and "original mode 12c/2201.6/1300.5/3199" in out
     out = cli("restore")
-    assert "restored 12c/2201/1300/3199" in out
-    assert "mode:   12c/2201/1300/3199" in cli("show")
+    assert "restored 12c/2201.6/1300.5/3199" in out
+    assert "mode:   12c/2201.6/1300.5/3199" in cli("show")
 
 
 def test_set_dry_run_and_invalid_mode(capsys, state_dir):
     rc, out, _ = run(capsys, "set", "mid", "--dry-run", "--device", "sim:orin-agx", "--state-dir", state_dir)
     assert rc == 0 and "dry run" in out and "cores 12 -> 7 (simulated)" in out
     rc, out, _ = run(capsys, "show", "--device", "sim:orin-agx", "--state-dir", state_dir)
-    assert "12c/2201/1300/3199" in out
+    assert "12c/2201.6/1300.5/3199" in out
     rc, _, err = run(capsys, "set", "8c/1350/727/2133", "--device", "sim:orin-agx", "--state-dir", state_dir)
     assert rc == 1 and "cpu_mhz=1350" in err and "1344" in err
 
@@ -116,7 +116,7 @@ def test_jetson_set_show_restore_on_a_fake_tree(capsys, orin, state_dir):
 
     rc, out, _ = run(capsys, "show", *common)
     assert rc == 0 and "NVIDIA Jetson AGX Orin 32GB" in out and f"JetPack {orin.jetpack}" in out
-    assert "12c/2201/1300/3199" in out and "[measured, MAXN]" in out
+    assert "12c/2201.6/1300.5/3199" in out and "[measured, MAXN]" in out
     rc, out, _ = run(capsys, "set", "8c/1344/727/2133", "--dry-run", *common)
     assert (
         rc == 0
@@ -124,14 +124,14 @@ def test_jetson_set_show_restore_on_a_fake_tree(capsys, orin, state_dir):
     )
     assert orin.knob_files() == before
     rc, out, _ = run(capsys, "set", "8c/1344/727/2133", *common)
-    assert rc == 0 and "8c/1344/726/2133" in out
+    assert rc == 0 and "8c/1344/726.75/2133" in out
     assert orin.read("sys/devices/system/cpu/cpufreq/policy0/scaling_max_freq") == "1344000"
     rc, out, _ = run(capsys, "show", *common)
-    assert "mode:   8c/1344/726/2133" in out and "left set by `lightning-edge mode set`" in out
+    assert "mode:   8c/1344/726.75/2133" in out and "left set by `lightning-edge mode set`" in out
     rc, out, _ = run(capsys, "restore", "--dry-run", *common)
     assert rc == 0 and "echo 1 > " in out and orin.read("sys/devices/system/cpu/cpu11/online") == "0"
     rc, out, _ = run(capsys, "restore", *common)
-    assert rc == 0 and "restored 12c/2201/1300/3199" in out
+    assert rc == 0 and "restored 12c/2201.6/1300.5/3199" in out
     assert orin.knob_files() == before
 
 

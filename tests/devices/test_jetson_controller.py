@@ -138,7 +138,7 @@ def test_raising_writes_max_before_min_and_cores_first(orin5, state_dir):
     ctl = make(orin5, state_dir)
     ctl.apply("4c/422/115/665")
     orin5.clear_writes()
-    ctl.apply("12c/2201/1300/3199")
+    ctl.apply("12c/2201.6/1300.5/3199")
     w = orin5.writes()
     g = orin5.gpu_rel
     # cores 4..11 come online first, ascending, so the policies of clusters 1 and 2 are active again
@@ -155,7 +155,7 @@ def test_min_max_order_never_violated_over_a_tour(orin, state_dir):
     start = orin.knob_files()
     tour = [
         "4c/422/115/665",
-        "12c/2201/1300/3199",
+        "12c/2201.6/1300.5/3199",
         "8c/1344/727/2133",
         "1c/115/115/204",
         "5c/1958/931/3199",
@@ -200,9 +200,9 @@ def test_only_changed_files_are_written(orin5, state_dir):
 def test_read_back_detects_a_clamped_value(orin, state_dir):
     orin.clamp(orin.gpu_rel_file("max_freq"), 1236750000)  # a cap the board imposes
     ctl = make(orin, state_dir)
-    ctl.apply("12c/2201/1134/3199")  # pin the GPU below the cap first: min = max = 1134.75
+    ctl.apply("12c/2201.6/1134.75/3199")  # pin the GPU below the cap first: min = max = 1134.75
     with pytest.raises(ModeVerificationError) as exc:
-        ctl.apply("12c/2201/1300/3199")
+        ctl.apply("12c/2201.6/1300.5/3199")
     msg = str(exc.value)
     assert "1300500000" in msg and "1236750000" in msg and "GPU max" in msg
     assert "GPU min: 1300500000 not written" in msg  # min never goes above the capped max

@@ -28,13 +28,14 @@ def space() -> PowerModeSpace:
 
 # ---------------------------------------------------------------- PowerMode
 def test_mode_prints_and_parses():
-    assert str(ORIN_AGX_MAXN) == "12c/2201/1300/3199"
+    assert str(ORIN_AGX_MAXN) == "12c/2201.6/1300.5/3199"
     assert ORIN_AGX_MAXN == PowerMode(12, 2201.6, 1300.5, 3199)
     # a bare parse keeps the numbers as given; a space snaps them (below)
     assert PowerMode.parse("12c/2201/1300/3199") == PowerMode(12, 2201, 1300, 3199)
     assert PowerMode.parse("12c/2201.6/1300.5/3199") == ORIN_AGX_MAXN
     assert PowerMode.parse(" 8 / 1344 MHz / 727mhz / 2133 ") == PowerMode(8, 1344, 727, 2133)
-    assert PowerMode.parse(str(ORIN_AGX_MAXN)) != ORIN_AGX_MAXN  # truncated label: only a space restores it
+    # issue 16: the label is exact, so it parses back to the same mode (it used to print truncated MHz)
+    assert PowerMode.parse(str(ORIN_AGX_MAXN)) == ORIN_AGX_MAXN
     assert ORIN_AGX_MAXN.describe() == "12 cores, CPU 2201.6 MHz, GPU 1300.5 MHz, memory 3199 MHz"
 
 
@@ -80,7 +81,7 @@ def test_orin_agx_space_size_and_extremes(space):
 
 
 def test_space_parse_snaps_within_one_mhz(space):
-    assert space.parse("12c/2201/1300/3199") == ORIN_AGX_MAXN
+    assert space.parse("12c/2201/1300/3199") == ORIN_AGX_MAXN  # a truncated label still names the mode
     assert space.parse("8c/1344/727/2133") == FULCRUM_MIDPOINT
     assert space.parse(str(ORIN_AGX_MAXN)) == ORIN_AGX_MAXN  # every label round-trips
     for m in (space.mode_at(i) for i in range(0, space.size, 997)):

@@ -90,7 +90,7 @@ def test_sigkill_mid_change_is_restored_by_next_start(orin, state_dir, tmp_path,
     # the state file was written before the first write, and names the child and both modes
     state = json.loads(_state_file(state_dir).read_text())
     assert state["pid"] == child.pid and state["phase"] == "applying"
-    assert state["original"] == "12c/2201/1300/3199"
+    assert state["original"] == "12c/2201.6/1300.5/3199"
     assert PowerMode.from_dict(state["applied"]) == PowerMode.parse("4c/422.4/114.75/665.6")
     # the board is half switched: two writes landed, the third never will
     assert len(orin.writes()) == 2 and orin.knob_files() != before
@@ -104,7 +104,7 @@ def test_sigkill_mid_change_is_restored_by_next_start(orin, state_dir, tmp_path,
     assert orin.knob_files() == before
     assert _state_file(state_dir) is None
     err = capsys.readouterr().err
-    assert f"process {child.pid} ended" in err and "restoring the original mode 12c/2201/1300/3199" in err
+    assert f"process {child.pid} ended" in err and "restoring the original mode 12c/2201.6/1300.5/3199" in err
     # and the board is free again
     ctl.apply(LOW)
     ctl.restore()
@@ -151,7 +151,7 @@ def test_second_process_gets_board_busy_naming_the_holder(orin5, state_dir, tmp_
     other = _controller(orin5, state_dir)  # starting is fine, and must not "recover" a live owner's change
     assert other.recovered is None and other.current() == PowerMode.parse("4c/422.4/114.75/665.6")
     with pytest.raises(BoardBusyError) as exc:
-        other.apply("12c/2201/1300/3199")
+        other.apply("12c/2201.6/1300.5/3199")
     assert exc.value.pid == child.pid
     assert f"process {child.pid} holds its power-mode lock" in str(exc.value)
     with pytest.raises(BoardBusyError):
@@ -172,7 +172,7 @@ def test_two_controllers_in_one_process(orin5, state_dir):
     b = _controller(orin5, state_dir)
     a.apply(LOW)
     with pytest.raises(BoardBusyError, match="another controller in this process"):
-        b.apply("12c/2201/1300/3199")
+        b.apply("12c/2201.6/1300.5/3199")
     a.restore()
     b.apply("8c/1344/727/2133")
     b.restore()
@@ -220,7 +220,7 @@ except KeyboardInterrupt:
         _, err = child.communicate()
         pytest.fail(f"the child did not exit within 60 s of SIGINT; its stderr and stack:\n{err}")
     assert child.returncode == 0, err
-    assert seen.read_text() == "12c/2201/1300/3199"  # restored before KeyboardInterrupt reached the program
+    assert seen.read_text() == "12c/2201.6/1300.5/3199"  # restored before KeyboardInterrupt reached the program
 
 
 @pytest.mark.parametrize("sig", ["SIGINT", "SIGHUP"])
@@ -249,11 +249,11 @@ Path(seen).write_text(str(ctl.current()))
     go.write_text("x")
     _, err = child.communicate(timeout=60)
     assert child.returncode == 0, err
-    assert seen.read_text() == "4c/422/114/665"  # still in the applied mode (GPU snapped to 114 MHz)
+    assert seen.read_text() == "4c/422.4/114.75/665.6"  # still in the applied mode (GPU snapped to 114 MHz)
     assert f"on signal {sig}" not in err and "on interpreter exit" in err
     from lightning_edge.devices import SimModeController
 
-    assert str(SimModeController(board_file=board_file).current()) == "12c/2201/1300/3199"  # restored at exit
+    assert str(SimModeController(board_file=board_file).current()) == "12c/2201.6/1300.5/3199"  # restored at exit
 
 
 # ---------------------------------------------------------------- the state file and lock, in process
@@ -277,7 +277,7 @@ def test_state_file_is_written_before_the_first_write(orin5, state_dir):
     ctl.apply(LOW)
     s = spy.seen
     assert s["pid"] == os.getpid() and s["phase"] == "applying" and s["controller"] == "jetson"
-    assert s["original"] == "12c/2201/1300/3199"
+    assert s["original"] == "12c/2201.6/1300.5/3199"
     assert s["snapshot"]["cpufreq"]["policy0"] == {"min_khz": 115200, "max_khz": 2201600}
     assert s["snapshot"]["emc"]["locked"] == 0
     assert "lightning-edge mode restore --device jetson" in s["restore_command"]
@@ -293,13 +293,13 @@ def test_kept_mode_is_not_auto_restored_but_restorable(orin5, state_dir):
     a.apply(LOW)
     a.keep()  # what `mode set` does
     state = json.loads(_state_file(state_dir).read_text())
-    assert state["pid"] is None and state["kept"] and state["original"] == "12c/2201/1300/3199"
+    assert state["pid"] is None and state["kept"] and state["original"] == "12c/2201.6/1300.5/3199"
 
     b = _controller(orin5, state_dir)  # a later start does not undo a deliberate choice
-    assert b.recovered is None and str(b.current()) == "4c/422/114/665"
+    assert b.recovered is None and str(b.current()) == "4c/422.4/114.75/665.6"
     with b:  # a session on top of it restores the mode *it* found ...
         b.apply("8c/1344/727/2133")
-    assert str(b.current()) == "4c/422/114/665"
+    assert str(b.current()) == "4c/422.4/114.75/665.6"
     assert json.loads(_state_file(state_dir).read_text())["kept"]  # ... and keeps the original on record
 
     c = _controller(orin5, state_dir)
@@ -318,8 +318,8 @@ def test_crash_on_top_of_a_kept_mode_restores_the_kept_mode(orin5, state_dir, tm
     child.send_signal(signal.SIGKILL)
     child.wait(timeout=10)
     b = _controller(orin5, state_dir)
-    assert str(b.recovered.settled) == "8c/1344/726/2133"
-    assert json.loads(_state_file(state_dir).read_text())["original"] == "12c/2201/1300/3199"
+    assert str(b.recovered.settled) == "8c/1344/726.75/2133"
+    assert json.loads(_state_file(state_dir).read_text())["original"] == "12c/2201.6/1300.5/3199"
     b.restore()
     assert b.current() == ORIN_AGX_MAXN
 
@@ -407,7 +407,7 @@ def test_a_failed_restore_on_a_signal_says_where_the_board_is_and_what_finishes_
     _, err = child.communicate(timeout=30)
     assert child.returncode == -signal.SIGHUP
     assert "will be restored" not in err
-    assert "is now in 4c/422/114/665" in err and "original 12c/2201/1300/3199" in err
+    assert "is now in 4c/422.4/114.75/665.6" in err and "original 12c/2201.6/1300.5/3199" in err
     cmd = next(ln.strip() for ln in err.splitlines() if "lightning-edge mode restore" in ln and "--device" in ln)
     assert cmd.split()[:3] == ["lightning-edge", "mode", "restore"] or cmd.split()[:4] == [
         "sudo", "lightning-edge", "mode", "restore"]
@@ -458,7 +458,7 @@ def test_a_second_signal_during_the_restore_waits_for_it(tmp_path, capsys):
     signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         ctl = SimModeController(board_file=tmp_path / "b.json", state_dir=tmp_path / "state")
-        ctl.apply("4c/422/114/665")  # installs the handlers
+        ctl.apply("4c/422.4/114.75/665.6")  # installs the handlers
         real, calls = ctl._apply_snapshot, []
 
         def snapshot_with_a_second_ctrl_c(snap):
@@ -477,4 +477,4 @@ def test_a_second_signal_during_the_restore_waits_for_it(tmp_path, capsys):
     assert "failed" not in err and "could not restore" not in err, err
     assert calls == [1]  # one restore, not a nested second one
     assert str(SimModeController(board_file=tmp_path / "b.json", state_dir=tmp_path / "state").current()) == \
-        "12c/2201/1300/3199"
+        "12c/2201.6/1300.5/3199"

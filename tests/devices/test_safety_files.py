@@ -138,7 +138,7 @@ def _forge(orin, state_dir, **snap):
                                 recover=False)
     raw = ctl.read_raw()
     rec = {"version": 1, "device_id": ctl.device_id, "pid": None, "kept": True, "phase": "kept",
-           "controller": "nvpmodel", "original": "12c/2201/1300/3199",
+           "controller": "nvpmodel", "original": "12c/2201.6/1300.5/3199",
            "snapshot": {"kind": "nvpmodel", "nvpmodel_id": 0, "raw": raw, **snap}}
     safety.StateFile(ctl.state_path).write(rec)
     return ctl

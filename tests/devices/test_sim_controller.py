@@ -68,7 +68,7 @@ def test_knob_order_mirrors_the_real_board():
     ctl.apply("4c/422/115/665")  # lowering cores: cores last
     assert steps == ["cpu_mhz", "gpu_mhz", "mem_mhz", "cores"]
     steps.clear()
-    ctl.apply("12c/2201/1300/3199")  # raising cores: cores first
+    ctl.apply("12c/2201.6/1300.5/3199")  # raising cores: cores first
     assert steps == ["cores", "cpu_mhz", "gpu_mhz", "mem_mhz"]
 
 
@@ -77,7 +77,7 @@ def test_context_manager_restores_and_in_memory_writes_no_files(tmp_path, _isola
         assert ctl.current() == PowerMode(4, 422.4, 114.75, 665.6)
         ctl.apply("maxn")
         assert ctl.original == PowerMode(4, 422.4, 114.75, 665.6)
-    assert str(ctl.current()) == "4c/422/114/665"
+    assert str(ctl.current()) == "4c/422.4/114.75/665.6"
     assert not _isolated_state_dir.exists()  # nothing outlives an in-memory twin
 
 
@@ -97,7 +97,7 @@ def test_board_file_persists_across_controllers(tmp_path):
     a.apply("8c/1344/727/2133")
     a.keep()
     data = json.loads(bf.read_text())
-    assert data["simulated"] is True and data["label"] == "8c/1344/726/2133"
+    assert data["simulated"] is True and data["label"] == "8c/1344/726.75/2133"
     b = SimModeController(board_file=bf, handle_exit=False)
     assert b.current() == FULCRUM_MIDPOINT
     assert b.restore().settled == ORIN_AGX_MAXN

@@ -26,7 +26,7 @@ from lightning_edge.energy import (
 )
 from lightning_edge.roofline import Roofline, load_profile
 
-MAXN_MODE = "12c/2201/1300/3199"
+MAXN_MODE = "12c/2201.6/1300.5/3199"
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +79,7 @@ def test_roofline_energy_mode_string_via_profile(pagoda):
     est = RooflineEnergy(profile=pagoda)
     assert est.estimate(layer("c", 2e9, 6e7), MAXN_MODE).energy_j == pytest.approx(22.73565e-3, rel=1e-6)
     with pytest.raises(ValueError, match="no energy coefficients"):
-        est.estimate(layer("c", 2e9, 6e7), "12c/2201/726/3199")       # published without eps
+        est.estimate(layer("c", 2e9, 6e7), "12c/2201.6/726.75/3199")       # published without eps
     with pytest.raises(ValueError, match="no profile"):
         RooflineEnergy().estimate(layer("c", 1, 1), MAXN_MODE)
     with pytest.raises(ValueError, match="no device given"):

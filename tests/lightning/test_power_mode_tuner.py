@@ -252,7 +252,7 @@ def test_killed_mid_profiling_the_next_start_restores_the_original_mode(tmp_path
         if proc.poll() is None:
             proc.kill()
     changed = json.loads(board_file.read_text())
-    original = SimulatedOrin().controller.space.coerce("12c/2201/1300/3199")  # a fresh board powers on in MAXN
+    original = SimulatedOrin().controller.space.coerce("12c/2201.6/1300.5/3199")  # a fresh board powers on in MAXN
     assert str(changed.get("mode", changed)) != str(original)  # the kill left the board in a profiled mode
     # the next start of a controller for this board (e.g. the next PowerModeTuner) recovers the original mode
     nxt = SimulatedOrin(board_file=board_file, settling=False)

@@ -146,8 +146,8 @@ def test_report_files_table_and_summary(tmp_path):
     assert "13 J" in text and "2.10 %" in text and "every 10 steps" in text
     assert "methods (layer-steps): 4 apportioned, 2 measured" in text
 
-    sim = ProfileReport.build({"train": _steps()}, source="simulated", mode="8c/1344/726/2133")
-    assert "SIMULATED for a Jetson AGX Orin" in sim.summary() and "8c/1344/726/2133" in sim.summary()
+    sim = ProfileReport.build({"train": _steps()}, source="simulated", mode="8c/1344/726.75/2133")
+    assert "SIMULATED for a Jetson AGX Orin" in sim.summary() and "8c/1344/726.75/2133" in sim.summary()
     est = ProfileReport.build({"train": _steps()}, source="model", roofline="orin-agx-pagoda MAXN")
     assert "estimated: no power sensor" in est.markdown("train")
 

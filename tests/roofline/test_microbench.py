@@ -258,13 +258,13 @@ def test_cli_quick_run_writes_profile(tmp_path, capsys):
 def test_cli_profile_table(capsys):
     assert main(["roofline", "--profile", "orin-agx-pagoda"]) == 0
     text = capsys.readouterr().out
-    assert "12c/2201/1300/3199" in text and "89.42" in text and "39.75" in text and "36.63" in text
+    assert "12c/2201.6/1300.5/3199" in text and "89.42" in text and "39.75" in text and "36.63" in text
 
 
 def test_cli_profile_mode_subset(tmp_path, capsys):
     out = tmp_path / "maxn.json"
-    assert main(["roofline", "--profile", "orin-agx-pagoda", "--modes", "12c/2201/1300/3199", "--out", str(out)]) == 0
-    assert load_profile(out).mode_names == ["12c/2201/1300/3199"]
+    assert main(["roofline", "--profile", "orin-agx-pagoda", "--modes", "12c/2201.6/1300.5/3199", "--out", str(out)]) == 0
+    assert load_profile(out).mode_names == ["12c/2201.6/1300.5/3199"]
 
 
 @pytest.mark.parametrize("argv, match", [
@@ -298,7 +298,7 @@ def test_device_is_a_board_here_too(capsys):
 
 @pytest.mark.skipif(ON_JETSON, reason="on a Jetson --modes really switches power modes")
 def test_cli_modes_without_a_controller(capsys):
-    assert main(["roofline", "--quick", "--modes", "12c/2201/1300/3199"]) == 1
+    assert main(["roofline", "--quick", "--modes", "12c/2201.6/1300.5/3199"]) == 1
     err = capsys.readouterr().err
     assert "--modes needs a power-mode controller" in err
     assert "Run without --modes to measure the current mode" in err

@@ -38,7 +38,7 @@ def test_png_and_axes(tmp_path):
     labels = [t.get_text() for t in ax_t.get_legend().get_texts()]
     assert any("β_τ=89.4" in s for s in labels) and len([s for s in labels if s.startswith("12c/")]) == 4
     elabels = [t.get_text() for t in ax_e.get_legend().get_texts()]
-    assert elabels == ["12c/2201/1300/3199 (π0=17.9 W), β_ε=39.8", "12c/2201/1300/3199 (no static), β_ε=36.6"]
+    assert elabels == ["12c/2201.6/1300.5/3199 (π0=17.9 W), β_ε=39.8", "12c/2201.6/1300.5/3199 (no static), β_ε=36.6"]
     # 3 layers drawn (the empty one skipped) on both panels
     assert ax_t.collections[0].get_offsets().shape == (3, 2)
     assert ax_e.collections[0].get_offsets().shape == (3, 2)
@@ -63,7 +63,7 @@ def test_time_only_roofline_says_energy_needs_a_sensor(tmp_path):
 
 def test_static_only_and_array_roofline(tmp_path):
     prof = load_profile("orin-agx-pagoda")
-    fig = plot_rooflines(prof.roofline("12c/2201/1300/3199"), static=True)
+    fig = plot_rooflines(prof.roofline("12c/2201.6/1300.5/3199"), static=True)
     assert len(fig.axes[1].get_legend().get_texts()) == 1
     fig = plot_rooflines(prof.rooflines())         # an array roofline is split into its modes
     assert len(fig.axes[0].get_legend().get_texts()) == 4

@@ -35,8 +35,9 @@ def minimal() -> dict:
 # ---------------------------------------------------------------- modes
 def test_parse_and_format_mode():
     assert parse_mode("12c/2201/1300/3199") == (12, 2201.0, 1300.0, 3199.0)
+    assert parse_mode("12c/2201.6/1300.5/3199") == (12, 2201.6, 1300.5, 3199.0)
     assert parse_mode("MAXN") is None
-    assert format_mode(12, 2201.6, 1300.5, 3199) == "12c/2201/1300/3199"  # MHz truncated, as PowerMode does
+    assert format_mode(12, 2201.6, 1300.5, 3199) == "12c/2201.6/1300.5/3199"  # exact MHz, as PowerMode prints
     with pytest.raises(ValueError, match="CORESc/CPU_MHz/GPU_MHz/MEM_MHz"):
         parse_mode("12/2201/1300")
 
@@ -46,43 +47,43 @@ def test_shipped_pagoda_profile():
     assert "orin-agx-pagoda" in available_profiles()
     p = load_profile("orin-agx-pagoda")
     assert p.source == "published" and p.device == "jetson-orin-agx-32gb"
-    maxn = p.roofline("12c/2201/1300/3199")
+    maxn = p.roofline("12c/2201.6/1300.5/3199")
     assert maxn.source == "published"
     assert maxn.time_balance == pytest.approx(89.41606, rel=1e-6)      # spec: 89.4
     assert maxn.energy_balance() == pytest.approx(39.75312, rel=1e-6)  # Pagoda: 39.8
-    assert p.roofline("12c/2201/1300/3199", "fp16").peak_flops == pytest.approx(33.0e12)
+    assert p.roofline("12c/2201.6/1300.5/3199", "fp16").peak_flops == pytest.approx(33.0e12)
     # mode space of the spec: 12 x 29 x 13 x 4 = 18,096 modes
     space = p.mode_space
     assert len(space["cores"]) * len(space["cpu_mhz"]) * len(space["gpu_mhz"]) * len(space["mem_mhz"]) == 18096
     # 0.7 GHz GPU: 9.5e12 / 141.3e9 = 67.23 (Pagoda 67.0); 2.1 GHz memory: 11.4e12 / 103.9e9 = 109.72 (109.9)
-    assert p.roofline("12c/2201/726/3199").time_balance == pytest.approx(67.2328, rel=1e-5)
-    assert p.roofline("12c/2201/1300/2133").time_balance == pytest.approx(109.7209, rel=1e-5)
-    assert p.entry("12c/2201/1300/2133").eps_mop == pytest.approx(174.7e-12)
+    assert p.roofline("12c/2201.6/726.75/3199").time_balance == pytest.approx(67.2328, rel=1e-5)
+    assert p.roofline("12c/2201.6/1300.5/2133").time_balance == pytest.approx(109.7209, rel=1e-5)
+    assert p.entry("12c/2201.6/1300.5/2133").eps_mop == pytest.approx(174.7e-12)
     # the published-only figures are kept but never needed by the code
-    assert p.reference["time_balance_flop_per_byte"]["12c/2201/318/3199"] == 69.1
+    assert p.reference["time_balance_flop_per_byte"]["12c/2201.6/318.75/3199"] == 69.1
 
 
 def test_mode_lookup_tolerates_rounding_and_power_mode_objects():
     p = load_profile("orin-agx-pagoda")
     # 726.75 MHz written rounded (727) instead of truncated (726)
-    assert p.entry("12c/2201/727/3199").mode == "12c/2201/726/3199"
-    assert p.entry("12c/2202/1301/3199").mode == "12c/2201/1300/3199"
+    assert p.entry("12c/2201/727/3199").mode == "12c/2201.6/726.75/3199"
+    assert p.entry("12c/2202/1301/3199").mode == "12c/2201.6/1300.5/3199"
 
     class FakePowerMode:  # anything whose str() is a mode string works (PowerMode does)
         def __str__(self):
-            return "12c/2201/1134/3199"
+            return "12c/2201.6/1134.75/3199"
 
     assert p.roofline(FakePowerMode()).peak_flops == pytest.approx(13.7e12)
 
 
 def test_mode_lookup_errors_are_readable():
     p = load_profile("orin-agx-pagoda")
-    with pytest.raises(ModeLookupError, match="has no mode '8c/1/1/1'; it has 12c/2201/1300/3199"):
+    with pytest.raises(ModeLookupError, match="has no mode '8c/1/1/1'; it has 12c/2201.6/1300.5/3199"):
         p.entry("8c/1/1/1")
     with pytest.raises(ValueError, match="has 4 modes; name one of"):
         p.roofline()
     with pytest.raises(KeyError, match="no 'bf16' roofline; it has fp32, fp16"):
-        p.roofline("12c/2201/1300/3199", "bf16")
+        p.roofline("12c/2201.6/1300.5/3199", "bf16")
 
 
 def test_rooflines_vectorised():
@@ -94,7 +95,7 @@ def test_rooflines_vectorised():
     e = r.energy_balance()
     assert e[0] == pytest.approx(39.75312, rel=1e-6) and np.isnan(e[1:]).all()  # eps known at MAXN only
     assert p.rooflines("fp16").shape == (1,)
-    sub = p.rooflines(modes=["12c/2201/1300/3199", "12c/2201/726/3199"])
+    sub = p.rooflines(modes=["12c/2201.6/1300.5/3199", "12c/2201.6/726.75/3199"])
     assert np.allclose(sub.peak_flops, [14.7e12, 9.5e12])
 
 

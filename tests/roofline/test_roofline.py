@@ -245,11 +245,11 @@ def test_dict_round_trip(maxn):
 
 
 def test_from_profile_mode_entry():
-    entry = {"mode": "12c/2201/1300/3199",
+    entry = {"mode": "12c/2201.6/1300.5/3199",
              "precision": {"fp32": {"peak_flops": F, "bandwidth": B}, "fp16": {"peak_flops": 33.0e12, "bandwidth": 159.7e9}},
              "eps_flop": EF, "eps_mop": EM, "static_power_w": P0}
     r = ModeEntry.from_dict(entry).roofline()
     assert r.energy_balance() == pytest.approx(39.75312, rel=1e-6)
     # fp16: 33.0e12 / 159.7e9 = 206.64 FLOP/B (Pagoda prints 208.4 from unrounded peaks)
     assert ModeEntry.from_dict(entry).roofline("fp16").time_balance == pytest.approx(206.6374, rel=1e-6)
-    assert r.label == "12c/2201/1300/3199"
+    assert r.label == "12c/2201.6/1300.5/3199"

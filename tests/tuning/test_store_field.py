@@ -528,7 +528,7 @@ def test_a_resumed_run_counts_only_the_profiles_it_measured(tmp_path):
 
     board = SimulatedOrin(settling=False, seed=0)
     t = OnlineTuner(20.0, board.controller, TwinMeter(board), store=str(tmp_path / "p.sqlite3"))
-    saved = [{"index": i, "mode": "8c/1344/726/2133", "time_s": 0.1, "power_w": 15.0, "label": "simulated",
+    saved = [{"index": i, "mode": "8c/1344/726.75/2133", "time_s": 0.1, "power_w": 15.0, "label": "simulated",
               "steps": 5, "discarded": 1, "cost_s": 0.6, "cost_j": 9.0, "reason": "strategy",
               "within_budget": True} for i in range(3)]
     t.load_state_dict({"budget_w": 20.0, "profiles": saved, "fingerprint": "resumed-v1"})

@@ -2,7 +2,7 @@
 
     >>> from lightning_edge.devices.sim.twin import OrinTwin
     >>> twin = OrinTwin()
-    >>> twin.roofline("12c/2201/1300/3199").peak_flops          # 14.7e12 (simulated)
+    >>> twin.roofline("12c/2201.6/1300.5/3199").peak_flops          # 14.7e12 (simulated)
     >>> pred = twin.predict_workload("resnet18", 16, "train")   # all 18,096 modes, < 1 s
     >>> pred.time_s.shape, pred.power_w.max()
 

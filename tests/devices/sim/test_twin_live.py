@@ -121,7 +121,7 @@ def test_simulated_orin_wiring(clock):
     assert isinstance(dev.sensor, SimPowerSensor) and dev.sensor.source == "simulated"
     assert dev.twin.controller is dev.controller
     dev.controller.apply("8c/1344/727/2133")
-    assert str(dev.twin.current_mode()) == "8c/1344/726/2133"
+    assert str(dev.twin.current_mode()) == "8c/1344/726.75/2133"
     w = dev.workload("resnet18", noise=False)
     assert w.train(dev.current_mode()).time_s > w.train(MAXN).time_s
 

@@ -109,6 +109,6 @@ def test_shipped_profile_is_a_simulated_device_profile(twin):
     prof = load_profile("orin-agx-twin")
     assert prof.source == "simulated"
     assert set(twin.physics.p) <= set(prof.fit["params"])
-    maxn = prof.roofline("12c/2201/1300/3199")
+    maxn = prof.roofline("12c/2201.6/1300.5/3199")
     assert maxn.peak_flops == pytest.approx(twin.roofline(MAXN).peak_flops)
     assert maxn.static_power == pytest.approx(twin.roofline(MAXN).static_power)

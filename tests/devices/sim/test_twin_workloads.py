@@ -84,7 +84,7 @@ def test_layer_times_and_detail(twin):
 def test_predict_accepts_a_model_cost_and_every_mode_form(twin):
     cost, _ = twin.workload_cost("resnet18", 16, "train")
     a = twin.predict(cost, MAXN, kind="train")
-    b = twin.predict(cost, "12c/2201/1300/3199", kind="train")
+    b = twin.predict(cost, "12c/2201.6/1300.5/3199", kind="train")
     c = twin.predict(cost, np.array([MAXN.as_tuple()] * 3), kind="train")
     assert float(a.time_s) == pytest.approx(float(b.time_s)) == pytest.approx(c.time_s[2])
     assert a.at(0)["mode"] == MAXN and c.time_s.shape == (3,)
