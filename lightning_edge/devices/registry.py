@@ -12,9 +12,9 @@ from __future__ import annotations
 import importlib
 import inspect
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
-__all__ = ["Registry", "accepted_kwargs"]
+__all__ = ["Backend", "Registry", "accepted_kwargs"]
 
 
 def accepted_kwargs(cls: type, kwargs: Mapping[str, Any], *, method: str = "__init__") -> dict[str, Any]:
@@ -33,6 +33,31 @@ def accepted_kwargs(cls: type, kwargs: Mapping[str, Any], *, method: str = "__in
     names.discard("self")
     names.discard("cls")
     return {k: v for k, v in kwargs.items() if k in names}
+
+
+class Backend:
+    """What a registry needs of a backend class (a base of ``PowerSensor`` and ``ModeController``): a ``name``, a
+    cheap ``why_unavailable`` probe, and the spec ``name:arg`` turned into a reason (:meth:`probe`) or an instance
+    (:meth:`open`). Backends whose spec takes an argument (``nvml:1``, ``sim:orin-agx``) override both."""
+
+    name: ClassVar[str] = "backend"
+
+    @classmethod
+    def why_unavailable(cls, **kwargs: Any) -> str | None:
+        """Why this backend cannot run here (``None`` when it can). Cheap: never writes."""
+        return None
+
+    @classmethod
+    def probe(cls, arg: str = "", **kw: Any) -> str | None:
+        """:meth:`why_unavailable` for the spec ``name:arg`` (``arg``: what followed the colon; most take none)."""
+        if arg:
+            return f"{cls.name!r} takes nothing after ':' (got {cls.name}:{arg})"
+        return cls.why_unavailable(**kw)
+
+    @classmethod
+    def open(cls, arg: str = "", **kw: Any) -> Any:
+        """The backend for the spec ``name:arg``, given only the options of ``kw`` its constructor takes."""
+        return cls(**accepted_kwargs(cls, kw))
 
 
 class Registry:

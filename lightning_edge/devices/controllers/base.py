@@ -30,6 +30,7 @@ from lightning_edge.devices.controllers.errors import (
     RecoveryError,
 )
 from lightning_edge.devices.modes import ModeLike, PowerMode, PowerModeSpace
+from lightning_edge.devices.registry import Backend
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class AppliedMode:
         return f"{self.requested} [{self.source}]{tail}"
 
 
-class ModeController(ABC):
+class ModeController(Backend, ABC):
     """Base class of power-mode controllers: ``current()``, ``apply(mode)``, ``restore()``.
 
     Common keyword arguments (every subclass accepts them):
@@ -112,27 +113,8 @@ class ModeController(ABC):
 
     # ------------------------------------------------------------------ to implement
     @classmethod
-    def why_unavailable(cls, **kwargs: Any) -> str | None:
-        """Why this controller cannot run here (``None`` when it can). Cheap: never writes."""
-        return None
-
-    @classmethod
     def available(cls, **kwargs: Any) -> bool:
         return cls.why_unavailable(**kwargs) is None
-
-    @classmethod
-    def probe(cls, arg: str = "", **kw: Any) -> str | None:
-        """:meth:`why_unavailable` for the spec ``name:arg`` (``arg``: what followed the colon; most take none)."""
-        if arg:
-            return f"{cls.name} takes nothing after ':' (got {cls.name}:{arg})"
-        return cls.why_unavailable(**kw)
-
-    @classmethod
-    def open(cls, arg: str = "", **kw: Any) -> ModeController:
-        """The controller for the spec ``name:arg``, given only the options of ``kw`` its constructor takes."""
-        from lightning_edge.devices.registry import accepted_kwargs
-
-        return cls(**accepted_kwargs(cls, kw))
 
     @abstractmethod
     def _read_mode(self) -> PowerMode:

@@ -32,6 +32,8 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from lightning_edge.devices.registry import Backend
+
 #: a rail may read slightly below zero at idle (offset of the shunt amplifier); below this it is not noise
 NEGATIVE_NOISE_W = 0.05
 
@@ -131,7 +133,7 @@ class PowerReading:
         return "partial" if self.partial else "ok"
 
 
-class PowerSensor(ABC):
+class PowerSensor(Backend, ABC):
     """Base class of power sensors. Subclasses set ``name``/``label``/``update_period_s``/``rails``
     and implement :meth:`read`; probing is a classmethod :meth:`why_unavailable`.
     """
@@ -157,20 +159,6 @@ class PowerSensor(ABC):
     #: rail values rejected so far by :meth:`check` (and the last reason), for reports
     rejected_count: int = 0
     last_rejection: str | None = None
-
-    @classmethod
-    def probe(cls, arg: str = "", **kw: Any) -> str | None:
-        """:meth:`why_unavailable` for the spec ``name:arg`` (``arg``: what followed the colon; most take none)."""
-        if arg:
-            return f"power sensor {cls.name!r} takes nothing after ':' (got {cls.name}:{arg})"
-        return cls.why_unavailable(**kw)
-
-    @classmethod
-    def open(cls, arg: str = "", **kw: Any) -> PowerSensor:
-        """The sensor for the spec ``name:arg``, given only the options of ``kw`` its constructor takes."""
-        from lightning_edge.devices.registry import accepted_kwargs
-
-        return cls(**accepted_kwargs(cls, kw))
 
     def check(self, rail: str, power_w: float, *, volts: float | None = None,
               amps: float | None = None) -> float:
@@ -198,11 +186,6 @@ class PowerSensor(ABC):
         board once (``EnergyProfiler`` does). Board- and node-level backends (INA3221, jtop, RAPL): the
         backend's name; per-device backends add the device (``nvml:0``); the twin is one board per instance."""
         return self.name
-
-    @classmethod
-    def why_unavailable(cls, **probe: Any) -> str | None:
-        """None when this backend can work here, else why not (and how to fix it). Never raises."""
-        return None
 
     @property
     def available(self) -> bool:
