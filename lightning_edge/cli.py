@@ -98,8 +98,12 @@ def write_json(data, dest: str) -> None:
     if dest == "-":
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
-    with open(dest, "w", newline="") as fh:
-        fh.write(text)
+    try:
+        with open(dest, "w", newline="") as fh:
+            fh.write(text)
+    except OSError as exc:
+        raise ValueError(f"--json {dest}: cannot write it ({exc.strerror or exc}); give a file in an existing, "
+                         "writable folder, or '-' for stdout") from None
     print(f"wrote {dest}", file=sys.stderr)
 
 

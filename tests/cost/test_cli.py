@@ -150,3 +150,12 @@ def test_json_dash_prints_only_the_json_to_stdout(capsys):
     assert main(["roofline", "--profile", "orin-agx-pagoda", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["device"] and doc["modes"][0]["time_balance"] > 0
+
+
+def test_json_to_a_folder_that_does_not_exist_is_a_one_line_error(tmp_path, capsys):
+    from lightning_edge.cli import main
+
+    dest = tmp_path / "missing" / "x.json"
+    assert main(["analyze", "zoo:resnet18", "--json", str(dest)]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("lightning-edge analyze: error: --json ") and "existing, writable folder" in err
