@@ -304,10 +304,10 @@ def fit_main(args: argparse.Namespace) -> int:
                 cpu_ratios.append(c1 / c0)
                 base.append(w0)
                 prof.append(w1)
-                o = cb.overhead if cb is not None else {}
-                said.append(o.get("run_fraction") or float("nan"))
+                o = cb.overhead
+                said.append(o.run_fraction or float("nan"))
                 skipped = any("cost model skipped" in n for n in cb.session.cost_notes)
-                costed.append("skipped (budget)" if skipped else f"ran ({1e3 * (o.get('analysis_s') or 0):.0f} ms)")
+                costed.append("skipped (budget)" if skipped else f"ran ({1e3 * (o.analysis_s or 0):.0f} ms)")
                 print(f"{name} pair {p + 1}: without {w0:.2f} s, with {w1:.2f} s, x{w1 / w0:.3f} (CPU time "
                       f"x{c1 / c0:.3f}); the summary "
                       f"said +{100 * said[-1]:.1f} %", flush=True)

@@ -49,12 +49,14 @@ import math
 import os
 import socket
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from lightning_edge.lightning.session import EnergySession, EpochTotals, ProfiledStep
 from lightning_edge.lightning.tb import TrainerWriter
 from lightning_edge.profiling.attribution import DEFAULT_K
+from lightning_edge.profiling.report import RunOverhead
 
 __all__ = ["EnergyProfilerMixin", "SHORT_STAGE", "write_scalars"]
 
@@ -212,7 +214,7 @@ class EnergyProfilerMixin:
         self._layout_written: str | None = None
         self._cb_ns = 0  # wall time spent in this callback's hooks (the whole fit's overhead, measured)
         self._call: dict[str, Any] | None = None
-        self.overhead: dict[str, Any] = {}
+        self.overhead = RunOverhead()  # the last Trainer call's, measured at its end
 
     # ------------------------------------------------------------------ plumbing
     @property
@@ -672,10 +674,10 @@ class EnergyProfilerMixin:
                   for e in s.epochs[e0:]]
         so = s.sampler_overhead()
         sch = s.schedule
-        overhead = {"fraction": _finite_or_none(sch.overhead_fraction()), "every_n_steps": sch.every_n_steps,
-                    "auto": sch.auto, "excess_s": sch.excess_ns / 1e9, "work_s": sch.work_ns / 1e9,
-                    "epoch_work_s": sch.epoch_work_ns / 1e9, "setup_s": sch.setup_ns / 1e9, "steps_s": sch.run_ns / 1e9,
-                    "sampler_cpu_percent": so.cpu_percent if so is not None else None, **self.overhead}
+        overhead = replace(self.overhead, fraction=_finite_or_none(sch.overhead_fraction()),
+                           every_n_steps=sch.every_n_steps, auto=sch.auto, excess_s=sch.excess_ns / 1e9,
+                           work_s=sch.work_ns / 1e9, epoch_work_s=sch.epoch_work_ns / 1e9, setup_s=sch.setup_ns / 1e9,
+                           steps_s=sch.run_ns / 1e9, sampler_cpu_percent=so.cpu_percent if so is not None else None)
         dev = s.device
         notes = list(dict.fromkeys([*(dev.notes if dev else []), *s.cost_notes, *s.notes]))
         mode = s.mode
@@ -725,12 +727,12 @@ class EnergyProfilerMixin:
         wall = self._call_wall_s()
         spent = self._spent_s()
         so = s.sampler_overhead()
-        self.overhead = {"run_wall_s": wall, "run_overhead_s": spent,
-                         "run_fraction": spent / max(wall - spent, 1e-9) if wall > 0 else None,
-                         "analysis_s": (s.schedule.setup_ns - call.get("setup_ns", 0)) / 1e9,
-                         "sampler_cpu_s": (so.cpu_fraction * wall) if so is not None else None}
-        self.call_report.overhead.update(self.overhead)
-        report.overhead.update(self.overhead)
+        run = {"run_wall_s": wall, "run_overhead_s": spent,
+               "run_fraction": spent / max(wall - spent, 1e-9) if wall > 0 else None,
+               "analysis_s": (s.schedule.setup_ns - call.get("setup_ns", 0)) / 1e9,
+               "sampler_cpu_s": (so.cpu_fraction * wall) if so is not None else None}
+        self.overhead = self.call_report.overhead = replace(self.call_report.overhead, **run)
+        report.overhead = replace(report.overhead, **run)
         if self.write_report:  # last: it carries the overhead (all but this write)
             report.write_json(log_dir / "layers.json")
         self.summary_text = self.call_report.summary(self.top, stages)

@@ -23,7 +23,7 @@ import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +86,34 @@ def _f(x: float | None, scale: float = 1.0, nd: int = 6) -> float | None:
     return round(x * scale, nd)
 
 
+@dataclass(frozen=True)
+class RunOverhead:
+    """What profiling cost a run. Per-layer profiling, from the schedule: ``fraction`` of the step time,
+    ``every_n_steps`` (``auto``: adapted), the profiled steps' extra time ``excess_s``, their attribution and logging
+    ``work_s``, figures and tables ``epoch_work_s``, the cost analysis ``setup_s``, all steps ``steps_s``, the power
+    sampler's ``sampler_cpu_percent`` of one core. The whole run, measured at its end: ``run_overhead_s`` of
+    ``run_wall_s`` (``run_fraction`` of the run without it), of which the cost analysis ``analysis_s``, and the
+    sampler thread's CPU time ``sampler_cpu_s``. None: not known (yet)."""
+
+    fraction: float | None = None
+    every_n_steps: int | None = None
+    auto: bool | None = None
+    excess_s: float | None = None
+    work_s: float | None = None
+    epoch_work_s: float | None = None
+    setup_s: float | None = None
+    steps_s: float | None = None
+    sampler_cpu_percent: float | None = None
+    run_wall_s: float | None = None
+    run_overhead_s: float | None = None
+    run_fraction: float | None = None
+    analysis_s: float | None = None
+    sampler_cpu_s: float | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 @dataclass
 class ProfileReport:
     """Everything the profiler found, by stage, with the device and how the numbers were obtained."""
@@ -95,7 +123,7 @@ class ProfileReport:
     source: str = "model"  # measured | simulated | model
     mode: str | None = None
     roofline: str = ""
-    overhead: dict[str, Any] = field(default_factory=dict)
+    overhead: RunOverhead = field(default_factory=RunOverhead)
     notes: list[str] = field(default_factory=list)
     twin_times: bool = False  # times are the twin's model of the workload (host times apart)
 
@@ -180,7 +208,7 @@ class ProfileReport:
             "schema": "lightning_edge.energy_profile", "version": 1,
             "device": self.device, "source": self.source, "mode": self.mode, "roofline": self.roofline,
             "statement": simulated_statement(self.mode, self.twin_times) if self.simulated else None,
-            "overhead": self.overhead, "notes": list(self.notes), "stages": stages,
+            "overhead": self.overhead.to_dict(), "notes": list(self.notes), "stages": stages,
         }
 
     def write_json(self, path: str | Path) -> Path:
@@ -264,24 +292,24 @@ class ProfileReport:
             counts = st.method_counts()
             if counts:
                 out.append("    methods (layer-steps): " + ", ".join(f"{n} {k}" for k, n in counts.most_common()))
-        if self.overhead:
-            o = self.overhead
-            parts = []
-            if o.get("run_wall_s"):
-                parts.append(f"{o['run_overhead_s']:.3g} s of this {o['run_wall_s']:.3g} s run "
-                             f"(+{100 * (o.get('run_fraction') or 0.0):.2g} % wall time), measured: every hook of the "
-                             "callback, the layer timer, cost analysis, tables, figures, reports")
-            if o.get("fraction") is not None:
-                every = f", profiling every {o['every_n_steps']} steps" if o.get("every_n_steps") is not None else ""
-                parts.append(f"per-layer profiling {100 * o['fraction']:.2f} % of the step time{every}")
-            elif o.get("every_n_steps") is not None:
-                parts.append(f"every {o['every_n_steps']} steps")
-            if o.get("epoch_work_s"):
-                parts.append(f"figures {o['epoch_work_s']:.2g} s")
-            if o.get("sampler_cpu_percent") is not None:
-                parts.append(f"power sampler {o['sampler_cpu_percent']:.2f} % of one core")
-            if o.get("setup_s"):
-                parts.append(f"cost analysis {o['setup_s']:.2g} s once")
+        o = self.overhead
+        parts = []
+        if o.run_wall_s:
+            parts.append(f"{o.run_overhead_s:.3g} s of this {o.run_wall_s:.3g} s run "
+                         f"(+{100 * (o.run_fraction or 0.0):.2g} % wall time), measured: every hook of the "
+                         "callback, the layer timer, cost analysis, tables, figures, reports")
+        if o.fraction is not None:
+            every = f", profiling every {o.every_n_steps} steps" if o.every_n_steps is not None else ""
+            parts.append(f"per-layer profiling {100 * o.fraction:.2f} % of the step time{every}")
+        elif o.every_n_steps is not None:
+            parts.append(f"every {o.every_n_steps} steps")
+        if o.epoch_work_s:
+            parts.append(f"figures {o.epoch_work_s:.2g} s")
+        if o.sampler_cpu_percent is not None:
+            parts.append(f"power sampler {o.sampler_cpu_percent:.2f} % of one core")
+        if o.setup_s:
+            parts.append(f"cost analysis {o.setup_s:.2g} s once")
+        if parts:
             out.append("  overhead: " + "; ".join(parts))
         for n in self.notes:
             out.append(f"  note: {n}")

@@ -11,7 +11,7 @@ from torch import nn
 
 from lightning_edge.lightning.session import EnergySession
 from lightning_edge.profiling.attribution import LayerEnergy, StepEnergy
-from lightning_edge.profiling.report import CSV_FIELDS, ProfileReport
+from lightning_edge.profiling.report import CSV_FIELDS, ProfileReport, RunOverhead
 
 
 def _loop(session, steps, stage="train"):
@@ -126,7 +126,7 @@ def test_report_files_table_and_summary(tmp_path):
                               totals={"train": {"steps": 20, "energy_j": 13.0, "time_s": 0.6, "samples": 160,
                                                 "label": "measured"}},
                               device="jetson: INA3221", source="measured", mode="MAXN", roofline="orin",
-                              overhead={"fraction": 0.021, "every_n_steps": 10, "sampler_cpu_percent": 1.5})
+                              overhead=RunOverhead(fraction=0.021, every_n_steps=10, sampler_cpu_percent=1.5))
     rows = rep.rows("train")
     assert [r["layer"] for r in rows] == ["conv", "bn", "(other)"]
     assert rows[0]["method"] == "measured" and rows[1]["method"] == "apportioned"
