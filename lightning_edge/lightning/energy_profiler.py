@@ -53,6 +53,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from lightning_edge.lightning.schedule import END_OF_RUN_S
 from lightning_edge.lightning.session import EnergySession, EpochTotals, ProfiledStep
 from lightning_edge.lightning.tb import TrainerWriter
 from lightning_edge.profiling.attribution import DEFAULT_K
@@ -688,6 +689,7 @@ class EnergyProfilerMixin:
 
     def _finish(self, trainer: Any, fn: str | None = None) -> None:
         c0 = time.perf_counter_ns()
+        figures_ns = 0
         s = self.session
         assert s is not None
         s.flush(wait=True)
@@ -708,7 +710,8 @@ class EnergyProfilerMixin:
                         w.add_text(f"energy/{st}_layers", self.call_report.markdown(st), step)
             f0 = time.perf_counter_ns()
             self._figures(w, self.call_report, stages, step)
-            s.schedule.add_work_ns(time.perf_counter_ns() - f0, per_step=False)
+            figures_ns = time.perf_counter_ns() - f0
+            s.schedule.add_work_ns(figures_ns, per_step=False)
             self.call_report.notes = list(dict.fromkeys([*self.call_report.notes, *s.notes]))
         # the session's report: the call's own when this call is the session's first (one build, not two)
         first = not (any(call.get("profiled", {}).values()) or any(call.get("totals", {}).values())
@@ -723,7 +726,9 @@ class EnergyProfilerMixin:
             self._writer.flush()
         # the whole call's overhead, measured: every hook of this callback (attribution, logging, cost analysis,
         # tables, figures, reports, the trace) plus the profiled steps' extra time in the layer timer's hooks
-        self._cb_ns += time.perf_counter_ns() - c0
+        end_ns = time.perf_counter_ns() - c0
+        self._cb_ns += end_ns
+        END_OF_RUN_S[0] = (end_ns - figures_ns) / 1e9  # what the next run's budget reserves (figures are budgeted apart)
         wall = self._call_wall_s()
         spent = self._spent_s()
         so = s.sampler_overhead()

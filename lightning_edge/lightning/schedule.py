@@ -7,7 +7,11 @@ twin, :mod:`lightning_edge.lightning.twin_driver`).
   change the controller reports (the board's power settles in 2-3 s);
 * ``every_n_steps="auto"`` starts at ``AUTO_START`` and then adapts so that the measured overhead (the profiled
   step's extra time, ``DISPATCH_FACTOR`` x the time measured inside the timer's hooks, plus the time spent
-  attributing and logging) stays below ``overhead_target`` of the median plain step time.
+  attributing and logging) stays below ``overhead_target`` of the median plain step time; and, when the run's
+  length is known (``expected``: the Trainer's batches), so that the whole run's overhead does too: the profiled
+  steps still to come share what is left of ``overhead_target`` x the expected run once the fixed costs (the cost
+  analysis, and ``END_OF_RUN_S`` for the end-of-run reports) are paid. A short run is profiled at its first
+  profiled step only.
 """
 
 from __future__ import annotations
@@ -28,6 +32,9 @@ AUTO_MAX = 500
 #: dispatch to them (the module call slow path, C++ -> Python node hooks), which no hook can see. Calibrated on
 #: ResNet-18 on the CPU by interleaving plain and profiled steps (paired medians: 15.6 ms extra for 7.3 ms in hooks).
 DISPATCH_FACTOR = 2.0
+#: what the end-of-run work (report, files, trace, tables) is reserved in a run's overhead budget until a run in this
+#: process has measured it (then the last measured value; tiny GPT-2 and a small CNN: about 10 ms on 2 CPU cores)
+END_OF_RUN_S = [0.010]
 
 
 @dataclass
@@ -61,6 +68,7 @@ class StepScheduler:
         self.overhead_target = float(overhead_target)
         self.settle_s = settle_s
         self.stages: dict[str, StageState] = {}
+        self.expected: dict[str, int | None] = {}  # per stage, the batches this run is expected to have
         self.mode: str | None = None  # the power mode last seen
         self.steps = 0  # steps ended, every stage
         self._mode_change_at: int | None = None  # ``steps`` when a change was seen
@@ -133,17 +141,28 @@ class StepScheduler:
     def _adapt(self) -> None:
         if not self.auto:
             return
-        plain = self._plain_ns.get("train") or next((v for v in self._plain_ns.values() if v), None)
-        prof = self._prof_ns.get("train") or next((v for v in self._prof_ns.values() if v), None)
-        if not plain or not prof or len(plain) < 3:
+        stage = "train" if self._plain_ns.get("train") else next((k for k, v in self._plain_ns.items() if v), None)
+        plain, prof = self._plain_ns.get(stage), self._prof_ns.get(stage) or next(
+            (v for v in self._prof_ns.values() if v), None)
+        if not plain or not prof:
             return
         base = statistics.median(plain)
         if base <= 0:
             return
         extra = statistics.median(prof) + (statistics.median(self._work_ns) if self._work_ns else 0.0)
-        n = math.ceil(extra / (self.overhead_target * base)) if extra > 0 else 1
-        # grow at most 2x per update (one noisy step must not switch profiling off), shrink at once
-        n = min(n, 2 * self.every_n_steps)
+        n = self.every_n_steps
+        if len(plain) >= 3:  # the per-step policy, on a steady median
+            n = math.ceil(extra / (self.overhead_target * base)) if extra > 0 else 1
+            # grow at most 2x per update (one noisy step must not switch profiling off), shrink at once
+            n = min(n, 2 * self.every_n_steps)
+        total, st = self.expected.get(stage), self.stages.get(stage)
+        if total and st is not None and extra > 0:  # the whole run's budget, fixed costs first
+            budget_ns = self.overhead_target * total * base
+            left_ns = budget_ns - self.setup_ns - END_OF_RUN_S[0] * 1e9 - self.overhead_ns
+            if left_ns < 0.5 * budget_ns:  # a short run (or one that spent half its budget): the rest is rationed
+                remaining = max(total - st.batches, 0)
+                affordable = math.floor(left_ns / extra) if left_ns > 0 else 0
+                n = max(n, remaining + 2 if affordable < 1 else math.ceil(remaining / affordable))
         self.every_n_steps = int(min(max(n, 1), AUTO_MAX))
 
     @property

@@ -181,12 +181,14 @@ class EnergySession:
     def new_run(self) -> None:
         """A new run (a Trainer call) starts: its expected lengths and its overhead budget start afresh."""
         self.expected_batches.clear()
+        self.schedule.expected.clear()
         self._run_estimate_s.clear()
 
     def expect(self, stage: str, batches: int | None) -> None:
         """How many batches of ``stage`` this run (a Trainer call) is expected to have (None: unknown). With
         ``analyze="auto"`` it sets the overhead budget the cost analysis must fit in."""
         self.expected_batches[stage] = None if batches is None or batches <= 0 else int(batches)
+        self.schedule.expected[stage] = self.expected_batches[stage]
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> EnergySession:

@@ -265,3 +265,19 @@ def test_a_new_run_starts_its_budget_afresh():
     assert s.expected_batches == {}
     with pytest.raises(ValueError, match="analyze must be True"):
         EnergySession(_mlp(), "none", analyze="sometimes")
+
+
+def test_auto_every_n_keeps_a_short_run_within_its_whole_budget():
+    """issue 17 item 3: the per-step policy alone profiled a 30-step run at steps 2, 12, 22 although the run could
+    not afford even its fixed costs within overhead_target; knowing the run's length, it stops after the first."""
+    short = EnergySession(_mlp(), "none", warmup_steps=2, analyze=False)
+    short.expect("train", 30)
+    _loop(short, 30)
+    short.flush(wait=True)
+    assert [p.index for p in short.profiled["train"]] == [2]
+    for n in (None, 10_000_000):  # a run of unknown length or a long one: the per-step policy alone decides
+        long = EnergySession(_mlp(), "none", warmup_steps=2, analyze=False)
+        long.expect("train", n)
+        _loop(long, 30)
+        long.flush(wait=True)
+        assert [p.index for p in long.profiled["train"]] == [2, 12]
