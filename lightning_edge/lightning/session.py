@@ -291,6 +291,7 @@ class EnergySession:
         if not st.captured and self.timer.capture_inputs:
             st.captured = True
             self.timer.capture_inputs = False
+            sch.excess_ns += int(DISPATCH_FACTOR * timing.hook_ns)  # the capture step's hooks are overhead too
             if self._defer_analysis(stage):  # decided at the next step, when a step's time is known
                 self._deferred[stage] = (timing, samples)
                 self._batch_sizes[stage] = samples
