@@ -78,9 +78,6 @@ class Registry:
         self._entries[name] = cls
         return cls
 
-    def names(self) -> list[str]:
-        return list(self._entries)
-
     def __contains__(self, name: object) -> bool:
         return self.aliases.get(name, name) in self._entries  # type: ignore[arg-type]
 

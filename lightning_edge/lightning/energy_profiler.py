@@ -235,8 +235,7 @@ class EnergyProfilerMixin:
         self._call = {"fn": stage, "t0": t0, "gstep0": None,  # set at the first batch (after a checkpoint loads)
                       "profiled": {k: len(v) for k, v in s.profiled.items()},
                       "totals": {k: len(v) for k, v in s.totals.items()}, "epochs": len(s.epochs),
-                      "excess_ns": s.schedule.excess_ns, "setup_ns": s.schedule.setup_ns, "figures_ns": 0,
-                      "expected": set()}
+                      "excess_ns": s.schedule.excess_ns, "setup_ns": s.schedule.setup_ns, "figures_ns": 0}
         s.new_run()
         s.start()
         self._note_torch_profiler(trainer)
@@ -274,8 +273,7 @@ class EnergyProfilerMixin:
         t0 = time.perf_counter_ns()
         if stage == "train" and self._call is not None and self._call["gstep0"] is None:
             self._call["gstep0"] = int(getattr(trainer, "global_step", 0) or 0)
-        if self._call is not None and stage not in self._call["expected"]:
-            self._call["expected"].add(stage)
+        if stage not in self.session.expected_batches:  # once per stage and Trainer call (setup starts a new run)
             self.session.expect(stage, expected_batches(trainer, stage))
         self.session.step_begin(stage, batch)
         self._cb_ns += time.perf_counter_ns() - t0

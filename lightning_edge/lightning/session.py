@@ -148,7 +148,6 @@ class EnergySession:
             raise ValueError(f"analyze must be True (always run the cost model), False (never) or 'auto' (when it "
                              f"fits the overhead budget of the run), got {analyze!r}")
         self.analyze = analyze
-        self.expected_batches: dict[str, int | None] = {}  # per stage, this call's (see expect())
         self._deferred: dict[str, tuple[StepTiming, int | None]] = {}  # captured, analysis not yet decided
         self._run_estimate_s: dict[str, float] = {}  # per stage: expected run time (plain step time x batches)
         self.clock_ns = clock_ns
@@ -178,17 +177,20 @@ class EnergySession:
         """The power mode the session last saw."""
         return self.schedule.mode
 
+    @property
+    def expected_batches(self) -> dict[str, int | None]:
+        """Per stage, the batches this run (a Trainer call) is expected to have, as announced by :meth:`expect`."""
+        return self.schedule.expected
+
     def new_run(self) -> None:
         """A new run (a Trainer call) starts: its expected lengths and its overhead budget start afresh."""
-        self.expected_batches.clear()
         self.schedule.expected.clear()
         self._run_estimate_s.clear()
 
     def expect(self, stage: str, batches: int | None) -> None:
         """How many batches of ``stage`` this run (a Trainer call) is expected to have (None: unknown). With
         ``analyze="auto"`` it sets the overhead budget the cost analysis must fit in."""
-        self.expected_batches[stage] = None if batches is None or batches <= 0 else int(batches)
-        self.schedule.expected[stage] = self.expected_batches[stage]
+        self.schedule.expected[stage] = None if batches is None or batches <= 0 else int(batches)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> EnergySession:
