@@ -314,11 +314,12 @@ class EnergySession:
         return (self.analyze == "auto" and self.twin is None and self.expected_batches.get(stage) is not None)
 
     def _timed_analyze(self, stage: str, timing: StepTiming, samples: int | None) -> None:
+        ran = timing.has_backward not in self.costs  # else _analyze only reuses the known cost
         w0 = time.perf_counter_ns()
         self._analyze(stage, timing, samples)
         spent_s = (time.perf_counter_ns() - w0) / 1e9
         self.schedule.setup_ns += int(spent_s * 1e9)
-        if timing.hook_calls:
+        if ran and timing.hook_calls and self.costs.get(timing.has_backward):  # learn only from a real analysis
             _ANALYSIS_S_PER_CALL[timing.has_backward] = spent_s / timing.hook_calls
 
     def _decide_analysis(self, stage: str, step_ns: float) -> None:

@@ -290,3 +290,25 @@ def test_the_capture_step_counts_in_the_overhead():
     _loop(s, 1)
     assert s.schedule.stages["train"].n_profiled == 0 and s.costs[True]
     assert s.schedule.excess_ns > 0 and s.schedule.overhead_ns >= s.schedule.excess_ns
+
+
+def test_the_analysis_rate_learns_only_from_analyses_that_ran():
+    """The per-module-call cost of the analysis (what analyze="auto" weighs against the budget) is learnt from the
+    last analysis in the process; a stage whose cost was already known (or skipped) spends ~0 s and must not teach
+    it that analyses are free."""
+    from lightning_edge.lightning import session as se
+
+    before = dict(se._ANALYSIS_S_PER_CALL)
+    try:
+        se._ANALYSIS_S_PER_CALL[True] = 1.0  # an absurd rate: any real analysis replaces it, a no-op must not
+        s = EnergySession(_mlp(), "none", every_n_steps=1, warmup_steps=1, analyze=True)
+        s.expect("train", 5)
+        _loop(s, 2)
+        learnt = se._ANALYSIS_S_PER_CALL[True]
+        assert 0 < learnt < 1.0
+        timing = s.profiled["train"][0].timing if s.profiled["train"] else None
+        assert timing is not None and timing.has_backward
+        s._timed_analyze("train", timing, 4)  # the train cost is known: nothing runs
+        assert se._ANALYSIS_S_PER_CALL[True] == learnt
+    finally:
+        se._ANALYSIS_S_PER_CALL.update(before)
