@@ -235,6 +235,10 @@ def test_on_a_real_orin_the_prior_is_the_calibrated_twin_model_of_the_bound_modu
     run(t, 80)
     assert t.prior is not None and "uncalibrated" not in t.prior.source and "Orin AGX twin" in t.prior.source
     assert t.solution is not None and t.summary().profiles_used <= 4
+    import json
+
+    doc = json.loads(json.dumps(t.summary().to_dict()))  # plain values, the progress nested
+    assert doc["mode"] == str(t.solution.mode) and doc["progress"]["profiles_done"] == len(t.profiles)
     t.close()
     t2 = OnlineTuner(16.0, board.controller, real, window=FAST, store=None, fingerprint="tiny")
     t2.start()  # no bind_model: it tunes without a prior and says why
