@@ -111,7 +111,17 @@ def tensors_of(obj: Any) -> list[torch.Tensor]:
 
 
 def batch_size(batch: Any) -> int | None:
-    """The leading dimension of the first tensor of ``batch`` that has one (walked as :func:`tensors_of`), or None."""
+    """The leading dimension of the first tensor of ``batch`` that has one (walked as :func:`tensors_of`), or None.
+    Called on every step: tensors, lists, tuples and mappings are walked in place and the walk stops at the first
+    answer (same order as :func:`tensors_of`); other containers take the full walk."""
+    if isinstance(batch, torch.Tensor):
+        return int(batch.shape[0]) if batch.dim() > 0 else None
+    if isinstance(batch, (list, tuple, Mapping)):
+        for x in batch.values() if isinstance(batch, Mapping) else batch:
+            n = batch_size(x)
+            if n is not None:
+                return n
+        return None
     return next((int(t.shape[0]) for t in tensors_of(batch) if t.dim() > 0), None)
 
 

@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import Any
 
 from lightning_edge.lightning.schedule import END_OF_RUN_S
-from lightning_edge.lightning.session import EnergySession, EpochTotals, ProfiledStep
+from lightning_edge.lightning.session import EnergySession, EpochTotals, ProfiledStep, StepTotal
 from lightning_edge.lightning.tb import TrainerWriter
 from lightning_edge.profiling.attribution import DEFAULT_K
 from lightning_edge.profiling.report import RunOverhead
@@ -93,6 +93,8 @@ FIGURE_COST_S = {"first": 1.5, "next": 0.5}
 BARS_COST_S = 0.02
 _figure_cost_measured: list[float] = []
 _bars_cost_measured: list[float] = []
+#: what the Chrome trace costs per layer span (s): assumed until one has been written in this process, then measured
+_trace_cost_measured: list[float] = [20e-6]
 
 
 def write_scalars(writer: Any, items: list[tuple[str, float]], step: int,
@@ -163,7 +165,10 @@ class EnergyProfilerMixin:
             for it gets a note, and layers apportioned by time); on the twin always (its numbers are its model of
             the analysed workload).
         log_layers: log per-layer scalars to TensorBoard; ``figure``/``table``: the roofline figure and the markdown
-            table per epoch; ``trace``: write the Chrome/Perfetto trace (``trace_steps`` profiled steps at most);
+            table per epoch; ``trace``: write the Chrome/Perfetto trace (``trace_steps`` profiled steps at most):
+            ``True`` always, ``False`` never, ``"auto"`` (default) when its expected cost fits the call's overhead
+            budget, like ``figure`` (the traces of Lightning's ``PyTorchProfiler`` get the layers in any case but
+            ``False``);
             ``report``: write ``layers.csv``/``layers.json``; ``print_summary``: print the summary (``top`` layers).
         log_dir: where the own SummaryWriter, reports and trace go when the Trainer has no TensorBoardLogger.
     """
@@ -173,7 +178,7 @@ class EnergyProfilerMixin:
                  cost: Any = None, analyze: bool | str = "auto", overhead_target: float = 0.03,
                  settle_s: float | None = None,
                  log_layers: bool | str = True, tb_layers: int = TB_LAYERS, layer_power: bool = False,
-                 figure: bool | str = "auto", table: bool = True, trace: bool = True,
+                 figure: bool | str = "auto", table: bool = True, trace: bool | str = "auto",
                  trace_steps: int = 20, report: bool = True, print_summary: bool = True, top: int = 5,
                  log_dir: str | os.PathLike[str] | None = None) -> None:
         super().__init__()
@@ -182,9 +187,10 @@ class EnergyProfilerMixin:
                                 overhead_target=overhead_target, settle_s=settle_s, keep_timings=trace_steps)
         if every_n_steps != "auto" and (not isinstance(every_n_steps, int) or every_n_steps < 1):
             raise ValueError(f"every_n_steps must be 'auto' or an integer >= 1, got {every_n_steps!r}")
-        if figure not in (True, False, "auto"):
-            raise ValueError(f"figure must be True (always draw), False (never) or 'auto' (when the overhead budget "
-                             f"allows), got {figure!r}")
+        for opt, val in (("figure", figure), ("trace", trace)):
+            if val not in (True, False, "auto"):
+                raise ValueError(f"{opt} must be True (always), False (never) or 'auto' (when the overhead budget "
+                                 f"allows), got {val!r}")
         if log_layers not in (True, False, "all"):
             raise ValueError(f"log_layers must be True (the top tb_layers layers), 'all' or False, got {log_layers!r}")
         self.device = device
@@ -219,8 +225,11 @@ class EnergyProfilerMixin:
 
     # ------------------------------------------------------------------ plumbing
     @property
-    def state_key(self) -> str:
-        return f"{type(self).__qualname__}[device={self.device!r}]"
+    def state_key(self) -> str:  # Lightning asks on every hook call
+        key = self.__dict__.get("_state_key")
+        if key is None:
+            key = self._state_key = f"{type(self).__qualname__}[device={self.device!r}]"
+        return key
 
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         t0 = time.perf_counter_ns()
@@ -426,9 +435,23 @@ class EnergyProfilerMixin:
                 self.session.notes.append(f"TensorBoard custom scalars layout not written: {exc}")
 
     def _log_steps(self, trainer: Any, done: list[ProfiledStep]) -> None:
-        w = self._tb(trainer)
         s = self.session
-        if w is None or s is None:
+        if s is None:
+            return
+        every = int(getattr(trainer, "log_every_n_steps", 1) or 0)
+        rows: list[StepTotal] = []
+        for stage, totals in s.totals.items():
+            i = self._logged_totals.get(stage, 0)
+            while i < len(totals) and math.isfinite(totals[i].energy_j):
+                t = totals[i]
+                i += 1
+                if t.profiled or (every > 0 and (t.index + 1) % every == 0):
+                    rows.append(t)  # a plain step's totals at the Trainer's log_every_n_steps, as its own metrics
+            self._logged_totals[stage] = i
+        if not rows and not (done and self.log_layers):
+            return
+        w = self._tb(trainer)
+        if w is None:
             return
         tp, ep, _ = self._labels()
         for step in done:
@@ -454,20 +477,16 @@ class EnergyProfilerMixin:
                     items.append((f"host/time_ms/{st}/layer/{name}", le.host_s * 1e3,
                                   f"self time of {name} on this machine, ms"))
             self._scalars(w, items, step.global_step)
-        for stage, totals in s.totals.items():
-            i = self._logged_totals.get(stage, 0)
-            while i < len(totals) and math.isfinite(totals[i].energy_j):
-                t = totals[i]
-                items = [(f"{tp}time_ms/{stage}/step", t.time_s * 1e3, f"{stage} step time, ms"),
-                         (f"{ep}energy_j/{stage}/step", t.energy_j, f"{stage} step energy, J"),
-                         (f"{ep}power_w/{stage}/step", t.energy_j / t.time_s if t.time_s > 0 else math.nan,
-                          f"{stage} step mean power, W")]
-                if t.sim_time_s is not None:
-                    items.append((f"host/time_ms/{stage}/step", t.host_time_s * 1e3,
-                                  f"{stage} step time on this machine, ms"))
-                self._scalars(w, items, t.global_step)
-                i += 1
-            self._logged_totals[stage] = i
+        for t in rows:
+            stage = t.stage
+            items = [(f"{tp}time_ms/{stage}/step", t.time_s * 1e3, f"{stage} step time, ms"),
+                     (f"{ep}energy_j/{stage}/step", t.energy_j, f"{stage} step energy, J"),
+                     (f"{ep}power_w/{stage}/step", t.energy_j / t.time_s if t.time_s > 0 else math.nan,
+                      f"{stage} step mean power, W")]
+            if t.sim_time_s is not None:
+                items.append((f"host/time_ms/{stage}/step", t.host_time_s * 1e3,
+                              f"{stage} step time on this machine, ms"))
+            self._scalars(w, items, t.global_step)
 
     def _reduce(self, trainer: Any, tot: EpochTotals) -> EpochTotals:
         """The epoch's totals over DDP ranks (a collective: every rank calls it): see :func:`combine_rank_totals`."""
@@ -572,12 +591,14 @@ class EnergyProfilerMixin:
             self._add_figure(w, st, report.stages[st], step)
             _figure_cost_measured.append(time.perf_counter() - f0)
 
-    def _affordable(self, need_s: float, what: str) -> bool:
-        """Whether ``figure`` lets ``what`` cost ``need_s`` now; a note says why not."""
-        if self.figure != "auto" or need_s <= self._figure_budget_s():
+    def _affordable(self, need_s: float, what: str, option: str = "figure") -> bool:
+        """Whether the ``option`` setting (``figure`` or ``trace``) lets ``what`` cost ``need_s`` now; a note says
+        why not."""
+        if getattr(self, option) != "auto" or need_s <= self._figure_budget_s():
             return True
-        msg = (f"{what} not drawn: about {need_s:.2g} s, over the {100 * self.overhead_target:.3g} % overhead "
-               f"budget of this {self._call_wall_s():.3g} s run (EnergyProfiler(figure=True) always draws them; "
+        msg = (f"{what} not {'drawn' if option == 'figure' else 'written'}: about {need_s:.2g} s, over the "
+               f"{100 * self.overhead_target:.3g} % overhead budget of this {self._call_wall_s():.3g} s run "
+               f"(EnergyProfiler({option}=True) always {'draws' if option == 'figure' else 'writes'} them; "
                "layers.csv has every layer)")
         if msg not in self.session.notes:
             self.session.notes.append(msg)
@@ -710,7 +731,6 @@ class EnergyProfilerMixin:
             self._figures(w, self.call_report, stages, step)
             figures_ns = time.perf_counter_ns() - f0
             s.schedule.add_work_ns(figures_ns, per_step=False)
-            self.call_report.notes = list(dict.fromkeys([*self.call_report.notes, *s.notes]))
         # the session's report: the call's own when this call is the session's first (one build, not two)
         first = not (any(call.get("profiled", {}).values()) or any(call.get("totals", {}).values())
                      or call.get("epochs"))
@@ -720,6 +740,8 @@ class EnergyProfilerMixin:
         if self.trace:
             self._write_trace(log_dir)
             self._merge_profiler_traces(trainer, later=True)
+        for r in {id(self.call_report): self.call_report, id(report): report}.values():  # the notes of the above
+            r.notes = list(dict.fromkeys([*r.notes, *s.notes]))
         if self._writer is not None:
             self._writer.flush()
         # the whole call's overhead, measured: every hook of this callback (attribution, logging, cost analysis,
@@ -809,8 +831,10 @@ class EnergyProfilerMixin:
         s = self.session
         assert s is not None
         chosen = self._trace_steps()
-        if not chosen:
+        spans = sum(len(p.timing.modules) + len(p.timing.nodes) for p in chosen)
+        if not chosen or not self._affordable(spans * _trace_cost_measured[-1], "the Chrome trace", "trace"):
             return
+        t0 = time.perf_counter()
         power = None
         if s.sampler is not None:
             hold = s.sampler.hold_ns
@@ -824,6 +848,7 @@ class EnergyProfilerMixin:
         if self.trace_file is None:
             self.trace_file = trace_path(log_dir)
         write_trace(doc, self.trace_file)
+        _trace_cost_measured.append((time.perf_counter() - t0) / max(spans, 1))
 
 
 #: time.time_ns() - time.perf_counter_ns(): puts this process's step clock on the epoch clock of Kineto's traces

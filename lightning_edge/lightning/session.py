@@ -171,6 +171,7 @@ class EnergySession:
         self._current: tuple[str, bool, int, Any] | None = None  # stage, profiling?, t0, batch
         self._batch_sizes: dict[str, int | None] = {}
         self._roof_cache: dict[str | None, tuple[Any, str]] = {}
+        self._power_cache: dict[str, tuple[Any, float | None]] = {}  # stage -> (last profiled step, mean power)
 
     @property
     def mode(self) -> str | None:
@@ -247,6 +248,9 @@ class EnergySession:
         profile = capture or self.schedule.should_profile(stage, self.device, self.notes)
         if profile:
             self.timer.capture_inputs = capture
+            # a capture-only step needs the calls, not the backward's timing: no hooks on its autograd nodes (which
+            # cost about as much as the rest of the timer); has_backward still sees the step's backward region
+            self.timer.backward = not capture
             region = "(forward)" if stage == "train" else f"({stage})"
             t0 = self.clock_ns()
             self.timer.start_step(region, "fwd" if stage == "train" else "other")
@@ -497,16 +501,22 @@ class EnergySession:
             todo = [t for t in todo if not math.isfinite(t.energy_j)]
         # no sensor (or no valid reading): the mean estimated power of the stage's profiled steps times the step's time
         for t in todo:
-            prof = self.profiled.get(t.stage) or []
-            if not prof:
-                continue
-            powers = [s.energy.power_w for s in prof[-10:] if math.isfinite(s.energy.power_w)]
-            if not powers:
-                continue
-            p_w = statistics.fmean(powers)
-            t.energy_j, t.label = p_w * t.time_s, ESTIMATED
+            p_w = self._estimated_power_w(t.stage)
+            if p_w is not None:
+                t.energy_j, t.label = p_w * t.time_s, ESTIMATED
         # (waiting, e.g. at an epoch's end, resolves what can be: the rest stays nan, labelled estimated, not pending)
         self._pending_totals = [] if wait else [t for t in self._pending_totals if not math.isfinite(t.energy_j)]
+
+    def _estimated_power_w(self, stage: str) -> float | None:
+        """The mean power of the stage's last 10 profiled steps (None: none yet), recomputed only when one was
+        added (every plain step asks)."""
+        prof = self.profiled.get(stage) or []
+        hit = self._power_cache.get(stage)
+        if hit is None or hit[0] is not (prof[-1] if prof else None):
+            powers = [s.energy.power_w for s in prof[-10:] if math.isfinite(s.energy.power_w)]
+            hit = self._power_cache[stage] = (prof[-1] if prof else None,
+                                              statistics.fmean(powers) if powers else None)
+        return hit[1]
 
     # ------------------------------------------------------------------ epochs and results
     def epoch_end(self, stage: str) -> EpochTotals | None:

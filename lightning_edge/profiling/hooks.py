@@ -151,7 +151,8 @@ class StepTiming:
 
     @property
     def has_backward(self) -> bool:
-        return bool(self.nodes)
+        """A backward ran in the step: timed nodes, or a backward region (a timer without node hooks)."""
+        return bool(self.nodes) or any(r.phase == BWD for r in self.regions)
 
     def backward_hulls(self) -> list[Interval]:
         """One backward interval per module call that owns (itself or through a descendant) a backward node:

@@ -240,3 +240,36 @@ def test_batch_size_is_the_first_tensors_leading_dimension():
     assert batch_size({"ids": torch.zeros(3, 7)}) == 3
     assert batch_size((torch.tensor(1.0), torch.zeros(4, 2))) == 4  # a scalar has no batch dimension
     assert batch_size([1, 2]) is None
+
+
+def test_batch_size_fast_walk_agrees_with_the_full_walk_on_every_container():
+    """batch_size (called on every step) walks lists, tuples and mappings in place; it must pick the same tensor as
+    the full walk of tensors_of, including nested, keyword-style, namedtuple, dataclass and UserDict batches."""
+    import collections
+    import dataclasses
+
+    from lightning_edge.cost.capture import batch_size, tensors_of
+
+    Pair = collections.namedtuple("Pair", "a b")
+
+    @dataclasses.dataclass
+    class Batch:
+        meta: str
+        x: torch.Tensor
+
+    class Encoding(collections.UserDict):  # like transformers' BatchEncoding
+        pass
+
+    batches = [
+        {"mask": torch.tensor(1.0), "ids": torch.zeros(6, 3), "y": torch.zeros(2)},
+        [("a", None), {"inner": [torch.zeros(0, 1), torch.zeros(7)]}],
+        Pair(torch.tensor(2), torch.zeros(9, 1)),
+        Batch("m", torch.zeros(4, 4)),
+        Encoding(input_ids=torch.zeros(11, 2)),
+        {"batch": Batch("m", torch.zeros(12))},
+        ("text only", 3),
+    ]
+    for b in batches:
+        full = next((int(t.shape[0]) for t in tensors_of(b) if t.dim() > 0), None)
+        assert batch_size(b) == full, b
+    assert [batch_size(b) for b in batches] == [6, 0, 9, 4, 11, 12, None]

@@ -93,7 +93,8 @@ def _no_global_hooks():
 @pytest.mark.parametrize("package", PACKAGES)
 def test_fit_with_the_twin_writes_tensorboard_reports_and_trace(package, tmp_path, capsys):
     L, TensorBoardLogger, EnergyProfiler = _pkg(package)
-    cb = EnergyProfiler(device="sim:orin-agx", every_n_steps=1, warmup_steps=1, figure=True, log_layers="all")
+    cb = EnergyProfiler(device="sim:orin-agx", every_n_steps=1, warmup_steps=1, figure=True, log_layers="all",
+                        trace=True)
     logger = TensorBoardLogger(str(tmp_path), name="run")
     trainer = _trainer(L, tmp_path, [cb], logger=logger)
     dl = _loader()
@@ -410,3 +411,41 @@ def test_a_torch_profiler_around_fit_gets_the_layers_and_power(tmp_path):
     # on the same clock: a traced net.0 forward span overlaps one of the profiler's convolutions
     fwd = [e for e in net0 if e["args"]["phase"] == "fwd"]
     assert any(o["ts"] <= f["ts"] + f["dur"] and f["ts"] <= o["ts"] + o.get("dur", 0) for f in fwd for o in ops)
+
+
+def test_step_totals_follow_the_trainers_log_every_n_steps(tmp_path):
+    """A plain step's time/energy/power scalars are written at the Trainer's log_every_n_steps (as Lightning writes
+    its own metrics; a TensorBoard event costs tens of microseconds on every step otherwise); a profiled step's
+    always, so its layers can be read against its total."""
+    L, TensorBoardLogger, EnergyProfiler = _pkg("lightning.pytorch")
+    cb = EnergyProfiler(device="none", every_n_steps=4, warmup_steps=1, trace=False, figure=False, analyze=False,
+                        print_summary=False)
+    logger = TensorBoardLogger(str(tmp_path), name="run")
+    trainer = _trainer(L, tmp_path, [cb], logger=logger, max_steps=12, log_every_n_steps=5, limit_val_batches=0)
+    trainer.fit(_module(L), _loader(n=96))
+    acc = _events(logger.log_dir)
+    logged = sorted(ev.step for ev in acc.Scalars("estimated/energy_j/train/step"))
+    totals = cb.session.totals["train"]
+    profiled = {t.global_step for t in totals if t.profiled}
+    every_5th = {t.global_step for t in totals if t.index in (4, 9)}  # batches 5 and 10
+    assert profiled and len(every_5th) == 2
+    assert logged == sorted(profiled | every_5th)
+
+
+def test_trace_auto_is_written_only_within_the_overhead_budget(tmp_path):
+    """trace='auto' (the default) writes the Chrome trace when its expected cost fits the call's overhead budget, like
+    figure='auto'; a run that has spent its budget (every step profiled on a tiny model) gets a note instead."""
+    L, _TB, EnergyProfiler = _pkg("lightning.pytorch")
+    cb = EnergyProfiler(device="none", every_n_steps=1, warmup_steps=1, figure=False, analyze=False,
+                        print_summary=False, log_dir=str(tmp_path / "auto"))
+    _trainer(L, tmp_path, [cb]).fit(_module(L), _loader())
+    assert cb.trace_file is None and not list((tmp_path / "auto").rglob("*.pt.trace.json"))
+    note = next(n for n in cb.report.notes if n.startswith("the Chrome trace not written"))
+    assert "overhead budget" in note and "EnergyProfiler(trace=True) always writes" in note
+    assert (tmp_path / "auto" / "layers.csv").exists()  # the reports are always written
+    cb = EnergyProfiler(device="none", every_n_steps=1, warmup_steps=1, figure=False, analyze=False,
+                        print_summary=False, log_dir=str(tmp_path / "always"), trace=True)
+    _trainer(L, tmp_path, [cb]).fit(_module(L), _loader())
+    assert cb.trace_file is not None and cb.trace_file.exists()
+    with pytest.raises(ValueError, match="trace must be True"):
+        EnergyProfiler(trace="sometimes")

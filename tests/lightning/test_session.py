@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 
 import pytest
@@ -270,13 +271,18 @@ def test_a_new_run_starts_its_budget_afresh():
 def test_auto_every_n_keeps_a_short_run_within_its_whole_budget():
     """issue 17 item 3: the per-step policy alone profiled a 30-step run at steps 2, 12, 22 although the run could
     not afford even its fixed costs within overhead_target; knowing the run's length, it stops after the first."""
-    short = EnergySession(_mlp(), "none", warmup_steps=2, analyze=False)
+    # a clock that ticks 50 us per reading: steps of a fixed, short length whatever the machine's load (on a loaded
+    # machine real plain steps slow down, the run's budget grows and more steps are rightly profiled)
+    def clock():
+        return itertools.count(0, 50_000).__next__
+
+    short = EnergySession(_mlp(), "none", warmup_steps=2, analyze=False, clock_ns=clock())
     short.expect("train", 30)
     _loop(short, 30)
     short.flush(wait=True)
     assert [p.index for p in short.profiled["train"]] == [2]
     for n in (None, 10_000_000):  # a run of unknown length or a long one: the per-step policy alone decides
-        long = EnergySession(_mlp(), "none", warmup_steps=2, analyze=False)
+        long = EnergySession(_mlp(), "none", warmup_steps=2, analyze=False, clock_ns=clock())
         long.expect("train", n)
         _loop(long, 30)
         long.flush(wait=True)
