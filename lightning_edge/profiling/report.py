@@ -126,6 +126,7 @@ class ProfileReport:
     overhead: RunOverhead = field(default_factory=RunOverhead)
     notes: list[str] = field(default_factory=list)
     twin_times: bool = False  # times are the twin's model of the workload (host times apart)
+    _rows: dict[str, list[dict]] = field(default_factory=dict, init=False, repr=False, compare=False)  # rows() per stage, once
 
     @classmethod
     def build(cls, steps: Mapping[str, Iterable[StepEnergy]], *, costs: Mapping[str, Mapping[str, Any]] | None = None,
@@ -158,10 +159,14 @@ class ProfileReport:
 
     def rows(self, stage: str | None = None) -> list[dict]:
         """One dict per (stage, layer), ranked by energy (fields: :data:`CSV_FIELDS`)."""
-        rows = []
-        for st in self.stages.values():
-            if stage is not None and st.stage != stage:
-                continue
+        if stage is None:
+            return [r for name in self.stages for r in self.rows(name)]
+        hit = self._rows.get(stage)
+        if hit is not None:
+            return list(hit)
+        rows: list[dict] = []
+        st = self.stages.get(stage)
+        if st is not None:
             total = sum(_nz(s.energy_j) for s in st.layers.values())
             for s in st.ranked():
                 rows.append({
@@ -175,7 +180,8 @@ class ProfileReport:
                     "flops": s.flops, "bytes": s.bytes, "intensity": _f(s.intensity, nd=4),
                     "host_time_ms": _f(s.host_time_s, 1e3),
                 })
-        return rows
+        self._rows[stage] = rows
+        return list(rows)
 
     def write_csv(self, path: str | Path) -> Path:
         p = Path(path)
