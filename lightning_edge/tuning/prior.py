@@ -97,11 +97,6 @@ class Prior:
 
         return dataclasses.replace(self, measured=dict(measured), _coords=self._coords)
 
-    def best_within(self, power_budget_w: float) -> int | None:
-        """Space index of the predicted fastest mode within the budget (uncorrected), ``None`` if none is."""
-        ok = self.power_w <= power_budget_w
-        return int(np.argmin(np.where(ok, self.time_s, np.inf))) if ok.any() else None
-
     def front(self) -> np.ndarray:
         """Space indices of the predicted time-power Pareto front."""
         from lightning_edge.tuning.pareto import pareto_front
