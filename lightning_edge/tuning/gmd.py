@@ -113,14 +113,13 @@ class _Line:
     """The search state of Algorithm 1: base mode, pruned range per knob, slope ratios per workload."""
 
     def __init__(self, ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Point], p_hat: float,
-                 power_eps_w: float, trace: list, stalled: Callable[[Any], float] | None = None) -> None:
+                 power_eps_w: float, stalled: Callable[[Any], float] | None = None) -> None:
         self.ctx, self.grid, self.point_at, self.p_hat = ctx, grid, point_at, p_hat
         self.stalled = stalled
         self.eps = power_eps_w
         self.lo = [0] * 4
         self.hi = [n - 1 for n in grid.sizes]
         self.rho: dict[str, list[float]] = {}
-        self.trace = trace
         self._limit_w = p_hat * (1.0 + 1e-12) + 1e-15  # the slack of problems.within
         self._known: dict[tuple, Any] = {}  # memo of ctx lookups: only this search adds points meanwhile
         self.descend_min = False
@@ -132,11 +131,9 @@ class _Line:
         return _power(res) > self._limit_w
 
     def known(self, idx: tuple) -> Any:
-        try:
-            return self._known[idx]
-        except KeyError:
-            r = self._known[idx] = self.ctx.known(self.point_at(idx))
-            return r
+        if idx not in self._known:
+            self._known[idx] = self.ctx.known(self.point_at(idx))
+        return self._known[idx]
 
     def record(self, idx: tuple, res: Any) -> None:
         self._known[idx] = res
@@ -184,17 +181,13 @@ class _Line:
             self.rho.setdefault(w, [-math.inf] * 4)[d] = slope_ratio(pl[w][0], pl[w][1], ph[w][0], ph[w][1], self.eps)
 
     def argmax(self, dom: str, dims: list[int]) -> int | None:
-        if not dims:
-            return None
         r = self.rho.get(dom, [-math.inf] * 4)
-        return max(dims, key=lambda d: (r[d], -d))
+        return max(dims, key=lambda d: (r[d], -d), default=None)
 
     def argmin(self, dom: str, dims: list[int]) -> int | None:
         """The knob that gives up the least time per watt saved (``-inf`` ratios, never measured, last)."""
-        if not dims:
-            return None
         r = self.rho.get(dom, [-math.inf] * 4)
-        return min(dims, key=lambda d: (r[d] if math.isfinite(r[d]) else math.inf, d))
+        return min(dims, key=lambda d: (r[d] if math.isfinite(r[d]) else math.inf, d), default=None)
 
     def choose(self, dom: str, dims: list[int], descending: bool) -> int | None:
         """The knob to step next. A stalled search ranks knobs by the interleaved cycle's slope ratio (both
@@ -242,7 +235,7 @@ def gmd_core(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Point],
     knobs are ranked by the slope ratio of the whole cycle (see ``_Line.choose``).
     """
     trace = [] if trace is None else trace
-    L = _Line(ctx, grid, point_at, p_hat, power_eps_w, trace, stalled)
+    L = _Line(ctx, grid, point_at, p_hat, power_eps_w, stalled)
     L.descend_min = bool(descend_min)
     if ctx.used >= limit:
         return
@@ -309,8 +302,9 @@ def _le(x: float, budget: float) -> bool:
     return x <= budget * (1.0 + 1e-12) + 1e-15  # problems.within, for one number
 
 
-def _feasible(problem: Any, point: Point, res: Any) -> bool:
-    """The problem's constraints for one profiled point (scalar twin of ``problem.assess``)."""
+def feasible_point(problem: Any, point: Point, res: Any) -> bool:
+    """The problem's constraints for one profiled point (scalar twin of ``problem.assess``; also the
+    baselines')."""
     if isinstance(problem, TrainingProblem):
         return _le(res.power_w, problem.power_budget_w)
     bs, alpha = point.batch_size, problem.arrival_rps
@@ -338,7 +332,7 @@ def _by_latency(cands: list[tuple], tie: float) -> list[tuple]:
 
 
 def _any_feasible(ctx: SearchContext, problem: Any) -> bool:
-    return any(p.kind == problem.kind and _feasible(problem, p, r) for p, r in ctx.results.items())
+    return any(p.kind == problem.kind and feasible_point(problem, p, r) for p, r in ctx.results.items())
 
 
 class GMD(Strategy):
@@ -499,7 +493,7 @@ class GMD(Strategy):
                     return
                 pt = Point("infer", p.mode, bs)
                 r = yield from ctx.profile(pt)
-                if _feasible(problem, pt, r):
+                if feasible_point(problem, pt, r):
                     return
                 if not (within(r.power_w, problem.power_budget_w) and not keeps_up(r.time_s, bs, alpha)):
                     break  # a larger batch only helps a mode that is too slow for the arrivals
@@ -548,7 +542,7 @@ class GMD(Strategy):
                     return
                 pt = Point("concurrent", p.mode, bs)
                 r = yield from ctx.profile(pt)
-                if _feasible(problem, pt, r):
+                if feasible_point(problem, pt, r):
                     return
 
 
