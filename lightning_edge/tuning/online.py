@@ -49,10 +49,11 @@ from __future__ import annotations
 
 import math
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -172,8 +173,6 @@ class TuningSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values (the progress nested under ``progress``), for JSON and logs."""
-        from dataclasses import asdict
-
         return asdict(self)
 
 
@@ -294,16 +293,13 @@ class WindowSpec:
             raise ValueError(f"settle_block_s and settle_rel must be > 0, got {self.settle_block_s!r}, "
                              f"{self.settle_rel!r}")
 
-    @property
-    def detects_settling(self) -> bool:
-        return self.settle_s is None
-
 
 @dataclass
 class ProfileWindow:
     """A window in progress: the mode, when it was switched to, the discarded and the measured steps.
 
-    ``settle_s``: the fixed settling time or, when ``spec.detects_settling``, the most it may take."""
+    ``settle_s``: the fixed settling time or, when settling is detected (``spec.settle_s`` None), the most it
+    may take."""
 
     index: int
     mode: PowerMode
@@ -332,7 +328,7 @@ class ProfileWindow:
         self.cost_j += time_s * power_w if math.isfinite(power_w) else 0.0
         since = (t_end_s - time_s) - self.switched_s
         if self.settled_after_s is None:
-            if self.spec.detects_settling:
+            if self.spec.settle_s is None:  # detected on the readings
                 if math.isfinite(power_w):  # an unreadable step says nothing about settling
                     self._trace.append((since, time_s, power_w))
                 settling = since < self.settle_s and not self._settled()
@@ -423,8 +419,6 @@ class _OnlineWorkload:
             raise TuningCancelled("the tuner was closed while waiting for another process's profile")
 
     def on_store_wait(self, message: str) -> None:
-        import sys
-
         print(f"lightning_edge PowerModeTuner: {message}", file=sys.stderr, flush=True)  # a person is waiting
         self.tuner.emit(Event.WAIT, {"message": message})
 
@@ -540,7 +534,6 @@ class OnlineTuner:
         self._requests: queue.Queue = queue.Queue()
         self._replies: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
-        self._waiting_request = False
         self._epoch_boundary = True
         self._drift_hits = 0
         self._closed = False
@@ -593,15 +586,7 @@ class OnlineTuner:
             return self._make_board_prior()
         if not self.meter.bound:
             return False
-        from lightning_edge.tuning.prior import prior_for_twin
-
-        t0 = time.perf_counter()
-        try:
-            self.prior = prior_for_twin(self.meter.workload, self.space, simulated=True)
-        except Exception as exc:  # noqa: BLE001 - a prior is an aid: tune without it, and say why
-            self.prior_note = f"no prior: the model of this workload failed ({type(exc).__name__}: {exc})"
-        self.prior_time_s = time.perf_counter() - t0
-        return True
+        return self._build_prior(lambda: self.meter.workload, simulated=True)
 
     def bind_model(self, module: Any, example_inputs: Any = None, *, batch_size: int | None = None) -> None:
         """The module and one minibatch of its forward inputs, or the training step's captured
@@ -627,14 +612,19 @@ class OnlineTuner:
             return True
         from lightning_edge.devices.sim.live import SimWorkload
         from lightning_edge.devices.sim.twin import OrinTwin
+
+        module, inputs, batch_size = self._model
+        return self._build_prior(lambda: SimWorkload(
+            module, OrinTwin(noise=False, settling=False), example_inputs=inputs, noise=False,
+            train_batch_size=batch_size), simulated=False)
+
+    def _build_prior(self, workload: Callable[[], Any], simulated: bool) -> bool:
+        """The twin model's prior of ``workload()`` (timed); a failure goes to ``prior_note``."""
         from lightning_edge.tuning.prior import prior_for_twin
 
         t0 = time.perf_counter()
         try:
-            module, inputs, batch_size = self._model
-            wl = SimWorkload(module, OrinTwin(noise=False, settling=False), example_inputs=inputs, noise=False,
-                             train_batch_size=batch_size)
-            self.prior = prior_for_twin(wl, self.space, simulated=False)
+            self.prior = prior_for_twin(workload(), self.space, simulated=simulated)
         except Exception as exc:  # noqa: BLE001 - a prior is an aid: tune without it, and say why
             self.prior_note = f"no prior: the model of this workload failed ({type(exc).__name__}: {exc})"
         self.prior_time_s = time.perf_counter() - t0
@@ -834,12 +824,9 @@ class OnlineTuner:
 
     @staticmethod
     def _lowest_power_mode(res: Any) -> PowerMode | None:
-        best = None
-        for point, m in (getattr(res, "results", None) or {}).items():
-            p = getattr(m, "power_w", math.inf)
-            if best is None or p < best[0]:
-                best = (p, point.mode)
-        return None if best is None else best[1]
+        results = (getattr(res, "results", None) or {}).items()
+        best = min(results, key=lambda item: getattr(item[1], "power_w", math.inf), default=None)
+        return None if best is None else best[0].mode
 
     # ------------------------------------------------------------------ re-tuning
     def set_power_budget(self, power_budget_w: float) -> None:
@@ -847,14 +834,17 @@ class OnlineTuner:
         new = TrainingProblem(float(power_budget_w))
         old = self.problem.power_budget_w
         self.problem = new
-        if not self.started or self._closed:
-            return
+        if self.started and not self._closed:
+            self._retune(Event.RETUNE, {"reason": "budget", "from_w": old, "to_w": new.power_budget_w})
+
+    def _retune(self, event: Event, info: dict) -> None:
+        """Stop the strategy and solve again for :attr:`problem` (``info["reason"]``: budget, drift)."""
         self._cancel_thread()
         self._window = None
         self._pending_mode = None
-        self.retunes.append({"step": self.step, "reason": "budget", "from_w": old, "to_w": new.power_budget_w})
-        self.emit(Event.RETUNE, {"reason": "budget", "from_w": old, "to_w": new.power_budget_w})
-        self._launch(new, reason="budget")
+        self.retunes.append({"step": self.step, **info})
+        self.emit(event, info)
+        self._launch(self.problem, reason=info["reason"])
 
     def _check_drift(self, rec: StepRecord) -> None:
         n = self.drift_window
@@ -882,10 +872,7 @@ class OnlineTuner:
         self.drift_scale *= max(ratio, 1.0)
         info = {"reason": "drift", "mode": rec.mode, "measured_power_w": mean_p, "profiled_power_w": profiled,
                 "budget_w": budget, "scale": self.drift_scale}
-        self.retunes.append({"step": self.step, **info})
-        self.emit(Event.DRIFT, info)
-        self._cancel_thread()
-        self._launch(self.problem, reason="drift")
+        self._retune(Event.DRIFT, info)
 
     # ------------------------------------------------------------------ ending
     def _cancel_thread(self) -> None:
@@ -968,9 +955,8 @@ class OnlineTuner:
             progress=self.progress(), **kw)
 
     def progress(self) -> TuningProgress:
-        """Where tuning stands: profiles done and planned, the minibatches one profile takes (settling, warm-up,
-        measured window: the mean of this run's windows, else an estimate from the step times and the window
-        settings), and how many more minibatches tuning needs (0 once tuned)."""
+        """Where tuning stands (:class:`TuningProgress`); before any window, the minibatches per profile are
+        estimated from the step times and the window settings."""
         done = len(self.profiles)
         finished = self.phase in ("tuned", "infeasible") or self.tuned_at_step is not None
         planned = done if finished else max(self.planned_profiles, done + (self._window is not None))
