@@ -225,15 +225,15 @@ def _do_best(store: Any, args: argparse.Namespace) -> int:
 
     name = _find(store, args)
     _, dev, wid, kind = name.split("/")
+    table = store.bind(dev, wid).table(kind)
     if kind == "train":
         problem: Any = TrainingProblem(args.budget)
     else:
         if args.latency_ms is None or args.rate is None:
             raise ValueError(f"{name} holds inference profiles: give --latency-ms and --rate as well as --budget")
-        table0 = store.bind(dev, wid).table("infer")
         problem = InferenceProblem(args.budget, args.latency_ms / 1e3, args.rate,
-                                   tuple(sorted({int(b) for b in table0.batch_size})) or (1,))
-    sol = store.bind(dev, wid).table(kind).solve(problem)
+                                   tuple(sorted({int(b) for b in table.batch_size})) or (1,))
+    sol = table.solve(problem)
     out = {"study": name, "problem": problem.describe(), "profiles": len(_rows(store, name)),
            "solution": None if sol is None else {"mode": str(sol.mode), "time_ms": sol.time_s * 1e3,
                                                  "power_w": sol.power_w, "label": getattr(sol, "label", None),
