@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 from lightning_edge.devices.board import get_board
@@ -53,6 +53,13 @@ def _describe(board: Any) -> str:
         return ("simulated: Jetson AGX Orin twin (minibatch time and power are the twin's for this model on the "
                 "Orin; the training itself ran on this machine)")
     return f"measured: {board.name}"
+
+
+def _budget_w(power_budget_w: Any) -> float:
+    budget = float(power_budget_w)
+    if not (math.isfinite(budget) and budget > 0):
+        raise ValueError(f"power_budget_w must be a power in W > 0, got {power_budget_w!r}")
+    return budget
 
 
 def _planned_long(trainer: Any) -> bool:
@@ -175,18 +182,14 @@ class PowerModeTunerMixin:
                  log_dir: str | os.PathLike[str] | None = None, prior: Any = True,
                  thorough: bool | None = None, cost: Any = None) -> None:
         super().__init__()
-        budget = float(power_budget_w)
-        if not (math.isfinite(budget) and budget > 0):
-            raise ValueError(f"power_budget_w must be a power in W > 0, got {power_budget_w!r}")
+        budget = _budget_w(power_budget_w)
         if switch_at not in ("window", "epoch"):
             raise ValueError(f"switch_at must be 'window' or 'epoch', got {switch_at!r}")
         if isinstance(window, dict):
-            import dataclasses
-
-            fields = [f.name for f in dataclasses.fields(WindowSpec)]
-            unknown = sorted(set(window) - set(fields))
+            names = [f.name for f in fields(WindowSpec)]
+            unknown = sorted(set(window) - set(names))
             if unknown:
-                raise ValueError(f"window: unknown setting(s) {unknown}; a profiling window takes {fields}")
+                raise ValueError(f"window: unknown setting(s) {unknown}; a profiling window takes {names}")
             window = WindowSpec(**window)
         if log_every_n_steps < 1:
             raise ValueError(f"log_every_n_steps must be >= 1, got {log_every_n_steps}")
@@ -230,9 +233,7 @@ class PowerModeTunerMixin:
 
     def set_power_budget(self, power_budget_w: float) -> None:
         """Change the budget during fit: the tuner solves again (stored profiles are reused) and switches."""
-        budget = float(power_budget_w)
-        if not (math.isfinite(budget) and budget > 0):
-            raise ValueError(f"power_budget_w must be a power in W > 0, got {power_budget_w!r}")
+        budget = _budget_w(power_budget_w)
         self.power_budget_w = budget
         if self.tuner is not None:
             self.tuner.set_power_budget(budget)
@@ -399,7 +400,7 @@ class PowerModeTunerMixin:
         w = self._tbw.get(trainer) if trainer is not None else None
         if w is None:
             return
-        lab = self.tuner.label if self.tuner is not None else "measured"
+        lab = self.tuner.label  # events come from the tuner, which exists by then
         if kind == "profile":
             i = int(info["index"])
             w.add_scalar(f"tuner/{lab}/profile_time_ms", info["time_s"] * 1e3, i)
@@ -410,10 +411,9 @@ class PowerModeTunerMixin:
             text = (f"{sol.describe()} (budget {info['budget_w']:g} W, {info['reason']})" if sol is not None else
                     f"no profiled mode meets {info['budget_w']:g} W: running in {info.get('mode')} "
                     "(the lowest-power mode profiled)")
-            w.add_text("tuner/solution", text, self.tuner.step if self.tuner else 0)
+            w.add_text("tuner/solution", text, self.tuner.step)
         elif kind in ("retune", "drift"):
-            w.add_text("tuner/retunes", ", ".join(f"{k}={v}" for k, v in info.items()),
-                       self.tuner.step if self.tuner else 0)
+            w.add_text("tuner/retunes", ", ".join(f"{k}={v}" for k, v in info.items()), self.tuner.step)
 
     def _profiles_table(self) -> str:
         t = self.tuner
