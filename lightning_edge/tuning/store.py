@@ -540,9 +540,8 @@ class ProfileStore:
             st = optuna.create_study(storage=self.storage, study_name=name, directions=list(DIRECTIONS),
                                      sampler=sampler, load_if_exists=True)
             if st.user_attrs.get("kind") != kind:
-                st.set_user_attr("kind", kind)
-                st.set_user_attr("device_model", device_model)
-                st.set_user_attr("workload", workload_id)
+                for key, value in (("kind", kind), ("device_model", device_model), ("workload", workload_id)):
+                    st.set_user_attr(key, value)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                     st.set_metric_names(["time_s", "power_w"])
