@@ -156,25 +156,22 @@ class ProfileTable:
         i = best_index(self.assess(problem)) if len(self) else None
         return None if i is None else self.solution_at(problem, i)
 
-    def solution_at(self, problem: Any, i: int, **kw: Any) -> Solution:
-        a = self.assess(problem)
-        kind = problem.kind
-        base = dict(problem=problem, mode=self.modes[i], profiles_used=self.profiles_used,
-                    new_profiles=self.new_profiles, strategy=self.strategy, label=self.labels[i])
-        base.update(kw)
-        if kind == "train":
-            return Solution(batch_size=None, time_s=float(self.train_time_s[i]), power_w=float(self.train_power_w[i]),
-                            throughput=float(a.throughput[i]), train_power_w=float(self.train_power_w[i]), **base)
+    def solution_at(self, problem: Any, i: int) -> Solution:
+        a, kind = self.assess(problem), problem.kind
+        out: dict[str, Any] = dict(problem=problem, mode=self.modes[i], batch_size=None,
+                                   power_w=float(a.power_w[i]), throughput=float(a.throughput[i]),
+                                   profiles_used=self.profiles_used, new_profiles=self.new_profiles,
+                                   strategy=self.strategy, label=self.labels[i])
+        if kind != "infer":  # training and concurrent: the time is the training minibatch's
+            out.update(time_s=float(self.train_time_s[i]), train_power_w=float(self.train_power_w[i]))
+        if kind != "train":
+            out.update(batch_size=int(self.batch_size[i]), latency_s=float(a.latency_s[i]),
+                       infer_time_s=float(self.infer_time_s[i]), infer_power_w=float(self.infer_power_w[i]))
         if kind == "infer":
-            return Solution(batch_size=int(self.batch_size[i]), time_s=float(self.infer_time_s[i]),
-                            power_w=float(self.infer_power_w[i]), latency_s=float(a.latency_s[i]),
-                            throughput=float(a.throughput[i]), infer_time_s=float(self.infer_time_s[i]),
-                            infer_power_w=float(self.infer_power_w[i]), **base)
-        return Solution(batch_size=int(self.batch_size[i]), time_s=float(self.train_time_s[i]),
-                        power_w=float(a.power_w[i]), latency_s=float(a.latency_s[i]),
-                        throughput=float(a.throughput[i]), train_minibatches=int(a.train_minibatches[i]),
-                        infer_time_s=float(self.infer_time_s[i]), infer_power_w=float(self.infer_power_w[i]),
-                        train_power_w=float(self.train_power_w[i]), **base)
+            out["time_s"] = out["infer_time_s"]
+        elif kind == "concurrent":
+            out["train_minibatches"] = int(a.train_minibatches[i])
+        return Solution(**out)
 
     def points(self) -> list[tuple[PowerMode, int | None]]:
         """``(mode, batch size)`` of every row (batch size ``None`` for training rows)."""
