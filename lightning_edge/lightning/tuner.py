@@ -36,6 +36,7 @@ from lightning_edge.devices.board import get_board
 from lightning_edge.lightning.tb import TrainerWriter
 from lightning_edge.tuning.online import (
     PHASES,
+    THOROUGH_AFTER_STEPS,
     OnlineTuner,
     TuningProgress,
     TuningSummary,
@@ -64,8 +65,6 @@ def _budget_w(power_budget_w: Any) -> float:
 
 def _planned_long(trainer: Any) -> bool:
     """The Trainer plans at least ``THOROUGH_AFTER_STEPS`` minibatches (False when it cannot say)."""
-    from lightning_edge.tuning.online import THOROUGH_AFTER_STEPS
-
     try:
         n = float(trainer.estimated_stepping_batches)
     except Exception:  # noqa: BLE001 - no loader yet, an iterable of unknown length: not known to be long

@@ -30,6 +30,7 @@ of the predictions and then on the pruned points nearest the quadrant's constrai
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Generator, Sequence
 
 import numpy as np
@@ -210,8 +211,6 @@ class ALS(ExploringStrategy):
     def with_prior(self, prior, then_search: bool | None = None) -> ALS:
         """A copy of this ALS whose initial training profiles come from ``prior``'s predicted front (ALS profiles
         its whole budget anyway: ``then_search`` changes nothing)."""
-        import copy
-
         out = copy.copy(self)
         out.prior = prior
         out.last_info = {}

@@ -55,11 +55,13 @@ of the whole cycle (``t_tr + t_in`` against the larger power) rather than the do
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Generator
 from typing import Any
 
 from lightning_edge.devices.modes import PowerModeSpace
+from lightning_edge.tuning.prior import DEFAULT_PRIOR_PROFILES, prior_search
 from lightning_edge.tuning.problems import (
     ConcurrentMeasurement,
     ConcurrentProblem,
@@ -72,7 +74,8 @@ from lightning_edge.tuning.problems import (
     queueing_time_s,
     within,
 )
-from lightning_edge.tuning.search import Grid, Point, SearchContext, Strategy, open_backend
+from lightning_edge.tuning.search import Grid, Point, SearchContext, SearchResult, Strategy, open_backend
+from lightning_edge.tuning.table import ProfileTable
 
 DEFAULT_MAX_PROFILES = {"train": 10, "infer": 11, "concurrent": 15}
 """Fulcrum's GMD budgets: GMD10 (training), GMD11 (inference), GMD15 (concurrent)."""
@@ -386,8 +389,6 @@ class GMD(Strategy):
         self.descend_min_rho = bool(descend_min_rho)
         self.finish_line = bool(finish_line)
         self.stall_aware = bool(stall_aware)
-        from lightning_edge.tuning.prior import DEFAULT_PRIOR_PROFILES
-
         self.prior = prior
         self.prior_then_search = bool(prior_then_search)
         self.prior_profiles = int(DEFAULT_PRIOR_PROFILES if prior_profiles is None else prior_profiles)
@@ -398,8 +399,6 @@ class GMD(Strategy):
     def with_prior(self, prior: Any, then_search: bool | None = None) -> GMD:
         """A copy of this GMD that starts from ``prior`` (``None``: without one); ``then_search`` sets
         ``prior_then_search`` (default: unchanged)."""
-        import copy
-
         out = copy.copy(self)
         out.prior = prior
         if then_search is not None:
@@ -428,8 +427,6 @@ class GMD(Strategy):
         if isinstance(problem, TrainingProblem):
             prior = self.prior
             if prior is not None and prior.space.size == space.size:
-                from lightning_edge.tuning.prior import prior_search
-
                 yield from prior_search(ctx, grid, lambda i: Point("train", grid.mode(i)), problem.power_budget_w,
                                         prior, min(limit, self.prior_profiles), trace=trace)
                 if _any_feasible(ctx, problem) and not self.prior_then_search:
@@ -564,9 +561,6 @@ class DynamicGMD:
         self.profiles: dict[Point, Any] = {}
 
     def step(self, problem: Any) -> Any:
-        from lightning_edge.tuning.search import SearchResult
-        from lightning_edge.tuning.table import ProfileTable
-
         if self.profiles:
             table = ProfileTable.from_results(problem.kind, self.profiles, strategy="GMD-dynamic", profiles_used=0)
             sol = table.solve(problem) if len(table) else None

@@ -59,9 +59,12 @@ from typing import Any
 
 import numpy as np
 
+from lightning_edge.devices import catalog
 from lightning_edge.devices.meter import JETSON_SETTLE_S, TwinMeter
-from lightning_edge.devices.modes import PowerMode, PowerModeSpace
+from lightning_edge.devices.modes import KNOBS, PowerMode, PowerModeSpace
 from lightning_edge.tuning.problems import Measurement, Solution, TrainingProblem
+from lightning_edge.tuning.search import MemoryStore, Point, ProfileKey, Profiler, open_backend
+from lightning_edge.tuning.table import ProfileTable
 
 __all__ = [
     "OnlineTuner", "WindowSpec", "ProfileWindow", "StepRecord",
@@ -484,12 +487,8 @@ class OnlineTuner:
         self.meter = meter
         self.strategy = _strategy(strategy)
         if space is None:
-            from lightning_edge.devices import catalog
-
             space = catalog.fulcrum_space() if _is_orin(controller) else controller.space
         self.space = space
-        from lightning_edge.tuning.search import open_backend
-
         # opened now: a store that cannot be used fails before training; None: in memory, but shared by every solve
         # of this tuner (re-tunes reuse it)
         self.store = open_backend(store)
@@ -556,8 +555,6 @@ class OnlineTuner:
         """Record the original mode and start the strategy (needs :attr:`fingerprint` for a persistent store)."""
         if self.started:
             return
-        from lightning_edge.tuning.search import MemoryStore
-
         if not isinstance(self.store, MemoryStore) and not self.fingerprint:
             raise ValueError("OnlineTuner.start(): the workload has no fingerprint yet; call bind(fingerprint) "
                              "(the callback derives it from the module and the first batch)")
@@ -671,9 +668,6 @@ class OnlineTuner:
         self._thread.start()
 
     def _profile_baseline(self, workload: _OnlineWorkload) -> Measurement | None:
-        from lightning_edge.devices.modes import KNOBS
-        from lightning_edge.tuning.search import Point, Profiler
-
         maxn = PowerMode(*(self.space.values(k)[-1] for k in KNOBS))  # every knob at its top: MAXN
         prof = Profiler(workload, self.store, workload_id=self.fingerprint, device_model=self.device_model,
                         problem=self.problem)
@@ -798,8 +792,6 @@ class OnlineTuner:
         sol = res.solution
         if reason != "start" and self._known:
             # a re-tune: every mode profiled so far is a candidate too (Fulcrum 5.4 reuses its history)
-            from lightning_edge.tuning.table import ProfileTable
-
             budget = self.problem.power_budget_w / self.drift_scale
             table = ProfileTable.from_results("train", self._known, strategy=f"{res.solution.strategy if sol else ''}"
                                               "+history", profiles_used=getattr(res, "profiles_used", 0))
@@ -1007,8 +999,6 @@ class OnlineTuner:
         self.drift_scale = float(state.get("drift_scale", 1.0))
         self.profiles = [{**p, "resumed": True} for p in state.get("profiles", [])]  # not measured by this run
         self.retunes = list(state.get("retunes", []))
-        from lightning_edge.tuning.search import MemoryStore, ProfileKey
-
         if isinstance(self.store, MemoryStore):  # an in-memory store starts empty: put the saved profiles back
             for p in self.profiles:
                 if p.get("reason") == "strategy":

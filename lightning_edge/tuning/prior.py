@@ -23,12 +23,13 @@ Where the prediction comes from (:func:`prior_for_twin`, :func:`prior_from_roofl
 from __future__ import annotations
 
 from collections.abc import Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from lightning_edge.devices.modes import PowerModeSpace
+from lightning_edge.tuning.pareto import pareto_front
 
 __all__ = ["Prior", "prior_search", "prior_for_twin", "prior_from_rooflines", "DEFAULT_PRIOR_PROFILES"]
 
@@ -93,14 +94,10 @@ class Prior:
     def with_measured(self, measured: dict[int, tuple[float, float]]) -> Prior:
         """A copy whose corrections start from profiles measured earlier (``{space index: (time_s, power_w)}``,
         e.g. a re-tune's history): they correct the prediction but are not counted or returned by a search."""
-        import dataclasses
-
-        return dataclasses.replace(self, measured=dict(measured), _coords=self._coords)
+        return replace(self, measured=dict(measured), _coords=self._coords)
 
     def front(self) -> np.ndarray:
         """Space indices of the predicted time-power Pareto front."""
-        from lightning_edge.tuning.pareto import pareto_front
-
         return np.asarray(pareto_front(self.time_s, self.power_w), dtype=np.int64)
 
 
