@@ -48,8 +48,6 @@ __all__ = ["PowerModeTunerMixin", "format_summary"]
 
 
 def _describe(board: Any) -> str:
-    if board is None:
-        return ""
     if board.simulated:
         return ("simulated: Jetson AGX Orin twin (minibatch time and power are the twin's for this model on the "
                 "Orin; the training itself ran on this machine)")
@@ -291,7 +289,7 @@ class PowerModeTunerMixin:
             # with Lazy modules, tuning starts at the next step
             sim = t.meter.simulated
             if sim and not t.meter.bound and self.workload_cost is not None:
-                self._bind_cost(self.workload_cost, batch)
+                t.meter.bind_cost(self.workload_cost, _batch_size_of(batch, self.workload_cost))
             if self._capture is None and self.workload_cost is None and not self.capture_notes:
                 from lightning_edge.cost.capture import CallCapture
 
@@ -359,10 +357,7 @@ class PowerModeTunerMixin:
         self.workload_cost = cost
         self.capture_notes.extend(n for n in cost.notes if n not in self.capture_notes)
         if sim and not self.tuner.meter.bound:
-            self._bind_cost(cost, batch)
-
-    def _bind_cost(self, cost: Any, batch: Any) -> None:
-        self.tuner.meter.bind_cost(cost, _batch_size_of(batch, cost))
+            self.tuner.meter.bind_cost(cost, _batch_size_of(batch, cost))
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         t = self.tuner
