@@ -278,20 +278,15 @@ class ALS(ExploringStrategy):
         for a in anchors:  # replace random picks from the end; the first ones stay as drawn
             if a not in init and free:
                 init[free.pop()] = a
-        pts = spec.points(grid, init)
-        yield from ctx.profile_many(pts)  # L3-10
+        yield from ctx.profile_many(spec.points(grid, init))  # L3-10
         prof = [int(i) for i in init]
-        pts_of = dict(zip(prof, pts))
         F = self._feats(X)
         net = self._net(F.shape[1], 2, int(rng.integers(2**31)))
         net.set_input_scaler(F)
         for r in range(s["rounds"]):
             if ctx.left < 1:
                 break
-            for i in prof:
-                if i not in pts_of:
-                    pts_of[i] = spec.points(grid, [i])[0]
-            obs = np.array([[ctx.results[pts_of[i]].time_s, ctx.results[pts_of[i]].power_w] for i in prof])
+            obs = np.array(ctx.rows(spec.points(grid, prof)))
             net.fit(F[prof], obs, epochs=self.epochs if r == 0 else self.finetune_epochs)  # L11
             test = np.setdiff1d(np.arange(N), np.asarray(prof))  # L24
             if test.size == 0:

@@ -98,9 +98,7 @@ def _dominant(res: Any) -> str:
 
 
 def _with(idx: tuple, d: int, v: int) -> tuple:
-    out = list(idx)
-    out[d] = v
-    return tuple(out)
+    return idx[:d] + (v,) + idx[d + 1:]
 
 
 def slope_ratio(t_low: float, p_low: float, t_high: float, p_high: float, power_eps_w: float) -> float:

@@ -62,6 +62,7 @@ import numpy as np
 from lightning_edge.devices import catalog
 from lightning_edge.devices.meter import JETSON_SETTLE_S, TwinMeter
 from lightning_edge.devices.modes import KNOBS, PowerMode, PowerModeSpace
+from lightning_edge.tuning.gmd import GMD
 from lightning_edge.tuning.problems import Measurement, Solution, TrainingProblem
 from lightning_edge.tuning.search import MemoryStore, Point, ProfileKey, Profiler, open_backend
 from lightning_edge.tuning.table import ProfileTable
@@ -1042,8 +1043,6 @@ def _strategy(strategy: Any) -> Any:
         return strategy
     s = strategy.lower()
     if s == "gmd":
-        from lightning_edge.tuning.gmd import GMD
-
         return GMD()
     if s == "als":
         from lightning_edge.tuning.als import ALS

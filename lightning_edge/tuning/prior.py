@@ -161,9 +161,7 @@ def _climb(grid: Any, measured: dict[int, tuple[float, float]], p_hat: float, t:
     cands = []
     for d in range(len(base)):
         if base[d] + 1 < grid.sizes[d]:
-            up = list(base)
-            up[d] += 1
-            j = grid.flat(tuple(up))
+            j = grid.flat(base[:d] + (base[d] + 1,) + base[d + 1:])
             if j not in measured and p[j] <= p_hat:
                 cands.append((float(t[j]), float(p[j]), j))
     return min(cands)[2] if cands else None

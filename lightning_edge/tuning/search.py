@@ -47,11 +47,9 @@ class Point:
 
     def keys(self) -> tuple[ProfileKey, ...]:
         """The store entries this point needs (a concurrent point needs a training and an inference profile)."""
-        if self.kind == "train":
-            return (ProfileKey("train", self.mode, None),)
-        if self.kind == "infer":
-            return (ProfileKey("infer", self.mode, int(self.batch_size)),)  # type: ignore[arg-type]
-        return (ProfileKey("train", self.mode, None), ProfileKey("infer", self.mode, int(self.batch_size)))  # type: ignore[arg-type]
+        train = (ProfileKey("train", self.mode, None),) if self.kind != "infer" else ()
+        infer = (ProfileKey("infer", self.mode, int(self.batch_size)),) if self.kind != "train" else ()  # type: ignore[arg-type]
+        return train + infer
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.mode}" + ("" if self.batch_size is None else f":bs{self.batch_size}")
@@ -263,15 +261,14 @@ class ExploreSpec:
         object.__setattr__(self, "kind", check_kind(self.kind))
         object.__setattr__(self, "batch_sizes", tuple(sorted({int(b) for b in self.batch_sizes})))
 
-    def points(self, grid: Grid, flat_indices: Iterable[int], batch_sizes: Iterable[int] | None = None) -> list[Point]:
-        bss = self.batch_sizes if batch_sizes is None else tuple(batch_sizes)
+    def points(self, grid: Grid, flat_indices: Iterable[int]) -> list[Point]:
         out = []
         for f in flat_indices:
             mode = grid.mode(grid.unflat(int(f)))
             if self.kind == "train":
                 out.append(Point("train", mode))
             else:
-                out.extend(Point(self.kind, mode, int(b)) for b in bss)
+                out.extend(Point(self.kind, mode, int(b)) for b in self.batch_sizes)
         return out
 
 
