@@ -636,8 +636,7 @@ class OnlineTuner:
     def _launch(self, problem: TrainingProblem, reason: str) -> None:
         self._requests = queue.Queue()
         self._replies = queue.Queue()
-        workload = _OnlineWorkload(self, self.fingerprint or "online", self.device_model)
-        self._workload = workload
+        self._workload = workload = _OnlineWorkload(self, self.fingerprint or "online", self.device_model)
         scaled = problem if self.drift_scale == 1.0 else TrainingProblem(problem.power_budget_w / self.drift_scale)
         self.phase = Phase.WAITING
         strategy = self.strategy
@@ -873,9 +872,7 @@ class OnlineTuner:
         if th is None:
             return
         self._replies.put(_CANCEL)
-        wl = getattr(self, "_workload", None)
-        if wl is not None:
-            wl.cancel.set()
+        self._workload.cancel.set()  # set with the thread, by _launch
         th.join(timeout=30.0)
         self._thread = None
 
