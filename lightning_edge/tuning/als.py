@@ -227,14 +227,11 @@ class ALS(ExploringStrategy):
         return s
 
     def budget_for(self, spec: ExploreSpec, space: PowerModeSpace) -> int:
-        s = self.settings(spec.kind)
-        total = space.size * (1 if spec.kind == "train" else len(spec.batch_sizes))
+        s, n_bs = self.settings(spec.kind), len(spec.batch_sizes)
         if spec.kind == "train":
-            init = s["init"]
-        else:
-            per_bs = max(1, s["init"] // len(spec.batch_sizes))
-            init = per_bs * len(spec.batch_sizes)
-        rounds = s["rounds"] * (4 if spec.kind != "train" else 1)  # inference, concurrent: per quadrant
+            total, init, rounds = space.size, s["init"], s["rounds"]
+        else:  # every mode at every batch size; the rounds visit the 4 quadrants
+            total, init, rounds = space.size * n_bs, max(1, s["init"] // n_bs) * n_bs, s["rounds"] * 4
         return min(total, init + rounds * s["per_round"])
 
     def _feats(self, X: np.ndarray) -> np.ndarray:
