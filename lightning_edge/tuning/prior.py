@@ -70,13 +70,8 @@ class Prior:
     def coords(self) -> np.ndarray:
         """Knob indices scaled to [0, 1] per knob: the distance that picks a mode's nearest profile."""
         if self._coords is None:
-            X = self.space.to_numpy()
-            cols = []
-            for k in range(X.shape[1]):
-                _, inv = np.unique(X[:, k], return_inverse=True)
-                top = max(int(inv.max()), 1)
-                cols.append(inv / top)
-            self._coords = np.stack(cols, axis=1)
+            inv = [np.unique(col, return_inverse=True)[1] for col in self.space.to_numpy().T]
+            self._coords = np.stack([i / max(int(i.max()), 1) for i in inv], axis=1)
         return self._coords
 
     def corrected(self, measured: dict[int, tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
@@ -199,8 +194,7 @@ def prior_from_rooflines(cost: Any, space: PowerModeSpace, rooflines: Any, *, so
     Q = np.array([float(getattr(layer, "bytes", 0) or 0) for layer in cost.layers])
     peak = np.asarray(rooflines.peak_flops, dtype=float).reshape(-1, 1)
     bw = np.asarray(rooflines.bandwidth, dtype=float).reshape(-1, 1)
-    t = np.maximum(W[None, :] / peak, Q[None, :] / bw).sum(axis=1)
-    t = np.maximum(t, 1e-9)
+    t = np.maximum(np.maximum(W[None, :] / peak, Q[None, :] / bw).sum(axis=1), 1e-9)
     e = (np.asarray(rooflines.eps_flop, dtype=float) * W.sum() + np.asarray(rooflines.eps_mop, dtype=float) * Q.sum()
          + np.asarray(rooflines.static_power, dtype=float) * t)
     return Prior(space, t, e / t, f"{source} rooflines (roofline model only)")
