@@ -373,14 +373,10 @@ class GMD(Strategy):
         if isinstance(max_profiles, dict):
             mp.update(max_profiles)
         elif max_profiles is not None:
-            mp = {k: int(max_profiles) for k in mp}
+            mp = dict.fromkeys(mp, int(max_profiles))
         self.max_profiles = mp
-        sp = {k: 10 for k in mp}
-        if isinstance(search_profiles, dict):
-            sp.update(search_profiles)
-        else:
-            sp = {k: int(search_profiles) for k in mp}
-        self.search_profiles = sp
+        self.search_profiles = ({**dict.fromkeys(mp, 10), **search_profiles} if isinstance(search_profiles, dict)
+                                else dict.fromkeys(mp, int(search_profiles)))
         self.power_eps_w = float(power_eps_w)
         self.latency_tie = float(latency_tie)
         self.inference_bound = bool(inference_bound)
