@@ -29,13 +29,14 @@ from __future__ import annotations
 
 import math
 import os
-from dataclasses import replace
+from dataclasses import fields, replace
 from typing import Any
 
 from lightning_edge.devices.board import get_board
 from lightning_edge.lightning.tb import TrainerWriter
 from lightning_edge.tuning.online import (
     PHASES,
+    THOROUGH_AFTER_STEPS,
     OnlineTuner,
     TuningProgress,
     TuningSummary,
@@ -47,18 +48,21 @@ __all__ = ["PowerModeTunerMixin", "format_summary"]
 
 
 def _describe(board: Any) -> str:
-    if board is None:
-        return ""
     if board.simulated:
         return ("simulated: Jetson AGX Orin twin (minibatch time and power are the twin's for this model on the "
                 "Orin; the training itself ran on this machine)")
     return f"measured: {board.name}"
 
 
+def _budget_w(power_budget_w: Any) -> float:
+    budget = float(power_budget_w)
+    if not (math.isfinite(budget) and budget > 0):
+        raise ValueError(f"power_budget_w must be a power in W > 0, got {power_budget_w!r}")
+    return budget
+
+
 def _planned_long(trainer: Any) -> bool:
     """The Trainer plans at least ``THOROUGH_AFTER_STEPS`` minibatches (False when it cannot say)."""
-    from lightning_edge.tuning.online import THOROUGH_AFTER_STEPS
-
     try:
         n = float(trainer.estimated_stepping_batches)
     except Exception:  # noqa: BLE001 - no loader yet, an iterable of unknown length: not known to be long
@@ -175,18 +179,14 @@ class PowerModeTunerMixin:
                  log_dir: str | os.PathLike[str] | None = None, prior: Any = True,
                  thorough: bool | None = None, cost: Any = None) -> None:
         super().__init__()
-        budget = float(power_budget_w)
-        if not (math.isfinite(budget) and budget > 0):
-            raise ValueError(f"power_budget_w must be a power in W > 0, got {power_budget_w!r}")
+        budget = _budget_w(power_budget_w)
         if switch_at not in ("window", "epoch"):
             raise ValueError(f"switch_at must be 'window' or 'epoch', got {switch_at!r}")
         if isinstance(window, dict):
-            import dataclasses
-
-            fields = [f.name for f in dataclasses.fields(WindowSpec)]
-            unknown = sorted(set(window) - set(fields))
+            names = [f.name for f in fields(WindowSpec)]
+            unknown = sorted(set(window) - set(names))
             if unknown:
-                raise ValueError(f"window: unknown setting(s) {unknown}; a profiling window takes {fields}")
+                raise ValueError(f"window: unknown setting(s) {unknown}; a profiling window takes {names}")
             window = WindowSpec(**window)
         if log_every_n_steps < 1:
             raise ValueError(f"log_every_n_steps must be >= 1, got {log_every_n_steps}")
@@ -230,9 +230,7 @@ class PowerModeTunerMixin:
 
     def set_power_budget(self, power_budget_w: float) -> None:
         """Change the budget during fit: the tuner solves again (stored profiles are reused) and switches."""
-        budget = float(power_budget_w)
-        if not (math.isfinite(budget) and budget > 0):
-            raise ValueError(f"power_budget_w must be a power in W > 0, got {power_budget_w!r}")
+        budget = _budget_w(power_budget_w)
         self.power_budget_w = budget
         if self.tuner is not None:
             self.tuner.set_power_budget(budget)
@@ -291,7 +289,7 @@ class PowerModeTunerMixin:
             # with Lazy modules, tuning starts at the next step
             sim = t.meter.simulated
             if sim and not t.meter.bound and self.workload_cost is not None:
-                self._bind_cost(self.workload_cost, batch)
+                t.meter.bind_cost(self.workload_cost, _batch_size_of(batch, self.workload_cost))
             if self._capture is None and self.workload_cost is None and not self.capture_notes:
                 from lightning_edge.cost.capture import CallCapture
 
@@ -359,10 +357,7 @@ class PowerModeTunerMixin:
         self.workload_cost = cost
         self.capture_notes.extend(n for n in cost.notes if n not in self.capture_notes)
         if sim and not self.tuner.meter.bound:
-            self._bind_cost(cost, batch)
-
-    def _bind_cost(self, cost: Any, batch: Any) -> None:
-        self.tuner.meter.bind_cost(cost, _batch_size_of(batch, cost))
+            self.tuner.meter.bind_cost(cost, _batch_size_of(batch, cost))
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         t = self.tuner
@@ -399,7 +394,7 @@ class PowerModeTunerMixin:
         w = self._tbw.get(trainer) if trainer is not None else None
         if w is None:
             return
-        lab = self.tuner.label if self.tuner is not None else "measured"
+        lab = self.tuner.label  # events come from the tuner, which exists by then
         if kind == "profile":
             i = int(info["index"])
             w.add_scalar(f"tuner/{lab}/profile_time_ms", info["time_s"] * 1e3, i)
@@ -410,10 +405,9 @@ class PowerModeTunerMixin:
             text = (f"{sol.describe()} (budget {info['budget_w']:g} W, {info['reason']})" if sol is not None else
                     f"no profiled mode meets {info['budget_w']:g} W: running in {info.get('mode')} "
                     "(the lowest-power mode profiled)")
-            w.add_text("tuner/solution", text, self.tuner.step if self.tuner else 0)
+            w.add_text("tuner/solution", text, self.tuner.step)
         elif kind in ("retune", "drift"):
-            w.add_text("tuner/retunes", ", ".join(f"{k}={v}" for k, v in info.items()),
-                       self.tuner.step if self.tuner else 0)
+            w.add_text("tuner/retunes", ", ".join(f"{k}={v}" for k, v in info.items()), self.tuner.step)
 
     def _profiles_table(self) -> str:
         t = self.tuner

@@ -30,6 +30,7 @@ of the predictions and then on the pruned points nearest the quadrant's constrai
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Generator, Sequence
 
 import numpy as np
@@ -37,7 +38,6 @@ import numpy as np
 from lightning_edge.devices.modes import PowerModeSpace
 from lightning_edge.tuning.nn import MLP
 from lightning_edge.tuning.pareto import pareto_front
-from lightning_edge.tuning.problems import ConcurrentMeasurement
 from lightning_edge.tuning.search import ExploreSpec, ExploringStrategy, Grid, Point, SearchContext
 
 PAPER_SETTINGS = {
@@ -181,10 +181,8 @@ class ALS(ExploringStrategy):
     def as_published(cls, **kw) -> ALS:
         """ALS with the paper's letter: PickMaxK, diversity against every profile, raw inputs, lr 0.001, a purely
         random start, and a round's picks capped by its predicted front."""
-        opts = dict(greedy=False, diversity="all", features="raw", lr=1e-3, anchor_maxn=False, anchor_minn=False,
-                    fill=False)
-        opts.update(kw)
-        return cls(**opts)
+        return cls(**{"greedy": False, "diversity": "all", "features": "raw", "lr": 1e-3,
+                      "anchor_maxn": False, "anchor_minn": False, "fill": False, **kw})
 
     name = "ALS"
 
@@ -213,8 +211,6 @@ class ALS(ExploringStrategy):
     def with_prior(self, prior, then_search: bool | None = None) -> ALS:
         """A copy of this ALS whose initial training profiles come from ``prior``'s predicted front (ALS profiles
         its whole budget anyway: ``then_search`` changes nothing)."""
-        import copy
-
         out = copy.copy(self)
         out.prior = prior
         out.last_info = {}
@@ -230,19 +226,13 @@ class ALS(ExploringStrategy):
                 s[key] = int(val)
         return s
 
-    def _n_rounds(self, kind: str) -> int:
-        s = self.settings(kind)
-        return s["rounds"] * (4 if kind != "train" else 1)
-
     def budget_for(self, spec: ExploreSpec, space: PowerModeSpace) -> int:
-        s = self.settings(spec.kind)
-        total = space.size * (1 if spec.kind == "train" else len(spec.batch_sizes))
+        s, n_bs = self.settings(spec.kind), len(spec.batch_sizes)
         if spec.kind == "train":
-            init = s["init"]
-        else:
-            per_bs = max(1, s["init"] // len(spec.batch_sizes))
-            init = per_bs * len(spec.batch_sizes)
-        return min(total, init + self._n_rounds(spec.kind) * s["per_round"])
+            total, init, rounds = space.size, s["init"], s["rounds"]
+        else:  # every mode at every batch size; the rounds visit the 4 quadrants
+            total, init, rounds = space.size * n_bs, max(1, s["init"] // n_bs) * n_bs, s["rounds"] * 4
+        return min(total, init + rounds * s["per_round"])
 
     def _feats(self, X: np.ndarray) -> np.ndarray:
         """NN inputs: the knobs (and batch size), plus their reciprocals with ``features="reciprocal"``."""
@@ -285,20 +275,15 @@ class ALS(ExploringStrategy):
         for a in anchors:  # replace random picks from the end; the first ones stay as drawn
             if a not in init and free:
                 init[free.pop()] = a
-        pts = spec.points(grid, init)
-        yield from ctx.profile_many(pts)  # L3-10
+        yield from ctx.profile_many(spec.points(grid, init))  # L3-10
         prof = [int(i) for i in init]
-        pts_of = dict(zip(prof, pts))
         F = self._feats(X)
         net = self._net(F.shape[1], 2, int(rng.integers(2**31)))
         net.set_input_scaler(F)
         for r in range(s["rounds"]):
             if ctx.left < 1:
                 break
-            for i in prof:
-                if i not in pts_of:
-                    pts_of[i] = spec.points(grid, [i])[0]
-            obs = np.array([[ctx.results[pts_of[i]].time_s, ctx.results[pts_of[i]].power_w] for i in prof])
+            obs = np.array(ctx.rows(spec.points(grid, prof)))
             net.fit(F[prof], obs, epochs=self.epochs if r == 0 else self.finetune_epochs)  # L11
             test = np.setdiff1d(np.arange(N), np.asarray(prof))  # L24
             if test.size == 0:
@@ -322,9 +307,7 @@ class ALS(ExploringStrategy):
         bss = np.asarray(spec.batch_sizes, dtype=float)
         B = bss.size
         lat_rng, rate_rng = DEFAULT_RANGES[kind]
-        lat_rng = spec.latency_range_s or lat_rng
-        rate_rng = spec.arrival_range_rps or rate_rng
-        quads = quadrants(lat_rng, rate_rng)
+        quads = quadrants(spec.latency_range_s or lat_rng, spec.arrival_range_rps or rate_rng)
         # every (mode, bs) point: row f * B + j ; features [knobs..., bs]
         feats = self._feats(np.concatenate([np.repeat(X_modes, B, axis=0), np.tile(bss, N)[:, None]], axis=1))
         bs_of = np.tile(bss, N)
@@ -341,17 +324,16 @@ class ALS(ExploringStrategy):
         net.set_input_scaler(feats)
         first = True
         for r in range(s["rounds"]):
-            for q, ((l0, l1), (a0, a1)) in enumerate(quads):
+            for q, quad in enumerate(quads):
                 if ctx.left < 1:
                     return
-                obs = self._observed(ctx, [point_of(p) for p in prof], kind)
+                obs = np.asarray(ctx.rows(point_of(p) for p in prof), dtype=float)
                 net.fit(feats[prof], obs, epochs=self.epochs if first else self.finetune_epochs)
                 first = False
                 test = np.setdiff1d(np.arange(N * B), np.asarray(prof))
                 if test.size == 0:
                     return
                 pred = net.predict(feats[test])
-                quad = ((l0, l1), (a0, a1))
                 keep, cost_a, power = quadrant_view(kind, pred, bs_of[test], quad)
                 if self.diversity == "all":
                     obs_power = obs[:, 1] if kind == "infer" else np.maximum(obs[:, 1], obs[:, 3])
@@ -382,15 +364,4 @@ class ALS(ExploringStrategy):
             order = np.argsort(miss, kind="stable")
             picks = np.concatenate([picks, order[np.isfinite(miss[order])][: k - picks.size]])
         return picks
-
-    @staticmethod
-    def _observed(ctx: SearchContext, points: list[Point], kind: str) -> np.ndarray:
-        rows = []
-        for p in points:
-            res = ctx.results[p]
-            if isinstance(res, ConcurrentMeasurement):
-                rows.append([res.train.time_s, res.train.power_w, res.infer.time_s, res.infer.power_w])
-            else:
-                rows.append([res.time_s, res.power_w])
-        return np.asarray(rows, dtype=float)
 

@@ -63,9 +63,6 @@ class MemoryStore:
     def __len__(self) -> int:
         return len(self._data)
 
-    def __contains__(self, key: object) -> bool:
-        return key in self._data
-
     def describe(self) -> str:
         return "in memory (not kept)"
 

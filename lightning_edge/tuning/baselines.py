@@ -26,9 +26,10 @@ from typing import Any
 import numpy as np
 
 from lightning_edge.devices.modes import PowerModeSpace
+from lightning_edge.tuning.gmd import feasible_point
 from lightning_edge.tuning.nn import MLP
+from lightning_edge.tuning.pareto import best_index
 from lightning_edge.tuning.problems import (
-    ConcurrentMeasurement,
     ConcurrentProblem,
     InferenceProblem,
     TrainingProblem,
@@ -47,9 +48,9 @@ from lightning_edge.tuning.search import (
 from lightning_edge.tuning.table import ProfileTable
 
 
-def _n_modes(n_profiles: int, spec: ExploreSpec, space: PowerModeSpace) -> int:
-    per = 1 if spec.kind == "train" else len(spec.batch_sizes)
-    return max(1, min(space.size, int(n_profiles) // per))
+def _per_mode(spec: ExploreSpec) -> int:
+    """Points per mode: 1 for training, one per batch size for inference and concurrent."""
+    return 1 if spec.kind == "train" else len(spec.batch_sizes)
 
 
 def random_modes(n_modes: int, space: PowerModeSpace, seed: int | None) -> np.ndarray:
@@ -58,7 +59,23 @@ def random_modes(n_modes: int, space: PowerModeSpace, seed: int | None) -> np.nd
     return rng.choice(space.size, size=min(int(n_modes), space.size), replace=False)
 
 
-class RandomSampling(ExploringStrategy):
+class _RandomPoints(ExploringStrategy):
+    """The sample of RND-N and NN-N: ``n_profiles`` random points (see the module docstring)."""
+
+    n_profiles: int
+
+    def _n_modes(self, spec: ExploreSpec, space: PowerModeSpace) -> int:
+        return max(1, min(space.size, self.n_profiles // _per_mode(spec)))
+
+    def budget_for(self, spec: ExploreSpec, space: PowerModeSpace) -> int:
+        return self._n_modes(spec, space) * _per_mode(spec)
+
+    def explore_search(self, ctx: SearchContext, spec: ExploreSpec, space: PowerModeSpace) -> Generator:
+        modes = random_modes(self._n_modes(spec, space), space, spec.seed)
+        yield from ctx.profile_many(spec.points(Grid.of(space), modes))
+
+
+class RandomSampling(_RandomPoints):
     """RND-N: ``RandomSampling(n_profiles=50)``; ``explore`` profiles, ``table.solve(problem)`` looks up."""
 
     def __init__(self, n_profiles: int = 50) -> None:
@@ -70,14 +87,6 @@ class RandomSampling(ExploringStrategy):
     def __repr__(self) -> str:
         return f"RandomSampling(n_profiles={self.n_profiles})"
 
-    def budget_for(self, spec: ExploreSpec, space: PowerModeSpace) -> int:
-        per = 1 if spec.kind == "train" else len(spec.batch_sizes)
-        return _n_modes(self.n_profiles, spec, space) * per
-
-    def explore_search(self, ctx: SearchContext, spec: ExploreSpec, space: PowerModeSpace) -> Generator:
-        modes = random_modes(_n_modes(self.n_profiles, spec, space), space, spec.seed)
-        yield from ctx.profile_many(spec.points(Grid.of(space), modes))
-
 
 class Exhaustive(ExploringStrategy):
     """Every mode of the space (at every batch size): the oracle over that space."""
@@ -85,13 +94,13 @@ class Exhaustive(ExploringStrategy):
     name = "Exhaustive"
 
     def budget_for(self, spec: ExploreSpec, space: PowerModeSpace) -> int:
-        return space.size * (1 if spec.kind == "train" else len(spec.batch_sizes))
+        return space.size * _per_mode(spec)
 
     def explore_search(self, ctx: SearchContext, spec: ExploreSpec, space: PowerModeSpace) -> Generator:
         yield from ctx.profile_many(spec.points(Grid.of(space), range(space.size)))
 
 
-class NeuralBaseline(ExploringStrategy):
+class NeuralBaseline(_RandomPoints):
     """NN-N: ``NeuralBaseline(n_profiles=250)``. See the module docstring for ``verify``."""
 
     def __init__(self, n_profiles: int = 250, *, epochs: int = 1000, hidden: Sequence[int] = (256, 128, 64),
@@ -106,16 +115,8 @@ class NeuralBaseline(ExploringStrategy):
     def __repr__(self) -> str:
         return f"NeuralBaseline(n_profiles={self.n_profiles}, verify={self.verify})"
 
-    def budget_for(self, spec: ExploreSpec, space: PowerModeSpace) -> int:
-        per = 1 if spec.kind == "train" else len(spec.batch_sizes)
-        return _n_modes(self.n_profiles, spec, space) * per
-
     def budget(self, problem: Any, space: PowerModeSpace) -> int:
         return self.budget_for(self.spec_for(problem, 0), space) + (self.max_verify if self.verify else 0)
-
-    def explore_search(self, ctx: SearchContext, spec: ExploreSpec, space: PowerModeSpace) -> Generator:
-        modes = random_modes(_n_modes(self.n_profiles, spec, space), space, spec.seed)
-        yield from ctx.profile_many(spec.points(Grid.of(space), modes))
 
     def predict_table(self, ctx: SearchContext, spec: ExploreSpec, space: PowerModeSpace) -> ProfileTable:
         """Train the NN on the profiled points and predict every point of the space ("estimated" rows)."""
@@ -125,33 +126,23 @@ class NeuralBaseline(ExploringStrategy):
         pts = [p for p in ctx.results if p.kind == spec.kind]
         seed = int(np.random.default_rng(spec.seed).integers(2**31))
         modes_all = [grid.mode(grid.unflat(f)) for f in range(N)]
-        if spec.kind == "train":
-            X = np.asarray([p.mode.as_tuple() for p in pts], dtype=float)
-            Y = np.asarray([[ctx.results[p].time_s, ctx.results[p].power_w] for p in pts])
-            net = MLP(4, 2, self.hidden, seed=seed, lr=self.lr, under_penalty=self.under_penalty,
-                      batch_size=self.batch_size)
-            net.set_input_scaler(X_modes)
-            net.fit(X, Y, epochs=self.epochs)
-            P = np.maximum(net.predict(X_modes), 1e-9)
-            return ProfileTable("train", modes_all, train_time_s=P[:, 0], train_power_w=P[:, 1],
-                                labels=["estimated"] * N, strategy=self.name, profiles_used=ctx.used)
         bss = np.asarray(spec.batch_sizes, dtype=float)
         B = bss.size
-        feats_all = np.concatenate([np.repeat(X_modes, B, axis=0), np.tile(bss, N)[:, None]], axis=1)
-        X = np.asarray([[*p.mode.as_tuple(), p.batch_size] for p in pts], dtype=float)
-        rows = []
-        for p in pts:
-            r = ctx.results[p]
-            if isinstance(r, ConcurrentMeasurement):
-                rows.append([r.train.time_s, r.train.power_w, r.infer.time_s, r.infer.power_w])
-            else:
-                rows.append([r.time_s, r.power_w])
-        Y = np.asarray(rows)
-        net = MLP(5, Y.shape[1], self.hidden, seed=seed, lr=self.lr, under_penalty=self.under_penalty,
-                  batch_size=self.batch_size)
+        if spec.kind == "train":
+            X = np.asarray([p.mode.as_tuple() for p in pts], dtype=float)
+            feats_all = X_modes
+        else:
+            X = np.asarray([[*p.mode.as_tuple(), p.batch_size] for p in pts], dtype=float)
+            feats_all = np.concatenate([np.repeat(X_modes, B, axis=0), np.tile(bss, N)[:, None]], axis=1)
+        Y = np.asarray(ctx.rows(pts))
+        net = MLP(feats_all.shape[1], Y.shape[1], self.hidden, seed=seed, lr=self.lr,
+                  under_penalty=self.under_penalty, batch_size=self.batch_size)
         net.set_input_scaler(feats_all)
         net.fit(X, Y, epochs=self.epochs)
         P = np.maximum(net.predict(feats_all), 1e-9)
+        if spec.kind == "train":
+            return ProfileTable("train", modes_all, train_time_s=P[:, 0], train_power_w=P[:, 1],
+                                labels=["estimated"] * N, strategy=self.name, profiles_used=ctx.used)
         modes_rep = [m for m in modes_all for _ in range(B)]
         bs_all = np.tile(bss, N).astype(np.int64)
         if spec.kind == "infer":
@@ -176,7 +167,7 @@ class NeuralBaseline(ExploringStrategy):
         feasible = np.asarray(a.feasible, dtype=bool).copy()
         tries = self.max_verify if self.verify else 1
         for _ in range(tries):
-            i = _best(a, feasible)
+            i = best_index(a._replace(feasible=feasible))
             if i is None:
                 return
             mode = table.modes[i]
@@ -186,7 +177,7 @@ class NeuralBaseline(ExploringStrategy):
                 return
             pt = Point(problem.kind, mode, bs)
             res = yield from ctx.profile(pt)
-            if _feasible_point(problem, pt, res):
+            if feasible_point(problem, pt, res):
                 ctx.nn_choice = ("verified", pt, res)  # type: ignore[attr-defined]
                 return
             feasible[i] = False
@@ -204,24 +195,6 @@ class NeuralBaseline(ExploringStrategy):
             table.profiles_used, table.new_profiles = ctx.used, new_profiles
             sol = table.solution_at(problem, i)
         return SearchResult(sol, ctx.visited, dict(ctx.results), ctx.used, new_profiles, observed)
-
-
-def _best(a: Any, feasible: np.ndarray) -> int | None:
-    if not feasible.any():
-        return None
-    idx = np.nonzero(feasible)[0]
-    keys = [np.asarray(k, dtype=float)[idx] for k in a.rank]
-    order = np.lexsort(tuple([idx] + keys[::-1]))
-    return int(idx[order[0]])
-
-
-def _feasible_point(problem: Any, pt: Point, res: Any) -> bool:
-    if isinstance(problem, TrainingProblem):
-        return bool(problem.assess(res.time_s, res.power_w).feasible[0])
-    if isinstance(problem, InferenceProblem):
-        return bool(problem.assess(res.time_s, res.power_w, pt.batch_size).feasible[0])
-    return bool(problem.assess(res.train.time_s, res.train.power_w, res.infer.time_s, res.infer.power_w,
-                               pt.batch_size).feasible[0])
 
 
 class BinarySearch(Strategy):
@@ -251,7 +224,7 @@ class BinarySearch(Strategy):
             if queueing_time_s(bs, problem.arrival_rps) > problem.latency_budget_s:
                 continue
             yield from self._bisect(ctx, grid, lambda i, b=bs: Point(problem.kind, grid.mode(i), b), p_hat)
-            if any(_feasible_point(problem, p, r) for p, r in ctx.results.items()):
+            if any(feasible_point(problem, p, r) for p, r in ctx.results.items()):
                 return
 
     @staticmethod

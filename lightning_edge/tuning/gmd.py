@@ -55,11 +55,13 @@ of the whole cycle (``t_tr + t_in`` against the larger power) rather than the do
 
 from __future__ import annotations
 
+import copy
 import math
 from collections.abc import Callable, Generator
 from typing import Any
 
 from lightning_edge.devices.modes import PowerModeSpace
+from lightning_edge.tuning.prior import DEFAULT_PRIOR_PROFILES, prior_search
 from lightning_edge.tuning.problems import (
     ConcurrentMeasurement,
     ConcurrentProblem,
@@ -72,7 +74,8 @@ from lightning_edge.tuning.problems import (
     queueing_time_s,
     within,
 )
-from lightning_edge.tuning.search import Grid, Point, SearchContext, Strategy, open_backend
+from lightning_edge.tuning.search import Grid, Point, SearchContext, SearchResult, Strategy, open_backend
+from lightning_edge.tuning.table import ProfileTable
 
 DEFAULT_MAX_PROFILES = {"train": 10, "infer": 11, "concurrent": 15}
 """Fulcrum's GMD budgets: GMD10 (training), GMD11 (inference), GMD15 (concurrent)."""
@@ -95,9 +98,7 @@ def _dominant(res: Any) -> str:
 
 
 def _with(idx: tuple, d: int, v: int) -> tuple:
-    out = list(idx)
-    out[d] = v
-    return tuple(out)
+    return idx[:d] + (v,) + idx[d + 1:]
 
 
 def slope_ratio(t_low: float, p_low: float, t_high: float, p_high: float, power_eps_w: float) -> float:
@@ -113,14 +114,13 @@ class _Line:
     """The search state of Algorithm 1: base mode, pruned range per knob, slope ratios per workload."""
 
     def __init__(self, ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Point], p_hat: float,
-                 power_eps_w: float, trace: list, stalled: Callable[[Any], float] | None = None) -> None:
+                 power_eps_w: float, stalled: Callable[[Any], float] | None = None) -> None:
         self.ctx, self.grid, self.point_at, self.p_hat = ctx, grid, point_at, p_hat
         self.stalled = stalled
         self.eps = power_eps_w
         self.lo = [0] * 4
         self.hi = [n - 1 for n in grid.sizes]
         self.rho: dict[str, list[float]] = {}
-        self.trace = trace
         self._limit_w = p_hat * (1.0 + 1e-12) + 1e-15  # the slack of problems.within
         self._known: dict[tuple, Any] = {}  # memo of ctx lookups: only this search adds points meanwhile
         self.descend_min = False
@@ -132,11 +132,9 @@ class _Line:
         return _power(res) > self._limit_w
 
     def known(self, idx: tuple) -> Any:
-        try:
-            return self._known[idx]
-        except KeyError:
-            r = self._known[idx] = self.ctx.known(self.point_at(idx))
-            return r
+        if idx not in self._known:
+            self._known[idx] = self.ctx.known(self.point_at(idx))
+        return self._known[idx]
 
     def record(self, idx: tuple, res: Any) -> None:
         self._known[idx] = res
@@ -184,17 +182,13 @@ class _Line:
             self.rho.setdefault(w, [-math.inf] * 4)[d] = slope_ratio(pl[w][0], pl[w][1], ph[w][0], ph[w][1], self.eps)
 
     def argmax(self, dom: str, dims: list[int]) -> int | None:
-        if not dims:
-            return None
         r = self.rho.get(dom, [-math.inf] * 4)
-        return max(dims, key=lambda d: (r[d], -d))
+        return max(dims, key=lambda d: (r[d], -d), default=None)
 
     def argmin(self, dom: str, dims: list[int]) -> int | None:
         """The knob that gives up the least time per watt saved (``-inf`` ratios, never measured, last)."""
-        if not dims:
-            return None
         r = self.rho.get(dom, [-math.inf] * 4)
-        return min(dims, key=lambda d: (r[d] if math.isfinite(r[d]) else math.inf, d))
+        return min(dims, key=lambda d: (r[d] if math.isfinite(r[d]) else math.inf, d), default=None)
 
     def choose(self, dom: str, dims: list[int], descending: bool) -> int | None:
         """The knob to step next. A stalled search ranks knobs by the interleaved cycle's slope ratio (both
@@ -242,7 +236,7 @@ def gmd_core(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Point],
     knobs are ranked by the slope ratio of the whole cycle (see ``_Line.choose``).
     """
     trace = [] if trace is None else trace
-    L = _Line(ctx, grid, point_at, p_hat, power_eps_w, trace, stalled)
+    L = _Line(ctx, grid, point_at, p_hat, power_eps_w, stalled)
     L.descend_min = bool(descend_min)
     if ctx.used >= limit:
         return
@@ -309,8 +303,9 @@ def _le(x: float, budget: float) -> bool:
     return x <= budget * (1.0 + 1e-12) + 1e-15  # problems.within, for one number
 
 
-def _feasible(problem: Any, point: Point, res: Any) -> bool:
-    """The problem's constraints for one profiled point (scalar twin of ``problem.assess``)."""
+def feasible_point(problem: Any, point: Point, res: Any) -> bool:
+    """The problem's constraints for one profiled point (scalar twin of ``problem.assess``; also the
+    baselines')."""
     if isinstance(problem, TrainingProblem):
         return _le(res.power_w, problem.power_budget_w)
     bs, alpha = point.batch_size, problem.arrival_rps
@@ -338,7 +333,7 @@ def _by_latency(cands: list[tuple], tie: float) -> list[tuple]:
 
 
 def _any_feasible(ctx: SearchContext, problem: Any) -> bool:
-    return any(p.kind == problem.kind and _feasible(problem, p, r) for p, r in ctx.results.items())
+    return any(p.kind == problem.kind and feasible_point(problem, p, r) for p, r in ctx.results.items())
 
 
 class GMD(Strategy):
@@ -378,22 +373,16 @@ class GMD(Strategy):
         if isinstance(max_profiles, dict):
             mp.update(max_profiles)
         elif max_profiles is not None:
-            mp = {k: int(max_profiles) for k in mp}
+            mp = dict.fromkeys(mp, int(max_profiles))
         self.max_profiles = mp
-        sp = {k: 10 for k in mp}
-        if isinstance(search_profiles, dict):
-            sp.update(search_profiles)
-        else:
-            sp = {k: int(search_profiles) for k in mp}
-        self.search_profiles = sp
+        self.search_profiles = ({**dict.fromkeys(mp, 10), **search_profiles} if isinstance(search_profiles, dict)
+                                else dict.fromkeys(mp, int(search_profiles)))
         self.power_eps_w = float(power_eps_w)
         self.latency_tie = float(latency_tie)
         self.inference_bound = bool(inference_bound)
         self.descend_min_rho = bool(descend_min_rho)
         self.finish_line = bool(finish_line)
         self.stall_aware = bool(stall_aware)
-        from lightning_edge.tuning.prior import DEFAULT_PRIOR_PROFILES
-
         self.prior = prior
         self.prior_then_search = bool(prior_then_search)
         self.prior_profiles = int(DEFAULT_PRIOR_PROFILES if prior_profiles is None else prior_profiles)
@@ -404,8 +393,6 @@ class GMD(Strategy):
     def with_prior(self, prior: Any, then_search: bool | None = None) -> GMD:
         """A copy of this GMD that starts from ``prior`` (``None``: without one); ``then_search`` sets
         ``prior_then_search`` (default: unchanged)."""
-        import copy
-
         out = copy.copy(self)
         out.prior = prior
         if then_search is not None:
@@ -434,8 +421,6 @@ class GMD(Strategy):
         if isinstance(problem, TrainingProblem):
             prior = self.prior
             if prior is not None and prior.space.size == space.size:
-                from lightning_edge.tuning.prior import prior_search
-
                 yield from prior_search(ctx, grid, lambda i: Point("train", grid.mode(i)), problem.power_budget_w,
                                         prior, min(limit, self.prior_profiles), trace=trace)
                 if _any_feasible(ctx, problem) and not self.prior_then_search:
@@ -499,7 +484,7 @@ class GMD(Strategy):
                     return
                 pt = Point("infer", p.mode, bs)
                 r = yield from ctx.profile(pt)
-                if _feasible(problem, pt, r):
+                if feasible_point(problem, pt, r):
                     return
                 if not (within(r.power_w, problem.power_budget_w) and not keeps_up(r.time_s, bs, alpha)):
                     break  # a larger batch only helps a mode that is too slow for the arrivals
@@ -548,7 +533,7 @@ class GMD(Strategy):
                     return
                 pt = Point("concurrent", p.mode, bs)
                 r = yield from ctx.profile(pt)
-                if _feasible(problem, pt, r):
+                if feasible_point(problem, pt, r):
                     return
 
 
@@ -570,9 +555,6 @@ class DynamicGMD:
         self.profiles: dict[Point, Any] = {}
 
     def step(self, problem: Any) -> Any:
-        from lightning_edge.tuning.search import SearchResult
-        from lightning_edge.tuning.table import ProfileTable
-
         if self.profiles:
             table = ProfileTable.from_results(problem.kind, self.profiles, strategy="GMD-dynamic", profiles_used=0)
             sol = table.solve(problem) if len(table) else None

@@ -80,9 +80,7 @@ class MLP:
         self.under_penalty = float(under_penalty)
         self.batch_size = int(batch_size)
         self.rng = np.random.default_rng(seed)
-        shapes = []
-        for fan_in, fan_out in zip(self.sizes[:-1], self.sizes[1:]):
-            shapes.append((self.n_models, fan_in, fan_out))
+        shapes = [(self.n_models, n_in, n_out) for n_in, n_out in zip(self.sizes[:-1], self.sizes[1:])]
         bshapes = [(self.n_models, 1, s[2]) for s in shapes]
         total = sum(int(np.prod(s)) for s in shapes + bshapes)
         self._flat = np.zeros(total, dtype=np.float32)

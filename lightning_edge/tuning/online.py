@@ -49,18 +49,23 @@ from __future__ import annotations
 
 import math
 import queue
+import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from enum import Enum
 from typing import Any
 
 import numpy as np
 
+from lightning_edge.devices import catalog
 from lightning_edge.devices.meter import JETSON_SETTLE_S, TwinMeter
-from lightning_edge.devices.modes import PowerMode, PowerModeSpace
+from lightning_edge.devices.modes import KNOBS, PowerMode, PowerModeSpace
+from lightning_edge.tuning.gmd import GMD
 from lightning_edge.tuning.problems import Measurement, Solution, TrainingProblem
+from lightning_edge.tuning.search import MemoryStore, Point, ProfileKey, Profiler, open_backend
+from lightning_edge.tuning.table import ProfileTable
 
 __all__ = [
     "OnlineTuner", "WindowSpec", "ProfileWindow", "StepRecord",
@@ -172,8 +177,6 @@ class TuningSummary:
 
     def to_dict(self) -> dict[str, Any]:
         """Plain values (the progress nested under ``progress``), for JSON and logs."""
-        from dataclasses import asdict
-
         return asdict(self)
 
 
@@ -294,16 +297,13 @@ class WindowSpec:
             raise ValueError(f"settle_block_s and settle_rel must be > 0, got {self.settle_block_s!r}, "
                              f"{self.settle_rel!r}")
 
-    @property
-    def detects_settling(self) -> bool:
-        return self.settle_s is None
-
 
 @dataclass
 class ProfileWindow:
     """A window in progress: the mode, when it was switched to, the discarded and the measured steps.
 
-    ``settle_s``: the fixed settling time or, when ``spec.detects_settling``, the most it may take."""
+    ``settle_s``: the fixed settling time or, when settling is detected (``spec.settle_s`` None), the most it
+    may take."""
 
     index: int
     mode: PowerMode
@@ -332,7 +332,7 @@ class ProfileWindow:
         self.cost_j += time_s * power_w if math.isfinite(power_w) else 0.0
         since = (t_end_s - time_s) - self.switched_s
         if self.settled_after_s is None:
-            if self.spec.detects_settling:
+            if self.spec.settle_s is None:  # detected on the readings
                 if math.isfinite(power_w):  # an unreadable step says nothing about settling
                     self._trace.append((since, time_s, power_w))
                 settling = since < self.settle_s and not self._settled()
@@ -423,8 +423,6 @@ class _OnlineWorkload:
             raise TuningCancelled("the tuner was closed while waiting for another process's profile")
 
     def on_store_wait(self, message: str) -> None:
-        import sys
-
         print(f"lightning_edge PowerModeTuner: {message}", file=sys.stderr, flush=True)  # a person is waiting
         self.tuner.emit(Event.WAIT, {"message": message})
 
@@ -490,12 +488,8 @@ class OnlineTuner:
         self.meter = meter
         self.strategy = _strategy(strategy)
         if space is None:
-            from lightning_edge.devices import catalog
-
             space = catalog.fulcrum_space() if _is_orin(controller) else controller.space
         self.space = space
-        from lightning_edge.tuning.search import open_backend
-
         # opened now: a store that cannot be used fails before training; None: in memory, but shared by every solve
         # of this tuner (re-tunes reuse it)
         self.store = open_backend(store)
@@ -540,7 +534,6 @@ class OnlineTuner:
         self._requests: queue.Queue = queue.Queue()
         self._replies: queue.Queue = queue.Queue()
         self._thread: threading.Thread | None = None
-        self._waiting_request = False
         self._epoch_boundary = True
         self._drift_hits = 0
         self._closed = False
@@ -563,8 +556,6 @@ class OnlineTuner:
         """Record the original mode and start the strategy (needs :attr:`fingerprint` for a persistent store)."""
         if self.started:
             return
-        from lightning_edge.tuning.search import MemoryStore
-
         if not isinstance(self.store, MemoryStore) and not self.fingerprint:
             raise ValueError("OnlineTuner.start(): the workload has no fingerprint yet; call bind(fingerprint) "
                              "(the callback derives it from the module and the first batch)")
@@ -593,15 +584,7 @@ class OnlineTuner:
             return self._make_board_prior()
         if not self.meter.bound:
             return False
-        from lightning_edge.tuning.prior import prior_for_twin
-
-        t0 = time.perf_counter()
-        try:
-            self.prior = prior_for_twin(self.meter.workload, self.space, simulated=True)
-        except Exception as exc:  # noqa: BLE001 - a prior is an aid: tune without it, and say why
-            self.prior_note = f"no prior: the model of this workload failed ({type(exc).__name__}: {exc})"
-        self.prior_time_s = time.perf_counter() - t0
-        return True
+        return self._build_prior(lambda: self.meter.workload, simulated=True)
 
     def bind_model(self, module: Any, example_inputs: Any = None, *, batch_size: int | None = None) -> None:
         """The module and one minibatch of its forward inputs, or the training step's captured
@@ -627,14 +610,19 @@ class OnlineTuner:
             return True
         from lightning_edge.devices.sim.live import SimWorkload
         from lightning_edge.devices.sim.twin import OrinTwin
+
+        module, inputs, batch_size = self._model
+        return self._build_prior(lambda: SimWorkload(
+            module, OrinTwin(noise=False, settling=False), example_inputs=inputs, noise=False,
+            train_batch_size=batch_size), simulated=False)
+
+    def _build_prior(self, workload: Callable[[], Any], simulated: bool) -> bool:
+        """The twin model's prior of ``workload()`` (timed); a failure goes to ``prior_note``."""
         from lightning_edge.tuning.prior import prior_for_twin
 
         t0 = time.perf_counter()
         try:
-            module, inputs, batch_size = self._model
-            wl = SimWorkload(module, OrinTwin(noise=False, settling=False), example_inputs=inputs, noise=False,
-                             train_batch_size=batch_size)
-            self.prior = prior_for_twin(wl, self.space, simulated=False)
+            self.prior = prior_for_twin(workload(), self.space, simulated=simulated)
         except Exception as exc:  # noqa: BLE001 - a prior is an aid: tune without it, and say why
             self.prior_note = f"no prior: the model of this workload failed ({type(exc).__name__}: {exc})"
         self.prior_time_s = time.perf_counter() - t0
@@ -648,8 +636,7 @@ class OnlineTuner:
     def _launch(self, problem: TrainingProblem, reason: str) -> None:
         self._requests = queue.Queue()
         self._replies = queue.Queue()
-        workload = _OnlineWorkload(self, self.fingerprint or "online", self.device_model)
-        self._workload = workload
+        self._workload = workload = _OnlineWorkload(self, self.fingerprint or "online", self.device_model)
         scaled = problem if self.drift_scale == 1.0 else TrainingProblem(problem.power_budget_w / self.drift_scale)
         self.phase = Phase.WAITING
         strategy = self.strategy
@@ -681,9 +668,6 @@ class OnlineTuner:
         self._thread.start()
 
     def _profile_baseline(self, workload: _OnlineWorkload) -> Measurement | None:
-        from lightning_edge.devices.modes import KNOBS
-        from lightning_edge.tuning.search import Point, Profiler
-
         maxn = PowerMode(*(self.space.values(k)[-1] for k in KNOBS))  # every knob at its top: MAXN
         prof = Profiler(workload, self.store, workload_id=self.fingerprint, device_model=self.device_model,
                         problem=self.problem)
@@ -808,8 +792,6 @@ class OnlineTuner:
         sol = res.solution
         if reason != "start" and self._known:
             # a re-tune: every mode profiled so far is a candidate too (Fulcrum 5.4 reuses its history)
-            from lightning_edge.tuning.table import ProfileTable
-
             budget = self.problem.power_budget_w / self.drift_scale
             table = ProfileTable.from_results("train", self._known, strategy=f"{res.solution.strategy if sol else ''}"
                                               "+history", profiles_used=getattr(res, "profiles_used", 0))
@@ -834,12 +816,9 @@ class OnlineTuner:
 
     @staticmethod
     def _lowest_power_mode(res: Any) -> PowerMode | None:
-        best = None
-        for point, m in (getattr(res, "results", None) or {}).items():
-            p = getattr(m, "power_w", math.inf)
-            if best is None or p < best[0]:
-                best = (p, point.mode)
-        return None if best is None else best[1]
+        results = (getattr(res, "results", None) or {}).items()
+        best = min(results, key=lambda item: getattr(item[1], "power_w", math.inf), default=None)
+        return None if best is None else best[0].mode
 
     # ------------------------------------------------------------------ re-tuning
     def set_power_budget(self, power_budget_w: float) -> None:
@@ -847,14 +826,17 @@ class OnlineTuner:
         new = TrainingProblem(float(power_budget_w))
         old = self.problem.power_budget_w
         self.problem = new
-        if not self.started or self._closed:
-            return
+        if self.started and not self._closed:
+            self._retune(Event.RETUNE, {"reason": "budget", "from_w": old, "to_w": new.power_budget_w})
+
+    def _retune(self, event: Event, info: dict) -> None:
+        """Stop the strategy and solve again for :attr:`problem` (``info["reason"]``: budget, drift)."""
         self._cancel_thread()
         self._window = None
         self._pending_mode = None
-        self.retunes.append({"step": self.step, "reason": "budget", "from_w": old, "to_w": new.power_budget_w})
-        self.emit(Event.RETUNE, {"reason": "budget", "from_w": old, "to_w": new.power_budget_w})
-        self._launch(new, reason="budget")
+        self.retunes.append({"step": self.step, **info})
+        self.emit(event, info)
+        self._launch(self.problem, reason=info["reason"])
 
     def _check_drift(self, rec: StepRecord) -> None:
         n = self.drift_window
@@ -882,10 +864,7 @@ class OnlineTuner:
         self.drift_scale *= max(ratio, 1.0)
         info = {"reason": "drift", "mode": rec.mode, "measured_power_w": mean_p, "profiled_power_w": profiled,
                 "budget_w": budget, "scale": self.drift_scale}
-        self.retunes.append({"step": self.step, **info})
-        self.emit(Event.DRIFT, info)
-        self._cancel_thread()
-        self._launch(self.problem, reason="drift")
+        self._retune(Event.DRIFT, info)
 
     # ------------------------------------------------------------------ ending
     def _cancel_thread(self) -> None:
@@ -893,9 +872,7 @@ class OnlineTuner:
         if th is None:
             return
         self._replies.put(_CANCEL)
-        wl = getattr(self, "_workload", None)
-        if wl is not None:
-            wl.cancel.set()
+        self._workload.cancel.set()  # set with the thread, by _launch
         th.join(timeout=30.0)
         self._thread = None
 
@@ -968,9 +945,8 @@ class OnlineTuner:
             progress=self.progress(), **kw)
 
     def progress(self) -> TuningProgress:
-        """Where tuning stands: profiles done and planned, the minibatches one profile takes (settling, warm-up,
-        measured window: the mean of this run's windows, else an estimate from the step times and the window
-        settings), and how many more minibatches tuning needs (0 once tuned)."""
+        """Where tuning stands (:class:`TuningProgress`); before any window, the minibatches per profile are
+        estimated from the step times and the window settings."""
         done = len(self.profiles)
         finished = self.phase in ("tuned", "infeasible") or self.tuned_at_step is not None
         planned = done if finished else max(self.planned_profiles, done + (self._window is not None))
@@ -1021,8 +997,6 @@ class OnlineTuner:
         self.drift_scale = float(state.get("drift_scale", 1.0))
         self.profiles = [{**p, "resumed": True} for p in state.get("profiles", [])]  # not measured by this run
         self.retunes = list(state.get("retunes", []))
-        from lightning_edge.tuning.search import MemoryStore, ProfileKey
-
         if isinstance(self.store, MemoryStore):  # an in-memory store starts empty: put the saved profiles back
             for p in self.profiles:
                 if p.get("reason") == "strategy":
@@ -1066,8 +1040,6 @@ def _strategy(strategy: Any) -> Any:
         return strategy
     s = strategy.lower()
     if s == "gmd":
-        from lightning_edge.tuning.gmd import GMD
-
         return GMD()
     if s == "als":
         from lightning_edge.tuning.als import ALS

@@ -23,12 +23,13 @@ Where the prediction comes from (:func:`prior_for_twin`, :func:`prior_from_roofl
 from __future__ import annotations
 
 from collections.abc import Generator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from lightning_edge.devices.modes import PowerModeSpace
+from lightning_edge.tuning.pareto import pareto_front
 
 __all__ = ["Prior", "prior_search", "prior_for_twin", "prior_from_rooflines", "DEFAULT_PRIOR_PROFILES"]
 
@@ -69,13 +70,8 @@ class Prior:
     def coords(self) -> np.ndarray:
         """Knob indices scaled to [0, 1] per knob: the distance that picks a mode's nearest profile."""
         if self._coords is None:
-            X = self.space.to_numpy()
-            cols = []
-            for k in range(X.shape[1]):
-                _, inv = np.unique(X[:, k], return_inverse=True)
-                top = max(int(inv.max()), 1)
-                cols.append(inv / top)
-            self._coords = np.stack(cols, axis=1)
+            inv = [np.unique(col, return_inverse=True)[1] for col in self.space.to_numpy().T]
+            self._coords = np.stack([i / max(int(i.max()), 1) for i in inv], axis=1)
         return self._coords
 
     def corrected(self, measured: dict[int, tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
@@ -93,19 +89,10 @@ class Prior:
     def with_measured(self, measured: dict[int, tuple[float, float]]) -> Prior:
         """A copy whose corrections start from profiles measured earlier (``{space index: (time_s, power_w)}``,
         e.g. a re-tune's history): they correct the prediction but are not counted or returned by a search."""
-        import dataclasses
-
-        return dataclasses.replace(self, measured=dict(measured), _coords=self._coords)
-
-    def best_within(self, power_budget_w: float) -> int | None:
-        """Space index of the predicted fastest mode within the budget (uncorrected), ``None`` if none is."""
-        ok = self.power_w <= power_budget_w
-        return int(np.argmin(np.where(ok, self.time_s, np.inf))) if ok.any() else None
+        return replace(self, measured=dict(measured), _coords=self._coords)
 
     def front(self) -> np.ndarray:
         """Space indices of the predicted time-power Pareto front."""
-        from lightning_edge.tuning.pareto import pareto_front
-
         return np.asarray(pareto_front(self.time_s, self.power_w), dtype=np.int64)
 
 
@@ -169,9 +156,7 @@ def _climb(grid: Any, measured: dict[int, tuple[float, float]], p_hat: float, t:
     cands = []
     for d in range(len(base)):
         if base[d] + 1 < grid.sizes[d]:
-            up = list(base)
-            up[d] += 1
-            j = grid.flat(tuple(up))
+            j = grid.flat(base[:d] + (base[d] + 1,) + base[d + 1:])
             if j not in measured and p[j] <= p_hat:
                 cands.append((float(t[j]), float(p[j]), j))
     return min(cands)[2] if cands else None
@@ -209,8 +194,7 @@ def prior_from_rooflines(cost: Any, space: PowerModeSpace, rooflines: Any, *, so
     Q = np.array([float(getattr(layer, "bytes", 0) or 0) for layer in cost.layers])
     peak = np.asarray(rooflines.peak_flops, dtype=float).reshape(-1, 1)
     bw = np.asarray(rooflines.bandwidth, dtype=float).reshape(-1, 1)
-    t = np.maximum(W[None, :] / peak, Q[None, :] / bw).sum(axis=1)
-    t = np.maximum(t, 1e-9)
+    t = np.maximum(np.maximum(W[None, :] / peak, Q[None, :] / bw).sum(axis=1), 1e-9)
     e = (np.asarray(rooflines.eps_flop, dtype=float) * W.sum() + np.asarray(rooflines.eps_mop, dtype=float) * Q.sum()
          + np.asarray(rooflines.static_power, dtype=float) * t)
     return Prior(space, t, e / t, f"{source} rooflines (roofline model only)")

@@ -245,15 +245,13 @@ class _ServingProblem:
         object.__setattr__(self, "arrival_rps", _check_positive("arrival_rps", self.arrival_rps))
         object.__setattr__(self, "batch_sizes", _check_batch_sizes(self.batch_sizes))
 
-    def latency_s(self, t_in: Any, batch_size: Any) -> Any:
-        return inference_latency_s(t_in, batch_size, self.arrival_rps)
-
     def constraints(self, time_s: Any, power_w: Any, batch_size: Any = None) -> dict[str, Any]:
         """Constraint values (a budget holds where <= 0), what :meth:`assess` checks: the power budget; for
         inference minibatches (``batch_size`` given) also the latency budget and keeping up with the arrivals."""
         out = {"power_w": slack(power_w, self.power_budget_w)}
         if batch_size is not None:
-            out["latency_s"] = slack(self.latency_s(time_s, batch_size), self.latency_budget_s)
+            lat = inference_latency_s(time_s, batch_size, self.arrival_rps)
+            out["latency_s"] = slack(lat, self.latency_budget_s)
             out["keep_up_s"] = slack(time_s, cycle_time_s(batch_size, self.arrival_rps), 0.0)
         return out
 
@@ -314,9 +312,6 @@ class ConcurrentProblem(_ServingProblem):
         )
 
 
-Problem = TrainingProblem | InferenceProblem | ConcurrentProblem
-
-
 def check_kind(kind: str) -> str:
     k = str(kind).lower()
     aliases = {"training": "train", "inference": "infer", "train": "train", "infer": "infer",
@@ -357,16 +352,6 @@ class Solution:
     strategy: str = ""
     label: str = "measured"
     extra: dict = field(default_factory=dict, compare=False)
-
-    @property
-    def objective(self) -> float:
-        """The quantity the problem optimises: training time (min), latency (min) or throughput (max)."""
-        kind = getattr(self.problem, "kind", "train")
-        if kind == "infer":
-            return float(self.latency_s)  # type: ignore[arg-type]
-        if kind == "concurrent":
-            return float(self.throughput)
-        return float(self.time_s)
 
     def describe(self) -> str:
         bits = [f"{self.mode}"]

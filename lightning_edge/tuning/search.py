@@ -47,11 +47,9 @@ class Point:
 
     def keys(self) -> tuple[ProfileKey, ...]:
         """The store entries this point needs (a concurrent point needs a training and an inference profile)."""
-        if self.kind == "train":
-            return (ProfileKey("train", self.mode, None),)
-        if self.kind == "infer":
-            return (ProfileKey("infer", self.mode, int(self.batch_size)),)  # type: ignore[arg-type]
-        return (ProfileKey("train", self.mode, None), ProfileKey("infer", self.mode, int(self.batch_size)))  # type: ignore[arg-type]
+        train = (ProfileKey("train", self.mode, None),) if self.kind != "infer" else ()
+        infer = (ProfileKey("infer", self.mode, int(self.batch_size)),) if self.kind != "train" else ()  # type: ignore[arg-type]
+        return train + infer
 
     def __str__(self) -> str:
         return f"{self.kind}:{self.mode}" + ("" if self.batch_size is None else f":bs{self.batch_size}")
@@ -107,6 +105,12 @@ class SearchContext:
     def table(self, kind: str, **kw: Any) -> ProfileTable:
         return ProfileTable.from_results(kind, self.results, profiles_used=self.used, **kw)
 
+    def rows(self, points: Iterable[Point]) -> list[list[float]]:
+        """``[time_s, power_w]`` of each profiled point (concurrent: ``[t_tr, p_tr, t_in, p_in]``)."""
+        return [[r.train.time_s, r.train.power_w, r.infer.time_s, r.infer.power_w]
+                if isinstance(r, ConcurrentMeasurement) else [r.time_s, r.power_w]
+                for r in map(self.results.__getitem__, points)]
+
 
 # --------------------------------------------------------------------------------------- profiling
 def open_backend(store: Any) -> ProfileBackend:
@@ -148,15 +152,10 @@ class Profiler:
     def resolve_many(self, points: Sequence[Point]) -> list[Result]:
         keys = list(dict.fromkeys(k for p in points for k in p.keys()))
         got = self.store.fetch_or_measure_many(keys, self.measure, self.context)
-        by_key = {}
-        for k, (m, new) in zip(keys, got):
-            by_key[k] = m
-            self.new_profiles += int(bool(new))
-        out: list[Result] = []
-        for p in points:
-            ks = p.keys()
-            out.append(by_key[ks[0]] if len(ks) == 1 else ConcurrentMeasurement(by_key[ks[0]], by_key[ks[1]]))
-        return out
+        by_key = {k: m for k, (m, _) in zip(keys, got)}
+        self.new_profiles += sum(bool(new) for _, new in got)
+        found = [[by_key[k] for k in p.keys()] for p in points]
+        return [ms[0] if len(ms) == 1 else ConcurrentMeasurement(*ms) for ms in found]
 
 
 def drive(gen: Generator, profiler: Any) -> Any:
@@ -164,11 +163,8 @@ def drive(gen: Generator, profiler: Any) -> Any:
     try:
         req = next(gen)
         while True:
-            if isinstance(req, Point):
-                res: Any = profiler.resolve_many([req])[0]
-            else:
-                res = profiler.resolve_many(list(req))
-            req = gen.send(res)
+            batch = profiler.resolve_many([req] if isinstance(req, Point) else list(req))
+            req = gen.send(batch[0] if isinstance(req, Point) else batch)
     except StopIteration as stop:
         return stop.value
 
@@ -193,28 +189,20 @@ class Grid:
     def of(cls, space: PowerModeSpace) -> Grid:
         g = cls._cache.get(space)
         if g is None:
-            g = cls(space)
-            cls._cache[space] = g
+            g = cls._cache[space] = cls(space)
         return g
 
     def mode(self, idx: tuple) -> PowerMode:
         m = self._modes.get(idx)
         if m is None:
-            m = PowerMode(*(self.values[j][i] for j, i in enumerate(idx)))
-            self._modes[idx] = m
+            m = self._modes[idx] = PowerMode(*(self.values[j][i] for j, i in enumerate(idx)))
             self._index[m] = idx
         return m
 
     def index(self, mode: PowerMode) -> tuple:
         idx = self._index.get(mode)
         if idx is None:
-            flat = self.space.index(mode)
-            out = []
-            for n in reversed(self.sizes):
-                flat, r = divmod(flat, n)
-                out.append(r)
-            idx = tuple(reversed(out))
-            self._index[mode] = idx
+            idx = self._index[mode] = self.unflat(self.space.index(mode))
         return idx
 
     def mid(self) -> tuple:
@@ -273,15 +261,14 @@ class ExploreSpec:
         object.__setattr__(self, "kind", check_kind(self.kind))
         object.__setattr__(self, "batch_sizes", tuple(sorted({int(b) for b in self.batch_sizes})))
 
-    def points(self, grid: Grid, flat_indices: Iterable[int], batch_sizes: Iterable[int] | None = None) -> list[Point]:
-        bss = self.batch_sizes if batch_sizes is None else tuple(batch_sizes)
+    def points(self, grid: Grid, flat_indices: Iterable[int]) -> list[Point]:
         out = []
         for f in flat_indices:
             mode = grid.mode(grid.unflat(int(f)))
             if self.kind == "train":
                 out.append(Point("train", mode))
             else:
-                out.extend(Point(self.kind, mode, int(b)) for b in bss)
+                out.extend(Point(self.kind, mode, int(b)) for b in self.batch_sizes)
         return out
 
 

@@ -477,19 +477,15 @@ class ProfileStore:
         if grace_period_s is not None and explicit and heartbeat_interval_s is None:
             raise ValueError("grace_period_s needs heartbeat_interval_s")
         self.spec = storage
-        url = "" if isinstance(storage, BaseStorage) else storage_url(storage)
-        self.url = url
-        hb_s: int | None
-        if explicit:
-            hb_s = heartbeat_interval_s  # type: ignore[assignment]
-        else:  # on by default where Optuna keeps heartbeats (RDB storages)
-            hb_s = None if (not url or url == "memory" or url.startswith("journal://")) else DEFAULT_HEARTBEAT_S
+        self.url = url = "" if isinstance(storage, BaseStorage) else storage_url(storage)
+        hb_s = heartbeat_interval_s if explicit else (  # by default on where Optuna keeps heartbeats (RDB)
+            None if (not url or url == "memory" or url.startswith("journal://")) else DEFAULT_HEARTBEAT_S)
         self.storage, self.read_only = open_storage(storage, heartbeat_interval_s=hb_s, grace_period_s=grace_period_s)
         get_interval = getattr(self.storage, "get_heartbeat_interval", None)
         interval = get_interval() if callable(get_interval) else None
         self.heartbeat = interval is not None
         self.heartbeat_interval_s = float(interval) if interval is not None else None
-        grace = grace_period_s if grace_period_s is not None else None
+        grace = grace_period_s
         if self.heartbeat and grace is None:
             grace = getattr(self.storage, "grace_period", None) or 2 * int(interval)  # type: ignore[arg-type]
         self.lease_renew_s = float(self.heartbeat_interval_s or DEFAULT_HEARTBEAT_S)
@@ -544,9 +540,8 @@ class ProfileStore:
             st = optuna.create_study(storage=self.storage, study_name=name, directions=list(DIRECTIONS),
                                      sampler=sampler, load_if_exists=True)
             if st.user_attrs.get("kind") != kind:
-                st.set_user_attr("kind", kind)
-                st.set_user_attr("device_model", device_model)
-                st.set_user_attr("workload", workload_id)
+                for key, value in (("kind", kind), ("device_model", device_model), ("workload", workload_id)):
+                    st.set_user_attr(key, value)
                 with warnings.catch_warnings():
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                     st.set_metric_names(["time_s", "power_w"])
@@ -654,14 +649,7 @@ class WorkloadProfiles:
             if dm == self.device_model and wid == self.workload_id and k.kind == kind:
                 found.setdefault(k, m)
         rows = sorted(found.items(), key=lambda r: (r[0].mode, r[0].batch_size or 0))
-        modes = [k.mode for k, _ in rows]
-        t = [m.time_s for _, m in rows]
-        p = [m.power_w for _, m in rows]
-        labels = [m.label for _, m in rows]
-        if kind == "train":
-            return ProfileTable("train", modes, train_time_s=t, train_power_w=p, labels=labels, strategy="store")
-        return ProfileTable("infer", modes, batch_size=[k.batch_size for k, _ in rows], infer_time_s=t,
-                            infer_power_w=p, labels=labels, strategy="store")
+        return ProfileTable.from_results(kind, rows, strategy="store")  # a ProfileKey has a Point's fields
 
     # ------------------------------------------------------------------------------ claiming
     def _enqueue(self, key: ProfileKey) -> None:
@@ -676,12 +664,10 @@ class WorkloadProfiles:
         storage = self.store.storage
         if not self._claim(t):
             return
-        try:
+        with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
             tid = self._tid(t)
             storage.set_trial_user_attr(tid, "duplicate_of", owner.number)
             storage.set_trial_state_values(tid, TrialState.FAIL)
-        except optuna.exceptions.UpdateFinishedTrialError:
-            pass
 
     def _claim(self, t: FrozenTrial, heartbeat: bool = False) -> bool:
         storage = self.store.storage
@@ -873,7 +859,8 @@ def fail_claim(storage: BaseStorage, study_name: str, t: FrozenTrial, why: str) 
     meanwhile."""
     tid = storage.get_trial_id_from_study_id_trial_number(storage.get_study_id_from_name(study_name), t.number)
     try:
-        storage.set_trial_system_attr(tid, "lightning_edge:taken_over", f"{why} (by {_identity_text()})")
+        by = f"{socket.gethostname()} pid {os.getpid()}"
+        storage.set_trial_system_attr(tid, "lightning_edge:taken_over", f"{why} (by {by})")
         return bool(storage.set_trial_state_values(tid, TrialState.FAIL))
     except optuna.exceptions.UpdateFinishedTrialError:
         return False
@@ -948,10 +935,6 @@ def process_identity(pid: int | None = None) -> dict[str, Any]:
     pid = os.getpid() if pid is None else int(pid)
     st = _proc_stat(pid)
     return {**_host_identity(), "pid": pid, "start": st[1] if st else None}
-
-
-def _identity_text() -> str:
-    return f"{socket.gethostname()} pid {os.getpid()}"
 
 
 def owner_dead(claim: dict[str, Any] | None) -> str | None:

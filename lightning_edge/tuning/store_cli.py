@@ -22,9 +22,11 @@ import csv
 import io
 import json
 import time
+import warnings
 from typing import Any
 
 from lightning_edge.cli import add_json_argument, write_json
+from lightning_edge.tuning.problems import InferenceProblem, TrainingProblem
 
 HELP = "list, show, query, export and tidy the profile store (studies, profiles, claims)"
 
@@ -66,18 +68,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def _studies(store: Any) -> list[Any]:
-    import optuna
-
+def _studies(store: Any) -> list[str]:
+    """The name of every profile study in the store."""
     from lightning_edge.tuning.store import STUDY_PREFIX
 
-    return [s for s in optuna.get_all_study_summaries(store.storage, include_best_trial=False)
-            if s.study_name.split("/")[0] == STUDY_PREFIX and len(s.study_name.split("/")) == 4]
+    return ["/".join((STUDY_PREFIX, *w)) for w in store.workloads()]
 
 
 def _find(store: Any, args: argparse.Namespace) -> str:
     """The one study name that ``args.workload`` (with ``--device`` / ``--kind``) names."""
-    names = [s.study_name for s in _studies(store)]
+    names = _studies(store)
     want = args.workload
 
     def ok(name: str) -> bool:
@@ -139,14 +139,14 @@ def _claims(store: Any) -> list[dict[str, Any]]:
 
     out = []
     now = time.time()
-    for s in _studies(store):
-        st = optuna.load_study(study_name=s.study_name, storage=store.storage)
+    for name in _studies(store):
+        st = optuna.load_study(study_name=name, storage=store.storage)
         for t in st.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
             claim = t.system_attrs.get(CLAIM_ATTR) or {}
             since = claim.get("since") or (t.datetime_start.timestamp() if t.datetime_start else None)
             renewed = t.system_attrs.get(RENEWED_ATTR)
             dead = owner_dead(claim) if claim else None
-            out.append({"study": s.study_name, "trial": t.number, "mode": _mode_text(t),
+            out.append({"study": name, "trial": t.number, "mode": _mode_text(t),
                         "host": claim.get("host", "?"), "pid": claim.get("pid"),
                         "age_s": None if since is None else now - float(since),
                         "renewed_s_ago": None if renewed is None else now - float(renewed),
@@ -164,8 +164,6 @@ def _mode_text(t: Any) -> str:
 
 # ------------------------------------------------------------------------------------------------ actions
 def run(args: argparse.Namespace) -> int:
-    import warnings
-
     import optuna
 
     from lightning_edge.tuning.store import ProfileStore
@@ -181,12 +179,12 @@ def _do_list(store: Any, args: argparse.Namespace) -> int:
     from optuna.trial import TrialState
 
     rows = []
-    for s in _studies(store):
-        _, dev, wid, kind = s.study_name.split("/")
+    for name in _studies(store):
+        _, dev, wid, kind = name.split("/")
         st = store.study(dev, wid, kind)
         trials = st.get_trials(deepcopy=False) if st is not None else []
-        rows.append({"study": s.study_name, "device": dev, "workload": wid, "kind": kind,
-                     "profiles": len(_rows(store, s.study_name)),
+        rows.append({"study": name, "device": dev, "workload": wid, "kind": kind,
+                     "profiles": len(_rows(store, name)),
                      "claims": sum(t.state == TrialState.RUNNING for t in trials),
                      "label": (st.user_attrs.get("label") if st is not None else None) or
                      ",".join(sorted({t.user_attrs.get("label", "") for t in trials
@@ -221,19 +219,17 @@ def _do_show(store: Any, args: argparse.Namespace) -> int:
 
 
 def _do_best(store: Any, args: argparse.Namespace) -> int:
-    from lightning_edge.tuning.problems import InferenceProblem, TrainingProblem
-
     name = _find(store, args)
     _, dev, wid, kind = name.split("/")
+    table = store.bind(dev, wid).table(kind)
     if kind == "train":
         problem: Any = TrainingProblem(args.budget)
     else:
         if args.latency_ms is None or args.rate is None:
             raise ValueError(f"{name} holds inference profiles: give --latency-ms and --rate as well as --budget")
-        table0 = store.bind(dev, wid).table("infer")
         problem = InferenceProblem(args.budget, args.latency_ms / 1e3, args.rate,
-                                   tuple(sorted({int(b) for b in table0.batch_size})) or (1,))
-    sol = store.bind(dev, wid).table(kind).solve(problem)
+                                   tuple(sorted({int(b) for b in table.batch_size})) or (1,))
+    sol = table.solve(problem)
     out = {"study": name, "problem": problem.describe(), "profiles": len(_rows(store, name)),
            "solution": None if sol is None else {"mode": str(sol.mode), "time_ms": sol.time_s * 1e3,
                                                  "power_w": sol.power_w, "label": getattr(sol, "label", None),

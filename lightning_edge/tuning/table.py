@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from lightning_edge.devices.modes import PowerMode
-from lightning_edge.tuning.pareto import best_index, pareto_front
+from lightning_edge.tuning.pareto import best_index
 from lightning_edge.tuning.problems import (
     Assessment,
     ConcurrentMeasurement,
@@ -87,25 +87,19 @@ class ProfileTable:
             if point.kind != kind:
                 continue
             modes.append(point.mode)
-            if kind == "train":
-                m = as_measurement(res)
-                cols["tt"].append(m.time_s)
-                cols["tp"].append(m.power_w)
-                cols["lab"].append(m.label)
-            elif kind == "infer":
-                m = as_measurement(res)
-                cols["bs"].append(point.batch_size)
-                cols["it"].append(m.time_s)
-                cols["ip"].append(m.power_w)
-                cols["lab"].append(m.label)
-            else:
+            if kind == "concurrent":
                 assert isinstance(res, ConcurrentMeasurement)
+                tr, inf = res.train, res.infer
+            else:
+                tr = inf = res = as_measurement(res)
+            if kind != "infer":
+                cols["tt"].append(tr.time_s)
+                cols["tp"].append(tr.power_w)
+            if kind != "train":
                 cols["bs"].append(point.batch_size)
-                cols["tt"].append(res.train.time_s)
-                cols["tp"].append(res.train.power_w)
-                cols["it"].append(res.infer.time_s)
-                cols["ip"].append(res.infer.power_w)
-                cols["lab"].append(res.label)
+                cols["it"].append(inf.time_s)
+                cols["ip"].append(inf.power_w)
+            cols["lab"].append(res.label)
         return cls(
             kind, modes, batch_size=cols["bs"], train_time_s=cols["tt"], train_power_w=cols["tp"],
             infer_time_s=cols["it"], infer_power_w=cols["ip"], labels=cols["lab"], **kw,
@@ -137,20 +131,6 @@ class ProfileTable:
     def __repr__(self) -> str:
         return f"ProfileTable({self.kind}, {len(self)} rows, strategy={self.strategy!r})"
 
-    def training_view(self) -> ProfileTable:
-        """The training profiles of a concurrent table, one row per distinct mode."""
-        if self.kind == "train":
-            return self
-        if self.kind != "concurrent":
-            raise ValueError("an inference table has no training profiles")
-        seen: dict[PowerMode, int] = {}
-        for i, m in enumerate(self.modes):
-            seen.setdefault(m, i)
-        idx = np.asarray(list(seen.values()), dtype=np.int64)
-        return ProfileTable("train", [self.modes[i] for i in idx], train_time_s=self.train_time_s[idx],
-                            train_power_w=self.train_power_w[idx], labels=[self.labels[i] for i in idx],
-                            strategy=self.strategy)
-
     def assess(self, problem: Any) -> Assessment:
         """The problem applied to every row (see :meth:`TrainingProblem.assess` and friends)."""
         if isinstance(problem, TrainingProblem):
@@ -171,48 +151,27 @@ class ProfileTable:
                                   self.batch_size)
         raise TypeError(f"not a tuning problem: {problem!r}")
 
-    def best_row(self, problem: Any) -> int | None:
-        if len(self) == 0:
-            return None
-        return best_index(self.assess(problem))
-
     def solve(self, problem: Any) -> Solution | None:
         """The best row that meets every constraint of ``problem``, as a :class:`Solution`; ``None`` if none does."""
-        i = self.best_row(problem)
-        if i is None:
-            return None
-        return self.solution_at(problem, i)
+        i = best_index(self.assess(problem)) if len(self) else None
+        return None if i is None else self.solution_at(problem, i)
 
-    def solution_at(self, problem: Any, i: int, **kw: Any) -> Solution:
-        a = self.assess(problem)
-        kind = problem.kind
-        base = dict(problem=problem, mode=self.modes[i], profiles_used=self.profiles_used,
-                    new_profiles=self.new_profiles, strategy=self.strategy, label=self.labels[i])
-        base.update(kw)
-        if kind == "train":
-            return Solution(batch_size=None, time_s=float(self.train_time_s[i]), power_w=float(self.train_power_w[i]),
-                            throughput=float(a.throughput[i]), train_power_w=float(self.train_power_w[i]), **base)
+    def solution_at(self, problem: Any, i: int) -> Solution:
+        a, kind = self.assess(problem), problem.kind
+        out: dict[str, Any] = dict(problem=problem, mode=self.modes[i], batch_size=None,
+                                   power_w=float(a.power_w[i]), throughput=float(a.throughput[i]),
+                                   profiles_used=self.profiles_used, new_profiles=self.new_profiles,
+                                   strategy=self.strategy, label=self.labels[i])
+        if kind != "infer":  # training and concurrent: the time is the training minibatch's
+            out.update(time_s=float(self.train_time_s[i]), train_power_w=float(self.train_power_w[i]))
+        if kind != "train":
+            out.update(batch_size=int(self.batch_size[i]), latency_s=float(a.latency_s[i]),
+                       infer_time_s=float(self.infer_time_s[i]), infer_power_w=float(self.infer_power_w[i]))
         if kind == "infer":
-            return Solution(batch_size=int(self.batch_size[i]), time_s=float(self.infer_time_s[i]),
-                            power_w=float(self.infer_power_w[i]), latency_s=float(a.latency_s[i]),
-                            throughput=float(a.throughput[i]), infer_time_s=float(self.infer_time_s[i]),
-                            infer_power_w=float(self.infer_power_w[i]), **base)
-        return Solution(batch_size=int(self.batch_size[i]), time_s=float(self.train_time_s[i]),
-                        power_w=float(a.power_w[i]), latency_s=float(a.latency_s[i]),
-                        throughput=float(a.throughput[i]), train_minibatches=int(a.train_minibatches[i]),
-                        infer_time_s=float(self.infer_time_s[i]), infer_power_w=float(self.infer_power_w[i]),
-                        train_power_w=float(self.train_power_w[i]), **base)
-
-    def pareto(self, batch_size: int | None = None) -> np.ndarray:
-        """Row indices of the observed time-power Pareto front (inference: of one batch size, if given)."""
-        if self.kind == "train":
-            return pareto_front(self.train_time_s, self.train_power_w)
-        rows = np.arange(len(self))
-        if batch_size is not None:
-            rows = rows[self.batch_size == int(batch_size)]
-        t = self.infer_time_s[rows] if self.kind == "infer" else self.train_time_s[rows]
-        p = self.infer_power_w[rows] if self.kind == "infer" else np.maximum(self.train_power_w, self.infer_power_w)[rows]
-        return rows[pareto_front(t, p)]
+            out["time_s"] = out["infer_time_s"]
+        elif kind == "concurrent":
+            out["train_minibatches"] = int(a.train_minibatches[i])
+        return Solution(**out)
 
     def points(self) -> list[tuple[PowerMode, int | None]]:
         """``(mode, batch size)`` of every row (batch size ``None`` for training rows)."""
