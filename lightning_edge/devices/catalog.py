@@ -33,8 +33,6 @@ ORIN_AGX_GPU_HZ: tuple[int, ...] = (
 ORIN_AGX_EMC_HZ: tuple[int, ...] = (204000000, 665600000, 2133000000, 3199000000)
 """Memory (EMC) rates (Hz), 4 values."""
 
-ORIN_AGX_CORES = 12
-
 ORIN_AGX_MAXN = PowerMode(12, 2201.6, 1300.5, 3199.0)
 """MAXN: ``12c/2201.6/1300.5/3199``."""
 
@@ -55,13 +53,7 @@ FULCRUM_MIDPOINT = PowerMode(8, 1344.0, 726.75, 2133.0)
 
 def orin_agx_space() -> PowerModeSpace:
     """The full Orin AGX 32 GB grid: 12 x 29 x 13 x 4 = 18,096 modes."""
-    return PowerModeSpace(
-        cores=range(1, ORIN_AGX_CORES + 1),
-        cpu_mhz=[k / 1e3 for k in ORIN_AGX_CPU_KHZ],
-        gpu_mhz=[h / 1e6 for h in ORIN_AGX_GPU_HZ],
-        mem_mhz=[h / 1e6 for h in ORIN_AGX_EMC_HZ],
-        name="orin-agx",
-    )
+    return BOARDS["orin-agx"].space()  # type: ignore[return-value]
 
 
 def fulcrum_space() -> PowerModeSpace:
@@ -100,7 +92,6 @@ EMC_NVPMODEL_CAP = "sys/kernel/nvpmodel_emc_cap/emc_iso_cap"
 """Where nvpmodel writes ``EMC MAX_FREQ`` (Hz, 0 = no cap)."""
 DEBUGFS_DIR = "sys/kernel/debug"
 NVPMODEL_CONF = "etc/nvpmodel.conf"
-NVPMODEL_STATUS = "var/lib/nvpmodel/status"
 TEGRA_RELEASE = "etc/nv_tegra_release"
 DT_MODEL = "proc/device-tree/model"
 DT_COMPATIBLE = "proc/device-tree/compatible"
@@ -132,12 +123,6 @@ class BoardInfo:
             mem_mhz=[h / 1e6 for h in self.emc_hz],
             name=self.key,
         )
-
-    def cluster_of(self, cpu: int) -> int:
-        for i, cl in enumerate(self.clusters):
-            if cpu in cl:
-                return i
-        raise ValueError(f"cpu{cpu} is not in any cluster of {self.name}")
 
 
 _A78 = tuple(f"CPU_A78_{i}" for i in range(3))

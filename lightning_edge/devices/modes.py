@@ -381,8 +381,6 @@ class PowerModeSpace:
         """The modes one grid step lower and higher along ``knob`` (``None`` at the edge of the grid)."""
         return self.step(mode, knob, -1), self.step(mode, knob, +1)
 
-    neighbors = neighbours
-
     def step(self, mode: PowerMode, knob: str, delta: int = 1) -> PowerMode | None:
         """``mode`` moved ``delta`` grid steps along ``knob``; ``None`` if that leaves the grid."""
         knob = knob_name(knob)
@@ -524,8 +522,3 @@ def _as_mode(mode: ModeLike) -> PowerMode:
             raise InvalidModeError(f"a power mode has 4 knobs {KNOBS}, got {len(vals)} values: {mode!r}")
         return PowerMode(*vals)
     raise InvalidModeError(f"cannot make a power mode from {type(mode).__name__}: {mode!r}")
-
-
-def as_mode(mode: ModeLike) -> PowerMode:
-    """A :class:`PowerMode` from a label, dict, 4-tuple or PowerMode (numbers kept as given)."""
-    return _as_mode(mode)

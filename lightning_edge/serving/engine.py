@@ -166,12 +166,6 @@ class RequestInputs:
     def keyword(self) -> bool:
         return isinstance(self.pool, Mapping)
 
-    @property
-    def sample_shape(self) -> tuple[int, ...]:
-        if self.keyword:
-            return tuple(next(iter(self.pool.values())).shape[1:])
-        return tuple(self.pool.shape[1:])
-
     def head(self, n: int = 1) -> Any:
         """The first ``n`` samples: a tensor, or a dict of tensors."""
         if self.keyword:

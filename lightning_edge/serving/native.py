@@ -124,7 +124,6 @@ class NativeTwinMeter(TwinMeter):
         self.energy = 0.0
         self.train_done = 0
         self.train_busy_s = 0.0
-        self.last_train_end_s = 0.0
         self._work = 0.0
         self._need = self._draw_train()
 
@@ -142,7 +141,6 @@ class NativeTwinMeter(TwinMeter):
         while self._work >= self._need:
             self._work -= self._need
             self.train_done += 1
-            self.last_train_end_s = t_start_s + dt_s - self._work
             self._need = self._draw_train()
 
     def wait_until(self, t_s: float) -> float:

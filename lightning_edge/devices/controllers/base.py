@@ -112,10 +112,6 @@ class ModeController(Backend, ABC):
             self.recovered = self.recover()
 
     # ------------------------------------------------------------------ to implement
-    @classmethod
-    def available(cls, **kwargs: Any) -> bool:
-        return cls.why_unavailable(**kwargs) is None
-
     @abstractmethod
     def _read_mode(self) -> PowerMode:
         """The board's mode now."""
@@ -159,10 +155,6 @@ class ModeController(Backend, ABC):
     def original(self) -> PowerMode | None:
         """The mode found when this controller first took the board (the restore target)."""
         return self._session["original_mode"] if self._session else None
-
-    @property
-    def last_applied(self) -> AppliedMode | None:
-        return self._last
 
     @property
     def state_path(self) -> str | None:

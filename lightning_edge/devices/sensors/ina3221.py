@@ -89,10 +89,6 @@ class Rail:
         ma = _read_number(self.files[1])
         return mv * ma / 1e6, mv / 1e3, ma / 1e3
 
-    def read_w(self) -> float:
-        """Power in W (unchecked); raises OSError or ValueError."""
-        return self.read()[0]
-
 
 #: INA3221 limits (TI datasheet): bus voltage 0-26 V; shunt voltage full scale 163.84 mV (40 uV LSB x 4096)
 INA3221_MAX_BUS_V = 26.0
@@ -364,7 +360,6 @@ class INA3221Sensor(PowerSensor):
         self.skipped = tuple(found.skipped)
         self.rails = tuple(r.name for r in found.rails)
         self.total_rails, self.board, self.total_desc = board_total(self.rails)
-        self._total_idx = [self.rails.index(r) for r in self.total_rails]
         self.update_ms = dict(found.update_ms)
         self.update_period_s = float(update_period_s) if update_period_s else max(found.update_ms.values()) / 1e3
         self.clock_ns = clock_ns

@@ -28,7 +28,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ import numpy as np
 from lightning_edge.devices import catalog
 from lightning_edge.devices.modes import PowerMode, PowerModeSpace
 from lightning_edge.devices.sim.physics import Physics
-from lightning_edge.devices.sim.workload import UNITS, WorkloadProfile, compile_workload
+from lightning_edge.devices.sim.workload import WorkloadProfile, compile_workload
 from lightning_edge.roofline.model import Roofline
 
 __all__ = ["OrinTwin", "Prediction", "LayerTimes", "Activity", "TWIN_PROFILE", "load_twin_params"]
@@ -153,9 +153,7 @@ class Activity:
     batch_size: int
     profile: WorkloadProfile | None = None
     power_fn: Callable[[PowerMode], float] | None = None
-    started_s: float = 0.0
     layer: str | None = None
-    extra: dict = field(default_factory=dict)
 
 
 def _as_knobs(modes: Any, space: PowerModeSpace) -> tuple[np.ndarray, bool]:
@@ -602,7 +600,6 @@ class OrinTwin:
         with self._lock:
             now = self.clock()
             self._begin_transition(now)
-            activity.started_s = now
             for k in [k for k in self._profile_cache if k and k[0] in ("pw", "parts")]:
                 del self._profile_cache[k]
             self._activity = activity
@@ -746,7 +743,3 @@ class OrinTwin:
 
     def __repr__(self) -> str:
         return f"OrinTwin({self.space!r}, mode {self.current_mode()}, simulated)"
-
-
-def _unit_index(unit: str) -> int:
-    return UNITS.index(unit)
