@@ -120,9 +120,13 @@ class ModeController(Backend, ABC):
     def _snapshot(self) -> dict[str, Any]:
         """Everything needed to put the board back exactly as it is now (JSON-able)."""
 
-    @abstractmethod
     def _mode_of_snapshot(self, snapshot: dict[str, Any]) -> PowerMode | None:
-        """The mode a snapshot corresponds to, for messages and verification."""
+        """The mode a snapshot corresponds to, for messages and verification (``None``: unreadable); by default the
+        snapshot's ``mode`` dict."""
+        try:
+            return PowerMode.from_dict(snapshot["mode"])
+        except (KeyError, TypeError, ValueError):
+            return None
 
     @abstractmethod
     def _apply_mode(self, mode: PowerMode) -> tuple[list[str], list[str]]:
@@ -137,7 +141,9 @@ class ModeController(Backend, ABC):
         """Put the board back to ``snapshot``; same contract as :meth:`_apply_mode`."""
 
     def cli_args(self) -> list[str]:
-        """Arguments of ``lightning-edge mode ...`` that select this board (for printed commands)."""
+        """Arguments of ``lightning-edge mode ...`` that select this board (for printed commands). Never a --root:
+        a root process must not be pointed at another tree; a fake root is reached through the API only
+        (``lightning_edge.devices.cli.main(argv, root=...)``)."""
         return ["--device", self.name]
 
     # ------------------------------------------------------------------ public API

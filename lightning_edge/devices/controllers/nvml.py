@@ -21,14 +21,7 @@ from typing import Any, TextIO
 from lightning_edge.devices.controllers.base import ModeController
 from lightning_edge.devices.controllers.errors import ControllerUnavailableError, ModePermissionError
 from lightning_edge.devices.modes import PowerMode, PowerModeSpace
-
-
-def _import_nvml():
-    try:
-        import pynvml  # nvidia-ml-py
-    except ImportError:
-        return None
-    return pynvml
+from lightning_edge.devices.sensors.nvml import _import_nvml, _text
 
 
 class NvmlController(ModeController):
@@ -40,7 +33,6 @@ class NvmlController(ModeController):
     """
 
     name = "nvml"
-    source = "measured"
 
     def __init__(
         self,
@@ -61,11 +53,9 @@ class NvmlController(ModeController):
         self.index = index
         self.power_limit_w = power_limit_w
         self.handle = self.nvml.nvmlDeviceGetHandleByIndex(index)
-        uuid = self.nvml.nvmlDeviceGetUUID(self.handle)
-        uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
         super().__init__(
             space=space or self._discover_space(),
-            device_id=f"nvml-{uuid}",
+            device_id=f"nvml-{_text(self.nvml.nvmlDeviceGetUUID(self.handle))}",
             dry_run=dry_run,
             strict=strict,
             out=out,
@@ -113,11 +103,8 @@ class NvmlController(ModeController):
         gpus: set[int] = set()
         for m in mems:
             gpus.update(nv.nvmlDeviceGetSupportedGraphicsClocks(h, m))
-        name = nv.nvmlDeviceGetName(h)
-        name = name.decode() if isinstance(name, bytes) else str(name)
-        return PowerModeSpace(
-            cores=[os.cpu_count() or 1], cpu_mhz=[0.0], gpu_mhz=sorted(gpus), mem_mhz=mems, name=name
-        )
+        return PowerModeSpace(cores=[os.cpu_count() or 1], cpu_mhz=[0.0], gpu_mhz=sorted(gpus), mem_mhz=mems,
+                              name=_text(nv.nvmlDeviceGetName(h)))
 
     # ------------------------------------------------------------------ hooks
     def _read_mode(self) -> PowerMode:
@@ -134,12 +121,6 @@ class NvmlController(ModeController):
         except Exception:
             snap["power_limit_mw"] = None
         return snap
-
-    def _mode_of_snapshot(self, snapshot: dict[str, Any]) -> PowerMode | None:
-        try:
-            return PowerMode.from_dict(snapshot["mode"])
-        except (KeyError, TypeError, ValueError):
-            return None
 
     def _call(self, fn_name: str, *args: Any, smi: str) -> str:
         if self.dry_run:

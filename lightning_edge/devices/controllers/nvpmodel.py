@@ -66,15 +66,12 @@ class CommandRunner:
 
 
 class DryRunRunner(CommandRunner):
-    """Prints each command instead of running it (except read-only queries, which it runs through ``inner``)."""
+    """Prints each command instead of running it (the controller runs read-only queries on the real runner)."""
 
     def __init__(self, inner: CommandRunner | None = None, out: TextIO | None = None) -> None:
         self.inner = inner or CommandRunner()
         self.out = out
         self.commands: list[list[str]] = []
-
-    def query(self, argv: list[str]) -> subprocess.CompletedProcess:
-        return self.inner.run(argv)
 
     def run(self, argv: list[str], input: str | None = None) -> subprocess.CompletedProcess:
         self.commands.append(list(argv))
@@ -220,7 +217,32 @@ def restore_nvpmodel_snapshot(
     return actions
 
 
-class NvpmodelController(ModeController):
+class _SysfsBoardController(ModeController):
+    """The hooks the two Jetson controllers share: the board's mode read through ``self.sysfs``
+    (:class:`JetsonSysfs`), and no controller without the board's knobs under ``root``."""
+
+    sysfs: JetsonSysfs
+
+    @classmethod
+    def why_unavailable(cls, root: str | os.PathLike = "/", board: str | BoardInfo | None = None,
+                        **_: Any) -> str | None:
+        try:
+            JetsonLayout.probe(root, board)
+        except ControllerUnavailableError as exc:
+            return str(exc)
+        return None
+
+    def _read_mode(self) -> PowerMode:
+        return self.sysfs.mode_of_raw(self.sysfs.read_raw())
+
+    def _mode_of_snapshot(self, snapshot: dict[str, Any]) -> PowerMode | None:
+        try:
+            return self.sysfs.mode_of_raw(snapshot.get("raw", snapshot))  # "raw": an nvpmodel snapshot
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+
+
+class NvpmodelController(_SysfsBoardController):
     """Power modes through ``nvpmodel`` and a custom POWER_MODEL block (may need a reboot: see module doc).
 
     ``NvpmodelController(root="/", conf_path=None, nvpmodel="nvpmodel", runner=None, mode_id=None,
@@ -230,7 +252,6 @@ class NvpmodelController(ModeController):
     """
 
     name = "nvpmodel"
-    source = "measured"
 
     def __init__(
         self,
@@ -272,10 +293,9 @@ class NvpmodelController(ModeController):
         board: str | BoardInfo | None = None,
         **_: Any,
     ) -> str | None:
-        try:
-            JetsonLayout.probe(root, board)
-        except ControllerUnavailableError as exc:
-            return str(exc)
+        why = super().why_unavailable(root, board)
+        if why:
+            return why
         if shutil.which(nvpmodel) is None:
             return (
                 f"{nvpmodel!r} is not on PATH (it ships with JetPack: sudo apt install nvidia-l4t-nvpmodel)"
@@ -284,9 +304,6 @@ class NvpmodelController(ModeController):
         if not conf.exists():
             return f"no nvpmodel configuration at {conf}"
         return None
-
-    def cli_args(self) -> list[str]:
-        return ["--device", "nvpmodel"]  # no --root on the command line: see JetsonSysfsController.cli_args
 
     # ------------------------------------------------------------------ nvpmodel helpers
     def _cmd(self, *args: str) -> list[str]:
@@ -367,17 +384,9 @@ class NvpmodelController(ModeController):
         return "\n".join([f"< POWER_MODEL ID={ident} NAME={label} >", *out_lines]) + "\n"
 
     def _core_mask_now(self) -> int:
-        raw = self.sysfs.read_raw()
-        mask = 1
-        for c, v in raw["online"].items():
-            if int(v):
-                mask |= 1 << int(c)
-        return mask
+        return 1 | sum(1 << int(c) for c, v in self.sysfs.read_raw()["online"].items() if int(v))
 
     # ------------------------------------------------------------------ hooks
-    def _read_mode(self) -> PowerMode:
-        return self.sysfs.mode_of_raw(self.sysfs.read_raw())
-
     def _snapshot(self) -> dict[str, Any]:
         ident, name = self.query()
         if ident is None:
@@ -392,12 +401,6 @@ class NvpmodelController(ModeController):
             "conf_text": self._read_conf_exact(),
             "raw": self.sysfs.read_raw(),
         }
-
-    def _mode_of_snapshot(self, snapshot: dict[str, Any]) -> PowerMode | None:
-        try:
-            return self.sysfs.mode_of_raw(snapshot.get("raw", snapshot))
-        except (KeyError, TypeError, ValueError, AttributeError):
-            return None
 
     def _run_mode(self, ident: int) -> subprocess.CompletedProcess:
         argv = self._cmd("-m", str(ident))

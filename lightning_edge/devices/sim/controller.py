@@ -168,12 +168,6 @@ class SimModeController(ModeController):
     def _snapshot(self) -> dict[str, Any]:
         return {"kind": "sim", "board": self.board, "mode": self._load().to_dict()}
 
-    def _mode_of_snapshot(self, snapshot: dict[str, Any]) -> PowerMode | None:
-        try:
-            return PowerMode.from_dict(snapshot["mode"])
-        except (KeyError, TypeError, ValueError):
-            return None
-
     def _apply_mode(self, mode: PowerMode) -> tuple[list[str], list[str]]:
         return self._set(mode), []
 
