@@ -21,7 +21,7 @@ from typing import Any, TextIO
 from lightning_edge.devices.controllers.base import ModeController
 from lightning_edge.devices.controllers.errors import ControllerUnavailableError, ModePermissionError
 from lightning_edge.devices.modes import PowerMode, PowerModeSpace
-from lightning_edge.devices.sensors.nvml import _import_nvml, _text
+from lightning_edge.devices.sensors.nvml import _import_nvml, _text, nvml_start
 
 
 class NvmlController(ModeController):
@@ -82,17 +82,7 @@ class NvmlController(ModeController):
 
     @classmethod
     def why_unavailable(cls, index: int = 0, nvml: Any = None, **_: Any) -> str | None:
-        nv = nvml or _import_nvml()
-        if nv is None:
-            return "pynvml is not installed (pip install nvidia-ml-py, or pip install 'lightning-edge[nvml]')"
-        try:
-            nv.nvmlInit()
-            count = nv.nvmlDeviceGetCount()
-        except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded...
-            return f"NVML could not start ({exc}): no NVIDIA driver on this machine?"
-        if count <= index:
-            return f"no NVIDIA GPU with index {index} (NVML sees {count})"
-        return None
+        return nvml_start(index, nvml)[1]
 
     def cli_args(self) -> list[str]:
         return ["--device", f"nvml:{self.index}"]
