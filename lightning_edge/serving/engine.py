@@ -469,3 +469,14 @@ class BatchServer:
         """When something can next happen: the next arrival or the oldest pending request's guard."""
         g = self.guard_s(self.queue.oldest_s()) if self.queue.pending else math.inf
         return min(self.queue.next_arrival_s(), g)
+
+    def serve_until_done(self) -> None:
+        """Serve every request as it falls due, waiting on the meter's clock in between (``wait_until``: no idle
+        power logged), until no more requests will come."""
+        while True:
+            if self.step_due():
+                continue
+            nxt = self.next_event_s()
+            if not math.isfinite(nxt):
+                return
+            self.meter.wait_until(nxt)

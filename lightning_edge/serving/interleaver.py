@@ -156,19 +156,15 @@ class InterleaverMixin:
         keyword = isinstance(batch, Mapping)
         x = (_keyword_inputs(batch) if keyword else _first_tensor(batch).detach().cpu()) \
             if self.request_inputs is None or dev.simulated else None
-        if self.request_inputs is None:
-            pool = x
-        else:
-            pool = self.request_inputs
+        pool = x if self.request_inputs is None else self.request_inputs
         inputs = pool if isinstance(pool, RequestInputs) else RequestInputs(pool)
         bg_wl = in_wl = None
         if dev.simulated:
             from lightning_edge.devices.sim.live import SimWorkload
 
             twin = dev.twin
-            x_cpu = x if x is not None else (_keyword_inputs(batch) if keyword else _first_tensor(batch).detach().cpu())
-            example = x_cpu if isinstance(x_cpu, Mapping) else (x_cpu,)
-            bs = RequestInputs(x_cpu).n
+            example = x if isinstance(x, Mapping) else (x,)  # x: this batch's inputs (always read on the twin)
+            bs = RequestInputs(x).n
             if stage == "fit" and self._train_cost is not None:  # captured from the first step (no forward)
                 bg_wl = SimWorkload(self._train_cost, twin, train_batch_size=bs, seed=self.seed)
             elif stage == "fit":

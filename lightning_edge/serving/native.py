@@ -72,13 +72,7 @@ def run_native_threads(train_step: Callable[[], Any], model_runner: ModelRunner,
 
     def server_loop() -> None:
         try:
-            while True:
-                if server.step_due():
-                    continue
-                nxt = server.next_event_s()
-                if not math.isfinite(nxt):
-                    break
-                meter.wait_until(nxt)
+            server.serve_until_done()
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
             stop.set()
@@ -188,13 +182,7 @@ def simulate_native_twin(plan: Any, arrivals: ArrivalProcess, latency_budget_s: 
                             switch_s=switch_s, seed=seed, noise=noise)
     server = BatchServer(queue, meter, latency_budget_s=latency_budget_s, mode=plan.mode,
                          batch_size=plan.batch_size, infer_time_s=plan.infer_time_s, safety=safety)
-    while True:
-        if server.step_due():
-            continue
-        nxt = server.next_event_s()
-        if not math.isfinite(nxt):
-            break
-        meter.wait_until(nxt)
+    server.serve_until_done()
     meter.wait_until(duration_s)  # training alone until the end
     lat = summarize_latencies(queue.latencies_s(), latency_budget_s, "simulated")
     end = meter.now_s()
