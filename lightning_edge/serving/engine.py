@@ -122,7 +122,8 @@ class RequestQueue:
         return done[ok] - self._arr[:self.head][ok]
 
     def served_arrivals_s(self) -> np.ndarray:
-        return self._arr[:self.head].copy()
+        """Arrival time of every completed request, in the order of :meth:`latencies_s`."""
+        return self._arr[:self.head][~np.isnan(self._done[:self.head])]
 
 
 class RequestInputs:

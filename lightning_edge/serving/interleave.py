@@ -32,8 +32,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
-
 from lightning_edge.serving.arrivals import ArrivalProcess
 from lightning_edge.serving.engine import BatchServer, Plan, RequestQueue, RunningMean
 from lightning_edge.serving.stats import LatencySummary, summarize_latencies
@@ -228,6 +226,3 @@ class InterleavingEngine:
             predicted_throughput=float(self.plan.throughput), background_busy_s=self.log.busy_s("background"),
             infer_busy_s=self.log.busy_s("infer"), idle_s=self.log.idle_s, energy_j=float(energy),
             mean_power_w=float(energy / span) if span > 0 else math.nan, partial_minibatches=self.server.partial, notes=notes)
-
-    def latencies_s(self) -> np.ndarray:
-        return self.queue.latencies_s()

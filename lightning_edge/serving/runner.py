@@ -312,8 +312,7 @@ class InferenceRunner:
         lat = queue.latencies_s()
         e = meter.energy_j(t0, meter.now_s())
         energy = server.log.energy_j() if e is None else e
-        windows = self._windows(queue.served_arrivals_s()[~np.isnan(queue._done[:queue.head])], lat, events, end_s,
-                                server.log)
+        windows = self._windows(queue.served_arrivals_s(), lat, events, end_s, server.log)
         self._log_windows(windows)
         self.report = ServingReport(
             label=label, duration_s=span, latency=summarize_latencies(lat, self.problem.latency_budget_s, label),

@@ -101,13 +101,11 @@ class Prediction:
 
     def at(self, i: int) -> dict:
         """One mode's values as a dict of floats (``i`` indexes the modes asked for)."""
-        def g(a):
-            a = np.asarray(a).reshape(-1)
-            return a[i].item()
         m = np.asarray(self.modes).reshape(-1, 4)[i]
-        return {"mode": PowerMode(int(m[0]), m[1], m[2], m[3]), "time_s": g(self.time_s), "power_w": g(self.power_w),
-                "energy_j": g(self.energy_j), "static_w": g(self.static_w), "gpu_s": g(self.gpu_s),
-                "cpu_s": g(self.cpu_s), "data_s": g(self.data_s), "bound": g(self.bound), "label": self.label}
+        out: dict = {"mode": PowerMode(int(m[0]), m[1], m[2], m[3])}
+        for k in ("time_s", "power_w", "energy_j", "static_w", "gpu_s", "cpu_s", "data_s", "bound"):
+            out[k] = np.asarray(getattr(self, k)).reshape(-1)[i].item()
+        return {**out, "label": self.label}
 
 
 @dataclass
@@ -323,13 +321,11 @@ class OrinTwin:
             if knobs.shape[0] != 1:
                 raise ValueError("detail=True needs exactly one mode; use layer_times(cost, mode)")
             layers = self._timeline(prof, knobs[0], precision, res)
-        return Prediction(
-            time_s=_out(res["time_s"], single), power_w=_out(res["power_w"], single),
-            energy_j=_out(res["time_s"] * res["power_w"], single), static_w=_out(res["static_w"], single),
-            gpu_s=_out(res["gpu_s"], single), cpu_s=_out(res["cpu_s"], single), data_s=_out(res["data_s"], single),
-            bound=_out(res["bound"], single), modes=knobs, workload=prof.model, kind=prof.kind,
-            batch_size=prof.batch_size, precision=precision, layers=layers,
-        )
+        arrays = {k: _out(res[k], single) for k in ("time_s", "power_w", "static_w", "gpu_s", "cpu_s", "data_s",
+                                                     "bound")}
+        return Prediction(**arrays, energy_j=_out(res["time_s"] * res["power_w"], single), modes=knobs,
+                          workload=prof.model, kind=prof.kind, batch_size=prof.batch_size, precision=precision,
+                          layers=layers)
 
     def layer_times(self, cost: Any, mode: Any = None, *, kind: str | None = None, batch_size: int | None = None,
                     precision: str | None = None, dataloader: bool | None = None) -> LayerTimes:
