@@ -127,6 +127,16 @@ class NvmlController(ModeController):
             raise
         return smi
 
+    def _call_or(self, call: tuple, fallback: tuple) -> str:
+        """``_call(*call)`` (the last item is the ``nvidia-smi`` equivalent); where the GPU lacks that call (memory
+        clock locks before Ampere), ``fallback`` (applications clocks). A refused permission is never retried."""
+        try:
+            return self._call(*call[:-1], smi=call[-1])
+        except Exception as exc:
+            if isinstance(exc, ModePermissionError):
+                raise
+            return self._call(*fallback[:-1], smi=fallback[-1])
+
     def _apply_mode(self, mode: PowerMode) -> tuple[list[str], list[str]]:
         g, m, i = int(mode.gpu_mhz), int(mode.mem_mhz), self.index
         actions = [
@@ -134,26 +144,9 @@ class NvmlController(ModeController):
                 "nvmlDeviceSetGpuLockedClocks", g, g, smi=f"nvidia-smi -i {i} --lock-gpu-clocks={g},{g}"
             ),
         ]
-        try:
-            actions.append(
-                self._call(
-                    "nvmlDeviceSetMemoryLockedClocks",
-                    m,
-                    m,
-                    smi=f"nvidia-smi -i {i} --lock-memory-clocks={m},{m}",
-                )
-            )
-        except Exception as exc:  # pre-Ampere: applications clocks
-            if isinstance(exc, ModePermissionError):
-                raise
-            actions.append(
-                self._call(
-                    "nvmlDeviceSetApplicationsClocks",
-                    m,
-                    g,
-                    smi=f"nvidia-smi -i {i} --applications-clocks={m},{g}",
-                )
-            )
+        actions.append(self._call_or(
+            ("nvmlDeviceSetMemoryLockedClocks", m, m, f"nvidia-smi -i {i} --lock-memory-clocks={m},{m}"),
+            ("nvmlDeviceSetApplicationsClocks", m, g, f"nvidia-smi -i {i} --applications-clocks={m},{g}")))
         if self.power_limit_w is not None:
             mw = int(round(self.power_limit_w * 1000))
             actions.append(
@@ -173,20 +166,9 @@ class NvmlController(ModeController):
     def _apply_snapshot(self, snapshot: dict[str, Any]) -> tuple[list[str], list[str]]:
         i = self.index
         actions = [self._call("nvmlDeviceResetGpuLockedClocks", smi=f"nvidia-smi -i {i} --reset-gpu-clocks")]
-        try:
-            actions.append(
-                self._call(
-                    "nvmlDeviceResetMemoryLockedClocks", smi=f"nvidia-smi -i {i} --reset-memory-clocks"
-                )
-            )
-        except Exception as exc:
-            if isinstance(exc, ModePermissionError):
-                raise
-            actions.append(
-                self._call(
-                    "nvmlDeviceResetApplicationsClocks", smi=f"nvidia-smi -i {i} --reset-applications-clocks"
-                )
-            )
+        actions.append(self._call_or(
+            ("nvmlDeviceResetMemoryLockedClocks", f"nvidia-smi -i {i} --reset-memory-clocks"),
+            ("nvmlDeviceResetApplicationsClocks", f"nvidia-smi -i {i} --reset-applications-clocks")))
         mw = snapshot.get("power_limit_mw")
         if self.power_limit_w is not None and mw:
             actions.append(
