@@ -425,11 +425,9 @@ class BatchServer:
 
     def set_plan(self, mode: Any, batch_size: int, infer_time_s: float | None) -> None:
         self.mode = mode
-        if int(batch_size) != self.batch_size or self.t_in.prior is None:
-            prior = infer_time_s if infer_time_s is not None and math.isfinite(infer_time_s) else None
-            self.t_in = RunningMean(prior)  # a new batch size (or mode) takes a new time
-        elif infer_time_s is not None and math.isfinite(infer_time_s):
-            self.t_in = RunningMean(infer_time_s)
+        known = infer_time_s is not None and math.isfinite(infer_time_s)
+        if known or int(batch_size) != self.batch_size or self.t_in.prior is None:
+            self.t_in = RunningMean(infer_time_s if known else None)  # a new batch size (or mode) takes a new time
         self.batch_size = int(batch_size)
 
     def guard_s(self, t_arrival_s: float) -> float:
