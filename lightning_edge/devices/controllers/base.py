@@ -303,18 +303,8 @@ class ModeController(Backend, ABC):
         if self._safety is not None:
             kept = self._session["kept_state"]
             snap = kept["snapshot"] if kept else self._session["snapshot"]
-            original = self._mode_of_snapshot(snap)
-            rec = self._safety.new_record(
-                controller=self.name,
-                pid=None,
-                kept=True,
-                phase="kept",
-                snapshot=snap,
-                original=str(original) if original else None,
-                original_mode=original.to_dict() if original else None,
-                applied=self._last.settled.to_dict() if self._last and self._last.settled else None,
-                restore_command=self.restore_command(),
-            )
+            rec = self._new_record(snap, self._mode_of_snapshot(snap), pid=None, kept=True, phase="kept",
+                                   applied=self._last.settled.to_dict() if self._last and self._last.settled else None)
             if kept:
                 rec["started_at"] = kept.get("started_at", rec["started_at"])
             self._safety.state.write(rec)
@@ -473,23 +463,21 @@ class ModeController(Backend, ABC):
     ) -> None:
         if self._safety is None or self._session is None:
             return
-        original = self._session["original_mode"]
         old = self._safety.state.read() or {}
-        rec = self._safety.new_record(
-            controller=self.name,
-            phase=phase,
-            kept=False,
-            snapshot=self._session["snapshot"],
-            original=str(original) if original else None,
-            original_mode=original.to_dict() if original else None,
-            applied=applied.to_dict() if applied else None,
-            settled=settled.to_dict() if settled else None,
-            kept_state=self._session["kept_state"],
-            restore_command=self.restore_command(),
-        )
+        rec = self._new_record(self._session["snapshot"], self._session["original_mode"], phase=phase, kept=False,
+                               applied=applied.to_dict() if applied else None,
+                               settled=settled.to_dict() if settled else None, kept_state=self._session["kept_state"])
         if old.get("pid") == os.getpid() and "started_at" in old:
             rec["started_at"] = old["started_at"]
         self._safety.state.write(rec)
+
+    def _new_record(self, snapshot: dict[str, Any], original: PowerMode | None, **fields: Any) -> dict[str, Any]:
+        """A state-file record of this board: the snapshot, its mode in words and as a dict, the restore command."""
+        assert self._safety is not None
+        return self._safety.new_record(controller=self.name, snapshot=snapshot,
+                                       original=str(original) if original else None,
+                                       original_mode=original.to_dict() if original else None,
+                                       restore_command=self.restore_command(), **fields)
 
     def _mode_from_state(self, state: dict[str, Any]) -> PowerMode | None:
         if isinstance(state.get("original_mode"), dict):
