@@ -312,13 +312,12 @@ def _finish(layout: str, rails: list[Rail], chip_dirs: dict[str, str], update_ms
     if not rails:
         err = (f"INA3221 ({layout}) found at {', '.join(chip_dirs.values())} but no connected, readable rail "
                f"(skipped: {', '.join(skipped) or 'none'})")
-    seen: dict[str, int] = {}
+    seen: set[str] = set()
     for r in rails:  # keep every rail by a unique name
         if r.name in seen:
-            seen[r.name] += 1
             r.name = f"{r.name}@{r.chip}"
         else:
-            seen[r.name] = 1
+            seen.add(r.name)
     return Discovery(layout, rails, chip_dirs, update_ms, skipped, err)
 
 

@@ -186,10 +186,6 @@ def _out(a: np.ndarray, single: bool) -> np.ndarray:
 class OrinTwin:
     """The simulated Jetson AGX Orin (32 GB, JetPack 5): see the module docstring.
 
-    ``OrinTwin(params=None, profile_path=None, space=None, controller=None, clock=time.monotonic,
-    noise=True, settling=True, seed=0, power_noise=0.02, settle_tau_s=0.8, initial=None,
-    tf32_matmul=False)``
-
     - ``params``: override fitted coefficients (names in ``physics.PARAM_DOCS``);
     - ``controller``: a :class:`~lightning_edge.devices.sim.controller.SimModeController` whose current
       mode the twin follows (otherwise the twin keeps its own mode: :meth:`set_mode`);
@@ -701,9 +697,8 @@ class OrinTwin:
     def _begin_transition(self, now: float) -> None:
         if self._target_key is None and self._from_w is None:
             self._from_w = self.target_power()
-            self._change_s = now
-            return
-        self._from_w = self._level_at(now, getattr(self, "_last_target", self.target_power()))
+        else:
+            self._from_w = self._level_at(now, getattr(self, "_last_target", self.target_power()))
         self._change_s = now
 
     def power_now(self, *, noise: bool | None = None) -> float:
