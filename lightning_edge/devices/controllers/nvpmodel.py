@@ -346,25 +346,14 @@ class NvpmodelController(_SysfsBoardController):
         blocks = parse_power_models(strip_custom_block(text))
         template = next((b for b in blocks if b.id == template_id), None)
         body = list(template.body) if template else []
-        cluster_names = [n for n in self.layout.board.nvpmodel_clusters] or [
-            f"CPU_A78_{i}" for i in range(len(self.layout.policies))
-        ]
-        seen_clusters = []
-        for line in body:
-            p = line.split()
-            if len(p) >= 2 and p[0].startswith("CPU_") and p[0] != "CPU_ONLINE" and p[1] == "MIN_FREQ":
-                seen_clusters.append(p[0])
-        if seen_clusters:
-            cluster_names = seen_clusters
-        values: dict[tuple[str, str], str] = {}
-        for i in range(self.layout.cpu_count):
-            values[("CPU_ONLINE", f"CORE_{i}")] = "1" if i < mode.cores else "0"
-        for name in cluster_names:
-            values[(name, "MIN_FREQ")] = str(khz)
-            values[(name, "MAX_FREQ")] = str(khz)
-        values[("GPU", "MIN_FREQ")] = str(gpu_hz)
-        values[("GPU", "MAX_FREQ")] = str(gpu_hz)
-        values[("EMC", "MAX_FREQ")] = str(emc_hz)
+        # the template's own cluster names, else the board's (catalogue), else one per cpufreq policy
+        cluster_names = [p[0] for p in map(str.split, body) if len(p) >= 2 and p[0].startswith("CPU_")
+                         and p[0] != "CPU_ONLINE" and p[1] == "MIN_FREQ"] \
+            or list(self.layout.board.nvpmodel_clusters) or [f"CPU_A78_{i}" for i in range(len(self.layout.policies))]
+        values = {("CPU_ONLINE", f"CORE_{i}"): "1" if i < mode.cores else "0" for i in range(self.layout.cpu_count)}
+        values.update({(name, bound): str(khz) for name in cluster_names for bound in ("MIN_FREQ", "MAX_FREQ")})
+        values.update({("GPU", "MIN_FREQ"): str(gpu_hz), ("GPU", "MAX_FREQ"): str(gpu_hz),
+                       ("EMC", "MAX_FREQ"): str(emc_hz)})
         out_lines, done = [], set()
         for line in body:
             p = line.split()
