@@ -283,8 +283,7 @@ class PowerModeSpace:
         bad = [k for k in KNOBS if getattr(mode, k) not in self._pos[k]]
         if bad:
             lines = [f"power mode {mode} ({mode.describe()}) is not valid{self._for()}:"]
-            for k in bad:
-                lines.append(f"  {k}={_fmt_mhz(getattr(mode, k))} is not one of: {self._valid_list(k)}")
+            lines += [f"  {k}={_fmt_mhz(getattr(mode, k))} is not one of: {self._valid_list(k)}" for k in bad]
             raise InvalidModeError("\n".join(lines))
         return mode
 
@@ -486,9 +485,7 @@ class PowerModeSpace:
     # ----------------------------------------------------------------- profiles
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly profile: ``{"name": ..., "cores": [...], "cpu_mhz": [...], ...}``."""
-        d: dict[str, Any] = {"name": self.name}
-        d.update({k: list(self._values[k]) for k in KNOBS})
-        return d
+        return {"name": self.name, **{k: list(self._values[k]) for k in KNOBS}}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PowerModeSpace:
@@ -504,8 +501,7 @@ class PowerModeSpace:
         """A few lines: the values per knob and the size."""
         head = f"{self.name}: " if self.name else ""
         lines = [f"{head}{' x '.join(str(n) for n in self.shape)} = {self.size:,} power modes"]
-        for k in KNOBS:
-            lines.append(f"  {KNOB_TITLES[k]:>16} ({len(self._values[k]):>2}): {self._valid_list(k)}")
+        lines += [f"  {KNOB_TITLES[k]:>16} ({len(self._values[k]):>2}): {self._valid_list(k)}" for k in KNOBS]
         return "\n".join(lines)
 
 
