@@ -156,14 +156,12 @@ class Activity:
 
 def _as_knobs(modes: Any, space: PowerModeSpace) -> tuple[np.ndarray, bool]:
     """Modes -> (M, 4) float array (cores, cpu, gpu, mem) and whether a single mode was given."""
-    if modes is None:
-        return space.to_numpy().astype(float), False
-    if isinstance(modes, PowerModeSpace):
-        return modes.to_numpy().astype(float), False
+    if modes is None or isinstance(modes, PowerModeSpace):
+        return (space if modes is None else modes).to_numpy().astype(float), False
     if isinstance(modes, PowerMode):
         return np.array([modes.as_tuple()], dtype=float), True
-    if isinstance(modes, str):
-        return np.array([space.parse(modes).as_tuple()], dtype=float), True
+    if isinstance(modes, (str, dict)):  # a label, or {"cores": 8, "gpu": 726.75, ...}
+        return np.array([space.coerce(modes).as_tuple()], dtype=float), True
     if isinstance(modes, np.ndarray):
         arr = np.asarray(modes, dtype=float)
         if arr.ndim == 1 and arr.shape[0] == 4:
@@ -173,8 +171,6 @@ def _as_knobs(modes: Any, space: PowerModeSpace) -> tuple[np.ndarray, bool]:
         raise ValueError(f"mode array must have shape (4,) or (M, 4) [cores, cpu, gpu, mem MHz], got {arr.shape}")
     if isinstance(modes, tuple) and len(modes) == 4 and all(isinstance(x, (int, float)) for x in modes):
         return np.array([modes], dtype=float), True
-    if isinstance(modes, dict):
-        return np.array([space.coerce(modes).as_tuple()], dtype=float), True
     rows = [space.coerce(m).as_tuple() if not isinstance(m, PowerMode) else m.as_tuple() for m in modes]
     return np.array(rows, dtype=float).reshape(-1, 4), False
 
