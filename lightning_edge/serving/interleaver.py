@@ -46,6 +46,7 @@ from typing import Any
 
 from lightning_edge.cost.capture import tensors_of
 from lightning_edge.devices.board import get_board
+from lightning_edge.devices.catalog import fulcrum_space
 from lightning_edge.serving.arrivals import ArrivalProcess, ConstantArrivals
 from lightning_edge.serving.engine import (
     ConcurrentWorkload,
@@ -178,18 +179,14 @@ class InterleaverMixin:
             plan = self.solution if isinstance(self.solution, Plan) else Plan.from_solution(self.solution)
         else:
             workload = self.workload
-            space = self.space
-            if dev.simulated:
-                workload = workload if workload is not None else ConcurrentWorkload(bg_wl, in_wl)
-                if space is None:
-                    from lightning_edge.devices.catalog import fulcrum_space
-
-                    space = fulcrum_space()
-            elif workload is None:
+            if dev.simulated and workload is None:
+                workload = ConcurrentWorkload(bg_wl, in_wl)
+            if workload is None:
                 raise ValueError(f"Interleaver on {dev.name}: pass solution= (a concurrent Solution or Plan) or "
                                  "workload= (something that measures both models at a mode) to tune")
-            else:
-                space = space if space is not None else dev.space
+            space = self.space
+            if space is None:
+                space = fulcrum_space() if dev.simulated else dev.space
             sol, self.new_profiles = Retuner(self.tuner, space, workload, store=self.store, seed=self.seed).solve(
                 self.problem)
             if sol is None:
