@@ -463,13 +463,11 @@ class NvpmodelController(_SysfsBoardController):
             # left by the sysfs controller (same board, same state file): write its files back
             return self.sysfs.execute(self.sysfs.plan(self.sysfs.read_raw(), snapshot))
         ident = int(snapshot["nvpmodel_id"])
-        actions = []
-        if self.dry_run:
-            self._run_mode(ident)
-            self._say(f"# would put back {snapshot.get('conf_path', self.conf_path)} as found at start")
-            return [shlex.join(self._cmd("-m", str(ident)))], []
         self._run_mode(ident)
-        actions.append(shlex.join(self._cmd("-m", str(ident))))
+        actions = [shlex.join(self._cmd("-m", str(ident)))]
+        if self.dry_run:
+            self._say(f"# would put back {snapshot.get('conf_path', self.conf_path)} as found at start")
+            return actions, []
         trusted = self._snapshot_trusted
         conf, text = checked_conf(snapshot, self.conf_path, trusted)
         if text is not None and (not conf.exists() or self._read_conf_exact() != text):
