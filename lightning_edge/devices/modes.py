@@ -41,24 +41,12 @@ KNOB_TITLES = {
 }
 
 # short names accepted wherever a knob is named
-_KNOB_ALIASES = {
-    "cores": "cores",
-    "core": "cores",
-    "c": "cores",
-    "cpu_mhz": "cpu_mhz",
-    "cpu": "cpu_mhz",
-    "cpuf": "cpu_mhz",
-    "cpu_freq": "cpu_mhz",
-    "gpu_mhz": "gpu_mhz",
-    "gpu": "gpu_mhz",
-    "gpuf": "gpu_mhz",
-    "gpu_freq": "gpu_mhz",
-    "mem_mhz": "mem_mhz",
-    "mem": "mem_mhz",
-    "memf": "mem_mhz",
-    "emc": "mem_mhz",
-    "memory": "mem_mhz",
-}
+_KNOB_ALIASES = {alias: knob for knob, aliases in (
+    ("cores", ("cores", "core", "c")),
+    ("cpu_mhz", ("cpu_mhz", "cpu", "cpuf", "cpu_freq")),
+    ("gpu_mhz", ("gpu_mhz", "gpu", "gpuf", "gpu_freq")),
+    ("mem_mhz", ("mem_mhz", "mem", "memf", "emc", "memory")),
+) for alias in aliases}
 
 SNAP_TOLERANCE_MHZ = 1.0
 """How far a given frequency may be from a grid value and still name it (truncated or rounded MHz, as in papers and
