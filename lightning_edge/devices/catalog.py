@@ -127,51 +127,19 @@ class BoardInfo:
 
 _A78 = tuple(f"CPU_A78_{i}" for i in range(3))
 
-BOARDS: dict[str, BoardInfo] = {
-    "orin-agx": BoardInfo(
-        key="orin-agx",
-        name="NVIDIA Jetson AGX Orin 32GB",
-        cpu_count=12,
-        clusters=((0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11)),
-        compatible=("p3701-0000", "p3701-0004"),
-        cpu_khz=ORIN_AGX_CPU_KHZ,
-        gpu_hz=ORIN_AGX_GPU_HZ,
-        emc_hz=ORIN_AGX_EMC_HZ,
-        nvpmodel_clusters=_A78,
-    ),
-    "orin-agx-64gb": BoardInfo(
-        key="orin-agx-64gb",
-        name="NVIDIA Jetson AGX Orin 64GB",
-        cpu_count=12,
-        clusters=((0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11)),
-        compatible=("p3701-0005",),
-        nvpmodel_clusters=_A78,
-    ),
-    "orin-nx-16gb": BoardInfo(
-        key="orin-nx-16gb",
-        name="NVIDIA Jetson Orin NX 16GB",
-        cpu_count=8,
-        clusters=((0, 1, 2, 3), (4, 5, 6, 7)),
-        compatible=("p3767-0000",),
-        nvpmodel_clusters=_A78[:2],
-    ),
-    "orin-nx-8gb": BoardInfo(
-        key="orin-nx-8gb",
-        name="NVIDIA Jetson Orin NX 8GB",
-        cpu_count=6,
-        clusters=((0, 1, 2, 3), (4, 5)),
-        compatible=("p3767-0001",),
-        nvpmodel_clusters=_A78[:2],
-    ),
-    "orin-nano": BoardInfo(
-        key="orin-nano",
-        name="NVIDIA Jetson Orin Nano",
-        cpu_count=6,
-        clusters=((0, 1, 2, 3), (4, 5)),
-        compatible=("p3767-0003", "p3767-0004", "p3767-0005"),
-        nvpmodel_clusters=_A78[:2],
-    ),
-}
+BOARDS: dict[str, BoardInfo] = {b.key: b for b in (
+    BoardInfo("orin-agx", "NVIDIA Jetson AGX Orin 32GB", 12, ((0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11)),
+              compatible=("p3701-0000", "p3701-0004"), cpu_khz=ORIN_AGX_CPU_KHZ, gpu_hz=ORIN_AGX_GPU_HZ,
+              emc_hz=ORIN_AGX_EMC_HZ, nvpmodel_clusters=_A78),
+    BoardInfo("orin-agx-64gb", "NVIDIA Jetson AGX Orin 64GB", 12, ((0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11)),
+              compatible=("p3701-0005",), nvpmodel_clusters=_A78),
+    BoardInfo("orin-nx-16gb", "NVIDIA Jetson Orin NX 16GB", 8, ((0, 1, 2, 3), (4, 5, 6, 7)),
+              compatible=("p3767-0000",), nvpmodel_clusters=_A78[:2]),
+    BoardInfo("orin-nx-8gb", "NVIDIA Jetson Orin NX 8GB", 6, ((0, 1, 2, 3), (4, 5)),
+              compatible=("p3767-0001",), nvpmodel_clusters=_A78[:2]),
+    BoardInfo("orin-nano", "NVIDIA Jetson Orin Nano", 6, ((0, 1, 2, 3), (4, 5)),
+              compatible=("p3767-0003", "p3767-0004", "p3767-0005"), nvpmodel_clusters=_A78[:2]),
+)}
 
 
 def board_info(key: str) -> BoardInfo:
