@@ -145,12 +145,6 @@ def _index(path: str, prefix: str) -> int:
     return int(tail) if tail.isdigit() else 1 << 30
 
 
-def _chip_of(dev_dir: str, layout: str) -> str:
-    # .../ina3221/1-0040/hwmon/hwmon3 -> 1-0040 ; .../ina3221x/7-0040/iio:device0 -> 7-0040
-    parts = Path(dev_dir).parts
-    return parts[-3] if layout == "hwmon" else parts[-2]
-
-
 @dataclass
 class Discovery:
     """What a probe found: the rails, per-chip update intervals, and the first error that makes the
@@ -272,7 +266,7 @@ def _discover_iio(dirs: list[str]) -> Discovery:
     update_ms: dict[str, float] = {}
     skipped: list[str] = []
     for d in dirs:
-        chip = _chip_of(d, "iio")
+        chip = Path(d).parts[-2]  # .../ina3221x/7-0040/iio:device0 -> 7-0040
         chip_dirs[chip] = d
         enabled = 0
         for name_f in sorted(glob.glob(os.path.join(d, "rail_name_*")), key=lambda p: _index(p, "rail_name_")):
