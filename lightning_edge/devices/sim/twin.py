@@ -391,13 +391,7 @@ class OrinTwin:
         if kind not in ("train", "infer"):
             raise ValueError(f"kind must be 'train' or 'infer', got {kind!r}")
         cost, n_tensors = self.workload_cost(name_or_model, batch_size, kind, seq_len, precision, inputs)
-        key = ("wl", id(cost), kind, int(batch_size), n_tensors)
-        hit = self._profile_cache.get(key)
-        if hit is not None and hit[0] is cost:
-            prof = hit[1]
-        else:
-            prof = compile_workload(cost, kind=kind, batch_size=batch_size, param_tensors=n_tensors)
-            self._profile_cache[key] = (cost, prof)  # type: ignore[assignment]
+        prof = self.compile(cost, kind=kind, batch_size=batch_size, param_tensors=n_tensors)
         return self.predict(prof, modes, dataloader=dataloader, precision=precision, detail=detail)
 
     # ------------------------------------------------------------------ the engine
