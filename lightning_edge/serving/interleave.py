@@ -111,7 +111,6 @@ class InterleavingEngine:
         self.server = BatchServer(self.queue, meter, latency_budget_s=latency_budget_s, mode=plan.mode,
                                   batch_size=plan.batch_size, infer_time_s=plan.infer_time_s, runner=runner,
                                   safety=safety)
-        self.budget_s = self.server.budget_s
         self.log = self.server.log
         self.t_tr = RunningMean(plan.train_time_s)
         self.in_cycle = 0
@@ -209,7 +208,7 @@ class InterleavingEngine:
     # ------------------------------------------------------------------------------------------ results
     def report(self) -> InterleavingReport:
         label = self.meter.label
-        lat = summarize_latencies(self.queue.latencies_s(), self.budget_s, label)
+        lat = summarize_latencies(self.queue.latencies_s(), self.server.budget_s, label)
         end = self.meter.now_s()
         elapsed = max(self._last_bg_end - self._t0, 0.0)
         n_bg = self.log.count("background")
