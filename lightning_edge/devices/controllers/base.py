@@ -198,15 +198,7 @@ class ModeController(Backend, ABC):
         self._write_state(phase="applied", applied=target, settled=settled)
         if settled != target and not mismatches:
             mismatches = [f"mode reads back as {settled} ({settled.describe()}), not {target}"]
-        applied = AppliedMode(
-            target,
-            settled,
-            tuple(actions),
-            source=self.source,
-            mismatches=tuple(mismatches),
-            settled_at_s=time.time(),
-        )
-        self._last = applied
+        applied = self._last = self._settled(target, settled, actions, mismatches)
         if mismatches and self.strict:
             raise ModeVerificationError(
                 f"{self.device_id} did not take mode {target}: it settled at {settled} ({settled.describe()}).\n"
@@ -416,15 +408,7 @@ class ModeController(Backend, ABC):
                 self._safety.state.write(kept)
             else:
                 self._safety.state.remove()
-        result = AppliedMode(
-            target or settled,
-            settled,
-            tuple(actions),
-            source=self.source,
-            mismatches=tuple(mismatches),
-            settled_at_s=time.time(),
-            details={"reason": reason},
-        )
+        result = self._settled(target or settled, settled, actions, mismatches, details={"reason": reason})
         if reason == "recovery":
             self.recovered = result
         if mismatches:
@@ -433,6 +417,12 @@ class ModeController(Backend, ABC):
                 + "\n".join(f"  {m}" for m in mismatches)
             )
         return result
+
+    def _settled(self, target: PowerMode, settled: PowerMode, actions: list[str], mismatches: list[str],
+                 **fields: Any) -> AppliedMode:
+        """What a change written to the board did: ``settled`` read back now, from this controller's ``source``."""
+        return AppliedMode(target, settled, tuple(actions), source=self.source, mismatches=tuple(mismatches),
+                           settled_at_s=time.time(), **fields)
 
     def restore_failure_message(self, exc: BaseException, original: PowerMode | None = None) -> str:
         """What to tell a person when putting the board back failed: the mode it is in now (read from the board),
