@@ -318,8 +318,7 @@ class PowerModeSpace:
         if isinstance(mode, str):
             return self.parse(mode, tolerance_mhz)
         m = _as_mode(mode)
-        errors = []
-        vals = []
+        errors, vals = [], []
         for k in KNOBS:
             try:
                 vals.append(self.snap_value(k, getattr(m, k), tolerance_mhz))

@@ -101,7 +101,6 @@ class InterleavingEngine:
             raise ValueError(f"managed interleaving needs tau >= 1 background minibatch per inference cycle; the plan "
                              f"({plan.describe()}) has tau = {plan.train_minibatches}")
         self.plan = plan
-        self.arrivals = arrivals
         self.meter = meter
         self.controller = controller
         self.restore = bool(restore)

@@ -183,9 +183,8 @@ class ModeController(Backend, ABC):
                 f"# dry run: {self.name} would switch {self.device_id} to {target} ({target.describe()})"
             )
             actions, _ = self._apply_mode(target)
-            applied = AppliedMode(target, None, tuple(actions), dry_run=True, source="planned")
-            self._last = applied
-            return applied
+            self._last = AppliedMode(target, None, tuple(actions), dry_run=True, source="planned")
+            return self._last
         self.begin()
         self._write_state(phase="applying", applied=target)
         try:

@@ -27,6 +27,7 @@ import errno
 import hashlib
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -78,8 +79,6 @@ class DryRunWriter(SysfsWriter):
         return self.inner.read(path)
 
     def write(self, path: str | os.PathLike, value: str) -> None:
-        import sys
-
         self.writes.append((str(path), value))
         print(f"echo {value} > {path}", file=self.out or sys.stdout)
 

@@ -94,9 +94,8 @@ class ReplaySensor(PowerSensor):
     def from_npz(cls, path: str | os.PathLike[str], **kw: Any) -> ReplaySensor:
         """``.npz`` with ``t_s``, ``power_w`` and optionally ``rails_w`` (n x k) with ``rails`` (k names)."""
         with np.load(path, allow_pickle=False) as z:
-            rails = {}
-            if "rails_w" in z and "rails" in z:
-                rails = {str(n): z["rails_w"][:, i] for i, n in enumerate(z["rails"])}
+            named = "rails_w" in z and "rails" in z
+            rails = {str(n): z["rails_w"][:, i] for i, n in enumerate(z["rails"])} if named else {}
             kw.setdefault("label", f"replay of {path}")
             return cls(z["t_s"], z["power_w"], rails, **kw)
 
