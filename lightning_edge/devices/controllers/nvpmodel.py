@@ -172,6 +172,13 @@ def checked_conf(snapshot: dict[str, Any], board_conf: Path, trusted: bool) -> t
     return board_conf, text
 
 
+def _succeeded(argv: list[str], res: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """``res`` of ``argv``, or a :class:`ModeWriteError` with the command and what it said when it failed."""
+    if res.returncode != 0:
+        raise ModeWriteError(f"`{shlex.join(argv)}` failed ({res.returncode}): {(res.stderr or res.stdout).strip()}")
+    return res
+
+
 def restore_nvpmodel_snapshot(
     snapshot: dict[str, Any],
     *,
@@ -209,11 +216,7 @@ def restore_nvpmodel_snapshot(
     if dry_run:
         print(shlex.join(argv), file=out or sys.stdout)
         return actions
-    res = (runner or CommandRunner()).run(argv, input="NO\n")
-    if res.returncode != 0:
-        raise ModeWriteError(
-            f"`{shlex.join(argv)}` failed ({res.returncode}): {(res.stderr or res.stdout).strip()}"
-        )
+    _succeeded(argv, (runner or CommandRunner()).run(argv, input="NO\n"))
     return actions
 
 
@@ -393,12 +396,7 @@ class NvpmodelController(_SysfsBoardController):
 
     def _run_mode(self, ident: int) -> subprocess.CompletedProcess:
         argv = self._cmd("-m", str(ident))
-        res = self.runner.run(argv, input="NO\n")  # never accept nvpmodel's offer to reboot
-        if res.returncode != 0:
-            raise ModeWriteError(
-                f"`{shlex.join(argv)}` failed ({res.returncode}): {(res.stderr or res.stdout).strip()}"
-            )
-        return res
+        return _succeeded(argv, self.runner.run(argv, input="NO\n"))  # never accept nvpmodel's offer to reboot
 
     def _apply_mode(self, mode: PowerMode) -> tuple[list[str], list[str]]:
         text = self._read_conf_exact()
