@@ -83,13 +83,9 @@ def fit_roofline(params: dict) -> dict:
         p.update(zip(names, x))
         return _roof_residuals(Physics(p))
 
-    best = None
     rng = np.random.default_rng(0)
     starts = [x0] + [lo + (hi - lo) * rng.random(len(x0)) for _ in range(40)]
-    for s in starts:
-        res = least_squares(f, s, bounds=(lo, hi), x_scale="jac")
-        if best is None or res.cost < best.cost:
-            best = res
+    best = min((least_squares(f, s, bounds=(lo, hi), x_scale="jac") for s in starts), key=lambda res: res.cost)
     out = dict(params)
     out.update(zip(names, best.x))
     return out
