@@ -19,6 +19,7 @@ that switches modes, with its state file and restore handlers; a board name with
 
 from __future__ import annotations
 
+import contextlib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -108,10 +109,8 @@ class Board:
         except Exception as exc:  # noqa: BLE001
             return None, f"no roofline ({exc}): energies apportioned by time"
         if mode is not None:
-            try:
+            with contextlib.suppress(Exception):  # not one of the profile's modes: MAXN's
                 return prof.roofline(mode, precision), f"{ORIN_PROFILE} (published) mode {mode}"
-            except Exception:  # noqa: BLE001
-                pass
         maxn = prof.modes[0].mode
         return prof.roofline(maxn, precision), f"{ORIN_PROFILE} (published) mode {maxn} (MAXN)"
 
@@ -132,10 +131,8 @@ class Board:
     def close(self) -> None:
         close = getattr(self.owner, "close", None)
         if close is not None:
-            try:
+            with contextlib.suppress(Exception):
                 close()
-            except Exception:  # noqa: BLE001
-                pass
 
 
 def get_board(spec: Any = "auto", *, control: str = "read", seed: int | None = 0) -> Board:

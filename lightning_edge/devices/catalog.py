@@ -33,8 +33,6 @@ ORIN_AGX_GPU_HZ: tuple[int, ...] = (
 ORIN_AGX_EMC_HZ: tuple[int, ...] = (204000000, 665600000, 2133000000, 3199000000)
 """Memory (EMC) rates (Hz), 4 values."""
 
-ORIN_AGX_CORES = 12
-
 ORIN_AGX_MAXN = PowerMode(12, 2201.6, 1300.5, 3199.0)
 """MAXN: ``12c/2201.6/1300.5/3199``."""
 
@@ -55,13 +53,7 @@ FULCRUM_MIDPOINT = PowerMode(8, 1344.0, 726.75, 2133.0)
 
 def orin_agx_space() -> PowerModeSpace:
     """The full Orin AGX 32 GB grid: 12 x 29 x 13 x 4 = 18,096 modes."""
-    return PowerModeSpace(
-        cores=range(1, ORIN_AGX_CORES + 1),
-        cpu_mhz=[k / 1e3 for k in ORIN_AGX_CPU_KHZ],
-        gpu_mhz=[h / 1e6 for h in ORIN_AGX_GPU_HZ],
-        mem_mhz=[h / 1e6 for h in ORIN_AGX_EMC_HZ],
-        name="orin-agx",
-    )
+    return BOARDS["orin-agx"].space()  # type: ignore[return-value]
 
 
 def fulcrum_space() -> PowerModeSpace:
@@ -100,7 +92,6 @@ EMC_NVPMODEL_CAP = "sys/kernel/nvpmodel_emc_cap/emc_iso_cap"
 """Where nvpmodel writes ``EMC MAX_FREQ`` (Hz, 0 = no cap)."""
 DEBUGFS_DIR = "sys/kernel/debug"
 NVPMODEL_CONF = "etc/nvpmodel.conf"
-NVPMODEL_STATUS = "var/lib/nvpmodel/status"
 TEGRA_RELEASE = "etc/nv_tegra_release"
 DT_MODEL = "proc/device-tree/model"
 DT_COMPATIBLE = "proc/device-tree/compatible"
@@ -133,60 +124,22 @@ class BoardInfo:
             name=self.key,
         )
 
-    def cluster_of(self, cpu: int) -> int:
-        for i, cl in enumerate(self.clusters):
-            if cpu in cl:
-                return i
-        raise ValueError(f"cpu{cpu} is not in any cluster of {self.name}")
-
 
 _A78 = tuple(f"CPU_A78_{i}" for i in range(3))
 
-BOARDS: dict[str, BoardInfo] = {
-    "orin-agx": BoardInfo(
-        key="orin-agx",
-        name="NVIDIA Jetson AGX Orin 32GB",
-        cpu_count=12,
-        clusters=((0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11)),
-        compatible=("p3701-0000", "p3701-0004"),
-        cpu_khz=ORIN_AGX_CPU_KHZ,
-        gpu_hz=ORIN_AGX_GPU_HZ,
-        emc_hz=ORIN_AGX_EMC_HZ,
-        nvpmodel_clusters=_A78,
-    ),
-    "orin-agx-64gb": BoardInfo(
-        key="orin-agx-64gb",
-        name="NVIDIA Jetson AGX Orin 64GB",
-        cpu_count=12,
-        clusters=((0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11)),
-        compatible=("p3701-0005",),
-        nvpmodel_clusters=_A78,
-    ),
-    "orin-nx-16gb": BoardInfo(
-        key="orin-nx-16gb",
-        name="NVIDIA Jetson Orin NX 16GB",
-        cpu_count=8,
-        clusters=((0, 1, 2, 3), (4, 5, 6, 7)),
-        compatible=("p3767-0000",),
-        nvpmodel_clusters=_A78[:2],
-    ),
-    "orin-nx-8gb": BoardInfo(
-        key="orin-nx-8gb",
-        name="NVIDIA Jetson Orin NX 8GB",
-        cpu_count=6,
-        clusters=((0, 1, 2, 3), (4, 5)),
-        compatible=("p3767-0001",),
-        nvpmodel_clusters=_A78[:2],
-    ),
-    "orin-nano": BoardInfo(
-        key="orin-nano",
-        name="NVIDIA Jetson Orin Nano",
-        cpu_count=6,
-        clusters=((0, 1, 2, 3), (4, 5)),
-        compatible=("p3767-0003", "p3767-0004", "p3767-0005"),
-        nvpmodel_clusters=_A78[:2],
-    ),
-}
+BOARDS: dict[str, BoardInfo] = {b.key: b for b in (
+    BoardInfo("orin-agx", "NVIDIA Jetson AGX Orin 32GB", 12, ((0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11)),
+              compatible=("p3701-0000", "p3701-0004"), cpu_khz=ORIN_AGX_CPU_KHZ, gpu_hz=ORIN_AGX_GPU_HZ,
+              emc_hz=ORIN_AGX_EMC_HZ, nvpmodel_clusters=_A78),
+    BoardInfo("orin-agx-64gb", "NVIDIA Jetson AGX Orin 64GB", 12, ((0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11)),
+              compatible=("p3701-0005",), nvpmodel_clusters=_A78),
+    BoardInfo("orin-nx-16gb", "NVIDIA Jetson Orin NX 16GB", 8, ((0, 1, 2, 3), (4, 5, 6, 7)),
+              compatible=("p3767-0000",), nvpmodel_clusters=_A78[:2]),
+    BoardInfo("orin-nx-8gb", "NVIDIA Jetson Orin NX 8GB", 6, ((0, 1, 2, 3), (4, 5)),
+              compatible=("p3767-0001",), nvpmodel_clusters=_A78[:2]),
+    BoardInfo("orin-nano", "NVIDIA Jetson Orin Nano", 6, ((0, 1, 2, 3), (4, 5)),
+              compatible=("p3767-0003", "p3767-0004", "p3767-0005"), nvpmodel_clusters=_A78[:2]),
+)}
 
 
 def board_info(key: str) -> BoardInfo:

@@ -41,24 +41,12 @@ KNOB_TITLES = {
 }
 
 # short names accepted wherever a knob is named
-_KNOB_ALIASES = {
-    "cores": "cores",
-    "core": "cores",
-    "c": "cores",
-    "cpu_mhz": "cpu_mhz",
-    "cpu": "cpu_mhz",
-    "cpuf": "cpu_mhz",
-    "cpu_freq": "cpu_mhz",
-    "gpu_mhz": "gpu_mhz",
-    "gpu": "gpu_mhz",
-    "gpuf": "gpu_mhz",
-    "gpu_freq": "gpu_mhz",
-    "mem_mhz": "mem_mhz",
-    "mem": "mem_mhz",
-    "memf": "mem_mhz",
-    "emc": "mem_mhz",
-    "memory": "mem_mhz",
-}
+_KNOB_ALIASES = {alias: knob for knob, aliases in (
+    ("cores", ("cores", "core", "c")),
+    ("cpu_mhz", ("cpu_mhz", "cpu", "cpuf", "cpu_freq")),
+    ("gpu_mhz", ("gpu_mhz", "gpu", "gpuf", "gpu_freq")),
+    ("mem_mhz", ("mem_mhz", "mem", "memf", "emc", "memory")),
+) for alias in aliases}
 
 SNAP_TOLERANCE_MHZ = 1.0
 """How far a given frequency may be from a grid value and still name it (truncated or rounded MHz, as in papers and
@@ -283,8 +271,7 @@ class PowerModeSpace:
         bad = [k for k in KNOBS if getattr(mode, k) not in self._pos[k]]
         if bad:
             lines = [f"power mode {mode} ({mode.describe()}) is not valid{self._for()}:"]
-            for k in bad:
-                lines.append(f"  {k}={_fmt_mhz(getattr(mode, k))} is not one of: {self._valid_list(k)}")
+            lines += [f"  {k}={_fmt_mhz(getattr(mode, k))} is not one of: {self._valid_list(k)}" for k in bad]
             raise InvalidModeError("\n".join(lines))
         return mode
 
@@ -331,8 +318,7 @@ class PowerModeSpace:
         if isinstance(mode, str):
             return self.parse(mode, tolerance_mhz)
         m = _as_mode(mode)
-        errors = []
-        vals = []
+        errors, vals = [], []
         for k in KNOBS:
             try:
                 vals.append(self.snap_value(k, getattr(m, k), tolerance_mhz))
@@ -380,8 +366,6 @@ class PowerModeSpace:
     def neighbours(self, mode: PowerMode, knob: str) -> tuple[PowerMode | None, PowerMode | None]:
         """The modes one grid step lower and higher along ``knob`` (``None`` at the edge of the grid)."""
         return self.step(mode, knob, -1), self.step(mode, knob, +1)
-
-    neighbors = neighbours
 
     def step(self, mode: PowerMode, knob: str, delta: int = 1) -> PowerMode | None:
         """``mode`` moved ``delta`` grid steps along ``knob``; ``None`` if that leaves the grid."""
@@ -488,9 +472,7 @@ class PowerModeSpace:
     # ----------------------------------------------------------------- profiles
     def to_dict(self) -> dict[str, Any]:
         """JSON-friendly profile: ``{"name": ..., "cores": [...], "cpu_mhz": [...], ...}``."""
-        d: dict[str, Any] = {"name": self.name}
-        d.update({k: list(self._values[k]) for k in KNOBS})
-        return d
+        return {"name": self.name, **{k: list(self._values[k]) for k in KNOBS}}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PowerModeSpace:
@@ -506,8 +488,7 @@ class PowerModeSpace:
         """A few lines: the values per knob and the size."""
         head = f"{self.name}: " if self.name else ""
         lines = [f"{head}{' x '.join(str(n) for n in self.shape)} = {self.size:,} power modes"]
-        for k in KNOBS:
-            lines.append(f"  {KNOB_TITLES[k]:>16} ({len(self._values[k]):>2}): {self._valid_list(k)}")
+        lines += [f"  {KNOB_TITLES[k]:>16} ({len(self._values[k]):>2}): {self._valid_list(k)}" for k in KNOBS]
         return "\n".join(lines)
 
 
@@ -524,8 +505,3 @@ def _as_mode(mode: ModeLike) -> PowerMode:
             raise InvalidModeError(f"a power mode has 4 knobs {KNOBS}, got {len(vals)} values: {mode!r}")
         return PowerMode(*vals)
     raise InvalidModeError(f"cannot make a power mode from {type(mode).__name__}: {mode!r}")
-
-
-def as_mode(mode: ModeLike) -> PowerMode:
-    """A :class:`PowerMode` from a label, dict, 4-tuple or PowerMode (numbers kept as given)."""
-    return _as_mode(mode)

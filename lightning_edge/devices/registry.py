@@ -30,8 +30,7 @@ def accepted_kwargs(cls: type, kwargs: Mapping[str, Any], *, method: str = "__in
         names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
         if not any(p.kind is p.VAR_KEYWORD for p in params):
             break
-    names.discard("self")
-    names.discard("cls")
+    names -= {"self", "cls"}
     return {k: v for k, v in kwargs.items() if k in names}
 
 

@@ -67,21 +67,6 @@ def default_state_dir() -> Path:
         return Path.home() / ".local" / "state" / "lightning_edge"
 
 
-def pid_alive(pid: int | None) -> bool:
-    """True if a process with this pid exists (it may belong to another user)."""
-    if not pid or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:  # pragma: no cover
-        return False
-    return True
-
-
 def boot_id() -> str | None:
     """This boot's id (``/proc/sys/kernel/random/boot_id``): tells a crash from a power loss / reboot."""
     try:
@@ -248,14 +233,6 @@ def open_state_dir(path: str | os.PathLike, create: bool = True) -> _StateDir:
     except BaseException:
         os.close(fd)
         raise
-
-
-def ensure_state_dir(path: str | os.PathLike) -> Path:
-    """Create ``path`` (mode 0700) if needed and check it is safe for a root process to write into (see
-    :func:`open_state_dir`): a real directory (not a symbolic link), owned by this user (or root, or the user who
-    ran sudo), not writable by group or others. Raises :class:`StateDirError` saying how to fix it."""
-    with open_state_dir(path) as sd:
-        return sd.path
 
 
 def _open_nofollow(sd: _StateDir, name: str, flags: int, mode: int = FILE_MODE) -> int:

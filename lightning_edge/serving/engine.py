@@ -122,7 +122,8 @@ class RequestQueue:
         return done[ok] - self._arr[:self.head][ok]
 
     def served_arrivals_s(self) -> np.ndarray:
-        return self._arr[:self.head].copy()
+        """Arrival time of every completed request, in the order of :meth:`latencies_s`."""
+        return self._arr[:self.head][~np.isnan(self._done[:self.head])]
 
 
 class RequestInputs:
@@ -165,12 +166,6 @@ class RequestInputs:
     @property
     def keyword(self) -> bool:
         return isinstance(self.pool, Mapping)
-
-    @property
-    def sample_shape(self) -> tuple[int, ...]:
-        if self.keyword:
-            return tuple(next(iter(self.pool.values())).shape[1:])
-        return tuple(self.pool.shape[1:])
 
     def head(self, n: int = 1) -> Any:
         """The first ``n`` samples: a tensor, or a dict of tensors."""
@@ -430,11 +425,9 @@ class BatchServer:
 
     def set_plan(self, mode: Any, batch_size: int, infer_time_s: float | None) -> None:
         self.mode = mode
-        if int(batch_size) != self.batch_size or self.t_in.prior is None:
-            prior = infer_time_s if infer_time_s is not None and math.isfinite(infer_time_s) else None
-            self.t_in = RunningMean(prior)  # a new batch size (or mode) takes a new time
-        elif infer_time_s is not None and math.isfinite(infer_time_s):
-            self.t_in = RunningMean(infer_time_s)
+        known = infer_time_s is not None and math.isfinite(infer_time_s)
+        if known or int(batch_size) != self.batch_size or self.t_in.prior is None:
+            self.t_in = RunningMean(infer_time_s if known else None)  # a new batch size (or mode) takes a new time
         self.batch_size = int(batch_size)
 
     def guard_s(self, t_arrival_s: float) -> float:
@@ -475,3 +468,14 @@ class BatchServer:
         """When something can next happen: the next arrival or the oldest pending request's guard."""
         g = self.guard_s(self.queue.oldest_s()) if self.queue.pending else math.inf
         return min(self.queue.next_arrival_s(), g)
+
+    def serve_until_done(self) -> None:
+        """Serve every request as it falls due, waiting on the meter's clock in between (``wait_until``: no idle
+        power logged), until no more requests will come."""
+        while True:
+            if self.step_due():
+                continue
+            nxt = self.next_event_s()
+            if not math.isfinite(nxt):
+                return
+            self.meter.wait_until(nxt)

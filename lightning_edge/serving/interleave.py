@@ -32,8 +32,6 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-import numpy as np
-
 from lightning_edge.serving.arrivals import ArrivalProcess
 from lightning_edge.serving.engine import BatchServer, Plan, RequestQueue, RunningMean
 from lightning_edge.serving.stats import LatencySummary, summarize_latencies
@@ -103,7 +101,6 @@ class InterleavingEngine:
             raise ValueError(f"managed interleaving needs tau >= 1 background minibatch per inference cycle; the plan "
                              f"({plan.describe()}) has tau = {plan.train_minibatches}")
         self.plan = plan
-        self.arrivals = arrivals
         self.meter = meter
         self.controller = controller
         self.restore = bool(restore)
@@ -113,7 +110,6 @@ class InterleavingEngine:
         self.server = BatchServer(self.queue, meter, latency_budget_s=latency_budget_s, mode=plan.mode,
                                   batch_size=plan.batch_size, infer_time_s=plan.infer_time_s, runner=runner,
                                   safety=safety)
-        self.budget_s = self.server.budget_s
         self.log = self.server.log
         self.t_tr = RunningMean(plan.train_time_s)
         self.in_cycle = 0
@@ -211,7 +207,7 @@ class InterleavingEngine:
     # ------------------------------------------------------------------------------------------ results
     def report(self) -> InterleavingReport:
         label = self.meter.label
-        lat = summarize_latencies(self.queue.latencies_s(), self.budget_s, label)
+        lat = summarize_latencies(self.queue.latencies_s(), self.server.budget_s, label)
         end = self.meter.now_s()
         elapsed = max(self._last_bg_end - self._t0, 0.0)
         n_bg = self.log.count("background")
@@ -228,6 +224,3 @@ class InterleavingEngine:
             predicted_throughput=float(self.plan.throughput), background_busy_s=self.log.busy_s("background"),
             infer_busy_s=self.log.busy_s("infer"), idle_s=self.log.idle_s, energy_j=float(energy),
             mean_power_w=float(energy / span) if span > 0 else math.nan, partial_minibatches=self.server.partial, notes=notes)
-
-    def latencies_s(self) -> np.ndarray:
-        return self.queue.latencies_s()

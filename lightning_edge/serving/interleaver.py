@@ -46,6 +46,7 @@ from typing import Any
 
 from lightning_edge.cost.capture import tensors_of
 from lightning_edge.devices.board import get_board
+from lightning_edge.devices.catalog import fulcrum_space
 from lightning_edge.serving.arrivals import ArrivalProcess, ConstantArrivals
 from lightning_edge.serving.engine import (
     ConcurrentWorkload,
@@ -156,19 +157,15 @@ class InterleaverMixin:
         keyword = isinstance(batch, Mapping)
         x = (_keyword_inputs(batch) if keyword else _first_tensor(batch).detach().cpu()) \
             if self.request_inputs is None or dev.simulated else None
-        if self.request_inputs is None:
-            pool = x
-        else:
-            pool = self.request_inputs
+        pool = x if self.request_inputs is None else self.request_inputs
         inputs = pool if isinstance(pool, RequestInputs) else RequestInputs(pool)
         bg_wl = in_wl = None
         if dev.simulated:
             from lightning_edge.devices.sim.live import SimWorkload
 
             twin = dev.twin
-            x_cpu = x if x is not None else (_keyword_inputs(batch) if keyword else _first_tensor(batch).detach().cpu())
-            example = x_cpu if isinstance(x_cpu, Mapping) else (x_cpu,)
-            bs = RequestInputs(x_cpu).n
+            example = x if isinstance(x, Mapping) else (x,)  # x: this batch's inputs (always read on the twin)
+            bs = RequestInputs(x).n
             if stage == "fit" and self._train_cost is not None:  # captured from the first step (no forward)
                 bg_wl = SimWorkload(self._train_cost, twin, train_batch_size=bs, seed=self.seed)
             elif stage == "fit":
@@ -182,18 +179,14 @@ class InterleaverMixin:
             plan = self.solution if isinstance(self.solution, Plan) else Plan.from_solution(self.solution)
         else:
             workload = self.workload
-            space = self.space
-            if dev.simulated:
-                workload = workload if workload is not None else ConcurrentWorkload(bg_wl, in_wl)
-                if space is None:
-                    from lightning_edge.devices.catalog import fulcrum_space
-
-                    space = fulcrum_space()
-            elif workload is None:
+            if dev.simulated and workload is None:
+                workload = ConcurrentWorkload(bg_wl, in_wl)
+            if workload is None:
                 raise ValueError(f"Interleaver on {dev.name}: pass solution= (a concurrent Solution or Plan) or "
                                  "workload= (something that measures both models at a mode) to tune")
-            else:
-                space = space if space is not None else dev.space
+            space = self.space
+            if space is None:
+                space = fulcrum_space() if dev.simulated else dev.space
             sol, self.new_profiles = Retuner(self.tuner, space, workload, store=self.store, seed=self.seed).solve(
                 self.problem)
             if sol is None:

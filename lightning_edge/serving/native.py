@@ -40,6 +40,19 @@ def _as_plan(plan: Any) -> Plan:
     return plan if isinstance(plan, Plan) else Plan.from_solution(plan)
 
 
+def _report(scheduler: str, label: str, plan: Plan, server: BatchServer, n_bg: int, elapsed_s: float,
+            busy_s: float, energy_j: float, end_s: float, notes: tuple[str, ...] = ()) -> InterleavingReport:
+    """A native run's report: both run freely (no tau), so there is no predicted background throughput."""
+    return InterleavingReport(
+        scheduler=scheduler, label=label, plan=plan.describe() + " (no tau: both run freely)",
+        latency=summarize_latencies(server.queue.latencies_s(), server.budget_s, label), background_minibatches=n_bg,
+        infer_minibatches=server.log.count("infer"), elapsed_s=elapsed_s,
+        background_throughput=n_bg / elapsed_s if elapsed_s > 0 else 0.0, predicted_throughput=math.nan,
+        background_busy_s=busy_s, infer_busy_s=server.log.busy_s("infer"), idle_s=0.0, energy_j=energy_j,
+        mean_power_w=energy_j / end_s if end_s > 0 else math.nan, partial_minibatches=server.partial,
+        notes=list(notes))
+
+
 # ------------------------------------------------------------------------------------------------ real threads
 def run_native_threads(train_step: Callable[[], Any], model_runner: ModelRunner, arrivals: ArrivalProcess, plan: Any,
                        latency_budget_s: float, duration_s: float, *, safety: float = 0.05,
@@ -72,13 +85,7 @@ def run_native_threads(train_step: Callable[[], Any], model_runner: ModelRunner,
 
     def server_loop() -> None:
         try:
-            while True:
-                if server.step_due():
-                    continue
-                nxt = server.next_event_s()
-                if not math.isfinite(nxt):
-                    break
-                meter.wait_until(nxt)
+            server.serve_until_done()
         except BaseException as exc:  # noqa: BLE001
             errors.append(exc)
             stop.set()
@@ -95,15 +102,8 @@ def run_native_threads(train_step: Callable[[], Any], model_runner: ModelRunner,
     if errors:
         raise errors[0]
     elapsed = (train_log[-1][0] + train_log[-1][1]) if train_log else 0.0
-    lat = summarize_latencies(queue.latencies_s(), latency_budget_s, "measured")
-    return InterleavingReport(
-        scheduler="native interleaving (2 threads, OS scheduler)", label="measured",
-        plan=plan.describe() + " (no tau: both run freely)", latency=lat, background_minibatches=len(train_log),
-        infer_minibatches=server.log.count("infer"), elapsed_s=elapsed,
-        background_throughput=len(train_log) / elapsed if elapsed > 0 else 0.0, predicted_throughput=math.nan,
-        background_busy_s=float(sum(d for _, d in train_log)), infer_busy_s=server.log.busy_s("infer"), idle_s=0.0,
-        energy_j=energy, mean_power_w=energy / end if end > 0 else math.nan,
-        partial_minibatches=server.partial)
+    return _report("native interleaving (2 threads, OS scheduler)", "measured", plan, server, len(train_log),
+                   elapsed, float(sum(d for _, d in train_log)), energy, end)
 
 
 # ------------------------------------------------------------------------------------------------ the twin model
@@ -124,7 +124,6 @@ class NativeTwinMeter(TwinMeter):
         self.energy = 0.0
         self.train_done = 0
         self.train_busy_s = 0.0
-        self.last_train_end_s = 0.0
         self._work = 0.0
         self._need = self._draw_train()
 
@@ -142,7 +141,6 @@ class NativeTwinMeter(TwinMeter):
         while self._work >= self._need:
             self._work -= self._need
             self.train_done += 1
-            self.last_train_end_s = t_start_s + dt_s - self._work
             self._need = self._draw_train()
 
     def wait_until(self, t_s: float) -> float:
@@ -190,23 +188,10 @@ def simulate_native_twin(plan: Any, arrivals: ArrivalProcess, latency_budget_s: 
                             switch_s=switch_s, seed=seed, noise=noise)
     server = BatchServer(queue, meter, latency_budget_s=latency_budget_s, mode=plan.mode,
                          batch_size=plan.batch_size, infer_time_s=plan.infer_time_s, safety=safety)
-    while True:
-        if server.step_due():
-            continue
-        nxt = server.next_event_s()
-        if not math.isfinite(nxt):
-            break
-        meter.wait_until(nxt)
+    server.serve_until_done()
     meter.wait_until(duration_s)  # training alone until the end
-    lat = summarize_latencies(queue.latencies_s(), latency_budget_s, "simulated")
     end = meter.now_s()
-    return InterleavingReport(
-        scheduler=f"native interleaving (time-slicing model: {timeslice_s * 1e3:g} ms slices, "
-                  f"{switch_s * 1e6:g} us switches)", label="simulated",
-        plan=plan.describe() + " (no tau: both run freely)", latency=lat, background_minibatches=meter.train_done,
-        infer_minibatches=server.log.count("infer"), elapsed_s=end,
-        background_throughput=meter.train_done / end if end > 0 else 0.0, predicted_throughput=math.nan,
-        background_busy_s=meter.train_busy_s, infer_busy_s=server.log.busy_s("infer"), idle_s=0.0,
-        energy_j=meter.energy, mean_power_w=meter.energy / end if end > 0 else math.nan,
-        partial_minibatches=server.partial,
-        notes=["native interleaving on the twin is a model (docs/serving.md), not a simulation of the GPU scheduler"])
+    return _report(f"native interleaving (time-slicing model: {timeslice_s * 1e3:g} ms slices, {switch_s * 1e6:g} us "
+                   "switches)", "simulated", plan, server, meter.train_done, end, meter.train_busy_s, meter.energy, end,
+                   ("native interleaving on the twin is a model (docs/serving.md), not a simulation of the GPU "
+                    "scheduler",))

@@ -37,6 +37,7 @@ from typing import Any
 import numpy as np
 
 from lightning_edge.devices.board import get_board
+from lightning_edge.devices.catalog import fulcrum_space
 from lightning_edge.serving.arrivals import ArrivalProcess, ConstantArrivals, RateEstimator
 from lightning_edge.serving.engine import (
     BatchServer,
@@ -192,19 +193,14 @@ class InferenceRunner:
             self.fixed_plan = Plan.from_solution(tuner)
         self.retuner: Retuner | None = None
         if self.fixed_plan is None:
-            if self.device.simulated:
-                if workload is None:
-                    example = None if self.inputs is None else self.inputs.head(1)
-                    workload = twin_workload(model, self.device.twin, example, seed=seed)
-                if space is None:
-                    from lightning_edge.devices.catalog import fulcrum_space
-
-                    space = fulcrum_space()
-            else:
-                if workload is None:
-                    raise ValueError(f"tuner={tuner!r} on {self.device.name} needs workload= (something that measures "
-                                     "the real model at a mode); or pass a fixed Solution/Plan as tuner")
-                space = space if space is not None else self.device.space
+            if self.device.simulated and workload is None:
+                example = None if self.inputs is None else self.inputs.head(1)
+                workload = twin_workload(model, self.device.twin, example, seed=seed)
+            if workload is None:
+                raise ValueError(f"tuner={tuner!r} on {self.device.name} needs workload= (something that measures "
+                                 "the real model at a mode); or pass a fixed Solution/Plan as tuner")
+            if space is None:
+                space = fulcrum_space() if self.device.simulated else self.device.space
             self.retuner = Retuner(tuner, space, workload, store=store, seed=seed,
                                    als_latency_range_s=als_latency_range_s, als_rate_range_rps=als_rate_range_rps)
         self.workload = workload
@@ -312,8 +308,7 @@ class InferenceRunner:
         lat = queue.latencies_s()
         e = meter.energy_j(t0, meter.now_s())
         energy = server.log.energy_j() if e is None else e
-        windows = self._windows(queue.served_arrivals_s()[~np.isnan(queue._done[:queue.head])], lat, events, end_s,
-                                server.log)
+        windows = self._windows(queue.served_arrivals_s(), lat, events, end_s, server.log)
         self._log_windows(windows)
         self.report = ServingReport(
             label=label, duration_s=span, latency=summarize_latencies(lat, self.problem.latency_budget_s, label),

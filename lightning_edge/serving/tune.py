@@ -40,7 +40,6 @@ class Retuner:
         self.table: Any = None
         self.dynamic: Any = None
         self.strategy: Any = None
-        self.profiles_total = 0
         if isinstance(tuner, ProfileTable):
             self.name, self.table = "table", tuner
         elif isinstance(tuner, Strategy):
@@ -62,7 +61,6 @@ class Retuner:
             if self.dynamic is None:
                 self.dynamic = DynamicGMD(self.space, self.workload, store=self.store, seed=self.seed)
             r = self.dynamic.step(problem)
-            self.profiles_total += r.new_profiles
             return r.solution, r.new_profiles
         if self.name == "als":
             if self.table is None:
@@ -73,7 +71,6 @@ class Retuner:
                 self.table = ALS().explore(self.space, self.workload, kind=problem.kind,
                                            batch_sizes=problem.batch_sizes, latency_range_s=lat,
                                            arrival_range_rps=rate, seed=self.seed, store=self.store)
-                self.profiles_total += self.table.new_profiles
                 return self.table.solve(problem), self.table.new_profiles
             return self.table.solve(problem), 0
         if self.strategy is None:
@@ -84,5 +81,4 @@ class Retuner:
 
                 self.strategy = Exhaustive()
         r = self.strategy.run(problem, self.space, self.workload, store=self.store, seed=self.seed)
-        self.profiles_total += r.new_profiles
         return r.solution, r.new_profiles

@@ -112,10 +112,6 @@ class ModeController(Backend, ABC):
             self.recovered = self.recover()
 
     # ------------------------------------------------------------------ to implement
-    @classmethod
-    def available(cls, **kwargs: Any) -> bool:
-        return cls.why_unavailable(**kwargs) is None
-
     @abstractmethod
     def _read_mode(self) -> PowerMode:
         """The board's mode now."""
@@ -124,9 +120,13 @@ class ModeController(Backend, ABC):
     def _snapshot(self) -> dict[str, Any]:
         """Everything needed to put the board back exactly as it is now (JSON-able)."""
 
-    @abstractmethod
     def _mode_of_snapshot(self, snapshot: dict[str, Any]) -> PowerMode | None:
-        """The mode a snapshot corresponds to, for messages and verification."""
+        """The mode a snapshot corresponds to, for messages and verification (``None``: unreadable); by default the
+        snapshot's ``mode`` dict."""
+        try:
+            return PowerMode.from_dict(snapshot["mode"])
+        except (KeyError, TypeError, ValueError):
+            return None
 
     @abstractmethod
     def _apply_mode(self, mode: PowerMode) -> tuple[list[str], list[str]]:
@@ -141,7 +141,9 @@ class ModeController(Backend, ABC):
         """Put the board back to ``snapshot``; same contract as :meth:`_apply_mode`."""
 
     def cli_args(self) -> list[str]:
-        """Arguments of ``lightning-edge mode ...`` that select this board (for printed commands)."""
+        """Arguments of ``lightning-edge mode ...`` that select this board (for printed commands). Never a --root:
+        a root process must not be pointed at another tree; a fake root is reached through the API only
+        (``lightning_edge.devices.cli.main(argv, root=...)``)."""
         return ["--device", self.name]
 
     # ------------------------------------------------------------------ public API
@@ -159,10 +161,6 @@ class ModeController(Backend, ABC):
     def original(self) -> PowerMode | None:
         """The mode found when this controller first took the board (the restore target)."""
         return self._session["original_mode"] if self._session else None
-
-    @property
-    def last_applied(self) -> AppliedMode | None:
-        return self._last
 
     @property
     def state_path(self) -> str | None:
@@ -185,9 +183,8 @@ class ModeController(Backend, ABC):
                 f"# dry run: {self.name} would switch {self.device_id} to {target} ({target.describe()})"
             )
             actions, _ = self._apply_mode(target)
-            applied = AppliedMode(target, None, tuple(actions), dry_run=True, source="planned")
-            self._last = applied
-            return applied
+            self._last = AppliedMode(target, None, tuple(actions), dry_run=True, source="planned")
+            return self._last
         self.begin()
         self._write_state(phase="applying", applied=target)
         try:
@@ -200,15 +197,7 @@ class ModeController(Backend, ABC):
         self._write_state(phase="applied", applied=target, settled=settled)
         if settled != target and not mismatches:
             mismatches = [f"mode reads back as {settled} ({settled.describe()}), not {target}"]
-        applied = AppliedMode(
-            target,
-            settled,
-            tuple(actions),
-            source=self.source,
-            mismatches=tuple(mismatches),
-            settled_at_s=time.time(),
-        )
-        self._last = applied
+        applied = self._last = self._settled(target, settled, actions, mismatches)
         if mismatches and self.strict:
             raise ModeVerificationError(
                 f"{self.device_id} did not take mode {target}: it settled at {settled} ({settled.describe()}).\n"
@@ -305,18 +294,8 @@ class ModeController(Backend, ABC):
         if self._safety is not None:
             kept = self._session["kept_state"]
             snap = kept["snapshot"] if kept else self._session["snapshot"]
-            original = self._mode_of_snapshot(snap)
-            rec = self._safety.new_record(
-                controller=self.name,
-                pid=None,
-                kept=True,
-                phase="kept",
-                snapshot=snap,
-                original=str(original) if original else None,
-                original_mode=original.to_dict() if original else None,
-                applied=self._last.settled.to_dict() if self._last and self._last.settled else None,
-                restore_command=self.restore_command(),
-            )
+            rec = self._new_record(snap, self._mode_of_snapshot(snap), pid=None, kept=True, phase="kept",
+                                   applied=self._last.settled.to_dict() if self._last and self._last.settled else None)
             if kept:
                 rec["started_at"] = kept.get("started_at", rec["started_at"])
             self._safety.state.write(rec)
@@ -428,15 +407,7 @@ class ModeController(Backend, ABC):
                 self._safety.state.write(kept)
             else:
                 self._safety.state.remove()
-        result = AppliedMode(
-            target or settled,
-            settled,
-            tuple(actions),
-            source=self.source,
-            mismatches=tuple(mismatches),
-            settled_at_s=time.time(),
-            details={"reason": reason},
-        )
+        result = self._settled(target or settled, settled, actions, mismatches, details={"reason": reason})
         if reason == "recovery":
             self.recovered = result
         if mismatches:
@@ -445,6 +416,12 @@ class ModeController(Backend, ABC):
                 + "\n".join(f"  {m}" for m in mismatches)
             )
         return result
+
+    def _settled(self, target: PowerMode, settled: PowerMode, actions: list[str], mismatches: list[str],
+                 **fields: Any) -> AppliedMode:
+        """What a change written to the board did: ``settled`` read back now, from this controller's ``source``."""
+        return AppliedMode(target, settled, tuple(actions), source=self.source, mismatches=tuple(mismatches),
+                           settled_at_s=time.time(), **fields)
 
     def restore_failure_message(self, exc: BaseException, original: PowerMode | None = None) -> str:
         """What to tell a person when putting the board back failed: the mode it is in now (read from the board),
@@ -475,23 +452,21 @@ class ModeController(Backend, ABC):
     ) -> None:
         if self._safety is None or self._session is None:
             return
-        original = self._session["original_mode"]
         old = self._safety.state.read() or {}
-        rec = self._safety.new_record(
-            controller=self.name,
-            phase=phase,
-            kept=False,
-            snapshot=self._session["snapshot"],
-            original=str(original) if original else None,
-            original_mode=original.to_dict() if original else None,
-            applied=applied.to_dict() if applied else None,
-            settled=settled.to_dict() if settled else None,
-            kept_state=self._session["kept_state"],
-            restore_command=self.restore_command(),
-        )
+        rec = self._new_record(self._session["snapshot"], self._session["original_mode"], phase=phase, kept=False,
+                               applied=applied.to_dict() if applied else None,
+                               settled=settled.to_dict() if settled else None, kept_state=self._session["kept_state"])
         if old.get("pid") == os.getpid() and "started_at" in old:
             rec["started_at"] = old["started_at"]
         self._safety.state.write(rec)
+
+    def _new_record(self, snapshot: dict[str, Any], original: PowerMode | None, **fields: Any) -> dict[str, Any]:
+        """A state-file record of this board: the snapshot, its mode in words and as a dict, the restore command."""
+        assert self._safety is not None
+        return self._safety.new_record(controller=self.name, snapshot=snapshot,
+                                       original=str(original) if original else None,
+                                       original_mode=original.to_dict() if original else None,
+                                       restore_command=self.restore_command(), **fields)
 
     def _mode_from_state(self, state: dict[str, Any]) -> PowerMode | None:
         if isinstance(state.get("original_mode"), dict):

@@ -13,9 +13,7 @@ from typing import Any, TextIO
 
 from lightning_edge.devices import catalog
 from lightning_edge.devices.catalog import BoardInfo
-from lightning_edge.devices.controllers.base import ModeController
-from lightning_edge.devices.controllers.errors import ControllerUnavailableError
-from lightning_edge.devices.controllers.nvpmodel import restore_nvpmodel_snapshot
+from lightning_edge.devices.controllers.nvpmodel import _SysfsBoardController, restore_nvpmodel_snapshot
 from lightning_edge.devices.controllers.sysfs import (
     DryRunWriter,
     JetsonLayout,
@@ -28,7 +26,7 @@ from lightning_edge.devices.modes import PowerMode, PowerModeSpace
 
 
 # --------------------------------------------------------------------------- the controller
-class JetsonSysfsController(ModeController):
+class JetsonSysfsController(_SysfsBoardController):
     """Power modes on a Jetson by direct sysfs/debugfs writes (no reboot). Needs root (or the udev rule).
 
     ``JetsonSysfsController(root="/", board=None, writer=None, space=None, **common)``:
@@ -38,7 +36,6 @@ class JetsonSysfsController(ModeController):
     """
 
     name = "jetson"
-    source = "measured"
 
     def __init__(
         self,
@@ -61,21 +58,6 @@ class JetsonSysfsController(ModeController):
             space=space or self.sysfs.space(), device_id=device_id, dry_run=dry_run, out=out, **common
         )
 
-    @classmethod
-    def why_unavailable(
-        cls, root: str | os.PathLike = "/", board: str | BoardInfo | None = None, **_: Any
-    ) -> str | None:
-        try:
-            JetsonLayout.probe(root, board)
-        except ControllerUnavailableError as exc:
-            return str(exc)
-        return None
-
-    def cli_args(self) -> list[str]:
-        # the command line has no --root (a root process must not be pointed at another tree): a fake root is
-        # reached through the API only (``lightning_edge.devices.cli.main(argv, root=...)``)
-        return ["--device", "jetson"]
-
     def read_raw(self) -> dict[str, Any]:
         """Every knob's raw sysfs value (kHz / Hz / 0-1), as a snapshot dict."""
         return self.sysfs.read_raw()
@@ -86,17 +68,8 @@ class JetsonSysfsController(ModeController):
         return self.sysfs.plan(self.sysfs.read_raw(), self.sysfs.want_of_mode(target))
 
     # hooks
-    def _read_mode(self) -> PowerMode:
-        return self.sysfs.mode_of_raw(self.sysfs.read_raw())
-
     def _snapshot(self) -> dict[str, Any]:
         return self.sysfs.read_raw()
-
-    def _mode_of_snapshot(self, snapshot: dict[str, Any]) -> PowerMode | None:
-        try:
-            return self.sysfs.mode_of_raw(snapshot.get("raw", snapshot))  # "raw": an nvpmodel snapshot
-        except (KeyError, TypeError, ValueError, AttributeError):
-            return None
 
     def _apply_mode(self, mode: PowerMode) -> tuple[list[str], list[str]]:
         return self.sysfs.execute(self.plan(mode))

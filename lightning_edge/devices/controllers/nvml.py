@@ -21,14 +21,7 @@ from typing import Any, TextIO
 from lightning_edge.devices.controllers.base import ModeController
 from lightning_edge.devices.controllers.errors import ControllerUnavailableError, ModePermissionError
 from lightning_edge.devices.modes import PowerMode, PowerModeSpace
-
-
-def _import_nvml():
-    try:
-        import pynvml  # nvidia-ml-py
-    except ImportError:
-        return None
-    return pynvml
+from lightning_edge.devices.sensors.nvml import _import_nvml, _text, nvml_start
 
 
 class NvmlController(ModeController):
@@ -40,7 +33,6 @@ class NvmlController(ModeController):
     """
 
     name = "nvml"
-    source = "measured"
 
     def __init__(
         self,
@@ -61,11 +53,9 @@ class NvmlController(ModeController):
         self.index = index
         self.power_limit_w = power_limit_w
         self.handle = self.nvml.nvmlDeviceGetHandleByIndex(index)
-        uuid = self.nvml.nvmlDeviceGetUUID(self.handle)
-        uuid = uuid.decode() if isinstance(uuid, bytes) else str(uuid)
         super().__init__(
             space=space or self._discover_space(),
-            device_id=f"nvml-{uuid}",
+            device_id=f"nvml-{_text(self.nvml.nvmlDeviceGetUUID(self.handle))}",
             dry_run=dry_run,
             strict=strict,
             out=out,
@@ -92,17 +82,7 @@ class NvmlController(ModeController):
 
     @classmethod
     def why_unavailable(cls, index: int = 0, nvml: Any = None, **_: Any) -> str | None:
-        nv = nvml or _import_nvml()
-        if nv is None:
-            return "pynvml is not installed (pip install nvidia-ml-py, or pip install 'lightning-edge[nvml]')"
-        try:
-            nv.nvmlInit()
-            count = nv.nvmlDeviceGetCount()
-        except Exception as exc:  # NVMLError_LibraryNotFound, DriverNotLoaded...
-            return f"NVML could not start ({exc}): no NVIDIA driver on this machine?"
-        if count <= index:
-            return f"no NVIDIA GPU with index {index} (NVML sees {count})"
-        return None
+        return nvml_start(index, nvml)[1]
 
     def cli_args(self) -> list[str]:
         return ["--device", f"nvml:{self.index}"]
@@ -113,11 +93,8 @@ class NvmlController(ModeController):
         gpus: set[int] = set()
         for m in mems:
             gpus.update(nv.nvmlDeviceGetSupportedGraphicsClocks(h, m))
-        name = nv.nvmlDeviceGetName(h)
-        name = name.decode() if isinstance(name, bytes) else str(name)
-        return PowerModeSpace(
-            cores=[os.cpu_count() or 1], cpu_mhz=[0.0], gpu_mhz=sorted(gpus), mem_mhz=mems, name=name
-        )
+        return PowerModeSpace(cores=[os.cpu_count() or 1], cpu_mhz=[0.0], gpu_mhz=sorted(gpus), mem_mhz=mems,
+                              name=_text(nv.nvmlDeviceGetName(h)))
 
     # ------------------------------------------------------------------ hooks
     def _read_mode(self) -> PowerMode:
@@ -135,12 +112,6 @@ class NvmlController(ModeController):
             snap["power_limit_mw"] = None
         return snap
 
-    def _mode_of_snapshot(self, snapshot: dict[str, Any]) -> PowerMode | None:
-        try:
-            return PowerMode.from_dict(snapshot["mode"])
-        except (KeyError, TypeError, ValueError):
-            return None
-
     def _call(self, fn_name: str, *args: Any, smi: str) -> str:
         if self.dry_run:
             print(smi, file=self._out or sys.stdout)
@@ -156,6 +127,16 @@ class NvmlController(ModeController):
             raise
         return smi
 
+    def _call_or(self, call: tuple, fallback: tuple) -> str:
+        """``_call(*call)`` (the last item is the ``nvidia-smi`` equivalent); where the GPU lacks that call (memory
+        clock locks before Ampere), ``fallback`` (applications clocks). A refused permission is never retried."""
+        try:
+            return self._call(*call[:-1], smi=call[-1])
+        except Exception as exc:
+            if isinstance(exc, ModePermissionError):
+                raise
+            return self._call(*fallback[:-1], smi=fallback[-1])
+
     def _apply_mode(self, mode: PowerMode) -> tuple[list[str], list[str]]:
         g, m, i = int(mode.gpu_mhz), int(mode.mem_mhz), self.index
         actions = [
@@ -163,26 +144,9 @@ class NvmlController(ModeController):
                 "nvmlDeviceSetGpuLockedClocks", g, g, smi=f"nvidia-smi -i {i} --lock-gpu-clocks={g},{g}"
             ),
         ]
-        try:
-            actions.append(
-                self._call(
-                    "nvmlDeviceSetMemoryLockedClocks",
-                    m,
-                    m,
-                    smi=f"nvidia-smi -i {i} --lock-memory-clocks={m},{m}",
-                )
-            )
-        except Exception as exc:  # pre-Ampere: applications clocks
-            if isinstance(exc, ModePermissionError):
-                raise
-            actions.append(
-                self._call(
-                    "nvmlDeviceSetApplicationsClocks",
-                    m,
-                    g,
-                    smi=f"nvidia-smi -i {i} --applications-clocks={m},{g}",
-                )
-            )
+        actions.append(self._call_or(
+            ("nvmlDeviceSetMemoryLockedClocks", m, m, f"nvidia-smi -i {i} --lock-memory-clocks={m},{m}"),
+            ("nvmlDeviceSetApplicationsClocks", m, g, f"nvidia-smi -i {i} --applications-clocks={m},{g}")))
         if self.power_limit_w is not None:
             mw = int(round(self.power_limit_w * 1000))
             actions.append(
@@ -202,20 +166,9 @@ class NvmlController(ModeController):
     def _apply_snapshot(self, snapshot: dict[str, Any]) -> tuple[list[str], list[str]]:
         i = self.index
         actions = [self._call("nvmlDeviceResetGpuLockedClocks", smi=f"nvidia-smi -i {i} --reset-gpu-clocks")]
-        try:
-            actions.append(
-                self._call(
-                    "nvmlDeviceResetMemoryLockedClocks", smi=f"nvidia-smi -i {i} --reset-memory-clocks"
-                )
-            )
-        except Exception as exc:
-            if isinstance(exc, ModePermissionError):
-                raise
-            actions.append(
-                self._call(
-                    "nvmlDeviceResetApplicationsClocks", smi=f"nvidia-smi -i {i} --reset-applications-clocks"
-                )
-            )
+        actions.append(self._call_or(
+            ("nvmlDeviceResetMemoryLockedClocks", f"nvidia-smi -i {i} --reset-memory-clocks"),
+            ("nvmlDeviceResetApplicationsClocks", f"nvidia-smi -i {i} --reset-applications-clocks")))
         mw = snapshot.get("power_limit_mw")
         if self.power_limit_w is not None and mw:
             actions.append(

@@ -66,15 +66,12 @@ class CommandRunner:
 
 
 class DryRunRunner(CommandRunner):
-    """Prints each command instead of running it (except read-only queries, which it runs through ``inner``)."""
+    """Prints each command instead of running it (the controller runs read-only queries on the real runner)."""
 
     def __init__(self, inner: CommandRunner | None = None, out: TextIO | None = None) -> None:
         self.inner = inner or CommandRunner()
         self.out = out
         self.commands: list[list[str]] = []
-
-    def query(self, argv: list[str]) -> subprocess.CompletedProcess:
-        return self.inner.run(argv)
 
     def run(self, argv: list[str], input: str | None = None) -> subprocess.CompletedProcess:
         self.commands.append(list(argv))
@@ -175,6 +172,13 @@ def checked_conf(snapshot: dict[str, Any], board_conf: Path, trusted: bool) -> t
     return board_conf, text
 
 
+def _succeeded(argv: list[str], res: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
+    """``res`` of ``argv``, or a :class:`ModeWriteError` with the command and what it said when it failed."""
+    if res.returncode != 0:
+        raise ModeWriteError(f"`{shlex.join(argv)}` failed ({res.returncode}): {(res.stderr or res.stdout).strip()}")
+    return res
+
+
 def restore_nvpmodel_snapshot(
     snapshot: dict[str, Any],
     *,
@@ -212,15 +216,36 @@ def restore_nvpmodel_snapshot(
     if dry_run:
         print(shlex.join(argv), file=out or sys.stdout)
         return actions
-    res = (runner or CommandRunner()).run(argv, input="NO\n")
-    if res.returncode != 0:
-        raise ModeWriteError(
-            f"`{shlex.join(argv)}` failed ({res.returncode}): {(res.stderr or res.stdout).strip()}"
-        )
+    _succeeded(argv, (runner or CommandRunner()).run(argv, input="NO\n"))
     return actions
 
 
-class NvpmodelController(ModeController):
+class _SysfsBoardController(ModeController):
+    """The hooks the two Jetson controllers share: the board's mode read through ``self.sysfs``
+    (:class:`JetsonSysfs`), and no controller without the board's knobs under ``root``."""
+
+    sysfs: JetsonSysfs
+
+    @classmethod
+    def why_unavailable(cls, root: str | os.PathLike = "/", board: str | BoardInfo | None = None,
+                        **_: Any) -> str | None:
+        try:
+            JetsonLayout.probe(root, board)
+        except ControllerUnavailableError as exc:
+            return str(exc)
+        return None
+
+    def _read_mode(self) -> PowerMode:
+        return self.sysfs.mode_of_raw(self.sysfs.read_raw())
+
+    def _mode_of_snapshot(self, snapshot: dict[str, Any]) -> PowerMode | None:
+        try:
+            return self.sysfs.mode_of_raw(snapshot.get("raw", snapshot))  # "raw": an nvpmodel snapshot
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return None
+
+
+class NvpmodelController(_SysfsBoardController):
     """Power modes through ``nvpmodel`` and a custom POWER_MODEL block (may need a reboot: see module doc).
 
     ``NvpmodelController(root="/", conf_path=None, nvpmodel="nvpmodel", runner=None, mode_id=None,
@@ -230,7 +255,6 @@ class NvpmodelController(ModeController):
     """
 
     name = "nvpmodel"
-    source = "measured"
 
     def __init__(
         self,
@@ -272,10 +296,9 @@ class NvpmodelController(ModeController):
         board: str | BoardInfo | None = None,
         **_: Any,
     ) -> str | None:
-        try:
-            JetsonLayout.probe(root, board)
-        except ControllerUnavailableError as exc:
-            return str(exc)
+        why = super().why_unavailable(root, board)
+        if why:
+            return why
         if shutil.which(nvpmodel) is None:
             return (
                 f"{nvpmodel!r} is not on PATH (it ships with JetPack: sudo apt install nvidia-l4t-nvpmodel)"
@@ -284,9 +307,6 @@ class NvpmodelController(ModeController):
         if not conf.exists():
             return f"no nvpmodel configuration at {conf}"
         return None
-
-    def cli_args(self) -> list[str]:
-        return ["--device", "nvpmodel"]  # no --root on the command line: see JetsonSysfsController.cli_args
 
     # ------------------------------------------------------------------ nvpmodel helpers
     def _cmd(self, *args: str) -> list[str]:
@@ -329,25 +349,14 @@ class NvpmodelController(ModeController):
         blocks = parse_power_models(strip_custom_block(text))
         template = next((b for b in blocks if b.id == template_id), None)
         body = list(template.body) if template else []
-        cluster_names = [n for n in self.layout.board.nvpmodel_clusters] or [
-            f"CPU_A78_{i}" for i in range(len(self.layout.policies))
-        ]
-        seen_clusters = []
-        for line in body:
-            p = line.split()
-            if len(p) >= 2 and p[0].startswith("CPU_") and p[0] != "CPU_ONLINE" and p[1] == "MIN_FREQ":
-                seen_clusters.append(p[0])
-        if seen_clusters:
-            cluster_names = seen_clusters
-        values: dict[tuple[str, str], str] = {}
-        for i in range(self.layout.cpu_count):
-            values[("CPU_ONLINE", f"CORE_{i}")] = "1" if i < mode.cores else "0"
-        for name in cluster_names:
-            values[(name, "MIN_FREQ")] = str(khz)
-            values[(name, "MAX_FREQ")] = str(khz)
-        values[("GPU", "MIN_FREQ")] = str(gpu_hz)
-        values[("GPU", "MAX_FREQ")] = str(gpu_hz)
-        values[("EMC", "MAX_FREQ")] = str(emc_hz)
+        # the template's own cluster names, else the board's (catalogue), else one per cpufreq policy
+        cluster_names = [p[0] for p in map(str.split, body) if len(p) >= 2 and p[0].startswith("CPU_")
+                         and p[0] != "CPU_ONLINE" and p[1] == "MIN_FREQ"] \
+            or list(self.layout.board.nvpmodel_clusters) or [f"CPU_A78_{i}" for i in range(len(self.layout.policies))]
+        values = {("CPU_ONLINE", f"CORE_{i}"): "1" if i < mode.cores else "0" for i in range(self.layout.cpu_count)}
+        values.update({(name, bound): str(khz) for name in cluster_names for bound in ("MIN_FREQ", "MAX_FREQ")})
+        values.update({("GPU", "MIN_FREQ"): str(gpu_hz), ("GPU", "MAX_FREQ"): str(gpu_hz),
+                       ("EMC", "MAX_FREQ"): str(emc_hz)})
         out_lines, done = [], set()
         for line in body:
             p = line.split()
@@ -367,17 +376,9 @@ class NvpmodelController(ModeController):
         return "\n".join([f"< POWER_MODEL ID={ident} NAME={label} >", *out_lines]) + "\n"
 
     def _core_mask_now(self) -> int:
-        raw = self.sysfs.read_raw()
-        mask = 1
-        for c, v in raw["online"].items():
-            if int(v):
-                mask |= 1 << int(c)
-        return mask
+        return 1 | sum(1 << int(c) for c, v in self.sysfs.read_raw()["online"].items() if int(v))
 
     # ------------------------------------------------------------------ hooks
-    def _read_mode(self) -> PowerMode:
-        return self.sysfs.mode_of_raw(self.sysfs.read_raw())
-
     def _snapshot(self) -> dict[str, Any]:
         ident, name = self.query()
         if ident is None:
@@ -393,20 +394,9 @@ class NvpmodelController(ModeController):
             "raw": self.sysfs.read_raw(),
         }
 
-    def _mode_of_snapshot(self, snapshot: dict[str, Any]) -> PowerMode | None:
-        try:
-            return self.sysfs.mode_of_raw(snapshot.get("raw", snapshot))
-        except (KeyError, TypeError, ValueError, AttributeError):
-            return None
-
     def _run_mode(self, ident: int) -> subprocess.CompletedProcess:
         argv = self._cmd("-m", str(ident))
-        res = self.runner.run(argv, input="NO\n")  # never accept nvpmodel's offer to reboot
-        if res.returncode != 0:
-            raise ModeWriteError(
-                f"`{shlex.join(argv)}` failed ({res.returncode}): {(res.stderr or res.stdout).strip()}"
-            )
-        return res
+        return _succeeded(argv, self.runner.run(argv, input="NO\n"))  # never accept nvpmodel's offer to reboot
 
     def _apply_mode(self, mode: PowerMode) -> tuple[list[str], list[str]]:
         text = self._read_conf_exact()
@@ -471,13 +461,11 @@ class NvpmodelController(ModeController):
             # left by the sysfs controller (same board, same state file): write its files back
             return self.sysfs.execute(self.sysfs.plan(self.sysfs.read_raw(), snapshot))
         ident = int(snapshot["nvpmodel_id"])
-        actions = []
-        if self.dry_run:
-            self._run_mode(ident)
-            self._say(f"# would put back {snapshot.get('conf_path', self.conf_path)} as found at start")
-            return [shlex.join(self._cmd("-m", str(ident)))], []
         self._run_mode(ident)
-        actions.append(shlex.join(self._cmd("-m", str(ident))))
+        actions = [shlex.join(self._cmd("-m", str(ident)))]
+        if self.dry_run:
+            self._say(f"# would put back {snapshot.get('conf_path', self.conf_path)} as found at start")
+            return actions, []
         trusted = self._snapshot_trusted
         conf, text = checked_conf(snapshot, self.conf_path, trusted)
         if text is not None and (not conf.exists() or self._read_conf_exact() != text):

@@ -27,6 +27,7 @@ import errno
 import hashlib
 import os
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -78,8 +79,6 @@ class DryRunWriter(SysfsWriter):
         return self.inner.read(path)
 
     def write(self, path: str | os.PathLike, value: str) -> None:
-        import sys
-
         self.writes.append((str(path), value))
         print(f"echo {value} > {path}", file=self.out or sys.stdout)
 
@@ -386,11 +385,11 @@ class JetsonSysfs:
         }
 
     @staticmethod
-    def _pair(
-        min_path: Path, max_path: Path, cur: tuple[int, int], want: tuple[int, int], what: str
-    ) -> list[Write]:
-        """Writes that move (min, max) from ``cur`` to ``want`` with min <= max after every write."""
-        (cmin, cmax), (wmin, wmax) = cur, want
+    def _pair(min_path: Path, max_path: Path, cur: dict[str, Any], want: dict[str, Any], unit: str,
+              what: str) -> list[Write]:
+        """Writes that move (min, max) (the ``min_<unit>`` and ``max_<unit>`` values of a raw state) from ``cur``
+        to ``want`` with min <= max after every write."""
+        (cmin, cmax), (wmin, wmax) = ((int(s[f"min_{unit}"]), int(s[f"max_{unit}"])) for s in (cur, want))
         if wmin > wmax:
             raise InvalidModeError(f"{what}: target min {wmin} is above target max {wmax}")
         out = []
@@ -417,23 +416,10 @@ class JetsonSysfs:
                 continue
             if not any(final_on.get(c, 0) for c in cpus):
                 continue  # the whole cluster goes offline: its policy is inactive, leave it
-            c, w = cur["cpufreq"][pol], want["cpufreq"][pol]
-            writes += self._pair(
-                L.policy_path(pol, "scaling_min_freq"),
-                L.policy_path(pol, "scaling_max_freq"),
-                (int(c["min_khz"]), int(c["max_khz"])),
-                (int(w["min_khz"]), int(w["max_khz"])),
-                f"CPU {pol}",
-            )
+            writes += self._pair(L.policy_path(pol, "scaling_min_freq"), L.policy_path(pol, "scaling_max_freq"),
+                                 cur["cpufreq"][pol], want["cpufreq"][pol], "khz", f"CPU {pol}")
         if "gpu" in want:
-            c, w = cur["gpu"], want["gpu"]
-            writes += self._pair(
-                L.gpu_dir / "min_freq",
-                L.gpu_dir / "max_freq",
-                (int(c["min_hz"]), int(c["max_hz"])),
-                (int(w["min_hz"]), int(w["max_hz"])),
-                "GPU",
-            )
+            writes += self._pair(L.gpu_dir / "min_freq", L.gpu_dir / "max_freq", cur["gpu"], want["gpu"], "hz", "GPU")
         if "emc" in want:
             c, w = cur["emc"], want["emc"]
             lock = L.emc_dir / "mrq_rate_locked"

@@ -160,11 +160,12 @@ class PowerSensor(Backend, ABC):
     rejected_count: int = 0
     last_rejection: str | None = None
 
-    def check(self, rail: str, power_w: float, *, volts: float | None = None,
-              amps: float | None = None) -> float:
-        """Validate one rail's value against its bounds (:func:`check_rail`); a rejected value is counted on the
-        sensor and returned as ``nan``."""
-        w, why = check_rail(power_w, self.bounds.get(rail), volts=volts, amps=amps)
+    def check(self, rail: str, power_w: float, *, volts: float | None = None, amps: float | None = None,
+              bounds: RailBounds | None = None) -> float:
+        """Validate one rail's value against its bounds (:func:`check_rail`; ``bounds`` for a value with none in
+        :attr:`bounds`, such as a total the hardware reports); a rejected value is counted on the sensor and
+        returned as ``nan``."""
+        w, why = check_rail(power_w, bounds or self.bounds.get(rail), volts=volts, amps=amps)
         if why is not None:
             self.rejected_count += 1
             self.last_rejection = f"{rail}: {why}"

@@ -89,10 +89,6 @@ class Rail:
         ma = _read_number(self.files[1])
         return mv * ma / 1e6, mv / 1e3, ma / 1e3
 
-    def read_w(self) -> float:
-        """Power in W (unchecked); raises OSError or ValueError."""
-        return self.read()[0]
-
 
 #: INA3221 limits (TI datasheet): bus voltage 0-26 V; shunt voltage full scale 163.84 mV (40 uV LSB x 4096)
 INA3221_MAX_BUS_V = 26.0
@@ -147,12 +143,6 @@ def _read_number(path: str) -> float:
 def _index(path: str, prefix: str) -> int:
     tail = os.path.basename(path.rstrip("/"))[len(prefix):]
     return int(tail) if tail.isdigit() else 1 << 30
-
-
-def _chip_of(dev_dir: str, layout: str) -> str:
-    # .../ina3221/1-0040/hwmon/hwmon3 -> 1-0040 ; .../ina3221x/7-0040/iio:device0 -> 7-0040
-    parts = Path(dev_dir).parts
-    return parts[-3] if layout == "hwmon" else parts[-2]
 
 
 @dataclass
@@ -276,7 +266,7 @@ def _discover_iio(dirs: list[str]) -> Discovery:
     update_ms: dict[str, float] = {}
     skipped: list[str] = []
     for d in dirs:
-        chip = _chip_of(d, "iio")
+        chip = Path(d).parts[-2]  # .../ina3221x/7-0040/iio:device0 -> 7-0040
         chip_dirs[chip] = d
         enabled = 0
         for name_f in sorted(glob.glob(os.path.join(d, "rail_name_*")), key=lambda p: _index(p, "rail_name_")):
@@ -316,13 +306,12 @@ def _finish(layout: str, rails: list[Rail], chip_dirs: dict[str, str], update_ms
     if not rails:
         err = (f"INA3221 ({layout}) found at {', '.join(chip_dirs.values())} but no connected, readable rail "
                f"(skipped: {', '.join(skipped) or 'none'})")
-    seen: dict[str, int] = {}
+    seen: set[str] = set()
     for r in rails:  # keep every rail by a unique name
         if r.name in seen:
-            seen[r.name] += 1
             r.name = f"{r.name}@{r.chip}"
         else:
-            seen[r.name] = 1
+            seen.add(r.name)
     return Discovery(layout, rails, chip_dirs, update_ms, skipped, err)
 
 
@@ -364,7 +353,6 @@ class INA3221Sensor(PowerSensor):
         self.skipped = tuple(found.skipped)
         self.rails = tuple(r.name for r in found.rails)
         self.total_rails, self.board, self.total_desc = board_total(self.rails)
-        self._total_idx = [self.rails.index(r) for r in self.total_rails]
         self.update_ms = dict(found.update_ms)
         self.update_period_s = float(update_period_s) if update_period_s else max(found.update_ms.values()) / 1e3
         self.clock_ns = clock_ns

@@ -27,7 +27,6 @@ from lightning_edge.devices.sensors.base import (
     RailBounds,
     SensorError,
     SensorUnavailableError,
-    check_rail,
 )
 
 SOCKET = "run/jtop.sock"
@@ -74,12 +73,8 @@ def parse_power(power: Any) -> tuple[dict[str, Any], Any, bool]:
       then differs from the rails' sum), else the sum.
     """
     if isinstance(power, dict):
-        rails = {}
-        for name, info in (power.get("rail") or {}).items():
-            if isinstance(info, dict) and info.get("online", True):
-                rails[name] = info.get("power")
-            else:
-                rails[name] = None
+        rails = {name: info.get("power") if isinstance(info, dict) and info.get("online", True) else None
+                 for name, info in (power.get("rail") or {}).items()}
         tot = power.get("tot") or {}
         return rails, tot.get("power"), str(tot.get("name", "ALL")).upper() == "ALL"
     if isinstance(power, (tuple, list)) and len(power) == 2:
@@ -200,10 +195,7 @@ class JtopSensor(PowerSensor):
                 rejected.append(name)
         total = math.nan
         if isinstance(tot_mw, (int, float)) and not isinstance(tot_mw, bool):
-            total, why = check_rail(float(tot_mw) / 1e3, self._total_bounds)
-            if why is not None:
-                self.rejected_count += 1
-                self.last_rejection = f"total: {why}"
+            total = self.check("total", float(tot_mw) / 1e3, bounds=self._total_bounds)
         lost = bool(missing or rejected)
         if total_is_sum and lost:
             total = sum(rails.values()) if rails else math.nan  # jtop's sum would include the bad rail

@@ -85,19 +85,26 @@ def nvml_index_of_cuda_device(device: int | None = None, *, nvml: Any = None, cu
     return None
 
 
-def _probe(index: int, nvml: Any) -> tuple[Any, Any, str | None, str | None]:
-    """-> (module, handle, mode "energy"|"power", reason)."""
+def nvml_start(index: int, nvml: Any) -> tuple[Any, str | None]:
+    """-> (the pynvml module, why GPU ``index`` cannot be reached through it or ``None``), NVML initialised."""
     nv = nvml or _import_nvml()
     if nv is None:
-        return None, None, None, ("pynvml is not installed (pip install nvidia-ml-py, or "
-                                  "pip install 'lightning-edge[nvml]')")
+        return None, "pynvml is not installed (pip install nvidia-ml-py, or pip install 'lightning-edge[nvml]')"
     try:
         nv.nvmlInit()
         count = nv.nvmlDeviceGetCount()
     except Exception as exc:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded...
-        return nv, None, None, f"NVML could not start ({exc}): no NVIDIA driver on this machine?"
+        return nv, f"NVML could not start ({exc}): no NVIDIA driver on this machine?"
     if count <= index:
-        return nv, None, None, f"no NVIDIA GPU with index {index} (NVML sees {count})"
+        return nv, f"no NVIDIA GPU with index {index} (NVML sees {count})"
+    return nv, None
+
+
+def _probe(index: int, nvml: Any) -> tuple[Any, Any, str | None, str | None]:
+    """-> (module, handle, mode "energy"|"power", reason)."""
+    nv, reason = nvml_start(index, nvml)
+    if reason:
+        return nv, None, None, reason
     try:
         h = nv.nvmlDeviceGetHandleByIndex(index)
         name = _text(nv.nvmlDeviceGetName(h))

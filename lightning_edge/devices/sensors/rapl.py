@@ -34,6 +34,7 @@ from lightning_edge.devices.sensors.base import (
     SensorError,
     SensorUnavailableError,
 )
+from lightning_edge.devices.sensors.ina3221 import _read_text
 
 #: no CPU package (or its DRAM) draws more: the largest server CPUs have a 500 W TDP (PL2 bursts stay below 2x);
 #: a counter step that implies more is a glitch (a re-read after a driver reload, garbage), not energy
@@ -72,11 +73,6 @@ class Domain:
         return self.total_uj
 
 
-def _read(path: str) -> str:
-    with open(path, encoding="ascii", errors="replace") as f:
-        return f.read().strip()
-
-
 def _probe(root: str | os.PathLike[str]) -> tuple[list[Domain], str | None]:
     base = Path(root) / "sys/class/powercap"
     dirs = sorted(glob.glob(str(Path(root) / POWERCAP_GLOB)))
@@ -87,7 +83,7 @@ def _probe(root: str | os.PathLike[str]) -> tuple[list[Domain], str | None]:
     for d in dirs:
         parts = os.path.basename(d).split(":")[1:]  # intel-rapl:0 -> [0] ; intel-rapl:0:1 -> [0, 1]
         try:
-            name = _read(os.path.join(d, "name"))
+            name = _read_text(os.path.join(d, "name"))
         except OSError:
             continue
         pkg = parts[0]
@@ -99,7 +95,7 @@ def _probe(root: str | os.PathLike[str]) -> tuple[list[Domain], str | None]:
             continue  # core / uncore (inside the package), psys (would double count)
         f = os.path.join(d, "energy_uj")
         try:
-            max_uj = int(_read(os.path.join(d, "max_energy_range_uj")))
+            max_uj = int(_read_text(os.path.join(d, "max_energy_range_uj")))
         except (OSError, ValueError):
             max_uj = 0
         dom = Domain(rail, f, max_uj)

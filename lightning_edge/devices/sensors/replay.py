@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from lightning_edge.devices.sensors.base import PowerReading, PowerSensor, RailBounds, check_rail
+from lightning_edge.devices.sensors.base import PowerReading, PowerSensor, RailBounds
 from lightning_edge.devices.sensors.tegrastats import parse_tegrastats
 
 #: a replayed trace may come from any board: no rail or total of one is above this (a corrupt file is)
@@ -94,9 +94,8 @@ class ReplaySensor(PowerSensor):
     def from_npz(cls, path: str | os.PathLike[str], **kw: Any) -> ReplaySensor:
         """``.npz`` with ``t_s``, ``power_w`` and optionally ``rails_w`` (n x k) with ``rails`` (k names)."""
         with np.load(path, allow_pickle=False) as z:
-            rails = {}
-            if "rails_w" in z and "rails" in z:
-                rails = {str(n): z["rails_w"][:, i] for i, n in enumerate(z["rails"])}
+            named = "rails_w" in z and "rails" in z
+            rails = {str(n): z["rails_w"][:, i] for i, n in enumerate(z["rails"])} if named else {}
             kw.setdefault("label", f"replay of {path}")
             return cls(z["t_s"], z["power_w"], rails, **kw)
 
@@ -156,10 +155,7 @@ class ReplaySensor(PowerSensor):
                 rejected.append(r)
         total = float(self.power_w[i])
         if not math.isnan(total):
-            total, why = check_rail(total, self._total_bounds)
-            if why is not None:
-                self.rejected_count += 1
-                self.last_rejection = f"total: {why}"
+            total = self.check("total", total, bounds=self._total_bounds)
         if rejected:
             # the recorded total summed a value that was not believed: never that total; the rails that passed,
             # labelled partial (nan when none did)

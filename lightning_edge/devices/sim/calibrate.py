@@ -83,13 +83,9 @@ def fit_roofline(params: dict) -> dict:
         p.update(zip(names, x))
         return _roof_residuals(Physics(p))
 
-    best = None
     rng = np.random.default_rng(0)
     starts = [x0] + [lo + (hi - lo) * rng.random(len(x0)) for _ in range(40)]
-    for s in starts:
-        res = least_squares(f, s, bounds=(lo, hi), x_scale="jac")
-        if best is None or res.cost < best.cost:
-            best = res
+    best = min((least_squares(f, s, bounds=(lo, hi), x_scale="jac") for s in starts), key=lambda res: res.cost)
     out = dict(params)
     out.update(zip(names, best.x))
     return out
@@ -224,10 +220,7 @@ def profile_dict(params: dict, twin) -> dict:
              V.MID, V.LOW]
     modes = []
     for m in named:
-        r32 = twin.roofline(m)
-        r16 = twin.roofline(m, "fp16")
-        rc = twin.roofline(m, "fp32_cuda")
-        r32, r16, rc = (_floats(x) for x in (r32, r16, rc))
+        r32, r16, rc = (_floats(twin.roofline(m, p)) for p in ("fp32", "fp16", "fp32_cuda"))
         modes.append({
             "mode": str(m),
             "precision": {
@@ -275,15 +268,12 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from lightning_edge.devices.sim.twin import OrinTwin, load_twin_params
 
-    if args.defaults:
-        params = dict(DEFAULT_PARAMS)
-    else:
+    params = dict(DEFAULT_PARAMS)
+    if not args.defaults:
         try:
-            loaded, _ = load_twin_params(args.start)
-            params = dict(DEFAULT_PARAMS)
-            params.update(loaded)
+            params.update(load_twin_params(args.start)[0])
         except (FileNotFoundError, ValueError):
-            params = dict(DEFAULT_PARAMS)
+            pass
     if not args.skip_roofline:
         params = fit_roofline(params)
         print("roofline residuals:", np.round(_roof_residuals(Physics(params)), 3))

@@ -30,10 +30,8 @@ SIM_BOARDS = {"orin-agx": (catalog.orin_agx_space, catalog.ORIN_AGX_MAXN)}
 
 
 class SimModeController(ModeController):
-    """Simulated power-mode controller of the twin (``--device sim:orin-agx``).
-
-    ``SimModeController(board="orin-agx", space=None, initial=None, board_file=None,
-    clock=time.monotonic, on_step=None, **common)``:
+    """Simulated power-mode controller of the twin (``--device sim:orin-agx``); ``**common`` as in
+    :class:`ModeController`:
 
     - ``initial``: the mode of a fresh board (default MAXN);
     - ``board_file``: JSON file holding the simulated mode across processes (default: in memory);
@@ -167,12 +165,6 @@ class SimModeController(ModeController):
 
     def _snapshot(self) -> dict[str, Any]:
         return {"kind": "sim", "board": self.board, "mode": self._load().to_dict()}
-
-    def _mode_of_snapshot(self, snapshot: dict[str, Any]) -> PowerMode | None:
-        try:
-            return PowerMode.from_dict(snapshot["mode"])
-        except (KeyError, TypeError, ValueError):
-            return None
 
     def _apply_mode(self, mode: PowerMode) -> tuple[list[str], list[str]]:
         return self._set(mode), []

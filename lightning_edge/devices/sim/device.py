@@ -30,9 +30,6 @@ __all__ = ["SimulatedOrin"]
 class SimulatedOrin:
     """A simulated Jetson AGX Orin: ``controller``, ``sensor``, ``space``, ``twin`` (``name = "sim:orin-agx"``).
 
-    ``SimulatedOrin(controller=None, clock=time.monotonic, clock_ns=time.perf_counter_ns, noise=True,
-    settling=True, seed=0, update_period_s=0.01, initial=None, board_file=None, **twin_kwargs)``
-
     ``controller``: an existing SimModeController to share (default: a new in-memory one, or one persisted in
     ``board_file``); ``clock``/``clock_ns``: inject fake clocks in tests (the controller and twin use
     ``clock``, the sensor stamps readings with ``clock_ns``).

@@ -222,25 +222,25 @@ class Physics:
         gpu = self.p["gpu_stall_frac"] * self.p_gpu_active(f_gpu) + self.p_gpu_on(f_gpu)
         return self.e_byte(f_gpu, f_mem) + gpu / self.bandwidth(f_gpu, f_mem, precision)
 
-    def static_power(self, cores, f_cpu, f_gpu, f_mem):
-        """Idle power of a mode (pi_0), W: base + online cores + clocked GPU + memory controller."""
+    def _idle_terms(self, f_cpu, f_gpu, f_mem):
+        """Idle power of one online core, of the clocked GPU and of the memory controller, W."""
         p = self.p
         vc = self.v_cpu(f_cpu)
         vg = self.v_gpu(f_gpu)
         core = p["p_core_leak_w"] * vc + p["p_core_clock_w"] * np.asarray(f_cpu, dtype=float) / F_CPU_MAX * vc * vc
         gpu = p["p_gpu_idle_leak_w"] * vg + p["p_gpu_idle_clock_w"] * np.asarray(f_gpu, dtype=float) / F_GPU_MAX * vg * vg
         emc = p["p_emc_idle_w"] * (np.asarray(f_mem, dtype=float) / F_MEM_MAX) ** p["p_emc_idle_exp"]
-        return p["p_base_w"] + np.asarray(cores, dtype=float) * core + gpu + emc
+        return core, gpu, emc
+
+    def static_power(self, cores, f_cpu, f_gpu, f_mem):
+        """Idle power of a mode (pi_0), W: base + online cores + clocked GPU + memory controller."""
+        core, gpu, emc = self._idle_terms(f_cpu, f_gpu, f_mem)
+        return self.p["p_base_w"] + np.asarray(cores, dtype=float) * core + gpu + emc
 
     def static_parts(self, cores, f_cpu, f_gpu, f_mem) -> dict[str, np.ndarray]:
         """pi_0 split into ``base``, ``cpu`` (online cores), ``gpu`` (clocked GPU) and ``emc`` (memory), W."""
-        p = self.p
-        vc = self.v_cpu(f_cpu)
-        vg = self.v_gpu(f_gpu)
-        core = p["p_core_leak_w"] * vc + p["p_core_clock_w"] * np.asarray(f_cpu, dtype=float) / F_CPU_MAX * vc * vc
-        gpu = p["p_gpu_idle_leak_w"] * vg + p["p_gpu_idle_clock_w"] * np.asarray(f_gpu, dtype=float) / F_GPU_MAX * vg * vg
-        emc = p["p_emc_idle_w"] * (np.asarray(f_mem, dtype=float) / F_MEM_MAX) ** p["p_emc_idle_exp"]
-        return {"base": np.full(np.shape(gpu), p["p_base_w"]), "cpu": np.asarray(cores, dtype=float) * core,
+        core, gpu, emc = self._idle_terms(f_cpu, f_gpu, f_mem)
+        return {"base": np.full(np.shape(gpu), self.p["p_base_w"]), "cpu": np.asarray(cores, dtype=float) * core,
                 "gpu": gpu, "emc": emc}
 
     def p_core_busy(self, f_cpu):

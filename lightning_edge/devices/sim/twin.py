@@ -28,7 +28,7 @@ import math
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ import numpy as np
 from lightning_edge.devices import catalog
 from lightning_edge.devices.modes import PowerMode, PowerModeSpace
 from lightning_edge.devices.sim.physics import Physics
-from lightning_edge.devices.sim.workload import UNITS, WorkloadProfile, compile_workload
+from lightning_edge.devices.sim.workload import WorkloadProfile, compile_workload
 from lightning_edge.roofline.model import Roofline
 
 __all__ = ["OrinTwin", "Prediction", "LayerTimes", "Activity", "TWIN_PROFILE", "load_twin_params"]
@@ -101,13 +101,11 @@ class Prediction:
 
     def at(self, i: int) -> dict:
         """One mode's values as a dict of floats (``i`` indexes the modes asked for)."""
-        def g(a):
-            a = np.asarray(a).reshape(-1)
-            return a[i].item()
         m = np.asarray(self.modes).reshape(-1, 4)[i]
-        return {"mode": PowerMode(int(m[0]), m[1], m[2], m[3]), "time_s": g(self.time_s), "power_w": g(self.power_w),
-                "energy_j": g(self.energy_j), "static_w": g(self.static_w), "gpu_s": g(self.gpu_s),
-                "cpu_s": g(self.cpu_s), "data_s": g(self.data_s), "bound": g(self.bound), "label": self.label}
+        out: dict = {"mode": PowerMode(int(m[0]), m[1], m[2], m[3])}
+        for k in ("time_s", "power_w", "energy_j", "static_w", "gpu_s", "cpu_s", "data_s", "bound"):
+            out[k] = np.asarray(getattr(self, k)).reshape(-1)[i].item()
+        return {**out, "label": self.label}
 
 
 @dataclass
@@ -153,21 +151,17 @@ class Activity:
     batch_size: int
     profile: WorkloadProfile | None = None
     power_fn: Callable[[PowerMode], float] | None = None
-    started_s: float = 0.0
     layer: str | None = None
-    extra: dict = field(default_factory=dict)
 
 
 def _as_knobs(modes: Any, space: PowerModeSpace) -> tuple[np.ndarray, bool]:
     """Modes -> (M, 4) float array (cores, cpu, gpu, mem) and whether a single mode was given."""
-    if modes is None:
-        return space.to_numpy().astype(float), False
-    if isinstance(modes, PowerModeSpace):
-        return modes.to_numpy().astype(float), False
+    if modes is None or isinstance(modes, PowerModeSpace):
+        return (space if modes is None else modes).to_numpy().astype(float), False
     if isinstance(modes, PowerMode):
         return np.array([modes.as_tuple()], dtype=float), True
-    if isinstance(modes, str):
-        return np.array([space.parse(modes).as_tuple()], dtype=float), True
+    if isinstance(modes, (str, dict)):  # a label, or {"cores": 8, "gpu": 726.75, ...}
+        return np.array([space.coerce(modes).as_tuple()], dtype=float), True
     if isinstance(modes, np.ndarray):
         arr = np.asarray(modes, dtype=float)
         if arr.ndim == 1 and arr.shape[0] == 4:
@@ -177,8 +171,6 @@ def _as_knobs(modes: Any, space: PowerModeSpace) -> tuple[np.ndarray, bool]:
         raise ValueError(f"mode array must have shape (4,) or (M, 4) [cores, cpu, gpu, mem MHz], got {arr.shape}")
     if isinstance(modes, tuple) and len(modes) == 4 and all(isinstance(x, (int, float)) for x in modes):
         return np.array([modes], dtype=float), True
-    if isinstance(modes, dict):
-        return np.array([space.coerce(modes).as_tuple()], dtype=float), True
     rows = [space.coerce(m).as_tuple() if not isinstance(m, PowerMode) else m.as_tuple() for m in modes]
     return np.array(rows, dtype=float).reshape(-1, 4), False
 
@@ -189,10 +181,6 @@ def _out(a: np.ndarray, single: bool) -> np.ndarray:
 
 class OrinTwin:
     """The simulated Jetson AGX Orin (32 GB, JetPack 5): see the module docstring.
-
-    ``OrinTwin(params=None, profile_path=None, space=None, controller=None, clock=time.monotonic,
-    noise=True, settling=True, seed=0, power_noise=0.02, settle_tau_s=0.8, initial=None,
-    tf32_matmul=False)``
 
     - ``params``: override fitted coefficients (names in ``physics.PARAM_DOCS``);
     - ``controller``: a :class:`~lightning_edge.devices.sim.controller.SimModeController` whose current
@@ -325,13 +313,11 @@ class OrinTwin:
             if knobs.shape[0] != 1:
                 raise ValueError("detail=True needs exactly one mode; use layer_times(cost, mode)")
             layers = self._timeline(prof, knobs[0], precision, res)
-        return Prediction(
-            time_s=_out(res["time_s"], single), power_w=_out(res["power_w"], single),
-            energy_j=_out(res["time_s"] * res["power_w"], single), static_w=_out(res["static_w"], single),
-            gpu_s=_out(res["gpu_s"], single), cpu_s=_out(res["cpu_s"], single), data_s=_out(res["data_s"], single),
-            bound=_out(res["bound"], single), modes=knobs, workload=prof.model, kind=prof.kind,
-            batch_size=prof.batch_size, precision=precision, layers=layers,
-        )
+        arrays = {k: _out(res[k], single) for k in ("time_s", "power_w", "static_w", "gpu_s", "cpu_s", "data_s",
+                                                     "bound")}
+        return Prediction(**arrays, energy_j=_out(res["time_s"] * res["power_w"], single), modes=knobs,
+                          workload=prof.model, kind=prof.kind, batch_size=prof.batch_size, precision=precision,
+                          layers=layers)
 
     def layer_times(self, cost: Any, mode: Any = None, *, kind: str | None = None, batch_size: int | None = None,
                     precision: str | None = None, dataloader: bool | None = None) -> LayerTimes:
@@ -405,13 +391,7 @@ class OrinTwin:
         if kind not in ("train", "infer"):
             raise ValueError(f"kind must be 'train' or 'infer', got {kind!r}")
         cost, n_tensors = self.workload_cost(name_or_model, batch_size, kind, seq_len, precision, inputs)
-        key = ("wl", id(cost), kind, int(batch_size), n_tensors)
-        hit = self._profile_cache.get(key)
-        if hit is not None and hit[0] is cost:
-            prof = hit[1]
-        else:
-            prof = compile_workload(cost, kind=kind, batch_size=batch_size, param_tensors=n_tensors)
-            self._profile_cache[key] = (cost, prof)  # type: ignore[assignment]
+        prof = self.compile(cost, kind=kind, batch_size=batch_size, param_tensors=n_tensors)
         return self.predict(prof, modes, dataloader=dataloader, precision=precision, detail=detail)
 
     # ------------------------------------------------------------------ the engine
@@ -602,7 +582,6 @@ class OrinTwin:
         with self._lock:
             now = self.clock()
             self._begin_transition(now)
-            activity.started_s = now
             for k in [k for k in self._profile_cache if k and k[0] in ("pw", "parts")]:
                 del self._profile_cache[k]
             self._activity = activity
@@ -708,9 +687,8 @@ class OrinTwin:
     def _begin_transition(self, now: float) -> None:
         if self._target_key is None and self._from_w is None:
             self._from_w = self.target_power()
-            self._change_s = now
-            return
-        self._from_w = self._level_at(now, getattr(self, "_last_target", self.target_power()))
+        else:
+            self._from_w = self._level_at(now, getattr(self, "_last_target", self.target_power()))
         self._change_s = now
 
     def power_now(self, *, noise: bool | None = None) -> float:
@@ -746,7 +724,3 @@ class OrinTwin:
 
     def __repr__(self) -> str:
         return f"OrinTwin({self.space!r}, mode {self.current_mode()}, simulated)"
-
-
-def _unit_index(unit: str) -> int:
-    return UNITS.index(unit)

@@ -131,9 +131,7 @@ def _fmt_time(t_s: float, unit: str) -> str:
 def slope_ratios(twin, direction: str = "high") -> dict[str, float]:
     """Fulcrum's slope ratios for ResNet-18 training at the midpoint (|dt ms / dP W| per knob)."""
     fs = catalog.fulcrum_space()
-    top = {"cores": fs.cores[-1], "cpu": fs.cpu_mhz[-1], "gpu": fs.gpu_mhz[-1], "mem": fs.mem_mhz[-1]}
-    low = {"cores": fs.cores[0], "cpu": fs.cpu_mhz[0], "gpu": fs.gpu_mhz[0], "mem": fs.mem_mhz[0]}
-    ends = top if direction == "high" else low
+    ends = {k: fs.values(k)[-1 if direction == "high" else 0] for k in ("cores", "cpu", "gpu", "mem")}
     modes = [MID] + [MID.replace(**{k: v}) for k, v in ends.items()]
     pred = twin.predict_workload("resnet18", 16, "train", modes)
     t = np.asarray(pred.time_s) * 1e3

@@ -70,9 +70,7 @@ def classify_layer(layer: Any, elem_size: int = 4) -> str:
     """
     ops = set(layer.ops)
     if ops & _CONV_OPS:
-        out_elems = max(layer.forward.bytes_written / elem_size, 1.0)
-        reduction = layer.forward.macs / out_elems
-        return "dw" if reduction < _DEPTHWISE_REDUCTION else "tc"
+        return "dw" if reduction_depth(layer, elem_size) < _DEPTHWISE_REDUCTION else "tc"
     if ops & _GEMM_OPS or layer.kind in _FUSED_RNN_KINDS:
         return "cuda"
     return "elt"
@@ -109,26 +107,12 @@ class WorkloadProfile:
     notes: list[str] = field(default_factory=list)
 
     @property
-    def n_steps(self) -> int:
-        return len(self.names)
-
-    @property
-    def total_flops(self) -> float:
-        return float(self.flops.sum())
-
-    @property
     def total_bytes(self) -> float:
         return float(self.bytes.sum())
 
     @property
     def fp16(self) -> bool:
         return _elem_size(self.dtype) == 2
-
-    def summary(self) -> dict:
-        by_unit = {u: float(self.flops[:, i].sum()) for i, u in enumerate(UNITS)}
-        return {"model": self.model, "kind": self.kind, "batch_size": self.batch_size, "steps": self.n_steps,
-                "flops": self.total_flops, "bytes": self.total_bytes, "flops_by_unit": by_unit,
-                "kernels": int(self.kernels.sum()), "cpu_ops": int(self.cpu_ops.sum())}
 
 
 def _split_ops(layer: Any, training: bool) -> tuple[int, int]:
