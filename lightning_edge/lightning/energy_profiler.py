@@ -679,6 +679,10 @@ class EnergyProfilerMixin:
                              "time_s": sum(t.time_s for t in lst), "samples": sum(t.samples or 0 for t in lst),
                              "label": "/".join(sorted(labels)) if labels else "",
                              "min_batches": s.schedule.warmup_steps + 1}
+            need = s.schedule.stages[stage].min_batches if stage in s.schedule.stages else 0
+            if need:
+                totals[stage].update(min_batches=need, min_reason="to pay for one profiled step within "
+                                     "overhead_target: see the notes")
             if call is not None and stage == "train" and self._trainer is not None:
                 opt = int(getattr(self._trainer, "global_step", 0) or 0) - (call.get("gstep0") or 0)
                 totals[stage]["optimizer_steps"] = opt

@@ -11,7 +11,8 @@ twin, :mod:`lightning_edge.lightning.twin_driver`).
   length is known (``expected``: the Trainer's batches), so that the whole run's overhead does too: the profiled
   steps still to come share what is left of ``overhead_target`` x the expected run once the fixed costs (the cost
   analysis, and ``END_OF_RUN_S`` for the end-of-run reports) are paid. A short run is profiled at its first
-  profiled step only.
+  profiled step only, and a run whose budget cannot pay even for that step (``PROFILED_S_PER_CALL`` x the model's
+  module calls) and the reports is not profiled per layer at all: a note says how many batches it would need.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["StepScheduler", "StageState", "AUTO_START", "AUTO_MAX", "DISPATCH_FACTOR"]
+__all__ = ["StepScheduler", "StageState", "AUTO_START", "AUTO_MAX", "DISPATCH_FACTOR", "PROFILED_S_PER_CALL"]
 
 #: the first every_n_steps of "auto", until the overhead has been measured
 AUTO_START = 10
@@ -35,6 +36,9 @@ DISPATCH_FACTOR = 2.0
 #: what the end-of-run work (report, files, trace, tables) is reserved in a run's overhead budget until a run in this
 #: process has measured it (then the last measured value; tiny GPT-2 and a small CNN: about 10 ms on 2 CPU cores)
 END_OF_RUN_S = [0.010]
+#: what one profiled step costs per module call (its extra time and its attribution and logging), until a profiled
+#: step in this process has measured it (tiny GPT-2 and ResNet-18 on 2 CPU cores: 0.2-0.4 ms)
+PROFILED_S_PER_CALL = [0.0003]
 
 
 @dataclass
@@ -45,6 +49,7 @@ class StageState:
     since_profiled: int = 0  # plain steps since the last profiled one
     n_profiled: int = 0
     captured: bool = False
+    min_batches: int = 0  # batches this run would need to afford one profiled step (0: it can, or not known)
     epoch: int = 0
     epoch_t0: int | None = None
     epoch_t1: int | None = None
@@ -80,6 +85,8 @@ class StepScheduler:
         self.epoch_work_ns = 0  # per-epoch work: figure, table, reports
         self.run_ns = 0  # total step time (profiled steps included)
         self.setup_ns = 0  # one-time: cost analysis
+        self._learn_calls = 0  # the module calls of the profiled step whose cost is being measured
+        self._learn_ns = 0
 
     def stage(self, stage: str) -> StageState:
         st = self.stages.get(stage)
@@ -105,20 +112,55 @@ class StepScheduler:
         since = device.seconds_since_mode_change()
         return not (since is not None and self.settle_s and since < self.settle_s)
 
-    def should_profile(self, stage: str, device: Any = None, notes: list[str] | None = None) -> bool:
-        """Whether the next step of ``stage`` is profiled per layer."""
+    def should_profile(self, stage: str, device: Any = None, notes: list[str] | None = None,
+                       calls: int | None = None) -> bool:
+        """Whether the next step of ``stage`` is profiled per layer (``calls``: the model's module calls per step,
+        to weigh a first profiled step against the run's budget)."""
         st = self.stage(stage)
-        if st.batches < self.warmup_steps:
+        if st.batches < self.warmup_steps or st.min_batches:
             return False
         if st.n_profiled and st.since_profiled < self.every_n_steps - 1:
             return False
+        if not st.n_profiled and calls and not self._first_affordable(stage, calls, notes):
+            return False
         return self.mode_ok(device, [] if notes is None else notes)
+
+    def _first_affordable(self, stage: str, calls: int, notes: list[str] | None) -> bool:
+        """``auto`` on a run of known length: whether the run's budget (the longest expected stage of the run, so a
+        validation inside a fit counts on the fit's) pays for a first profiled step and the fixed costs; else the
+        stage is not profiled per layer in this run and a note says how many batches it would need."""
+        if not self.auto:
+            return True
+        runs = [(self.expected[k] or 0) * statistics.median(v) for k, v in self._plain_ns.items()
+                if v and self.expected.get(k)]
+        if stage not in self.expected or not self.expected[stage] or not runs:
+            return True
+        base = statistics.median(self._plain_ns[stage]) if self._plain_ns.get(stage) else 0.0
+        budget_ns = self.overhead_target * max(runs)
+        need_ns = PROFILED_S_PER_CALL[0] * calls * 1e9 + self.setup_ns + END_OF_RUN_S[0] * 1e9 + self.overhead_ns
+        if need_ns <= budget_ns or base <= 0:
+            return True
+        st = self.stages[stage]
+        st.min_batches = max(self.warmup_steps + 1, math.ceil(need_ns / (self.overhead_target * base)))
+        if notes is not None:
+            notes.append(f"{stage} not profiled per layer: one profiled step and the reports cost about "
+                         f"{need_ns / 1e6:.0f} ms, over the {100 * self.overhead_target:.3g} % overhead budget of this "
+                         f"run ({budget_ns / 1e6:.0f} ms; {self.expected[stage]} batches of {base / 1e6:.3g} ms); it "
+                         f"needs about {st.min_batches} batches, or EnergyProfiler(overhead_target="
+                         f"{min(0.5, need_ns / max(runs)):.2g}) or an integer every_n_steps")
+        return False
+
+    def new_run(self) -> None:
+        """A new run (a Trainer call): its expected lengths and the stages' verdicts start afresh."""
+        self.expected.clear()
+        for st in self.stages.values():
+            st.min_batches = 0
 
     def plain_step(self, stage: str, dur_ns: int) -> None:
         self.stages[stage].since_profiled += 1
         self._plain_ns[stage].append(dur_ns)
 
-    def profiled_step(self, stage: str, hook_ns: int) -> None:
+    def profiled_step(self, stage: str, hook_ns: int, hook_calls: int = 0) -> None:
         """A profiled step: its extra time, from what the timer measured of itself (step-to-step jitter on a busy
         machine is larger than the effect: comparing step times would be noise)."""
         st = self.stages[stage]
@@ -127,11 +169,16 @@ class StepScheduler:
         cost = int(DISPATCH_FACTOR * hook_ns)
         self._prof_ns[stage].append(cost)
         self.excess_ns += cost
+        self._learn_calls = hook_calls
+        self._learn_ns = cost
 
     def add_work_ns(self, ns: int, per_step: bool = True) -> None:
         """Time spent on profiling outside the steps: per profiled step (attribution, logging: feeds auto every-N)
         or per epoch (``per_step=False``: the figure, the table; counted in the overhead only)."""
         if per_step:
+            if self._learn_calls:  # the profiled step's whole cost is known: learn its cost per module call
+                PROFILED_S_PER_CALL[0] = (self._learn_ns + int(ns)) / self._learn_calls / 1e9
+                self._learn_calls = 0
             self.work_ns += int(ns)
             self._work_ns.append(int(ns))
             self._adapt()

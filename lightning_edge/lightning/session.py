@@ -150,6 +150,7 @@ class EnergySession:
         self.analyze = analyze
         self._deferred: dict[str, tuple[StepTiming, int | None]] = {}  # captured, analysis not yet decided
         self._run_estimate_s: dict[str, float] = {}  # per stage: expected run time (plain step time x batches)
+        self._approved: set[str] = set()  # stages whose capture step was decided affordable before it ran
         self.clock_ns = clock_ns
         self.sampler_rate_hz = sampler_rate_hz
         self.keep_timings = int(keep_timings)
@@ -185,8 +186,9 @@ class EnergySession:
 
     def new_run(self) -> None:
         """A new run (a Trainer call) starts: its expected lengths and its overhead budget start afresh."""
-        self.schedule.expected.clear()
+        self.schedule.new_run()
         self._run_estimate_s.clear()
+        self._approved.clear()
 
     def expect(self, stage: str, batches: int | None) -> None:
         """How many batches of ``stage`` this run (a Trainer call) is expected to have (None: unknown). With
@@ -244,8 +246,8 @@ class EnergySession:
         st = self._stage(stage)
         if self.twin is not None:
             self.twin.follow(stage == "train", self._batch_sizes.get(stage))
-        capture = not st.captured and self.analyze and self.cost_arg is None
-        profile = capture or self.schedule.should_profile(stage, self.device, self.notes)
+        capture = not st.captured and self.analyze and self.cost_arg is None and self._capture_now(stage, st)
+        profile = capture or self.schedule.should_profile(stage, self.device, self.notes, self._module_calls)
         if profile:
             self.timer.capture_inputs = capture
             # a capture-only step needs the calls, not the backward's timing: no hooks on its autograd nodes (which
@@ -306,7 +308,7 @@ class EnergySession:
             total.profiled = False
             st.since_profiled += 1
             return total  # the capture step is a warm-up step: never reported
-        sch.profiled_step(stage, timing.hook_ns)
+        sch.profiled_step(stage, timing.hook_ns, timing.hook_calls)
         self._pending.append(_Pending(stage, index, gstep, samples, timing, sch.mode))
         return total
 
@@ -314,8 +316,33 @@ class EnergySession:
     def _defer_analysis(self, stage: str) -> bool:
         """``analyze="auto"``: the analysis waits for a step time to be weighed against the run's overhead budget;
         never on the twin (its numbers are its model of the analysed workload) nor when the run's length is
-        unknown."""
-        return (self.analyze == "auto" and self.twin is None and self.expected_batches.get(stage) is not None)
+        unknown (nor when it was weighed before its capture step)."""
+        return (self.analyze == "auto" and self.twin is None and self.expected_batches.get(stage) is not None
+                and stage not in self._approved)
+
+    @property
+    def _module_calls(self) -> int:
+        """The model's module calls per step, estimated by the modules the timer hooks (counted once)."""
+        n = self.__dict__.get("_n_modules")
+        if n is None:
+            n = self._n_modules = len(self.timer.selected())
+        return n
+
+    def _capture_now(self, stage: str, st: Any) -> bool:
+        """Whether this step captures the cost model's inputs. With ``analyze="auto"`` on a run of known length and
+        at least two warm-up steps, the first step runs plain and the second is weighed before it is hooked: when
+        the analysis cannot fit the run's budget (expected cost from the model's module count), no step is
+        hooked for it at all (the summary says so). Otherwise: now (and the analysis decided after it)."""
+        if not self._defer_analysis(stage) or self.schedule.warmup_steps < 2 or (stage == "train") in self.costs:
+            return True
+        if st.batches == 0 or not st.epoch_steps:
+            return False  # the first step: its time is the estimate
+        prev = st.epoch_steps[-1]
+        if self._analysis_fits(stage, stage == "train", self._module_calls, prev.t1_ns - prev.t0_ns):
+            self._approved.add(stage)
+            return True
+        st.captured = True
+        return False
 
     def _timed_analyze(self, stage: str, timing: StepTiming, samples: int | None) -> None:
         ran = timing.has_backward not in self.costs  # else _analyze only reuses the known cost
@@ -330,22 +357,27 @@ class EnergySession:
         """Run the deferred analysis when its expected cost fits ``overhead_target`` of the run (the longest expected
         stage of this call: a validation inside a fit counts on the fit's budget), else skip it, saying so."""
         timing, samples = self._deferred.pop(stage)
+        if self._analysis_fits(stage, timing.has_backward, timing.hook_calls, step_ns):
+            self._timed_analyze(stage, timing, samples)
+
+    def _analysis_fits(self, stage: str, training: bool, calls: int, step_ns: float) -> bool:
+        """Whether an analysis of ``calls`` module calls fits ``overhead_target`` of the run (the longest expected
+        stage of this call: a validation inside a fit counts on the fit's budget); else it is skipped, saying so."""
         n = self.expected_batches.get(stage)
         if n is not None and step_ns > 0:
             self._run_estimate_s[stage] = step_ns / 1e9 * n
         run_s = max(self._run_estimate_s.values(), default=math.inf)
         sch = self.schedule
         budget_s = sch.overhead_target * run_s - (sch.setup_ns + sch.overhead_ns) / 1e9
-        training = timing.has_backward
-        need_s = _ANALYSIS_S_PER_CALL[training] * max(timing.hook_calls, 1)
+        need_s = _ANALYSIS_S_PER_CALL[training] * max(calls, 1)
         if need_s <= budget_s or training in self.costs:
-            self._timed_analyze(stage, timing, samples)
-            return
+            return True
         self.costs[training] = {}
         self.cost_notes.append(
             f"cost model skipped for {stage}: the analysis takes about {need_s * 1e3:.0f} ms, over the "
             f"{100 * sch.overhead_target:.3g} % overhead budget of this run (about {run_s:.2g} s, {n} batches): "
             "layers are apportioned by time only (EnergyProfiler(analyze=True) always runs it)")
+        return False
 
     def _analyze(self, stage: str, timing: StepTiming, samples: int | None) -> None:
         training = timing.has_backward

@@ -60,6 +60,7 @@ class StageReport:
     epochs: list[dict] = field(default_factory=list)
     optimizer_steps: int | None = None  # the Trainer's optimizer steps in these batches (when known)
     min_batches: int | None = None  # batches a stage needs before one is profiled per layer
+    min_reason: str | None = None  # why, when not the warm-up (the overhead budget)
 
     @property
     def profiled_steps(self) -> int:
@@ -148,7 +149,7 @@ class ProfileReport:
                 int(tot.get("steps", len(lst))), float(tot.get("energy_j", math.nan)),
                 float(tot.get("time_s", math.nan)), int(tot.get("samples", 0) or 0), str(tot.get("label", "")),
                 [dict(e) for e in epochs if e.get("stage") == stage],
-                tot.get("optimizer_steps"), tot.get("min_batches"),
+                tot.get("optimizer_steps"), tot.get("min_batches"), tot.get("min_reason"),
             )
         return cls(out, **kw)
 
@@ -273,8 +274,9 @@ class ProfileReport:
                 opt = f" ({st.optimizer_steps} optimizer steps: the Trainer's step count)"
             out.append(f"  [{st.stage}] {st.profiled_steps} of {st.total_steps} batches profiled per layer{opt}")
             if st.profiled_steps == 0 and st.min_batches:
-                out.append(f"    too short to profile per layer: a stage needs at least {st.min_batches} batches (the "
-                           f"first {st.min_batches - 1} are warm-up, one captures the inputs for the cost model); "
+                why = st.min_reason or (f"the first {st.min_batches - 1} are warm-up, one captures the inputs for the "
+                                        "cost model")
+                out.append(f"    too short to profile per layer: a stage needs at least {st.min_batches} batches ({why}); "
                            f"this run had {st.total_steps}. Its totals below are from every batch.")
             if math.isfinite(st.total_energy_j):
                 per = (f", {st.total_energy_j / st.total_samples * 1e3:.3g} mJ/sample"

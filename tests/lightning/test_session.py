@@ -248,6 +248,28 @@ def test_auto_analysis_runs_when_the_run_is_long_enough():
     assert s.profiled["train"][0].index == 2  # decided at step 1, the step after the capture
 
 
+def test_a_run_that_cannot_afford_the_analysis_hooks_no_step_for_it():
+    """issue 17 item 3: with two warm-up steps the analysis is weighed before its capture step (first step's time x
+    the run's batches, the model's module count): a short run never hooks a step to capture inputs it will not
+    analyse (that step cost as much as a profiled one); a long run captures at step 1 and analyses right after."""
+    hooked = []
+    short = EnergySession(_mlp(), "none", every_n_steps=100, warmup_steps=2)
+    orig = short.timer.start_step
+    short.timer.start_step = lambda *a, **k: (hooked.append((short.schedule.stages["train"].batches,
+                                                             short.timer.capture_inputs)), orig(*a, **k))[1]
+    short.expect("train", 30)
+    _loop(short, 4)
+    short.flush(wait=True)
+    assert short.costs == {True: {}} and "30 batches" in next(n for n in short.cost_notes if "skipped" in n)
+    assert hooked == [(2, False)]  # only the profiled step 2: no capture step
+    long = EnergySession(_mlp(), "none", every_n_steps=100, warmup_steps=2)
+    long.expect("train", 10_000_000)
+    _loop(long, 3)
+    long.flush(wait=True)
+    assert long.costs[True]["0"].forward.flops > 0 and long.schedule.setup_ns > 0
+    assert long.schedule.stages["train"].captured and [p.index for p in long.profiled["train"]] == [2]
+
+
 @pytest.mark.parametrize("how", ["unknown length", "analyze=True", "twin"])
 def test_analysis_at_the_capture_step(how):
     kw = {"analyze": True} if how == "analyze=True" else {}
@@ -280,7 +302,11 @@ def test_auto_every_n_keeps_a_short_run_within_its_whole_budget():
     short.expect("train", 30)
     _loop(short, 30)
     short.flush(wait=True)
-    assert [p.index for p in short.profiled["train"]] == [2]
+    # (a run that cannot pay for even one profiled step and the reports is not profiled per layer: it is told how
+    # many batches it would need)
+    assert [p.index for p in short.profiled["train"]] == []
+    assert short.schedule.stages["train"].min_batches > 30
+    assert any(n.startswith("train not profiled per layer") and "30 batches" in n for n in short.notes)
     for n in (None, 10_000_000):  # a run of unknown length or a long one: the per-step policy alone decides
         long = EnergySession(_mlp(), "none", warmup_steps=2, analyze=False, clock_ns=clock())
         long.expect("train", n)
