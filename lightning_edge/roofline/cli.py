@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
 def _measure(args):
     import torch
 
-    from lightning_edge.roofline.microbench import find_energy_meter, run_microbench
+    from lightning_edge.roofline.microbench import _slug, find_energy_meter, run_microbench
     from lightning_edge.roofline.profile import DeviceProfile
 
     device = args.torch_device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -146,12 +146,6 @@ def _measure(args):
     if not meter.available:
         print(meter.reason)
     return profile
-
-
-def _slug(text):
-    from lightning_edge.roofline.microbench import _slug as slug
-
-    return slug(text)
 
 
 def _get_controller(board: str = "auto"):
@@ -220,19 +214,18 @@ def _load_model(spec: str, batch_size: int):
             fn = getattr(importlib.import_module(mod_name), fn_name)
         except (ImportError, AttributeError) as exc:
             raise ValueError(f"--model {spec}: cannot import {fn_name} from {mod_name} ({exc})") from None
-        made = _call(fn, None, batch_size)
+        made = _call(fn, batch_size)
     else:
         raise ValueError(f"--model {spec!r}: expected zoo:NAME (e.g. zoo:resnet50) or package.module:factory")
     return _model_and_inputs(made, spec, batch_size)
 
 
-def _call(fn, name, batch_size):
+def _call(fn, batch_size):
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         params = {}
-    kwargs = {"batch_size": batch_size} if "batch_size" in params else {}
-    return fn(name, **kwargs) if name is not None else fn(**kwargs)
+    return fn(batch_size=batch_size) if "batch_size" in params else fn()
 
 
 def _model_and_inputs(made, spec, batch_size):

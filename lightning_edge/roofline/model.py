@@ -75,11 +75,7 @@ def _coef(name: str, value, *, required: bool, unit: str, allow_zero: bool) -> n
 
 def _out(x):
     """numpy 0-d results -> Python scalars; arrays stay arrays."""
-    if isinstance(x, np.ndarray) and x.ndim == 0:
-        return x.item()
-    if isinstance(x, np.generic):
-        return x.item()
-    return x
+    return x.item() if isinstance(x, np.generic) or (isinstance(x, np.ndarray) and x.ndim == 0) else x
 
 
 def _nonneg(name: str, value) -> np.ndarray:
