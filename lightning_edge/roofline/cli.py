@@ -12,6 +12,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import inspect
 import sys
@@ -51,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lightning_edge.roofline.profile import DeviceProfile, load_profile, save_profile
+    from lightning_edge.roofline.profile import load_profile, save_profile
 
     board = check_board_option(args.device)
     if board.startswith("sim"):
@@ -70,10 +71,7 @@ def run(args: argparse.Namespace) -> int:
     if args.profile:
         profile = load_profile(args.profile)
         if args.modes:
-            entries = [profile.entry(m) for m in args.modes]
-            profile = DeviceProfile(device=profile.device, source=profile.source, modes=entries, created=profile.created,
-                                    host=profile.host, mode_space=profile.mode_space, fit=profile.fit,
-                                    reference=profile.reference, notes=profile.notes)
+            profile = dataclasses.replace(profile, modes=[profile.entry(m) for m in args.modes])
         print(f"profile {args.profile!r}: device {profile.device}, source {profile.source}, {len(profile.modes)} mode(s)", file=info)
     else:
         profile = _measure(args)
