@@ -338,13 +338,8 @@ def _shape_cache() -> dict:
 
 def _arg_tensors(args, kwargs) -> list:
     """The tensors of an aten op's arguments (tensors or lists of tensors; no deeper nesting in aten schemas)."""
-    out = []
-    for a in (*args, *kwargs.values()):
-        if isinstance(a, torch.Tensor):
-            out.append(a)
-        elif isinstance(a, (list, tuple)):
-            out.extend(b for b in a if isinstance(b, torch.Tensor))
-    return out
+    return [b for a in (*args, *kwargs.values()) for b in (a if isinstance(a, (list, tuple)) else (a,))
+            if isinstance(b, torch.Tensor)]
 
 
 _UNKNOWN = object()
@@ -623,10 +618,7 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
 
 
 def _infer_dtype(model: nn.Module) -> torch.dtype:
-    for p in model.parameters():
-        if p.is_floating_point():
-            return p.dtype
-    return torch.get_default_dtype()
+    return next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.get_default_dtype())
 
 
 __all__ = ["analyze", "step_cost", "Cost", "LayerCost", "ModelCost"]

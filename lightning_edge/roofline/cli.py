@@ -251,10 +251,8 @@ def _model_and_inputs(made, spec, batch_size):
 
 
 # ------------------------------------------------------------------------------------------ printing
-def _fmt(x, scale, digits=4):
-    if x is None:
-        return "-"
-    return f"{x / scale:.{digits}g}"
+def _fmt(x, scale):
+    return "-" if x is None else f"{x / scale:.4g}"
 
 
 def _print_table(profile, precision):

@@ -410,9 +410,7 @@ class MicrobenchResult:
                              modes=[self.mode_entry(mode)], host=self.host)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["samples"] = [s.to_dict() for s in self.samples]
-        return d
+        return asdict(self)  # samples and energy fits included, as dicts
 
 
 def _slug(text: str) -> str:

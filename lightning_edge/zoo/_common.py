@@ -21,10 +21,7 @@ def on_device(device: DeviceLike) -> Iterator[None]:
     constructors make) to that device, so ``device="meta"`` allocates no storage at all.
     ``None`` leaves the current default device alone.
     """
-    if device is None:
-        yield
-        return
-    with torch.device(device):
+    with contextlib.nullcontext() if device is None else torch.device(device):
         yield
 
 
