@@ -444,11 +444,6 @@ class _AutocastMode(TorchFunctionMode):
         return func(*args, **kwargs)
 
 
-def _opaque_prefixes(model: nn.Module) -> list[str]:
-    """Qualified names of modules compiled with ``torch.compile``: their inside is one opaque layer."""
-    return [n for n, m in model.named_modules() if is_compiled(m)]
-
-
 def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: bool = False,
             dtype=None, autocast=None, formulas: dict | None = None, **example_kwargs) -> ModelCost:
     """Per-layer FLOP, MAC, bytes and arithmetic intensity of ``model(*example_inputs, **example_kwargs)``.
@@ -511,8 +506,8 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
         state[n] = memo[id(t)]
 
     rec = _Recorder(model, fold_bn, {op_key(op): fn for op, fn in (formulas or {}).items()})
-    opaque = _opaque_prefixes(model)
-    if opaque:  # the inside of a compiled module is charged to it
+    opaque = [n for n, m in model.named_modules() if is_compiled(m)]  # compiled with torch.compile
+    if opaque:  # the inside of a compiled module is charged to it: one opaque layer
         rec.names = {m: n for m, n in rec.names.items()
                      if not any(n.startswith(p + ".") if p else n != "" for p in opaque)}
 

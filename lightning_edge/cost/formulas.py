@@ -551,10 +551,6 @@ def op_cost(op, args: tuple, kwargs: dict, out, formulas: dict[str, Formula] | N
     if fn is None:
         return None
     c = fn(*args, out=out, **kwargs)
-    read = c.bytes_read
-    if read is None:
-        read = sum_bytes(args) + sum(sum_bytes(v) for v in kwargs.values())
-    written = c.bytes_written
-    if written is None:
-        written = sum_bytes(out)
+    read = sum_bytes(args) + sum(sum_bytes(v) for v in kwargs.values()) if c.bytes_read is None else c.bytes_read
+    written = sum_bytes(out) if c.bytes_written is None else c.bytes_written
     return c.flops, c.macs, read, written
