@@ -73,10 +73,6 @@ class CaptureError(ValueError):
 
 
 # ---------------------------------------------------------------------------------------------- tensor trees
-def _is_leaf(x: Any) -> bool:
-    return isinstance(x, torch.Tensor)
-
-
 def tree_map_tensors(fn: Callable[[torch.Tensor], Any], obj: Any) -> Any:
     """``fn`` applied to every tensor of ``obj`` (pytree containers, plus dataclasses and mappings pytree does not
     know, e.g. a user's batch dataclass or a ``BatchEncoding`` where it is not registered); other values kept."""
@@ -182,10 +178,7 @@ class Call:
         return [tuple(t.shape) for t in tensors_of((self.args, self.kwargs))]
 
     def batch_size(self) -> int | None:
-        for t in tensors_of((self.args, self.kwargs)):
-            if t.dim() > 0:
-                return int(t.shape[0])
-        return None
+        return batch_size((self.args, self.kwargs))
 
     def describe(self) -> str:
         parts = [_describe(a) for a in self.args] + [f"{k}={_describe(v)}" for k, v in self.kwargs.items()]
@@ -235,20 +228,6 @@ class Captured:
     @property
     def training(self) -> bool:
         return any(c.grad for c in self.calls)
-
-    @property
-    def modules(self) -> list[str]:
-        seen: dict[str, None] = {}
-        for c in self.calls:
-            seen.setdefault(c.module, None)
-        return list(seen)
-
-    def batch_size(self) -> int | None:
-        for c in self.calls:
-            bs = c.batch_size()
-            if bs is not None:
-                return bs
-        return None
 
     def describe(self) -> str:
         if not self.calls:

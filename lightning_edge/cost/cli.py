@@ -114,12 +114,10 @@ def run(args: argparse.Namespace) -> int:
     model, inputs = load_model(args.model, args.batch_size, args.seq_len, args.input_shape, args.input_dtype)
     try:
         cost = analyze(model, *inputs, training=args.training, fold_bn=args.fold_bn, dtype=args.dtype)
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, IndexError) as exc:
         raise ValueError(_failed_on_inputs(args.model, inputs, exc)) from exc
     except RuntimeError as exc:  # shape mismatches from inside the model
         raise RuntimeError(_failed_on_inputs(args.model, inputs, exc)) from exc
-    except IndexError as exc:
-        raise ValueError(_failed_on_inputs(args.model, inputs, exc)) from exc
     if args.json == "-":
         write_json(cost.to_json(), "-")
         return 0

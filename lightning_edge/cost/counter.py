@@ -45,7 +45,7 @@ from lightning_edge.cost.capture import (
 )
 from lightning_edge.cost.formulas import (
     ELEMENTWISE_FLOP,
-    is_free,
+    FREE_OPS,
     numel,
     op_cost,
     op_key,
@@ -117,13 +117,10 @@ class _Recorder:
         if lc is None:
             mod = self.modules.get(name)
             kind = type(mod).__name__ if mod is not None else "(functional)"
-            params = 0
-            if mod is not None:  # a tied parameter (shared embedding/decoder) counts once, where first used
-                for p in mod.parameters(recurse=False):
-                    if id(p) not in self._seen_params:
-                        self._seen_params.add(id(p))
-                        params += p.numel()
-            lc = self.layers[name] = LayerCost(name=name, kind=kind, params=params)
+            # a tied parameter (shared embedding/decoder) counts once, where first used
+            own = [] if mod is None else [p for p in mod.parameters(recurse=False) if id(p) not in self._seen_params]
+            self._seen_params.update(id(p) for p in own)
+            lc = self.layers[name] = LayerCost(name=name, kind=kind, params=sum(p.numel() for p in own))
         return lc
 
     def pre_hook(self, module, args, kwargs):
@@ -154,15 +151,13 @@ class _Recorder:
             return self.stack[-1]
         if self.backward:
             node = torch._C._current_autograd_node()
-            if node is not None:
-                return self.node_owner.get(id(node), "")
-            return ""
+            return "" if node is None else self.node_owner.get(id(node), "")
         return self.stack[-1] if self.stack else ""
 
     # -- ops --------------------------------------------------------------------------------
     def record(self, func, args, kwargs, out) -> None:
         name = op_name(func)
-        if is_free(name) or self.suppress:
+        if name in FREE_OPS or self.suppress:
             return
         where = self.current()
         if not self.backward and self.fold_bn:
@@ -179,12 +174,8 @@ class _Recorder:
         if cost is None:
             self.uncounted[name] += 1
             return
-        flops, macs, read, written = cost
         c = lc.backward if self.backward else lc.forward
-        c.flops += flops
-        c.macs += macs
-        c.bytes_read += read
-        c.bytes_written += written
+        c += Cost(*cost)
 
     def fold_into_conv(self, bn_layer: str, conv_output: torch.Tensor) -> None:
         """BatchNorm after a convolution: the BN disappears and the conv gains a bias."""
@@ -347,13 +338,8 @@ def _shape_cache() -> dict:
 
 def _arg_tensors(args, kwargs) -> list:
     """The tensors of an aten op's arguments (tensors or lists of tensors; no deeper nesting in aten schemas)."""
-    out = []
-    for a in (*args, *kwargs.values()):
-        if isinstance(a, torch.Tensor):
-            out.append(a)
-        elif isinstance(a, (list, tuple)):
-            out.extend(b for b in a if isinstance(b, torch.Tensor))
-    return out
+    return [b for a in (*args, *kwargs.values()) for b in (a if isinstance(a, (list, tuple)) else (a,))
+            if isinstance(b, torch.Tensor)]
 
 
 _UNKNOWN = object()
@@ -383,7 +369,7 @@ class _FusedAttentionMode(TorchFunctionMode):
     index the shared heads; they do not copy them), so the FLOP are those of the query heads, causal pairs
     halved as for plain SDPA."""
 
-    def __init__(self, rec: _Recorder | None = None):
+    def __init__(self, rec: _Recorder):
         super().__init__()
         self.rec = rec
         self.fallbacks = 0
@@ -412,13 +398,11 @@ class _FusedAttentionMode(TorchFunctionMode):
             return k, v
         if hk == 0 or hq % hk:
             raise RuntimeError("query heads are not a multiple of key/value heads")
-        if self.rec is not None:
-            self.rec.suppress += 1
+        self.rec.suppress += 1
         try:
             return k.repeat_interleave(hq // hk, dim=-3), v.repeat_interleave(hq // hk, dim=-3)
         finally:
-            if self.rec is not None:
-                self.rec.suppress -= 1
+            self.rec.suppress -= 1
 
 
 def _autocast_functions() -> frozenset:
@@ -458,11 +442,6 @@ class _AutocastMode(TorchFunctionMode):
             args, kwargs = pytree.tree_map(cast, (args, kwargs))
             self.calls += 1
         return func(*args, **kwargs)
-
-
-def _opaque_prefixes(model: nn.Module) -> list[str]:
-    """Qualified names of modules compiled with ``torch.compile``: their inside is one opaque layer."""
-    return [n for n, m in model.named_modules() if is_compiled(m)]
 
 
 def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: bool = False,
@@ -519,18 +498,16 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
     # meta copies of parameters and buffers (tied tensors stay tied)
     memo: dict[int, torch.Tensor] = {}
     state: dict[str, torch.Tensor] = {}
-    for n, p in model.named_parameters(remove_duplicate=False):
-        if id(p) not in memo:
-            memo[id(p)] = _to_meta(p, target, requires_grad=training and p.requires_grad)
-        state[n] = memo[id(p)]
-    for n, b in model.named_buffers(remove_duplicate=False):
-        if id(b) not in memo:
-            memo[id(b)] = _to_meta(b, target)
-        state[n] = memo[id(b)]
+    named = [(n, p, training and p.requires_grad) for n, p in model.named_parameters(remove_duplicate=False)]
+    named += [(n, b, False) for n, b in model.named_buffers(remove_duplicate=False)]
+    for n, t, grad in named:
+        if id(t) not in memo:
+            memo[id(t)] = _to_meta(t, target, requires_grad=grad)
+        state[n] = memo[id(t)]
 
     rec = _Recorder(model, fold_bn, {op_key(op): fn for op, fn in (formulas or {}).items()})
-    opaque = _opaque_prefixes(model)
-    if opaque:  # the inside of a compiled module is charged to it
+    opaque = [n for n, m in model.named_modules() if is_compiled(m)]  # compiled with torch.compile
+    if opaque:  # the inside of a compiled module is charged to it: one opaque layer
         rec.names = {m: n for m, n in rec.names.items()
                      if not any(n.startswith(p + ".") if p else n != "" for p in opaque)}
 
@@ -635,13 +612,8 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
     )
 
 
-
-
 def _infer_dtype(model: nn.Module) -> torch.dtype:
-    for p in model.parameters():
-        if p.is_floating_point():
-            return p.dtype
-    return torch.get_default_dtype()
+    return next((p.dtype for p in model.parameters() if p.is_floating_point()), torch.get_default_dtype())
 
 
 __all__ = ["analyze", "step_cost", "Cost", "LayerCost", "ModelCost"]
@@ -677,15 +649,11 @@ def step_cost(model: nn.Module, captured: Captured, *, training: bool | None = N
         costs.append((call, cost))
         for lc in cost.layers:
             full = f"{call.module}.{lc.name}" if call.module and lc.name else (call.module or lc.name)
-            have = merged.get(full)
-            if have is None:
-                merged[full] = LayerCost(full, lc.kind, lc.params, lc.forward + type(lc.forward)(),
-                                         lc.backward + type(lc.backward)(), lc.calls, lc.ops.copy())
-            else:
-                have.forward += lc.forward
-                have.backward += lc.backward
-                have.calls += lc.calls
-                have.ops.update(lc.ops)
+            have = merged.setdefault(full, LayerCost(full, lc.kind, lc.params))
+            have.forward += lc.forward
+            have.backward += lc.backward
+            have.calls += lc.calls
+            have.ops.update(lc.ops)
         for n in cost.notes:
             note = f"{call.shown}: {n}" if call.module else n
             if note not in notes:

@@ -150,10 +150,6 @@ def lookup(op, formulas: dict[str, Formula] | None = None) -> Formula | None:
     return None
 
 
-def is_free(name: str) -> bool:
-    return name in FREE_OPS
-
-
 def numel(t) -> int:
     return math.prod(t.shape)
 
@@ -184,39 +180,18 @@ def _first_tensor(obj) -> torch.Tensor | None:
 # matrix products
 
 
-@register("mm")
+@register("mm", "bmm")
 def mm_cost(a, b, *args, out=None, **kwargs) -> OpCost:
-    # (M, K) @ (K, N): M*K*N MAC
-    m, k = a.shape
-    n = b.shape[-1]
-    macs = m * k * n
+    # (M, K) @ (K, N): M*K*N MAC; batched, (B, M, K) @ (B, K, N): B*M*K*N MAC
+    macs = math.prod(a.shape) * b.shape[-1]
     return OpCost(flops=2 * macs, macs=macs)
 
 
-@register("addmm")
+@register("addmm", "baddbmm")
 def addmm_cost(bias, a, b, *args, out=None, beta=1, **kwargs) -> OpCost:
-    # bias + (M, K) @ (K, N): M*K*N MAC, plus M*N bias adds
-    m, k = a.shape
-    n = b.shape[-1]
-    macs = m * k * n
-    return OpCost(flops=2 * macs + (m * n if beta != 0 else 0), macs=macs)
-
-
-@register("bmm")
-def bmm_cost(a, b, *args, out=None, **kwargs) -> OpCost:
-    # (B, M, K) @ (B, K, N): B*M*K*N MAC
-    bsz, m, k = a.shape
-    n = b.shape[-1]
-    macs = bsz * m * k * n
-    return OpCost(flops=2 * macs, macs=macs)
-
-
-@register("baddbmm")
-def baddbmm_cost(bias, a, b, *args, out=None, beta=1, **kwargs) -> OpCost:
-    bsz, m, k = a.shape
-    n = b.shape[-1]
-    macs = bsz * m * k * n
-    return OpCost(flops=2 * macs + (bsz * m * n if beta != 0 else 0), macs=macs)
+    # bias + (M, K) @ (K, N): M*K*N MAC, plus M*N bias adds (batched: B times both)
+    macs = math.prod(a.shape) * b.shape[-1]
+    return OpCost(flops=2 * macs + (math.prod(a.shape[:-1]) * b.shape[-1] if beta != 0 else 0), macs=macs)
 
 
 @register("linear")
@@ -228,14 +203,9 @@ def linear_cost(x, w, bias=None, *args, out=None, **kwargs) -> OpCost:
     return OpCost(flops=2 * macs + (rows * n if bias is not None else 0), macs=macs)
 
 
-@register("dot", "vdot")
+@register("dot", "vdot", "mv")
 def dot_cost(a, b, *args, out=None, **kwargs) -> OpCost:
-    macs = numel(a)
-    return OpCost(flops=2 * macs, macs=macs)
-
-
-@register("mv")
-def mv_cost(a, v, *args, out=None, **kwargs) -> OpCost:
+    # every element of a (the vector, or the matrix of mv) meets one element of b
     macs = numel(a)
     return OpCost(flops=2 * macs, macs=macs)
 
@@ -415,24 +385,15 @@ NORM_BACKWARD_FLOP = 10
 
 
 @register("native_batch_norm", "_native_batch_norm_legit", "batch_norm", "cudnn_batch_norm",
-          "miopen_batch_norm", "_batch_norm_with_update", "_batch_norm_no_update")
+          "miopen_batch_norm", "_batch_norm_with_update", "_batch_norm_no_update",
+          "_native_batch_norm_legit_functional", "_native_batch_norm_legit_no_training")
 def batch_norm_cost(x, weight=None, bias=None, running_mean=None, running_var=None, training=None,
                     *args, out=None, **kwargs) -> OpCost:
-    # _native_batch_norm_legit(x, w, b, rm, rv, training, ...) and native_batch_norm(x, w, b, rm, rv, training, ...)
+    # _native_batch_norm_legit[_functional](x, w, b, rm, rv, training, ...) and native_batch_norm(x, w, b, rm, rv,
+    # training, ...); _native_batch_norm_legit_no_training(x, w, b, rm, rv, momentum, eps) has no training flag
     train = bool(training) if isinstance(training, bool) else False
     per = NORM_FLOP_TRAIN if train else NORM_FLOP_INFER
     return OpCost(flops=per * numel(x))
-
-
-@register("_native_batch_norm_legit_no_training")
-def batch_norm_no_training_cost(x, *args, out=None, **kwargs) -> OpCost:
-    return OpCost(flops=NORM_FLOP_INFER * numel(x))
-
-
-@register("_native_batch_norm_legit_functional")
-def batch_norm_functional_cost(x, weight=None, bias=None, running_mean=None, running_var=None,
-                               training=False, *args, out=None, **kwargs) -> OpCost:
-    return OpCost(flops=(NORM_FLOP_TRAIN if training else NORM_FLOP_INFER) * numel(x))
 
 
 @register("native_layer_norm", "native_group_norm", "_fused_rms_norm", "layer_norm", "group_norm")
@@ -468,7 +429,8 @@ def pool_cost(x, kernel_size, *args, out=None, **kwargs) -> OpCost:
 
 
 @register("max_pool2d_with_indices_backward", "max_pool3d_with_indices_backward",
-          "avg_pool2d_backward", "avg_pool3d_backward")
+          "avg_pool2d_backward", "avg_pool3d_backward", "_adaptive_avg_pool2d_backward",
+          "_adaptive_avg_pool3d_backward", "adaptive_max_pool2d_backward", "adaptive_max_pool3d_backward")
 def pool_backward_cost(grad_out, x, *args, out=None, **kwargs) -> OpCost:
     # scatter-add of every output gradient into the input gradient (written whole)
     return OpCost(flops=numel(x))
@@ -486,12 +448,6 @@ def upsample_backward_cost(grad_out, *args, out=None, **kwargs) -> OpCost:
 def adaptive_pool_cost(x, *args, out=None, **kwargs) -> OpCost:
     # every input element is added (or compared) once; one division per output (avg)
     return OpCost(flops=numel(x) + numel(_first_tensor(out)))
-
-
-@register("_adaptive_avg_pool2d_backward", "_adaptive_avg_pool3d_backward",
-          "adaptive_max_pool2d_backward", "adaptive_max_pool3d_backward")
-def adaptive_pool_backward_cost(grad_out, x, *args, out=None, **kwargs) -> OpCost:
-    return OpCost(flops=numel(x))
 
 
 @register("sum", "mean", "amax", "amin", "max", "min", "argmax", "argmin", "prod", "any", "all",
@@ -595,10 +551,6 @@ def op_cost(op, args: tuple, kwargs: dict, out, formulas: dict[str, Formula] | N
     if fn is None:
         return None
     c = fn(*args, out=out, **kwargs)
-    read = c.bytes_read
-    if read is None:
-        read = sum_bytes(args) + sum(sum_bytes(v) for v in kwargs.values())
-    written = c.bytes_written
-    if written is None:
-        written = sum_bytes(out)
+    read = sum_bytes(args) + sum(sum_bytes(v) for v in kwargs.values()) if c.bytes_read is None else c.bytes_read
+    written = sum_bytes(out) if c.bytes_written is None else c.bytes_written
     return c.flops, c.macs, read, written

@@ -7,7 +7,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lightning_edge.cost.types import Cost, LayerCost
+from lightning_edge.cost.types import Cost, LayerCost, Totals
 
 
 def human(n: float, unit: str = "") -> str:
@@ -19,7 +19,7 @@ def human(n: float, unit: str = "") -> str:
 
 
 @dataclass
-class ModelCost:
+class ModelCost(Totals):
     """Per-layer costs (``layers``, in execution order) and their totals.
 
     ``uncounted`` counts the aten ops that ran with no formula (they count as zero: look at it).
@@ -35,48 +35,18 @@ class ModelCost:
     notes: list[str] = field(default_factory=list)
     autocast: str | None = None  # the autocast dtype matmuls/convolutions/attention were counted at
 
-    # -- totals ----------------------------------------------------------------------------
+    # -- totals (flops, macs, bytes and intensity: of ``total``, see Totals) ------------------
     @property
     def forward(self) -> Cost:
-        total = Cost()
-        for lc in self.layers:
-            total += lc.forward
-        return total
+        return sum((lc.forward for lc in self.layers), Cost())
 
     @property
     def backward(self) -> Cost:
-        total = Cost()
-        for lc in self.layers:
-            total += lc.backward
-        return total
+        return sum((lc.backward for lc in self.layers), Cost())
 
     @property
     def total(self) -> Cost:
         return self.forward + self.backward
-
-    @property
-    def flops(self) -> int:
-        return sum(lc.flops for lc in self.layers)
-
-    @property
-    def macs(self) -> int:
-        return sum(lc.macs for lc in self.layers)
-
-    @property
-    def bytes_read(self) -> int:
-        return sum(lc.bytes_read for lc in self.layers)
-
-    @property
-    def bytes_written(self) -> int:
-        return sum(lc.bytes_written for lc in self.layers)
-
-    @property
-    def bytes(self) -> int:
-        return self.bytes_read + self.bytes_written
-
-    @property
-    def intensity(self) -> float:
-        return self.total.intensity
 
     @property
     def params(self) -> int:
@@ -88,13 +58,6 @@ class ModelCost:
                 return lc
         raise KeyError(f"no layer named {name!r}; layers are named as in model.named_modules(), "
                        f"e.g. {[lc.name for lc in self.layers[:3]]}")
-
-    def by_kind(self) -> dict[str, Cost]:
-        """Totals per module class (``Conv2d``, ``Linear`` ...)."""
-        out: dict[str, Cost] = {}
-        for lc in self.layers:
-            out[lc.kind] = out.get(lc.kind, Cost()) + lc.total
-        return out
 
     # -- output ----------------------------------------------------------------------------
     def table(self, top: int | None = None, sort: str | None = None) -> str:

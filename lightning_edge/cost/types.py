@@ -62,8 +62,24 @@ def _finite(x: float) -> float | None:
     return None if math.isinf(x) or math.isnan(x) else x
 
 
+def _of_total(name: str) -> property:
+    return property(lambda self: getattr(self.total, name))
+
+
+class Totals:
+    """``flops``, ``macs``, ``bytes_read``, ``bytes_written``, ``bytes`` and ``intensity`` of ``self.total``
+    (forward + backward): a layer's, or a whole model's."""
+
+    flops = _of_total("flops")
+    macs = _of_total("macs")
+    bytes_read = _of_total("bytes_read")
+    bytes_written = _of_total("bytes_written")
+    bytes = _of_total("bytes")
+    intensity = _of_total("intensity")
+
+
 @dataclass
-class LayerCost:
+class LayerCost(Totals):
     """The cost of one module's own work (ops run directly inside it, not in its children).
 
     ``forward`` and ``backward`` are kept apart; the flat attributes (``flops``, ``bytes`` ...)
@@ -81,30 +97,6 @@ class LayerCost:
     @property
     def total(self) -> Cost:
         return self.forward + self.backward
-
-    @property
-    def flops(self) -> int:
-        return self.forward.flops + self.backward.flops
-
-    @property
-    def macs(self) -> int:
-        return self.forward.macs + self.backward.macs
-
-    @property
-    def bytes_read(self) -> int:
-        return self.forward.bytes_read + self.backward.bytes_read
-
-    @property
-    def bytes_written(self) -> int:
-        return self.forward.bytes_written + self.backward.bytes_written
-
-    @property
-    def bytes(self) -> int:
-        return self.bytes_read + self.bytes_written
-
-    @property
-    def intensity(self) -> float:
-        return self.total.intensity
 
     def to_dict(self) -> dict:
         return {

@@ -282,20 +282,19 @@ class ConvFCEnergyModel(EnergyEstimator):
             by_ofm: dict[int, list[tuple[float, float]]] = {}
             for shape, e in conv_samples:
                 by_ofm.setdefault(shape.ofm, []).append((shape.clc() * shape.batch, float(e)))
-            ofms, slopes = [], []
-            for ofm, pts in sorted(by_ofm.items()):
-                x = np.array([p[0] for p in pts])
-                y = np.array([p[1] for p in pts])
-                ofms.append(ofm)
-                slopes.append(float((x * y).sum() / (x * x).sum()))
-            a_c, b_c = fit_h_params(ofms, slopes)
+            ofms = sorted(by_ofm)
+            a_c, b_c = fit_h_params(ofms, [_slope_through_origin(by_ofm[ofm]) for ofm in ofms])
         if fc_samples:
-            x = np.array([s.clf() * s.batch for s, _ in fc_samples])
-            y = np.array([float(e) for _, e in fc_samples])
-            a_f = float((x * y).sum() / (x * x).sum())
+            a_f = _slope_through_origin([(s.clf() * s.batch, float(e)) for s, e in fc_samples])
         params = ConvFCParams(board, a_c, b_c, None if math.isnan(a_f) else a_f, source="measured",
                               reference="fitted with ConvFCEnergyModel.fit (seed 002 eqs. 6-8)")
         return cls(params)
+
+
+def _slope_through_origin(points: Sequence[tuple[float, float]]) -> float:
+    """Least-squares slope of y = slope * x through the origin over (x, y) points."""
+    x, y = np.array(points, dtype=float).T
+    return float((x * y).sum() / (x * x).sum())
 
 
 def shapes_from_model(model: Any, *inputs: Any) -> dict[str, ConvShape | FCShape]:

@@ -87,7 +87,6 @@ class RefinedRoofline:
         explicit = getattr(layer, "u_eff", None) if not isinstance(layer, dict) else layer.get("u_eff")
         if explicit is not None:
             return float(explicit), "given"
-        shape = None
         name = getattr(layer, "name", None) if not isinstance(layer, dict) else layer.get("name")
         if self.shapes and name in self.shapes:
             shape = self.shapes[name]

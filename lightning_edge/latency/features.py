@@ -129,16 +129,9 @@ def describe(model: Any, *inputs: Any, **kwargs: Any) -> tuple[list[LayerDesc], 
     def shape_of(obj):
         if isinstance(obj, torch.Tensor):
             return tuple(obj.shape)
-        if isinstance(obj, (list, tuple)):
-            for o in obj:
-                s = shape_of(o)
-                if s is not None:
-                    return s
-        if isinstance(obj, dict):
-            for o in obj.values():
-                s = shape_of(o)
-                if s is not None:
-                    return s
+        if isinstance(obj, (list, tuple, dict)):
+            items = obj.values() if isinstance(obj, dict) else obj
+            return next((s for s in map(shape_of, items) if s is not None), None)
         return None
 
     def hook(mod, args, out):

@@ -166,8 +166,7 @@ def host_meta(device: str, dtype: str = "float32") -> dict:
 
 # ------------------------------------------------------------------------------------------ one layer
 def _isqrt_exact(p: int) -> int:
-    s = math.isqrt(int(p))
-    return max(1, s)
+    return max(1, math.isqrt(int(p)))
 
 
 def build_layer(cls: str, point: Sequence[int], device: str = "cpu", dtype: Any = None):

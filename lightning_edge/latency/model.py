@@ -116,11 +116,7 @@ def _cpu_simd_lanes() -> int:
             flags = next((ln for ln in fh if ln.startswith("flags")), "")
     except OSError:
         return 4
-    if " avx512f" in flags:
-        return 16
-    if " avx" in flags:
-        return 8
-    return 4
+    return 16 if " avx512f" in flags else 8 if " avx" in flags else 4
 
 
 class LatencyModel:

@@ -176,11 +176,7 @@ class _Component:
         self.fits: dict[int, tuple[StepFn, float]] = {}
 
     def refit(self, x: np.ndarray, y: np.ndarray) -> None:
-        self.fits = {}
-        for w in self.widths:
-            r = fit_step(x, y, w)
-            if r is not None:
-                self.fits[w] = r
+        self.fits = {w: r for w in self.widths if (r := fit_step(x, y, w)) is not None}
 
     def alive(self) -> list[StepFn]:
         ok = [fn for fn, res in self.fits.values() if res <= self.tol]
@@ -293,11 +289,10 @@ def generate_1d(dim: Dim, measure: Callable[[int], Sequence[float]], n_component
     for c, comp in enumerate(comps):
         y = np.asarray(ys[c])
         if len(pts) == 1:
-            fns.append(StepFn(float(y[0]), 1, 0.0))
-            res.append(0.0)
-            continue
-        comp.refit(x, y)
-        fn, r = comp.best(x, y)
+            fn, r = StepFn(float(y[0]), 1, 0.0), 0.0
+        else:
+            comp.refit(x, y)
+            fn, r = comp.best(x, y)
         fns.append(fn)
         res.append(r)
     return Fit1D(dim.name, pts, ys, fns, res, list(labels))

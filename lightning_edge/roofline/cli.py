@@ -12,6 +12,7 @@ Examples::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib
 import inspect
 import sys
@@ -51,7 +52,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from lightning_edge.roofline.profile import DeviceProfile, load_profile, save_profile
+    from lightning_edge.roofline.profile import load_profile, save_profile
 
     board = check_board_option(args.device)
     if board.startswith("sim"):
@@ -70,10 +71,7 @@ def run(args: argparse.Namespace) -> int:
     if args.profile:
         profile = load_profile(args.profile)
         if args.modes:
-            entries = [profile.entry(m) for m in args.modes]
-            profile = DeviceProfile(device=profile.device, source=profile.source, modes=entries, created=profile.created,
-                                    host=profile.host, mode_space=profile.mode_space, fit=profile.fit,
-                                    reference=profile.reference, notes=profile.notes)
+            profile = dataclasses.replace(profile, modes=[profile.entry(m) for m in args.modes])
         print(f"profile {args.profile!r}: device {profile.device}, source {profile.source}, {len(profile.modes)} mode(s)", file=info)
     else:
         profile = _measure(args)
@@ -116,7 +114,7 @@ def run(args: argparse.Namespace) -> int:
 def _measure(args):
     import torch
 
-    from lightning_edge.roofline.microbench import find_energy_meter, run_microbench
+    from lightning_edge.roofline.microbench import _slug, find_energy_meter, run_microbench
     from lightning_edge.roofline.profile import DeviceProfile
 
     device = args.torch_device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -146,12 +144,6 @@ def _measure(args):
     if not meter.available:
         print(meter.reason)
     return profile
-
-
-def _slug(text):
-    from lightning_edge.roofline.microbench import _slug as slug
-
-    return slug(text)
 
 
 def _get_controller(board: str = "auto"):
@@ -220,19 +212,18 @@ def _load_model(spec: str, batch_size: int):
             fn = getattr(importlib.import_module(mod_name), fn_name)
         except (ImportError, AttributeError) as exc:
             raise ValueError(f"--model {spec}: cannot import {fn_name} from {mod_name} ({exc})") from None
-        made = _call(fn, None, batch_size)
+        made = _call(fn, batch_size)
     else:
         raise ValueError(f"--model {spec!r}: expected zoo:NAME (e.g. zoo:resnet50) or package.module:factory")
     return _model_and_inputs(made, spec, batch_size)
 
 
-def _call(fn, name, batch_size):
+def _call(fn, batch_size):
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         params = {}
-    kwargs = {"batch_size": batch_size} if "batch_size" in params else {}
-    return fn(name, **kwargs) if name is not None else fn(**kwargs)
+    return fn(batch_size=batch_size) if "batch_size" in params else fn()
 
 
 def _model_and_inputs(made, spec, batch_size):
@@ -260,10 +251,8 @@ def _model_and_inputs(made, spec, batch_size):
 
 
 # ------------------------------------------------------------------------------------------ printing
-def _fmt(x, scale, digits=4):
-    if x is None:
-        return "-"
-    return f"{x / scale:.{digits}g}"
+def _fmt(x, scale):
+    return "-" if x is None else f"{x / scale:.4g}"
 
 
 def _print_table(profile, precision):

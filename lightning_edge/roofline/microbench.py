@@ -19,6 +19,7 @@ torch is imported inside the functions, so importing this module is cheap.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import platform
@@ -280,22 +281,17 @@ def _default_precisions(device: str) -> list[str]:
     return ["fp32"] + (["bf16"] if _precision_runs("bf16", device) else [])
 
 
-class _TF32:
-    """Context: allow TF32 tensor-core matmuls only for the 'tf32' precision."""
+@contextlib.contextmanager
+def _tf32(on: bool):
+    """Allow TF32 tensor-core matmuls only for the 'tf32' precision."""
+    import torch
 
-    def __init__(self, on: bool):
-        self.on = on
-
-    def __enter__(self):
-        import torch
-
-        self.prev = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = self.on
-
-    def __exit__(self, *exc):
-        import torch
-
-        torch.backends.cuda.matmul.allow_tf32 = self.prev
+    prev = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = on
+    try:
+        yield
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = prev
 
 
 def _sweep(kernel: str, precision: str, device: str, sizes: list[int], cfg: SweepConfig, deadline: float,
@@ -307,19 +303,16 @@ def _sweep(kernel: str, precision: str, device: str, sizes: list[int], cfg: Swee
     free = _free_bytes(device)
     out: list[Sample] = []
     for size in sizes:
-        if kernel == "relu":
-            size = max(1, int(size) // (2 * el))              # working-set bytes -> elements
-        elif kernel == "transpose":
-            size = max(1, math.isqrt(int(size) // (2 * el)))  # working-set bytes -> matrix side
         if out and time.monotonic() > deadline:
             log(f"  {kernel}/{precision}: time budget reached, stopping at size {out[-1].size}")
             break
         if kernel == "matmul":
-            n = size
-            need, flops, nbytes = 3 * n * n * el, 2.0 * n ** 3, 3.0 * n * n * el
+            need, flops, nbytes = 3 * size * size * el, 2.0 * size ** 3, 3.0 * size * size * el
         elif kernel == "relu":
+            size = max(1, int(size) // (2 * el))              # working-set bytes -> elements
             need, flops, nbytes = 2 * size * el, float(size), 2.0 * size * el
         else:
+            size = max(1, math.isqrt(int(size) // (2 * el)))  # working-set bytes -> matrix side
             need, flops, nbytes = 2 * size * size * el, 0.0, 2.0 * size * size * el
         if need > 0.5 * free:
             log(f"  {kernel}/{precision}: size {size} needs {need / 2**20:.0f} MiB, more than half the free memory; stop")
@@ -344,7 +337,7 @@ def _sweep(kernel: str, precision: str, device: str, sizes: list[int], cfg: Swee
 
                 def fn(x=x, y=y):
                     y.copy_(x.t())
-            with _TF32(precision == "tf32" and device.startswith("cuda")):
+            with _tf32(precision == "tf32" and device.startswith("cuda")):
                 t, inner = time_callable(fn, device, cfg.repeats, cfg.warmup, cfg.min_block_s)
                 energy = None
                 if meter is not None and meter.available:
@@ -417,9 +410,7 @@ class MicrobenchResult:
                              modes=[self.mode_entry(mode)], host=self.host)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        d["samples"] = [s.to_dict() for s in self.samples]
-        return d
+        return asdict(self)  # samples and energy fits included, as dicts
 
 
 def _slug(text: str) -> str:

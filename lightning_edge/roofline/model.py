@@ -49,8 +49,13 @@ class Bound(NamedTuple):
     energy: Any
 
 
-def _coef(name: str, value, *, required: bool, unit: str, allow_zero: bool) -> np.ndarray:
-    """Coefficient as a float64 array; missing (None) -> NaN when not required."""
+#: the coefficients in the order ``Roofline`` takes them, with their units; the first two are required
+_COEFS = {"peak_flops": "FLOP/s", "bandwidth": "B/s", "eps_flop": "J/FLOP", "eps_mop": "J/B", "static_power": "W"}
+_REQUIRED = ("peak_flops", "bandwidth")
+
+
+def _coef(name: str, value, *, required: bool, unit: str) -> np.ndarray:
+    """Coefficient as a float64 array: a required one positive, the others non-negative or missing (None -> NaN)."""
     if value is None:
         if required:
             raise ValueError(f"Roofline.{name}: expected a positive number in {unit}, got None")
@@ -62,10 +67,10 @@ def _coef(name: str, value, *, required: bool, unit: str, allow_zero: bool) -> n
     finite = arr[~np.isnan(arr)] if not required else arr
     if required and np.isnan(arr).any():
         raise ValueError(f"Roofline.{name}: expected a positive number in {unit}, got NaN")
-    bad = ~np.isfinite(finite) | ((finite < 0) if allow_zero else (finite <= 0))
+    bad = ~np.isfinite(finite) | ((finite <= 0) if required else (finite < 0))
     if bad.any():
         first = finite[bad].flat[0]
-        what = "a non-negative" if allow_zero else "a positive"
+        what = "a positive" if required else "a non-negative"
         raise ValueError(
             f"Roofline.{name}: expected {what} finite number in {unit}, got {first!r}; "
             f"check the units (e.g. pJ must be written as 1e-12 J)"
@@ -75,11 +80,7 @@ def _coef(name: str, value, *, required: bool, unit: str, allow_zero: bool) -> n
 
 def _out(x):
     """numpy 0-d results -> Python scalars; arrays stay arrays."""
-    if isinstance(x, np.ndarray) and x.ndim == 0:
-        return x.item()
-    if isinstance(x, np.generic):
-        return x.item()
-    return x
+    return x.item() if isinstance(x, np.generic) or (isinstance(x, np.ndarray) and x.ndim == 0) else x
 
 
 def _nonneg(name: str, value) -> np.ndarray:
@@ -121,25 +122,15 @@ class Roofline:
     _shape: tuple = field(init=False, repr=False)
 
     def __post_init__(self):
-        set_ = object.__setattr__
-        set_(self, "peak_flops", _coef("peak_flops", self.peak_flops, required=True, unit="FLOP/s", allow_zero=False))
-        set_(self, "bandwidth", _coef("bandwidth", self.bandwidth, required=True, unit="B/s", allow_zero=False))
-        set_(self, "eps_flop", _coef("eps_flop", self.eps_flop, required=False, unit="J/FLOP", allow_zero=True))
-        set_(self, "eps_mop", _coef("eps_mop", self.eps_mop, required=False, unit="J/B", allow_zero=True))
-        set_(self, "static_power", _coef("static_power", self.static_power, required=False, unit="W", allow_zero=True))
+        for name, unit in _COEFS.items():
+            object.__setattr__(self, name, _coef(name, getattr(self, name), required=name in _REQUIRED, unit=unit))
         try:
-            shape = np.broadcast_shapes(
-                self.peak_flops.shape, self.bandwidth.shape, self.eps_flop.shape,
-                self.eps_mop.shape, self.static_power.shape,
-            )
+            shape = np.broadcast_shapes(*(getattr(self, name).shape for name in _COEFS))
         except ValueError:
-            raise ValueError(
-                "Roofline: the coefficient arrays do not broadcast together "
-                f"(shapes peak_flops {self.peak_flops.shape}, bandwidth {self.bandwidth.shape}, "
-                f"eps_flop {self.eps_flop.shape}, eps_mop {self.eps_mop.shape}, "
-                f"static_power {self.static_power.shape}); give one value per mode, all the same length"
-            ) from None
-        set_(self, "_shape", shape)
+            shapes = ", ".join(f"{name} {getattr(self, name).shape}" for name in _COEFS)
+            raise ValueError(f"Roofline: the coefficient arrays do not broadcast together (shapes {shapes}); "
+                             "give one value per mode, all the same length") from None
+        object.__setattr__(self, "_shape", shape)
 
     # ------------------------------------------------------------------ construction helpers
     @property
@@ -163,16 +154,14 @@ class Roofline:
         if labels is None:
             labels = tuple(str(r.label) if r.label is not None else str(i) for i, r in enumerate(roofs))
         sources = {r.source for r in roofs}
-        return cls(col("peak_flops"), col("bandwidth"), col("eps_flop"), col("eps_mop"), col("static_power"),
-                   label=tuple(labels), source=sources.pop() if len(sources) == 1 else "mixed")
+        return cls(*map(col, _COEFS), label=tuple(labels), source=sources.pop() if len(sources) == 1 else "mixed")
 
     def outer(self) -> Roofline:
         """Copy whose coefficients gain a trailing axis, so ``roof.outer().time(W, Q)`` with W, Q of
         shape (L,) gives an (M, L) table: one row per mode, one column per layer."""
         def add(a):
             return np.broadcast_to(a, self.shape)[..., None]
-        return Roofline(add(self.peak_flops), add(self.bandwidth), add(self.eps_flop), add(self.eps_mop),
-                        add(self.static_power), label=self.label, source=self.source)
+        return Roofline(*(add(getattr(self, name)) for name in _COEFS), label=self.label, source=self.source)
 
     def __getitem__(self, idx) -> Roofline:
         """Select modes of an array roofline (``roof[3]``, ``roof[mask]``)."""
@@ -182,8 +171,7 @@ class Roofline:
         if isinstance(label, tuple) and self.shape:
             picked = np.asarray(label, dtype=object)[idx]
             label = tuple(picked) if isinstance(picked, np.ndarray) else picked
-        return Roofline(sel(self.peak_flops), sel(self.bandwidth), sel(self.eps_flop), sel(self.eps_mop),
-                        sel(self.static_power), label=label, source=self.source)
+        return Roofline(*(sel(getattr(self, name)) for name in _COEFS), label=label, source=self.source)
 
     def __len__(self) -> int:
         if not self.shape:

@@ -164,9 +164,10 @@ def plot_rooflines(rooflines: Roofline | Mapping[str, Roofline], layers: Sequenc
         sizes = 20 + 380 * pts["share"] / max(pts["share"].max(), 1e-12)
         perf = pts["flops"] / pts["time_s"] / 1e9
         order = np.argsort(pts["share"])  # big points last, on top
-        sc = ax_t.scatter(pts["intensity"][order], perf[order], s=sizes[order], c=pts["share"][order],
-                          cmap="Greys", vmin=0, vmax=max(pts["share"].max(), 1e-12), edgecolors="black",
-                          linewidths=0.6, alpha=0.85, zorder=3, label="layers (size, shade: time share)")
+        style = {"s": sizes[order], "c": pts["share"][order], "cmap": "Greys", "vmin": 0,
+                 "vmax": max(pts["share"].max(), 1e-12), "edgecolors": "black", "linewidths": 0.6, "alpha": 0.85,
+                 "zorder": 3}
+        sc = ax_t.scatter(pts["intensity"][order], perf[order], label="layers (size, shade: time share)", **style)
         fig.colorbar(sc, ax=ax_t, label="share of run time", shrink=0.8, pad=0.01)
         eroof = next((r for r in roofs.values() if r.has_energy), None)
         if eroof is not None:
@@ -176,9 +177,7 @@ def plot_rooflines(rooflines: Roofline | Mapping[str, Roofline], layers: Sequenc
             # a layer sits at the same time in both panels: its given energy goes with its given (measured or
             # simulated) time; a layer placed on the roof (no time of the device) gets the roof's energy for it
             e = np.where(np.isfinite(e) & pts["measured"], e, est_e)
-            ax_e.scatter(pts["intensity"][order], (pts["flops"] / e / 1e9)[order], s=sizes[order],
-                         c=pts["share"][order], cmap="Greys", vmin=0, vmax=max(pts["share"].max(), 1e-12),
-                         edgecolors="black", linewidths=0.6, alpha=0.85, zorder=3)
+            ax_e.scatter(pts["intensity"][order], (pts["flops"] / e / 1e9)[order], **style)
         offsets = [(-12, 10), (12, -16), (-12, -16), (12, 10)]
         for j, i in enumerate(np.argsort(-pts["share"])[: max(0, annotate)]):
             dx, dy = offsets[j % len(offsets)]

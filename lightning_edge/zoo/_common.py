@@ -10,7 +10,7 @@ from torch import Tensor, nn
 
 DeviceLike = torch.device | str | int | None
 
-__all__ = ["DeviceLike", "on_device", "finish", "example_float", "example_tokens", "count_params"]
+__all__ = ["DeviceLike", "on_device", "finish", "example_float", "example_tokens", "image_inputs", "count_params"]
 
 
 @contextlib.contextmanager
@@ -21,10 +21,7 @@ def on_device(device: DeviceLike) -> Iterator[None]:
     constructors make) to that device, so ``device="meta"`` allocates no storage at all.
     ``None`` leaves the current default device alone.
     """
-    if device is None:
-        yield
-        return
-    with torch.device(device):
+    with contextlib.nullcontext() if device is None else torch.device(device):
         yield
 
 
@@ -57,6 +54,18 @@ def example_float(
     gen = torch.Generator(device="cpu").manual_seed(seed)
     fn = torch.rand if uniform else torch.randn
     return fn(tuple(shape), generator=gen, device="cpu", dtype=dtype).to(dev)
+
+
+def image_inputs(
+    batch_size: int = 1,
+    device: DeviceLike = None,
+    dtype: torch.dtype | None = None,
+    image_size: int = 224,
+    seed: int = 0,
+) -> tuple[Tensor]:
+    """One image batch ``(batch_size, 3, 224, 224)``, standard-normal (like normalised ImageNet pixels): the
+    inputs of the ImageNet classifiers."""
+    return (example_float((batch_size, 3, image_size, image_size), device, dtype, seed),)
 
 
 def example_tokens(shape: Sequence[int], vocab_size: int, device: DeviceLike = None, seed: int = 0) -> Tensor:

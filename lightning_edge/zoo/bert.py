@@ -162,9 +162,9 @@ class BertSelfAttention(nn.Module):
 class BertSelfOutput(nn.Module):
     """Attention output projection, dropout, residual add and LayerNorm (post-LN)."""
 
-    def __init__(self, config: BertConfig) -> None:
+    def __init__(self, config: BertConfig, in_features: int | None = None) -> None:
         super().__init__()
-        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dense = nn.Linear(in_features or config.hidden_size, config.hidden_size)
         self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
@@ -196,17 +196,11 @@ class BertIntermediate(nn.Module):
         return self.intermediate_act_fn(self.dense(hidden_states))
 
 
-class BertLayerOutput(nn.Module):
+class BertLayerOutput(BertSelfOutput):
     """Feed-forward contraction 4H -> H, dropout, residual add and LayerNorm (HF ``BertOutput``)."""
 
     def __init__(self, config: BertConfig) -> None:
-        super().__init__()
-        self.dense = nn.Linear(config.intermediate_size, config.hidden_size)
-        self.LayerNorm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
-        self.dropout = nn.Dropout(config.hidden_dropout_prob)
-
-    def forward(self, hidden_states: Tensor, input_tensor: Tensor) -> Tensor:
-        return self.LayerNorm(self.dropout(self.dense(hidden_states)) + input_tensor)
+        super().__init__(config, config.intermediate_size)
 
 
 class BertLayer(nn.Module):
@@ -328,17 +322,6 @@ def bert_large(
     return _build(BERT_LARGE, device, dtype, attn_implementation=attn_implementation, **overrides)
 
 
-def _bert_inputs(
-    batch_size: int, seq_len: int, device: DeviceLike, vocab_size: int, seed: int
-) -> tuple[Tensor, Tensor]:
-    if seq_len > BERT_BASE.max_position_embeddings:
-        raise ValueError(f"seq_len {seq_len} exceeds BERT's {BERT_BASE.max_position_embeddings} positions")
-    input_ids = example_tokens((batch_size, seq_len), vocab_size, device, seed)
-    dev = input_ids.device
-    attention_mask = torch.ones((batch_size, seq_len), dtype=torch.long, device=dev)
-    return input_ids, attention_mask
-
-
 def bert_base_inputs(
     batch_size: int = 1,
     seq_len: int = 128,
@@ -349,20 +332,14 @@ def bert_base_inputs(
 ) -> tuple[Tensor, Tensor]:
     """``(input_ids, attention_mask)``, both int64 ``(batch_size, seq_len)``; the mask is all ones.
 
-    Same pair as the ONNX export in Pagoda. ``dtype`` is accepted for a uniform signature and ignored.
+    Same pair as the ONNX export in Pagoda (BERT-base and BERT-large alike). ``dtype`` is accepted for a uniform
+    signature and ignored.
     """
     del dtype
-    return _bert_inputs(batch_size, seq_len, device, vocab_size, seed)
+    if seq_len > BERT_BASE.max_position_embeddings:
+        raise ValueError(f"seq_len {seq_len} exceeds BERT's {BERT_BASE.max_position_embeddings} positions")
+    input_ids = example_tokens((batch_size, seq_len), vocab_size, device, seed)
+    return input_ids, torch.ones((batch_size, seq_len), dtype=torch.long, device=input_ids.device)
 
 
-def bert_large_inputs(
-    batch_size: int = 1,
-    seq_len: int = 128,
-    device: DeviceLike = None,
-    dtype: torch.dtype | None = None,
-    vocab_size: int = 30522,
-    seed: int = 0,
-) -> tuple[Tensor, Tensor]:
-    """``(input_ids, attention_mask)``, both int64 ``(batch_size, seq_len)``; the mask is all ones."""
-    del dtype
-    return _bert_inputs(batch_size, seq_len, device, vocab_size, seed)
+bert_large_inputs = bert_base_inputs

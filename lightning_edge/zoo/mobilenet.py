@@ -20,7 +20,7 @@ from functools import partial
 import torch
 from torch import Tensor, nn
 
-from ._common import DeviceLike, example_float, finish, on_device
+from ._common import DeviceLike, finish, image_inputs, on_device
 
 __all__ = [
     "Conv2dNormActivation",
@@ -132,7 +132,6 @@ class InvertedResidualV2(nn.Module):
         ]
         self.conv = nn.Sequential(*layers)
         self.out_channels = oup
-        self._is_cn = stride > 1
 
     def forward(self, x: Tensor) -> Tensor:
         if self.use_res_connect:
@@ -267,7 +266,6 @@ class InvertedResidualV3(nn.Module):
         )
         self.block = nn.Sequential(*layers)
         self.out_channels = cnf.out_channels
-        self._is_cn = cnf.stride > 1
 
     def forward(self, x: Tensor) -> Tensor:
         result = self.block(x)
@@ -351,23 +349,4 @@ def mobilenet_v3_large(
     return finish(model, dtype)
 
 
-def mobilenet_v2_inputs(
-    batch_size: int = 1,
-    device: DeviceLike = None,
-    dtype: torch.dtype | None = None,
-    image_size: int = 224,
-    seed: int = 0,
-) -> tuple[Tensor]:
-    """One image batch ``(batch_size, 3, 224, 224)``."""
-    return (example_float((batch_size, 3, image_size, image_size), device, dtype, seed),)
-
-
-def mobilenet_v3_large_inputs(
-    batch_size: int = 1,
-    device: DeviceLike = None,
-    dtype: torch.dtype | None = None,
-    image_size: int = 224,
-    seed: int = 0,
-) -> tuple[Tensor]:
-    """One image batch ``(batch_size, 3, 224, 224)``."""
-    return (example_float((batch_size, 3, image_size, image_size), device, dtype, seed),)
+mobilenet_v2_inputs = mobilenet_v3_large_inputs = image_inputs

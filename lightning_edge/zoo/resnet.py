@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from ._common import DeviceLike, example_float, finish, on_device
+from ._common import DeviceLike, finish, image_inputs, on_device
 
 __all__ = [
     "BasicBlock",
@@ -196,23 +196,4 @@ def resnet50(num_classes: int = 1000, device: DeviceLike = None, dtype: torch.dt
     return finish(model, dtype)
 
 
-def resnet18_inputs(
-    batch_size: int = 1,
-    device: DeviceLike = None,
-    dtype: torch.dtype | None = None,
-    image_size: int = 224,
-    seed: int = 0,
-) -> tuple[Tensor]:
-    """One image batch ``(batch_size, 3, 224, 224)``, standard-normal (like normalised ImageNet pixels)."""
-    return (example_float((batch_size, 3, image_size, image_size), device, dtype, seed),)
-
-
-def resnet50_inputs(
-    batch_size: int = 1,
-    device: DeviceLike = None,
-    dtype: torch.dtype | None = None,
-    image_size: int = 224,
-    seed: int = 0,
-) -> tuple[Tensor]:
-    """One image batch ``(batch_size, 3, 224, 224)``."""
-    return (example_float((batch_size, 3, image_size, image_size), device, dtype, seed),)
+resnet18_inputs = resnet50_inputs = image_inputs
