@@ -293,7 +293,7 @@ def fit_main(args: argparse.Namespace) -> int:
         for name, (factory, loader, steps, desc) in wl.items():
             fit_once(factory, loader, min(steps, 4), tmp, False)  # warm-up of both (imports, first analyze)
             fit_once(factory, loader, min(steps, 4), tmp, True)
-            ratios, base, prof, said, cpu_ratios, costed = [], [], [], [], [], []
+            ratios, base, prof, said, cpu_ratios, costed, nprof = [], [], [], [], [], [], []
             for p in range(args.pairs):
                 order = (False, True) if p % 2 == 0 else (True, False)
                 got = {}
@@ -308,12 +308,13 @@ def fit_main(args: argparse.Namespace) -> int:
                 said.append(o.run_fraction or float("nan"))
                 skipped = any("cost model skipped" in n for n in cb.session.cost_notes)
                 costed.append("skipped (budget)" if skipped else f"ran ({1e3 * (o.analysis_s or 0):.0f} ms)")
+                nprof.append(len(cb.session.profiled.get("train", [])))
                 print(f"{name} pair {p + 1}: without {w0:.2f} s, with {w1:.2f} s, x{w1 / w0:.3f} (CPU time "
                       f"x{c1 / c0:.3f}); the summary "
                       f"said +{100 * said[-1]:.1f} %", flush=True)
             rows.append((name, desc, statistics.median(base), statistics.median(prof), statistics.median(ratios),
                          min(ratios), max(ratios), statistics.median(said), statistics.median(cpu_ratios),
-                         ", ".join(sorted(set(costed)))))
+                         ", ".join(sorted(set(costed))), "/".join(str(n) for n in sorted(set(nprof)))))
             print(f"ROW {name}: without {rows[-1][2]:.2f} s, with {rows[-1][3]:.2f} s, median ratio "
                   f"x{rows[-1][4]:.3f} ({rows[-1][5]:.3f}-{rows[-1][6]:.3f}), CPU time x{rows[-1][8]:.3f}, summary said "
                   f"+{100 * rows[-1][7]:.1f} %; "
@@ -329,13 +330,15 @@ def fit_main(args: argparse.Namespace) -> int:
              "with the range; *CPU ratio*: the same for this process's CPU time (all its threads), less sensitive to "
              "other jobs on a shared machine. *Summary said*: the whole-run overhead the callback measured and printed "
              "(median). *Cost model*: whether `analyze=\"auto\"` ran the cost analysis in the measured fits (it runs "
-             "when its expected cost fits `overhead_target` of the run, else the summary says it was skipped).", "",
+             "when its expected cost fits `overhead_target` of the run, else the summary says it was skipped). "
+             "*Profiled steps*: training steps profiled per layer in the measured fits (0: the run cannot pay for one "
+             "within `overhead_target`, and its summary says how many batches it would need).", "",
              "| fit | without (s) | with (s) | wall ratio (median of pairs) | range | CPU ratio | summary said | "
-             "cost model |",
-             "|---|---|---|---|---|---|---|---|"]
-    for name, desc, b, p, r, lo, hi, said, cr, cm in rows:
+             "cost model | profiled steps |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for name, desc, b, p, r, lo, hi, said, cr, cm, npf in rows:
         lines.append(f"| {name}: {desc} | {b:.2f} | {p:.2f} | **x{r:.3f}** | {lo:.3f}-{hi:.3f} | x{cr:.3f} | "
-                     f"+{100 * said:.1f} % | {cm} |")
+                     f"+{100 * said:.1f} % | {cm} | {npf} |")
     text = "\n".join(lines) + "\n"
     print()
     print(text)

@@ -33,6 +33,7 @@ from typing import Any
 
 from lightning_edge.cost.capture import batch_size
 from lightning_edge.devices.board import JETSON_SETTLE_S, Board, get_board
+from lightning_edge.lightning import schedule
 from lightning_edge.lightning.schedule import AUTO_START, DISPATCH_FACTOR, StepScheduler
 from lightning_edge.lightning.twin_driver import TwinDriver
 from lightning_edge.profiling.attribution import (
@@ -370,12 +371,15 @@ class EnergySession:
         sch = self.schedule
         budget_s = sch.overhead_target * run_s - (sch.setup_ns + sch.overhead_ns) / 1e9
         need_s = _ANALYSIS_S_PER_CALL[training] * max(calls, 1)
-        if need_s <= budget_s or training in self.costs:
+        # room is kept for one profiled step and the reports: a cost model without a layer profile is no use
+        reserve_s = schedule.PROFILED_S_PER_CALL[0] * self._module_calls + schedule.END_OF_RUN_S[0]
+        if need_s + reserve_s <= budget_s or training in self.costs:
             return True
         self.costs[training] = {}
         self.cost_notes.append(
             f"cost model skipped for {stage}: the analysis takes about {need_s * 1e3:.0f} ms, over the "
-            f"{100 * sch.overhead_target:.3g} % overhead budget of this run (about {run_s:.2g} s, {n} batches): "
+            f"{100 * sch.overhead_target:.3g} % overhead budget of this run (about {run_s:.2g} s, {n} batches, with "
+            f"room for a profiled step and the reports): "
             "layers are apportioned by time only (EnergyProfiler(analyze=True) always runs it)")
         return False
 
