@@ -118,6 +118,9 @@ class EpochTotals:
 #: machine's first analyses (tiny GPT-2 to MobileNetV2: 0.8-1.5 ms training, 0.3-0.6 ms inference, 2 CPU cores)
 #: and replaced by the last measured value in the process
 _ANALYSIS_S_PER_CALL: dict[bool, float] = {True: 1.2e-3, False: 0.5e-3}
+#: what the first analysis in a process costs on top (torch warms up its meta kernels: ResNet-18 1.4 s, then 0.035 s
+#: per analysis, 2 CPU cores); 0 once an analysis has run in the process
+_ANALYSIS_WARMUP_S = [1.5]
 
 
 @dataclass
@@ -352,7 +355,10 @@ class EnergySession:
         spent_s = (time.perf_counter_ns() - w0) / 1e9
         self.schedule.setup_ns += int(spent_s * 1e9)
         if ran and timing.hook_calls and self.costs.get(timing.has_backward):  # learn only from a real analysis
-            _ANALYSIS_S_PER_CALL[timing.has_backward] = spent_s / timing.hook_calls
+            if _ANALYSIS_WARMUP_S[0]:  # the first one paid the warm-up: its rate says nothing of the next ones
+                _ANALYSIS_WARMUP_S[0] = 0.0
+            else:
+                _ANALYSIS_S_PER_CALL[timing.has_backward] = spent_s / timing.hook_calls
 
     def _decide_analysis(self, stage: str, step_ns: float) -> None:
         """Run the deferred analysis when its expected cost fits ``overhead_target`` of the run (the longest expected
@@ -370,7 +376,7 @@ class EnergySession:
         run_s = max(self._run_estimate_s.values(), default=math.inf)
         sch = self.schedule
         budget_s = sch.overhead_target * run_s - (sch.setup_ns + sch.overhead_ns) / 1e9
-        need_s = _ANALYSIS_S_PER_CALL[training] * max(calls, 1)
+        need_s = _ANALYSIS_S_PER_CALL[training] * max(calls, 1) + _ANALYSIS_WARMUP_S[0]
         # room is kept for one profiled step and the reports: a cost model without a layer profile is no use
         reserve_s = schedule.PROFILED_S_PER_CALL[0] * self._module_calls + schedule.END_OF_RUN_S[0]
         if need_s + reserve_s <= budget_s or training in self.costs:

@@ -344,3 +344,23 @@ def test_the_analysis_rate_learns_only_from_analyses_that_ran():
         assert se._ANALYSIS_S_PER_CALL[True] == learnt
     finally:
         se._ANALYSIS_S_PER_CALL.update(before)
+
+
+def test_the_first_analysis_in_a_process_is_budgeted_with_its_warm_up(monkeypatch):
+    """The first analysis in a process pays torch's meta-kernel warm-up (ResNet-18: 1.4 s, then 35 ms): budgeted as
+    a per-call rate alone it ran in runs that could not afford it, then taught a 20x rate that skipped every later
+    analysis. The warm-up is budgeted apart, once, and the rate is learnt from the analyses after it."""
+    from lightning_edge.lightning import session as sess
+
+    monkeypatch.setattr(sess, "_ANALYSIS_WARMUP_S", [1.5])
+    monkeypatch.setattr(sess, "_ANALYSIS_S_PER_CALL", {True: 1e-3, False: 1e-3})
+    clock = itertools.count(0, 1_000_000).__next__  # 1 ms per reading: steps of a few ms
+    s = EnergySession(_mlp(), "none", every_n_steps=1, warmup_steps=2, clock_ns=clock)
+    s.expect("train", 20_000)  # ~20 s: the per-call cost fits its 3 % budget, the 1.5 s warm-up does not
+    _loop(s, 3)
+    assert s.costs == {True: {}} and any("the analysis takes about 150" in n for n in s.cost_notes)
+    s2 = EnergySession(_mlp(), "none", every_n_steps=1, warmup_steps=2, clock_ns=clock)
+    s2.expect("train", 10_000_000)
+    _loop(s2, 3)
+    assert s2.costs[True] and sess._ANALYSIS_WARMUP_S == [0.0]
+    assert sess._ANALYSIS_S_PER_CALL[True] == 1e-3  # not learnt from the warm-up analysis
