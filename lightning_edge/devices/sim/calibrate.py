@@ -1,6 +1,6 @@
 """Fit the twin's coefficients to the spec's figures and write ``lightning_edge/data/orin-agx-twin.json``.
 
-    python -m lightning_edge.devices.sim.calibrate [--out PATH] [--quick]
+    python -m lightning_edge.devices.sim.calibrate [--out DIR] [--start PROFILE] [--defaults] [--max-nfev N] [--skip-roofline]
 
 Two stages, both weighted least squares on relative errors (scipy, needed only here):
 
