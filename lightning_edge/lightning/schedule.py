@@ -137,7 +137,7 @@ class StepScheduler:
             return True
         base = statistics.median(self._plain_ns[stage]) if self._plain_ns.get(stage) else 0.0
         budget_ns = self.overhead_target * max(runs)
-        need_ns = PROFILED_S_PER_CALL[0] * calls * 1e9 + self.setup_ns + END_OF_RUN_S[0] * 1e9 + self.overhead_ns
+        need_ns = self.first_step_reserve_ns(calls) + self.setup_ns + self.overhead_ns
         if need_ns <= budget_ns or base <= 0:
             return True
         st = self.stages[stage]
@@ -149,6 +149,12 @@ class StepScheduler:
                          f"needs about {st.min_batches} batches, or EnergyProfiler(overhead_target="
                          f"{min(0.5, need_ns / max(runs)):.2g}) or an integer every_n_steps")
         return False
+
+    @staticmethod
+    def first_step_reserve_ns(calls: int) -> float:
+        """What a run keeps for one profiled step of ``calls`` module calls and the end-of-run reports (the first
+        profiled step and the cost analysis are both weighed against it)."""
+        return (PROFILED_S_PER_CALL[0] * calls + END_OF_RUN_S[0]) * 1e9
 
     def new_run(self) -> None:
         """A new run (a Trainer call): its expected lengths and the stages' verdicts start afresh."""

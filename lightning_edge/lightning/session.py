@@ -33,7 +33,6 @@ from typing import Any
 
 from lightning_edge.cost.capture import batch_size
 from lightning_edge.devices.board import JETSON_SETTLE_S, Board, get_board
-from lightning_edge.lightning import schedule
 from lightning_edge.lightning.schedule import AUTO_START, DISPATCH_FACTOR, StepScheduler
 from lightning_edge.lightning.twin_driver import TwinDriver
 from lightning_edge.profiling.attribution import (
@@ -155,6 +154,7 @@ class EnergySession:
         self._deferred: dict[str, tuple[StepTiming, int | None]] = {}  # captured, analysis not yet decided
         self._run_estimate_s: dict[str, float] = {}  # per stage: expected run time (plain step time x batches)
         self._approved: set[str] = set()  # stages whose capture step was decided affordable before it ran
+        self._n_modules: int | None = None  # the modules the timer hooks (see _module_calls)
         self.clock_ns = clock_ns
         self.sampler_rate_hz = sampler_rate_hz
         self.keep_timings = int(keep_timings)
@@ -327,10 +327,9 @@ class EnergySession:
     @property
     def _module_calls(self) -> int:
         """The model's module calls per step, estimated by the modules the timer hooks (counted once)."""
-        n = self.__dict__.get("_n_modules")
-        if n is None:
-            n = self._n_modules = len(self.timer.selected())
-        return n
+        if self._n_modules is None:
+            self._n_modules = len(self.timer.selected())
+        return self._n_modules
 
     def _capture_now(self, stage: str, st: Any) -> bool:
         """Whether this step captures the cost model's inputs. With ``analyze="auto"`` on a run of known length and
@@ -378,7 +377,7 @@ class EnergySession:
         budget_s = sch.overhead_target * run_s - (sch.setup_ns + sch.overhead_ns) / 1e9
         need_s = _ANALYSIS_S_PER_CALL[training] * max(calls, 1) + _ANALYSIS_WARMUP_S[0]
         # room is kept for one profiled step and the reports: a cost model without a layer profile is no use
-        reserve_s = schedule.PROFILED_S_PER_CALL[0] * self._module_calls + schedule.END_OF_RUN_S[0]
+        reserve_s = sch.first_step_reserve_ns(self._module_calls) / 1e9
         if need_s + reserve_s <= budget_s or training in self.costs:
             return True
         self.costs[training] = {}
