@@ -108,7 +108,7 @@ def _show(args) -> int:
     ctl = _controller(args)
     mode = ctl.current()
     space = ctl.space
-    state = ctl._safety.state.read() if ctl._safety is not None else None
+    state = ctl._safety.read() if ctl._safety is not None else None
     if args.json:
         out = {
             "device": ctl.device_id,

@@ -241,6 +241,8 @@ def _open_nofollow(sd: _StateDir, name: str, flags: int, mode: int = FILE_MODE) 
     try:
         return os.open(name, flags | _O_NOFOLLOW | _O_CLOEXEC | _O_NONBLOCK, mode, dir_fd=sd.fd)
     except OSError as exc:
+        if exc.errno == errno.EISDIR:
+            raise _not_a_plain_file(sd.path / name, "a directory") from None
         if exc.errno == errno.ELOOP or (
                 exc.errno == errno.EMLINK and stat.S_ISLNK(os.stat(name, dir_fd=sd.fd, follow_symlinks=False).st_mode)):
             path = sd.path / name
@@ -249,12 +251,20 @@ def _open_nofollow(sd: _StateDir, name: str, flags: int, mode: int = FILE_MODE) 
         raise
 
 
+def _not_a_plain_file(path: Path, what: str) -> StateDirError:
+    fix = f"rmdir {path} (or rm -r {path} after checking what is in it)" if what == "a directory" else f"rm {path}"
+    return StateDirError(f"{path} is not a plain file of its own ({what}): refused; lightning_edge keeps the "
+                         f"board's lock and state there. Remove it: {fix}")
+
+
 def _check_own_file(fd: int, path: Path) -> None:
     """A regular file with one link (a hard link to someone else's file is refused), made private (0600)."""
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
-        raise StateDirError(f"{path} is not a plain file of its own (a device, a fifo or a hard link to another "
-                            f"file): refused. Remove it: rm {path}")
+        what = ("a directory" if stat.S_ISDIR(st.st_mode) else "a fifo" if stat.S_ISFIFO(st.st_mode)
+                else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+                else "a hard link to another file" if stat.S_ISREG(st.st_mode) else "not a regular file")
+        raise _not_a_plain_file(path, what)
     if stat.S_IMODE(st.st_mode) != FILE_MODE and st.st_uid == os.geteuid():
         os.fchmod(fd, FILE_MODE)  # left 0644 by an older version
     fl = fcntl.fcntl(fd, fcntl.F_GETFL) if fcntl is not None else 0
@@ -307,6 +317,92 @@ def redact_argv(argv: list[str]) -> str:
     return " ".join(out)
 
 
+def corrupt_record(path: Path, reason: str) -> dict[str, Any]:
+    """What a state file that cannot be believed reads as: a leftover of nobody (pid -1), so recovery stops and says
+    what to do, and nothing overwrites the file (it may be the only record of the board's original mode)."""
+    return {"corrupt": True, "pid": -1, "path": str(path), "reason": reason}
+
+
+#: the largest pid Linux hands out (``/proc/sys/kernel/pid_max`` is at most 2**22)
+PID_MAX = 1 << 22
+_MAX_ITEMS = 20000
+_MAX_NUMBER = 1e15  # Hz, kHz, MHz, ids, seconds: every number a snapshot holds is far below this
+_MAX_TEXT = 256 * 1024  # an nvpmodel.conf is tens of KiB
+
+
+def _json_problem(value: Any, where: str, depth: int = 0, budget: list[int] | None = None) -> str | None:
+    """Why a JSON value is not something a snapshot can hold (too deep, too big, a number out of range)."""
+    budget = budget if budget is not None else [_MAX_ITEMS]
+    budget[0] -= 1
+    if budget[0] < 0:
+        return f"{where}: more than {_MAX_ITEMS} values"
+    if depth > 8:
+        return f"{where}: nested deeper than 8 levels"
+    if isinstance(value, bool) or value is None:
+        return None
+    if isinstance(value, (int, float)):
+        if not (isinstance(value, int) or value == value and abs(value) != float("inf")):
+            return f"{where}: {value} is not a finite number"
+        return None if abs(value) <= _MAX_NUMBER else f"{where}: {value:.3g} is out of range"
+    if isinstance(value, str):
+        return None if len(value) <= _MAX_TEXT else f"{where}: a text of {len(value)} characters"
+    if isinstance(value, list):
+        for i, v in enumerate(value):
+            why = _json_problem(v, f"{where}[{i}]", depth + 1, budget)
+            if why:
+                return why
+        return None
+    if isinstance(value, dict):
+        for k, v in value.items():
+            why = _json_problem(v, f"{where}.{k}", depth + 1, budget)
+            if why:
+                return why
+        return None
+    return f"{where}: unexpected {type(value).__name__}"
+
+
+def record_problem(rec: Any, where: str = "state") -> str | None:
+    """Why a state record cannot be believed (``None``: it can). Checks every field a controller reads: types,
+    finite numbers in range, a pid Linux could have handed out, modes that parse, the nested kept record."""
+    from lightning_edge.devices.modes import PowerMode
+
+    if not isinstance(rec, dict):
+        return f"{where} is a JSON {type(rec).__name__}, not an object"
+    why = _json_problem(rec, where)
+    if why:
+        return why
+    pid = rec.get("pid")
+    if pid is not None and (type(pid) is not int or not 0 < pid <= PID_MAX):
+        return f"{where}.pid: {pid!r} is not a process id"
+    for key in ("started_at", "updated_at"):
+        t = rec.get(key)
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 <= t < 1e11):
+            return f"{where}.{key}: {t!r} is not a time"
+    for key, kind in (("phase", str), ("controller", str), ("device_id", str), ("original", str),
+                      ("boot_id", str), ("argv", str), ("restore_command", str), ("kept", bool)):
+        v = rec.get(key)
+        if v is not None and not isinstance(v, kind):
+            return f"{where}.{key}: expected {'a text' if kind is str else 'true or false'}, got {v!r:.40}"
+    if "snapshot" in rec and not isinstance(rec["snapshot"], dict):
+        return f"{where}.snapshot: expected an object, got a JSON {type(rec['snapshot']).__name__}"
+    for key in ("original_mode", "applied", "settled"):
+        m = rec.get(key)
+        if m is None:
+            continue
+        if not isinstance(m, dict):
+            return f"{where}.{key}: expected a mode (an object), got {m!r:.40}"
+        try:
+            mode = PowerMode.from_dict(m)
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
+            return f"{where}.{key}: not a power mode ({exc})"
+        if not (1 <= mode.cores <= 1024 and all(0 < f < 1e5 for f in (mode.cpu_mhz, mode.gpu_mhz, mode.mem_mhz))):
+            return f"{where}.{key}: {m} is out of range for a power mode"
+    kept = rec.get("kept_state")
+    if kept is not None:
+        return record_problem(kept, f"{where}.kept_state")
+    return None
+
+
 class StateFile:
     """A small JSON file written atomically: a new temporary file (random name, ``O_EXCL|O_NOFOLLOW``, 0600) in the
     same checked directory, fsync, rename over the state file; every step relative to the directory opened and
@@ -329,11 +425,12 @@ class StateFile:
             return None
         try:
             data = json.loads(text)
-        except json.JSONDecodeError:
+        except (json.JSONDecodeError, RecursionError) as exc:
             # a torn write cannot happen (rename is atomic); this is a file someone edited by hand
-            # pid -1: treated as a leftover, so recovery stops and says what to do
-            return {"corrupt": True, "pid": -1, "path": str(self.path), "text": text[:200]}
-        return data if isinstance(data, dict) else None
+            return corrupt_record(self.path, f"it is not JSON ({type(exc).__name__})")
+        if not isinstance(data, dict):  # [] or null is not "no state": it would be overwritten
+            return corrupt_record(self.path, f"it holds a JSON {type(data).__name__}, not an object")
+        return data
 
     def write(self, data: dict[str, Any]) -> None:
         payload = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
@@ -356,7 +453,10 @@ class StateFile:
                 finally:
                     os.close(fd)
                 # replaces a planted link itself, never its target
-                os.replace(tmp, self.path.name, src_dir_fd=sd.fd, dst_dir_fd=sd.fd)
+                try:
+                    os.replace(tmp, self.path.name, src_dir_fd=sd.fd, dst_dir_fd=sd.fd)
+                except IsADirectoryError:
+                    raise _not_a_plain_file(self.path, "a directory") from None
             except BaseException:
                 try:
                     os.unlink(tmp, dir_fd=sd.fd)
@@ -489,6 +589,16 @@ class BoardSafety:
         # path: the directory at that path may have been swapped since
         return bool(self.state.last_read_root_only)
 
+    def read(self) -> dict[str, Any] | None:
+        """The board's state record, ``None`` when there is none; one that cannot be believed (not JSON, wrong
+        types, numbers out of range: :func:`record_problem`) reads as :func:`corrupt_record`, so it is neither
+        acted on nor overwritten."""
+        rec = self.state.read()
+        if rec is None or rec.get("corrupt"):
+            return rec
+        why = record_problem(rec)
+        return corrupt_record(self.state.path, why) if why else rec
+
     def new_record(self, **fields: Any) -> dict[str, Any]:
         now = time.time()
         rec = {
@@ -539,11 +649,15 @@ def active_controllers() -> list:
     return list(_ACTIVE)
 
 
-def _restore_all(reason: str) -> None:
-    """Restore every registered controller, newest first; never raises."""
+def _restore_all(reason: str, release: bool = False) -> None:
+    """Restore every registered controller, newest first; never raises. ``release``: the process is ending (a
+    signal): each controller also refuses every later change (:class:`BoardReleasedError`), so a call the signal
+    interrupted cannot switch the board again after its restore, whatever the signal's previous handler does."""
     with _REG_LOCK:
         todo = list(reversed(_ACTIVE))
     for ctl in todo:
+        if release:
+            ctl.released = reason
         try:
             ctl._restore_on_exit(reason)
         except BaseException as exc:  # noqa: BLE001 - an exit path must not raise
@@ -560,28 +674,91 @@ def _restore_all(reason: str) -> None:
 _IN_SIGNAL_RESTORE: list[int] = []  # the signal whose handler is restoring now
 _PENDING: list[int] = []  # signals that arrived meanwhile
 
+# ------------------------------------------------------------------ changes in progress
+# A change to a board (a switch, a restore, taking or leaving the board) is a critical section. A handled signal
+# that arrives in the middle of one in the main thread (where Python runs signal handlers) is held and acted on when
+# the outermost section ends: the board is then in a known mode (with a state file that restores it), so the restore
+# is complete and nothing written afterwards by the interrupted call can undo it (a previous handler that returns,
+# as Lightning's does, used to send the interrupted switch on writing a mixed mode). A section running in another
+# thread is waited for (at most CRITICAL_WAIT_S) before the handler restores.
+_CRITICAL_LOCK = threading.RLock()
+_CRITICAL = threading.local()
+_DEFERRED: list[tuple[int, Any, Any]] = []  # (signal, frame, its previous handler) held until the section ends
+#: the longest a signal handler waits for another thread's change to finish before restoring anyway
+CRITICAL_WAIT_S = 30.0
 
-def _on_signal(signum: int, frame) -> None:
+
+class critical:
+    """``with critical(): ...``: a change to a board in progress (re-entrant; see above)."""
+
+    def __enter__(self) -> critical:
+        _CRITICAL_LOCK.acquire()
+        _CRITICAL.depth = getattr(_CRITICAL, "depth", 0) + 1
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        _CRITICAL.depth -= 1
+        outermost = _CRITICAL.depth == 0
+        _CRITICAL_LOCK.release()
+        if outermost and _DEFERRED and threading.current_thread() is threading.main_thread():
+            _deliver_deferred()
+
+
+def in_critical_section() -> bool:
+    """Whether this thread is in the middle of a change to a board."""
+    return getattr(_CRITICAL, "depth", 0) > 0
+
+
+def _deliver_deferred() -> None:
+    held = list(_DEFERRED)
+    _DEFERRED.clear()
+    (signum, frame, prev), rest = held[0], held[1:]
+    for s, _, p in rest:
+        if s != signum and s not in _PENDING:
+            _PENDING.append(s)
+            _PREVIOUS.setdefault(s, p)  # the handler it had when it arrived, in case ours were removed since
+    _on_signal(signum, frame, prev)
+
+
+_NO_HANDLER = object()
+
+
+def _on_signal(signum: int, frame, prev: Any = _NO_HANDLER) -> None:
     if _IN_SIGNAL_RESTORE:
         # a second signal (Ctrl-C pressed twice) while the board is being put back: a nested restore would run
         # inside the first and break it off; it is held and acted on once the restore is done
         if signum not in _PENDING and signum != _IN_SIGNAL_RESTORE[0]:
             _PENDING.append(signum)
         return
+    if prev is _NO_HANDLER:
+        # the handler the signal had before ours; _NO_HANDLER when ours were removed since and someone else's
+        # handler calls ours (Lightning composes the handlers it finds): nothing of ours to chain to
+        prev = _PREVIOUS.get(signum, _NO_HANDLER)
+    if in_critical_section():
+        # in the middle of a change: acted on as soon as the change is complete (critical.__exit__), with the
+        # handler it has now (the change may end the session, and ours are removed with the last one)
+        if all(s != signum for s, _, _ in _DEFERRED):
+            _DEFERRED.append((signum, frame, prev))
+        return
     name = signal.Signals(signum).name
-    prev = _PREVIOUS.get(signum, signal.SIG_DFL)
     _IN_SIGNAL_RESTORE.append(signum)
+    # another thread may be in the middle of a change: let it finish (bounded), then restore
+    waited = _CRITICAL_LOCK.acquire(timeout=CRITICAL_WAIT_S)
     try:
-        _restore_all(f"signal {name}")
+        _restore_all(f"signal {name}", release=True)
     finally:
+        if waited:
+            _CRITICAL_LOCK.release()
         _IN_SIGNAL_RESTORE.clear()
     pending = [s for s in _PENDING if s != signum]
     _PENDING.clear()
     _uninstall_signal_handlers()
     for other in pending:  # now with the handlers they had before us
         signal.raise_signal(other)
+    if prev is _NO_HANDLER:
+        return  # called by another handler that wraps ours after ours were removed: it decides what happens
     if callable(prev):
-        prev(signum, frame)  # e.g. default_int_handler raises KeyboardInterrupt
+        prev(signum, frame)  # e.g. default_int_handler raises KeyboardInterrupt; Lightning's returns
     else:  # SIG_DFL (or None: installed from C): die of the same signal, as without us
         signal.signal(signum, signal.SIG_DFL)
         os.kill(os.getpid(), signum)

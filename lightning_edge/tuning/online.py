@@ -52,6 +52,7 @@ import queue
 import sys
 import threading
 import time
+import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from enum import Enum
@@ -60,6 +61,7 @@ from typing import Any
 import numpy as np
 
 from lightning_edge.devices import catalog
+from lightning_edge.devices.controllers.errors import BoardReleasedError
 from lightning_edge.devices.meter import JETSON_SETTLE_S, TwinMeter
 from lightning_edge.devices.modes import KNOBS, PowerMode, PowerModeSpace
 from lightning_edge.tuning.gmd import GMD
@@ -738,7 +740,14 @@ class OnlineTuner:
 
     def _switch(self, mode: PowerMode) -> None:
         if self.controller.current() != mode:
-            self.controller.apply(mode)
+            try:
+                self.controller.apply(mode)
+            except BoardReleasedError as exc:  # a termination signal put the board back: tuning ends here
+                self._window = None
+                self._pending_mode = None
+                self.error = exc
+                self.close(reason=f"released: {self.controller.released}")
+                return
             self.meter.mode_changed(mode)
             self._switched_s = self.meter.now_s()
 
@@ -889,14 +898,31 @@ class OnlineTuner:
             finally:
                 restored = None
                 if self.started:
+                    # never a new session here: a board found out of its original mode with nothing to restore was
+                    # put back on a signal (the controller is released) or changed by someone else; a "rescue" by
+                    # apply(original) would snapshot that mode and "restore" it at exit
                     restored = self.controller.restore()
-                    if restored is None and self.original_mode is not None and \
-                            self.controller.current() != self.original_mode:
-                        restored = self.controller.apply(self.original_mode)
+                    self._say_where_the_board_is(restored)
                 self._restored = restored
                 self.phase = Phase.CLOSED
                 self.emit(Event.RESTORE, {"reason": reason, "mode": self.original_mode})
         return self._restored
+
+    def _say_where_the_board_is(self, restored: Any) -> None:
+        if restored is not None or self.original_mode is None:
+            return
+        try:
+            now = self.controller.current()
+        except Exception:  # noqa: BLE001 - the board may not answer; the controller said so already
+            return
+        if now == self.original_mode:
+            return
+        why = getattr(self.controller, "released", None)
+        cmd = getattr(self.controller, "restore_command", lambda: "lightning-edge mode restore")()
+        warnings.warn(f"the board is in {now}, not in the mode found at start ({self.original_mode}), and this tuner "
+                      f"has nothing to restore" + (f" (it was put back on {why})" if why else
+                                                   " (another process changed it?)")
+                      + f"; its state file, if any, is restored by: {cmd}", RuntimeWarning, stacklevel=3)
 
     def emit(self, kind: Event, info: dict) -> None:
         """Tell ``on_event`` (when given)."""

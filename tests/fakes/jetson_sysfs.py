@@ -31,6 +31,7 @@ import errno
 import json
 import os
 import re
+import threading
 import time
 from pathlib import Path
 
@@ -135,6 +136,13 @@ def nvpmodel_conf(jetpack: int = 5) -> str:
         ]
     out += ["# mandatory section to configure the default power mode", "< PM_CONFIG DEFAULT=0 >", ""]
     return "\n".join(out)
+
+
+def _store(path: Path, text: str) -> None:
+    """Replace ``path``'s content atomically (a temporary file renamed over it)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
 
 
 def _write(path: Path, text: str) -> None:
@@ -249,8 +257,9 @@ class FakeJetson:
         return self.path(rel).read_text().strip()
 
     def set_file(self, rel: str, value: str) -> None:
-        """Change a file as the kernel would (no checks, not logged as a controller write)."""
-        self.path(rel).write_text(f"{value}\n")
+        """Change a file as the kernel would (no checks, not logged as a controller write): at once, never torn (a
+        process killed in the middle of a write leaves the old or the new value, as with a sysfs attribute)."""
+        _store(self.path(rel), f"{value}\n")
 
     def online_rel(self, cpu: int) -> str:
         return f"{CPU}/cpu{cpu}/online"
@@ -323,7 +332,14 @@ _ONLINE_FILE = re.compile(rf"^{re.escape(CPU)}/cpu(\d+)/online$")
 
 
 class FakeBoardWriter(SysfsWriter):
-    """The real writer plus the kernel's side of the fake board: logs, refuses, clamps (see module doc)."""
+    """The real writer plus the kernel's side of the fake board: logs, refuses, clamps (see module doc).
+
+    A sysfs attribute takes a value at once: the fake stores it atomically (the real writer's open checks first,
+    O_NOFOLLOW included), so a process killed mid-write never leaves an empty knob file."""
+
+    def _sysfs_store(self, path, value: str) -> None:
+        os.close(os.open(path, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | os.O_CLOEXEC))  # what the real one refuses
+        _store(Path(path), f"{value}\n")
 
     def __init__(self, board: FakeJetson) -> None:
         self.board = board
@@ -355,7 +371,7 @@ class FakeBoardWriter(SysfsWriter):
                 which,
                 int(v),
             )
-            super().write(path, v)
+            self._sysfs_store(path, v)
             lo, hi = (
                 int(b.read(b.policy_rel(pol, "scaling_min_freq"))),
                 int(b.read(b.policy_rel(pol, "scaling_max_freq"))),
@@ -367,7 +383,7 @@ class FakeBoardWriter(SysfsWriter):
         if rel in (b.gpu_rel_file("min_freq"), b.gpu_rel_file("max_freq")):
             which = "min" if rel.endswith("min_freq") else "max"
             self._check_pair(path, b.gpu_rel_file("min_freq"), b.gpu_rel_file("max_freq"), which, int(v))
-            super().write(path, v)
+            self._sysfs_store(path, v)
             lo, hi = int(b.read(b.gpu_rel_file("min_freq"))), int(b.read(b.gpu_rel_file("max_freq")))
             cur = min(max(int(b.read(b.gpu_rel_file("cur_freq"))), lo), hi)
             b.set_file(b.gpu_rel_file("cur_freq"), str(cur))
@@ -376,12 +392,12 @@ class FakeBoardWriter(SysfsWriter):
         if m:
             if v not in ("0", "1"):
                 raise OSError(errno.EINVAL, "Invalid argument", str(path))
-            super().write(path, v)
+            self._sysfs_store(path, v)
             online = [0] + [c for c in range(1, 12) if self._online(c)]
             b.set_file(f"{CPU}/online", _ranges(online))
             b.set_file(f"{CPU}/offline", _ranges([c for c in range(12) if c not in online]))
             return
-        super().write(path, v)
+        self._sysfs_store(path, v)
 
     def _online(self, cpu: int) -> bool:
         if cpu == 0:

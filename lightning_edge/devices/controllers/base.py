@@ -25,6 +25,7 @@ from typing import Any, ClassVar, TextIO
 from lightning_edge.devices import safety as _safety
 from lightning_edge.devices.controllers.errors import (
     BoardBusyError,
+    BoardReleasedError,
     ModePermissionError,
     ModeVerificationError,
     RecoveryError,
@@ -108,6 +109,8 @@ class ModeController(Backend, ABC):
         self._session: dict[str, Any] | None = None  # set while the board is changed by us
         self._last: AppliedMode | None = None
         self.recovered: AppliedMode | None = None
+        #: why this controller makes no further change (the board was put back on a termination signal), or None
+        self.released: str | None = None
         if self._safety is not None and recover:
             self.recovered = self.recover()
 
@@ -185,16 +188,21 @@ class ModeController(Backend, ABC):
             actions, _ = self._apply_mode(target)
             self._last = AppliedMode(target, None, tuple(actions), dry_run=True, source="planned")
             return self._last
-        self.begin()
-        self._write_state(phase="applying", applied=target)
-        try:
-            actions, mismatches = self._apply_mode(target)
-        except PermissionError as exc:
-            if isinstance(exc, ModePermissionError):
-                raise
-            raise ModePermissionError.for_path(getattr(exc, "filename", None) or str(exc)) from exc
-        settled = self._read_mode()
-        self._write_state(phase="applied", applied=target, settled=settled)
+        # a signal inside the switch is acted on once it is complete (safety.critical): the board is then restored
+        # and this controller released, so nothing below writes again
+        with _safety.critical():
+            self._refuse_if_released()
+            self.begin()
+            self._write_state(phase="applying", applied=target)
+            try:
+                actions, mismatches = self._apply_mode(target)
+            except PermissionError as exc:
+                if isinstance(exc, ModePermissionError):
+                    raise
+                raise ModePermissionError.for_path(getattr(exc, "filename", None) or str(exc)) from exc
+            settled = self._read_mode()
+            self._write_state(phase="applied", applied=target, settled=settled)
+        self._refuse_if_released(undone=target)
         if settled != target and not mismatches:
             mismatches = [f"mode reads back as {settled} ({settled.describe()}), not {target}"]
         applied = self._last = self._settled(target, settled, actions, mismatches)
@@ -216,15 +224,20 @@ class ModeController(Backend, ABC):
         """
         if self._session is not None or self.dry_run:
             return
+        with _safety.critical():
+            self._refuse_if_released()
+            self._begin()
+
+    def _begin(self) -> None:
         prior = None
         if self._safety is not None:
             self._safety.lock.acquire()
             try:
-                prior = self._safety.state.read()
+                prior = self._safety.read()
                 if prior is not None and prior.get("pid") is not None:
                     # a leftover that appeared after we started (or recover=False): handle it now
                     self._recover_locked(prior)
-                    prior = self._safety.state.read()
+                    prior = self._safety.read()
                 if prior is not None and not prior.get("kept"):
                     prior = None
             except BaseException:
@@ -244,10 +257,15 @@ class ModeController(Backend, ABC):
         """Put the board back to the mode found at start; returns what was done, ``None`` if nothing to do.
 
         Without an active session (another process changed the board, e.g. ``mode set``), restores
-        the original recorded in the board's state file, if there is one.
+        the original recorded in the board's state file, if there is one. A signal that arrives meanwhile is acted
+        on once the restore is complete.
         """
+        with _safety.critical():
+            return self._restore()
+
+    def _restore(self) -> AppliedMode | None:
         if self.dry_run:
-            state = self._safety.state.read() if self._safety else None
+            state = self._safety.read() if self._safety else None
             if not state or "snapshot" not in state:
                 self._say(f"# dry run: nothing to restore on {self.device_id} (no state file)")
                 return None
@@ -270,16 +288,22 @@ class ModeController(Backend, ABC):
             return result
         if self._safety is None:
             return None
-        state = self._safety.state.read()
+        state = self._safety.read()
         if not state or "snapshot" not in state:
             return None
         self._safety.lock.acquire()
         try:
-            state = self._safety.state.read()
+            state = self._safety.read()
             if not state or "snapshot" not in state:
                 return None
             kept = state.get("kept_state") if not state.get("kept") else None
-            return self._finish_restore(state["snapshot"], kept, reason="restore")
+            try:
+                return self._finish_restore(state["snapshot"], kept, reason="restore", from_file=True)
+            except RecoveryError:
+                raise
+            except BaseException as exc:
+                self._notice(self.restore_failure_message(exc, self._mode_from_state(state)))
+                raise
         finally:
             self._safety.lock.release()
 
@@ -289,6 +313,10 @@ class ModeController(Backend, ABC):
         The state file stays, owned by nobody, so ``lightning-edge mode restore`` can still put
         back the mode found before the first lightning_edge change.
         """
+        with _safety.critical():
+            self._keep()
+
+    def _keep(self) -> None:
         if self._session is None:
             return
         if self._safety is not None:
@@ -330,7 +358,7 @@ class ModeController(Backend, ABC):
         """
         if self._safety is None:
             return None
-        state = self._safety.state.read()
+        state = self._safety.read()
         if not state or state.get("pid") is None:
             return None
         if self.dry_run:
@@ -342,31 +370,26 @@ class ModeController(Backend, ABC):
             if "snapshot" in state:
                 self._apply_snapshot(state["snapshot"])
             return None
-        try:
-            self._safety.lock.acquire()
-        except BoardBusyError:
-            return None  # its owner is alive and will restore it
-        try:
-            state = self._safety.state.read()
-            if not state or state.get("pid") is None:
-                return None
-            return self._recover_locked(state)
-        finally:
-            if self._session is None:
-                self._safety.lock.release()
+        with _safety.critical():
+            try:
+                self._safety.lock.acquire()
+            except BoardBusyError:
+                return None  # its owner is alive and will restore it
+            try:
+                state = self._safety.read()
+                if not state or state.get("pid") is None:
+                    return None
+                return self._recover_locked(state)
+            finally:
+                if self._session is None:
+                    self._safety.lock.release()
 
     def _recover_locked(self, state: dict[str, Any]) -> AppliedMode | None:
         """Restore a leftover; the caller holds the lock (so its owner is gone)."""
         assert self._safety is not None
         path = self._safety.state.path
         if state.get("corrupt") or "snapshot" not in state:
-            raise RecoveryError(
-                f"the state file {path} is unreadable, so the original power mode of {self.device_id} is "
-                f"unknown. Put the board back by hand (on a Jetson: `sudo nvpmodel -m <your mode>` and "
-                f"`sudo jetson_clocks --restore` if you use it), then delete {path}.",
-                command=f"rm {shlex.quote(str(path))}",
-                path=str(path),
-            )
+            raise self._unbelievable_state(state.get("reason") or "it records no snapshot of the board")
         pid = state.get("pid")
         target = self._mode_from_state(state)
         applied = (state.get("applied") or {}) if isinstance(state.get("applied"), dict) else {}
@@ -380,23 +403,62 @@ class ModeController(Backend, ABC):
             + (" (the machine has rebooted since: the recorded original is re-applied)" if rebooted else "")
         )
         try:
-            result = self._finish_restore(state["snapshot"], state.get("kept_state"), reason="recovery")
+            result = self._finish_restore(state["snapshot"], state.get("kept_state"), reason="recovery",
+                                          from_file=True)
         except PermissionError as exc:
             cmd = self.restore_command()
             raise RecoveryError(
                 f"process {pid} died leaving {self.device_id} in {applied_txt}; the original mode {target} "
                 f"is recorded in {path} but restoring it needs more permission than this process has "
-                f"({exc}).\nRun exactly:\n    {cmd}",
+                f"({exc}). {self._where_now()}.\nRun exactly:\n    {cmd}",
                 command=cmd,
                 path=str(path),
             ) from exc
         return result
 
+    def _unbelievable_state(self, reason: str) -> RecoveryError:
+        """The state file cannot be believed (``reason``): nothing is written from it, and it is kept."""
+        assert self._safety is not None
+        path = self._safety.state.path
+        return RecoveryError(
+            f"the state file {path} cannot be believed ({reason}), so the original power mode of "
+            f"{self.device_id} is unknown and nothing was written to the board. {self._where_now()}. Put the "
+            f"board back by hand (on a Jetson: `sudo nvpmodel -m <your mode>` and `sudo jetson_clocks --restore` "
+            f"if you use it), then delete {path}.",
+            command=f"rm {shlex.quote(str(path))}",
+            path=str(path),
+        )
+
+    def _where_now(self) -> str:
+        try:
+            now = self._read_mode()
+            return f"The board is now in {now} ({now.describe()})"
+        except Exception as rexc:  # noqa: BLE001 - the board may not answer at all
+            return f"The board's mode is unknown (reading it failed too: {rexc})"
+
     # ------------------------------------------------------------------ internals
-    def _finish_restore(self, snapshot: dict[str, Any], kept: dict | None, reason: str) -> AppliedMode:
+    def _refuse_if_released(self, undone: PowerMode | None = None) -> None:
+        """Raise :class:`BoardReleasedError` once the board was put back on a termination signal."""
+        if self.released is None:
+            return
+        what = f"the switch to {undone} was undone: " if undone is not None else ""
+        raise BoardReleasedError(
+            f"{self.device_id}: {what}the board was put back to its original mode on {self.released}, and this "
+            "controller makes no further change in this process (the process is ending). A new run (a new "
+            "controller) may switch modes again.")
+
+    def _finish_restore(self, snapshot: dict[str, Any], kept: dict | None, reason: str,
+                        from_file: bool = False) -> AppliedMode:
         target = self._mode_of_snapshot(snapshot)
         try:
             actions, mismatches = self._apply_snapshot(snapshot)
+        except (KeyError, TypeError, ValueError, AttributeError, OverflowError) as exc:
+            if not from_file:
+                raise
+            # a snapshot this controller cannot read (a hand-edited or forged state file): every controller plans
+            # its writes from the snapshot before writing any, so the board is untouched
+            raise self._unbelievable_state(f"its snapshot is not one of a {self.name} board: "
+                                           f"{type(exc).__name__}: {str(exc)[:80]}") from None
         except PermissionError as exc:
             if isinstance(exc, ModePermissionError):
                 raise
@@ -426,15 +488,10 @@ class ModeController(Backend, ABC):
     def restore_failure_message(self, exc: BaseException, original: PowerMode | None = None) -> str:
         """What to tell a person when putting the board back failed: the mode it is in now (read from the board),
         the original, where that is recorded, and the exact command that finishes the restore."""
-        try:
-            now = self._read_mode()
-            where = f"is now in {now} ({now.describe()})"
-        except Exception as rexc:  # noqa: BLE001 - the board may not answer at all
-            where = f"is in an unknown mode (reading it failed too: {rexc})"
         orig = f"original {original}" if original is not None else "original mode"
         rec = f"; the {orig} is recorded in {self.state_path}" if self.state_path else f", not the {orig}"
-        return (f"lightning_edge: restoring {self.device_id} failed ({type(exc).__name__}: {exc}). The board {where}"
-                f"{rec}. Finish the restore with:\n    {self.restore_command()}")
+        return (f"lightning_edge: restoring {self.device_id} failed ({type(exc).__name__}: {exc}). "
+                f"{self._where_now()}{rec}. Finish the restore with:\n    {self.restore_command()}")
 
     def _end_session(self) -> None:
         self._session = None
@@ -452,7 +509,7 @@ class ModeController(Backend, ABC):
     ) -> None:
         if self._safety is None or self._session is None:
             return
-        old = self._safety.state.read() or {}
+        old = self._safety.read() or {}
         rec = self._new_record(self._session["snapshot"], self._session["original_mode"], phase=phase, kept=False,
                                applied=applied.to_dict() if applied else None,
                                settled=settled.to_dict() if settled else None, kept_state=self._session["kept_state"])

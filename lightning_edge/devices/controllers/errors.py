@@ -79,3 +79,8 @@ class RecoveryError(ModePermissionError):
 
 class RebootRequiredError(ModeControllerError):
     """nvpmodel wants a reboot to enter the requested mode; lightning_edge never reboots a board."""
+
+
+class BoardReleasedError(ModeControllerError):
+    """The board was put back on a termination signal (SIGTERM, SIGINT, ...): this controller makes no further
+    change in this process, whatever the signal's previous handler did (Lightning's notes the signal and returns)."""
