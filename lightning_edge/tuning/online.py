@@ -261,6 +261,10 @@ class StepRecord:
 
 
 # ============================================================================================ windows
+#: how many times a profiling window switches the board back to its mode after something else moved it
+MAX_RESWITCHES = 3
+
+
 @dataclass(frozen=True)
 class WindowSpec:
     """How one mode is profiled on training minibatches.
@@ -322,6 +326,8 @@ class ProfileWindow:
     partial: int = 0  # such steps kept anyway (after max_steps of them): the profile is labelled partial
     settled_after_s: float | None = None  # when the power was found settled (seconds after the switch)
     settling_steps: int = 0  # discarded because the power was still settling (the rest: warm-up)
+    foreign: int = 0  # steps measured in another mode (the board moved: a cap, another tool): not the window's
+    reswitched: int = 0  # times the tuner switched back to the window's mode after such a move
     _trace: list = field(default_factory=list)  # (start after the switch, time, power) of the discarded steps
 
     def feed(self, t_end_s: float, time_s: float, power_w: float, trusted: bool = True) -> bool:
@@ -698,6 +704,15 @@ class OnlineTuner:
         if self._window is None and self._pending_mode is None and self.phase in ("waiting",):
             self._poll(block=True)
         if self._pending_mode is not None and (self.switch_at == "window" or self._epoch_boundary):
+            win = self._window
+            if win is not None and win.foreign:
+                win.reswitched += 1
+                if win.reswitched > MAX_RESWITCHES:
+                    raise RuntimeError(
+                        f"the board does not stay in {win.mode}: it moved to {self.controller.current()} "
+                        f"{win.reswitched} times during that mode's profiling window (a thermal or power cap, "
+                        "nvpmodel, or another tool switching modes). Stop what else changes the power mode, or tune "
+                        "a space without that mode.")
             self._switch(self._pending_mode)
             self._pending_mode = None
             if self._window is not None:
@@ -768,9 +783,16 @@ class OnlineTuner:
         win = self._window
         if win is not None and self._pending_mode is None:
             rec.window = win.index
-            rec.discarded = not win.feed(end_s, dt, power, trusted=reading.trusted)
-            if win.complete:
-                self._close_window(win)
+            if mode != win.mode:
+                # measured in another mode than the window's (something else moved the board): never fed to the
+                # window, whose profile would hold another mode's numbers; switched back at the next step
+                rec.discarded = True
+                win.foreign += 1
+                self._pending_mode = win.mode
+            else:
+                rec.discarded = not win.feed(end_s, dt, power, trusted=reading.trusted)
+                if win.complete:
+                    self._close_window(win)
         elif self.phase in ("tuned", "infeasible") and end_s - dt - self._switched_s >= self._settle_s():
             self._check_drift(rec)  # only settled steps: the power after a switch is still moving
         if self.tuned_at_step is None and self.phase in ("tuned", "infeasible") and self._pending_mode is None:
@@ -785,7 +807,7 @@ class OnlineTuner:
         info = {"index": win.index, "mode": win.mode, "time_s": m.time_s, "power_w": m.power_w, "label": m.label,
                 "steps": win.n, "discarded": win.discarded, "settling_steps": win.settling_steps,
                 "settled_after_s": win.settled_after_s, "cost_s": win.cost_s, "cost_j": win.cost_j,
-                "remeasured": win.remeasured, "partial_steps": win.partial,
+                "remeasured": win.remeasured, "partial_steps": win.partial, "foreign_steps": win.foreign,
                 "reason": win.reason, "within_budget": m.power_w <= self.problem.power_budget_w}
         self.profiles.append(info)
         self._window = None

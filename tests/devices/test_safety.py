@@ -328,7 +328,7 @@ def test_corrupt_state_file_stops_and_explains(orin5, state_dir):
     ctl = _controller(orin5, state_dir)
     Path(ctl.state_path).parent.mkdir(parents=True, exist_ok=True)
     Path(ctl.state_path).write_text("{not json")
-    with pytest.raises(RecoveryError, match="unreadable") as exc:
+    with pytest.raises(RecoveryError, match="cannot be believed .it is not JSON") as exc:
         _controller(orin5, state_dir)
     assert exc.value.command.startswith("rm ")
 

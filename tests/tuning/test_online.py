@@ -261,3 +261,44 @@ def test_on_a_real_orin_the_prior_can_come_from_the_captured_step_cost():
     assert t.solution is not None and t.summary().profiles_used <= 4
     t.close()
     assert not OnlineTuner(16.0, board.controller, meter, store=None).wants_board_prior  # the twin's own meter
+
+
+def test_a_window_takes_only_steps_measured_in_its_own_mode():
+    """Issue 25: something else moved the board (a thermal governor, nvpmodel, another tool) during a profiling
+    window; the steps measured in that other mode finished the window, and the profile of one mode held another's
+    numbers. A step in another mode is not fed to the window; the tuner switches back."""
+    t, board = make(14.0, store=None)
+    t.start()
+    moved = []
+    intruder = board.space.coerce("4c/422.4/114.75/665.6")
+    for _ in range(200):
+        t.before_step()
+        win = t._window
+        if win is not None and t._pending_mode is None and not moved and win.mode != intruder and win.n >= 1:
+            board.controller._store(intruder)  # the board's side: a mode change this tuner did not make
+            moved.append((win.index, win.n))
+        t.after_step()
+        if t.solution is not None and moved and len(t.profiles) > moved[0][0]:
+            break
+    assert moved, "no window was in progress"
+    idx = moved[0][0]
+    prof = t.profiles[idx]
+    kept = [r for r in t.records if r.window == idx and not r.discarded]
+    assert kept and all(r.mode == prof["mode"] for r in kept), [(str(r.mode), r.discarded) for r in kept]
+    assert prof.get("foreign_steps", 0) >= 1
+    t.close()
+
+
+def test_a_board_that_never_stays_in_the_window_mode_is_a_clear_error():
+    t, board = make(14.0, store=None)
+    t.start()
+    intruder = board.space.coerce("4c/422.4/114.75/665.6")
+    with pytest.raises(RuntimeError, match="does not stay in"):
+        for _ in range(200):
+            t.before_step()
+            win = t._window
+            if win is not None and t._pending_mode is None and win.mode != intruder:
+                board.controller._store(intruder)  # moved again after every switch
+            t.after_step()
+    t.close()
+    assert board.controller.current() == board.space.coerce("12c/2201.6/1300.5/3199")
