@@ -77,7 +77,8 @@ def _controller(args: argparse.Namespace):
     from lightning_edge.devices.safety import default_state_dir
 
     # the file-system root is never a command-line option: with sudo, root would follow a user's tree of
-    # symbolic links. Python callers (tests on fake trees) pass it to main(argv, root=...) / run(args, root=...).
+    # symbolic links. Python callers (tests on fake trees) pass it to main(argv, root=...) / run(args, root=...),
+    # and the fake board's writer (the kernel's side of the tree) with writer=....
 
     kwargs: dict = {"dry_run": bool(getattr(args, "dry_run", False)), "state_dir": args.state_dir}
     device = str(args.device)
@@ -87,6 +88,8 @@ def _controller(args: argparse.Namespace):
         kwargs.update(state_dir=state_dir, board_file=state_dir / f"sim-{board}.board.json")
     elif getattr(args, "_root", "/") != "/":
         kwargs["root"] = args._root
+    if getattr(args, "_writer", None) is not None:
+        kwargs["writer"] = args._writer
     return get_controller(device, **kwargs)
 
 
@@ -219,10 +222,12 @@ def _restore(args) -> int:
     return 0
 
 
-def run(args: argparse.Namespace, *, root: str | os.PathLike = "/") -> int:
-    """Run a parsed ``mode`` command. ``root``: the file-system root of the board (a fake tree in tests); a Python
-    argument only, deliberately not a command-line option."""
+def run(args: argparse.Namespace, *, root: str | os.PathLike = "/", writer=None) -> int:
+    """Run a parsed ``mode`` command. ``root``: the file-system root of the board (a fake tree in tests), ``writer``:
+    the :class:`~lightning_edge.devices.controllers.sysfs.SysfsWriter` its files are read and written through (the
+    fake board's, in tests); Python arguments only, deliberately not command-line options."""
     args._root = str(root)
+    args._writer = writer
     action = getattr(args, "mode_command", None)
     if not action:
         args._mode_parser.print_help()
@@ -230,16 +235,17 @@ def run(args: argparse.Namespace, *, root: str | os.PathLike = "/") -> int:
     return {"show": _show, "list": _list, "set": _set, "restore": _restore}[action](args)
 
 
-def main(argv: list[str] | None = None, *, root: str | os.PathLike = "/") -> int:
+def main(argv: list[str] | None = None, *, root: str | os.PathLike = "/", writer=None) -> int:
     """``lightning-edge mode ...`` on its own, without loading the other sub-commands (``python -m`` this module).
 
-    ``root`` (Python only, see :func:`run`): the board's file-system root, e.g. a fake sysfs tree in tests."""
+    ``root``, ``writer`` (Python only, see :func:`run`): the board's file-system root, e.g. a fake sysfs tree in
+    tests, and the writer of its files."""
     parser = argparse.ArgumentParser(prog="lightning-edge mode", description=HELP)
     add_arguments(parser)
     args = parser.parse_args(argv)
     from lightning_edge.cli import run_command
 
-    return run_command(lambda a: run(a, root=root), args, "lightning-edge mode")
+    return run_command(lambda a: run(a, root=root, writer=writer), args, "lightning-edge mode")
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -20,9 +20,14 @@ The board boots in MAXN with DVFS on (frequency ranges open, EMC not locked).
 ``board.writer()`` returns a :class:`FakeBoardWriter`: the controllers' real
 :class:`~lightning_edge.devices.controllers.sysfs.SysfsWriter` with the kernel's behaviour added:
 it logs every write (in memory and in ``.fake_jetson_writes.jsonl``, so writes of child processes
-are seen too), refuses writes to an inactive cpufreq policy (EBUSY) or that would put min above
-max (EINVAL), and plays a board that clamps or ignores some values (``board.clamp(...)``,
-``board.stick(...)``) or denies permission (``board.deny_writes()``).
+are seen too), refuses writes that would put min above max (EINVAL), and plays a board that clamps or
+ignores some values (``board.clamp(...)``, ``board.stick(...)``) or denies permission (``board.deny_writes()``).
+
+Inactive cpufreq policies behave as in mainline kernels since 2022 (``show()``/``store()`` of
+drivers/cpufreq/cpufreq.c): once every CPU of a cluster is offline its policy is inactive, and every
+read and every write of a file of that policy (``policyN/*``, also through ``cpuN/cpufreq/``) fails with
+EBUSY. The policy keeps its limits while inactive: ``scaling_{min,max}_freq`` read as they were once a
+core of the cluster is back online (the kernel keeps its frequency QoS requests).
 """
 
 from __future__ import annotations
@@ -329,6 +334,8 @@ class FakeJetson:
 
 _POLICY_FILE = re.compile(rf"^{re.escape(CPUFREQ)}/(policy\d+)/scaling_(min|max)_freq$")
 _ONLINE_FILE = re.compile(rf"^{re.escape(CPU)}/cpu(\d+)/online$")
+_IN_POLICY = re.compile(rf"^{re.escape(CPUFREQ)}/(policy\d+)/")
+_IN_CPU_POLICY = re.compile(rf"^{re.escape(CPU)}/cpu(\d+)/cpufreq/")  # cpuN/cpufreq -> its policy
 
 
 class FakeBoardWriter(SysfsWriter):
@@ -344,6 +351,10 @@ class FakeBoardWriter(SysfsWriter):
     def __init__(self, board: FakeJetson) -> None:
         self.board = board
 
+    def read(self, path: str | os.PathLike) -> str:
+        self._refuse_inactive_policy(path)
+        return super().read(path)
+
     def write(self, path: str | os.PathLike, value: str) -> None:
         b = self.board
         rel = b.rel(path)
@@ -351,6 +362,7 @@ class FakeBoardWriter(SysfsWriter):
         meta = b._meta()
         if meta["deny"]:
             raise PermissionError(errno.EACCES, "Permission denied", str(path))
+        self._refuse_inactive_policy(path)
         if rel in meta["stick"]:
             return
         if not rel.startswith("sys/"):  # a regular file (nvpmodel.conf): written as given
@@ -362,8 +374,6 @@ class FakeBoardWriter(SysfsWriter):
         m = _POLICY_FILE.match(rel)
         if m:
             pol, which = m.groups()
-            if not any(self._online(c) for c in CLUSTERS[pol]):
-                raise OSError(errno.EBUSY, "Device or resource busy", str(path))
             self._check_pair(
                 path,
                 b.policy_rel(pol, "scaling_min_freq"),
@@ -398,6 +408,17 @@ class FakeBoardWriter(SysfsWriter):
             b.set_file(f"{CPU}/offline", _ranges([c for c in range(12) if c not in online]))
             return
         self._sysfs_store(path, v)
+
+    def _refuse_inactive_policy(self, path: str | os.PathLike) -> None:
+        """EBUSY for a file of a cpufreq policy whose CPUs are all offline (the kernel's show()/store())."""
+        rel = self.board.rel(path)
+        m = _IN_POLICY.match(rel)
+        pol = m.group(1) if m else None
+        m = _IN_CPU_POLICY.match(rel)
+        if m:
+            pol = next((p for p, cpus in CLUSTERS.items() if int(m.group(1)) in cpus), None)
+        if pol in CLUSTERS and not any(self._online(c) for c in CLUSTERS[pol]):
+            raise OSError(errno.EBUSY, "Device or resource busy", str(path))
 
     def _online(self, cpu: int) -> bool:
         if cpu == 0:

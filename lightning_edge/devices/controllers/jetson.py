@@ -72,7 +72,30 @@ class JetsonSysfsController(_SysfsBoardController):
         return self.sysfs.read_raw()
 
     def _apply_mode(self, mode: PowerMode) -> tuple[list[str], list[str]]:
-        return self.sysfs.execute(self.plan(mode))
+        want = self.sysfs.want_of_mode(mode)
+        return self.sysfs.change(want, on_online=lambda raw: self._record_ranges(raw, mode))
+
+    def _record_ranges(self, raw: dict[str, Any], mode: PowerMode) -> None:
+        """Record in the snapshot (and in the state file, before anything writes them) the ranges of the clusters
+        this change brought online that the snapshot lacks: they were offline when it was taken (an inactive policy
+        cannot be read), and the kernel kept them since, so they are the ones a restore must put back. The
+        original kept by an earlier ``mode set`` gets them too: nothing of ours has written them since it was
+        recorded, or it would know them."""
+        if self._session is None:
+            return
+        kept = self._session["kept_state"]
+        learnt = False
+        for snap in (self._session["snapshot"], kept["snapshot"] if kept else None):
+            body = snap.get("raw", snap) if isinstance(snap, dict) else None  # "raw": an nvpmodel snapshot
+            freq = body.get("cpufreq") if isinstance(body, dict) else None
+            if not isinstance(freq, dict):
+                continue
+            for pol, rng in raw["cpufreq"].items():
+                if pol not in freq:
+                    freq[pol] = dict(rng)
+                    learnt = True
+        if learnt:
+            self._write_state(phase="applying", applied=mode)
 
     def _apply_snapshot(self, snapshot: dict[str, Any]) -> tuple[list[str], list[str]]:
         actions: list[str] = []
@@ -82,5 +105,5 @@ class JetsonSysfsController(_SysfsBoardController):
                 snapshot, board_conf=self.root / catalog.NVPMODEL_CONF, writer=self.writer, dry_run=self.dry_run,
                 trusted=self._snapshot_trusted)
             snapshot = snapshot["raw"]
-        more, mismatches = self.sysfs.execute(self.sysfs.plan(self.sysfs.read_raw(), snapshot))
+        more, mismatches = self.sysfs.change(snapshot)
         return actions + more, mismatches

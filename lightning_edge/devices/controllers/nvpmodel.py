@@ -459,7 +459,7 @@ class NvpmodelController(_SysfsBoardController):
     def _apply_snapshot(self, snapshot: dict[str, Any]) -> tuple[list[str], list[str]]:
         if snapshot.get("kind") != "nvpmodel":
             # left by the sysfs controller (same board, same state file): write its files back
-            return self.sysfs.execute(self.sysfs.plan(self.sysfs.read_raw(), snapshot))
+            return self.sysfs.change(snapshot)
         ident = int(snapshot["nvpmodel_id"])
         self._run_mode(ident)
         actions = [shlex.join(self._cmd("-m", str(ident)))]

@@ -6,11 +6,21 @@ way) and :class:`~lightning_edge.devices.controllers.nvpmodel.NvpmodelController
 What one mode change writes, in this order (see docs/power-modes.md):
 
 1. ``cpu{N}/online`` = 1 for every core the new mode adds (ascending), so their cluster's cpufreq
-   policy is active before it is written (the kernel refuses writes to an inactive policy: EBUSY);
-2. per active cluster, ``cpufreq/policy{first}/scaling_{min,max}_freq`` (kHz), both set to the target;
+   policy is active before it is read or written;
+2. per cluster active in the new mode, ``cpufreq/policy{first}/scaling_{min,max}_freq`` (kHz), both set to the
+   target;
 3. GPU devfreq ``min_freq`` / ``max_freq`` (Hz), both set to the target;
 4. EMC through the bpmp debugfs clock: ``mrq_rate_locked`` = 1, then ``rate`` (Hz);
 5. ``cpu{N}/online`` = 0 for every core the new mode removes (descending; cpu0 is never offlined).
+
+Offline clusters. The policy of a cluster whose cores are all offline is inactive: mainline kernels (since 2022)
+answer EBUSY to every read and write of its files, and keep its min/max (its frequency QoS requests) for when a
+core of the cluster comes back. So an inactive policy is never read (a snapshot lacks its range: unknown) nor
+written. Once step 1 has brought cores online, the board is read again and the rest planned from that reading
+(:meth:`JetsonSysfs.change`): the range of a cluster that was offline is known only then, and the controller
+records it in the snapshot before writing it. A restore writes every range its snapshot knows, also of a cluster
+the snapshot has offline: the range is written while the cluster is online (step 2, before step 5), and a cluster
+offline now and in the snapshot gets its first core online for the write and offline again after it.
 
 For every min/max pair the order keeps ``min <= max`` after every single write: when the target
 is above the current max, max is written first (raising); otherwise min first (lowering).
@@ -28,6 +38,7 @@ import hashlib
 import os
 import re
 import sys
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
@@ -222,6 +233,12 @@ class JetsonLayout:
         return self.root / catalog.EMC_NVPMODEL_CAP
 
 
+def _active(cpus: tuple[int, ...], online: dict[int, int]) -> bool:
+    """Whether a cluster's cpufreq policy is active: one of ``cpus`` is online (a CPU without an ``online`` file,
+    such as cpu0, always is)."""
+    return any(online.get(c, 1) for c in cpus)
+
+
 def _natural(name: str) -> tuple:
     return tuple(int(t) if t.isdigit() else t for t in re.split(r"(\d+)", name))
 
@@ -269,17 +286,26 @@ class JetsonSysfs:
         """CPUs that can be switched on/off (have an ``online`` file); cpu0 never is."""
         return [c for c in range(1, self.layout.cpu_count) if self.layout.online_path(c).exists()]
 
+    def online_now(self) -> dict[int, int]:
+        """``{cpu: 0 or 1}`` for every CPU that can be switched on/off."""
+        return {c: self._int(self.layout.online_path(c)) for c in self.hotplug_cpus()}
+
     def read_raw(self) -> dict[str, Any]:
-        """The board's state, as a JSON-able snapshot (what a restore writes back)."""
+        """The board's state, as a JSON-able snapshot (what a restore writes back).
+
+        The policy of a cluster that is offline is not read (the kernel answers EBUSY): its range is unknown and
+        absent from ``cpufreq``."""
         L = self.layout
-        online = {str(c): self._int(L.online_path(c)) for c in self.hotplug_cpus()}
+        on = self.online_now()
         cpufreq = {
             pol: {
                 "min_khz": self._int(L.policy_path(pol, "scaling_min_freq")),
                 "max_khz": self._int(L.policy_path(pol, "scaling_max_freq")),
             }
-            for pol, _ in L.policies
+            for pol, cpus in L.policies
+            if _active(cpus, on)
         }
+        online = {str(c): v for c, v in on.items()}
         gpu = {"min_hz": self._int(L.gpu_dir / "min_freq"), "max_hz": self._int(L.gpu_dir / "max_freq")}
         emc: dict[str, Any] = {"rate_hz": self._int(L.emc_dir / "rate")}
         lock = L.emc_dir / "mrq_rate_locked"
@@ -312,9 +338,12 @@ class JetsonSysfs:
 
     # -- what the board offers
     def cpu_khz_available(self) -> list[int]:
-        """CPU frequencies every cluster offers (kHz)."""
+        """CPU frequencies every online cluster offers (kHz; an offline cluster's policy cannot be read)."""
         common: set[int] | None = None
-        for pol, _ in self.layout.policies:
+        on = self.online_now()
+        for pol, cpus in self.layout.policies:
+            if not _active(cpus, on):
+                continue
             path = self.layout.policy_path(pol, "scaling_available_frequencies")
             vals = {int(x) for x in self.writer.read(path).split()}
             common = vals if common is None else common & vals
@@ -377,25 +406,30 @@ class JetsonSysfs:
         khz = self._pick(mode.cpu_mhz * 1e3, self.cpu_khz_available(), "CPU", "kHz", 1e3)
         gpu = self._pick(mode.gpu_mhz * 1e6, self.gpu_hz_available(), "GPU", "Hz", 1e6)
         emc = self._pick(mode.mem_mhz * 1e6, self.emc_hz_available(), "memory (EMC)", "Hz", 1e6)
+        on = {c: int(c < mode.cores) for c in self.hotplug_cpus()}
         return {
-            "online": {str(c): int(c < mode.cores) for c in self.hotplug_cpus()},
-            "cpufreq": {pol: {"min_khz": khz, "max_khz": khz} for pol, _ in self.layout.policies},
+            "online": {str(c): v for c, v in on.items()},
+            # a cluster the mode takes offline is left alone: its policy is inactive once its cores are off
+            "cpufreq": {pol: {"min_khz": khz, "max_khz": khz} for pol, cpus in self.layout.policies
+                        if _active(cpus, on)},
             "gpu": {"min_hz": gpu, "max_hz": gpu},
             "emc": {"rate_hz": emc, "locked": 1},
         }
 
     @staticmethod
-    def _pair(min_path: Path, max_path: Path, cur: dict[str, Any], want: dict[str, Any], unit: str,
+    def _pair(min_path: Path, max_path: Path, cur: dict[str, Any] | None, want: dict[str, Any], unit: str,
               what: str) -> list[Write]:
         """Writes that move (min, max) (the ``min_<unit>`` and ``max_<unit>`` values of a raw state) from ``cur``
-        to ``want`` with min <= max after every write."""
-        (cmin, cmax), (wmin, wmax) = ((int(s[f"min_{unit}"]), int(s[f"max_{unit}"])) for s in (cur, want))
+        to ``want`` with min <= max after every write. ``cur`` ``None``: not known (an offline cluster's, which
+        :meth:`change` reads once the cluster is online), both are written, min first."""
+        wmin, wmax = int(want[f"min_{unit}"]), int(want[f"max_{unit}"])
+        cmin, cmax = (int(cur[f"min_{unit}"]), int(cur[f"max_{unit}"])) if cur is not None else (None, None)
         if wmin > wmax:
             raise InvalidModeError(f"{what}: target min {wmin} is above target max {wmax}")
         out = []
         w_max = Write(max_path, str(wmax), f"{what} max", lower_bound=min_path)
         w_min = Write(min_path, str(wmin), f"{what} min", upper_bound=max_path)
-        if wmin > cmax:  # raising past the current max: max first
+        if cmax is not None and wmin > cmax:  # raising past the current max: max first
             out += [w for w, changed in ((w_max, wmax != cmax), (w_min, wmin != cmin)) if changed]
         else:  # lowering (or inside the current range): min first
             out += [w for w, changed in ((w_min, wmin != cmin), (w_max, wmax != cmax)) if changed]
@@ -404,20 +438,17 @@ class JetsonSysfs:
     def plan(self, cur: dict[str, Any], want: dict[str, Any]) -> list[Write]:
         """Ordered writes from raw state ``cur`` to raw state ``want`` (see the module docstring)."""
         L = self.layout
-        writes: list[Write] = []
         cur_on = {int(c): int(v) for c, v in cur["online"].items()}
         want_on = {int(c): int(v) for c, v in want.get("online", {}).items() if int(c) in cur_on}
-        for c in sorted(want_on):
-            if want_on[c] and not cur_on[c]:
-                writes.append(Write(L.online_path(c), "1", f"cpu{c} online"))
-        final_on = {0: 1, **cur_on, **want_on}
-        for pol, cpus in L.policies:
-            if pol not in want.get("cpufreq", {}):
-                continue
-            if not any(final_on.get(c, 0) for c in cpus):
-                continue  # the whole cluster goes offline: its policy is inactive, leave it
-            writes += self._pair(L.policy_path(pol, "scaling_min_freq"), L.policy_path(pol, "scaling_max_freq"),
-                                 cur["cpufreq"][pol], want["cpufreq"][pol], "khz", f"CPU {pol}")
+        up = {c for c, v in want_on.items() if v and not cur_on[c]}
+        for pol, cpus in L.policies:  # a policy is written while its cluster is online (see the module docstring)
+            if pol in want.get("cpufreq", {}) and not _active(cpus, {**cur_on, **dict.fromkeys(up, 1)}):
+                up.update(sorted(c for c in cpus if c in cur_on)[:1])
+        writes = [Write(L.online_path(c), "1", f"cpu{c} online") for c in sorted(up)]
+        for pol, _ in L.policies:
+            if pol in want.get("cpufreq", {}):
+                writes += self._pair(L.policy_path(pol, "scaling_min_freq"), L.policy_path(pol, "scaling_max_freq"),
+                                     cur["cpufreq"].get(pol), want["cpufreq"][pol], "khz", f"CPU {pol}")
         if "gpu" in want:
             writes += self._pair(L.gpu_dir / "min_freq", L.gpu_dir / "max_freq", cur["gpu"], want["gpu"], "hz", "GPU")
         if "emc" in want:
@@ -433,10 +464,38 @@ class JetsonSysfs:
                     writes.append(Write(L.emc_dir / "rate", str(int(w["rate_hz"])), "EMC rate"))
                 if int(c.get("locked", 0)):
                     writes.append(Write(lock, "0", "EMC unlock"))
-        for c in sorted(want_on, reverse=True):
-            if not want_on[c] and cur_on[c]:
+        final_on = {**cur_on, **want_on}
+        for c in sorted(cur_on, reverse=True):
+            if (cur_on[c] or c in up) and not final_on[c]:
                 writes.append(Write(L.online_path(c), "0", f"cpu{c} offline"))
         return writes
+
+    def change(self, want: dict[str, Any], on_online: Callable[[dict[str, Any]], None] | None = None
+               ) -> tuple[list[str], list[str]]:
+        """Move the board from what it reads now to raw state ``want``: :meth:`plan`, then :meth:`execute` in three
+        steps, each read back before the next.
+
+        Cores that come online first; then the board is read again (the policies of their clusters can be read
+        only now), ``on_online(raw)`` is called with that reading, and the frequencies are planned from it and
+        written; cores that go offline last (a range is read back while its cluster is still online). A dry run
+        prints one plan (a range it cannot read is written whole)."""
+        writes = self.plan(self.read_raw(), want)
+        if isinstance(self.writer, DryRunWriter):
+            return self.execute(writes)
+        actions: list[str] = []
+        mismatches: list[str] = []
+        ups = [w for w in writes if w.path.name == "online" and w.value == "1"]
+        if ups:
+            actions, mismatches = self.execute(ups)
+            raw = self.read_raw()
+            if on_online is not None:
+                on_online(raw)
+            writes = self.plan(raw, want)
+        downs = [w for w in writes if w.path.name == "online" and w.value == "0"]
+        for step in ([w for w in writes if w not in downs], downs):
+            actions, more = self.execute(step, done=actions)
+            mismatches += more
+        return actions, mismatches
 
     # -- doing it
     def _bound_violation(self, w: Write) -> str | None:
@@ -454,9 +513,11 @@ class JetsonSysfs:
                 )
         return None
 
-    def execute(self, writes: list[Write], verify: bool = True) -> tuple[list[str], list[str]]:
-        """Perform ``writes`` in order; read back each written file once all are done."""
-        actions: list[str] = []
+    def execute(self, writes: list[Write], verify: bool = True,
+                done: Sequence[str] = ()) -> tuple[list[str], list[str]]:
+        """Perform ``writes`` in order; read back each written file once all are done. ``done``: the actions of an
+        earlier step of the same change (they lead the returned actions and count in a failure's message)."""
+        actions: list[str] = list(done)
         last: dict[Path, Write] = {}
         skipped: list[str] = []
         dry = isinstance(self.writer, DryRunWriter)
@@ -476,8 +537,8 @@ class JetsonSysfs:
                 }.get(exc.errno or 0, "")
                 raise ModeWriteError(
                     f"writing {w.value} to {w.path} ({w.what}) failed: {exc.strerror or exc}{hint}. "
-                    f"{len(actions)} write(s) done of {len(writes)}: the board is partly switched (the caller "
-                    "restores the original mode; if that fails too it says what to run)."
+                    f"{len(actions)} write(s) done of {len(done) + len(writes)}: the board is partly switched (the "
+                    "caller restores the original mode; if that fails too it says what to run)."
                 ) from exc
             actions.append(w.command())
             last[w.path] = w
