@@ -28,7 +28,8 @@ Claims (several processes profiling one workload together)
     measures a point only after claiming its owner trial with the storage's atomic
     ``WAITING -> RUNNING`` transition (the compare-and-set ``Study.ask`` uses to pop enqueued trials);
     losers wait for the result and profile other points meanwhile. (On SQLite that transition is not
-    atomic, so claims also take an exclusive lock on ``<db file>.claims.lock``.) Duplicate enqueued trials are closed
+    atomic, so claims also take an exclusive lock on ``<db file>.claims.lock``, waited for as long as
+    ``wait_timeout_s`` at most, with progress naming the holder's pid.) Duplicate enqueued trials are closed
     as ``FAIL`` with user attribute ``duplicate_of``. So no point is measured twice and none is lost.
     Leases: every claim records its owner (host, boot id, PID namespace, pid and process start time:
     system attribute ``lightning_edge:claim``) and is renewed while its point is measured: by Optuna's
@@ -45,23 +46,30 @@ Errors
     A store that cannot be used is reported when it is opened (before any training), in one line that
     says what (the file, or host:port), why, and how to fix it (:class:`StoreError`). A plain path is an
     SQLite store. A store the process may not write (a read-only file or directory) is opened read-only:
-    its profiles answer, new profiles are kept in memory only, with a one-time note.
+    its profiles answer, new profiles are kept in memory only, with a one-time note. A path that is not a
+    regular file (a FIFO, a device) is refused; a server URL is checked before any network access; no
+    message shows a password. A storage fault during a run (a full disk, an I/O error, a lost server, the
+    claims lock held past ``wait_timeout_s``) makes the store read-only for the process, with one
+    :class:`StoreFaultWarning` naming the root cause: the run goes on, its new profiles kept in memory.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import logging
 import os
+import re
 import socket
+import stat
 import threading
 import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import optuna
 from optuna.distributions import FloatDistribution, IntDistribution
@@ -219,8 +227,21 @@ class StoreError(RuntimeError):
     """A profile store that cannot be used: one line saying what (file or host:port), why, and how to fix it."""
 
 
+class StoreLockTimeout(StoreError):
+    """The store's claims lock stayed held past the wait bound: ``why`` (by whom) and ``advice`` (what to do)."""
+
+    def __init__(self, message: str, why: str, advice: str) -> None:
+        super().__init__(message)
+        self.why, self.advice = why, advice
+
+
 class StoreReadOnlyWarning(UserWarning):
     """The profile store can be read but not written: new profiles are not saved."""
+
+
+class StoreFaultWarning(UserWarning):
+    """The profile store failed during a run (disk full, I/O error, server gone, lock held): its profiles still
+    answer while it can be read, new profiles of the run are kept in memory and not saved."""
 
 
 DEFAULT_HEARTBEAT_S = 5
@@ -260,12 +281,21 @@ def describe_url(url: str) -> str:
         return path
     if url.startswith("journal://"):
         return url[len("journal://"):]
-    try:
-        from sqlalchemy.engine import make_url
+    return redact_url(url)
 
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # noqa: BLE001 - a URL SQLAlchemy cannot parse is shown as given
-        return url
+
+_URL_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^:@]*):.*@(?P<rest>[^@]*)$", re.S)
+_URL_PASSWORD_PARAM = re.compile(r"(?i)(?<=[?&])(password=)[^&]*")
+
+
+def redact_url(url: str) -> str:
+    """``url`` with its password replaced by ``***``, parsable or not: everything from the ``:`` after the user name
+    to the *last* ``@`` (a password may hold unescaped ``@`` and ``/``), and a ``password=`` query parameter.
+    (:func:`lightning_edge.devices.safety.redact_argv` stops at the first ``@``.)"""
+    m = _URL_USERINFO.match(url)
+    if m:
+        url = f"{m['scheme']}{m['user']}:***@{m['rest']}"
+    return _URL_PASSWORD_PARAM.sub(r"\1***", url)
 
 
 def _sqlite_path(url: str) -> str | None:
@@ -280,16 +310,46 @@ def _sqlite_path(url: str) -> str | None:
 SQLITE_MAGIC = b"SQLite format 3\x00"
 
 
+_FILE_KINDS = ((stat.S_ISDIR, "directory"), (stat.S_ISFIFO, "FIFO (named pipe)"), (stat.S_ISCHR, "character device"),
+               (stat.S_ISBLK, "block device"), (stat.S_ISSOCK, "socket"))
+
+
+def _check_regular(path: str, mode: int) -> None:
+    """Refuse a store file that is not a regular file: a FIFO would hang every open and read, a device such as
+    ``/dev/zero`` holds no store, and neither is to be moved aside."""
+    if not stat.S_ISREG(mode):
+        kind = next((name for test, name in _FILE_KINDS if test(mode)), "special file")
+        raise StoreError(f"profile store {path}: is a {kind}, not a regular file; give the path of a regular file "
+                         "(a new one is created), e.g. store='~/profiles.sqlite3'")
+
+
+def _store_file_exists(path: str) -> bool:
+    """Whether a store file exists, refusing one that is not a regular file (:func:`_check_regular`)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    except OSError as exc:
+        raise StoreError(f"profile store {path}: cannot be read ({exc.strerror}); give this user access to it and "
+                         "its directory, or pass another store") from None
+    _check_regular(path, st.st_mode)
+    return True
+
+
 def _check_sqlite_file(path: str) -> bool:
     """Raise :class:`StoreError` for a path that cannot hold the store; True when it must be opened read-only."""
     p = Path(path)
     if p.is_dir():
         raise StoreError(f"profile store {path}: is a directory, not an SQLite file; give a file path such as "
                          f"{p / 'profiles.sqlite3'}")
-    if p.exists():
-        try:
-            with open(p, "rb") as fh:
-                head = fh.read(len(SQLITE_MAGIC))
+    if _store_file_exists(path):
+        try:  # without blocking, and checked again on the open file (it may have been replaced by a FIFO meanwhile)
+            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            try:
+                _check_regular(path, os.fstat(fd).st_mode)
+                head = os.read(fd, len(SQLITE_MAGIC))  # the only bytes the store reads itself
+            finally:
+                os.close(fd)
         except OSError as exc:
             raise StoreError(f"profile store {path}: cannot be read ({exc.strerror}); give this user read access "
                              "or pass another store") from None
@@ -317,11 +377,87 @@ def _one_line(exc: BaseException) -> str:
     return (text[0] if text else type(exc).__name__).strip()
 
 
-def _open_sqlite(url: str, hb: dict[str, Any]) -> tuple[BaseStorage, bool]:
+class _Fault(NamedTuple):
+    """A storage fault: ``kind`` (``disk full``, ``read-only``, ``no access``, ``I/O error``, ``damaged``, ``locked``,
+    ``server error``, ``claims lock``, ``storage error``), ``text`` (the kind and the root cause, for messages) and
+    ``advice`` (how to fix it)."""
+
+    kind: str
+    text: str
+    advice: str
+
+
+def _free_space(path: str) -> str:
+    where = os.path.dirname(path) or "."
+    try:
+        st = os.statvfs(where)
+    except OSError:
+        return ""
+    free = st.f_bavail * st.f_frsize
+    size = next((f"{free / 2 ** e:.1f} {u}" for e, u in ((30, "GiB"), (20, "MiB"), (10, "KiB")) if free >= 2 ** e),
+                f"{free} bytes")
+    return f"; {size} free in {where}"
+
+
+def _fault(exc: BaseException, path: str | None = None) -> _Fault | None:
+    """What a failed store operation says about the storage, from the root cause of the exception chain (a full disk
+    is ``sqlite3.OperationalError`` "database or disk is full" under SQLAlchemy's error under Optuna's
+    ``StorageInternalError`` "... e.g. exceeding max length"); ``None`` when ``exc`` is no storage fault (a bug, a bad
+    value, a cancel), to be raised as it is. ``path``: the store's file, for the free space of a full disk."""
+    import sqlite3
+
+    from sqlalchemy import exc as sa
+
+    if isinstance(exc, StoreLockTimeout):
+        return _Fault("claims lock", exc.why, exc.advice)
+    top = exc.__cause__ if isinstance(exc, optuna.exceptions.StorageInternalError) else exc
+    if not (isinstance(top, (sa.OperationalError, sa.InterfaceError, sqlite3.OperationalError))
+            or type(top) in (sa.DatabaseError, sqlite3.DatabaseError)
+            or (isinstance(top, OSError) and not isinstance(top, TimeoutError))):
+        return None
+    root: BaseException = top
+    for _ in range(10):
+        nxt = getattr(root, "orig", None) or root.__cause__
+        if nxt is None or nxt is root:
+            break
+        root = nxt
+    code = root.errno if isinstance(root, OSError) else None
+    name = str(getattr(root, "sqlite_errorname", "") or "")
+    pgcode = str(getattr(root, "pgcode", None) or getattr(root, "sqlstate", None) or "")
+    detail = _one_line(root)
+    if code in errno.errorcode:
+        detail = f"OSError {errno.errorcode[code]}: {os.strerror(code)}"  # type: ignore[index]
+    low = detail.lower()
+    if code in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG) or name == "SQLITE_FULL" or pgcode == "53100" or \
+            "disk is full" in low or "no space left" in low:
+        return _Fault("disk full", f"disk full ({detail}{_free_space(path) if path else ''})",
+                      "free space on its disk, or pass a store on another disk")
+    if code == errno.EROFS or name.startswith("SQLITE_READONLY") or "readonly" in low or "read-only" in low:
+        return _Fault("read-only", f"read-only ({detail})",
+                      "give this user write access to it and its directory, or pass another store")
+    if code in (errno.EACCES, errno.EPERM) or name.startswith("SQLITE_CANTOPEN"):
+        return _Fault("no access", f"no access ({detail})",
+                      "give this user read and write access to it and its directory, or pass another store")
+    if code == errno.EIO or name.startswith("SQLITE_IOERR"):
+        return _Fault("I/O error", f"I/O error ({detail})", "check the disk (dmesg), or pass a store on another disk")
+    if name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB")) or "not a database" in low or "malformed" in low:
+        return _Fault("damaged", f"damaged ({detail})", "move it aside (mv) and a new store is created, or pass "
+                      "another store")
+    if name.startswith("SQLITE_BUSY") or "database is locked" in low:
+        return _Fault("locked", f"locked by another process ({detail})",
+                      "find the process that holds it (fuser -v), or pass another store")
+    if not isinstance(root, (OSError, sqlite3.Error)):
+        return _Fault("server error", f"server error ({detail})", "check the server and the network")
+    return _Fault("storage error", f"storage error ({detail})", "check the store, or pass another one")
+
+
+def _open_sqlite(url: str, hb: dict[str, Any], wait_s: float = 600.0,
+                 progress_every_s: float = 10.0) -> tuple[BaseStorage, bool]:
     """An SQLite RDB storage (WAL), checked; read-only when this process may not write the file or its folder."""
     path = _sqlite_path(url)
     assert path is not None
     readonly = _check_sqlite_file(path)
+    existed = os.path.exists(path) and os.path.getsize(path) > 0
     try:
         with warnings.catch_warnings():  # the heartbeat arguments are "experimental" in Optuna
             warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
@@ -329,7 +465,7 @@ def _open_sqlite(url: str, hb: dict[str, Any]) -> tuple[BaseStorage, bool]:
                 return _open_sqlite_readonly(path), True
             # several processes may write: wait for SQLite's lock instead of failing after 5 s; and create the
             # schema of a new file one process at a time (Optuna's first-time set-up is not concurrent-safe)
-            with _file_lock(path + ".claims.lock"):
+            with _file_lock(path + ".claims.lock", store=path, wait_s=wait_s, progress_every_s=progress_every_s):
                 rdb = optuna.storages.RDBStorage(url, engine_kwargs={"connect_args": {"timeout": 120}}, **hb)
                 _sqlite_wal(rdb)
                 storage = optuna.storages.get_storage(rdb)
@@ -337,17 +473,18 @@ def _open_sqlite(url: str, hb: dict[str, Any]) -> tuple[BaseStorage, bool]:
                 return storage, False
     except StoreError:
         raise
-    except Exception as exc:  # noqa: BLE001 - sqlalchemy/sqlite/optuna errors, all reported the same way
-        why = _one_line(exc)
-        if "not a database" in why or "malformed" in why:
-            raise StoreError(f"profile store {path}: not a readable SQLite database ({why}); move it aside "
+    except Exception as exc:  # noqa: BLE001 - sqlalchemy/sqlite/optuna errors, told apart by their root cause
+        fault = _fault(exc, path)
+        if fault is not None and fault.kind == "damaged":  # an existing file that is not a (whole) SQLite database
+            raise StoreError(f"profile store {path}: not a readable SQLite database ({_one_line(exc)}); move it aside "
                              f"(mv '{path}' '{path}.corrupt') and a new store is created, or pass another store"
                              ) from None
-        if "readonly" in why or "read-only" in why:
-            raise StoreError(f"profile store {path}: cannot be written ({why}); give this user write access to it "
-                             "and its directory, or pass another store") from None
-        raise StoreError(f"profile store {path}: cannot be opened ({why}); move it aside "
-                         f"(mv '{path}' '{path}.corrupt') or pass another store") from None
+        if fault is not None and fault.kind != "storage error":  # the place: disk full, read-only, no access, I/O
+            raise StoreError(f"profile store {path}: cannot be {'written' if existed else 'created'}: {fault.text}; "
+                             f"{fault.advice}") from None
+        aside = f"move it aside (mv '{path}' '{path}.corrupt') or " if existed else ""
+        raise StoreError(f"profile store {path}: cannot be opened ({_one_line(exc)}); {aside}pass another store"
+                         ) from None
 
 
 def _open_sqlite_readonly(path: str) -> BaseStorage:
@@ -373,15 +510,31 @@ def _open_sqlite_readonly(path: str) -> BaseStorage:
     raise StoreError(f"profile store {path}: read-only here and cannot be read either ({why}); pass another store")
 
 
-def _check_server(url: str, given: str | None = None) -> None:
-    """Fail at once, in one line, when nothing listens at a server store's host:port (no driver retries)."""
-    try:
-        from sqlalchemy.engine import make_url
+def _server_url(url: str) -> Any:
+    """The parsed URL of a server store, checked before any network access. The message of a bad one shows the URL
+    without its password (nor any part of it: a password holding an unescaped ``@`` or ``/`` shifts every field
+    SQLAlchemy parses after it, and its tail would be taken for the host and looked up)."""
+    from sqlalchemy.engine import make_url
 
+    bad = f"profile store {describe_url(url)}: not a valid storage URL"
+    hint = ("a user name or password holding '@', '/', ':', '[' or '%' must be percent-encoded "
+            "(urllib.parse.quote(password, safe='')); the form is postgresql://user:password@host:port/db")
+    try:
         u = make_url(url)
-    except Exception as exc:  # noqa: BLE001
-        raise StoreError(f"profile store {url!r}: not a storage URL ({_one_line(exc)}); give a file path, "
-                         "sqlite:///path, postgresql://user@host:port/db or journal:///path") from None
+        port = u.port
+    except Exception:  # noqa: BLE001 - its message may quote the password
+        raise StoreError(f"{bad} (it cannot be parsed: is the port a number?); {hint}") from None
+    if "@" in (u.host or "") or "@" in (u.database or ""):
+        raise StoreError(f"{bad} (more than one '@'); {hint}")
+    if port is not None and not 0 < port < 65536:
+        raise StoreError(f"{bad} (port {port} is not 1-65535); {hint}")
+    return u
+
+
+def _check_server(url: str, given: str | None = None) -> None:
+    """Fail at once, in one line, when a server store's URL is not valid (before any network access) or nothing
+    listens at its host:port (no driver retries)."""
+    u = _server_url(url)
     host = u.host
     if not host or host.startswith("/"):
         return  # a Unix socket: the driver reports it
@@ -399,13 +552,15 @@ def _check_server(url: str, given: str | None = None) -> None:
 
 
 def open_storage(spec: str | os.PathLike[str] | BaseStorage | None, *, heartbeat_interval_s: int | None = None,
-                 grace_period_s: int | None = None) -> tuple[BaseStorage, bool]:
+                 grace_period_s: int | None = None, wait_timeout_s: float = 600.0,
+                 progress_every_s: float = 10.0) -> tuple[BaseStorage, bool]:
     """``(storage, read_only)``. Raises :class:`StoreError` (one line: what, why, how to fix) when the store
     cannot be used.
 
     ``heartbeat_interval_s`` / ``grace_period_s`` turn on Optuna's trial heartbeat for an RDB URL (the
     ``heartbeat_interval`` / ``grace_period`` of :class:`optuna.storages.RDBStorage`); a journal URL
-    cannot carry one (ValueError); a storage instance keeps its own settings.
+    cannot carry one (ValueError); a storage instance keeps its own settings. ``wait_timeout_s`` bounds the wait
+    for an SQLite store's claims lock (progress every ``progress_every_s``).
     """
     if isinstance(spec, BaseStorage):
         return spec, False
@@ -421,15 +576,18 @@ def open_storage(spec: str | os.PathLike[str] | BaseStorage | None, *, heartbeat
         from optuna.storages.journal import JournalFileBackend, JournalStorage
 
         path = url[len("journal://"):]
+        _store_file_exists(path)
         try:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
             return JournalStorage(JournalFileBackend(path)), False
         except OSError as exc:
-            raise StoreError(f"profile store {path}: cannot be opened ({exc.strerror}); pass a writable path"
-                             ) from None
+            fault = _fault(exc, path)
+            raise StoreError(f"profile store {path}: cannot be opened: {fault.text if fault else exc.strerror}; "
+                             f"{fault.advice if fault else 'pass a writable path'}") from None
     if url.startswith("sqlite:///"):
-        return _open_sqlite(url, hb)
+        return _open_sqlite(url, hb, wait_timeout_s, progress_every_s)
     given = url
+    _server_url(url)  # a bad URL is reported as such, before the driver is looked for
     url = _postgres_driver(url)
     _check_server(url, given)
     kwargs: dict[str, Any] = {}
@@ -480,7 +638,8 @@ class ProfileStore:
         self.url = url = "" if isinstance(storage, BaseStorage) else storage_url(storage)
         hb_s = heartbeat_interval_s if explicit else (  # by default on where Optuna keeps heartbeats (RDB)
             None if (not url or url == "memory" or url.startswith("journal://")) else DEFAULT_HEARTBEAT_S)
-        self.storage, self.read_only = open_storage(storage, heartbeat_interval_s=hb_s, grace_period_s=grace_period_s)
+        self.storage, self.read_only = open_storage(storage, heartbeat_interval_s=hb_s, grace_period_s=grace_period_s,
+                                                    wait_timeout_s=wait_timeout_s, progress_every_s=progress_every_s)
         get_interval = getattr(self.storage, "get_heartbeat_interval", None)
         interval = get_interval() if callable(get_interval) else None
         self.heartbeat = interval is not None
@@ -499,15 +658,31 @@ class ProfileStore:
         self.wait_timeout_s = float(wait_timeout_s)
         self.progress_every_s = float(progress_every_s)
         self._studies: dict[str, optuna.Study | None] = {}
-        self._unsaved: dict[tuple[str, str, ProfileKey], Measurement] = {}  # read-only store: this process's profiles
+        # this process's profiles (measured or read): a read-only or failed store keeps its new ones only here
+        self._kept: dict[tuple[str, str, ProfileKey], Measurement] = {}
         self._warned_read_only = False
+        self.fault: str | None = None  # why this store stopped being written in this process (a storage fault)
+        self._readable = True  # False once a read failed after a fault: then this process's profiles only
 
     def describe(self) -> str:
         """The store for messages: its file, or its URL without a password."""
         return describe_url(self.url) if self.url else type(self.storage).__name__
 
+    def _degrade(self, exc: BaseException) -> bool:
+        """A storage fault during a run (a full disk, an I/O error, a lost server, a claims lock held too long):
+        from now on the store is read-only for this process (its profiles answer while it can be read; new ones are
+        kept in memory), with one warning naming the root cause. False when ``exc`` is no storage fault."""
+        fault = _fault(exc, self.describe() if self.url.startswith(("sqlite:///", "journal://")) else None)
+        if fault is None:
+            return False
+        if self.fault is None:
+            self.fault, self.read_only = fault.text, True
+            warnings.warn(f"profile store {self.describe()}: {fault.text}; profiles of this run are kept in memory "
+                          f"and not saved; to save them next time: {fault.advice}", StoreFaultWarning, stacklevel=4)
+        return True
+
     def _note_read_only(self) -> None:
-        if not self._warned_read_only:
+        if not self._warned_read_only and self.fault is None:
             self._warned_read_only = True
             msg = (f"profile store {self.describe()} is read-only for this user: its profiles are used, but new "
                    "profiles are kept in memory only and will be measured again by the next run; give this user "
@@ -515,7 +690,8 @@ class ProfileStore:
             warnings.warn(msg, StoreReadOnlyWarning, stacklevel=3)
 
     def __repr__(self) -> str:
-        return f"ProfileStore({self.spec!r})"
+        spec = redact_url(os.fspath(self.spec)) if isinstance(self.spec, (str, os.PathLike)) else self.spec
+        return f"ProfileStore({spec!r})"
 
     @staticmethod
     def study_name(device_model: str, workload_id: str, kind: str) -> str:
@@ -633,19 +809,26 @@ class WorkloadProfiles:
             g.sort(key=lambda t: t.number)
         return groups
 
-    def _unsaved_key(self, key: ProfileKey) -> tuple[str, str, ProfileKey]:
+    def _kept_key(self, key: ProfileKey) -> tuple[str, str, ProfileKey]:
         return (self.device_model, self.workload_id, key)
 
     def lookup(self, key: ProfileKey) -> Measurement | None:
-        g = self._groups(key.kind).get(key)
-        if g and g[0].state == TrialState.COMPLETE:
-            return trial_measurement(g[0])
-        return self.store._unsaved.get(self._unsaved_key(key))
+        m = self.store._kept.get(self._kept_key(key))
+        if m is not None or not self.store._readable:
+            return m
+        try:
+            g = self._groups(key.kind).get(key)
+        except Exception as exc:
+            if self.store.fault is None or _fault(exc) is None:
+                raise
+            self.store._readable = False  # failed, and now unreadable too (a lost server): this run's profiles only
+            return None
+        return trial_measurement(g[0]) if g and g[0].state == TrialState.COMPLETE else None
 
     def table(self, kind: str) -> ProfileTable:
         """Every completed profile of ``kind`` as a :class:`ProfileTable`."""
         found = {k: trial_measurement(g[0]) for k, g in self._groups(kind).items() if g[0].state == TrialState.COMPLETE}
-        for (dm, wid, k), m in self.store._unsaved.items():
+        for (dm, wid, k), m in self.store._kept.items():
             if dm == self.device_model and wid == self.workload_id and k.kind == kind:
                 found.setdefault(k, m)
         rows = sorted(found.items(), key=lambda r: (r[0].mode, r[0].batch_size or 0))
@@ -669,10 +852,13 @@ class WorkloadProfiles:
             storage.set_trial_user_attr(tid, "duplicate_of", owner.number)
             storage.set_trial_state_values(tid, TrialState.FAIL)
 
-    def _claim(self, t: FrozenTrial, heartbeat: bool = False) -> bool:
+    def _claim(self, t: FrozenTrial, heartbeat: bool = False, context: dict | None = None) -> bool:
         storage = self.store.storage
         tid = self._tid(t)
-        with _file_lock(self.store._claim_lock):
+        context = context or {}
+        with _file_lock(self.store._claim_lock, store=self.store.describe(), wait_s=self.store.wait_timeout_s,
+                        progress_every_s=self.store.progress_every_s, on_wait=context.get("on_wait"),
+                        check=context.get("check")):
             try:
                 ok = bool(storage.set_trial_state_values(tid, TrialState.RUNNING))
             except optuna.exceptions.UpdateFinishedTrialError:
@@ -724,7 +910,8 @@ class WorkloadProfiles:
             suggest(trial, key.kind)  # the fixed params of the queued trial
             m = measure(key)
         except BaseException:
-            study.tell(trial, state=TrialState.FAIL)
+            with contextlib.suppress(Exception):  # a failing store must not hide the measurement's own error
+                study.tell(trial, state=TrialState.FAIL)
             raise
         finally:
             beat.stop()
@@ -772,12 +959,41 @@ class WorkloadProfiles:
         """Each key's profile: from the store when present, else measured once (claimed first), in order.
 
         ``context``: ``"check"`` (called while waiting; raises to stop waiting, e.g. on a cancel) and
-        ``"on_wait"`` (called with a progress line every ``progress_every_s`` while waiting)."""
-        context = context or {}
+        ``"on_wait"`` (called with a progress line every ``progress_every_s`` while waiting).
+
+        A storage fault (a full disk, an I/O error, a lost server, a claims lock held past ``wait_timeout_s``)
+        degrades the store for the rest of the process (:meth:`ProfileStore._degrade`: one warning naming the
+        cause): what was measured is kept, in memory, and the run goes on without saving."""
+        measured: dict[ProfileKey, Measurement] = {}
+        failed: list[BaseException] = []
+
+        def keep(key: ProfileKey) -> Measurement:
+            try:
+                m = measured[key] = measure(key)
+            except BaseException as exc:
+                failed.append(exc)
+                raise
+            return m
+
+        if not self.store.read_only:
+            try:
+                got = self._fetch_or_claim_many(keys, keep, context or {})
+            except Exception as exc:
+                if failed or not self.store._degrade(exc):  # the measurement's own error (a cancel) is no fault
+                    raise
+                for key, m in measured.items():  # measured before the fault: kept, not measured again
+                    self.store._kept[self._kept_key(key)] = m
+            else:
+                for key, (m, _) in zip(keys, got):  # kept in memory too: a store that fails later still has them
+                    self.store._kept[self._kept_key(key)] = m
+                return got
+        got = self._fetch_or_measure_read_only(keys, keep)
+        return [(m, new or k in measured) for k, (m, new) in zip(keys, got)]
+
+    def _fetch_or_claim_many(self, keys: Sequence[ProfileKey], measure: Callable[[ProfileKey], Measurement],
+                             context: dict) -> list[tuple[Measurement, bool]]:
         check = context.get("check")
         on_wait = context.get("on_wait")
-        if self.store.read_only:
-            return self._fetch_or_measure_read_only(keys, measure)
         out: dict[ProfileKey, tuple[Measurement, bool]] = {}
         wanted = list(dict.fromkeys(keys))
         enqueued: set[ProfileKey] = set()
@@ -806,7 +1022,7 @@ class WorkloadProfiles:
                     if owner.state == TrialState.COMPLETE:
                         out[key] = (trial_measurement(owner), False)
                         progressed = True
-                    elif owner.state == TrialState.WAITING and self._claim(owner, heartbeat=True):
+                    elif owner.state == TrialState.WAITING and self._claim(owner, heartbeat=True, context=context):
                         out[key] = (self._measure_claimed(self.study(kind), owner, key, measure), True)  # type: ignore[arg-type]
                         progressed = True
                         groups = self._groups(kind)  # others may have finished meanwhile
@@ -849,7 +1065,7 @@ class WorkloadProfiles:
                 continue
             self.store._note_read_only()
             m = measure(key)
-            self.store._unsaved[self._unsaved_key(key)] = m
+            self.store._kept[self._kept_key(key)] = m
             out.append((m, True))
         return out
 
@@ -891,8 +1107,10 @@ class _Heartbeat:
                 self._beat()
             except optuna.exceptions.UpdateFinishedTrialError:
                 return  # taken over (we were presumed dead) or finished
-            except Exception:  # pragma: no cover - a lost beat only risks a re-profile
-                _log.warning("could not renew the claim of trial %s", self.trial_id, exc_info=True)
+            except Exception as exc:  # a lost beat only risks a re-profile
+                if _fault(exc) is not None:
+                    return  # the store failed (a full disk...): the measurement's own write reports it, once
+                _log.warning("could not renew the claim of trial %s", self.trial_id, exc_info=True)  # pragma: no cover
 
     def stop(self) -> None:
         self._stop.set()
@@ -995,9 +1213,61 @@ def _sqlite_wal(rdb: Any) -> None:
     rdb.engine.dispose()  # reconnect with the pragmas
 
 
+def _lock_holder(path: str) -> int | None:
+    """The pid holding an ``flock`` on ``path``, from ``/proc/locks`` (``None`` when it cannot be told)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in (_read("/proc/locks") or "").splitlines():
+        parts = line.split()  # "1: FLOCK  ADVISORY  WRITE 1234 fe:00:5309130 0 EOF"; waiters carry "->"
+        if len(parts) >= 6 and parts[1] == "FLOCK" and parts[5] == inode:
+            with contextlib.suppress(ValueError):
+                return int(parts[4]) or None
+    return None
+
+
+def _lock_wait(path: str) -> tuple[str, str]:
+    """``(who holds the lock at path, what to do)`` for messages."""
+    pid = _lock_holder(path)
+    if pid is None:
+        return "another process", f"find it with fuser -v '{path}'; end it if it hangs"
+    if pid == os.getpid():
+        return f"this process (pid {pid}, another thread)", "it lets go when that thread's store call ends"
+    st = _proc_stat(pid)
+    if st is not None and st[0] in ("T", "t"):
+        return (f"pid {pid}, stopped (Ctrl-Z or SIGSTOP)",
+                f"resume it (fg in its terminal, or kill -CONT {pid}) or end it (kill {pid})")
+    return f"pid {pid}, running", f"it lets go within seconds unless it hangs: then end it (kill {pid})"
+
+
+def _open_lock_file(path: str) -> int:
+    """Open (create) a lock file without blocking; it must be a regular file (a planted FIFO or directory is not)."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o666)
+    except IsADirectoryError:
+        raise StoreError(f"profile store lock {path}: is a directory, not a regular file; remove it (rmdir "
+                         f"'{path}') and it is created again") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise StoreError(f"profile store lock {path}: not a regular file; remove it (rm '{path}') and it is "
+                             "created again")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
 @contextlib.contextmanager
-def _file_lock(path: str | None) -> Iterator[None]:
-    """An exclusive ``flock`` on ``path`` (no-op for ``None`` or where ``fcntl`` is missing)."""
+def _file_lock(path: str | None, *, store: str = "", wait_s: float = 600.0, progress_every_s: float = 10.0,
+               on_wait: Callable[[str], None] | None = None, check: Callable[[], None] | None = None) -> Iterator[None]:
+    """An exclusive ``flock`` on ``path`` (no-op for ``None`` or where ``fcntl`` is missing).
+
+    The wait is bounded: every ``progress_every_s`` a line names the holder (its pid, and whether it is stopped) and
+    what to do (``on_wait``, else a logged warning); ``check()`` may raise to stop waiting; after ``wait_s``
+    :class:`StoreLockTimeout`. (A process stopped with Ctrl-Z while holding the lock blocked every other one for
+    ever.)"""
     if path is None:
         yield
         return
@@ -1006,12 +1276,36 @@ def _file_lock(path: str | None) -> Iterator[None]:
     except ImportError:  # pragma: no cover - Windows: SQLite claims are then best effort
         yield
         return
-    with open(path, "a+") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
+    fd = _open_lock_file(path)
+    try:
+        t0 = time.monotonic()
+        next_progress, pause = t0 + progress_every_s, 0.001
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                pass
+            now = time.monotonic()
+            if check is not None:
+                check()
+            if now - t0 >= wait_s or now >= next_progress:
+                who, advice = _lock_wait(path)
+                if now - t0 >= wait_s:
+                    why = f"its claims lock {path} is held by {who}"
+                    raise StoreLockTimeout(f"profile store {store}: its claims lock {path} has been held for "
+                                           f"{now - t0:.0f} s by {who}; {advice}", why, advice)
+                (on_wait or _log.warning)(f"profile store {store}: waiting {now - t0:.0f} s (at most {wait_s:.0f} s) "
+                                          f"for its claims lock {path}, held by {who}; {advice}")
+                next_progress = now + progress_every_s
+            time.sleep(pause)
+            pause = min(2 * pause, 0.05)
         try:
             yield
         finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
 
 
 def constraint_values(problem: Any, time_s: float, power_w: float, batch_size: int | None = None) -> dict[str, float]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -35,9 +36,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-@pytest.fixture(scope="session")
-def postgres_url():
-    """A throw-away PostgreSQL server on a free localhost port, for the session.
+@contextlib.contextmanager
+def _postgres_server():
+    """A throw-away PostgreSQL server on a free localhost port: ``(url, stop)``; ``stop()`` shuts it down at once
+    (``pg_ctl stop -m immediate``, as a crash would).
 
     Uses the Debian/Ubuntu server binaries (``apt-get install postgresql``); as root the server runs as
     the ``postgres`` system user (initdb refuses root). Skipped, with the reason, when unavailable."""
@@ -91,6 +93,26 @@ def postgres_url():
             if time.monotonic() > deadline:
                 pytest.skip("PostgreSQL did not accept connections within 30 s")
             time.sleep(0.2)
-    yield url
-    run([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"])
-    shutil.rmtree(root, ignore_errors=True)
+
+    def stop() -> None:
+        run([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"])
+
+    try:
+        yield url, stop
+    finally:
+        stop()
+        shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A throw-away PostgreSQL server (:func:`_postgres_server`) for the session."""
+    with _postgres_server() as (url, _):
+        yield url
+
+
+@pytest.fixture
+def postgres_server():
+    """A PostgreSQL server of this test alone, ``(url, stop)``: the test may stop it."""
+    with _postgres_server() as server:
+        yield server
