@@ -290,14 +290,25 @@ def _read_nofollow(sd: _StateDir, name: str, limit: int = 1 << 20) -> str:
         os.close(fd)
 
 
-_URL_PASSWORD = re.compile(r"(?P<pre>[A-Za-z][A-Za-z0-9+.\-]*://[^:/@\s]*:)(?P<pw>[^@\s]*)(?P<at>@)")
+_URL_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^:@/\s]*):.*@(?P<rest>[^@]*)$", re.S)
+_URL_PASSWORD_PARAM = re.compile(r"(?i)(?<=[?&])(password=)[^&]*")
+_URL_START = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 _SECRET_OPT = re.compile(r"^(?P<opt>--?[A-Za-z0-9_-]*(?:pass(?:word|wd)?|secret|token|api[_-]?key|credentials?)"
                          r"[A-Za-z0-9_-]*)(?:=(?P<val>.*))?$", re.IGNORECASE)
 
 
+def redact_url(url: str) -> str:
+    """``url`` with its password replaced by ``***``, parsable or not: everything from the ``:`` after the user name
+    to the *last* ``@`` (a password may hold unescaped ``@`` and ``/``), and a ``password=`` query parameter."""
+    m = _URL_USERINFO.match(url)
+    if m:
+        url = f"{m['scheme']}{m['user']}:***@{m['rest']}"
+    return _URL_PASSWORD_PARAM.sub(r"\1***", url)
+
+
 def redact_argv(argv: list[str]) -> str:
-    """``argv`` as one line, with URL passwords (``scheme://user:PASSWORD@host``) and the values of options named
-    like a secret (``--password``, ``--token=...``, ``--api-key``) replaced by ``***``."""
+    """``argv`` as one line, with URL passwords (:func:`redact_url`) and the values of options named like a secret
+    (``--password``, ``--token=...``, ``--api-key``) replaced by ``***``."""
     out: list[str] = []
     hide_next = False
     for a in map(str, argv):
@@ -313,7 +324,8 @@ def redact_argv(argv: list[str]) -> str:
             else:
                 out.append(f"{m.group('opt')}=***")
             continue
-        out.append(_URL_PASSWORD.sub(lambda m: f"{m.group('pre')}***{m.group('at')}", a))
+        m = _URL_START.search(a)  # also inside an option: --store=postgresql://user:pw@host/db
+        out.append(a[:m.start()] + redact_url(a[m.start():]) if m else a)
     return " ".join(out)
 
 

@@ -78,6 +78,7 @@ from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
 from lightning_edge.devices.modes import KNOBS, PowerMode
+from lightning_edge.devices.safety import redact_url
 from lightning_edge.tuning.backend import MemoryStore, ProfileKey
 from lightning_edge.tuning.problems import Measurement
 from lightning_edge.tuning.table import ProfileTable
@@ -282,20 +283,6 @@ def describe_url(url: str) -> str:
     if url.startswith("journal://"):
         return url[len("journal://"):]
     return redact_url(url)
-
-
-_URL_USERINFO = re.compile(r"^(?P<scheme>[A-Za-z][A-Za-z0-9+.\-]*://)(?P<user>[^:@]*):.*@(?P<rest>[^@]*)$", re.S)
-_URL_PASSWORD_PARAM = re.compile(r"(?i)(?<=[?&])(password=)[^&]*")
-
-
-def redact_url(url: str) -> str:
-    """``url`` with its password replaced by ``***``, parsable or not: everything from the ``:`` after the user name
-    to the *last* ``@`` (a password may hold unescaped ``@`` and ``/``), and a ``password=`` query parameter.
-    (:func:`lightning_edge.devices.safety.redact_argv` stops at the first ``@``.)"""
-    m = _URL_USERINFO.match(url)
-    if m:
-        url = f"{m['scheme']}{m['user']}:***@{m['rest']}"
-    return _URL_PASSWORD_PARAM.sub(r"\1***", url)
 
 
 def _sqlite_path(url: str) -> str | None:

@@ -330,3 +330,11 @@ def test_root_trusts_a_state_file_only_from_the_directory_it_read_it_from(tmp_pa
     os.rename(users, home / "state.moved")
     os.rename(roots, users)  # now a root-owned dir sits at the path
     assert not s.trusted_by_root
+
+
+def test_a_password_with_at_and_slash_is_hidden_whole_in_the_recorded_command_line():
+    """``redact_argv`` stopped at the first ``@``: ``user:p@ss/w0rd@host`` was recorded as ``user:***@ss/w0rd@host``."""
+    line = safety.redact_argv(["train.py", "postgresql://user:p@ss/w0rd@host/db",
+                               "--store=postgresql://u:s3cr3t@h:5432/db?password=zz"])
+    assert "ss/w0rd" not in line and "s3cr3t" not in line and "zz" not in line
+    assert "postgresql://user:***@host/db" in line and "--store=postgresql://u:***@h:5432/db" in line
