@@ -112,6 +112,11 @@ class BoardInfo:
     nvpmodel_clusters: tuple[str, ...] = field(default=())
     """nvpmodel.conf names of the CPU clusters, in cluster order (``CPU_A78_0``...)."""
 
+    @property
+    def max_power_w(self) -> float | None:
+        """The module's rated maximum power (W), from :data:`MODULE_MAX_POWER_W`."""
+        return MODULE_MAX_POWER_W.get(self.key)
+
     def space(self) -> PowerModeSpace | None:
         """The grid from the catalogue, or ``None`` when the frequencies must be read from the board."""
         if not (self.cpu_khz and self.gpu_hz and self.emc_hz):
@@ -140,6 +145,52 @@ BOARDS: dict[str, BoardInfo] = {b.key: b for b in (
     BoardInfo("orin-nano", "NVIDIA Jetson Orin Nano", 6, ((0, 1, 2, 3), (4, 5)),
               compatible=("p3767-0003", "p3767-0004", "p3767-0005"), nvpmodel_clusters=_A78[:2]),
 )}
+
+
+# --------------------------------------------------------------------------- rated module power
+MODULE_MAX_POWER_W: dict[str, float] = {
+    # AGX Orin developer kit (p3701-0000), MAXN: 60 W module power (NVIDIA Jetson AGX Orin data sheet, "15 W - 60 W")
+    "orin-agx": 60.0,
+    # AGX Orin 64GB (p3701-0005): MAXN, 60 W (same data sheet)
+    "orin-agx-64gb": 60.0,
+    # Orin NX 16GB (p3767-0000): 25 W (JetPack 5 nvpmodel "25W"); 40 W in the JetPack 6.2 "Super" modes
+    # (nvpmodel_p3767_0000_super.conf "40W", its default; shared/spec/jetson-boards.md)
+    "orin-nx-16gb": 40.0,
+    # Orin NX 8GB (p3767-0001): 20 W (JetPack 5 nvpmodel "20W"); 40 W Super (nvpmodel_p3767_0001_super.conf "40W")
+    "orin-nx-8gb": 40.0,
+    # Orin Nano (p3767-0003/4/5): 15 W (JetPack 5 nvpmodel "15W"); 25 W "Super" (nvpmodel_p3767_0003_super.conf "25W")
+    "orin-nano": 25.0,
+    # Xavier NX (p3668): 20 W (nvpmodel "20W" modes; NVIDIA Jetson Xavier NX data sheet, "10 W / 15 W / 20 W")
+    "xavier-nx": 20.0,
+    # AGX Xavier (p2888): 30 W (nvpmodel "30W" budgets; NVIDIA Jetson AGX Xavier data sheet, "10 W / 15 W / 30 W")
+    "xavier-agx": 30.0,
+}
+"""Each module's rated maximum power (W): the highest budget of its nvpmodel modes (a Super rating where the module has
+one: which firmware runs is not known to a sensor). The power sensors' plausibility caps start from it
+(:func:`lightning_edge.devices.sensors.ina3221.module_cap`). MAXN modes are uncapped: a module may briefly exceed its
+rating, so the caps add a margin."""
+
+XAVIER_COMPATIBLE: dict[str, tuple[str, ...]] = {"xavier-nx": ("p3668",), "xavier-agx": ("p2888", "p2972")}
+"""Device-tree ``compatible`` names of modules rated in :data:`MODULE_MAX_POWER_W` that have no :data:`BOARDS` entry
+(no mode grid in the catalogue)."""
+
+
+def detect_module(root: str | Path = "/") -> str | None:
+    """The key in :data:`MODULE_MAX_POWER_W` of the module under ``root`` (its device tree), or ``None``."""
+    info = detect_board(root)
+    if info is not None:
+        return info.key
+    r = Path(root)
+    compat = (_read(r / DT_COMPATIBLE) or "").lower()
+    model = (_read(r / DT_MODEL) or "").lower()
+    for key, names in XAVIER_COMPATIBLE.items():
+        if any(n in compat for n in names):
+            return key
+    if "xavier nx" in model:
+        return "xavier-nx"
+    if "agx xavier" in model:
+        return "xavier-agx"
+    return None
 
 
 def board_info(key: str) -> BoardInfo:

@@ -693,7 +693,8 @@ class EnergyProfilerMixin:
                    **({"readings": {"samples": e.readings.samples, "partial": e.readings.partial,
                                     "rejected": e.readings.rejected, "failed": e.readings.failed,
                                     "missing_rails": list(e.readings.missing_rails),
-                                    "rejected_rails": list(e.readings.rejected_rails)}}
+                                    "rejected_rails": list(e.readings.rejected_rails),
+                                    "coverage": e.readings.coverage}}
                       if e.readings is not None else {})}
                   for e in s.epochs[e0:]]
         so = s.sampler_overhead()

@@ -25,6 +25,12 @@ was worth is kept beside it (partial: the total missed a rail; rejected rail val
 :meth:`PowerSampler.quality` says it for any interval, so partial energy is labelled partial wherever it is shown. The buffer is
 bounded (``capacity`` samples, oldest overwritten); an interval that is not covered by the retained samples (or
 extends further than ``hold_s`` past the newest one) gives ``nan``, never a guess.
+
+Gaps: nothing is interpolated across more than ``MAX_GAP_PERIODS`` periods (at least ``MAX_GAP_FLOOR_S``) without a
+reading (a stalled read, a run of failed reads). Such a gap is covered only within ``hold_s`` of the readings on each
+side, the edge power held there; an interval inside the rest gives ``nan`` (``estimated`` downstream), one that
+overlaps it gets the energy of its covered part only and ``quality(...).coverage < 1`` (``partial``). A read that
+took longer than the gap is not stored (when, within it, the sensor sampled is unknown): it counts as a failed read.
 """
 
 from __future__ import annotations
@@ -46,6 +52,15 @@ MAX_RATE_HZ = 1000.0
 DEFAULT_HISTORY_S = 300.0
 #: waits up to this long use time.sleep (cheap); longer ones an Event (so stop() is prompt)
 _SLEEP_MAX_NS = 20_000_000
+#: the longest time without a reading that is still interpolated, in periods (the longer of the sampler's period and
+#: the sensor's update period): four, so that no bridged moment lies further than two periods (the default
+#: ``hold_s``) from a reading, as at the ends of the trace. Longer gaps (a read that hung, failed reads in a row) are
+#: not bridged; a read that itself took longer is not stored
+MAX_GAP_PERIODS = 4.0
+#: ... and never less than this (s): the sampler is a Python thread, and a loaded machine keeps a runnable one waiting
+#: for tens of ms (the GIL, the kernel's scheduler; up to 38 ms seen at 167 Hz on a 2-core VM at load 3.6, nothing
+#: stalled). That is not a stalled sensor; with a Jetson's averaging INA3221 (hundreds of ms) four periods are longer
+MAX_GAP_FLOOR_S = 0.1
 
 
 class Samples(NamedTuple):
@@ -69,10 +84,12 @@ class ReadingQuality:
     """How trustworthy the readings behind an interval are (:meth:`PowerSampler.quality`).
 
     ``samples``: readings stored in the interval; ``partial``: those whose total missed a rail (missing or
-    rejected) or had none at all; ``failed``: reads that raised (nothing stored); ``rejected``: rail values that
-    failed the plausibility check (negative, above the rail's maximum); ``missing_rails`` / ``rejected_rails``: their
-    names. ``is_partial``: a reading missed a rail of the total, or a read failed; ``trusted``: none of the above
-    happened; ``valid``: at least one complete reading."""
+    rejected) or had none at all; ``failed``: reads that raised or stalled (nothing stored); ``rejected``: rail values
+    that failed the plausibility checks (negative, above a maximum, a relabelled channel); ``missing_rails`` /
+    ``rejected_rails``: their names; ``covered_ns`` of ``span_ns``: how much of the interval had readings (within a
+    bridged gap or ``hold_s`` of one), :attr:`coverage` the fraction. ``is_partial``: a reading missed a rail of the
+    total, a read failed, or part of the interval had no reading; ``trusted``: none of the above happened;
+    ``valid``: at least one complete reading."""
 
     samples: int = 0
     partial: int = 0
@@ -80,34 +97,47 @@ class ReadingQuality:
     rejected: int = 0
     missing_rails: tuple[str, ...] = ()
     rejected_rails: tuple[str, ...] = ()
+    covered_ns: int = 0
+    span_ns: int = 0
+
+    @property
+    def coverage(self) -> float:
+        """The fraction of the interval that had readings (1.0 for an instant that had one, or no interval)."""
+        return self.covered_ns / self.span_ns if self.span_ns > 0 else 1.0
 
     @property
     def is_partial(self) -> bool:
-        """A reading missed a rail of the total (missing or rejected), or a read failed (the trace is bridged)."""
-        return bool(self.partial or self.failed)
+        """A reading missed a rail of the total (missing or rejected), a read failed (the trace is bridged), or
+        part of the interval had no reading at all (a gap that is not bridged)."""
+        return bool(self.partial or self.failed or self.coverage < 1.0)
 
     @property
     def trusted(self) -> bool:
-        """Every reading complete, no rail value rejected (not even one outside the total), no failed read."""
-        return not (self.partial or self.failed or self.rejected)
+        """Every reading complete, no rail value rejected (not even one outside the total), no failed read, and
+        readings over the whole interval."""
+        return not (self.partial or self.failed or self.rejected or self.coverage < 1.0)
 
     @property
     def valid(self) -> bool:
         return self.samples - self.partial > 0
 
     def describe(self) -> str:
-        """``"3 of 40 readings partial (VDD_CPU_CV missing), 2 rail values rejected, 1 read failed"``; ``""`` when
-        every reading was complete."""
+        """``"readings cover 60 % of it (12 readings), 3 of 40 readings partial (VDD_CPU_CV missing), 2 rail values
+        rejected, 1 read failed"``; ``""`` when every reading was complete."""
         if self.trusted:
             return ""
         parts = []
+        if self.coverage < 1.0:
+            parts.append(f"readings cover {100 * self.coverage:.0f} % of it ({self.samples} readings; a gap without "
+                         "one: the sensor stalled or stopped)")
         if self.partial:
             why = ", ".join(x for x in (
                 f"{'/'.join(self.missing_rails)} missing" if self.missing_rails else "",
                 f"{'/'.join(self.rejected_rails)} rejected" if self.rejected_rails else "") if x)
             parts.append(f"{self.partial} of {self.samples} readings partial" + (f" ({why})" if why else ""))
         if self.rejected:
-            parts.append(f"{self.rejected} rail value(s) rejected (negative or above the rail's maximum)")
+            parts.append(f"{self.rejected} rail value(s) rejected (negative, above a maximum, or a relabelled "
+                         "channel)")
         if self.failed:
             parts.append(f"{self.failed} read(s) failed")
         return ", ".join(parts)
@@ -116,7 +146,8 @@ class ReadingQuality:
         return ReadingQuality(self.samples + other.samples, self.partial + other.partial,
                               self.failed + other.failed, self.rejected + other.rejected,
                               tuple(dict.fromkeys(self.missing_rails + other.missing_rails)),
-                              tuple(dict.fromkeys(self.rejected_rails + other.rejected_rails)))
+                              tuple(dict.fromkeys(self.rejected_rails + other.rejected_rails)),
+                              self.covered_ns + other.covered_ns, self.span_ns + other.span_ns)
 
 
 @dataclass(frozen=True)
@@ -161,20 +192,24 @@ def default_rate_hz(sensor: Any) -> float:
 class PowerSampler:
     """Background sampler of a :class:`~lightning_edge.devices.sensors.base.PowerSensor`.
 
-    ``PowerSampler(sensor, rate_hz=None, capacity=None, clock_ns=time.perf_counter_ns, hold_s=None)``
+    ``PowerSampler(sensor, rate_hz=None, capacity=None, clock_ns=time.perf_counter_ns, hold_s=None, max_gap_s=None)``
 
     - ``rate_hz``: default :func:`default_rate_hz` (the sensor's update rate, >= 100 Hz for sysfs, <= 1 kHz);
     - ``capacity``: ring-buffer size in samples (default 5 minutes at ``rate_hz``, within [4096, 2**20]);
     - ``clock_ns``: the time stamp source; inject a fake one in tests and drive :meth:`sample_once` by hand;
     - ``hold_s``: how far past the newest sample (or before the oldest) an interval edge may lie and still be
-      answered, holding the edge sample's power (default: two sample periods or two sensor update periods).
+      answered, holding the edge sample's power (default: two sample periods or two sensor update periods);
+    - ``max_gap_s``: the longest time without a reading that is interpolated (default :data:`MAX_GAP_PERIODS`
+      sample or sensor update periods, at least :data:`MAX_GAP_FLOOR_S`); longer gaps are covered only within
+      ``hold_s`` of their ends.
 
     ``start()`` / ``stop()`` or ``with``; the thread is a daemon. A sensor that is not available
     (:class:`EmptySensor`) starts no thread: every energy is ``nan`` and :attr:`why_no_energy` says why.
     """
 
     def __init__(self, sensor: Any, rate_hz: float | None = None, capacity: int | None = None,
-                 clock_ns: Callable[[], int] = time.perf_counter_ns, hold_s: float | None = None) -> None:
+                 clock_ns: Callable[[], int] = time.perf_counter_ns, hold_s: float | None = None,
+                 max_gap_s: float | None = None) -> None:
         self.sensor = sensor
         self.rate_hz = float(rate_hz) if rate_hz else default_rate_hz(sensor)
         if not (self.rate_hz > 0 and math.isfinite(self.rate_hz)):
@@ -188,6 +223,9 @@ class PowerSampler:
         period = 1.0 / self.rate_hz
         upd = float(getattr(sensor, "update_period_s", 0.0) or 0.0)
         self.hold_ns = int((hold_s if hold_s is not None else 2.0 * max(period, upd)) * 1e9)
+        if max_gap_s is None:
+            max_gap_s = max(MAX_GAP_PERIODS * max(period, upd), MAX_GAP_FLOOR_S)
+        self.max_gap_ns = int(max_gap_s * 1e9)
         self.rails: tuple[str, ...] = tuple(getattr(sensor, "rails", ()) or ())
         self._rail_col = {r: i for i, r in enumerate(self.rails)}
         self.is_energy_counter = bool(getattr(sensor, "is_energy_counter", False))
@@ -293,6 +331,9 @@ class PowerSampler:
                 a = int(self.clock_ns())
                 reading = self.sensor.read()
                 b = int(self.clock_ns())
+                if b - a > self.max_gap_ns and not self._dated:  # a stalled read: when it sampled is unknown
+                    raise TimeoutError(f"the read took {(b - a) / 1e9:.3g} s, longer than the "
+                                       f"{self.max_gap_ns / 1e9:.3g} s the sampler bridges: not stored")
                 if self._dated:  # the sensor dates its readings (jtop: at the sample's arrival): store each once
                     t = int(reading.t_ns)
                     if self._n and t == self._t[(self._n - 1) % self.capacity]:
@@ -374,9 +415,11 @@ class PowerSampler:
 
     def quality(self, t0_ns: int | None = None, t1_ns: int | None = None) -> ReadingQuality:
         """How trustworthy the readings in ``[t0_ns, t1_ns]`` are (all retained ones when omitted): partial
-        readings, rejected rail values, failed reads. Energy over an interval with ``quality(...).is_partial``
-        is labelled partial (see :func:`~lightning_edge.profiling.attribution.label_of`)."""
+        readings, rejected rail values, failed reads, and how much of the interval had readings (``coverage``: a
+        gap longer than ``max_gap_s`` is covered only within ``hold_s`` of its ends). Energy over an interval with
+        ``quality(...).is_partial`` is labelled partial (see :func:`~lightning_edge.profiling.attribution.label_of`)."""
         with self._lock:
+            near = self._t[self._window(t0_ns, t1_ns, 1)]  # with a neighbour each side: the gaps at the edges
             idx = self._window(t0_ns, t1_ns, 0)
             part = self._partial[idx]
             miss = np.bitwise_or.reduce(self._miss[idx]) if idx.size else 0
@@ -393,7 +436,16 @@ class PowerSampler:
                 out.append("every rail")
             return tuple(dict.fromkeys(out))
 
-        return ReadingQuality(int(idx.size), int(part.sum()), int(failed), nrej, names(miss), names(rejm))
+        covered = span = 0
+        if near.size:
+            a = int(near[0]) if t0_ns is None else int(t0_ns)
+            b = max(int(near[-1]) if t1_ns is None else int(t1_ns), a + 1)  # an instant: is it covered?
+            span = b - a
+            covered = int(_covered_ns(near, np.array([a]), np.array([b]), self.hold_ns, self.max_gap_ns)[0])
+        elif t0_ns is not None and t1_ns is not None:
+            span = max(int(t1_ns) - int(t0_ns), 1)  # no reading retained: nothing covered
+        return ReadingQuality(int(idx.size), int(part.sum()), int(failed), nrej, names(miss), names(rejm),
+                              covered, span)
 
     def wait_for(self, t_ns: int, timeout_s: float = 1.0) -> bool:
         """Block until a sample stamped at or after ``t_ns`` exists (so an interval ending at ``t_ns`` can be
@@ -452,10 +504,15 @@ class PowerSampler:
             return Samples(self._t[idx], self._p[idx], self._r[idx], self._partial[idx], self._e[idx], self.rails)
 
     def power_at(self, t_ns: int, rail: str | None = None) -> float:
-        """Power (W) at ``t_ns``, linearly interpolated between samples (held within ``hold_s`` of the ends)."""
+        """Power (W) at ``t_ns``, linearly interpolated between samples (held within ``hold_s`` of the ends and of
+        a gap longer than ``max_gap_s``; ``nan`` inside such a gap)."""
         t, p, _ = self._series(t_ns, t_ns, rail, counter=False)
         if t.size == 0 or not self._covered(t, t_ns, t_ns):
             return math.nan
+        if t.size == 2 and t[1] - t[0] > self.max_gap_ns:  # in a gap that is not bridged: hold an end, or nothing
+            if not _covered_ns(t, np.array([t_ns]), np.array([t_ns + 1]), self.hold_ns, self.max_gap_ns)[0]:
+                return math.nan
+            return float(p[0] if t_ns - t[0] <= t[1] - t_ns else p[1])
         return float(np.interp(float(t_ns - t[0]), (t - t[0]).astype(np.float64), p))
 
     def _series(self, t0: int, t1: int, rail: str | None, counter: bool):
@@ -492,19 +549,7 @@ class PowerSampler:
             raise ValueError(f"interval ends before it starts: t0_ns={t0} > t1_ns={t1}")
         if not self.energy_available:
             return math.nan
-        use_counter = self.is_energy_counter
-        t, p, e = self._series(t0, t1, rail, counter=use_counter)
-        if use_counter and (e is None or e.size < 2):
-            use_counter = False  # no per-rail counter (or too few counter samples): integrate power
-            t, p, e = self._series(t0, t1, rail, counter=False)
-        if not self._covered(t, t0, t1):
-            return math.nan
-        if t0 == t1:
-            return 0.0
-        x = (t - t0).astype(np.float64) / 1e9  # seconds relative to t0: no float64 precision loss on ns stamps
-        c = _cumulative_counter(x, p, e) if use_counter else _cumulative_trapezoid(x, p)
-        e0, e1 = _energy_at(np.array([0.0, (t1 - t0) / 1e9]), x, p, c, use_counter)
-        return float(e1 - e0)
+        return float(self._energies(np.array([t0], dtype=np.int64), np.array([t1], dtype=np.int64), rail)[0])
 
     def energy_j_intervals(self, t0_ns: Sequence[int] | np.ndarray, t1_ns: Sequence[int] | np.ndarray,
                            rail: str | None = None) -> np.ndarray:
@@ -518,19 +563,30 @@ class PowerSampler:
             return out
         if np.any(b < a):
             raise ValueError("an interval ends before it starts")
+        return self._energies(a, b, rail)
+
+    def _energies(self, a: np.ndarray, b: np.ndarray, rail: str | None) -> np.ndarray:
+        """Energy over each ``[a, b]`` (int64 ns); ``nan`` where the readings do not cover it: an edge further than
+        ``hold_s`` beyond the retained ones, or no reading at all over it (inside a gap longer than ``max_gap_s``).
+        Across such a gap only ``hold_s`` at each end is integrated (the edge power held): a lower bound, which
+        ``quality(...).coverage < 1`` labels partial."""
+        out = np.full(a.shape, np.nan)
         lo, hi = int(a.min()), int(b.max())
         use_counter = self.is_energy_counter
         t, p, e = self._series(lo, hi, rail, counter=use_counter)
         if use_counter and (e is None or e.size < 2):
-            use_counter = False
+            use_counter = False  # no per-rail counter (or too few counter samples): integrate power
             t, p, e = self._series(lo, hi, rail, counter=False)
         if t.size == 0:
             return out
-        x = (t - lo).astype(np.float64) / 1e9
+        x = (t - lo).astype(np.float64) / 1e9  # seconds relative to lo: no float64 precision loss on ns stamps
         c = _cumulative_counter(x, p, e) if use_counter else _cumulative_trapezoid(x, p)
-        ea = _energy_at((a - lo).astype(np.float64) / 1e9, x, p, c, use_counter)
-        eb = _energy_at((b - lo).astype(np.float64) / 1e9, x, p, c, use_counter)
+        c, gaps = _unbridge(x, p, c, use_counter, self.max_gap_ns / 1e9, self.hold_ns / 1e9)
+        ea = _energy_at((a - lo).astype(np.float64) / 1e9, x, p, c, use_counter, gaps)
+        eb = _energy_at((b - lo).astype(np.float64) / 1e9, x, p, c, use_counter, gaps)
         ok = (a >= t[0] - self.hold_ns) & (b <= t[-1] + self.hold_ns)
+        if gaps is not None:  # no reading at all over it (or at that instant): nothing to integrate
+            ok &= _covered_ns(t, a, np.maximum(b, a + 1), self.hold_ns, self.max_gap_ns) > 0
         out[ok] = (eb - ea)[ok]
         return out
 
@@ -585,9 +641,45 @@ def _cumulative_counter(x: np.ndarray, p: np.ndarray, e: np.ndarray) -> np.ndarr
     return e - e[0]  # the counter is the cumulative energy; relative to the window's first sample
 
 
-def _energy_at(q: np.ndarray, x: np.ndarray, p: np.ndarray, c: np.ndarray, counter: bool = False) -> np.ndarray:
+def _covered_ns(t: np.ndarray, a: np.ndarray, b: np.ndarray, hold_ns: int, max_gap_ns: int) -> np.ndarray:
+    """How many ns of each ``[a, b]`` had readings (at times ``t``, ascending): between two readings at most
+    ``max_gap_ns`` apart, or within ``hold_ns`` (at most half the gap) of the readings at the ends of the trace and of
+    a longer gap."""
+    dx = np.diff(t)
+    cut = np.flatnonzero(dx > max_gap_ns)
+    h = np.minimum(hold_ns, dx[cut] // 2)
+    lo = np.concatenate(([t[0] - hold_ns], t[cut + 1] - h))  # the covered stretches, disjoint and ascending
+    hi = np.concatenate((t[cut] + h, [t[-1] + hold_ns]))
+    return np.clip(np.minimum(hi[None, :], b[:, None]) - np.maximum(lo[None, :], a[:, None]), 0, None).sum(axis=1)
+
+
+def _unbridge(x: np.ndarray, p: np.ndarray, c: np.ndarray, counter: bool, max_gap: float, hold: float):
+    """Take out of the cumulative energy ``c`` (at the samples ``x``, s) what would be interpolated across gaps
+    longer than ``max_gap``: only ``hold`` (at most half the gap) at each end of such a gap counts, at the edge
+    power (a counter: the rate of the interval beside it). Returns ``(c, gaps)``; ``gaps`` = (long, h, left, right)
+    per interval for :func:`_energy_at`, ``None`` when there is no long gap."""
+    dx = np.diff(x)
+    long = dx > max_gap
+    if not long.any():
+        return c, None
+    h = np.where(long, np.minimum(hold, dx / 2.0), 0.0)
+    inc = np.diff(c)
+    if counter:
+        rate = np.where(long | (dx <= 0), np.nan, inc / np.where(dx > 0, dx, 1.0))
+        left = np.nan_to_num(np.concatenate(([np.nan], rate[:-1])))
+        right = np.nan_to_num(np.concatenate((rate[1:], [np.nan])))
+    else:
+        left, right = p[:-1], p[1:]
+    inc = np.where(long, h * (left + right), inc)
+    return np.concatenate(([c[0]], c[0] + np.cumsum(inc))), (long, h, left, right)
+
+
+def _energy_at(q: np.ndarray, x: np.ndarray, p: np.ndarray, c: np.ndarray, counter: bool = False,
+               gaps: tuple | None = None) -> np.ndarray:
     """Cumulative energy at query times ``q`` (s): exact integral of the piecewise-linear power (or the linearly
-    interpolated counter) between samples; before the first / after the last sample the edge power is held."""
+    interpolated counter) between samples; before the first / after the last sample the edge power is held; in a
+    gap that is not bridged (``gaps`` from :func:`_unbridge`) the edge power is held ``h`` from each end, and
+    nothing counts between."""
     q = np.asarray(q, dtype=np.float64)
     out = np.empty(q.shape)
     if x.size == 1:
@@ -604,11 +696,18 @@ def _energy_at(q: np.ndarray, x: np.ndarray, p: np.ndarray, c: np.ndarray, count
     seg_lin = frac * (c[i + 1] - c[i])
     seg = seg_lin if counter else seg_trap
     out[:] = c[i] + seg
+    if gaps is not None:
+        long, h, left, right = gaps
+        g = inside & long[i]
+        k = i[g]
+        off = q[g] - x[k]
+        out[g] = c[k] + left[k] * np.minimum(off, h[k]) + right[k] * np.clip(off - (dx[g] - h[k]), 0.0, None)
     before = q < x[0]
     after = q > x[-1]
-    if counter:  # hold the counter's own rate at the ends
-        p_first = (c[1] - c[0]) / (x[1] - x[0]) if x[1] > x[0] else 0.0
-        p_last = (c[-1] - c[-2]) / (x[-1] - x[-2]) if x[-1] > x[-2] else 0.0
+    if counter:  # hold the counter's own rate at the ends (none known beside a gap that is not bridged)
+        long0, long1 = (bool(gaps[0][0]), bool(gaps[0][-1])) if gaps is not None else (False, False)
+        p_first = (c[1] - c[0]) / (x[1] - x[0]) if x[1] > x[0] and not long0 else 0.0
+        p_last = (c[-1] - c[-2]) / (x[-1] - x[-2]) if x[-1] > x[-2] and not long1 else 0.0
     else:
         p_first, p_last = p[0], p[-1]
     out[before] = c[0] - (x[0] - q[before]) * p_first
@@ -617,4 +716,5 @@ def _energy_at(q: np.ndarray, x: np.ndarray, p: np.ndarray, c: np.ndarray, count
     return out
 
 
-__all__ = ["PowerSampler", "ReadingQuality", "SamplerOverhead", "Samples", "default_rate_hz"]
+__all__ = ["MAX_GAP_FLOOR_S", "MAX_GAP_PERIODS", "PowerSampler", "ReadingQuality", "SamplerOverhead", "Samples",
+           "default_rate_hz"]

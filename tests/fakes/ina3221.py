@@ -13,9 +13,13 @@ Builders lay out, under a temp ``root``, exactly the files the kernel exposes, i
 - :func:`build_tx2_jp4` (JetPack 4 iio, two chips): 0-0040 VDD_SYS_GPU / VDD_SYS_SOC / VDD_4V0_WIFI and
   0-0041 VDD_IN / VDD_SYS_CPU / VDD_SYS_DDR.
 
+Each builder also writes the module's device tree (``proc/device-tree/{model,compatible}``, as on the board;
+``module=None`` leaves it out: a module the tree does not name).
+
 Faults: ``board.set(rail, mv=, ma=)`` / ``board.set_power_w(rail, w)``, ``board.remove(rail)`` (the files
 vanish), ``board.deny(rail)`` (chmod 000), ``board.garbage(rail, text)``, ``board.renumber(chip, index)``
-(the hwmon index changes, as across boots). Tests running as root can't be refused a chmod-000 file:
+(the hwmon index changes, as across boots), ``board.swap_labels(a, b)`` (two channels' labels exchanged, as a
+driver re-probed with another channel map would show: each channel's values now belong to the other rail). Tests running as root can't be refused a chmod-000 file:
 :func:`run_unprivileged` runs a function in a forked child as ``nobody`` (trees must then live in a
 world-traversable directory: see :func:`world_tmpdir`).
 """
@@ -40,6 +44,16 @@ ORIN_AGX = {
 }
 ORIN_NX = {"1-0040": [("VDD_IN", 5048, 1446), ("VDD_CPU_GPU_CV", 5040, 253), ("VDD_SOC", 5040, 276)]}
 XAVIER_NX = {"7-0040": [("VDD_IN", 5064, 1176), ("VDD_CPU_GPU_CV", 5056, 182), ("VDD_SOC", 5064, 300)]}
+#: device trees (model, compatible) of the modules the builders lay out, as /proc/device-tree shows them
+DEVICE_TREES = {
+    "orin-agx": ("NVIDIA Jetson AGX Orin Developer Kit",
+                 ("nvidia,p3737-0000+p3701-0000", "nvidia,p3737-0000", "nvidia,p3701-0000", "nvidia,tegra234")),
+    "orin-nx-16gb": ("NVIDIA Orin NX Developer Kit",
+                     ("nvidia,p3768-0000+p3767-0000", "nvidia,p3768-0000", "nvidia,p3767-0000", "nvidia,tegra234")),
+    "xavier-nx": ("NVIDIA Jetson Xavier NX Developer Kit",
+                  ("nvidia,p3449-0000+p3668-0000", "nvidia,p3449-0000", "nvidia,p3668", "nvidia,tegra194")),
+    "tx2": ("quill", ("nvidia,quill", "nvidia,tegra186")),
+}
 TX2 = {
     "0-0040": [("VDD_SYS_GPU", 19128, 8), ("VDD_SYS_SOC", 19136, 40), ("VDD_4V0_WIFI", 19136, 0)],
     "0-0041": [("VDD_IN", 19072, 104), ("VDD_SYS_CPU", 19120, 8), ("VDD_SYS_DDR", 4832, 120)],
@@ -133,6 +147,23 @@ class FakeINA3221:
             f.chmod(0o644)
             f.write_text(text)
 
+    def label_file(self, rail: str) -> Path:
+        r = self.rails[rail]
+        d = self.dirs[r.chip]
+        return d / (f"in{r.channel}_label" if self.layout == "hwmon" else f"rail_name_{r.channel}")
+
+    def swap_labels(self, a: str, b: str) -> None:
+        """Exchange the labels of two channels: from now on rail ``a``'s values are on ``b``'s old channel (and the
+        fake's ``rails`` follow, so ``power_w(name)`` stays the truth by name)."""
+        ra, rb = self.rails[a], self.rails[b]
+        fa, fb = self.label_file(a), self.label_file(b)
+        _put(fa, b)
+        _put(fb, a)
+        ra.chip, rb.chip = rb.chip, ra.chip
+        ra.channel, rb.channel = rb.channel, ra.channel
+        self._write(a)
+        self._write(b)
+
     def renumber(self, chip: str, index: int) -> Path:
         """Move the chip's ``hwmonN`` to ``hwmon{index}`` (and its /sys/class/hwmon link)."""
         assert self.layout == "hwmon"
@@ -152,6 +183,20 @@ def _put(path: Path, value: Any, mode: int = 0o444) -> None:
         path.chmod(0o644)
     path.write_text(f"{value}\n")
     path.chmod(mode)
+
+
+def _device_tree(root: Path, module: str | None) -> None:
+    """``proc/device-tree/model`` and ``compatible`` (NUL-separated) of ``module`` (a key of DEVICE_TREES); an
+    existing tree (a fake Jetson built in the same root) is kept."""
+    if module is None:
+        return
+    model, compatible = DEVICE_TREES[module]
+    dt = Path(root) / "proc/device-tree"
+    if (dt / "compatible").exists():
+        return
+    dt.mkdir(parents=True, exist_ok=True)
+    (dt / "model").write_text(model + "\x00")
+    (dt / "compatible").write_text("".join(c + "\x00" for c in compatible))
 
 
 def _build_hwmon(root: Path, chips: dict, indices: tuple[int, ...] | None) -> FakeINA3221:
@@ -214,23 +259,28 @@ def _build_iio(root: Path, chips: dict) -> FakeINA3221:
     return fake
 
 
-def build_orin_agx_ina(root: Path, hwmon_index: tuple[int, int] = (1, 2)) -> FakeINA3221:
+def build_orin_agx_ina(root: Path, hwmon_index: tuple[int, int] = (1, 2),
+                       module: str | None = "orin-agx") -> FakeINA3221:
     """Jetson AGX Orin (JetPack 5/6): two INA3221 on i2c-1, four connected rails, no VDD_IN."""
+    _device_tree(root, module)
     return _build_hwmon(root, ORIN_AGX, hwmon_index)
 
 
-def build_orin_nx_ina(root: Path, hwmon_index: int = 1) -> FakeINA3221:
+def build_orin_nx_ina(root: Path, hwmon_index: int = 1, module: str | None = "orin-nx-16gb") -> FakeINA3221:
     """Jetson Orin NX / Orin Nano (JetPack 5/6): one INA3221, VDD_IN is the module's total."""
+    _device_tree(root, module)
     return _build_hwmon(root, ORIN_NX, (hwmon_index,))
 
 
-def build_xavier_nx_jp4(root: Path) -> FakeINA3221:
+def build_xavier_nx_jp4(root: Path, module: str | None = "xavier-nx") -> FakeINA3221:
     """Jetson Xavier NX on JetPack 4: NVIDIA's ina3221x iio driver, VDD_IN total."""
+    _device_tree(root, module)
     return _build_iio(root, XAVIER_NX)
 
 
-def build_tx2_jp4(root: Path) -> FakeINA3221:
+def build_tx2_jp4(root: Path, module: str | None = "tx2") -> FakeINA3221:
     """Jetson TX2 on JetPack 4: two ina3221x chips, VDD_IN on the second one."""
+    _device_tree(root, module)
     return _build_iio(root, TX2)
 
 

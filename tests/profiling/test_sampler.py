@@ -104,7 +104,7 @@ def test_interval_shorter_than_a_sample_period_gets_its_pro_rata_share():
 
 def test_linear_ramp_between_two_samples_is_exact():
     clock = FakeClock(0)
-    sampler = PowerSampler(EmptyLike(0.0), rate_hz=10, clock_ns=clock)
+    sampler = PowerSampler(EmptyLike(0.0), rate_hz=1, clock_ns=clock)  # two readings one period apart
     sampler.record(0, 0.0)
     sampler.record(1_000_000_000, 10.0)  # power ramps 0 -> 10 W over 1 s
     # over [0.2 s, 0.4 s]: mean power 3 W -> 0.6 J
@@ -211,6 +211,101 @@ def test_quality_of_an_interval_counts_partial_rejected_and_failed_reads():
     assert sampler.quality().failed == 1 and sampler.rejected == 2 and sampler.errors == 1
 
 
+class StallingSensor(PowerSensor):
+    """10 W on the sampler's clock; ``stall(s)`` makes the next read block that long before it returns (a stuck
+    i2c bus that recovers): the clock moves on while the read waits, as it would for the sampler thread."""
+
+    name = "stalling"
+    update_period_s = 0.01
+
+    def __init__(self, clock: FakeClock) -> None:
+        self.clock = clock
+        self.block_ns = 0
+
+    def stall(self, seconds: float) -> None:
+        self.block_ns = int(seconds * 1e9)
+
+    def read(self) -> PowerReading:
+        self.clock.t += self.block_ns  # the read hangs, then returns a plausible value
+        self.block_ns = 0
+        return PowerReading(self.clock.t, 10.0, {})
+
+
+def stalled_sampler():
+    """0.5 s at 100 Hz, a read that blocks 10 s, 0.5 s more. Returns (sampler, when the stall began)."""
+    clock = FakeClock()
+    sensor = StallingSensor(clock)
+    sampler = PowerSampler(sensor, rate_hz=100, clock_ns=clock)
+    drive(sampler, clock, 0.5, 0.01)
+    t_stall = clock.t
+    sensor.stall(10.0)
+    sampler.sample_once()  # blocks 10 s, then returns
+    clock.t += 10_000_000
+    drive(sampler, clock, 0.5, 0.01)
+    return sampler, t_stall
+
+
+def test_a_step_inside_a_stalled_read_is_not_measured():
+    """Issue 25: a read that hangs 10 s and then returns. A step inside the gap had `measured` energy with
+    quality().trusted and zero samples (interpolated across the gap)."""
+    from lightning_edge.profiling.attribution import attribute_step
+
+    sampler, t_stall = stalled_sampler()
+    # 2 s into the gap, and around its middle (where a reading stamped at the read's midpoint would land)
+    for a in (t_stall + 2_000_000_000, t_stall + 4_950_000_000):
+        b = a + 100_000_000
+        assert math.isnan(sampler.energy_j(a, b))  # nothing to integrate: never a guess
+        assert np.isnan(sampler.energy_j_intervals([a], [b])).all()
+        assert math.isnan(sampler.power_at(a + 50_000_000))
+        q = sampler.quality(a, b)
+        assert q.samples == 0 and q.coverage == 0.0 and not q.trusted and q.is_partial and not q.valid
+        assert "readings cover 0 %" in q.describe()
+        step = attribute_step({"layer": {"self_ns": b - a, "segments": [(a, b)]}}, a, b, trace=sampler,
+                              update_period_s=0.01)
+        assert step.label == "estimated"
+    assert sampler.errors == 1 and "10 s" in sampler.last_error  # the stalled read: its time is unknown
+    assert sampler.max_gap_ns == 100_000_000  # MAX_GAP_FLOOR_S: four 10 ms periods are less
+
+
+def test_a_step_overlapping_a_stalled_read_is_partial_with_its_coverage():
+    from lightning_edge.profiling.attribution import attribute_step
+
+    sampler, t_stall = stalled_sampler()
+    # the last reading before the stall is at t_stall - 10 ms, held 20 ms (two periods): readings cover
+    # [a, t_stall + 10 ms] = 60 ms of this 100 ms step, and only that part is integrated (a lower bound)
+    a, b = t_stall - 50_000_000, t_stall + 50_000_000
+    q = sampler.quality(a, b)
+    assert q.samples == 5 and q.coverage == pytest.approx(0.6) and q.is_partial and not q.trusted
+    assert "readings cover 60 %" in q.describe()
+    assert sampler.energy_j(a, b) == pytest.approx(10.0 * 0.060)
+    assert sampler.energy_j_intervals([a], [b])[0] == pytest.approx(10.0 * 0.060)
+    step = attribute_step({"layer": {"self_ns": b - a, "segments": [(a, b)]}}, a, b, trace=sampler,
+                          update_period_s=0.01)
+    assert step.label == "measured (partial)"
+    # the same across the whole stall: 0.25 s before + 0.25 s after are read, the 10 s between are not
+    a, b = t_stall - 250_000_000, t_stall + 10_260_000_000
+    q = sampler.quality(a, b)
+    assert 0.04 < q.coverage < 0.06 and q.is_partial
+    assert sampler.energy_j(a, b) == pytest.approx(10.0 * q.coverage * (b - a) / 1e9)
+    # a step well before or after the stall is measured as ever
+    a = t_stall - 300_000_000
+    assert sampler.quality(a, a + 100_000_000).trusted
+    assert sampler.energy_j(a, a + 100_000_000) == pytest.approx(1.0)
+    a = t_stall + 10_200_000_000
+    assert sampler.quality(a, a + 100_000_000).trusted and sampler.quality(a, a + 100_000_000).coverage == 1.0
+
+
+def test_short_gaps_are_still_bridged():
+    """Up to MAX_GAP_PERIODS periods (at least MAX_GAP_FLOOR_S) without a reading (a late wake-up, a failed read or
+    two) are interpolated."""
+    clock = FakeClock(0)
+    sampler = PowerSampler(EmptyLike(5.0), rate_hz=100, clock_ns=clock)
+    for t_ms in (0, 10, 20, 60, 70, 80):  # 40 ms between 20 and 60: bridged
+        sampler.record(t_ms * 1_000_000, 10.0)
+    assert sampler.energy_j(15_000_000, 65_000_000) == pytest.approx(0.5)
+    assert sampler.quality(15_000_000, 65_000_000).coverage == 1.0
+
+
 class CounterSensor(PowerSensor):
     """A cumulative energy counter whose power is 7 W, with a deliberately noisy power reading: the sampler
     must difference the counter, not integrate the noisy power."""
@@ -239,6 +334,21 @@ def test_energy_counter_is_differenced():
     a = clock.t - int(0.4e9)
     assert sampler.energy_j(a, a + 123_456_789) == pytest.approx(7.0 * 0.123456789, rel=1e-6)
     assert sampler.energy_j(a, a + 300_000) == pytest.approx(7.0 * 0.0003, rel=1e-6)  # sub-period
+
+
+def test_an_energy_counter_is_not_bridged_across_a_gap_either():
+    clock = FakeClock()
+    sampler = PowerSampler(CounterSensor(clock), rate_hz=1000, clock_ns=clock)
+    drive(sampler, clock, 0.2, 0.001)
+    t_gap = clock.t
+    clock.t += 1_000_000_000  # a second without a reading (the counter went on counting)
+    drive(sampler, clock, 0.2, 0.001)
+    a = t_gap + 300_000_000
+    assert math.isnan(sampler.energy_j(a, a + 100_000_000))
+    a, b = t_gap - 100_000_000, t_gap + 1_100_000_000
+    q = sampler.quality(a, b)
+    assert q.is_partial and q.coverage == pytest.approx((0.1 + 0.1 + 0.002 + 0.001) / 1.2, abs=2e-3)
+    assert sampler.energy_j(a, b) == pytest.approx(7.0 * q.coverage * 1.2, rel=1e-2)  # only what was read
 
 
 class FlakySensor(PowerSensor):
@@ -307,6 +417,7 @@ def test_default_rates():
     assert default_rate_hz(SlowSysfs(0)) == pytest.approx(100.0)  # sysfs: at least 100 Hz
     assert default_rate_hz(Fast(0)) == pytest.approx(1000.0)  # capped at 1 kHz
     assert PowerSampler(Slow(0)).capacity == 4096
+    assert PowerSampler(Slow(0)).max_gap_ns == 4_000_000_000  # MAX_GAP_PERIODS of the sensor's 1 s updates
 
 
 def test_threaded_sampling_real_clock():

@@ -17,7 +17,9 @@ The API every backend (and the twin's simulated sensor) keeps:
   on an :class:`EmptySensor` instance, says why there is no power measurement.
 
 Every rail value is checked before it is believed (:func:`check_rail`, :meth:`PowerSensor.check`): per-rail
-bounds from the board's own limits; a rejected value is counted and left out, and makes the total ``partial``.
+bounds from the board's own limits and, where the module is known, a plausibility cap from its rated power; a
+rejected value (or one a backend refuses for another reason, :meth:`PowerSensor.reject`) is counted and left out,
+and makes the total ``partial``.
 
 Energy-counter sensors (NVML total energy, RAPL) set ``is_energy_counter = True``, fill
 :attr:`PowerReading.energy_j` (cumulative, monotonic, wrap-around already unfolded) and implement
@@ -42,12 +44,16 @@ NEGATIVE_NOISE_W = 0.05
 class RailBounds:
     """What one rail can physically report: ``max_w`` (W), and when known the bus voltage and current limits
     (``max_v``, ``max_a``). ``source`` says where the numbers come from (the channel's critical-current limit in
-    sysfs, its shunt resistor and the chip's full scale, a documented per-board constant...)."""
+    sysfs, its shunt resistor and the chip's full scale, a documented per-board constant...). ``cap_w``: what the rail
+    can plausibly draw on this board (the module's rated maximum power with a margin, by the rail's role), usually
+    far below what the monitor can report; ``cap_source`` says how it was set."""
 
     max_w: float
     source: str
     max_v: float | None = None
     max_a: float | None = None
+    cap_w: float | None = None
+    cap_source: str = ""
 
 
 def check_rail(power_w: float, bounds: RailBounds | None = None, *, volts: float | None = None,
@@ -59,7 +65,9 @@ def check_rail(power_w: float, bounds: RailBounds | None = None, *, volts: float
     - negative power (below ``-NEGATIVE_NOISE_W``), negative voltage, or negative current beyond the same noise:
       rejected (a Jetson's supply rails never run backwards);
     - above the rail's physical maximum (``bounds.max_w``), or a voltage / current above the chip's limits:
-      rejected."""
+      rejected;
+    - above what the rail can plausibly draw on this board (``bounds.cap_w``: the module's rated power with a
+      margin, by the rail's role): rejected."""
     if not math.isfinite(power_w) or (volts is not None and not math.isfinite(volts)) or (
             amps is not None and not math.isfinite(amps)):
         return math.nan, "not a finite number"
@@ -77,6 +85,8 @@ def check_rail(power_w: float, bounds: RailBounds | None = None, *, volts: float
         return math.nan, f"negative power {power_w:.4g} W"
     if bounds is not None and power_w > bounds.max_w:
         return math.nan, f"{power_w:.4g} W is above the rail's physical maximum {bounds.max_w:.4g} W ({bounds.source})"
+    if bounds is not None and bounds.cap_w is not None and power_w > bounds.cap_w:
+        return math.nan, f"{power_w:.4g} W is above the {bounds.cap_w:.4g} W this rail can draw ({bounds.cap_source})"
     return max(power_w, 0.0), None
 
 
@@ -107,7 +117,8 @@ class PowerReading:
     - ``rails_energy_j``: for energy-counter sensors with several domains (RAPL package/DRAM), each domain's
       cumulative energy in J; ``None`` otherwise;
     - ``rejected``: rails whose value this time failed :func:`check_rail` (negative, above the rail's physical
-      maximum, not a number): absent from ``rails_w``, never summed; a rejected rail of the total makes it
+      maximum or its plausible cap, not a number) or was refused (:meth:`PowerSensor.reject`): absent from
+      ``rails_w``, never summed; a rejected rail of the total makes it
       ``partial``. With no valid rail of the total, ``power_w`` is ``nan`` (nothing to call measured).
     """
 
@@ -166,10 +177,14 @@ class PowerSensor(Backend, ABC):
         :attr:`bounds`, such as a total the hardware reports); a rejected value is counted on the sensor and
         returned as ``nan``."""
         w, why = check_rail(power_w, bounds or self.bounds.get(rail), volts=volts, amps=amps)
-        if why is not None:
-            self.rejected_count += 1
-            self.last_rejection = f"{rail}: {why}"
-        return w
+        return w if why is None else self.reject(rail, why)
+
+    def reject(self, rail: str, why: str) -> float:
+        """Refuse one rail's value this time (it failed :func:`check_rail`, or the backend cannot vouch for it: a
+        relabelled channel, a sum above the module's cap): counted on the sensor with the reason; returns ``nan``."""
+        self.rejected_count += 1
+        self.last_rejection = f"{rail}: {why}"
+        return math.nan
 
     @abstractmethod
     def read(self) -> PowerReading:

@@ -17,8 +17,12 @@ for an unknown rail set without an input rail, the sum of every rail (said in ``
 
 Every value is checked before it is believed (:func:`~lightning_edge.devices.sensors.base.check_rail`): bounds per
 rail from the board's own limits (:func:`rail_bounds`: the shunt resistor and the chip's full scale, or the channel's
-critical-current limit; at most 26 V), no negative power. A rail that vanishes, is denied or returns garbage mid-run
-is marked missing in that reading, a rail whose value fails the check is rejected (and counted); either makes the
+critical-current limit; at most 26 V), no negative power, and what the rail can plausibly draw on this module
+(:func:`module_cap`: the module's rated power from the catalogue x :data:`MODULE_POWER_MARGIN`, a share of it by the
+rail's role, :data:`RAIL_ROLE_SHARE`); a total summed from several rails above the module's cap is not believed
+either. Each channel's label is read again on every read: a channel whose label changed since the sensor was opened
+is refused (its values belong to another rail now). A rail that vanishes, is denied or returns garbage mid-run
+is marked missing in that reading, a rail whose value fails the checks is rejected (and counted); either makes the
 total ``partial`` if the rail contributes to it; with no valid rail of the total, the total is ``nan``. Nothing
 raises unless no rail at all can be read. See docs/sensors.md.
 """
@@ -34,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lightning_edge.devices import catalog
 from lightning_edge.devices.sensors.base import (
     PowerReading,
     PowerSensor,
@@ -69,20 +74,33 @@ FIX_PERMISSION = (
 )
 
 
+class RailIdentityError(Exception):
+    """A channel's label is not the one it had when the sensor was opened: its values belong to another rail."""
+
+
 @dataclass
 class Rail:
     """One monitored channel. ``files``: (power mW) for iio, (voltage mV, current mA) for hwmon or for an
-    iio channel without ``in_power``."""
+    iio channel without ``in_power``. ``label_file``: the channel's label (``in{N}_label``, ``rail_name_{N}``) and
+    ``label`` its text when the sensor was opened (``None``: the driver gives no label)."""
 
     name: str
     chip: str  # i2c device, e.g. "1-0040"
     channel: int  # 1-based for hwmon, 0-based for iio (as the files number them)
     layout: str  # "hwmon" | "iio"
     files: tuple[str, ...]
+    label_file: str | None = None
+    label: str | None = None
 
     def read(self) -> tuple[float, float | None, float | None]:
-        """``(power W, volts or None, amps or None)``; raises OSError (file gone, permission) or ValueError
-        (garbage). Not yet checked: see :meth:`INA3221Sensor.read`."""
+        """``(power W, volts or None, amps or None)``; raises OSError (file gone, permission), ValueError
+        (garbage) or :class:`RailIdentityError` (the channel's label changed: checked first, on every read; the
+        driver answers it from memory, no I2C transfer). Not yet checked: see :meth:`INA3221Sensor.read`."""
+        if self.label_file is not None:
+            now = _read_raw(self.label_file).strip().decode("ascii", "replace")
+            if now != self.label:
+                raise RailIdentityError(f"the channel's label is now {now!r}, not {self.label!r} as when the sensor "
+                                        f"was opened ({self.label_file}): its values belong to another rail")
         if len(self.files) == 1:
             return _read_number(self.files[0]) / 1e3, None, None  # mW
         mv = _read_number(self.files[0])
@@ -96,12 +114,51 @@ INA3221_SHUNT_FULL_SCALE_V = 0.16384
 #: the shunt Jetson carrier boards use (5 mOhm), for a channel whose sysfs gives neither shunt nor limit
 JETSON_DEFAULT_SHUNT_OHM = 0.005
 
+#: a module is believed to draw at most its rated maximum power (catalog.MODULE_MAX_POWER_W) times this margin: MAXN is
+#: uncapped and transients exceed the rating (the AGX Orin rated 60 W peaks at 67 W, shared/spec/orin-agx-twin.md;
+#: the AGX Xavier rated 30 W drew 33 W on its summed rails, shared/spec/jetson-boards.md)
+MODULE_POWER_MARGIN = 1.5
+#: the share of the module's cap one rail may draw, by the rail's role (:func:`rail_role`). The input rail is the whole
+#: module. Every other rail feeds one part of it, and the module always feeds more than that part (memory, always-on
+#: domains, regulator losses): no part draws the whole. The GPU's rail is the largest part (AGX Orin VDD_GPU_SOC:
+#: 40.4 W under a GPU stress at MAXN, 0.67 of the 60 W rating, NVIDIA forum 323456, shared/spec/jetson-boards.md);
+#: a CPU, SOC, CV, memory or system rail gets at most half of the cap. No published per-rail maximum exists: these are
+#: generous on purpose, bounds no real reading reaches that a current scaled x1000 still crosses. A carrier-board rail
+#: (``CVB_*``) powers more than the module: no module cap
+RAIL_ROLE_SHARE: dict[str, float | None] = {"input": 1.0, "gpu": 0.75, "part": 0.5, "carrier": None}
 
-def rail_bounds(rail: Rail, chip_dir: str) -> RailBounds:
+
+def rail_role(name: str) -> str:
+    """``input`` (the module's input rail: VDD_IN, POM_5V_IN), ``gpu`` (a rail that feeds the GPU), ``carrier``
+    (``CVB_*``: the carrier board's) or ``part`` (any other part of the module: CPU, SOC, CV, memory, 5 V system)."""
+    n = name.split("@")[0].upper()
+    if n in INPUT_RAILS:
+        return "input"
+    if n.startswith("CVB_"):
+        return "carrier"
+    return "gpu" if "GPU" in n else "part"
+
+
+def module_cap(root: str | os.PathLike[str], board: str = "unknown") -> tuple[str | None, float, str]:
+    """``(module, cap W, how)``: the most this module is believed to draw, its rated maximum power
+    (:data:`~lightning_edge.devices.catalog.MODULE_MAX_POWER_W`) x :data:`MODULE_POWER_MARGIN`. The module is named by
+    the device tree under ``root``, else by a rail set only one module has (``board``: ``orin-agx``, ``xavier-agx``);
+    otherwise ``module`` is ``None`` and the largest rating in the catalogue is used."""
+    key = catalog.detect_module(root) or (board if board in catalog.MODULE_MAX_POWER_W else None)
+    if key is not None and key in catalog.MODULE_MAX_POWER_W:
+        rated = catalog.MODULE_MAX_POWER_W[key]
+        return key, rated * MODULE_POWER_MARGIN, f"{key} rated {rated:g} W x {MODULE_POWER_MARGIN:g}"
+    rated = max(catalog.MODULE_MAX_POWER_W.values())
+    return None, rated * MODULE_POWER_MARGIN, (f"module not named by the device tree: the largest rating in the "
+                                               f"catalogue, {rated:g} W, x {MODULE_POWER_MARGIN:g}")
+
+
+def rail_bounds(rail: Rail, chip_dir: str, module_cap_w: float | None = None, module_how: str = "") -> RailBounds:
     """A rail's physical maximum, from the board's own limits: hwmon gives the channel's shunt resistor
     (``shunt{N}_resistor``, uOhm), so the current cannot exceed the ADC's full scale 163.84 mV / R; iio gives the
     channel's critical-current limit (``crit_current_limit_{N}``, mA); else the Jetson's 5 mOhm shunt. The bus
-    voltage is at most the chip's 26 V."""
+    voltage is at most the chip's 26 V. With ``module_cap_w`` (:func:`module_cap`), also what the rail can plausibly
+    draw: its role's share of the module's cap (:data:`RAIL_ROLE_SHARE`)."""
     amps = source = None
     if rail.layout == "hwmon":
         try:
@@ -121,8 +178,15 @@ def rail_bounds(rail: Rail, chip_dir: str) -> RailBounds:
     if amps is None:
         amps = INA3221_SHUNT_FULL_SCALE_V / JETSON_DEFAULT_SHUNT_OHM
         source = "INA3221 full scale over a Jetson's 5 mOhm shunt (the board does not say)"
+    cap_w, cap_source = None, ""
+    role = rail_role(rail.name)
+    share = RAIL_ROLE_SHARE[role]
+    if module_cap_w is not None and share is not None:
+        cap_w = share * module_cap_w
+        cap_source = (f"the module's input: {module_how}" if role == "input" else
+                      f"a {role} rail: {share:g} of the module's {module_cap_w:g} W, {module_how}")
     return RailBounds(max_w=INA3221_MAX_BUS_V * amps, source=f"{source}, at most {INA3221_MAX_BUS_V:g} V",
-                      max_v=INA3221_MAX_BUS_V, max_a=amps)
+                      max_v=INA3221_MAX_BUS_V, max_a=amps, cap_w=cap_w, cap_source=cap_source)
 
 
 def _read_text(path: str) -> str:
@@ -130,12 +194,16 @@ def _read_text(path: str) -> str:
         return f.read().strip()
 
 
-def _read_number(path: str) -> float:
+def _read_raw(path: str) -> bytes:
     fd = os.open(path, os.O_RDONLY)
     try:
-        data = os.read(fd, 64)
+        return os.read(fd, 64)
     finally:
         os.close(fd)
+
+
+def _read_number(path: str) -> float:
+    data = _read_raw(path)
     return float(int(data))  # int() accepts b"1234\n"; anything else is garbage (ValueError); a number is checked
     # against the rail's bounds by the sensor (check_rail), so an implausible one is rejected and counted
 
@@ -220,13 +288,14 @@ def _discover_hwmon(dirs: list[str]) -> Discovery:
             label_f = os.path.join(d, f"in{ch}_label")
             if not (os.path.exists(vin) and os.path.exists(cur)):
                 continue
+            label_path: str | None = label_f if os.path.exists(label_f) else None
             try:
-                label = _read_text(label_f) if os.path.exists(label_f) else f"{chip}:in{ch}"
+                label = _read_text(label_f) if label_path else f"{chip}:in{ch}"
             except PermissionError:
                 return Discovery("hwmon", [], chip_dirs, {}, skipped,
                                  f"permission denied reading {label_f}. " + FIX_PERMISSION.format(dir=d))
             except OSError:
-                label = f"{chip}:in{ch}"
+                label, label_path = f"{chip}:in{ch}", None
             if label.upper() == "NC" or not label:
                 skipped.append(f"{chip} ch{ch} (NC)")
                 continue
@@ -236,7 +305,7 @@ def _discover_hwmon(dirs: list[str]) -> Discovery:
                     continue
             except OSError:
                 pass
-            rail = Rail(label, chip, ch, "hwmon", (vin, cur))
+            rail = Rail(label, chip, ch, "hwmon", (vin, cur), label_path, label if label_path else None)
             err = _check_readable(rail, d)
             if err:
                 return Discovery("hwmon", [], chip_dirs, {}, skipped, err)
@@ -289,7 +358,7 @@ def _discover_iio(dirs: list[str]) -> Discovery:
                 if not all(os.path.exists(f) for f in files):
                     skipped.append(f"{chip} ch{ch} {label} (no power/voltage/current files)")
                     continue
-            rail = Rail(label, chip, ch, "iio", files)
+            rail = Rail(label, chip, ch, "iio", files, name_f, label)
             err = _check_readable(rail, d)
             if err:
                 return Discovery("iio", [], chip_dirs, {}, skipped, err)
@@ -357,10 +426,13 @@ class INA3221Sensor(PowerSensor):
         self.update_period_s = float(update_period_s) if update_period_s else max(found.update_ms.values()) / 1e3
         self.clock_ns = clock_ns
         self._last_relocate_ns = 0
-        self.bounds = {r.name: rail_bounds(r, self._chip_dirs.get(r.chip, "")) for r in self._rails}
+        self.module, self.module_cap_w, self._cap_how = module_cap(root, self.board)
+        self.bounds = {r.name: rail_bounds(r, self._chip_dirs.get(r.chip, ""), self.module_cap_w, self._cap_how)
+                       for r in self._rails}
         self.label = f"INA3221 ({self.layout}) total = {self.total_desc}"
         self.notes = (f"rails: {', '.join(self.rails)}; total = {self.total_desc}; chip update every "
-                      f"{self.update_period_s * 1e3:g} ms")
+                      f"{self.update_period_s * 1e3:g} ms; believed up to {self.module_cap_w:g} W "
+                      f"({self._cap_how})")
         if self.board == "orin-agx":
             self.notes += ("; Orin AGX has no VDD_IN: the sum is the module's four monitored rails (what "
                            "tegrastats/jtop report) and leaves out regulator losses and the carrier board")
@@ -377,10 +449,14 @@ class INA3221Sensor(PowerSensor):
         for r in self._rails:
             try:
                 w, volts, amps = r.read()
+            except RailIdentityError as exc:  # relabelled: never its values under the old name
+                self.reject(r.name, str(exc))
+                rejected.append(r.name)
+                continue
             except (OSError, ValueError):
                 missing.append(r.name)
                 continue
-            w = self.check(r.name, w, volts=volts, amps=amps)  # negative, above the rail's maximum: rejected
+            w = self.check(r.name, w, volts=volts, amps=amps)  # negative, above the rail's maximum or cap: rejected
             if not math.isfinite(w):
                 rejected.append(r.name)
                 continue
@@ -392,10 +468,20 @@ class INA3221Sensor(PowerSensor):
                               f"driver unbound or files gone under {', '.join(self._chip_dirs.values())}")
         if missing and self._relocate(t_ns):  # a whole chip moved (hwmon renumbered)? retry once
             return self.read()
-        total_missing = [r for r in self.total_rails if r not in rails_w]
         present = [rails_w[r] for r in self.total_rails if r in rails_w]
         # a partial sum is flagged partial (never passed off as the total); with no valid rail there is no total
         total = sum(present) if present else math.nan
+        # a documented sum (not an unknown board's, which may count nested rails twice) above the module's cap: which
+        # rail is wrong is unknown, so none of them is believed
+        if self.board in BOARD_SUMS and total > self.module_cap_w:
+            why = (f"the rails of the total sum to {total:.4g} W, above the module's {self.module_cap_w:g} W "
+                   f"({self._cap_how})")
+            for name in self.total_rails:
+                if rails_w.pop(name, None) is not None:
+                    self.reject(name, why)
+                    rejected.append(name)
+            total = math.nan
+        total_missing = [r for r in self.total_rails if r not in rails_w]
         return PowerReading(t_ns, total, rails_w, partial=bool(total_missing), missing=tuple(missing),
                             rejected=tuple(rejected))
 
@@ -417,8 +503,11 @@ class INA3221Sensor(PowerSensor):
             for r in self._rails:
                 if r.chip == chip:
                     r.files = tuple(os.path.join(new, os.path.basename(f)) for f in r.files)
+                    if r.label_file is not None:
+                        r.label_file = os.path.join(new, os.path.basename(r.label_file))
             moved = True
         return moved
 
 
-__all__ = ["BOARD_SUMS", "INPUT_RAILS", "INA3221Sensor", "Rail", "board_total", "discover", "rail_bounds"]
+__all__ = ["BOARD_SUMS", "INPUT_RAILS", "MODULE_POWER_MARGIN", "RAIL_ROLE_SHARE", "INA3221Sensor", "Rail",
+           "RailIdentityError", "board_total", "discover", "module_cap", "rail_bounds", "rail_role"]

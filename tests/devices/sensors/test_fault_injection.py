@@ -125,7 +125,8 @@ def test_a_rail_of_the_total_lost_mid_run_makes_the_numbers_partial(orin, fault)
     check_bounds(s, epoch, ORIN_TRUE_W)
 
 
-@pytest.mark.parametrize("values", [dict(ma=-30000), dict(mv=999_000, ma=999_000)], ids=["negative", "absurd"])
+@pytest.mark.parametrize("values", [dict(ma=-30000), dict(mv=999_000, ma=999_000), dict(ma=16_000)],
+                         ids=["negative", "absurd", "above-the-module-rating"])  # 79.6 W: within the chip's scale
 def test_negative_and_absurd_values_are_rejected_never_summed(orin, values):
     rail = "VDD_GPU_SOC"
     sensor = INA3221Sensor(root=orin.root)

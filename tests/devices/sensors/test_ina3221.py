@@ -231,3 +231,99 @@ def test_update_period_without_update_interval_uses_documented_default(tmp_path)
     # 3 channels x 4 samples x (1.1 ms bus + 1.1 ms shunt) = 26.4 ms
     assert INA3221Sensor(root=tmp_path).update_period_s == pytest.approx(0.0264)
     assert INA3221Sensor(root=tmp_path, update_period_s=0.002).update_period_s == 0.002
+
+
+# ---------------------------------------------------------------- board-level plausibility caps (issue 25)
+def test_a_reading_above_the_modules_rating_is_rejected(tmp_path):
+    """Issue 25: a current x1000 passed as 166 W measured on a board whose module is rated 40 W at most (Orin NX
+    16GB, JetPack 6.2 "Super"): under the INA3221's own full scale, far above the module's cap."""
+    board = build_orin_nx_ina(tmp_path)
+    s = INA3221Sensor(root=tmp_path)
+    board.set("VDD_IN", ma=32_000)  # 32 mA x 1000: 5.048 V x 32 A = 161.5 W, within the chip's 32.768 A full scale
+    r = s.read()
+    assert r.rejected == ("VDD_IN",) and math.isnan(r.power_w) and r.partial and "VDD_IN" not in r.rails_w
+    assert s.module == "orin-nx-16gb" and s.module_cap_w == pytest.approx(40.0 * 1.5)
+    assert s.rejected_count == 1 and "VDD_IN" in s.last_rejection and "orin-nx-16gb" in s.last_rejection
+    board.set("VDD_IN", ma=1446)
+    assert s.read().ok  # believed again once plausible
+
+
+def test_a_cpu_or_soc_rail_cannot_draw_the_whole_module_input(tmp_path):
+    board = build_orin_nx_ina(tmp_path)
+    s = INA3221Sensor(root=tmp_path)
+    board.set_power_w("VDD_SOC", 40.0)  # under the module's 60 W cap, above what a SOC rail can draw
+    r = s.read()
+    assert r.rejected == ("VDD_SOC",) and r.ok  # a sub-rail: the total (VDD_IN) is still measured
+    assert "VDD_SOC" in s.last_rejection
+    board.set_power_w("VDD_SOC", 1.4)
+    board.set_power_w("VDD_IN", 40.0)  # the input rail may draw the module's rated maximum
+    board.set_power_w("VDD_CPU_GPU_CV", 28.0)  # and the GPU's rail most of it
+    r = s.read()
+    assert r.ok and not r.rejected and r.power_w == pytest.approx(40.0, rel=1e-3)
+
+
+def test_a_board_sum_above_the_modules_cap_is_not_believed(tmp_path):
+    """Orin AGX (no VDD_IN: the total is the sum of four rails): each rail within its role's limit, the sum above the
+    module's cap (60 W rated, x1.5): no rail of the total is believed; a real 60 W load is."""
+    board = build_orin_agx_ina(tmp_path)
+    s = INA3221Sensor(root=tmp_path)
+    for rail, w in (("VDD_GPU_SOC", 40.4), ("VDD_CPU_CV", 12.0), ("VIN_SYS_5V0", 6.0), ("VDDQ_VDD2_1V8AO", 2.0)):
+        board.set_power_w(rail, w)  # MAXN under a GPU stress (VDD_GPU_SOC 40.4 W, NVIDIA forum 323456)
+    r = s.read()
+    assert r.ok and not r.rejected and r.power_w == pytest.approx(60.4, rel=1e-3)
+    board.set_power_w("VDD_GPU_SOC", 60.0)
+    board.set_power_w("VDD_CPU_CV", 40.0)
+    r = s.read()
+    assert set(r.rejected) == set(AGX_RAILS) and math.isnan(r.power_w) and r.partial and not r.rails_w
+    assert "sum" in s.last_rejection
+    assert s.module == "orin-agx" and s.module_cap_w == pytest.approx(90.0)
+
+
+def test_an_unnamed_module_is_capped_by_the_largest_rating(tmp_path):
+    board = build_orin_nx_ina(tmp_path, module=None)  # no device tree: any module could carry these rails
+    s = INA3221Sensor(root=tmp_path)
+    board.set_power_w("VDD_IN", 80.0)
+    assert s.read().ok
+    board.set("VDD_IN", ma=32_000)  # 161.5 W
+    assert s.read().rejected == ("VDD_IN",)
+    assert s.module is None and s.module_cap_w == pytest.approx(60.0 * 1.5)
+
+
+def test_module_ratings_come_from_the_catalogue(tmp_path):
+    from lightning_edge.devices import catalog
+
+    assert catalog.MODULE_MAX_POWER_W["orin-agx"] == 60.0 and catalog.MODULE_MAX_POWER_W["xavier-agx"] == 30.0
+    assert catalog.BOARDS["orin-nano"].max_power_w == 25.0
+    build_xavier_nx_jp4(tmp_path)
+    assert catalog.detect_module(tmp_path) == "xavier-nx"
+    assert INA3221Sensor(root=tmp_path).module_cap_w == pytest.approx(20.0 * 1.5)
+
+
+# ---------------------------------------------------------------- rail identity (issue 25)
+@pytest.mark.parametrize("builder", [build_orin_agx_ina, build_xavier_nx_jp4], ids=["hwmon", "iio"])
+def test_swapped_rail_labels_are_refused_not_silently_swapped(tmp_path, builder):
+    """Issue 25: labels swapped mid-run silently swapped per-rail values. The sensor re-reads each channel's label
+    on every read; a channel whose label changed since it was opened is refused (rejected, with the reason)."""
+    board = builder(tmp_path)
+    s = INA3221Sensor(root=tmp_path)
+    a, b = s.rails[1], s.rails[2]
+    board.set_power_w(a, 2.0)
+    board.set_power_w(b, 3.0)
+    r = s.read()
+    assert r.rails_w[a] == pytest.approx(2.0, rel=1e-2) and r.rails_w[b] == pytest.approx(3.0, rel=1e-2)
+    board.swap_labels(a, b)  # a's values are now on b's old channel
+    r = s.read()
+    assert set(r.rejected) == {a, b} and a not in r.rails_w and b not in r.rails_w
+    assert r.partial == any(x in s.total_rails for x in (a, b))
+    assert "label" in s.last_rejection and s.rejected_count == 2
+    board.swap_labels(a, b)  # back as it was opened: believed again
+    r = s.read()
+    assert not r.rejected and r.rails_w[a] == pytest.approx(2.0, rel=1e-2)
+
+
+def test_a_relabelled_input_rail_leaves_no_total(tmp_path):
+    board = build_orin_nx_ina(tmp_path)
+    s = INA3221Sensor(root=tmp_path)
+    board.swap_labels("VDD_IN", "VDD_SOC")
+    r = s.read()
+    assert math.isnan(r.power_w) and r.partial and "VDD_IN" in r.rejected
