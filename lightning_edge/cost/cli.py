@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import re
 import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from lightning_edge.cli import add_json_argument, write_json
 
@@ -31,6 +37,68 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--list", action="store_true", help="list the zoo models and exit")
 
 
+_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def factory_from_spec(spec: str) -> Callable:
+    """The factory a ``module.path:factory`` spec names (every command that takes a user's model resolves it here).
+    One-line ``ValueError`` for a malformed spec (saying the forms expected), a module that cannot be imported
+    (saying whether it is missing or what importing it raised: SystemExit, SyntaxError, an import inside it ...),
+    a missing or non-callable attribute."""
+    mod_name, _, fn_name = spec.rpartition(":")
+    is_path = mod_name.endswith(".py") or "/" in mod_name or os.sep in mod_name
+    if is_path or not all(_NAME.fullmatch(x) for x in (*mod_name.split("."), fn_name)):
+        stem = Path(mod_name).stem
+        hint = (f"; {mod_name!r} is a file path: run from the folder that holds {stem}.py and give "
+                f"{stem}:{fn_name or 'FACTORY'}" if is_path and _NAME.fullmatch(stem) else "")
+        raise ValueError(f"model {spec!r} not understood: expected zoo:NAME (e.g. zoo:resnet50) or "
+                         f"module.path:factory (e.g. mypkg.models:build){hint}")
+    sys.path.insert(0, ".")
+    try:
+        module = importlib.import_module(mod_name)
+    except ModuleNotFoundError as exc:
+        if exc.name and (mod_name == exc.name or mod_name.startswith(exc.name + ".")):
+            raise ValueError(f"cannot import {mod_name!r} ({exc}); run from the folder that holds it or install "
+                             "it") from exc
+        raise ValueError(f"importing {mod_name!r} for {spec} failed: {_raised(exc)} (a module it imports is "
+                         "missing: install it)") from exc
+    except (Exception, SystemExit) as exc:  # whatever the module runs when imported
+        raise ValueError(f"importing {mod_name!r} for {spec} raised {_raised(exc)}") from exc
+    factory = getattr(module, fn_name, None)
+    if factory is None:
+        raise ValueError(f"module {mod_name!r} has no attribute {fn_name!r}")
+    if not callable(factory):
+        raise ValueError(f"{spec} is not callable (it is of type {type(factory).__name__}): the factory must be a "
+                         "function that returns a model, or a (model, example_inputs) pair")
+    return factory
+
+
+def call_factory(spec: str, factory: Callable, *args: Any, **kwargs: Any) -> Any:
+    """``factory(*args, **kwargs)``; whatever it raises (SystemExit, an ImportError inside it, a TypeError for a
+    missing argument ...) is one line naming the factory, the exception and where it was raised."""
+    try:
+        return factory(*args, **kwargs)
+    except (Exception, SystemExit) as exc:
+        mod, _, fn = spec.rpartition(":")
+        raise ValueError(f"the model factory {spec} raised {_raised(exc)}; for the traceback run: "
+                         f"python -c 'import {mod}; {mod}.{fn}()'") from exc
+
+
+def _raised(exc: BaseException) -> str:
+    """``Type: first line of the message (at file.py:LINE)``: the innermost frame outside this package and the
+    standard library (the user's code)."""
+    if isinstance(exc, SystemExit):
+        text = f"SystemExit (exit code {exc.code})"
+    else:
+        first = (str(exc).strip().splitlines() or [""])[0][:200]
+        text = f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+    skip = ("<", str(Path(__file__).parents[1]), os.path.dirname(os.__file__))  # this package, importlib ...
+    for fr in reversed(traceback.extract_tb(exc.__traceback__)):
+        if not fr.filename.startswith(skip):
+            return f"{text} (at {Path(fr.filename).name}:{fr.lineno})"
+    return text
+
+
 def load_model(spec: str, batch_size: int, seq_len: int | None, input_shapes=None, input_dtype=None):
     """Resolve ``zoo:NAME`` or ``module.path:factory`` to (model on meta, example inputs). Every option that would
     be ignored is an error that says so (a zoo model builds its own inputs; so does a factory returning a pair)."""
@@ -53,23 +121,12 @@ def load_model(spec: str, batch_size: int, seq_len: int | None, input_shapes=Non
                 raise ValueError(f"--seq-len applies to text models; {entry.name} takes images")
             kw["seq_len"] = seq_len
         return entry.build(device=torch.device("meta")), tuple(entry.inputs(**kw))
-    if ":" not in spec:
-        raise ValueError(f"model {spec!r} not understood: expected zoo:NAME (e.g. zoo:resnet50) or "
-                         "module.path:factory (e.g. mypkg.models:build)")
-    mod_name, fn_name = spec.rsplit(":", 1)
-    sys.path.insert(0, ".")
-    try:
-        module = importlib.import_module(mod_name)
-    except ModuleNotFoundError as exc:
-        raise ValueError(f"cannot import {mod_name!r} ({exc}); run from the folder that holds it or install it") from exc
-    factory = getattr(module, fn_name, None)
-    if factory is None:
-        raise ValueError(f"module {mod_name!r} has no attribute {fn_name!r}")
-    made = factory()
+    made = call_factory(spec, factory_from_spec(spec))
 
     def _check_module(model) -> None:
         if not isinstance(model, nn.Module):
-            raise ValueError(f"{spec} returned a {type(model).__name__}, not a torch.nn.Module: the factory must "
+            got = "None" if model is None else f"a {type(model).__name__}"
+            raise ValueError(f"{spec} returned {got}, not a torch.nn.Module: the factory must "
                              "return a model, or a (model, example_inputs) pair")
 
     if isinstance(made, tuple) and len(made) == 2:

@@ -15,6 +15,7 @@ from lightning_edge._lazy import lazy_getattr
 
 _LAZY = {
     "LatencyModel": "lightning_edge.latency.model",
+    "LatencyModelError": "lightning_edge.latency.model",
     "ModelLatency": "lightning_edge.latency.model",
     "LayerLatency": "lightning_edge.latency.model",
     "KINDS": "lightning_edge.latency.model",

@@ -15,7 +15,6 @@ the CPU only in this repository; ``benchmarks/latency_models.py --device cuda`` 
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 from collections.abc import Callable, Sequence
@@ -409,34 +408,59 @@ def time_layers(model: Any, inputs: tuple, steps: int = 5, kwargs: dict | None =
     return {k: statistics.median(v) for k, v in per.items()}
 
 
+#: the size limit on a layers.json read back (a few KB per layer and stage: far above a large network's)
+LAYERS_JSON_MAX_BYTES = 64 << 20
+
+
 def training_from_layers_json(path: str | Path, model: Any, *inputs: Any, stage: str | None = None,
                               **kwargs: Any) -> list[Sample]:
     """Training samples from an ``EnergyProfiler`` ``layers.json``: each layer's forward self time per step
     (``fwd_ms``), joined by name with its shapes from ``describe(model, *inputs)``; ``inputs`` must be one step's
     batch as profiled. Layers without a forward time are skipped."""
+    from lightning_edge._jsonfile import one_line, read_json
     from lightning_edge.latency.features import describe
 
     p = Path(path)
+    what = "expected the layers.json EnergyProfiler writes"
     try:
-        data = json.loads(p.read_text())
+        data = read_json(p, lambda why: ValueError(f"{p} {why}; {what}"), limit=LAYERS_JSON_MAX_BYTES)
     except FileNotFoundError:
         raise FileNotFoundError(f"{p}: no such layers.json; EnergyProfiler writes it to the run's log dir") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{p}: not a JSON file ({exc}); expected the layers.json EnergyProfiler writes") from None
     if not isinstance(data, dict) or data.get("schema") != "lightning_edge.energy_profile":
         raise ValueError(f"{p}: not an EnergyProfiler layers.json (schema 'lightning_edge.energy_profile' expected)")
+
+    def bad(field: str, expected: str, got: Any) -> ValueError:
+        shown = repr(got) if isinstance(got, (int, float)) and not isinstance(got, bool) else type(got).__name__
+        return ValueError(f"{p}: {one_line(field)}: expected {expected}, got {one_line(shown, 40)}; {what}")
+
     stages = data.get("stages") or {}
+    if not isinstance(stages, dict):
+        raise bad("stages", "an object of stages (train, validate, predict ...)", stages)
     if stage is None:
         stage = "predict" if "predict" in stages else ("train" if "train" in stages else next(iter(stages), None))
     if stage not in stages:
-        raise ValueError(f"{p}: no stage {stage!r}; it has {sorted(stages)}")
+        raise ValueError(f"{p}: no stage {one_line(repr(stage), 40)}; it has {one_line(repr(sorted(stages)))}")
+    if not isinstance(stages[stage], dict):
+        raise bad(f"stages.{stage}", "an object with a list of layers", stages[stage])
+    rows = stages[stage].get("layers", [])
+    if not isinstance(rows, list):
+        raise bad(f"stages.{stage}.layers", "a list of layers", rows)
+    for i, row in enumerate(rows):
+        field = f"stages.{stage}.layers[{i}]"
+        if not isinstance(row, dict):
+            raise bad(field, "an object {layer, fwd_ms, ...}", row)
+        if not isinstance(row.get("layer"), str):
+            raise bad(f"{field}.layer", "a layer name", row.get("layer"))
+        fwd = row.get("fwd_ms")
+        if fwd is not None and (isinstance(fwd, bool) or not isinstance(fwd, (int, float)) or not fwd <= 1e7):
+            raise bad(f"{field}.fwd_ms", "a forward time of at most 1e7 ms, or null", fwd)
     descs, _ = describe(model, *inputs, **kwargs)
     by_name = {d.name: d for d in descs}
     out = []
-    for row in stages[stage].get("layers", []):
-        d = by_name.get(row.get("layer"))
+    for row in rows:
+        d = by_name.get(row["layer"])
         fwd = row.get("fwd_ms")
-        if d is None or fwd is None or not isinstance(fwd, (int, float)) or not math.isfinite(fwd) or fwd <= 0:
+        if d is None or fwd is None or not math.isfinite(fwd) or fwd <= 0:
             continue
         out.append(Sample(d, fwd / 1e3, f"layers.json:{p.name}:{stage}"))
     if not out:

@@ -27,23 +27,38 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lightning_edge.latency.features import FEATURES, LayerDesc, describe
+from lightning_edge._jsonfile import one_line, read_json
+from lightning_edge.latency.features import CLASSES, FEATURES, LayerDesc, describe
 from lightning_edge.latency.measure import SPECS, Sample, host_meta, point_for
 from lightning_edge.latency.stepwise import Generation
 
-__all__ = ["KINDS", "LatencyModel", "ModelLatency", "LayerLatency"]
+__all__ = ["KINDS", "LatencyModel", "LatencyModelError", "ModelLatency", "LayerLatency"]
 
 KINDS = ("roofline", "refined", "statistical", "mixed", "stepwise")
 
 #: layer classes without MACs: the statistical and mixed models' forest learns their time directly (``_group``)
 NO_MAC = ("eltwise", "norm", "pool")
 SCHEMA = "lightning_edge.latency_model"
+
+#: limits on a latency-model file (``LatencyModel.load``), far above what ``fit`` writes (a step-wise model: about
+#: 100 KB, 10 layer-class functions of at most 3 dimensions with at most 3072 values each; a statistical or mixed
+#: one: hundreds to a few thousand measured layers, whose random forest is trained again on loading: 10000 take
+#: about 12 s on one core)
+MAX_FILE_BYTES = 16 << 20
+MAX_SAMPLES = 10_000
+MAX_DIMS = 8
+MAX_DIM_VALUES = 1 << 16
+MAX_POINTS = 1 << 16
+
+
+class LatencyModelError(ValueError):
+    """A latency-model file that cannot be used: one line naming the file, the field and what was expected."""
 
 
 @dataclass
@@ -450,24 +465,28 @@ class LatencyModel:
 
     @classmethod
     def load(cls, path: str | Path) -> LatencyModel:
+        """A model saved by ``save``. The file is checked before anything is built from it (size, types, ranges,
+        array sizes: ``MAX_FILE_BYTES``, ``MAX_SAMPLES`` ...); a file that fails is one ``LatencyModelError``
+        naming the file, the field and what was expected."""
         p = Path(path)
         try:
-            d = json.loads(p.read_text())
+            d = read_json(p, lambda why: LatencyModelError(f"{p} {why}; expected a latency model file written by "
+                                                           "`lightning-edge latency fit --out FILE`"),
+                          limit=MAX_FILE_BYTES)
         except FileNotFoundError:
             raise FileNotFoundError(f"{p}: no such latency model file; make one with "
                                     "`lightning-edge latency fit --out FILE`") from None
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{p}: not a latency model file (invalid JSON: {exc})") from None
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
-            raise ValueError(f"{p}: not a latency model file (schema {SCHEMA!r} expected)")
+            raise LatencyModelError(f"{p}: not a latency model file (schema {SCHEMA!r} expected)")
+        _ModelFile(p).check(d)
         try:
             return cls(d["kind"], d["meta"], d["peak_flops"], d["bandwidth"], tile=d.get("tile"),
                        container_s=d.get("container_s", 0.0),
                        stepwise={c: Generation.from_dict(g) for c, g in (d.get("stepwise") or {}).items()},
-                       samples=[Sample.from_dict(s) for s in d.get("samples", [])], fit_cost=d.get("fit_cost"),
+                       samples=[Sample.from_dict(s) for s in d.get("samples") or []], fit_cost=d.get("fit_cost"),
                        notes=d.get("notes"))
-        except (KeyError, TypeError) as exc:
-            raise ValueError(f"{p}: latency model file is incomplete or damaged ({exc!r})") from None
+        except (KeyError, TypeError, ValueError) as exc:
+            raise LatencyModelError(f"{p}: latency model file is incomplete or damaged ({exc!r})") from None
 
     def describe(self) -> str:
         m = self.meta
@@ -483,6 +502,259 @@ class LatencyModel:
         if self.fit_cost:
             lines.append(f"  fit cost: {self.fit_cost}")
         return "\n".join(lines)
+
+
+# ------------------------------------------------------------------------------------------ file checks
+_MISSING = object()
+_MAX_TIME_S = 1e6           # seconds: a layer, a measured point, a step-wise function's parameters
+_MAX_INT = 1 << 48          # a layer's sizes, a dimension's values
+_MAX_WIDTH = 1 << 30        # a step width
+
+
+def _show(v: Any) -> str:
+    """A value as an error message shows it: short, whatever it is."""
+    if v is _MISSING:
+        return "nothing (the field is missing)"
+    if isinstance(v, dict):
+        return "an object"
+    if isinstance(v, list):
+        return f"a list of {len(v)}"
+    if v is None or isinstance(v, bool):
+        return json.dumps(v)
+    if isinstance(v, int) and abs(v) >= 10 ** 15:
+        return f"an integer of {len(str(abs(v)))} digits"
+    return one_line(repr(v), 40)
+
+
+class _ModelFile:
+    """The checks of a latency-model file's fields, before anything is built from them (``LatencyModel.load``):
+    types, finite numbers in sane ranges, bounded lists and nesting, sizes known before anything is allocated, no
+    zero divisor. ``check`` raises ``LatencyModelError`` at the first field that fails."""
+
+    def __init__(self, where: Path):
+        self.where = where
+
+    def fail(self, field: str, what: str, got: Any = _MISSING) -> LatencyModelError:
+        return LatencyModelError(f"{self.where}: {one_line(field)}: expected {what}, got {_show(got)}; the file is "
+                                 "incomplete or damaged: fit the model again (`lightning-edge latency fit`)")
+
+    # -- types
+    def obj(self, v: Any, field: str, what: str = "an object", max_keys: int = 1000) -> dict:
+        if not isinstance(v, dict):
+            raise self.fail(field, what, v)
+        if len(v) > max_keys:
+            raise self.fail(field, f"{what} of at most {max_keys} fields", f"{len(v)} fields")
+        return v
+
+    def lst(self, v: Any, field: str, max_len: int, what: str = "a list") -> list:
+        if not isinstance(v, list):
+            raise self.fail(field, what, v)
+        if len(v) > max_len:
+            raise self.fail(field, f"{what} of at most {max_len}", f"{len(v)}")
+        return v
+
+    def num(self, v: Any, field: str, lo: float, hi: float, what: str = "a number") -> float:
+        # ints are compared as ints: float() of a 400-digit integer raises OverflowError
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi):
+            raise self.fail(field, f"{what} from {lo:g} to {hi:g}", v)
+        return v
+
+    def integer(self, v: Any, field: str, lo: int, hi: int, what: str = "an integer") -> int:
+        if isinstance(v, bool) or not isinstance(v, int) or not (lo <= v <= hi):
+            raise self.fail(field, f"{what} from {lo} to {hi}", v)
+        return v
+
+    def text(self, v: Any, field: str, max_len: int = 1000, *, null: bool = False) -> str | None:
+        if v is None and null:
+            return v
+        if not isinstance(v, str) or len(v) > max_len:
+            raise self.fail(field, f"a string of at most {max_len} characters" + (" or null" if null else ""), v)
+        return v
+
+    def plain(self, v: Any, field: str, depth: int) -> None:
+        """Free-form JSON (meta, fit_cost, extra): finite numbers, bounded strings and lists, at most ``depth``
+        levels of lists and objects."""
+        if v is None or isinstance(v, bool):
+            return
+        if isinstance(v, str):
+            self.text(v, field, 10_000)
+            return
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            if not (-1e300 <= v <= 1e300):
+                raise self.fail(field, "a finite number", v)
+            return
+        if isinstance(v, (dict, list)):
+            if depth < 1:
+                raise self.fail(field, "a number, a string or null (nested too deeply)", v)
+            items = self.obj(v, field).items() if isinstance(v, dict) else \
+                enumerate(self.lst(v, field, 10_000))
+            for k, x in items:
+                self.plain(x, f"{field}.{k}" if isinstance(v, dict) else f"{field}[{k}]", depth - 1)
+            return
+        raise self.fail(field, "a number, a string or null", v)
+
+    # -- the file
+    def check(self, d: dict) -> None:
+        version = d.get("version", 1)
+        if version != 1 or isinstance(version, bool):
+            raise self.fail("version", "1 (a newer lightning_edge may have written this file: upgrade)", version)
+        kind = d.get("kind", _MISSING)
+        if not isinstance(kind, str) or kind not in KINDS:
+            raise self.fail("kind", f"one of {', '.join(KINDS)}", kind)
+        self.text(d.get("label"), "label", null=True)
+        meta = self.obj(d.get("meta", _MISSING), "meta", max_keys=64)
+        for k, v in meta.items():
+            self.plain(v, f"meta.{k}", 1)
+        if meta.get("threads") is not None:
+            self.integer(meta["threads"], "meta.threads", 1, 4096, "a number of threads")
+        for k in ("device", "device_name", "clock", "dtype", "torch"):
+            self.text(meta.get(k), f"meta.{k}", null=True)
+        self.num(d.get("peak_flops", _MISSING), "peak_flops", 1e3, 1e18, "a number of FLOP/s")
+        self.num(d.get("bandwidth", _MISSING), "bandwidth", 1e3, 1e16, "a number of bytes/s")
+        if d.get("tile") is not None:
+            tile = self.obj(d["tile"], "tile", max_keys=64)
+            for k, v in tile.items():
+                self.plain(v, f"tile.{k}", 1)
+            for k in ("tile_m", "tile_n", "units"):
+                if k in tile:
+                    self.integer(tile[k], f"tile.{k}", 1, 1 << 20)
+        self.num(d.get("container_s", 0.0), "container_s", 0.0, 1.0, "a number of seconds")
+        if d.get("fit_cost") is not None:
+            self.plain(self.obj(d["fit_cost"], "fit_cost"), "fit_cost", 4)
+        if d.get("notes") is not None:
+            for i, n in enumerate(self.lst(d["notes"], "notes", 1000, "a list of strings")):
+                self.text(n, f"notes[{i}]", 10_000)
+        gens = d.get("stepwise") or {}
+        self.obj(gens, "stepwise", "an object of layer-class functions", max_keys=64)
+        classes = sorted({c.split("/", 1)[0] for c in SPECS})
+        for key, g in gens.items():
+            base = key.split("/", 1)[0]
+            if len(key) > 64:
+                raise self.fail("stepwise", "layer-class names of at most 64 characters", key)
+            if base not in classes:
+                raise self.fail(f"stepwise.{key}", f"a layer class ({', '.join(classes)}, or CLASS/BOX)", key)
+            self.generation(g, f"stepwise.{key}", len(SPECS[base].dims))
+        samples = d.get("samples") or []
+        for i, s in enumerate(self.lst(samples, "samples", MAX_SAMPLES, "a list of measured layers")):
+            self.sample(s, f"samples[{i}]")
+        if kind == "stepwise" and not gens:
+            raise self.fail("stepwise", "at least one layer-class function in a stepwise model", gens)
+        if kind in ("statistical", "mixed") and not samples:
+            raise self.fail("samples", f"measured layers to train a {kind} model's random forest on", samples)
+        if kind != "roofline" and "units" not in (d.get("tile") or {}) and meta.get("threads", 1) is None:
+            raise self.fail("tile.units", "the parallel units the refined roofline tiles over (or meta.threads)")
+
+    def generation(self, g: Any, field: str, ndims: int) -> None:
+        g = self.obj(g, field)
+        dims = self.lst(g.get("dims", _MISSING), f"{field}.dims", MAX_DIMS, "a list of dimensions")
+        if len(dims) != ndims:
+            raise self.fail(f"{field}.dims", f"{ndims} dimension(s), as the layer class has", f"{len(dims)}")
+        for i, dd in enumerate(dims):
+            self.dim(dd, f"{field}.dims[{i}]")
+        self.tree(g.get("tree", _MISSING), f"{field}.tree", ndims, -1)
+        for i, pv in enumerate(self.lst(g.get("points", _MISSING), f"{field}.points", MAX_POINTS)):
+            pf = f"{field}.points[{i}]"
+            if not isinstance(pv, list) or len(pv) != 2:
+                raise self.fail(pf, "a [point, seconds] pair", pv)
+            for j, x in enumerate(self.lst(pv[0], f"{pf}[0]", ndims, f"a point of {ndims} integers")):
+                self.integer(x, f"{pf}[0][{j}]", 1, _MAX_INT)
+            if len(pv[0]) != ndims:
+                raise self.fail(f"{pf}[0]", f"a point of {ndims} integers", pv[0])
+            self.num(pv[1], f"{pf}[1]", -_MAX_TIME_S, _MAX_TIME_S, "a number of seconds")
+        for i, ph in enumerate(self.lst(g.get("phases", _MISSING), f"{field}.phases", MAX_DIMS)):
+            self.phase(ph, f"{field}.phases[{i}]")
+        self.num(g.get("elapsed_s", 0.0), f"{field}.elapsed_s", 0.0, 1e9, "a number of seconds")
+        self.text(g.get("formula"), f"{field}.formula", 100_000, null=True)
+
+    def dim(self, dd: Any, field: str) -> None:
+        dd = self.obj(dd, field)
+        self.text(dd.get("name", _MISSING), f"{field}.name", 64)
+        for k in ("lo", "hi", "n_values"):
+            if dd.get(k) is not None:
+                self.integer(dd[k], f"{field}.{k}", 1, _MAX_INT)
+        vals = dd.get("values")
+        if vals:  # Generation.from_dict: the values, else every integer from lo to hi
+            for i, v in enumerate(self.lst(vals, f"{field}.values", MAX_DIM_VALUES, "a list of integers")):
+                self.integer(v, f"{field}.values[{i}]", 1, _MAX_INT)
+        else:  # the number of values is known before they are made
+            lo = self.integer(dd.get("lo", _MISSING), f"{field}.lo", 1, _MAX_INT)
+            hi = self.integer(dd.get("hi", _MISSING), f"{field}.hi", lo, _MAX_INT, "an integer (at least lo)")
+            if hi - lo >= MAX_DIM_VALUES:
+                raise self.fail(field, f"at most {MAX_DIM_VALUES} values from lo to hi", f"{hi - lo + 1}")
+        ref = dd.get("ref")
+        if ref is not None and (isinstance(ref, bool) or not isinstance(ref, int)
+                                or not (ref in set(vals) if vals else lo <= ref <= hi)):
+            raise self.fail(f"{field}.ref", "one of the dimension's values", ref)
+        if dd.get("widths"):
+            for i, w in enumerate(self.lst(dd["widths"], f"{field}.widths", 64, "a list of step widths")):
+                self.integer(w, f"{field}.widths[{i}]", 1, _MAX_WIDTH, "a step width")
+
+    def tree(self, t: Any, field: str, ndims: int, parent: int) -> None:
+        """A number, or a node ``{dim, name, w, a, h}`` whose ``a`` and ``h`` are trees of later dimensions (so
+        the tree is at most ``ndims`` deep)."""
+        if not isinstance(t, dict):
+            self.num(t, field, -_MAX_TIME_S, _MAX_TIME_S, "a number of seconds")
+            return
+        if parent + 1 >= ndims:
+            raise self.fail(field, f"seconds (a node here would be deeper than the class's {ndims} dimension(s))", t)
+        dim = self.integer(t.get("dim", _MISSING), f"{field}.dim", parent + 1, ndims - 1, "a dimension index")
+        self.text(t.get("name", _MISSING), f"{field}.name", 64)
+        self.integer(t.get("w", _MISSING), f"{field}.w", 1, _MAX_WIDTH, "a step width")
+        self.tree(t.get("a", _MISSING), f"{field}.a", ndims, dim)
+        self.tree(t.get("h", _MISSING), f"{field}.h", ndims, dim)
+
+    def phase(self, ph: Any, field: str) -> None:
+        ph = self.obj(ph, field)
+        self.text(ph.get("dim", _MISSING), f"{field}.dim", 64)
+        for i, x in enumerate(self.lst(ph.get("points", _MISSING), f"{field}.points", MAX_POINTS)):
+            self.integer(x, f"{field}.points[{i}]", 1, _MAX_INT)
+        ncomp = 1 << MAX_DIMS
+        for c, vs in enumerate(self.lst(ph.get("values", _MISSING), f"{field}.values", ncomp)):
+            for i, v in enumerate(self.lst(vs, f"{field}.values[{c}]", MAX_POINTS)):
+                self.num(v, f"{field}.values[{c}][{i}]", -_MAX_TIME_S, _MAX_TIME_S, "a number of seconds")
+        for c, fn in enumerate(self.lst(ph.get("fns", _MISSING), f"{field}.fns", ncomp)):
+            fn = self.obj(fn, f"{field}.fns[{c}]")
+            self.num(fn.get("a", _MISSING), f"{field}.fns[{c}].a", -_MAX_TIME_S, _MAX_TIME_S, "a number of seconds")
+            self.integer(fn.get("w", _MISSING), f"{field}.fns[{c}].w", 1, _MAX_WIDTH, "a step width")
+            self.num(fn.get("h", _MISSING), f"{field}.fns[{c}].h", -_MAX_TIME_S, _MAX_TIME_S, "a number of seconds")
+        for c, r in enumerate(self.lst(ph.get("residuals", _MISSING), f"{field}.residuals", ncomp)):
+            self.num(r, f"{field}.residuals[{c}]", 0.0, 1e300, "a relative residual")
+        for c, lab in enumerate(self.lst(ph.get("labels", []), f"{field}.labels", ncomp)):
+            self.text(lab, f"{field}.labels[{c}]", 1000)
+
+    def sample(self, s: Any, field: str) -> None:
+        s = self.obj(s, field, "a measured layer {layer, time_s, source}")
+        self.num(s.get("time_s", _MISSING), f"{field}.time_s", 0.0, _MAX_TIME_S, "a number of seconds")
+        self.text(s.get("source", ""), f"{field}.source")
+        lay = self.obj(s.get("layer", _MISSING), f"{field}.layer", "a layer object")
+        kinds = {f.name: f.type for f in fields(LayerDesc)}
+        for k, v in lay.items():
+            lf = f"{field}.layer.{k}"
+            t = kinds.get(k)
+            if t is None:
+                raise self.fail(lf, f"only a layer's fields ({', '.join(kinds)})", "an unknown field")
+            if t == "str":
+                self.text(v, lf)
+            elif t == "float":
+                self.num(v, lf, 0.0, 1e21)
+            elif t == "int":
+                self.integer(v, lf, 0, _MAX_INT)
+            else:
+                self.plain(self.obj(v, lf), lf, 2)
+        for k in ("name", "kind", "cls", "flops", "bytes", "macs"):
+            if k not in lay:
+                raise self.fail(f"{field}.layer.{k}", "a value: every layer has it")
+        if lay["cls"] not in CLASSES:
+            raise self.fail(f"{field}.layer.cls", f"one of {', '.join(CLASSES)}", lay["cls"])
+        if lay.get("calls", 1) < 1:
+            raise self.fail(f"{field}.layer.calls", "at least 1", lay["calls"])
+        # the refined roofline tiles a layer with FLOPs as an (M x N) GEMM: both must be at least 1
+        gemm = {"conv": ("batch", "ho", "wo", "f"), "conv1x1": ("batch", "ho", "wo", "f"),
+                "dwconv": ("batch", "ho", "wo", "f"), "linear": ("rows", "f")}.get(lay["cls"], ())
+        if lay["flops"] > 0:
+            for k in gemm:
+                if lay.get(k, 1) < 1:
+                    raise self.fail(f"{field}.layer.{k}", f"at least 1 in a {lay['cls']} layer with FLOPs", lay[k])
 
 
 def _x(d: LayerDesc) -> list[float]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import importlib
 import inspect
 import sys
 import time
@@ -207,23 +206,22 @@ def _load_model(spec: str, batch_size: int):
         # the cost model runs on the meta device: nothing is allocated, no weights needed
         return entry.build(device="meta"), tuple(entry.inputs(batch_size=batch_size, device="meta"))
     elif ":" in spec:
-        mod_name, fn_name = spec.split(":", 1)
-        try:
-            fn = getattr(importlib.import_module(mod_name), fn_name)
-        except (ImportError, AttributeError) as exc:
-            raise ValueError(f"--model {spec}: cannot import {fn_name} from {mod_name} ({exc})") from None
-        made = _call(fn, batch_size)
+        from lightning_edge.cost.cli import factory_from_spec
+
+        made = _call(spec, factory_from_spec(spec), batch_size)
     else:
         raise ValueError(f"--model {spec!r}: expected zoo:NAME (e.g. zoo:resnet50) or package.module:factory")
     return _model_and_inputs(made, spec, batch_size)
 
 
-def _call(fn, batch_size):
+def _call(spec, fn, batch_size):
+    from lightning_edge.cost.cli import call_factory
+
     try:
         params = inspect.signature(fn).parameters
     except (TypeError, ValueError):
         params = {}
-    return fn(batch_size=batch_size) if "batch_size" in params else fn()
+    return call_factory(spec, fn, batch_size=batch_size) if "batch_size" in params else call_factory(spec, fn)
 
 
 def _model_and_inputs(made, spec, batch_size):
@@ -233,6 +231,10 @@ def _model_and_inputs(made, spec, batch_size):
         model, inputs = made
     else:
         model = getattr(made, "model", made)
+        if not isinstance(model, torch.nn.Module):
+            got = "None" if made is None else f"a {type(made).__name__}"
+            raise ValueError(f"--model {spec}: the factory returned {got}, not a torch.nn.Module (nor a (model, "
+                             "example_inputs) pair, nor an object with a .model)")
         inputs = None
         for attr in ("example_inputs", "example_input", "example_input_array"):
             src = getattr(made, attr, None) or getattr(model, attr, None)

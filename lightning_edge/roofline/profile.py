@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from lightning_edge._jsonfile import read_json
 from lightning_edge.roofline.model import Roofline
 
 __all__ = [
@@ -120,13 +121,19 @@ def _same_mode(a: str, b: str, tol_mhz: float = 1.0) -> bool:
 
 # ---------------------------------------------------------------------------------------------- validation
 def _is_num(x) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x)
+    # compared, not converted: math.isfinite of a 400-digit integer raises OverflowError; NaN and inf fail too
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and -1e300 <= x <= 1e300
 
 
 def _unknown(path: str, key: str, allowed) -> str:
     close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.5)
     hint = f"did you mean '{close[0]}'? " if close else ""
     return f"{path}{key}: unknown field; {hint}(allowed: {', '.join(allowed)})"
+
+
+#: the plausible range of each coefficient (eps: at most 1e-6 J): beyond it the balance points and energy efficiencies
+#: computed from a profile overflow (a bandwidth of 1e-300 B/s made the time balance inf)
+_PLAUSIBLE = {"FLOP/s": (1e3, 1e18), "B/s": (1e3, 1e16), "W": (0.0, 1e5)}
 
 
 def _check_coef(errors, path, value, unit, *, nullable, allow_zero=False):
@@ -137,7 +144,17 @@ def _check_coef(errors, path, value, unit, *, nullable, allow_zero=False):
     if not _is_num(value) or value < 0 or (value == 0 and not allow_zero):
         what = "a non-negative" if allow_zero else "a positive"
         extra = " (or null when not measured)" if nullable else ""
-        errors.append(f"{path}: expected {what} number in {unit}{extra}, got {value!r}")
+        shown = repr(value) if not isinstance(value, int) or abs(value) < 1e300 else \
+            f"an integer of {len(str(abs(value)))} digits"
+        errors.append(f"{path}: expected {what} number in {unit}{extra}, got {shown}")
+        return
+    if unit in ("J/FLOP", "J/B") and value > 1e-6:
+        errors.append(f"{path}: {value!r} J is implausibly large for one FLOP/byte; the value is in joules "
+                      "(3.86 pJ is 3.86e-12)")
+        return
+    lo, hi = _PLAUSIBLE.get(unit, (0.0, math.inf))
+    if not (lo <= value <= hi) and not (value == 0 and allow_zero):
+        errors.append(f"{path}: {value!r} {unit} is outside the plausible {lo:g} to {hi:g} {unit}; check the unit")
 
 
 def validate_profile(data: Any, where: str | None = None) -> dict:
@@ -267,11 +284,6 @@ def _validate_mode(errors, path, entry):
     for key, unit in (("eps_flop", "J/FLOP"), ("eps_mop", "J/B"), ("static_power_w", "W")):
         if key in entry:
             _check_coef(errors, f"{path}.{key}", entry[key], unit, nullable=True, allow_zero=True)
-    for key, unit in (("eps_flop", 1e-6), ("eps_mop", 1e-6)):
-        v = entry.get(key)
-        if _is_num(v) and v > unit:
-            errors.append(f"{path}.{key}: {v!r} J is implausibly large for one FLOP/byte; the value is in joules "
-                          "(3.86 pJ is 3.86e-12)")
     for key in ("cpu", "extra"):
         if entry.get(key) is not None and not isinstance(entry[key], dict):
             errors.append(f"{path}.{key}: expected a JSON object or null, got {type(entry[key]).__name__}")
@@ -448,20 +460,22 @@ def load_profile(path_or_name: str | os.PathLike) -> DeviceProfile:
     """Load and validate a profile from a file path, or by the name of a shipped profile
     (``"orin-agx-pagoda"``). Raises ``FileNotFoundError`` naming the choices, or ``ProfileError``."""
     p = Path(path_or_name)
-    if p.is_file():
-        text, where = _read_text(p, str(p)), str(p)
-    else:
-        name = str(path_or_name)
-        name = name[:-5] if name.endswith(".json") else name
-        res = _data_dir() / f"{name}.json"
-        if "/" in name or os.sep in name or not res.is_file():
-            raise FileNotFoundError(
-                f"no device profile {str(path_or_name)!r}: not a file, and not a shipped profile name "
-                f"(shipped: {', '.join(available_profiles()) or 'none'}); "
-                "measure one with `lightning-edge roofline --out profile.json`"
-            )
-        where = f"'{name}' ({res})"
-        text = _read_text(res, where)
+    if p.is_file():  # a user's file: read within limits (size, nesting), every value checked by from_dict
+        where = str(p)
+        data = read_json(p, lambda why: ProfileError([f"the file {why}; expected a device profile written by "
+                                                      "`lightning-edge roofline --out`"], where))
+        return DeviceProfile.from_dict(data, where)
+    name = str(path_or_name)
+    name = name[:-5] if name.endswith(".json") else name
+    res = _data_dir() / f"{name}.json"
+    if "/" in name or os.sep in name or not res.is_file():
+        raise FileNotFoundError(
+            f"no device profile {str(path_or_name)!r}: not a file, and not a shipped profile name "
+            f"(shipped: {', '.join(available_profiles()) or 'none'}); "
+            "measure one with `lightning-edge roofline --out profile.json`"
+        )
+    where = f"'{name}' ({res})"
+    text = _read_text(res, where)
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:

@@ -159,3 +159,83 @@ def test_json_to_a_folder_that_does_not_exist_is_a_one_line_error(tmp_path, caps
     assert main(["analyze", "zoo:resnet18", "--json", str(dest)]) == 1
     err = capsys.readouterr().err
     assert err.startswith("lightning-edge analyze: error: --json ") and "existing, writable folder" in err
+
+
+# ---------------------------------------------------------------- model factory specs (issue 25, item 6)
+FACTORIES = """
+import sys
+from torch import nn
+def boom():
+    raise RuntimeError("no weights here")
+def quits():
+    sys.exit(3)
+def imports_missing():
+    import not_a_real_module_xyz
+def needs_an_argument(n):
+    return nn.Linear(n, n)
+NOT_CALLABLE = 3
+def returns_none():
+    return None
+"""
+
+
+@pytest.fixture
+def factories(tmp_path, monkeypatch):
+    (tmp_path / "facs.py").write_text(FACTORIES)
+    (tmp_path / "brokendep.py").write_text("import not_a_real_dep_xyz\n")
+    (tmp_path / "exits_on_import.py").write_text("raise SystemExit(0)\n")
+    (tmp_path / "syntax_error.py").write_text("def f(:\n")
+    (tmp_path / "raises_on_import.py").write_text("raise RuntimeError('configure me first')\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    for m in ("facs", "brokendep", "exits_on_import", "syntax_error", "raises_on_import"):
+        sys.modules.pop(m, None)
+
+
+@pytest.mark.parametrize("spec", ["../x:build", "./facs:boom", "/abs/facs:boom", ":build", "facs:", "facs:a.b",
+                                  "a b:c", "facs.py:boom", "zoo"])
+def test_a_malformed_spec_says_the_expected_forms(factories, capsys, spec):
+    msg = _one_line_error(capsys, ["analyze", spec, "--input-shape", "3"])
+    assert spec in msg and "zoo:NAME" in msg and "module.path:factory" in msg, msg
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("sys:exit", ["sys:exit", "SystemExit"]),
+    ("facs:quits", ["facs:quits", "SystemExit", "3"]),
+    ("facs:boom", ["facs:boom", "RuntimeError", "no weights here", "facs.py"]),
+    ("facs:imports_missing", ["facs:imports_missing", "ModuleNotFoundError", "not_a_real_module_xyz"]),
+    ("facs:needs_an_argument", ["facs:needs_an_argument", "TypeError", "argument"]),
+    ("os.path:join", ["os.path:join", "TypeError"]),
+])
+def test_a_factory_that_raises_is_one_line_naming_it_and_the_exception(factories, capsys, spec, words):
+    msg = _one_line_error(capsys, ["analyze", spec, "--input-shape", "3"])
+    assert "raised" in msg and all(w in msg for w in words), msg
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("facs:NOT_CALLABLE", ["facs:NOT_CALLABLE", "int", "not callable"]),
+    ("facs:returns_none", ["facs:returns_none", "returned None", "torch.nn.Module"]),
+    ("brokendep:f", ["brokendep", "not_a_real_dep_xyz"]),
+    ("exits_on_import:f", ["exits_on_import", "SystemExit"]),
+    ("syntax_error:f", ["syntax_error", "SyntaxError"]),
+    ("raises_on_import:f", ["raises_on_import", "RuntimeError", "configure me first"]),
+])
+def test_a_module_or_factory_that_is_not_usable_is_one_line(factories, capsys, spec, words):
+    msg = _one_line_error(capsys, ["analyze", spec, "--input-shape", "3"])
+    assert all(w in msg for w in words), msg
+
+
+def test_an_import_error_inside_the_module_is_not_called_a_missing_module(factories, capsys):
+    msg = _one_line_error(capsys, ["analyze", "brokendep:f", "--input-shape", "3"])
+    assert "run from the folder that holds it" not in msg and "not_a_real_dep_xyz" in msg, msg
+
+
+def test_latency_predict_takes_specs_through_the_same_loader(factories, capsys, tmp_path):
+    from tests.latency.test_model import stepwise_model
+
+    saved = stepwise_model().save(tmp_path / "sw.json")
+    for spec in ("sys:exit", "../x:build"):
+        rc = main(["latency", "predict", str(saved), spec, "--input-shape", "3"])
+        err = capsys.readouterr().err
+        assert rc == 1 and len(err.strip().splitlines()) == 1 and spec in err, err

@@ -174,7 +174,7 @@ def test_bad_files_give_one_line_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="latency fit"):
         LatencyModel.load(tmp_path / "nope.json")
     (tmp_path / "bad.json").write_text("{not json")
-    with pytest.raises(ValueError, match="invalid JSON"):
+    with pytest.raises(ValueError, match="not valid JSON"):
         LatencyModel.load(tmp_path / "bad.json")
     (tmp_path / "other.json").write_text(json.dumps({"schema": "lightning_edge.model_cost"}))
     with pytest.raises(ValueError, match="not a latency model file"):

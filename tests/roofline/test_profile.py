@@ -242,3 +242,53 @@ def test_load_errors(tmp_path):
     with pytest.raises(ProfileError, match=f"{wrong}.*source"):
         load_profile(wrong)
     assert load_profile("orin-agx-pagoda.json").device == "jetson-orin-agx-32gb"
+
+
+# ---------------------------------------------------------------- hostile profile files (issue 25, item 6)
+def _write(tmp_path, text: str):
+    p = tmp_path / "board.json"
+    p.write_text(text)
+    return p
+
+
+@pytest.mark.parametrize("text, match", [
+    # nesting the JSON parser cannot follow (it raised RecursionError)
+    (json.dumps({**minimal(), "fit": "X"}).replace('"X"', "[" * 100_000 + "]" * 100_000), "nested"),
+    # nesting it can parse, but that copying the mode entry could not (RecursionError)
+    (json.dumps(minimal()).replace('"bandwidth": 100000000000.0', '"bandwidth": 100000000000.0, "extra": '
+                                   + "[" * 600 + "]" * 600), "nested"),
+    # a 5000-digit number: Python refuses to convert it
+    (json.dumps(minimal()).replace("1000000000000.0", "1" + "0" * 5000), "digits"),
+    # a 400-digit integer: parsed, then math.isfinite raised OverflowError
+    (json.dumps(minimal()).replace("1000000000000.0", "1" + "0" * 400), "peak_flops"),
+    (json.dumps(minimal()).replace('"static_power_w": 5.0', '"static_power_w": 1' + "0" * 400), "static_power_w"),
+    # finite, but the balance points and efficiencies computed from them overflowed to inf
+    (json.dumps(minimal()).replace("100000000000.0", "1e-300"), r"precision\.fp32\.bandwidth: .*1e-300"),
+    (json.dumps(minimal()).replace("1000000000000.0", "1e300"), r"precision\.fp32\.peak_flops: .*1e\+?300"),
+    (json.dumps(minimal()).replace('"static_power_w": 5.0', '"static_power_w": 1e300'), r"static_power_w: .*1e\+?300"),
+    (json.dumps(minimal()).replace('"bandwidth": 100000000000.0', '"bandwidth": 100000000000.0, "eps_flop": 1e300'),
+     r"precision\.fp32\.eps_flop: .*implausibly large"),
+], ids=["nested-100000", "nested-600-in-extra", "5000-digits", "400-digit-peak", "400-digit-static-power",
+        "bandwidth-1e-300", "peak-1e300", "static-power-1e300", "precision-eps-1e300"])
+def test_a_crafted_profile_is_a_profile_error_naming_the_file(tmp_path, text, match):
+    p = _write(tmp_path, text)
+    with pytest.raises(ProfileError, match=match) as info:
+        load_profile(p)
+    assert str(p) in str(info.value)
+
+
+def test_a_profile_larger_than_the_limit_is_refused_before_it_is_read(tmp_path):
+    p = tmp_path / "big.json"
+    with open(p, "wb") as f:
+        f.truncate(100 << 20)           # sparse: nothing is written
+    with pytest.raises(ProfileError, match="larger than"):
+        load_profile(p)
+
+
+def test_a_crafted_profile_through_the_cli_is_one_line(tmp_path, capsys):
+    from lightning_edge.cli import main
+
+    p = _write(tmp_path, json.dumps(minimal()).replace("1000000000000.0", "1" + "0" * 400))
+    assert main(["roofline", "--profile", str(p)]) == 1
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1 and "peak_flops" in err and "Traceback" not in err, err
