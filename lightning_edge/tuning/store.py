@@ -60,7 +60,6 @@ import errno
 import hashlib
 import logging
 import os
-import re
 import socket
 import stat
 import threading

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from lightning_edge.devices import JetsonSysfsController, RecoveryError, SimModeController, safety
+from lightning_edge.devices import JetsonSysfsController, RecoveryError, safety
 from lightning_edge.devices.cli import main as mode_main
 from lightning_edge.devices.safety import StateDirError
 

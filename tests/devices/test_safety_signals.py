@@ -14,8 +14,6 @@ import os
 import random
 import signal
 import sys
-import textwrap
-import threading
 import time
 from pathlib import Path
 
@@ -116,8 +114,8 @@ def test_close_after_a_signal_never_opens_a_session_over_a_switched_board(tmp_pa
     session whose snapshot is the switched mode, which the exit handler then "restored"."""
     from lightning_edge.devices.meter import TwinMeter
     from lightning_edge.devices.sim.device import SimulatedOrin
-    from tests.tuning.test_online import FAST, X, tiny
     from lightning_edge.tuning.online import OnlineTuner
+    from tests.tuning.test_online import FAST, X, tiny
 
     state = tmp_path / "state"
     fired = []
