@@ -50,7 +50,7 @@ from _machine import machine  # noqa: E402
 from lightning_edge.devices import ORIN_AGX_MAXN, fulcrum_space  # noqa: E402
 from lightning_edge.devices.meter import TwinMeter  # noqa: E402
 from lightning_edge.devices.sim.device import SimulatedOrin  # noqa: E402
-from lightning_edge.devices.sim.live import SimWorkload  # noqa: E402
+from lightning_edge.twin.live import SimWorkload  # noqa: E402
 from lightning_edge.tuning import Exhaustive, TrainingProblem  # noqa: E402
 from lightning_edge.tuning.online import (  # noqa: E402
     THOROUGH_AFTER_STEPS,

@@ -47,7 +47,7 @@ if str(REPO) not in sys.path:
 
 from _machine import cpu_model  # noqa: E402
 
-from lightning_edge.devices.catalog import fulcrum_space  # noqa: E402
+from lightning_edge.catalog import fulcrum_space  # noqa: E402
 from lightning_edge.tuning import (  # noqa: E402
     ALS,
     GMD,
@@ -144,7 +144,7 @@ def build_truth(name: str, model: str, kw: dict, kinds: tuple[str, ...], noise: 
                 bs: tuple[int, ...], draw: int = 0) -> Truth:
     """``noise``: relative sd of a profile's (time, power); (0, 0) = the twin's noise-free prediction.
     ``draw``: which seeded noise draw (0: the main tables')."""
-    from lightning_edge.devices.sim.live import SimWorkload
+    from lightning_edge.twin.live import SimWorkload
 
     X = fulcrum_space().to_numpy()
     w = SimWorkload(model, noise=False, seq_len=kw.get("seq_len"))

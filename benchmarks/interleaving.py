@@ -34,7 +34,7 @@ if str(REPO) not in sys.path:
 
 from _machine import machine  # noqa: E402
 
-from lightning_edge.devices.catalog import fulcrum_space  # noqa: E402
+from lightning_edge.catalog import fulcrum_space  # noqa: E402
 from lightning_edge.devices.meter import SensorMeter, TwinMeter  # noqa: E402
 from lightning_edge.devices.sim.device import SimulatedOrin  # noqa: E402
 from lightning_edge.serving import ConstantArrivals, InferenceRunner, InterleavingEngine, synthetic_trace  # noqa: E402
@@ -147,7 +147,7 @@ def twin_section(duration_s: float) -> list[str]:
     ]
     for k, (bg_name, in_name, problem, nu_bs) in enumerate(cases):
         sim = SimulatedOrin(seed=k)
-        from lightning_edge.devices.sim.live import SimWorkload
+        from lightning_edge.twin.live import SimWorkload
 
         bg = SimWorkload(bg_name, sim.twin, seed=1)
         if nu_bs is not None:

@@ -27,7 +27,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from lightning_edge.devices.sensors import INA3221Sensor
-    from lightning_edge.profiling.sampler import PowerSampler
+    from lightning_edge.devices.sampler import PowerSampler
     from tests.fakes.ina3221 import build_orin_agx_ina
 
     try:

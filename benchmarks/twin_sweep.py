@@ -18,8 +18,8 @@ from pathlib import Path
 from _machine import machine
 
 from lightning_edge import zoo
-from lightning_edge.devices.sim.twin import OrinTwin
-from lightning_edge.devices.sim.workload import compile_workload
+from lightning_edge.twin.model import OrinTwin
+from lightning_edge.twin.workload import compile_workload
 
 
 def _ms(t_s: float) -> str:

@@ -4,7 +4,7 @@
 
 Targets: shared/spec/orin-agx-twin.md (Pagoda, seed 000; Fulcrum, seed 001). The twin's values are
 ``simulated``. Conventions (Pagoda's 96 modes, slope ratio, LSTM sequence length...) are in
-``lightning_edge/devices/sim/validation.py`` and docs/twin.md.
+``lightning_edge/twin/validation.py`` and docs/twin.md.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 
 from _machine import machine
 
-from lightning_edge.devices.sim.twin import OrinTwin
-from lightning_edge.devices.sim.validation import to_markdown, validate
+from lightning_edge.twin.model import OrinTwin
+from lightning_edge.twin.validation import to_markdown, validate
 
 
 def main(argv=None) -> int:

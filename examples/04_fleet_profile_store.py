@@ -23,7 +23,7 @@ import tempfile
 
 def board(url: str, seed: int, queue) -> None:
     from lightning_edge.devices import fulcrum_space
-    from lightning_edge.devices.sim.live import SimWorkload
+    from lightning_edge.twin.live import SimWorkload
     from lightning_edge.tuning import ALS
 
     workload = SimWorkload("resnet18", train_batch_size=16, seed=seed)   # the twin plays this board
@@ -91,7 +91,7 @@ def main():
         from optuna.trial import TrialState
 
         from lightning_edge.devices import fulcrum_space
-        from lightning_edge.devices.sim.live import SimWorkload
+        from lightning_edge.twin.live import SimWorkload
         from lightning_edge.tuning import ALS, ProfileStore, TrainingProblem
         from lightning_edge.tuning.store import trial_key
 

@@ -31,7 +31,10 @@ def test_every_name_in_all_resolves():
     assert not broken, "\n".join(broken)
 
 
-def test_star_import_of_the_twin_package():
+def test_star_import_of_the_twin_and_the_simulated_board():
     ns: dict = {}
-    exec("from lightning_edge.devices.sim import *", ns)
+    exec("from lightning_edge.twin import *", ns)
     assert "SimWorkload" in ns and "OrinTwin" in ns
+    ns = {}
+    exec("from lightning_edge.devices.sim import *", ns)
+    assert "SimulatedOrin" in ns and "SimModeController" in ns

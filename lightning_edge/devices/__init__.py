@@ -12,14 +12,14 @@ Light to import: no torch. ::
 
 from __future__ import annotations
 
-from lightning_edge.devices.board import Board, get_board
-from lightning_edge.devices.catalog import (
+from lightning_edge.catalog import (
     FULCRUM_MIDPOINT,
     ORIN_AGX_MAXN,
     fulcrum_space,
     named_space,
     orin_agx_space,
 )
+from lightning_edge.devices.board import Board, get_board
 from lightning_edge.devices.controllers import (
     AppliedMode,
     BoardBusyError,
@@ -38,8 +38,7 @@ from lightning_edge.devices.controllers import (
     available_backends,
     get_controller,
 )
-from lightning_edge.devices.meter import Reading, SensorMeter, StepMeter, TwinMeter
-from lightning_edge.devices.modes import KNOBS, InvalidModeError, PowerMode, PowerModeSpace
+from lightning_edge.devices.meter import SensorMeter, StepMeter, TwinMeter
 from lightning_edge.devices.sensors import (
     EmptySensor,
     INA3221Sensor,
@@ -55,6 +54,7 @@ from lightning_edge.devices.sensors import (
     get_sensor,
 )
 from lightning_edge.devices.sim.controller import SimModeController
+from lightning_edge.modes import KNOBS, InvalidModeError, PowerMode, PowerModeSpace
 
 __all__ = [
     "Board",
@@ -62,7 +62,6 @@ __all__ = [
     "StepMeter",
     "TwinMeter",
     "SensorMeter",
-    "Reading",
     "EmptySensor",
     "INA3221Sensor",
     "JtopSensor",

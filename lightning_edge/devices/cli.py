@@ -95,7 +95,7 @@ def _controller(args: argparse.Namespace):
 
 def _describe_device(ctl) -> str:
     if ctl.source == "simulated":
-        from lightning_edge.devices.catalog import BOARDS
+        from lightning_edge.catalog import BOARDS
 
         board = getattr(ctl, "board", "")
         name = BOARDS[board].name if board in BOARDS else board
@@ -145,7 +145,7 @@ def _show(args) -> int:
 
 
 def _list(args) -> int:
-    from lightning_edge.devices.catalog import fulcrum_space
+    from lightning_edge.catalog import fulcrum_space
 
     ctl = _controller(args)
     space = ctl.space

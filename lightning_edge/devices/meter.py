@@ -15,8 +15,8 @@ step power      the twin's, times seeded noise; after a mode         the sensor'
                 change it follows the twin's settling curve          ``PowerSampler``), ``nan`` without a sensor
 ==============  ===================================================  ================================================
 
-A step is ``meter.start()`` ... ``meter.stop(mode, kind, batch_size)`` and gives a :class:`Reading`. The settling
-curve lives in the twin (:meth:`~lightning_edge.devices.sim.twin.OrinTwin.settling_w`); the meter only asks it.
+A step is ``meter.start()`` ... ``meter.stop(mode, kind, batch_size)`` and gives a :class:`~lightning_edge.records.Measurement` (the one record of a step). The settling
+curve lives in the twin (:meth:`~lightning_edge.twin.model.OrinTwin.settling_w`); the meter only asks it.
 """
 
 from __future__ import annotations
@@ -24,30 +24,16 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Reading", "StepMeter", "TwinMeter", "SensorMeter", "JETSON_SETTLE_S"]
+from lightning_edge.records import Measurement
+
+__all__ = ["StepMeter", "TwinMeter", "SensorMeter", "JETSON_SETTLE_S"]
 
 #: seconds a Jetson's power takes to settle after a mode change (Pagoda: 2-3 s; the twin: 3 tau = 2.4 s)
 JETSON_SETTLE_S = 2.5
-
-
-@dataclass(frozen=True)
-class Reading:
-    """One step as a meter saw it: ``time_s``, ``power_w`` (``nan`` when nothing could be read), ``label``
-    (``simulated`` / ``measured``) and ``trusted`` (False when the power rests on partial or rejected readings)."""
-
-    time_s: float
-    power_w: float
-    label: str
-    trusted: bool = True
-
-    @property
-    def energy_j(self) -> float:
-        return self.time_s * self.power_w
 
 
 @runtime_checkable
@@ -62,7 +48,7 @@ class StepMeter(Protocol):
     def now_s(self) -> float: ...
     def wait_until(self, t_s: float) -> float: ...
     def start(self) -> float: ...
-    def stop(self, mode: Any, kind: str = "train", batch_size: int | None = None) -> Reading: ...
+    def stop(self, mode: Any, kind: str = "train", batch_size: int | None = None) -> Measurement: ...
     def mode_changed(self, mode: Any) -> None: ...
     def idle_power_w(self, mode: Any) -> float: ...
     def energy_j(self, t0_s: float, t1_s: float) -> float | None: ...
@@ -73,7 +59,7 @@ class TwinMeter:
     """Steps on the Orin twin, on a simulated clock (``simulated``).
 
     ``TwinMeter(twin, *, train=None, infer=None, seed=0, noise=True, settling=True, precision="fp32")``: ``twin``
-    is an :class:`~lightning_edge.devices.sim.twin.OrinTwin` (or anything with ``.twin``, e.g. a
+    is an :class:`~lightning_edge.twin.model.OrinTwin` (or anything with ``.twin``, e.g. a
     ``SimulatedOrin``); ``train``/``infer`` the twin workloads (``SimWorkload``, anything with ``draw(kind, mode,
     batch_size, rng, noise)``) timed by ``stop(mode, "train")`` and ``stop(mode, "infer", bs)``; the training one can
     be given later with :meth:`bind` or :meth:`bind_cost`. Each step draws the workload's seeded gaussian noise
@@ -114,14 +100,14 @@ class TwinMeter:
 
     def bind(self, module: Any, example_inputs: Any) -> None:
         """Time training steps of ``module`` on one minibatch of its forward inputs (shapes only)."""
-        from lightning_edge.devices.sim.live import SimWorkload
+        from lightning_edge.twin.live import SimWorkload
 
         self.workloads["train"] = SimWorkload(module, self.twin, example_inputs=example_inputs, seed=self.seed,
                                               precision=self.precision)
 
     def bind_cost(self, cost: Any, batch_size: int) -> None:
         """Time training steps of a captured :class:`~lightning_edge.cost.ModelCost` (``training=True``)."""
-        from lightning_edge.devices.sim.live import SimWorkload
+        from lightning_edge.twin.live import SimWorkload
 
         self.workloads["train"] = SimWorkload(cost, self.twin, train_batch_size=int(batch_size), seed=self.seed,
                                               precision=self.precision)
@@ -158,7 +144,7 @@ class TwinMeter:
         self._t0 = self.clock_s
         return self._t0
 
-    def stop(self, mode: Any, kind: str = "train", batch_size: int | None = None) -> Reading:
+    def stop(self, mode: Any, kind: str = "train", batch_size: int | None = None) -> Measurement:
         """The step: the twin's time and power at ``mode``; the clock advances by its time."""
         dt, power, clean = self.draw(kind, mode, batch_size)
         if self.settling:
@@ -171,7 +157,7 @@ class TwinMeter:
             # the mean of the twin's settling curve over the step, times this step's noise
             power = self.twin.settling_w(self._from_w, self._target_w, a, b) * (power / clean)
         self.clock_s += dt
-        return Reading(dt, float(power), self.label)
+        return Measurement(dt, float(power), self.label, mode=mode)
 
     def mode_changed(self, mode: Any) -> None:
         """The mode changed now: the power moves from its level now to the new mode's along the twin's curve."""
@@ -226,7 +212,7 @@ class SensorMeter:
         self.why_no_power = None if self.has_power else (getattr(sensor, "reason", None) or "no power sensor")
         self.sampler: Any = None
         if self.has_power:
-            from lightning_edge.profiling.sampler import PowerSampler
+            from lightning_edge.devices.sampler import PowerSampler
 
             self.sampler = PowerSampler(sensor, rate_hz=rate_hz, clock_ns=clock_ns)
         self.wait = bool(wait)
@@ -261,14 +247,14 @@ class SensorMeter:
         self._t0 = int(self._ns())
         return (self._t0 - self.t0_ns) / 1e9
 
-    def stop(self, mode: Any = None, kind: str = "train", batch_size: int | None = None) -> Reading:
+    def stop(self, mode: Any = None, kind: str = "train", batch_size: int | None = None) -> Measurement:
         """The step since :meth:`start`: its wall time and the sensor's mean power over it."""
         self._sync()
         t1 = int(self._ns())
         t0 = self._t0 if self._t0 is not None else t1 - 1
         self._t0 = None
         power, trusted = self._power(t0, t1)
-        return Reading(max((t1 - t0) / 1e9, 1e-9), power, self.label, trusted)
+        return Measurement(max((t1 - t0) / 1e9, 1e-9), power, self.label, trusted and power == power, mode=mode)
 
     def _power(self, t0: int, t1: int) -> tuple[float, bool]:
         if self.sampler is None:

@@ -376,7 +376,7 @@ def _json_problem(value: Any, where: str, depth: int = 0, budget: list[int] | No
 def record_problem(rec: Any, where: str = "state") -> str | None:
     """Why a state record cannot be believed (``None``: it can). Checks every field a controller reads: types,
     finite numbers in range, a pid Linux could have handed out, modes that parse, the nested kept record."""
-    from lightning_edge.devices.modes import PowerMode
+    from lightning_edge.modes import PowerMode
 
     if not isinstance(rec, dict):
         return f"{where} is a JSON {type(rec).__name__}, not an object"

@@ -2,7 +2,7 @@
 per-layer times ``EnergyProfiler`` wrote to ``layers.json``.
 
 * one layer: built with torch (``nn.Conv2d``, ``nn.Linear`` ...) on the device, timed forward under
-  ``torch.inference_mode`` with ``lightning_edge.roofline.microbench.time_callable`` (median of ``repeats`` timed
+  ``torch.inference_mode`` with ``lightning_edge.calibrate.microbench.time_callable`` (median of ``repeats`` timed
   blocks after warm-up; CUDA events on a GPU, ``perf_counter_ns`` on the CPU);
 * a network: its forward wall time by the same ``time_callable``, its layers' self times by the profiler's
   ``LayerTimer`` (forward hooks), median over steps;
@@ -155,7 +155,7 @@ def host_meta(device: str, dtype: str = "float32") -> dict:
 
     import torch
 
-    from lightning_edge.roofline.microbench import _device_name
+    from lightning_edge.calibrate.microbench import _device_name
 
     return {"device": device, "device_name": _device_name(device), "threads": torch.get_num_threads(),
             "clock": clock() if device == "cpu" else "cuda events",
@@ -217,7 +217,7 @@ def time_layer(mod: Any, x: Any, device: str = "cpu", repeats: int = 5, warmup: 
     stays hot (in a network the previous layer just wrote it)."""
     import copy
 
-    from lightning_edge.roofline.microbench import _llc_bytes
+    from lightning_edge.calibrate.microbench import _llc_bytes
 
     mods = [mod]
     if cold:
@@ -266,7 +266,7 @@ def time_module(mod: Any, args: tuple, device: str = "cpu", repeats: int = 5, wa
     """Median seconds per call of ``mod(*args, **kwargs)`` under ``torch.inference_mode`` (``time_callable``)."""
     import torch
 
-    from lightning_edge.roofline.microbench import time_callable
+    from lightning_edge.calibrate.microbench import time_callable
 
     kwargs = kwargs or {}
 

@@ -399,7 +399,7 @@ class LatencyModel:
                 peak, bw, container_s = base.peak_flops, base.bandwidth, base.container_s
                 bench_s = 0.0
             else:
-                from lightning_edge.roofline.microbench import run_microbench
+                from lightning_edge.calibrate.microbench import run_microbench
 
                 log(f"roofline microbenchmarks on {device} ({torch.get_num_threads()} threads) ...")
                 mb = run_microbench(device, quick=budget_s < 300, precisions=["fp32"], log=log)

@@ -205,7 +205,7 @@ class EnergySession:
             return self
         self.device = get_board(self.device_arg)
         if self.device.has_sensor:
-            from lightning_edge.profiling.sampler import PowerSampler
+            from lightning_edge.devices.sampler import PowerSampler
 
             self.sampler = PowerSampler(self.device.sensor, rate_hz=self.sampler_rate_hz, clock_ns=self.clock_ns)
             self.sampler.start()

@@ -6,7 +6,7 @@ The sampler is numpy-only and loads eagerly; the hooks (torch) and the rest load
 from __future__ import annotations
 
 from lightning_edge._lazy import lazy_getattr
-from lightning_edge.profiling.sampler import PowerSampler, SamplerOverhead, Samples, default_rate_hz
+from lightning_edge.devices.sampler import PowerSampler, SamplerOverhead, Samples, default_rate_hz
 
 _LAZY = {
     **dict.fromkeys(("LayerTimer", "StepTiming", "Interval", "LayerSelf"), "lightning_edge.profiling.hooks"),

@@ -76,7 +76,7 @@ class PowerTrace:
     """A power trace given as arrays (``t_ns``, ``power_w`` in W), integrated like the ``PowerSampler``:
     the exact integral of the piecewise-linear power between samples, the edge power held up to ``hold_ns``
     beyond the first/last sample (``nan`` further out). Use it for recorded or synthetic traces; a running
-    :class:`~lightning_edge.profiling.sampler.PowerSampler` offers the same two methods."""
+    :class:`~lightning_edge.devices.sampler.PowerSampler` offers the same two methods."""
 
     def __init__(self, t_ns: Sequence[int] | np.ndarray, power_w: Sequence[float] | np.ndarray,
                  hold_ns: int | None = None) -> None:
@@ -353,7 +353,7 @@ def simulated_step(selfs: Mapping[str, Any], t0_ns: int, t1_ns: int, twin_layers
                    name_of: Mapping[str, str] | None = None, *, samples: int | None = None,
                    training: bool = True) -> StepEnergy:
     """One step as the simulated device runs it: every layer's time and energy from the twin's per-layer model of
-    the workload (``twin_layers``: an :class:`~lightning_edge.devices.sim.twin.LayerTimes`, or anything with
+    the workload (``twin_layers``: an :class:`~lightning_edge.twin.model.LayerTimes`, or anything with
     ``names``, ``phase``, ``gpu_s``, ``energy_j``, ``time_s``, ``power_w``), so the layers sum to the twin's step
     energy (``time_s * power_w``) and the step lasts the twin's ``time_s``. ``selfs`` (this machine's timings)
     only supply each layer's host time (``host_time_s``), kind and calls; a layer the twin does not model gets

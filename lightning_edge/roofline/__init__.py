@@ -23,11 +23,11 @@ from lightning_edge.roofline.profile import (
 
 _LAZY = {
     "plot_rooflines": "lightning_edge.roofline.plot",
-    "run_microbench": "lightning_edge.roofline.microbench",
-    "MicrobenchResult": "lightning_edge.roofline.microbench",
-    "EnergyMeter": "lightning_edge.roofline.microbench",
-    "NullEnergyMeter": "lightning_edge.roofline.microbench",
-    "find_energy_meter": "lightning_edge.roofline.microbench",
+    "run_microbench": "lightning_edge.calibrate.microbench",
+    "MicrobenchResult": "lightning_edge.calibrate.microbench",
+    "EnergyMeter": "lightning_edge.calibrate.microbench",
+    "NullEnergyMeter": "lightning_edge.calibrate.microbench",
+    "find_energy_meter": "lightning_edge.calibrate.microbench",
     "fit_energy_coefficients": "lightning_edge.roofline.fit",
     "EnergyFit": "lightning_edge.roofline.fit",
     "nnls": "lightning_edge.roofline.fit",

@@ -113,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
 def _measure(args):
     import torch
 
-    from lightning_edge.roofline.microbench import _slug, find_energy_meter, run_microbench
+    from lightning_edge.calibrate.microbench import _slug, find_energy_meter, run_microbench
     from lightning_edge.roofline.profile import DeviceProfile
 
     device = args.torch_device or ("cuda" if torch.cuda.is_available() else "cpu")

@@ -101,8 +101,8 @@ def parse_mode(mode: str) -> tuple[int, float, float, float] | None:
 
 
 def format_mode(cores: int, cpu_mhz: float, gpu_mhz: float, mem_mhz: float) -> str:
-    """Knobs -> mode string, as :class:`~lightning_edge.devices.modes.PowerMode` prints it ('12c/2201.6/1300.5/3199')."""
-    from lightning_edge.devices.modes import PowerMode
+    """Knobs -> mode string, as :class:`~lightning_edge.modes.PowerMode` prints it ('12c/2201.6/1300.5/3199')."""
+    from lightning_edge.modes import PowerMode
 
     return str(PowerMode(int(cores), cpu_mhz, gpu_mhz, mem_mhz))
 

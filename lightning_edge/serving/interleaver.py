@@ -44,9 +44,9 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from lightning_edge.catalog import fulcrum_space
 from lightning_edge.cost.capture import tensors_of
 from lightning_edge.devices.board import get_board
-from lightning_edge.devices.catalog import fulcrum_space
 from lightning_edge.serving.arrivals import ArrivalProcess, ConstantArrivals
 from lightning_edge.serving.engine import (
     ConcurrentWorkload,
@@ -161,7 +161,7 @@ class InterleaverMixin:
         inputs = pool if isinstance(pool, RequestInputs) else RequestInputs(pool)
         bg_wl = in_wl = None
         if dev.simulated:
-            from lightning_edge.devices.sim.live import SimWorkload
+            from lightning_edge.twin.live import SimWorkload
 
             twin = dev.twin
             example = x if isinstance(x, Mapping) else (x,)  # x: this batch's inputs (always read on the twin)

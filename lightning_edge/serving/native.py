@@ -27,7 +27,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from lightning_edge.devices.meter import Reading, SensorMeter, TwinMeter
+from lightning_edge.devices.meter import SensorMeter, TwinMeter
+from lightning_edge.records import Measurement
 from lightning_edge.serving.arrivals import ArrivalProcess
 from lightning_edge.serving.engine import BatchServer, ModelRunner, Plan, RequestQueue
 from lightning_edge.serving.interleave import InterleavingReport
@@ -149,7 +150,7 @@ class NativeTwinMeter(TwinMeter):
         self.train_for(t0, idle)  # the GPU is never idle: training runs
         return idle
 
-    def stop(self, mode: Any, kind: str = "infer", batch_size: int | None = None) -> Reading:
+    def stop(self, mode: Any, kind: str = "infer", batch_size: int | None = None) -> Measurement:
         if kind != "infer":
             raise ValueError("NativeTwinMeter times inference minibatches; training runs on its own (train_for)")
         w, p_in, _ = self.draw("infer", mode, batch_size)
@@ -165,7 +166,7 @@ class NativeTwinMeter(TwinMeter):
         self.energy += w * p_in + switches * max(p_in, self._p_tr)
         self.clock_s += dur
         t_train = r0 + train_slices
-        return Reading(dur, (t_train * self._p_tr + w * p_in + switches * max(p_in, self._p_tr)) / dur, self.label)
+        return Measurement(dur, (t_train * self._p_tr + w * p_in + switches * max(p_in, self._p_tr)) / dur, self.label, mode=mode)
 
     def idle_power_w(self, mode: Any) -> float:
         return self._p_tr  # the GPU is never idle: training runs

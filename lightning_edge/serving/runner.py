@@ -36,8 +36,8 @@ from typing import Any
 
 import numpy as np
 
+from lightning_edge.catalog import fulcrum_space
 from lightning_edge.devices.board import get_board
-from lightning_edge.devices.catalog import fulcrum_space
 from lightning_edge.serving.arrivals import ArrivalProcess, ConstantArrivals, RateEstimator
 from lightning_edge.serving.engine import (
     BatchServer,
@@ -54,9 +54,9 @@ __all__ = ["InferenceRunner", "ServingReport", "RetuneEvent", "twin_workload"]
 
 def twin_workload(model: Any, twin: Any, example: Any = None, *, seed: int | None = 0,
                   train_batch_size: int | None = None) -> Any:
-    """A :class:`~lightning_edge.devices.sim.live.SimWorkload` for ``model`` on ``twin``: a zoo name, an existing
+    """A :class:`~lightning_edge.twin.live.SimWorkload` for ``model`` on ``twin``: a zoo name, an existing
     twin workload (returned as is), or an ``nn.Module`` with ``example`` = one minibatch (batch dimension first)."""
-    from lightning_edge.devices.sim.live import SimWorkload
+    from lightning_edge.twin.live import SimWorkload
 
     if hasattr(model, "sweep") and hasattr(model, "infer"):
         return model

@@ -35,7 +35,7 @@ from collections.abc import Generator, Sequence
 
 import numpy as np
 
-from lightning_edge.devices.modes import PowerModeSpace
+from lightning_edge.modes import PowerModeSpace
 from lightning_edge.tuning.nn import MLP
 from lightning_edge.tuning.pareto import pareto_front
 from lightning_edge.tuning.search import ExploreSpec, ExploringStrategy, Grid, Point, SearchContext

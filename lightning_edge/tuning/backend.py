@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
-from lightning_edge.devices.modes import PowerMode
+from lightning_edge.modes import PowerMode
 from lightning_edge.tuning.problems import Measurement
 
 

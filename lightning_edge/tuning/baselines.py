@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from lightning_edge.devices.modes import PowerModeSpace
+from lightning_edge.modes import PowerModeSpace
 from lightning_edge.tuning.gmd import feasible_point
 from lightning_edge.tuning.nn import MLP
 from lightning_edge.tuning.pareto import best_index

@@ -60,7 +60,7 @@ import math
 from collections.abc import Callable, Generator
 from typing import Any
 
-from lightning_edge.devices.modes import PowerModeSpace
+from lightning_edge.modes import PowerModeSpace
 from lightning_edge.tuning.prior import DEFAULT_PRIOR_PROFILES, prior_search
 from lightning_edge.tuning.problems import (
     ConcurrentMeasurement,

@@ -60,10 +60,10 @@ from typing import Any
 
 import numpy as np
 
-from lightning_edge.devices import catalog
+from lightning_edge import catalog
 from lightning_edge.devices.controllers.errors import BoardReleasedError
 from lightning_edge.devices.meter import JETSON_SETTLE_S, TwinMeter
-from lightning_edge.devices.modes import KNOBS, PowerMode, PowerModeSpace
+from lightning_edge.modes import KNOBS, PowerMode, PowerModeSpace
 from lightning_edge.tuning.gmd import GMD
 from lightning_edge.tuning.problems import Measurement, Solution, TrainingProblem
 from lightning_edge.tuning.search import MemoryStore, Point, ProfileKey, Profiler, open_backend
@@ -616,8 +616,8 @@ class OnlineTuner:
         if self._model is None:
             self.prior_note = "no prior: the module's inputs were not given (OnlineTuner.bind_model)"
             return True
-        from lightning_edge.devices.sim.live import SimWorkload
-        from lightning_edge.devices.sim.twin import OrinTwin
+        from lightning_edge.twin.live import SimWorkload
+        from lightning_edge.twin.model import OrinTwin
 
         module, inputs, batch_size = self._model
         return self._build_prior(lambda: SimWorkload(
@@ -1057,12 +1057,12 @@ class OnlineTuner:
 def simulate_tuning(workload: Any, power_budget_w: float, *, strategy: Any = "gmd", prior: Any = "auto",
                     window: WindowSpec | None = None, seed: int | None = 0, max_steps: int = 5000,
                     board: Any = None) -> OnlineTuner:
-    """Tune ``workload`` (a :class:`~lightning_edge.devices.sim.live.SimWorkload`: a zoo name or a module with
+    """Tune ``workload`` (a :class:`~lightning_edge.twin.live.SimWorkload`: a zoo name or a module with
     its inputs) on a fresh twin with nothing else running: the engine's steps until it trains in the chosen mode
     (or ``max_steps``), every step the twin's (simulated: noise, power settling), no real computation. Returns the
     closed tuner (``summary()``, ``tuned_at_step``, ``profiles``). For benchmarks and for comparing settings."""
     from lightning_edge.devices.sim.device import SimulatedOrin
-    from lightning_edge.devices.sim.live import SimWorkload
+    from lightning_edge.twin.live import SimWorkload
 
     board = board if board is not None else SimulatedOrin(seed=seed)
     train = SimWorkload(workload.model, board.twin, train_batch_size=workload.train_batch_size, seed=seed,

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from lightning_edge.devices.modes import PowerModeSpace
+from lightning_edge.modes import PowerModeSpace
 from lightning_edge.tuning.pareto import pareto_front
 
 __all__ = ["Prior", "prior_search", "prior_for_twin", "prior_from_rooflines", "DEFAULT_PRIOR_PROFILES"]
@@ -164,15 +164,15 @@ def _climb(grid: Any, measured: dict[int, tuple[float, float]], p_hat: float, t:
 
 # ------------------------------------------------------------------------------------------ sources
 def prior_for_twin(workload: Any, space: PowerModeSpace, *, simulated: bool) -> Prior:
-    """The prior of a :class:`~lightning_edge.devices.sim.live.SimWorkload` (a zoo name or a module with its
+    """The prior of a :class:`~lightning_edge.twin.live.SimWorkload` (a zoo name or a module with its
     example inputs) over ``space``: the twin's model of its ``analyze`` cost; with ``simulated=True`` (the
     measurements come from the twin) the *uncalibrated* twin, so that the prior does not know the simulated
     truth (module docstring)."""
-    from lightning_edge.devices.sim.twin import OrinTwin
+    from lightning_edge.twin.model import OrinTwin
 
     model_twin = OrinTwin(profile_path=False, noise=False, settling=False) if simulated else OrinTwin(
         noise=False, settling=False)
-    from lightning_edge.devices.sim.workload import compile_workload
+    from lightning_edge.twin.workload import compile_workload
 
     bs = int(workload.train_batch_size)
     # the workload's analyze cost, as the measuring twin already has it (analysed once; no twin coefficient in it)

@@ -25,7 +25,8 @@ from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
-from lightning_edge.devices.modes import PowerMode
+from lightning_edge.modes import PowerMode
+from lightning_edge.records import Measurement
 
 KINDS: tuple[str, ...] = ("train", "infer", "concurrent")
 """Workload kinds: standalone training, standalone inference, concurrent training and inference."""
@@ -38,33 +39,7 @@ _FLOOR_EPS = 1e-9  # floor((x / y)) where x / y is an integer up to rounding
 
 
 # ----------------------------------------------------------------------------------------- measurements
-@dataclass(frozen=True)
-class Measurement:
-    """One profiled minibatch: mean time per minibatch (s) and mean power load (W).
-
-    ``label`` says how the numbers were obtained: ``"measured"`` (a real board), ``"simulated"``
-    (the twin) or ``"estimated"`` (a model's prediction, e.g. the NN baseline).
-    """
-
-    time_s: float
-    power_w: float
-    label: str = "measured"
-
-    def __post_init__(self) -> None:
-        t, p = float(self.time_s), float(self.power_w)
-        if not (math.isfinite(t) and t > 0):
-            raise ValueError(f"Measurement.time_s must be a finite time > 0 s, got {self.time_s!r}")
-        if not (math.isfinite(p) and p >= 0):
-            raise ValueError(f"Measurement.power_w must be a finite power >= 0 W, got {self.power_w!r}")
-        object.__setattr__(self, "time_s", t)
-        object.__setattr__(self, "power_w", p)
-        object.__setattr__(self, "label", str(self.label))
-
-    @property
-    def energy_j(self) -> float:
-        return self.time_s * self.power_w
-
-
+# one record of a step, at the ground floor (lightning_edge.records)
 def as_measurement(obj: Any) -> Measurement:
     """A :class:`Measurement` from anything with ``time_s`` and ``power_w`` (and optionally ``label``)."""
     if isinstance(obj, Measurement):

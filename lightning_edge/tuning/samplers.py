@@ -26,7 +26,7 @@ from optuna.samplers import BaseSampler, RandomSampler
 from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
-from lightning_edge.devices.modes import PowerModeSpace
+from lightning_edge.modes import PowerModeSpace
 from lightning_edge.tuning.als import ALS
 from lightning_edge.tuning.backend import ProfileKey
 from lightning_edge.tuning.gmd import GMD

@@ -20,7 +20,7 @@ from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lightning_edge.devices.modes import KNOBS, PowerMode, PowerModeSpace
+from lightning_edge.modes import KNOBS, PowerMode, PowerModeSpace
 from lightning_edge.tuning.backend import MemoryStore, ProfileBackend, ProfileKey
 from lightning_edge.tuning.problems import (
     DEFAULT_BATCH_SIZES,

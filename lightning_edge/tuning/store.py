@@ -76,8 +76,8 @@ from optuna.samplers import RandomSampler
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
-from lightning_edge.devices.modes import KNOBS, PowerMode
 from lightning_edge.devices.safety import redact_url
+from lightning_edge.modes import KNOBS, PowerMode
 from lightning_edge.tuning.backend import MemoryStore, ProfileKey
 from lightning_edge.tuning.problems import Measurement
 from lightning_edge.tuning.table import ProfileTable

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from lightning_edge.devices.modes import PowerMode
+from lightning_edge.modes import PowerMode
 from lightning_edge.tuning.pareto import best_index
 from lightning_edge.tuning.problems import (
     Assessment,

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from lightning_edge.devices import get_board
-from lightning_edge.devices.meter import JETSON_SETTLE_S, Reading, SensorMeter, StepMeter, TwinMeter
-from lightning_edge.devices.modes import PowerMode
+from lightning_edge.devices.meter import JETSON_SETTLE_S, SensorMeter, StepMeter, TwinMeter
 from lightning_edge.devices.sensors.base import PowerReading, PowerSensor
-from lightning_edge.devices.sim.live import SimWorkload
-from lightning_edge.devices.sim.twin import OrinTwin
+from lightning_edge.modes import PowerMode
+from lightning_edge.twin.live import SimWorkload
+from lightning_edge.twin.model import OrinTwin
 
 HIGH = PowerMode(12, 2201.6, 1300.5, 3199)  # MAXN
 LOW = PowerMode(4, 1036.8, 522.75, 665.6)
@@ -55,7 +55,7 @@ def test_a_twin_step_is_the_twins_prediction_for_that_workload_and_mode():
             before = meter.now_s()
             assert meter.start() == before
             r = meter.stop(mode, kind, None if kind == "train" else bs)
-            assert r == Reading(t, p, "simulated")
+            assert (r.time_s, r.power_w, r.label) == (t, p, "simulated")
             assert r.energy_j == pytest.approx(t * p, rel=1e-12)
             assert meter.now_s() == pytest.approx(before + t, rel=1e-12)  # the simulated clock moved by the step
     assert meter.idle_power_w(LOW) == pytest.approx(float(np.ravel(twin.static_power(LOW))[0]))
@@ -161,7 +161,7 @@ def test_a_sensor_step_is_its_wall_time_and_the_sensors_mean_power():
     run_for(meter, clock, 1.0)
     r = meter.stop(HIGH)
     # the ramp's mean over [1 s, 2 s] is 13 W; a linear trace is integrated exactly
-    assert r == Reading(pytest.approx(1.0), pytest.approx(13.0, rel=1e-9), "measured", True)
+    assert (r.time_s, r.power_w, r.label, r.trusted) == (pytest.approx(1.0), pytest.approx(13.0, rel=1e-9), "measured", True)
     assert meter.energy_j(1.0, 2.0) == pytest.approx(13.0, rel=1e-9)
     # a step shorter than the sensor's update period gets the mean of the last period (it cannot resolve less)
     meter.period_ns = int(0.1e9)

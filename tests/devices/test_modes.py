@@ -8,6 +8,7 @@ import json
 import numpy as np
 import pytest
 
+from lightning_edge.catalog import board_info, detect_board, jetpack_major, named_space
 from lightning_edge.devices import (
     FULCRUM_MIDPOINT,
     KNOBS,
@@ -18,7 +19,6 @@ from lightning_edge.devices import (
     fulcrum_space,
     orin_agx_space,
 )
-from lightning_edge.devices.catalog import board_info, detect_board, jetpack_major, named_space
 
 
 @pytest.fixture(scope="module")

@@ -40,7 +40,7 @@ import threading
 import time
 from pathlib import Path
 
-from lightning_edge.devices.catalog import ORIN_AGX_CPU_KHZ, ORIN_AGX_EMC_HZ, ORIN_AGX_GPU_HZ
+from lightning_edge.catalog import ORIN_AGX_CPU_KHZ, ORIN_AGX_EMC_HZ, ORIN_AGX_GPU_HZ
 from lightning_edge.devices.controllers.sysfs import SysfsWriter
 
 META = ".fake_jetson.json"

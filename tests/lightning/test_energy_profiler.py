@@ -310,8 +310,8 @@ def test_on_the_twin_the_fit_reports_what_the_twin_predicts_and_the_tuner_sees(t
     PowerModeTuner's simulated workload gives (noise off), not this CPU's time x the Orin's power."""
     L = pytest.importorskip("lightning.pytorch")
     from lightning_edge.devices.sim.device import SimulatedOrin
-    from lightning_edge.devices.sim.live import SimWorkload
     from lightning_edge.lightning.pytorch import EnergyProfiler
+    from lightning_edge.twin.live import SimWorkload
 
     dev = SimulatedOrin(noise=False)
     cb = EnergyProfiler(device=dev, every_n_steps=1, warmup_steps=1, print_summary=False, figure=False,

@@ -15,6 +15,7 @@ import pytest
 import torch
 from torch import nn
 
+from lightning_edge.devices.sampler import PowerSampler
 from lightning_edge.devices.sensors import ReplaySensor
 from lightning_edge.profiling.attribution import (
     APPORTIONED,
@@ -28,7 +29,6 @@ from lightning_edge.profiling.attribution import (
     model_energies,
 )
 from lightning_edge.profiling.hooks import LayerSelf, LayerTimer
-from lightning_edge.profiling.sampler import PowerSampler
 
 MS = 1_000_000
 T0 = 5_000 * MS

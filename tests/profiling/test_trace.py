@@ -10,9 +10,9 @@ import numpy as np
 import torch
 from torch import nn
 
+from lightning_edge.devices.sampler import Samples
 from lightning_edge.profiling.attribution import PowerTrace, attribute_step
 from lightning_edge.profiling.hooks import LayerTimer
-from lightning_edge.profiling.sampler import Samples
 from lightning_edge.profiling.trace import TRACE_SUFFIX, chrome_trace, nest_lanes, trace_path, write_trace
 
 
@@ -117,8 +117,8 @@ def test_merge_into_a_torch_profiler_trace(tmp_path):
     from torch import nn
     from torch.profiler import ProfilerActivity, profile
 
+    from lightning_edge.devices.sampler import Samples
     from lightning_edge.profiling.hooks import LayerTimer
-    from lightning_edge.profiling.sampler import Samples
     from lightning_edge.profiling.trace import MERGED_PID, merge_into
 
     m = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))

@@ -11,10 +11,7 @@ import time
 import numpy as np
 import pytest
 
-from lightning_edge.cli import main
-from lightning_edge.roofline import load_profile
-from lightning_edge.roofline.fit import fit_energy_coefficients, nnls
-from lightning_edge.roofline.microbench import (
+from lightning_edge.calibrate.microbench import (
     NO_SENSOR_MESSAGE,
     EnergyMeter,
     NullEnergyMeter,
@@ -23,6 +20,9 @@ from lightning_edge.roofline.microbench import (
     run_microbench,
     time_callable,
 )
+from lightning_edge.cli import main
+from lightning_edge.roofline import load_profile
+from lightning_edge.roofline.fit import fit_energy_coefficients, nnls
 
 ON_JETSON = os.path.exists("/etc/nv_tegra_release")
 

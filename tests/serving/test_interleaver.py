@@ -11,11 +11,9 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from lightning_edge.devices.catalog import fulcrum_space
+from lightning_edge.catalog import fulcrum_space
 from lightning_edge.devices.meter import TwinMeter
 from lightning_edge.devices.sim.device import SimulatedOrin
-from lightning_edge.devices.sim.live import SimWorkload
-from lightning_edge.devices.sim.twin import OrinTwin
 from lightning_edge.serving import ConstantArrivals, InterleavingEngine, Plan
 from lightning_edge.serving.engine import (
     ConcurrentWorkload,
@@ -26,6 +24,8 @@ from lightning_edge.serving.engine import (
 from lightning_edge.serving.native import run_native_threads, simulate_native_twin
 from lightning_edge.tuning import GMD, ConcurrentProblem
 from lightning_edge.tuning.baselines import Exhaustive
+from lightning_edge.twin.live import SimWorkload
+from lightning_edge.twin.model import OrinTwin
 
 from .conftest import tiny_net
 

@@ -19,7 +19,7 @@ import math
 
 import pytest
 
-from lightning_edge.devices.modes import PowerModeSpace
+from lightning_edge.modes import PowerModeSpace
 from lightning_edge.tuning import (
     GMD,
     ConcurrentProblem,

@@ -9,12 +9,12 @@ import numpy as np
 import pytest
 
 from lightning_edge.devices import fulcrum_space
-from lightning_edge.devices.sim.live import SimWorkload
-from lightning_edge.devices.sim.twin import OrinTwin
 from lightning_edge.tuning import GMD, Exhaustive, TrainingProblem
 from lightning_edge.tuning.als import ALS
 from lightning_edge.tuning.online import ProfileWindow, WindowSpec
 from lightning_edge.tuning.prior import Prior, prior_for_twin, prior_from_rooflines
+from lightning_edge.twin.live import SimWorkload
+from lightning_edge.twin.model import OrinTwin
 
 SPACE = fulcrum_space()
 

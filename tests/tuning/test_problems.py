@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lightning_edge.devices.modes import PowerMode
+from lightning_edge.modes import PowerMode
 from lightning_edge.tuning import (
     ConcurrentProblem,
     InferenceProblem,

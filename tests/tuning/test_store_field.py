@@ -160,7 +160,7 @@ def test_a_fit_killed_mid_profile_does_not_block_the_next_fit(tmp_path):
 def test_sigterm_ends_a_wait_for_another_process_at_once_and_restores_the_board(tmp_path, sig):
     """A fit waiting for a profile that a live process is measuring shows progress and ends promptly on SIGTERM
     with the board restored (it ignored SIGTERM and sat for 600 s)."""
-    from lightning_edge.devices import catalog
+    from lightning_edge import catalog
     from lightning_edge.tuning.search import Point, ProfileKey
     from lightning_edge.tuning.store import _Heartbeat
 

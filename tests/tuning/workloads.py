@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import collections
 
-from lightning_edge.devices.modes import PowerModeSpace
+from lightning_edge.modes import PowerModeSpace
 from lightning_edge.tuning import Measurement
 
 # A hand-made space: 3 x 5 x 7 x 3 = 315 modes, midpoint 4c/300/400/2000.

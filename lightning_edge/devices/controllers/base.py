@@ -30,8 +30,8 @@ from lightning_edge.devices.controllers.errors import (
     ModeVerificationError,
     RecoveryError,
 )
-from lightning_edge.devices.modes import ModeLike, PowerMode, PowerModeSpace
 from lightning_edge.devices.registry import Backend
+from lightning_edge.modes import ModeLike, PowerMode, PowerModeSpace
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,8 @@ import os
 from pathlib import Path
 from typing import Any, TextIO
 
-from lightning_edge.devices import catalog
-from lightning_edge.devices.catalog import BoardInfo
+from lightning_edge import catalog
+from lightning_edge.catalog import BoardInfo
 from lightning_edge.devices.controllers.nvpmodel import _SysfsBoardController, restore_nvpmodel_snapshot
 from lightning_edge.devices.controllers.sysfs import (
     DryRunWriter,
@@ -22,7 +22,7 @@ from lightning_edge.devices.controllers.sysfs import (
     Write,
     root_suffix,
 )
-from lightning_edge.devices.modes import PowerMode, PowerModeSpace
+from lightning_edge.modes import PowerMode, PowerModeSpace
 
 
 # --------------------------------------------------------------------------- the controller

@@ -20,8 +20,8 @@ from typing import Any, TextIO
 
 from lightning_edge.devices.controllers.base import ModeController
 from lightning_edge.devices.controllers.errors import ControllerUnavailableError, ModePermissionError
-from lightning_edge.devices.modes import PowerMode, PowerModeSpace
 from lightning_edge.devices.sensors.nvml import _import_nvml, _text, nvml_start
+from lightning_edge.modes import PowerMode, PowerModeSpace
 
 
 class NvmlController(ModeController):

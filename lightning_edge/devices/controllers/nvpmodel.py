@@ -39,8 +39,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from lightning_edge.devices import catalog
-from lightning_edge.devices.catalog import BoardInfo
+from lightning_edge import catalog
+from lightning_edge.catalog import BoardInfo
 from lightning_edge.devices.controllers.base import ModeController
 from lightning_edge.devices.controllers.errors import (
     ControllerUnavailableError,
@@ -48,7 +48,7 @@ from lightning_edge.devices.controllers.errors import (
     RebootRequiredError,
 )
 from lightning_edge.devices.controllers.sysfs import JetsonLayout, JetsonSysfs, SysfsWriter, root_suffix
-from lightning_edge.devices.modes import PowerMode, PowerModeSpace
+from lightning_edge.modes import PowerMode, PowerModeSpace
 
 BEGIN_MARK = "# >>> lightning_edge: custom power model, removed on restore >>>"
 END_MARK = "# <<< lightning_edge <<<"

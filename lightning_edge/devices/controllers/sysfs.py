@@ -43,10 +43,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from lightning_edge.devices import catalog
-from lightning_edge.devices.catalog import BoardInfo
+from lightning_edge import catalog
+from lightning_edge.catalog import BoardInfo
 from lightning_edge.devices.controllers.errors import ControllerUnavailableError, ModeWriteError
-from lightning_edge.devices.modes import InvalidModeError, PowerMode, PowerModeSpace
+from lightning_edge.modes import InvalidModeError, PowerMode, PowerModeSpace
 
 
 # --------------------------------------------------------------------------- the file seam

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lightning_edge.devices import catalog
+from lightning_edge import catalog
 from lightning_edge.devices.sensors.base import (
     PowerReading,
     PowerSensor,
@@ -141,7 +141,7 @@ def rail_role(name: str) -> str:
 
 def module_cap(root: str | os.PathLike[str], board: str = "unknown") -> tuple[str | None, float, str]:
     """``(module, cap W, how)``: the most this module is believed to draw, its rated maximum power
-    (:data:`~lightning_edge.devices.catalog.MODULE_MAX_POWER_W`) x :data:`MODULE_POWER_MARGIN`. The module is named by
+    (:data:`~lightning_edge.catalog.MODULE_MAX_POWER_W`) x :data:`MODULE_POWER_MARGIN`. The module is named by
     the device tree under ``root``, else by a rail set only one module has (``board``: ``orin-agx``, ``xavier-agx``);
     otherwise ``module`` is ``None`` and the largest rating in the catalogue is used."""
     key = catalog.detect_module(root) or (board if board in catalog.MODULE_MAX_POWER_W else None)

@@ -20,10 +20,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TextIO
 
-from lightning_edge.devices import catalog
+from lightning_edge import catalog
 from lightning_edge.devices.controllers.base import ModeController
-from lightning_edge.devices.modes import KNOBS, PowerMode, PowerModeSpace
 from lightning_edge.devices.safety import StateFile
+from lightning_edge.modes import KNOBS, PowerMode, PowerModeSpace
 
 SIM_BOARDS = {"orin-agx": (catalog.orin_agx_space, catalog.ORIN_AGX_MAXN)}
 """Boards the twin can play: key -> (space factory, power-on mode)."""

@@ -18,11 +18,11 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from lightning_edge.devices.modes import PowerModeSpace
 from lightning_edge.devices.sim.controller import SimModeController
-from lightning_edge.devices.sim.live import SimWorkload
 from lightning_edge.devices.sim.sensor import SimPowerSensor
-from lightning_edge.devices.sim.twin import OrinTwin
+from lightning_edge.modes import PowerModeSpace
+from lightning_edge.twin.live import SimWorkload
+from lightning_edge.twin.model import OrinTwin
 
 __all__ = ["SimulatedOrin"]
 

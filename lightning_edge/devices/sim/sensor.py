@@ -89,7 +89,7 @@ class SimPowerSensor(PowerSensor):
             raise SensorUnavailableError(why, {"sim": why})
         twin = kw.get("twin")
         if twin is None:
-            from lightning_edge.devices.sim.twin import OrinTwin
+            from lightning_edge.twin.model import OrinTwin
 
             twin = OrinTwin()
         opts = {k: kw[k] for k in ("clock_ns", "update_period_s") if kw.get(k)}

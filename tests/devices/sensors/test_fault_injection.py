@@ -382,7 +382,7 @@ def test_a_tuner_step_on_partial_readings_is_remeasured_then_marked(orin):
     """The power-mode tuner's profile of a mode must not rest on partial or rejected readings: such a step is
     measured again by the next one; if they never get better, the profile says ``(partial)``."""
     from lightning_edge.devices.meter import SensorMeter
-    from lightning_edge.devices.modes import PowerMode
+    from lightning_edge.modes import PowerMode
     from lightning_edge.tuning.online import ProfileWindow, WindowSpec
 
     meter = SensorMeter(INA3221Sensor(root=orin.root), sync=lambda: None)

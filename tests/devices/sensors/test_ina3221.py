@@ -290,7 +290,7 @@ def test_an_unnamed_module_is_capped_by_the_largest_rating(tmp_path):
 
 
 def test_module_ratings_come_from_the_catalogue(tmp_path):
-    from lightning_edge.devices import catalog
+    from lightning_edge import catalog
 
     assert catalog.MODULE_MAX_POWER_W["orin-agx"] == 60.0 and catalog.MODULE_MAX_POWER_W["xavier-agx"] == 30.0
     assert catalog.BOARDS["orin-nano"].max_power_w == 25.0

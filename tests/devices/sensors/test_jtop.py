@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from lightning_edge.devices.sampler import PowerSampler
 from lightning_edge.devices.sensors import SensorError, SensorUnavailableError
 from lightning_edge.devices.sensors.jtop import JtopSensor
-from lightning_edge.profiling.sampler import PowerSampler
 from tests.fakes.jtop import make_module, orin_agx_power
 
 

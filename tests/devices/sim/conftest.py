@@ -1,30 +1,3 @@
-"""Shared twin for the twin's tests: ModelCosts are cached inside it, so analyze() runs once per workload."""
+"""The simulated board's tests use the twin's fixtures (one shared twin, a fake clock)."""
 
-from __future__ import annotations
-
-import pytest
-
-from lightning_edge.devices.sim.twin import OrinTwin
-
-
-@pytest.fixture(scope="session")
-def twin() -> OrinTwin:
-    return OrinTwin(noise=False, settling=False)
-
-
-class FakeClock:
-    """Seconds that only move when told to (``clock.t += 1.0``); ``ns()`` is the same time in ns."""
-
-    def __init__(self, t: float = 100.0) -> None:
-        self.t = float(t)
-
-    def __call__(self) -> float:
-        return self.t
-
-    def ns(self) -> int:
-        return int(round(self.t * 1e9))
-
-
-@pytest.fixture
-def clock() -> FakeClock:
-    return FakeClock()
+from tests.twin.conftest import FakeClock, clock, twin  # noqa: F401

@@ -1,6 +1,6 @@
 """Fit the twin's coefficients to the spec's figures and write ``lightning_edge/data/orin-agx-twin.json``.
 
-    python -m lightning_edge.devices.sim.calibrate [--out DIR] [--start PROFILE] [--defaults] [--max-nfev N] [--skip-roofline]
+    python -m lightning_edge.twin.calibrate [--out DIR] [--start PROFILE] [--defaults] [--max-nfev N] [--skip-roofline]
 
 Two stages, both weighted least squares on relative errors (scipy, needed only here):
 
@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from lightning_edge.devices import catalog
-from lightning_edge.devices.sim import validation as V
-from lightning_edge.devices.sim.physics import DEFAULT_PARAMS, PARAM_DOCS, Physics
+from lightning_edge import catalog
+from lightning_edge.twin import validation as V
+from lightning_edge.twin.physics import DEFAULT_PARAMS, PARAM_DOCS, Physics
 
 ROOF_PARAMS = {  # name: (low, high)
     "peak_core_tflops_per_ghz": (8.0, 30.0), "peak_mem_tflops": (5.0, 200.0), "peak_mem_exp": (0.5, 4.0),
@@ -241,12 +241,12 @@ def profile_dict(params: dict, twin) -> dict:
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "host": {"what": "the lightning_edge Orin AGX twin (simulated): coefficients fitted to published figures",
                  "calibrated_against": "shared/spec/orin-agx-twin.md (Pagoda seed 000, Fulcrum seed 001)",
-                 "regenerate": "python -m lightning_edge.devices.sim.calibrate"},
+                 "regenerate": "python -m lightning_edge.twin.calibrate"},
         "mode_space": {"cores": list(space.cores), "cpu_mhz": list(space.cpu_mhz), "gpu_mhz": list(space.gpu_mhz),
                        "mem_mhz": list(space.mem_mhz)},
         "modes": modes,
         "fit": {
-            "model": "lightning_edge.devices.sim.physics/1",
+            "model": "lightning_edge.twin.physics/1",
             "label": "simulated",
             "params": {k: float(params.get(k, DEFAULT_PARAMS[k])) for k in DEFAULT_PARAMS},
             "docs": PARAM_DOCS,
@@ -266,7 +266,7 @@ def main(argv=None) -> int:
     ap.add_argument("--max-nfev", type=int, default=400)
     ap.add_argument("--skip-roofline", action="store_true")
     args = ap.parse_args(argv)
-    from lightning_edge.devices.sim.twin import OrinTwin, load_twin_params
+    from lightning_edge.twin.model import OrinTwin, load_twin_params
 
     params = dict(DEFAULT_PARAMS)
     if not args.defaults:

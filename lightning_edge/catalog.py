@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lightning_edge.devices.modes import PowerMode, PowerModeSpace
+from lightning_edge.modes import PowerMode, PowerModeSpace
 
 # --------------------------------------------------------------------------- Orin AGX 32 GB grid
 ORIN_AGX_CPU_KHZ: tuple[int, ...] = (

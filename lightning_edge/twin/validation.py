@@ -24,8 +24,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from lightning_edge.devices import catalog
-from lightning_edge.devices.modes import PowerMode, PowerModeSpace
+from lightning_edge import catalog
+from lightning_edge.modes import PowerMode, PowerModeSpace
 
 __all__ = ["Row", "validate", "MAXN", "LOW", "MID", "pagoda_sample_space", "WORKLOAD_ROWS", "to_markdown",
            "slope_ratios", "EPOCH_MINIBATCHES"]

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from lightning_edge.devices import FULCRUM_MIDPOINT
-from lightning_edge.devices.sim.live import SimWorkload
+from lightning_edge.twin.live import SimWorkload
 from lightning_edge.zoo import resnet18
 
 

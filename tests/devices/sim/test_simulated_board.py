@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 
 from lightning_edge.devices.sim.device import SimulatedOrin
-from lightning_edge.devices.sim.live import Measurement, SimWorkload
 from lightning_edge.devices.sim.sensor import ORIN_AGX_RAILS, SimPowerSensor
-from lightning_edge.devices.sim.twin import OrinTwin
-from lightning_edge.devices.sim.validation import LOW, MAXN
+from lightning_edge.twin.live import Measurement, SimWorkload
+from lightning_edge.twin.model import OrinTwin
+from lightning_edge.twin.validation import LOW, MAXN
 
 
 def test_simworkload_noise_is_seeded_and_switchable(twin):

@@ -1,6 +1,6 @@
 """The Jetson AGX Orin twin: rooflines, minibatch time and power of any workload on any of the 18,096 modes.
 
-    >>> from lightning_edge.devices.sim.twin import OrinTwin
+    >>> from lightning_edge.twin.model import OrinTwin
     >>> twin = OrinTwin()
     >>> twin.roofline("12c/2201.6/1300.5/3199").peak_flops          # 14.7e12 (simulated)
     >>> pred = twin.predict_workload("resnet18", 16, "train")   # all 18,096 modes, < 1 s
@@ -35,11 +35,11 @@ from typing import Any
 
 import numpy as np
 
-from lightning_edge.devices import catalog
-from lightning_edge.devices.modes import PowerMode, PowerModeSpace
-from lightning_edge.devices.sim.physics import Physics
-from lightning_edge.devices.sim.workload import WorkloadProfile, compile_workload
+from lightning_edge import catalog
+from lightning_edge.modes import PowerMode, PowerModeSpace
 from lightning_edge.roofline.model import Roofline
+from lightning_edge.twin.physics import Physics
+from lightning_edge.twin.workload import WorkloadProfile, compile_workload
 
 __all__ = ["OrinTwin", "Prediction", "LayerTimes", "Activity", "TWIN_PROFILE", "load_twin_params"]
 
@@ -60,7 +60,7 @@ def load_twin_params(path: str | Path | None = None) -> tuple[dict[str, float], 
     params = fit.get("params")
     if not isinstance(params, dict):
         raise ValueError(f"twin profile {path or TWIN_PROFILE!r} has no fit.params section: regenerate it with "
-                         "`python -m lightning_edge.devices.sim.calibrate`")
+                         "`python -m lightning_edge.twin.calibrate`")
     return {k: float(v) for k, v in params.items()}, data
 
 
@@ -212,7 +212,7 @@ class OrinTwin:
         tf32_matmul: bool = False,
     ) -> None:
         if profile_path is False:  # calibration: start from the defaults, no file
-            from lightning_edge.devices.sim.physics import DEFAULT_PARAMS
+            from lightning_edge.twin.physics import DEFAULT_PARAMS
 
             fitted, self.profile = dict(DEFAULT_PARAMS), {}
         else:

@@ -14,7 +14,7 @@ Each step carries what the twin needs to time it on any power mode:
 
 :func:`compile_workload` builds a :class:`WorkloadProfile` (numpy arrays over steps) once per model;
 ``OrinTwin.predict`` then evaluates it on any number of modes at once. Nothing here imports torch. The adapter
-tuners use (``SimWorkload``) is in :mod:`lightning_edge.devices.sim.live`.
+tuners use (``SimWorkload``) is in :mod:`lightning_edge.twin.live`.
 """
 
 from __future__ import annotations

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lightning_edge.devices.modes import PowerMode
-from lightning_edge.devices.sim.validation import MAXN, pagoda_sample_space
+from lightning_edge.modes import PowerMode
+from lightning_edge.twin.validation import MAXN, pagoda_sample_space
 
 # (GPU MHz, memory MHz) -> peak TFLOP/s, bandwidth GB/s, time balance FLOP/B (None: not published)
 TABLE = [

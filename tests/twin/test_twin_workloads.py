@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from lightning_edge.devices.sim.validation import MAXN, MID, WORKLOAD_ROWS, slope_ratios
+from lightning_edge.twin.validation import MAXN, MID, WORKLOAD_ROWS, slope_ratios
 
 
 @pytest.mark.parametrize("row", WORKLOAD_ROWS, ids=[f"{r[0]}@{'MAXN' if r[4] == MAXN else 'low'}" for r in WORKLOAD_ROWS])

@@ -1,7 +1,7 @@
 """The twin running a workload, as tuners see it: :class:`SimWorkload` (``train(mode)`` / ``infer(mode,
 batch_size)``) gives a :class:`Measurement` (``time_s``, ``power_w``, ``label="simulated"``) with seeded
-measurement noise, from :class:`~lightning_edge.devices.sim.twin.OrinTwin`'s prediction for the compiled workload
-(:mod:`lightning_edge.devices.sim.workload`)."""
+measurement noise, from :class:`~lightning_edge.twin.model.OrinTwin`'s prediction for the compiled workload
+(:mod:`lightning_edge.twin.workload`)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from typing import Any
 
 import numpy as np
 
-from lightning_edge.devices.sim.twin import OrinTwin
-from lightning_edge.tuning.problems import Measurement
+from lightning_edge.records import Measurement
+from lightning_edge.twin.model import OrinTwin
 
 __all__ = ["Measurement", "SimWorkload"]
 

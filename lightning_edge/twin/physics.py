@@ -3,7 +3,7 @@
 Every function takes knob arrays (MHz; cores as numbers) that broadcast together and returns SI units
 (FLOP/s, B/s, W, J/FLOP, J/B, s). The coefficients live in ``lightning_edge/data/orin-agx-twin.json``
 (``fit.params``); :data:`DEFAULT_PARAMS` is only the starting point of the calibration
-(``python -m lightning_edge.devices.sim.calibrate``). docs/twin.md derives each equation.
+(``python -m lightning_edge.twin.calibrate``). docs/twin.md derives each equation.
 
 Reference knobs: MAXN = 12 cores, 2201.6 MHz CPU, 1300.5 MHz GPU, 3199 MHz memory (EMC).
 """

@@ -1,0 +1,108 @@
+"""Subpackages import one way (docs/architecture.md, "Floors"): a module imports only from its own floor or below,
+and the subpackages of one floor form no loop. Every import counts: module level and inside functions
+(``TYPE_CHECKING`` blocks aside), and the parent packages an import loads (importing
+``lightning_edge.devices.sim.controller`` runs ``lightning_edge/devices/__init__.py``: an edge to ``devices``).
+
+A command-line module (``cli.py``, ``*_cli.py``) is on the top floor whatever package holds it: it parses
+arguments and calls the floors below."""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from tests.test_import_cycles import ROOT, _modules, _targets, cycles
+
+FLOORS: dict[int, tuple[str, ...]] = {
+    0: ("_lazy", "_jsonfile"),
+    1: ("records", "modes", "catalog", "zoo"),
+    2: ("cost",),
+    3: ("roofline", "energy"),
+    4: ("twin",),
+    5: ("devices",),
+    6: ("profiling", "calibrate"),
+    7: ("tuning", "latency"),
+    8: ("lightning", "serving"),
+    9: ("cli", "demo", "__main__"),
+}
+FLOOR = {unit: floor for floor, units in FLOORS.items() for unit in units}
+
+
+def unit(module: str) -> str:
+    """What a module belongs to: its subpackage (``devices``), a top-level module (``records``), or, for a
+    command-line module anywhere, ``cli:<module>``."""
+    parts = module.split(".")
+    if parts[-1] == "cli" or parts[-1].endswith("_cli"):
+        return "cli" if module == "lightning_edge.cli" else f"cli:{module}"
+    return parts[1] if len(parts) > 1 else "lightning_edge"
+
+
+def floor_of(u: str) -> int:
+    if u.startswith("cli:") or u == "lightning_edge":
+        return 9
+    if u not in FLOOR:
+        raise AssertionError(f"{u!r} is on no floor: add it to FLOORS here and to docs/architecture.md")
+    return FLOOR[u]
+
+
+def edges(mods: dict[str, Path] | None = None) -> dict[tuple[str, str], list[str]]:
+    """(unit, unit it imports) -> the imports that make it, as 'module -> module'."""
+    mods = mods if mods is not None else _modules()
+    out: dict[tuple[str, str], list[str]] = {}
+    for name, path in mods.items():
+        tree = ast.parse(path.read_text(), str(path))
+        skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+                for n in ast.walk(node)}
+        for node in ast.walk(tree):
+            if not isinstance(node, (ast.Import, ast.ImportFrom)) or id(node) in skip:
+                continue
+            for target in _targets(node, name, path.name == "__init__.py", mods):
+                parts = target.split(".")
+                # the target and every parent package it loads (the top-level package aside: see below)
+                for k in range(2, len(parts) + 1):
+                    t = ".".join(parts[:k])
+                    if t in mods:
+                        a, b = unit(name), unit(t)
+                        if a != b:
+                            out.setdefault((a, b), []).append(f"{name} -> {t}")
+    return out
+
+
+def upward(mods: dict[str, Path] | None = None) -> list[str]:
+    return [f"{a} (floor {floor_of(a)}) imports {b} (floor {floor_of(b)}): {', '.join(sorted(set(why))[:3])}"
+            for (a, b), why in sorted(edges(mods).items()) if floor_of(b) > floor_of(a)]
+
+
+def test_every_import_goes_down_or_across():
+    up = upward()
+    assert not up, "imports that go up a floor:\n" + "\n".join(up)
+
+
+def test_the_subpackages_form_no_loop():
+    graph: dict[str, set[str]] = {}
+    for a, b in edges():
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    loops = cycles(graph)
+    assert not loops, f"subpackages that import each other: {[sorted(c) for c in loops]}"
+
+
+def test_the_top_level_package_loads_nothing_heavy():
+    """Every module loads ``lightning_edge/__init__.py`` (its parent): it must import only floor 0 eagerly (its
+    public names load lazily), or every floor would depend on the top one."""
+    tree = ast.parse((ROOT / "__init__.py").read_text())
+    mods = _modules()
+    eager = {t for node in tree.body if isinstance(node, (ast.Import, ast.ImportFrom))
+             for t in _targets(node, "lightning_edge", True, mods)}
+    assert all(floor_of(unit(t)) == 0 for t in eager), eager
+
+
+@pytest.mark.parametrize("bad", ["lightning_edge.tuning.gmd", "lightning_edge.devices.sim.controller"])
+def test_the_check_sees_a_function_level_import_that_goes_up(bad, tmp_path):
+    """The check itself: a function-level import from the twin (floor 4) into tuning, or into devices (through
+    its parent package), is reported."""
+    p = tmp_path / "bad.py"
+    p.write_text(f"def f():\n    import {bad}\n")
+    found = upward({**_modules(), "lightning_edge.twin._bad": p})
+    assert any(line.startswith("twin (floor 4) imports") and "lightning_edge.twin._bad" in line for line in found)
