@@ -74,7 +74,7 @@ def kill_and_restart(tmp: Path) -> float:
     proc.start()
     while True:
         if (tmp / "bench.sqlite3").exists():
-            st = ProfileStore(url).study("sim-orin-agx", "bench", "train")
+            st = ProfileStore(url).study("sim:orin-agx", "bench", "train")
             running = [t for t in st.get_trials(deepcopy=False) if t.state.name == "RUNNING"]
             if running and running[0].system_attrs.get("lightning_edge:claim", {}).get("pid") == proc.pid:
                 break

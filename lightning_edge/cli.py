@@ -75,11 +75,12 @@ def run_command(run, args: argparse.Namespace, prog: str) -> int:
 def check_board_option(value: str) -> str:
     """``--device`` names a board in every command (auto, jetson, nvml:N, rapl, none, sim:orin-agx); a torch device
     given there (``cuda``, ``cuda:0``, ``mps``; ``cpu`` is ambiguous) is an error that names ``--torch-device``."""
-    v = (value or "auto").strip().lower()
-    if v == "cpu" or v.split(":")[0] in ("cuda", "mps", "xpu"):
-        raise ValueError(f"--device {value}: --device names a board in lightning-edge (auto, jetson, nvml:N, "
-                         f"sim:orin-agx); for a torch device use --torch-device {value}")
-    return v
+    from lightning_edge.devices.spec import BoardSpec
+
+    try:
+        return BoardSpec.parse(value, host_cpu=False).key
+    except ValueError as exc:
+        raise ValueError(f"--{exc}") from None
 
 
 def add_json_argument(parser: argparse.ArgumentParser, what: str = "the result") -> None:

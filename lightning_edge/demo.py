@@ -102,7 +102,6 @@ def run(args: argparse.Namespace) -> int:
         from lightning_edge.lightning.pl import EnergyProfiler, PowerModeTuner
     TensorBoardLogger = L.loggers.TensorBoardLogger
 
-    from lightning_edge.devices.sim.device import SimulatedOrin
     from lightning_edge.zoo.data import synthetic_images
 
     if args.budget <= 0 or args.minutes <= 0 or args.batch_size < 1 or args.image_size < 16:
@@ -115,11 +114,11 @@ def run(args: argparse.Namespace) -> int:
           f"(the twin) under a {args.budget:g} W budget; profile store: {store_text}")
 
     train = synthetic_images(4096, args.image_size, 10, seed=args.seed)
-    board = SimulatedOrin(seed=args.seed)  # one simulated board shared by both callbacks
+    # both callbacks name the board as a user does; get_board gives them the process's one simulated Orin
     # a short fine-tune stopped by the clock (max_epochs is only a ceiling): tune from the prior's few profiles
-    tuner = PowerModeTuner(args.budget, strategy=args.strategy, device=board, store=store, seed=args.seed,
+    tuner = PowerModeTuner(args.budget, strategy=args.strategy, device="sim:orin-agx", store=store, seed=args.seed,
                            thorough=False)
-    profiler = EnergyProfiler(device=board, top=8)
+    profiler = EnergyProfiler(device="sim:orin-agx", top=8)
     deadline = time.monotonic() + args.minutes * 60
 
     class StopWhenDone(L.Callback):

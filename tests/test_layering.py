@@ -9,6 +9,7 @@ arguments and calls the floors below."""
 from __future__ import annotations
 
 import ast
+from pathlib import Path
 
 import pytest
 

@@ -10,9 +10,12 @@
   bandwidth only counts sizes whose working set is well above the last-level cache;
 * timing: CUDA events with synchronisation on a GPU, ``time.perf_counter_ns`` on the CPU; very short
   kernels are looped so that each timed block lasts at least ``min_block_s``;
-* energy: only with an ``EnergyMeter``. pi_0 is the idle power; eps_flop and eps_mop come from a
-  non-negative least-squares fit of E - pi_0 T = eps_flop W + eps_mop Q over all samples
-  (``lightning_edge.roofline.fit``). Without a meter only the time roofline is measured.
+* energy: through the board's meter (:func:`energy_meter`: the board's power sensor, its one sampler, integrated
+  over a window of repeated calls; an ``EnergyMeter`` may be given). pi_0 is the idle power; eps_flop and eps_mop
+  come from a non-negative least-squares fit of E - pi_0 T = eps_flop W + eps_mop Q over all samples
+  (``lightning_edge.roofline.fit``). Without a sensor only the time roofline is measured, and the notes say why;
+* on a simulated board (``board=get_board("sim:orin-agx")``) the same sweeps run on the twin
+  (:mod:`lightning_edge.twin.kernels`): every sample, peak and coefficient is labelled ``simulated``.
 
 torch is imported inside the functions, so importing this module is cheap.
 """
@@ -35,7 +38,8 @@ from lightning_edge.roofline.model import Roofline
 from lightning_edge.roofline.profile import DeviceProfile, ModeEntry
 
 __all__ = [
-    "NO_SENSOR_MESSAGE", "EnergyMeter", "NullEnergyMeter", "find_energy_meter", "Sample", "SweepConfig",
+    "NO_SENSOR_MESSAGE", "EnergyMeter", "NullEnergyMeter", "SensorEnergyMeter", "energy_meter", "find_energy_meter",
+    "TwinRunner", "Sample", "SweepConfig",
     "MicrobenchResult", "run_microbench", "time_callable",
 ]
 
@@ -83,28 +87,69 @@ class NullEnergyMeter:
         raise RuntimeError(self.reason)
 
 
-def find_energy_meter(device: str = "cpu") -> EnergyMeter:
-    """The best energy meter for ``device`` on this machine, or a ``NullEnergyMeter`` saying why none.
+class SensorEnergyMeter:
+    """The energy of a window of work, from a board's power sensor: the board's one sampler integrates its readings
+    over the window (``measure``), or averages them over an idle wait (``idle_power_w``). The window lasts at least
+    ``min_window_s``: three of the sensor's update periods, and 0.5 s."""
 
-    The power-sensor package (``lightning_edge.devices``) is another piece of work; when it provides
-    ``get_energy_meter(device)`` returning an object with this module's ``EnergyMeter`` shape, it is
-    used. Until then every machine gets the null meter.
-    """
+    def __init__(self, board, sync: Callable[[], None] | None = None, sleep: Callable[[float], None] = time.sleep,
+                 min_window_s: float | None = None):
+        self.board = board
+        self.name = str(getattr(board.sensor, "name", board.name))
+        self.available = bool(board.has_sensor)
+        self.reason = "" if self.available else NO_SENSOR_MESSAGE + (
+            f" ({(getattr(board.sensor, 'reason', '') or '').splitlines()[0]})" if getattr(board.sensor, "reason", "")
+            else "")
+        self.min_window_s = max(3.0 * board.update_period_s, 0.5) if min_window_s is None else float(min_window_s)
+        self._sync = sync or (lambda: None)
+        self._sleep = sleep
+
+    def _window(self, run: Callable[[], None]) -> tuple[float, float]:
+        sampler = self.board.sampler()
+        try:
+            self._sync()
+            t0 = time.perf_counter_ns()
+            run()
+            self._sync()
+            t1 = time.perf_counter_ns()
+            sampler.wait_for(t1, timeout_s=max(2 * self.board.update_period_s, 0.05))
+            energy = float(sampler.energy_j(t0, t1))
+            if not sampler.quality(t0, t1).trusted or not math.isfinite(energy):
+                raise RuntimeError(f"{self.name}: the readings over the window are partial ({sampler.quality(t0, t1).describe()})")
+            return (t1 - t0) / 1e9, energy
+        finally:
+            self.board.release_sampler()
+
+    def measure(self, fn: Callable[[], object], repeats: int = 1) -> tuple[float, float]:
+        def run():
+            for _ in range(repeats):
+                fn()
+        return self._window(run)
+
+    def idle_power_w(self, duration_s: float = 2.0) -> float:
+        t, e = self._window(lambda: self._sleep(max(duration_s, self.min_window_s)))
+        return e / t
+
+
+def energy_meter(board=None, device: str = "cpu") -> EnergyMeter:
+    """The energy meter of ``board`` (default: the process's ``get_board("auto")``): its power sensor, or a
+    ``NullEnergyMeter`` saying why there is none."""
+    if board is None:
+        from lightning_edge.devices.board import get_board
+
+        board = get_board("auto")
+    if not board.has_sensor:
+        why = (getattr(board.sensor, "reason", "") or "").splitlines()
+        return NullEnergyMeter(reason=NO_SENSOR_MESSAGE + (f" ({why[0].rstrip(':')})" if why else ""))
+    return SensorEnergyMeter(board, sync=(lambda: _sync(device)))
+
+
+def find_energy_meter(device: str = "cpu") -> EnergyMeter:
+    """The energy meter of this machine's board for the torch ``device`` (see :func:`energy_meter`)."""
     try:
-        from lightning_edge import devices  # noqa: PLC0415
-    except ImportError:
-        return NullEnergyMeter()
-    getter = getattr(devices, "get_energy_meter", None)
-    if getter is None:
-        return NullEnergyMeter()
-    try:
-        meter = getter(device)
+        return energy_meter(None, device)
     except Exception as exc:  # a sensor that fails to open is reported, not fatal  # noqa: BLE001
         return NullEnergyMeter(reason=f"{NO_SENSOR_MESSAGE} (opening the sensor failed: {exc})")
-    if meter is None or not getattr(meter, "available", False):
-        why = getattr(meter, "reason", "") if meter is not None else ""
-        return NullEnergyMeter(reason=NO_SENSOR_MESSAGE + (f" ({why})" if why else ""))
-    return meter
 
 
 # ------------------------------------------------------------------------------------------ samples
@@ -294,13 +339,50 @@ def _tf32(on: bool):
         torch.backends.cuda.matmul.allow_tf32 = prev
 
 
-def _sweep(kernel: str, precision: str, device: str, sizes: list[int], cfg: SweepConfig, deadline: float,
-           meter: EnergyMeter | None, log: Callable[[str], None]) -> list[Sample]:
-    import torch
+class TwinRunner:
+    """The sweeps' kernels on a simulated board: each call is the twin's time and energy of that kernel in the
+    board's current mode (:func:`lightning_edge.twin.kernels.kernel_time_energy`), with its noise. Everything it
+    gives is ``simulated``; the board's (simulated) sensor is its energy meter."""
 
-    dt = getattr(torch, _DTYPES[precision])
-    el = torch.empty((), dtype=dt).element_size()
-    free = _free_bytes(device)
+    label = "simulated"
+    available = True
+    reason = ""
+    min_window_s = 0.0
+    memory_bytes = 32 * 2 ** 30  # the Orin AGX 32 GB
+
+    def __init__(self, board, seed: int | None = 0) -> None:
+        import numpy as np
+
+        self.board = board
+        self.name = f"{board.name} (simulated)"
+        self.rng = np.random.default_rng(seed)
+
+    def element_size(self, precision: str) -> int:
+        return 2 if precision == "fp16" else 4
+
+    def run(self, kernel: str, precision: str, flops: float, nbytes: float, repeats: int) -> tuple[float, float]:
+        """Median time and energy per call over ``repeats`` simulated calls."""
+        from lightning_edge.twin.kernels import kernel_time_energy
+
+        mode = self.board.controller.current()
+        draws = [kernel_time_energy(self.board.twin, mode, flops, nbytes, precision, matmul=kernel == "matmul",
+                                    rng=self.rng) for _ in range(max(repeats, 1))]
+        return statistics.median(t for t, _ in draws), statistics.median(e for _, e in draws)
+
+    def idle_power_w(self, duration_s: float = 0.0) -> float:
+        return float(self.board.twin.static_power(self.board.controller.current()))
+
+
+def _sweep(kernel: str, precision: str, device: str, sizes: list[int], cfg: SweepConfig, deadline: float,
+           meter: EnergyMeter | None, log: Callable[[str], None], twin: TwinRunner | None = None) -> list[Sample]:
+    if twin is not None:
+        el, free = twin.element_size(precision), twin.memory_bytes
+    else:
+        import torch
+
+        dt = getattr(torch, _DTYPES[precision])
+        el = torch.empty((), dtype=dt).element_size()
+        free = _free_bytes(device)
     out: list[Sample] = []
     for size in sizes:
         if out and time.monotonic() > deadline:
@@ -317,6 +399,10 @@ def _sweep(kernel: str, precision: str, device: str, sizes: list[int], cfg: Swee
         if need > 0.5 * free:
             log(f"  {kernel}/{precision}: size {size} needs {need / 2**20:.0f} MiB, more than half the free memory; stop")
             break
+        if twin is not None:
+            t, energy = twin.run(kernel, precision, flops, nbytes, cfg.repeats)
+            out.append(Sample(kernel, precision, int(size), flops, nbytes, float(t), cfg.repeats, energy, twin.label))
+            continue
         try:
             if kernel == "matmul":
                 a = torch.randn(size, size, device=device, dtype=dt)
@@ -375,10 +461,11 @@ class MicrobenchResult:
     notes: list[str] = field(default_factory=list)
     elapsed_s: float = 0.0
     host: dict = field(default_factory=dict)
+    label: str = "measured"  # "simulated": the sweeps ran on a twin
 
     def roofline(self, precision: str = "fp32", mode: str = "current") -> Roofline:
         """The measured Roofline at ``precision`` (energy coefficients only if a sensor was used)."""
-        return self.mode_entry(mode).roofline(precision, source="measured")
+        return self.mode_entry(mode).roofline(precision, source=self.label)
 
     def mode_entry(self, mode: str = "current") -> ModeEntry:
         precision = {}
@@ -395,18 +482,19 @@ class MicrobenchResult:
             precision[name] = entry
         # the mode-level eps values are those of fp32 (Pagoda's default precision), else the first fitted
         main = self.energy_fits.get("fp32") or next(iter(self.energy_fits.values()), None)
-        extra = {"elapsed_s": round(self.elapsed_s, 3), "sensor": self.sensor, "label": "measured"}
+        extra = {"elapsed_s": round(self.elapsed_s, 3), "sensor": self.sensor, "label": self.label}
         return ModeEntry(
             mode=mode, precision=precision,
             eps_flop=None if main is None else float(main.eps_flop),
             eps_mop=None if main is None else float(main.eps_mop),
             static_power_w=None if self.static_power_w is None else float(self.static_power_w),
-            note="; ".join(self.notes) or None, extra=extra, source="measured",
+            note="; ".join(self.notes) or None, extra=extra, source=self.label,
         )
 
     def to_profile(self, mode: str = "current", device: str | None = None) -> DeviceProfile:
-        """A one-mode DeviceProfile (source ``measured``) that ``save_profile`` can write."""
-        return DeviceProfile(device=device or _slug(self.device_name), source="measured",
+        """A one-mode DeviceProfile (source ``measured``, or ``simulated`` for a twin) that ``save_profile`` can
+        write."""
+        return DeviceProfile(device=device or _slug(self.device_name), source=self.label,
                              modes=[self.mode_entry(mode)], host=self.host)
 
     def to_dict(self) -> dict:
@@ -452,70 +540,109 @@ def _host_info(device: str) -> dict:
 
 def run_microbench(device: str | None = None, quick: bool = False, precisions: list[str] | None = None,
                    meter: EnergyMeter | None = None, config: SweepConfig | None = None,
-                   idle_s: float = 3.0, log: Callable[[str], None] | None = None) -> MicrobenchResult:
+                   idle_s: float = 3.0, log: Callable[[str], None] | None = None, board=None,
+                   seed: int | None = 0) -> MicrobenchResult:
     """Measure peak FLOP/s and bandwidth per precision (and, with a meter, pi_0, eps_flop, eps_mop).
 
     Args:
-        device: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; default ``cuda`` when available, else ``cpu``.
+        device: the torch device the kernels run on: ``"cpu"``, ``"cuda"`` or ``"cuda:N"``; default ``cuda`` when
+            available, else ``cpu``. Not used on a simulated board.
         quick: small sweeps and 3 repeats (under ~20 s on a 2-core CPU); default sweeps follow Pagoda
             (10 repeats, sizes up to what fits) within about 2 minutes.
-        precisions: e.g. ``["fp32", "bf16"]``; default fp32 plus the fast low precisions the device runs.
-        meter: an ``EnergyMeter``; default ``find_energy_meter(device)`` (a null meter without a sensor).
+        precisions: e.g. ``["fp32", "bf16"]``; default fp32 plus the fast low precisions the device runs (the twin:
+            ``fp32``, TF32 tensor cores as Pagoda's, and ``fp16``).
+        meter: an ``EnergyMeter``; default the board's (:func:`energy_meter`: its power sensor; a null meter
+            without one).
         config: explicit sizes and repeats (overrides ``quick``).
         idle_s: seconds of idle power measured for pi_0 (with a meter).
         log: a function called with progress lines (default: silent).
+        board: the board measured (``lightning_edge.devices.get_board``; default ``get_board("auto")``, the one this
+            process shares). A simulated board runs the sweeps on its twin in its current mode (``seed``: its noise).
     """
-    import torch
-
     t_start = time.monotonic()
     log = log or (lambda _msg: None)
+    if board is not None and getattr(board, "twin", None) is not None:
+        return _run_on_twin(board, quick, precisions, config, log, seed, t_start)
+    import torch
+
     if device is None:
         device = "cuda" if torch.cuda.is_available() else "cpu"
     if device.startswith("cuda") and not torch.cuda.is_available():
-        raise RuntimeError(f"--device {device}: this torch build or machine has no CUDA device "
-                           f"(torch {torch.__version__}); use --device cpu")
+        raise RuntimeError(f"--torch-device {device}: this torch build or machine has no CUDA device "
+                           f"(torch {torch.__version__}); use --torch-device cpu")
     if not (device == "cpu" or device.startswith("cuda")):
         raise ValueError(f"device: expected 'cpu', 'cuda' or 'cuda:N', got {device!r}")
     cfg = config or SweepConfig.for_device(device, quick)
-    meter = meter if meter is not None else find_energy_meter(device)
+    if meter is None:
+        try:
+            meter = energy_meter(board, device)
+        except Exception as exc:  # a sensor that fails to open is reported, not fatal  # noqa: BLE001
+            meter = NullEnergyMeter(reason=f"{NO_SENSOR_MESSAGE} (opening the sensor failed: {exc})")
     if precisions is None:
         precisions = _default_precisions(device)
     for p in precisions:
         if p not in _DTYPES:
             raise ValueError(f"precision {p!r}: expected one of {', '.join(_DTYPES)}")
-    deadline = t_start + cfg.budget_s
     notes: list[str] = []
     if device == "cpu":
         notes.append(f"CPU roofline with {torch.get_num_threads()} threads")
     if "fp32" in precisions and device.startswith("cuda"):
         notes.append("fp32 measured with TF32 matmuls disabled (CUDA cores); 'tf32' has them enabled (Pagoda's "
                      "published 'fp32' is TF32)")
-
     static_power = None
     if meter.available:
         log(f"measuring idle power for {idle_s:.0f} s with {meter.name} ...")
         _sync(device)
         static_power = float(meter.idle_power_w(idle_s))
-
     llc = _llc_bytes(device)
-    min_bw_bytes = cfg.min_bandwidth_bytes
-    if min_bw_bytes is None:
-        min_bw_bytes = min(4 * llc, 256 * 2 ** 20) if llc else 32 * 2 ** 20
+    min_bw = cfg.min_bandwidth_bytes
+    if min_bw is None:
+        min_bw = min(4 * llc, 256 * 2 ** 20) if llc else 32 * 2 ** 20
+    return _measure(device, _device_name(device), precisions, cfg, meter, static_power, min_bw, notes, log,
+                    t_start, lambda prec: _precision_runs(prec, device), None, _host_info(device), "measured")
 
+
+def _run_on_twin(board, quick: bool, precisions: list[str] | None, config: SweepConfig | None,
+                 log: Callable[[str], None], seed: int | None, t_start: float) -> MicrobenchResult:
+    """The sweeps on a simulated board's twin (see :class:`TwinRunner`), in its current mode."""
+    from lightning_edge.twin.kernels import PRECISIONS
+
+    runner = TwinRunner(board, seed)
+    cfg = config or SweepConfig.for_device("cuda", quick)
+    precisions = precisions or ["fp32", "fp16"]
+    bad = [p for p in precisions if p not in PRECISIONS]
+    if bad:
+        raise ValueError(f"precision {bad[0]!r}: the twin has rooflines for {', '.join(PRECISIONS)} (fp32 is TF32 "
+                         "tensor cores, as Pagoda's published fp32; fp32_cuda the CUDA cores)")
+    mode = str(board.controller.current())
+    notes = [f"simulated: the sweeps ran on the twin of {board.name} in mode {mode}, not on this machine"]
+    static_power = runner.idle_power_w()
+    log(f"{runner.name}: idle power {static_power:.2f} W (simulated)")
+    host = {"device": board.name, "device_name": board.name, "simulated": True, "mode": mode}
+    return _measure(board.name, board.name, precisions, cfg, runner, static_power,
+                    cfg.min_bandwidth_bytes or 32 * 2 ** 20, notes, log, t_start, lambda prec: True, runner, host,
+                    "simulated")
+
+
+def _measure(device: str, device_name: str, precisions: list[str], cfg: SweepConfig, meter, static_power,
+             min_bw_bytes: int, notes: list[str], log, t_start: float, supported, twin: TwinRunner | None,
+             host: dict, label: str) -> MicrobenchResult:
+    """The sweeps of every precision, their peaks and (with a meter) the energy fits."""
+    deadline = t_start + cfg.budget_s
     results: dict[str, dict] = {}
     samples: list[Sample] = []
     n_prec = len(precisions)
     for k, prec in enumerate(precisions):
-        if not _precision_runs(prec, device):
+        if not supported(prec):
             notes.append(f"{prec}: not supported on {device} by this torch build; skipped")
             continue
         # share what is left of the budget between the remaining precisions (and their 3 sweeps)
         share = max(0.5, (deadline - time.monotonic()) / (n_prec - k))
         sub_deadline = time.monotonic() + share
         log(f"{prec} on {device}:")
-        mm = _sweep("matmul", prec, device, cfg.matmul_sizes, cfg, time.monotonic() + share / 2, meter, log)
-        rl = _sweep("relu", prec, device, cfg.relu_bytes, cfg, time.monotonic() + share / 4, meter, log)
-        tr = _sweep("transpose", prec, device, cfg.transpose_bytes, cfg, sub_deadline, meter, log)
+        mm = _sweep("matmul", prec, device, cfg.matmul_sizes, cfg, time.monotonic() + share / 2, meter, log, twin)
+        rl = _sweep("relu", prec, device, cfg.relu_bytes, cfg, time.monotonic() + share / 4, meter, log, twin)
+        tr = _sweep("transpose", prec, device, cfg.transpose_bytes, cfg, sub_deadline, meter, log, twin)
         samples += mm + rl + tr
         if not mm or not (rl or tr):
             notes.append(f"{prec}: the sweeps did not finish; no roofline for it")
@@ -533,7 +660,7 @@ def run_microbench(device: str | None = None, quick: bool = False, precisions: l
             "peak_flops": best_mm.flops_per_s, "bandwidth": best_bw.bytes_per_s,
             "matmul_n": best_mm.size, "bandwidth_kernel": best_bw.kernel, "bandwidth_size": best_bw.size,
             "bandwidth_working_set_bytes": int(best_bw.bytes), "min_bandwidth_bytes": int(min_bw_bytes),
-            "repeats": cfg.repeats, "note": entry_note or f"measured: matmul, ReLU and transpose sweeps ({prec})",
+            "repeats": cfg.repeats, "note": entry_note or f"{label}: matmul, ReLU and transpose sweeps ({prec})",
         }
     if not results:
         raise RuntimeError(f"no precision could be measured on {device}; see the notes: {'; '.join(notes)}")
@@ -556,7 +683,7 @@ def run_microbench(device: str | None = None, quick: bool = False, precisions: l
     else:
         notes.append(meter.reason)
     return MicrobenchResult(
-        device=device, device_name=_device_name(device), precisions=results, samples=samples,
+        device=device, device_name=device_name, precisions=results, samples=samples,
         static_power_w=static_power, energy_fits=fits, sensor=meter.name if meter.available else None,
-        notes=notes, elapsed_s=time.monotonic() - t_start, host=_host_info(device),
+        notes=notes, elapsed_s=time.monotonic() - t_start, host=host, label=label,
     )

@@ -1,46 +1,53 @@
-"""One ``Board``: what the profiler, the tuner, serving and the CLI need of a device, from one resolver.
+"""One ``Board`` per device per process: what the profiler, the tuner, serving and every command know of a board.
 
-``get_board(spec, control="read")`` accepts:
+``get_board(spec)`` returns **the same** :class:`Board` for the same spec (parsed by the one parser,
+:class:`~lightning_edge.devices.spec.BoardSpec`) within a process, so every callback, runner and command reads and
+switches one board: a mode set by one is the mode all report, and a real board has one controller and one power
+sampler. ``spec``:
 
 - ``"auto"`` / ``None``: the power sensor found here (Jetson sysfs > jtop > NVML > RAPL > none, as
   :func:`~lightning_edge.devices.get_sensor` probes) and the board's mode controller when there is one;
 - a sensor or board name: ``"jetson"``, ``"jtop"``, ``"nvpmodel"``, ``"nvml"`` / ``"nvml:0"``, ``"rapl"``;
 - ``"none"`` / ``"cpu"`` / ``"host"``: this machine, no power sensor, no controller (time-only profiling,
   wall-clock serving);
-- ``"sim"`` / ``"sim:orin-agx"``: a new Orin AGX twin (:class:`~lightning_edge.devices.sim.device.SimulatedOrin`),
-  closed with the board;
+- ``"sim"`` / ``"sim:orin-agx"``: the Orin AGX twin (:class:`~lightning_edge.devices.sim.device.SimulatedOrin`);
 - a ``SimulatedOrin`` or any object with ``sensor`` and/or ``controller`` (and optionally ``twin``) attributes:
-  that device, shared (not closed with the board); a bare ``PowerSensor``; a ``Board``.
+  that device (one Board per object, shared, not closed with the board); a bare ``PowerSensor``; a ``Board``.
 
-``control``: ``"read"`` (the profiler: a controller only to read the mode, opened without safety handlers, and
-optional: without one, a note says mode changes are not tracked) or ``"write"`` (the tuner, serving: a controller
-that switches modes, with its state file and restore handlers; a board name without one raises, saying why).
+``control``: ``"read"`` (the profiler: the mode is read, through a controller opened without safety handlers when
+the board has no writer yet; optional: without one a note says mode changes are not tracked) or ``"write"`` (the
+tuner, serving: the board's controller that switches modes, with its state file and restore handlers, created once
+and then shared by every reader; a board name without one raises, saying why).
+
+Each caller that gets a board closes it when done (:meth:`Board.close`); the board is closed (its sampler stopped,
+its sensor closed) when the last one does, and the next ``get_board`` opens it anew. :func:`forget_boards` closes
+them all (tests, notebooks).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
 from lightning_edge.devices.meter import JETSON_SETTLE_S, SensorMeter, TwinMeter
 from lightning_edge.devices.sensors.base import EmptySensor, PowerSensor
+from lightning_edge.devices.spec import HOST_NAMES, BoardSpec
 
-__all__ = ["Board", "get_board", "ORIN_PROFILE", "JETSON_SETTLE_S", "HOST_NAMES"]
+__all__ = ["Board", "BoardSpec", "get_board", "forget_boards", "ORIN_PROFILE", "JETSON_SETTLE_S", "HOST_NAMES"]
 
 #: the published roofline profile used for the model energies on real boards (Pagoda's Orin AGX)
 ORIN_PROFILE = "orin-agx-pagoda"
-#: names of "this machine, nothing to measure or control"
-HOST_NAMES = ("none", "null", "cpu", "host")
 
 
-@dataclass
+@dataclass(eq=False)
 class Board:
     """A device: its power ``sensor`` (never None: an ``EmptySensor`` saying why when there is none), its mode
-    ``controller`` (None when it has none), the ``twin`` when it is the simulated Orin, and the ``owner`` that
-    :meth:`close` closes: what the resolver created (the ``SimulatedOrin`` of a ``"sim"`` spec, a sensor opened by
-    name); a device you pass in stays open (yours to close)."""
+    ``controller`` (None when it has none), the ``twin`` when it is simulated, and the ``owner`` that is closed with
+    it: what the resolver created (the ``SimulatedOrin`` of a ``"sim"`` spec, a sensor opened by name); a device
+    you pass in stays open (yours to close). ``spec``: the parsed spec it was opened from (None for an object)."""
 
     name: str
     sensor: PowerSensor
@@ -48,6 +55,14 @@ class Board:
     twin: Any = None
     owner: Any = None
     notes: list[str] = field(default_factory=list)
+    spec: BoardSpec | None = None
+    root: Any = None
+    writable: bool = False  # the controller is the board's writer (state file, lock, restore handlers)
+    _users: int = 0
+    _key: Any = None
+    _sampler: Any = None
+    _sampler_users: int = 0
+    closed: bool = False
 
     @property
     def simulated(self) -> bool:
@@ -68,7 +83,18 @@ class Board:
 
     @property
     def space(self) -> Any:
+        """The board's power-mode space (None without a controller)."""
         return getattr(self.controller, "space", None)
+
+    @property
+    def store_key(self) -> str:
+        """The board's key in a profile store: its model (``orin-agx``), or ``sim:<key>`` for the twin, so simulated
+        profiles are never mixed with a real board's."""
+        space = getattr(self.space, "name", None)
+        name = space or getattr(self.controller, "device_id", None) or self.name
+        if self.simulated:
+            return name if str(name).startswith("sim:") else f"sim:{name}"
+        return str(name)
 
     @property
     def update_period_s(self) -> float:
@@ -114,13 +140,34 @@ class Board:
         maxn = prof.modes[0].mode
         return prof.roofline(maxn, precision), f"{ORIN_PROFILE} (published) mode {maxn} (MAXN)"
 
+    def sampler(self, rate_hz: float | None = None, clock_ns: Any = None) -> Any:
+        """The board's one background power sampler (started on first use; every reader of the board shares it:
+        the profiler and the tuner's meter integrate the same readings). None without a sensor. Release it with
+        :meth:`release_sampler`."""
+        if not self.has_sensor:
+            return None
+        if self._sampler is None:
+            from lightning_edge.devices.sampler import PowerSampler
+
+            kw = {"clock_ns": clock_ns} if clock_ns is not None else {}
+            self._sampler = PowerSampler(self.sensor, rate_hz=rate_hz, **kw)
+            self._sampler.start()
+        self._sampler_users += 1
+        return self._sampler
+
+    def release_sampler(self) -> None:
+        self._sampler_users = max(self._sampler_users - 1, 0)
+        if self._sampler_users == 0 and self._sampler is not None:
+            self._sampler.stop()
+            self._sampler = None
+
     def meter(self, *, seed: int | None = 0, settling: bool = True, wait: bool = True, **twin: Any) -> Any:
-        """The board's step meter (:mod:`lightning_edge.devices.meter`): a ``TwinMeter`` on the twin (``seed``,
-        ``settling``, and ``train=``/``infer=``/``precision=`` for it), else a ``SensorMeter`` of the sensor
-        (``wait``: wait for a sample after each step)."""
+        """A step meter of the board (:mod:`lightning_edge.devices.meter`): a ``TwinMeter`` on the twin (``seed``,
+        ``settling``, and ``train=``/``infer=``/``precision=`` for it; its own simulated clock), else a
+        ``SensorMeter`` over the board's one sampler (``wait``: wait for a sample after each step)."""
         if self.twin is not None:
             return TwinMeter(self.twin, seed=seed, settling=settling, **twin)
-        return SensorMeter(self.sensor, wait=wait)
+        return SensorMeter(self.sensor, wait=wait, board=self)
 
     def describe(self) -> str:
         if not self.has_sensor:
@@ -129,52 +176,128 @@ class Board:
         return f"{self.name}: {getattr(self.sensor, 'label', '') or type(self.sensor).__name__}"
 
     def close(self) -> None:
+        """Done with the board: it is closed when its last user closes it (see the module docstring)."""
+        with _LOCK:
+            self._users = max(self._users - 1, 0)
+            if self._users > 0 or self.closed:
+                return
+            if self._key is not None and _BOARDS.get(self._key) is self:
+                del _BOARDS[self._key]
+            self.closed = True
+        if self._sampler is not None:
+            with contextlib.suppress(Exception):
+                self._sampler.stop()
+            self._sampler = None
         close = getattr(self.owner, "close", None)
         if close is not None:
             with contextlib.suppress(Exception):
                 close()
 
+    # ------------------------------------------------------------------ the writer
+    def _make_writable(self) -> None:
+        """Give the board its writer (once): the controller that switches modes, with its safety."""
+        if self.writable:
+            return
+        if self.spec is None:  # an object passed in: its controller is what it is
+            self.writable = self.controller is not None
+            return
+        if self.twin is not None:  # the simulated board's controller is its writer already
+            self.writable = True
+            return
+        if self.spec.kind == "host":  # this machine: nothing to switch (callers check board.controller)
+            return
+        from lightning_edge.devices.controllers import get_controller
 
-def get_board(spec: Any = "auto", *, control: str = "read", seed: int | None = 0) -> Board:
-    """The :class:`Board` for ``spec`` (see the module docstring); ``seed`` seeds a new twin's noise."""
+        kind = self.spec.kind
+        kw = {"root": self.root} if self.root is not None else {}
+        self.controller = get_controller("auto" if kind in ("auto", "jtop") else self.spec.key, **kw)
+        self.notes[:] = [n for n in self.notes if not n.startswith("no mode controller")]
+        self.writable = True
+
+
+_BOARDS: dict[Any, Board] = {}
+_LOCK = threading.RLock()
+
+
+def forget_boards() -> None:
+    """Close every board of this process and forget them (tests, notebooks): the next ``get_board`` opens anew."""
+    with _LOCK:
+        boards = list(_BOARDS.values())
+        _BOARDS.clear()
+    for b in boards:
+        b._users = 1
+        b._key = None
+        b.close()
+
+
+def get_board(spec: Any = "auto", *, control: str = "read", seed: int | None = 0, root: Any = None) -> Board:
+    """The process's :class:`Board` for ``spec`` (see the module docstring): the same one for the same spec.
+    ``seed`` seeds a new twin's noise (the first opener's wins); ``root``: the file-system root of a board (a fake
+    sysfs tree in tests; a Python argument only, never a command-line option)."""
     if control not in ("read", "write"):
         raise ValueError(f"control must be 'read' or 'write', got {control!r}")
     if isinstance(spec, Board):
-        return spec
-    if isinstance(spec, PowerSensor):
-        return Board(getattr(spec, "name", "sensor"), spec, owner=spec)
-    if spec is not None and not isinstance(spec, str):
-        sensor, ctl = getattr(spec, "sensor", None), getattr(spec, "controller", None)
-        if sensor is None and ctl is None:
+        board = spec
+        with _LOCK:
+            board._users += 1
+    else:
+        if spec is not None and not isinstance(spec, str) and not isinstance(spec, (PowerSensor, BoardSpec)) \
+                and getattr(spec, "sensor", None) is None and getattr(spec, "controller", None) is None:
             raise TypeError("device: expected 'auto', a name such as 'sim:orin-agx', 'jetson', 'nvml:0', 'rapl' or "
                             "'none', a PowerSensor, or an object with .sensor and/or .controller attributes "
                             f"(SimulatedOrin); got {type(spec).__name__}")
+        parsed = BoardSpec.parse(spec) if spec is None or isinstance(spec, (str, BoardSpec)) else None
+        key = (parsed.key, str(root) if root is not None else None) if parsed is not None else ("object", id(spec))
+        with _LOCK:
+            board = _BOARDS.get(key)
+            if board is None or board.closed:
+                board = _open(spec, parsed, control, seed, root)
+                board._key = key
+                board._pin = spec  # an object spec stays alive while its board is cached (its id is the key)
+                _BOARDS[key] = board
+            board._users += 1
+    if control == "write" and not board.writable and not (board.spec is not None and board.spec.kind == "host"):
+        try:
+            board._make_writable()
+        except BaseException:
+            board.close()
+            raise
+    return board
+
+
+def _open(spec: Any, parsed: BoardSpec | None, control: str, seed: int | None, root: Any) -> Board:
+    if isinstance(spec, PowerSensor):
+        return Board(getattr(spec, "name", "sensor"), spec, owner=spec)
+    if parsed is None:  # a device object (SimulatedOrin, or anything with .sensor / .controller)
+        sensor, ctl = getattr(spec, "sensor", None), getattr(spec, "controller", None)
         return Board(str(getattr(spec, "name", type(spec).__name__)),
                      sensor if sensor is not None else EmptySensor(reason=f"{type(spec).__name__} has no sensor"),
-                     ctl, getattr(spec, "twin", None))
-    kind = (spec or "auto").strip().lower()
-    if kind.startswith("sim"):
+                     ctl, getattr(spec, "twin", None), writable=ctl is not None)
+    kind = parsed.kind
+    if kind == "sim":
         from lightning_edge.devices.sim.device import SimulatedOrin
 
-        sim = SimulatedOrin.from_name(kind, seed=seed)
-        return Board("sim:orin-agx", sim.sensor, sim.controller, sim.twin, owner=sim)
+        sim = SimulatedOrin.from_name(parsed.key, seed=seed)
+        return Board(parsed.key, sim.sensor, sim.controller, sim.twin, owner=sim, spec=parsed, writable=True)
     from lightning_edge.devices.sensors import get_sensor
 
-    if kind in HOST_NAMES:
+    kw = {"root": root} if root is not None else {}
+    if kind == "host":
         sensor = get_sensor("none")
-        return Board(kind, sensor, owner=sensor)
+        return Board(parsed.key, sensor, owner=sensor, spec=parsed, root=root)
     from lightning_edge.devices.controllers import get_controller
 
     if control == "write":  # raises saying why there is no controllable board here
-        ctl = get_controller(kind)
-        sensor = get_sensor("auto" if kind in ("auto", "jetson", "nvpmodel") else kind)
-        return Board(kind, sensor, ctl, owner=sensor)
-    sensor = get_sensor(kind)
+        ctl = get_controller("auto" if kind in ("auto", "jtop") else parsed.key, **kw)
+        sensor = get_sensor("auto" if kind in ("auto", "jetson", "nvpmodel") else parsed.key, **kw)
+        return Board(parsed.key, sensor, ctl, owner=sensor, spec=parsed, root=root, writable=True)
+    sensor = get_sensor("auto" if kind == "nvpmodel" else parsed.key, **kw)
     ctl, notes = None, []
     if kind != "rapl" and not isinstance(sensor, EmptySensor):
         try:  # read only: never restore anything at exit, never recover someone else's leftover state
-            ctl = get_controller("auto" if kind in ("auto", "jetson", "jtop") else kind, handle_exit=False,
-                                 recover=False, safety=False)
+            ctl = get_controller("auto" if kind in ("auto", "jetson", "jtop") else parsed.key, handle_exit=False,
+                                 recover=False, safety=False, **kw)
         except Exception as exc:  # noqa: BLE001 - no controller: no mode tracking, still profiling
             notes.append(f"no mode controller ({str(exc).splitlines()[0]}): power-mode changes are not tracked")
-    return Board(str(getattr(sensor, "name", kind) if kind == "auto" else kind), sensor, ctl, owner=sensor, notes=notes)
+    name = str(getattr(sensor, "name", kind) if kind == "auto" else parsed.key)
+    return Board(name, sensor, ctl, owner=sensor, notes=notes, spec=parsed, root=root)

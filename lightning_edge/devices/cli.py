@@ -75,17 +75,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def _controller(args: argparse.Namespace):
     from lightning_edge.devices.controllers import get_controller
     from lightning_edge.devices.safety import default_state_dir
+    from lightning_edge.devices.spec import BoardSpec
 
     # the file-system root is never a command-line option: with sudo, root would follow a user's tree of
     # symbolic links. Python callers (tests on fake trees) pass it to main(argv, root=...) / run(args, root=...),
     # and the fake board's writer (the kernel's side of the tree) with writer=....
 
     kwargs: dict = {"dry_run": bool(getattr(args, "dry_run", False)), "state_dir": args.state_dir}
-    device = str(args.device)
-    if device.split(":", 1)[0].lower() == "sim":
+    spec = BoardSpec.parse(args.device, host_cpu=False)
+    device = spec.key
+    if spec.kind == "sim":
         state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
-        board = device.partition(":")[2] or "orin-agx"
-        kwargs.update(state_dir=state_dir, board_file=state_dir / f"sim-{board}.board.json")
+        kwargs.update(state_dir=state_dir, board_file=state_dir / f"sim_{spec.arg}.board.json")
     elif getattr(args, "_root", "/") != "/":
         kwargs["root"] = args._root
     if getattr(args, "_writer", None) is not None:

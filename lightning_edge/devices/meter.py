@@ -206,12 +206,14 @@ class SensorMeter:
 
     def __init__(self, sensor: Any = None, *, rate_hz: float | None = None, sync: Callable[[], None] | None = None,
                  wait: bool = True, clock_ns: Callable[[], int] = time.perf_counter_ns,
-                 sleep: Callable[[float], None] = time.sleep) -> None:
+                 sleep: Callable[[float], None] = time.sleep, board: Any = None) -> None:
         self.sensor = sensor
         self.has_power = sensor is not None and bool(getattr(sensor, "available", True))
         self.why_no_power = None if self.has_power else (getattr(sensor, "reason", None) or "no power sensor")
         self.sampler: Any = None
-        if self.has_power:
+        self._board = board  # with a board: its one sampler, shared with every other reader of the board
+        self._released = False
+        if self.has_power and board is None:
             from lightning_edge.devices.sampler import PowerSampler
 
             self.sampler = PowerSampler(sensor, rate_hz=rate_hz, clock_ns=clock_ns)
@@ -225,6 +227,10 @@ class SensorMeter:
 
     # ------------------------------------------------------------------ the clock
     def open(self) -> None:
+        if self._board is not None:
+            if self.has_power and self.sampler is None:
+                self.sampler = self._board.sampler()
+            return
         if self.sampler is not None and not self.sampler.running:
             self.sampler.start()
 
@@ -291,5 +297,10 @@ class SensorMeter:
         return float(self.sampler.energy_j(self.to_ns(t0_s), self.to_ns(t1_s)))
 
     def close(self) -> None:
+        if self._board is not None:
+            if self.sampler is not None and not self._released:
+                self._released = True
+                self._board.release_sampler()  # the readings stay available (self.sampler)
+            return
         if self.sampler is not None:
             self.sampler.stop()

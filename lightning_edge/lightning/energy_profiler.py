@@ -689,6 +689,7 @@ class EnergyProfilerMixin:
         epochs = [{"stage": e.stage, "epoch": e.epoch, "energy_j": e.energy_j, "time_s": e.time_s,
                    "steps": e.steps, "samples": e.samples, "j_per_sample": e.j_per_sample, "method": e.label,
                    **({"host_time_s": e.host_time_s} if e.label == "simulated" else {}),
+                   "modes": e.modes,
                    **({"ranks": e.ranks, "energy_domains": e.domains} if e.ranks > 1 else {}),
                    **({"readings": {"samples": e.readings.samples, "partial": e.readings.partial,
                                     "rejected": e.readings.rejected, "failed": e.readings.failed,

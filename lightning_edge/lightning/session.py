@@ -27,8 +27,9 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from lightning_edge.cost.capture import batch_size
@@ -107,6 +108,7 @@ class EpochTotals:
     domains: int = 1
     readings: Any = None  # the sampler's ReadingQuality over the epoch (None without a sensor)
     host_time_s: float = math.nan  # the epoch's wall time on this machine (the same as time_s unless simulated)
+    modes: list = field(default_factory=list)  # per power mode the epoch ran in (in order): its steps' totals
 
     @property
     def j_per_sample(self) -> float:
@@ -204,11 +206,8 @@ class EnergySession:
         if self.started:
             return self
         self.device = get_board(self.device_arg)
-        if self.device.has_sensor:
-            from lightning_edge.devices.sampler import PowerSampler
-
-            self.sampler = PowerSampler(self.device.sensor, rate_hz=self.sampler_rate_hz, clock_ns=self.clock_ns)
-            self.sampler.start()
+        # the board's one sampler: the tuner's meter on the same board integrates the same readings
+        self.sampler = self.device.sampler(rate_hz=self.sampler_rate_hz, clock_ns=self.clock_ns)
         if self.schedule.settle_s is None:
             self.schedule.settle_s = JETSON_SETTLE_S if self.device.controller is not None else 0.0
         if self.device.twin is not None and self.cost_arg is None:
@@ -221,11 +220,11 @@ class EnergySession:
         """Stop the sampler and release the device (idempotent). Results stay available."""
         if self.timer.active:
             self.timer.abort()
-        if self.sampler is not None:
-            self.sampler.stop()
         if self.twin is not None:
             self.twin.end()
-        if self.device is not None:
+        if self.started and self.device is not None:  # once: the board is shared, each user closes it once
+            if self.sampler is not None:
+                self.device.release_sampler()  # its readings stay available (self.sampler) once the board stops it
             self.device.close()
         self.started = False
 
@@ -590,7 +589,7 @@ class EnergySession:
             energy = float(sum(vals)) * (len(steps) / len(vals)) if vals else math.nan
             label = ESTIMATED
         tot = EpochTotals(stage, st.epoch, energy, time_s, len(steps), samples, label, readings=readings,
-                          host_time_s=host_s)
+                          host_time_s=host_s, modes=_by_mode(steps))
         self.epochs.append(tot)
         st.epoch += 1
         st.epoch_t0 = st.epoch_t1 = None
@@ -603,6 +602,26 @@ class EnergySession:
 
     def sampler_overhead(self) -> Any:
         return self.sampler.overhead() if self.sampler is not None else None
+
+
+def _by_mode(steps: list[StepTotal]) -> list[dict]:
+    """An epoch's steps per power mode, in the order the modes came: steps, time (the twin's when simulated),
+    energy and mean power, and how they were obtained. Where a tuner switched modes, the last row is the mode it
+    trained in; a step without an energy counts in time only (its group's energy is scaled up to all its steps,
+    as the epoch's is)."""
+    groups: dict[str, list[StepTotal]] = {}
+    for s in steps:
+        groups.setdefault(s.mode or "unknown", []).append(s)
+    out = []
+    for mode, ss in groups.items():
+        t = sum(s.sim_time_s if s.sim_time_s is not None else (s.t1_ns - s.t0_ns) / 1e9 for s in ss)
+        es = [s.energy_j for s in ss if math.isfinite(s.energy_j)]
+        e = float(sum(es)) * len(ss) / len(es) if es else math.nan
+        labels = Counter(s.label for s in ss)
+        out.append({"mode": mode, "steps": len(ss), "time_s": t, "energy_j": e,
+                    "power_w": e / t if t > 0 and math.isfinite(e) else math.nan,
+                    "method": labels.most_common(1)[0][0] if len(es) == len(ss) else ESTIMATED})
+    return out
 
 
 def _strip(t: StepTiming) -> StepTiming:

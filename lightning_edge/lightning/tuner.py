@@ -270,7 +270,8 @@ class PowerModeTunerMixin:
         meter = board.meter(precision=prec, seed=self.seed) if board.twin is not None else board.meter()
         self.tuner = OnlineTuner(
             self.power_budget_w, board.controller, meter, strategy=self.strategy, space=self.space,
-            store=self.store, fingerprint=self.workload_id, window=self.window, switch_at=self.switch_at,
+            store=self.store, fingerprint=self.workload_id, device_model=board.store_key, window=self.window,
+            switch_at=self.switch_at,
             baseline=self.baseline, on_event=self._on_event, prior="auto" if self.prior is True else self.prior,
             thorough=_planned_long(trainer) if self.thorough is None else bool(self.thorough), **self.drift)
         # issue 18 (store): a SIGTERM the Trainer caught ends a wait for other processes' profiles at once

@@ -1,7 +1,8 @@
 """Time and energy rooflines (Pagoda), device profiles, microbenchmarks and roofline pictures.
 
-``Roofline`` and the profile functions are pure numpy and import fast; ``plot_rooflines`` (matplotlib)
-and the microbenchmarks (torch) load on first use.
+``Roofline`` and the profile functions are pure numpy and import fast; ``plot_rooflines`` (matplotlib) loads on
+first use. Measuring a board's rooflines (the microbenchmarks) lives above the devices, in
+:mod:`lightning_edge.calibrate.microbench`: this package stays pure math.
 """
 
 from __future__ import annotations
@@ -23,11 +24,6 @@ from lightning_edge.roofline.profile import (
 
 _LAZY = {
     "plot_rooflines": "lightning_edge.roofline.plot",
-    "run_microbench": "lightning_edge.calibrate.microbench",
-    "MicrobenchResult": "lightning_edge.calibrate.microbench",
-    "EnergyMeter": "lightning_edge.calibrate.microbench",
-    "NullEnergyMeter": "lightning_edge.calibrate.microbench",
-    "find_energy_meter": "lightning_edge.calibrate.microbench",
     "fit_energy_coefficients": "lightning_edge.roofline.fit",
     "EnergyFit": "lightning_edge.roofline.fit",
     "nnls": "lightning_edge.roofline.fit",

@@ -7,6 +7,7 @@ Examples::
     lightning-edge roofline --profile orin-agx-pagoda --plot orin.png
     lightning-edge roofline --profile orin-agx-pagoda --model zoo:resnet50 --batch-size 1 --plot r50.png
     lightning-edge roofline --modes 12c/2201.6/1300.5/3199 8c/1344/726.75/2133 --out modes.json   # on a Jetson
+    lightning-edge roofline --device sim:orin-agx --modes maxn 4c/1344/318.75/2133   # the twin, measured (simulated)
 """
 
 from __future__ import annotations
@@ -29,9 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--torch-device", default=None, metavar="cpu|cuda[:N]",
                         help="the torch device the microbenchmarks run on (default: cuda when available, else cpu)")
     parser.add_argument("--device", default="auto", metavar="BOARD",
-                        help="the board, as in every lightning-edge command: auto (this Jetson, whose controller "
-                             "--modes uses), jetson, nvml:N, or sim:orin-agx (the twin: its shipped simulated profile, "
-                             "nothing measured)")
+                        help="the board, as in every lightning-edge command: auto (this machine's board: its power "
+                             "sensor measures the energy roofline, its controller switches --modes), jetson, nvml:N, "
+                             "rapl, or sim:orin-agx (the twin: the same sweeps run on it, every number simulated)")
     parser.add_argument("--quick", action="store_true", help="small sweeps, 3 repeats (seconds, not minutes)")
     parser.add_argument("--out", metavar="PROFILE.json", help="write the measured (or selected) profile here")
     parser.add_argument("--modes", nargs="+", metavar="MODE",
@@ -53,15 +54,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from lightning_edge.roofline.profile import load_profile, save_profile
 
-    board = check_board_option(args.device)
-    if board.startswith("sim"):
-        if args.profile:
-            raise ValueError(f"--device {args.device} and --profile {args.profile}: give one (the twin's rooflines are "
-                             f"its shipped profile {TWIN_PROFILE!r})")
-        if args.torch_device:
-            raise ValueError(f"--device {args.device}: the simulated twin is not measured with microbenchmarks, so "
-                             "--torch-device means nothing with it; its roofline is its shipped profile")
-        args.profile = TWIN_PROFILE
+    spec = check_board_option(args.device)
+    if spec.startswith("sim") and args.torch_device:
+        raise ValueError(f"--device {args.device}: the sweeps run on the twin, not on a torch device; drop "
+                         f"--torch-device (its shipped profile: --profile {TWIN_PROFILE})")
     if args.batch_size < 1:
         raise ValueError(f"--batch-size: expected a positive integer, got {args.batch_size}")
     precision = (args.precision or ["fp32"])[0]
@@ -73,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
             profile = dataclasses.replace(profile, modes=[profile.entry(m) for m in args.modes])
         print(f"profile {args.profile!r}: device {profile.device}, source {profile.source}, {len(profile.modes)} mode(s)", file=info)
     else:
-        profile = _measure(args)
+        profile = _measure(args, spec)
 
     layers = _model_layers(args.model, args.batch_size) if args.model else None
 
@@ -110,70 +106,76 @@ def run(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------------------ measuring
-def _measure(args):
-    import torch
-
-    from lightning_edge.calibrate.microbench import _slug, find_energy_meter, run_microbench
+def _measure(args, spec: str):
+    """The rooflines of the board (its one Board in this process): its power sensor measures the energy roofline,
+    its controller switches ``--modes`` (restored at the end); on the twin every sweep runs on the simulated board."""
+    from lightning_edge.calibrate.microbench import _slug, energy_meter, run_microbench
+    from lightning_edge.devices.board import get_board
     from lightning_edge.roofline.profile import DeviceProfile
 
-    device = args.torch_device or ("cuda" if torch.cuda.is_available() else "cpu")
-    meter = find_energy_meter(device)
+    info = sys.stderr if args.json == "-" else sys.stdout  # stdout carries only the JSON then
 
     def log(msg):
-        print(msg, flush=True)
+        print(msg, file=info, flush=True)
 
-    if args.modes:
-        entries = []
-        result = None
-        with _get_controller(args.device) as ctl:  # the mode found at start is restored on exit
-            for mode in args.modes:
-                print(f"switching to mode {mode} ...", flush=True)
-                applied = ctl.apply(mode)
-                time.sleep(SETTLE_S)
-                result = run_microbench(device, quick=args.quick, precisions=args.precision, meter=meter, log=log)
-                entries.append(result.mode_entry(str(applied.settled or applied.requested)))
-        profile = DeviceProfile(device=args.device_name or _slug(result.device_name), source="measured",
-                                modes=entries, host=result.host)
-    else:
-        print(f"measuring the roofline of the current mode ({'quick' if args.quick else 'full'} run) ...", flush=True)
-        result = run_microbench(device, quick=args.quick, precisions=args.precision, meter=meter, log=log)
-        mode = _current_mode_string(args.device)
-        profile = result.to_profile(mode=mode, device=args.device_name)
-        print(f"done in {result.elapsed_s:.1f} s")
-    if not meter.available:
-        print(meter.reason)
-    return profile
-
-
-def _get_controller(board: str = "auto"):
-    """The power-mode controller of ``board`` (``lightning_edge.devices.get_controller``), or a clear error."""
     try:
-        from lightning_edge.devices import get_controller
-    except ImportError:
-        raise RuntimeError(
-            "--modes needs a power-mode controller (lightning_edge.devices.get_controller), which this install does "
-            "not have; run without --modes to measure the current mode, or switch modes yourself and run once per mode"
-        ) from None
-    try:
-        return get_controller(board)
+        board = get_board(spec, control="write" if args.modes else "read")
     except RuntimeError as exc:
-        raise RuntimeError(
-            f"--modes needs a power-mode controller to switch modes, and none is available here:\n{exc}\n"
-            "Run without --modes to measure the current mode."
-        ) from None
-
-
-def _current_mode_string(board: str = "auto") -> str:
-    """The board's current mode as 'Nc/CPU/GPU/MEM' when a Jetson controller can read it, else 'current'.
-
-    Reading only: the controller is opened without its state file, lock, recovery or exit handlers."""
+        if not args.modes:
+            raise
+        raise RuntimeError(f"--modes needs a power-mode controller to switch modes, and none is available here:\n"
+                           f"{exc}\nRun without --modes to measure the current mode.") from None
     try:
-        from lightning_edge.devices import get_controller
+        device = None
+        meter = None
+        if not board.simulated:
+            import torch
 
-        ctl = get_controller(board, safety=False, recover=False, handle_exit=False)
-        return str(ctl.current())
-    except Exception:  # noqa: BLE001 - not a Jetson (or no controller yet): the mode has no knob name
-        return "current"
+            device = args.torch_device or ("cuda" if torch.cuda.is_available() else "cpu")
+            meter = energy_meter(board, device)
+        kw = dict(quick=args.quick, precisions=args.precision, meter=meter, log=log, board=board)
+        if args.modes:
+            ctl = board.controller
+            if ctl is None:
+                raise RuntimeError(f"--modes needs a power-mode controller to switch modes, and {board.name} has none "
+                                   f"({'; '.join(board.notes) or 'not a Jetson'}). Run without --modes to measure the "
+                                   "current mode.")
+            entries, result = [], None
+            with ctl:  # the mode found at start is restored on exit
+                for mode in args.modes:
+                    log(f"switching to mode {mode} ...")
+                    applied = ctl.apply(mode)
+                    if not board.simulated:
+                        time.sleep(SETTLE_S)
+                    result = run_microbench(device, **kw)
+                    entries.append(result.mode_entry(str(applied.settled or applied.requested)))
+                    _compare_with_the_twin(board, result, str(applied.settled or applied.requested), log)
+            profile = DeviceProfile(device=args.device_name or _slug(result.device_name), source=result.label,
+                                    modes=entries, host=result.host)
+        else:
+            log(f"measuring the roofline of the current mode ({'quick' if args.quick else 'full'} run) ...")
+            result = run_microbench(device, **kw)
+            mode = board.mode() or "current"
+            profile = result.to_profile(mode=mode, device=args.device_name)
+            log(f"done in {result.elapsed_s:.1f} s" + (" (simulated)" if board.simulated else ""))
+            _compare_with_the_twin(board, result, mode, log)
+        if meter is not None and not meter.available:
+            log(meter.reason)
+        return profile
+    finally:
+        board.close()
+
+
+def _compare_with_the_twin(board, result, mode: str, log) -> None:
+    """On the twin: the measured (simulated) rooflines next to the twin's own, as ratios."""
+    if board.twin is None:
+        return
+    for prec, p in result.precisions.items():
+        own = board.twin.roofline(mode, prec)
+        parts = [f"peak {p['peak_flops'] / float(own.peak_flops):.3f}", f"bandwidth {p['bandwidth'] / float(own.bandwidth):.3f}"]
+        if p.get("eps_flop") is not None:
+            parts += [f"eps_flop {p['eps_flop'] / float(own.eps_flop):.3f}", f"eps_mop {p['eps_mop'] / float(own.eps_mop):.3f}"]
+        log(f"  {mode} {prec}: measured / the twin's own roofline: " + ", ".join(parts) + " (simulated)")
 
 
 # ------------------------------------------------------------------------------------------ models

@@ -452,7 +452,7 @@ class OnlineTuner:
         store: the profile store (``"default"``: SQLite in the user cache directory; a URL such as
             ``postgresql://...`` for a fleet; ``None``: in memory, nothing kept).
         fingerprint: the workload key in the store (set by :meth:`bind` from the module and batch if not given).
-        device_model: the board key in the store (default: ``sim-orin-agx`` for the twin, else the controller's
+        device_model: the board key in the store (default: ``sim:orin-agx`` for the twin, else the controller's
             space name, e.g. ``orin-agx``).
         window: a :class:`WindowSpec`.
         switch_at: ``"window"`` (switch between profiling windows, the default) or ``"epoch"`` (one profile per
@@ -1058,13 +1058,14 @@ def simulate_tuning(workload: Any, power_budget_w: float, *, strategy: Any = "gm
                     window: WindowSpec | None = None, seed: int | None = 0, max_steps: int = 5000,
                     board: Any = None) -> OnlineTuner:
     """Tune ``workload`` (a :class:`~lightning_edge.twin.live.SimWorkload`: a zoo name or a module with
-    its inputs) on a fresh twin with nothing else running: the engine's steps until it trains in the chosen mode
+    its inputs) on the simulated Orin (``board``, default the process's ``sim:orin-agx``) with nothing else running: the engine's steps until it trains in the chosen mode
     (or ``max_steps``), every step the twin's (simulated: noise, power settling), no real computation. Returns the
     closed tuner (``summary()``, ``tuned_at_step``, ``profiles``). For benchmarks and for comparing settings."""
-    from lightning_edge.devices.sim.device import SimulatedOrin
+    from lightning_edge.devices.board import get_board
     from lightning_edge.twin.live import SimWorkload
 
-    board = board if board is not None else SimulatedOrin(seed=seed)
+    opened = board is None
+    board = get_board("sim:orin-agx", control="write", seed=seed) if opened else board
     train = SimWorkload(workload.model, board.twin, train_batch_size=workload.train_batch_size, seed=seed,
                         seq_len=workload.seq_len, precision=workload.precision, example_inputs=workload.example_inputs)
     meter = TwinMeter(board.twin, seed=seed, train=train)
@@ -1077,6 +1078,8 @@ def simulate_tuning(workload: Any, power_budget_w: float, *, strategy: Any = "gm
             tuner.after_step()
     finally:
         tuner.close()
+        if opened:
+            board.close()
     return tuner
 
 
@@ -1123,7 +1126,7 @@ def _in_space(space: PowerModeSpace, mode: Any) -> bool:
 
 def _device_model(controller: Any, meter: Any) -> str:
     name = getattr(getattr(controller, "space", None), "name", None) or getattr(controller, "device_id", "device")
-    return f"sim-{name}" if getattr(meter, "label", "") == "simulated" else str(name)
+    return f"sim:{name}" if getattr(meter, "label", "") == "simulated" else str(name)
 
 
 def _on_twin(meter: Any) -> bool:

@@ -40,7 +40,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        help="'default' (SQLite in the user cache dir), a file path (SQLite) or an Optuna storage URL")
         if study:
             q.add_argument("workload", help="study name, workload key, or a unique part of one")
-            q.add_argument("--device-model", default=None, help="device model (e.g. sim-orin-agx, orin-agx)")
+            q.add_argument("--device-model", default=None, help="device model (e.g. sim:orin-agx, orin-agx)")
             q.add_argument("--kind", choices=("train", "infer"), default=None, help="training or inference profiles")
         if json_out:
             add_json_argument(q, "the answer")

@@ -35,7 +35,7 @@ class SimWorkload:
     """
 
     label = "simulated"
-    device_model = "sim-orin-agx"
+    device_model = "sim:orin-agx"
     """Profiles of the twin are stored apart from those of a real Orin AGX (``orin-agx``): never mixed."""
 
     def __init__(

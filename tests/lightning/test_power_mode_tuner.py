@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 import signal
 import subprocess
 import sys
@@ -235,7 +236,9 @@ def test_killed_mid_profiling_the_next_start_restores_the_original_mode(tmp_path
     board_file = tmp_path / "board.json"
     script = tmp_path / "train.py"
     script.write_text(KILLED)
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    repo = str(Path(__file__).resolve().parents[2])  # the child runs this checkout's lightning_edge
+    env = dict(os.environ, PYTHONUNBUFFERED="1",
+               PYTHONPATH=os.pathsep.join([repo, os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
     proc = subprocess.Popen([sys.executable, str(script), str(board_file)], stdout=subprocess.PIPE,
                             stderr=subprocess.DEVNULL, text=True, env=env)
     try:

@@ -12,7 +12,7 @@ def test_zoo_name_fingerprint_and_device_model_are_stable():
     a, b = SimWorkload("resnet18", noise=False), SimWorkload("resnet18", noise=False, train_batch_size=32)
     assert a.fingerprint == "resnet18-train-bs16-fp32"
     assert b.fingerprint != a.fingerprint
-    assert a.device_model == "sim-orin-agx"  # never mixed with a real board's profiles
+    assert a.device_model == "sim:orin-agx"  # never mixed with a real board's profiles
 
 
 def test_module_with_example_inputs_matches_shapes_not_weights():

@@ -36,6 +36,7 @@ from lightning_edge.devices.controllers.sysfs import (
     discover_space,
 )
 from lightning_edge.devices.registry import Registry
+from lightning_edge.devices.spec import BoardSpec
 
 DEVICES_HELP = "auto, jetson, nvpmodel, nvml[:INDEX], sim:orin-agx"
 
@@ -65,10 +66,11 @@ def get_controller(device: str = "auto", *, allow_nvml: bool = False, **kwargs: 
     name of a backend added with ``CONTROLLERS.register``. ``kwargs`` go to the controller (``root=``, ``dry_run=``,
     ``state_dir=``, ``board_file=`` for the twin...); each backend receives only those its constructor takes.
     """
-    kind, _, arg = str(device).strip().partition(":")
-    kind = kind.lower()
-    if kind == "jetson" and arg in ("sysfs", "nvpmodel"):
-        kind, arg = ("jetson", "") if arg == "sysfs" else ("nvpmodel", "")
+    spec = BoardSpec.parse(device)
+    kind, arg = spec.kind, spec.arg
+    if kind == "host":
+        raise ControllerUnavailableError(f"device {device!r} is this machine without a board: no power-mode "
+                                         f"controller (expected one of {DEVICES_HELP})")
     if kind != "auto":
         if kind not in CONTROLLERS:
             raise ControllerUnavailableError(f"unknown device {device!r}: expected one of {DEVICES_HELP}")

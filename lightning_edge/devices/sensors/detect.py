@@ -17,6 +17,7 @@ from typing import Any
 
 from lightning_edge.devices.registry import Registry
 from lightning_edge.devices.sensors.base import EmptySensor, PowerSensor, SensorUnavailableError
+from lightning_edge.devices.spec import BoardSpec
 
 SENSORS_HELP = "auto, jetson, jtop, nvml[:INDEX], rapl, none, sim:orin-agx"
 AUTO_ORDER = ("jetson", "jtop", "nvml", "rapl")
@@ -70,10 +71,10 @@ def get_sensor(device: str = "auto", *, root: str | os.PathLike[str] = "/", stri
     ``twin=`` (for ``sim:orin-agx``: the :class:`OrinTwin` whose power to read; a new one by default), ``cuda=``
     (``torch.cuda`` or a stand-in, for the GPU lookup).
     """
-    kind, _, arg = str(device).strip().partition(":")
-    kind = SENSORS.aliases.get(kind.lower(), kind.lower())
+    spec = BoardSpec.parse(device)
+    kind, arg = SENSORS.aliases.get(spec.kind, spec.kind), spec.arg
     kw = {"root": root, "clock_ns": clock_ns, **kwargs}
-    if kind in ("none", "null"):
+    if kind == "host":
         return EmptySensor("no power sensor requested (device 'none'): time-only profiling")
     if kind == "auto":
         reasons: dict[str, str] = {}

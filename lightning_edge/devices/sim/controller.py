@@ -81,7 +81,7 @@ class SimModeController(ModeController):
             handle_exit = board_file is not None
         super().__init__(
             space=space,
-            device_id=f"sim-{board}",
+            device_id=f"sim:{board}",
             dry_run=dry_run,
             state_dir=state_dir,
             safety=safety,

@@ -65,8 +65,10 @@ class SimulatedOrin:
     @classmethod
     def from_name(cls, device: str, **kwargs: Any) -> SimulatedOrin:
         """A new simulated board for a device name ``"sim"`` or ``"sim:orin-agx"`` (the only board the twin plays)."""
-        kind, _, board = str(device).strip().lower().partition(":")
-        if kind != "sim" or (board or "orin-agx") != "orin-agx":
+        from lightning_edge.devices.spec import BoardSpec
+
+        spec = BoardSpec.parse(device)
+        if spec.kind != "sim" or spec.arg != "orin-agx":
             raise ValueError(f"device {device!r}: the twin plays 'sim:orin-agx' only")
         return cls(**kwargs)
 

@@ -271,7 +271,7 @@ def test_cli_profile_mode_subset(tmp_path, capsys):
     (["--profile", "nope"], "no device profile 'nope'"),
     (["--profile", "orin-agx-pagoda", "--modes", "9c/1/1/1"], "has no mode '9c/1/1/1'"),
     (["--profile", "orin-agx-pagoda", "--precision", "int4"], "--precision int4: the profile has no such roofline"),
-    (["--device", "sim:orin-agx", "--torch-device", "cpu"], "the simulated twin is not measured"),
+    (["--device", "sim:orin-agx", "--torch-device", "cpu"], "the sweeps run on the twin, not on a torch device"),
     (["--device", "cuda"], "for a torch device use --torch-device cuda"),
     (["--device", "cpu"], "for a torch device use --torch-device cpu"),
     (["--profile", "orin-agx-pagoda", "--batch-size", "0"], "--batch-size"),
@@ -285,11 +285,11 @@ def test_cli_errors_are_readable(argv, match, capsys):
 
 
 def test_device_is_a_board_here_too(capsys):
-    """issue 16: ``--device`` names a board in every command; ``roofline --device sim:orin-agx`` shows the twin's
-    rooflines (its shipped simulated profile), measuring nothing."""
+    """issue 16: ``--device`` names a board in every command; ``roofline --device sim:orin-agx`` measures the twin
+    (issue 26: simulated sweeps through its meter), ``--profile orin-agx-twin`` shows its shipped profile."""
     import json
 
-    assert main(["roofline", "--device", "sim:orin-agx", "--json"]) == 0
+    assert main(["roofline", "--profile", "orin-agx-twin", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["source"] == "simulated" and doc["modes"]
     assert main(["latency", "fit", "--device", "sim:orin-agx", "--out", "x.json"]) == 1
@@ -302,3 +302,65 @@ def test_cli_modes_without_a_controller(capsys):
     err = capsys.readouterr().err
     assert "--modes needs a power-mode controller" in err
     assert "Run without --modes to measure the current mode" in err
+
+
+# ---------------------------------------------------------------- through the board's meter (issue 26 item 6)
+def test_the_energy_roofline_is_measured_through_a_boards_power_sensor(tmp_path):
+    """Before, ``find_energy_meter`` looked up ``devices.get_energy_meter``, which never existed: no board ever got
+    an energy roofline. A fake Orin NX with INA3221 rails: the board's sensor (its one sampler) measures it."""
+    from lightning_edge.calibrate.microbench import SensorEnergyMeter, energy_meter
+    from lightning_edge.devices.board import get_board
+    from tests.fakes.ina3221 import build_orin_nx_ina
+
+    ina = build_orin_nx_ina(tmp_path / "root")
+    board = get_board("jetson", root=tmp_path / "root")
+    assert isinstance(energy_meter(board), SensorEnergyMeter) and energy_meter(board).available
+    meter = SensorEnergyMeter(board, min_window_s=0.05)
+    res = run_microbench("cpu", precisions=["fp32"], meter=meter, config=TINY, idle_s=0.05, board=board)
+    vdd_in = ina.power_w("VDD_IN")
+    assert res.sensor == meter.name and res.static_power_w == pytest.approx(vdd_in, rel=0.02)
+    assert "fp32" in res.energy_fits and all(s.energy_j is not None for s in res.samples)
+    roof = res.roofline("fp32")
+    assert roof.has_energy and roof.source == "measured"
+    assert board._sampler is None  # the board's sampler is released after each window
+    board.close()
+
+
+def test_a_board_without_a_sensor_says_why_no_energy_roofline():
+    from lightning_edge.calibrate.microbench import energy_meter
+    from lightning_edge.devices.board import get_board
+
+    m = energy_meter(get_board("none"))
+    assert not m.available and m.reason.startswith(NO_SENSOR_MESSAGE)
+
+
+@pytest.mark.parametrize("mode", ["12c/2201.6/1300.5/3199", "4c/1344/318.75/2133"])
+def test_on_the_twin_the_sweeps_measure_the_twins_own_rooflines(mode):
+    """``lightning-edge roofline --device sim:orin-agx``: the same sweeps run on the twin through its meter, and
+    recover the twin's own rooflines within 10 % (peak, bandwidth, pi_0, eps_flop, eps_mop), labelled simulated."""
+    from lightning_edge.devices.board import get_board
+
+    board = get_board("sim:orin-agx", control="write")
+    board.controller.apply(mode)
+    res = run_microbench(board=board, quick=True)
+    assert res.label == "simulated" and all(s.label == "simulated" for s in res.samples)
+    assert res.to_profile(mode=mode).source == "simulated"
+    for prec in ("fp32", "fp16"):
+        own = board.twin.roofline(mode, prec)
+        got = res.roofline(prec, mode)
+        for coef in ("peak_flops", "bandwidth", "static_power", "eps_flop", "eps_mop"):
+            assert float(getattr(got, coef)) == pytest.approx(float(getattr(own, coef)), rel=0.10), (prec, coef)
+    board.controller.restore()
+    board.close()
+
+
+def test_the_roofline_command_measures_the_twin(capsys):
+    from lightning_edge.cli import main
+
+    assert main(["roofline", "--device", "sim:orin-agx", "--quick", "--json", "-"]) == 0
+    import json
+
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["source"] == "simulated"
+    (row,) = doc["modes"]
+    assert row["mode"] == "12c/2201.6/1300.5/3199" and row["peak_energy_efficiency_static"] is not None
