@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lightning_edge.tuning.search import Strategy, open_backend
+from lightning_edge.tuning.search import Strategy, open_backend, strategy_named
 
 __all__ = ["Retuner", "TUNERS"]
 
@@ -53,7 +53,7 @@ class Retuner:
             raise ValueError(f"tuner {self.name!r} needs a mode space and a workload to profile")
 
     def solve(self, problem: Any) -> tuple[Any, int]:
-        from lightning_edge.tuning import GMD, DynamicGMD
+        from lightning_edge.tuning import DynamicGMD
 
         if self.name == "table":
             return self.table.solve(problem), 0
@@ -74,11 +74,6 @@ class Retuner:
                 return self.table.solve(problem), self.table.new_profiles
             return self.table.solve(problem), 0
         if self.strategy is None:
-            if self.name == "gmd":
-                self.strategy = GMD()
-            else:
-                from lightning_edge.tuning.baselines import Exhaustive
-
-                self.strategy = Exhaustive()
+            self.strategy = strategy_named(self.name, allowed=("gmd", "exhaustive"))
         r = self.strategy.run(problem, self.space, self.workload, store=self.store, seed=self.seed)
         return r.solution, r.new_profiles

@@ -64,9 +64,15 @@ from lightning_edge import catalog
 from lightning_edge.devices.controllers.errors import BoardReleasedError
 from lightning_edge.devices.meter import JETSON_SETTLE_S, TwinMeter
 from lightning_edge.modes import KNOBS, PowerMode, PowerModeSpace
-from lightning_edge.tuning.gmd import GMD
 from lightning_edge.tuning.problems import Measurement, Solution, TrainingProblem
-from lightning_edge.tuning.search import MemoryStore, Point, ProfileKey, Profiler, open_backend
+from lightning_edge.tuning.search import (
+    MemoryStore,
+    Point,
+    ProfileKey,
+    Profiler,
+    open_backend,
+    strategy_named,
+)
 from lightning_edge.tuning.table import ProfileTable
 
 __all__ = [
@@ -1085,19 +1091,7 @@ def simulate_tuning(workload: Any, power_budget_w: float, *, strategy: Any = "gm
 
 # ============================================================================================ helpers
 def _strategy(strategy: Any) -> Any:
-    if not isinstance(strategy, str):
-        if not hasattr(strategy, "run"):
-            raise TypeError(f"strategy: expected 'gmd', 'als' or a tuning Strategy, got {type(strategy).__name__}")
-        return strategy
-    s = strategy.lower()
-    if s == "gmd":
-        return GMD()
-    if s == "als":
-        from lightning_edge.tuning.als import ALS
-
-        return ALS()
-    raise ValueError(f"strategy {strategy!r}: expected 'gmd' or 'als' (or a Strategy instance)")
-
+    return strategy_named(strategy, allowed=("gmd", "als"))
 
 def _planned(strategy: Any, problem: Any, space: PowerModeSpace, prior: Any) -> int:
     """The most profiles the strategy takes for ``problem`` (with a prior: GMD's ``prior_profiles``, plus

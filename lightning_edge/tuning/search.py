@@ -311,6 +311,34 @@ class Strategy:
         return f"{type(self).__name__}()"
 
 
+#: tuning strategies by name: what ``strategy="gmd"`` (PowerModeTuner, OnlineTuner) and ``tuner="exhaustive"``
+#: (serving) mean, in one place
+STRATEGY_NAMES: dict[str, str] = {
+    "gmd": "lightning_edge.tuning.gmd:GMD",
+    "als": "lightning_edge.tuning.als:ALS",
+    "exhaustive": "lightning_edge.tuning.baselines:Exhaustive",
+}
+
+
+def strategy_named(strategy: Any, allowed: tuple[str, ...] | None = None) -> Any:
+    """A strategy instance: ``strategy`` itself when it is one (anything with ``run``), else a new instance of the
+    strategy of that name (:data:`STRATEGY_NAMES`; ``allowed``: the names this caller takes)."""
+    if not isinstance(strategy, str):
+        if not hasattr(strategy, "run"):
+            raise TypeError(f"strategy: expected a name ({', '.join(allowed or STRATEGY_NAMES)}) or a tuning Strategy, "
+                            f"got {type(strategy).__name__}")
+        return strategy
+    names = tuple(allowed or STRATEGY_NAMES)
+    key = strategy.strip().lower()
+    if key not in names:
+        raise ValueError(f"strategy {strategy!r}: expected {' or '.join(repr(n) for n in names)} (or a Strategy "
+                         "instance)")
+    import importlib
+
+    module, _, cls = STRATEGY_NAMES[key].partition(":")
+    return getattr(importlib.import_module(module), cls)()
+
+
 def _profile(strategy: Strategy, gen: Generator, store: Any, workload: Any, workload_id: str | None,
              device_model: str | None, problem: Any) -> int:
     """Drive a search generator against the store; returns how many points were newly profiled."""
