@@ -63,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
 def run_command(run, args: argparse.Namespace, prog: str) -> int:
     """Run a sub-command; errors we raise are written to be read by a person: show them without a traceback."""
     try:
+        check_output_paths(args)
         return int(run(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
@@ -81,6 +82,27 @@ def check_board_option(value: str) -> str:
         return BoardSpec.parse(value, host_cpu=False).key
     except ValueError as exc:
         raise ValueError(f"--{exc}") from None
+
+
+#: the options that name a file a command writes (checked before any work: a wrong folder fails at once)
+OUTPUT_OPTIONS = ("json", "out", "plot")
+
+
+def check_output_paths(args: argparse.Namespace) -> None:
+    """Every output file a command was given (``--json PATH``, ``--out``, ``--plot``) must go to an existing,
+    writable folder: checked before the work, not after it (a table printed, then the error)."""
+    import os
+
+    for opt in OUTPUT_OPTIONS:
+        dest = getattr(args, opt, None)
+        if not isinstance(dest, str) or dest in ("", "-"):
+            continue
+        folder = os.path.dirname(os.path.abspath(dest))
+        if os.path.isdir(dest):
+            raise ValueError(f"--{opt} {dest}: is a folder; give a file name in it")
+        if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
+            why = "does not exist" if not os.path.exists(folder) else "is not a writable folder"
+            raise ValueError(f"--{opt} {dest}: {folder} {why}; give a file in an existing, writable folder")
 
 
 def add_json_argument(parser: argparse.ArgumentParser, what: str = "the result") -> None:

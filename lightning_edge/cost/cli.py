@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import os
 import re
 import sys
@@ -20,7 +21,9 @@ HELP = "per-layer FLOP, MAC, bytes and arithmetic intensity of a model, from sha
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("model", help="zoo:NAME (e.g. zoo:resnet50; see --list) or module.path:factory for your own "
                                  "model (the factory returns a model, or a (model, example_inputs) pair)")
-    p.add_argument("--batch-size", "-b", type=int, default=1, help="batch size of the example inputs (default 1)")
+    p.add_argument("--batch-size", "-b", type=int, default=None,
+                   help="batch size of the example inputs (default 1, or what your factory returns; with a factory "
+                        "that returns inputs: passed as its batch_size argument, else their batch dimension resized)")
     p.add_argument("--seq-len", type=int, default=None, help="sequence length for text models (zoo default)")
     p.add_argument("--input-shape", action="append", default=None, metavar="C,H,W",
                    help="shape of one input without the batch dimension, for a user model whose factory "
@@ -99,14 +102,24 @@ def _raised(exc: BaseException) -> str:
     return text
 
 
-def load_model(spec: str, batch_size: int, seq_len: int | None, input_shapes=None, input_dtype=None):
-    """Resolve ``zoo:NAME`` or ``module.path:factory`` to (model on meta, example inputs). Every option that would
-    be ignored is an error that says so (a zoo model builds its own inputs; so does a factory returning a pair)."""
+def load_model(spec: str, batch_size: int | None, seq_len: int | None, input_shapes=None, input_dtype=None):
+    """Resolve ``zoo:NAME`` or ``module.path:factory`` to ``(model, args, kwargs)``: the model and the example call's
+    positional and keyword inputs (the one loader of every command that takes a model). Every option that would be
+    ignored is an error that says so.
+
+    A factory may return a model (its inputs then come from ``--input-shape``), a ``(model, inputs)`` pair whose
+    inputs are a tensor, a tuple of them or a dict of keyword inputs (the Hugging Face form ``model(**inputs)``), or
+    an object with ``.model`` and ``.example_inputs`` (a tensor, a tuple, or a function of the batch size). The batch
+    size: a factory that takes ``batch_size`` is called with it; otherwise ``batch_size`` (when given) resizes the
+    leading dimension of the inputs it returns (integer inputs repeated), and the summary names the batch analysed.
+    """
     import torch
     from torch import nn
 
     if seq_len is not None and seq_len < 1:
         raise ValueError(f"--seq-len must be >= 1 (tokens per sequence), got {seq_len}")
+    if batch_size is not None and batch_size < 1:
+        raise ValueError(f"--batch-size must be >= 1, got {batch_size}")
     if spec.startswith("zoo:"):
         from lightning_edge import zoo
 
@@ -115,30 +128,54 @@ def load_model(spec: str, batch_size: int, seq_len: int | None, input_shapes=Non
                 raise ValueError(f"{opt} applies to your own model (module.path:factory); a zoo model builds its "
                                  "own inputs: drop it and use --batch-size (and --seq-len for text models)")
         entry = zoo.get(spec[4:])
-        kw = {"batch_size": batch_size, "device": torch.device("meta")}
+        kw = {"batch_size": batch_size or 1, "device": torch.device("meta")}
         if seq_len is not None:
             if entry.task != "text":
                 raise ValueError(f"--seq-len applies to text models; {entry.name} takes images")
             kw["seq_len"] = seq_len
-        return entry.build(device=torch.device("meta")), tuple(entry.inputs(**kw))
-    made = call_factory(spec, factory_from_spec(spec))
+        return entry.build(device=torch.device("meta")), tuple(entry.inputs(**kw)), {}
+    factory = factory_from_spec(spec)
+    try:
+        takes_bs = "batch_size" in inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        takes_bs = False
+    made = call_factory(spec, factory, batch_size=batch_size) if takes_bs and batch_size is not None \
+        else call_factory(spec, factory)
 
     def _check_module(model) -> None:
         if not isinstance(model, nn.Module):
             got = "None" if model is None else f"a {type(model).__name__}"
-            raise ValueError(f"{spec} returned {got}, not a torch.nn.Module: the factory must "
-                             "return a model, or a (model, example_inputs) pair")
+            raise ValueError(f"{spec} returned {got}, not a torch.nn.Module: the factory must return a model, a "
+                             "(model, example_inputs) pair, or an object with .model and .example_inputs")
 
+    inputs: Any = None
     if isinstance(made, tuple) and len(made) == 2:
         model, inputs = made
-        _check_module(model)
+    else:
+        model = getattr(made, "model", made) if not isinstance(made, nn.Module) else made
+        for attr in ("example_inputs", "example_input", "example_input_array"):
+            src = getattr(made, attr, None) if made is not model else None
+            src = src if src is not None else getattr(model, attr, None)
+            if src is None:
+                continue
+            inputs = src(batch_size or 1) if callable(src) and not isinstance(src, torch.Tensor) else src
+            break
+    _check_module(model)
+    if inputs is not None:
         for opt, val in (("--input-shape", input_shapes), ("--input-dtype", input_dtype)):
             if val:
                 raise ValueError(f"{opt} would be ignored: {spec} returns its own example inputs; drop the "
                                  "option, or return only the model from the factory")
-        inputs = inputs if isinstance(inputs, tuple) else (inputs,)
-        return model, inputs
-    _check_module(made)
+        from lightning_edge.cost.capture import Call
+
+        call = Call("", (), dict(inputs)) if isinstance(inputs, dict) else \
+            Call("", tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,))
+        if batch_size is not None and not takes_bs:
+            if call.batch_size() is None:
+                raise ValueError(f"--batch-size {batch_size}: the inputs {spec} returns have no batch dimension to "
+                                 "resize; give the factory a batch_size argument, or drop --batch-size")
+            call = call.resized(batch_size)
+        return model, tuple(call.args), dict(call.kwargs)
     input_dtype = input_dtype or "float32"
     if not input_shapes:
         raise ValueError(f"{spec} returned only a model: give its input shape(s) without the batch dimension, "
@@ -146,14 +183,21 @@ def load_model(spec: str, batch_size: int, seq_len: int | None, input_shapes=Non
     dt = getattr(torch, input_dtype, None)
     if not isinstance(dt, torch.dtype):
         raise ValueError(f"--input-dtype {input_dtype!r} is not a torch dtype (float32, float16, long ...)")
-    inputs = []
+    out = []
     for s in input_shapes:
         try:
             dims = [int(x) for x in s.replace("x", ",").split(",") if x]
         except ValueError as exc:
             raise ValueError(f"--input-shape {s!r}: expected comma-separated integers such as 3,224,224") from exc
-        inputs.append(torch.empty((batch_size, *dims), dtype=dt, device="meta"))
-    return made, tuple(inputs)
+        out.append(torch.empty((batch_size or 1, *dims), dtype=dt, device="meta"))
+    return model, tuple(out), {}
+
+
+def batch_of(args: tuple, kwargs: dict) -> int | None:
+    """The batch size of an example call (what the summary names)."""
+    from lightning_edge.cost.capture import batch_size
+
+    return batch_size((args, kwargs))
 
 
 def run(args: argparse.Namespace) -> int:
@@ -166,21 +210,20 @@ def run(args: argparse.Namespace) -> int:
             e = zoo.get(name)
             print(f"zoo:{name:<20} {e.task:<10} {e.reference_params / 1e6:8.2f}M params  {e.description}")
         return 0
-    if args.batch_size < 1:
-        raise ValueError(f"--batch-size must be >= 1, got {args.batch_size}")
-    model, inputs = load_model(args.model, args.batch_size, args.seq_len, args.input_shape, args.input_dtype)
+    model, inputs, kwargs = load_model(args.model, args.batch_size, args.seq_len, args.input_shape,
+                                       args.input_dtype)
     try:
-        cost = analyze(model, *inputs, training=args.training, fold_bn=args.fold_bn, dtype=args.dtype)
+        cost = analyze(model, *inputs, training=args.training, fold_bn=args.fold_bn, dtype=args.dtype, **kwargs)
     except (ValueError, TypeError, IndexError) as exc:
-        raise ValueError(_failed_on_inputs(args.model, inputs, exc)) from exc
+        raise ValueError(_failed_on_inputs(args.model, (*inputs, *kwargs.values()), exc)) from exc
     except RuntimeError as exc:  # shape mismatches from inside the model
-        raise RuntimeError(_failed_on_inputs(args.model, inputs, exc)) from exc
+        raise RuntimeError(_failed_on_inputs(args.model, (*inputs, *kwargs.values()), exc)) from exc
     if args.json == "-":
         write_json(cost.to_json(), "-")
         return 0
     print(cost.table(top=args.top, sort=args.sort))
     t = cost.total
-    print(f"\n{args.model} batch {args.batch_size}: {t.flops / 1e9:.3f} GFLOP, {t.macs / 1e9:.3f} GMAC, "
+    print(f"\n{args.model} batch {batch_of(inputs, kwargs) or '?'}: {t.flops / 1e9:.3f} GFLOP, {t.macs / 1e9:.3f} GMAC, "
           f"{t.bytes / 1e6:.2f} MB moved, intensity {t.intensity:.2f} FLOP/B "
           "(estimated from shapes, nothing was run)")
     if args.json:
@@ -191,5 +234,7 @@ def run(args: argparse.Namespace) -> int:
 def _failed_on_inputs(spec: str, inputs: tuple, exc: BaseException) -> str:
     shapes = ", ".join(str(tuple(getattr(x, "shape", ()))) for x in inputs)
     first = (str(exc).strip().splitlines() or [""])[0][:200]
-    return (f"{spec} could not run on example inputs of shape {shapes} ({type(exc).__name__}: {first}): check "
-            "--input-shape, --batch-size and --seq-len")
+    ints = re.search(r"scalar types: Long|indices.*(Long|Int)|must be (Long|Int)|expected .*(Long|Int)", str(exc))
+    hint = (" --input-shape gives float inputs by default: a model that looks up token ids (an embedding) needs "
+            "--input-dtype long" if ints else " check --input-shape, --input-dtype, --batch-size and --seq-len")
+    return f"{spec} could not run on example inputs of shape {shapes} ({type(exc).__name__}: {first}):{hint}"

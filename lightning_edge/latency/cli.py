@@ -96,7 +96,10 @@ def load(spec: str, batch_size: int, image_size: int | None, seq_len: int | None
                 raise ValueError(f"--image-size must be at least 8, got {image_size}")
             inputs = tuple(torch.rand(t.shape[0], t.shape[1], image_size, image_size, device=device) for t in inputs)
         return model.eval(), inputs
-    model, inputs = load_model(spec, batch_size, seq_len, input_shapes)
+    model, inputs, kwargs = load_model(spec, batch_size, seq_len, input_shapes)
+    if kwargs:
+        raise ValueError(f"{spec} returns keyword inputs ({', '.join(kwargs)}): the latency models time a model "
+                         "called with positional inputs; return (model, (inputs, ...)) from the factory")
     if device != "meta":
         inputs = tuple(torch.rand(t.shape, device=device) if t.is_floating_point() else
                        torch.zeros(t.shape, dtype=t.dtype, device=device) for t in inputs)

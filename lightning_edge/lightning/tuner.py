@@ -90,14 +90,17 @@ def format_summary(s: TuningSummary, device_text: str) -> str:
     lines = [f"lightning_edge PowerModeTuner ({device_text})"]
     cost = f"{s.profiling_steps} minibatches, {s.profiling_time_s:.1f} s, {s.profiling_energy_j:.0f} J {lab}"
     if s.profiles_used or s.new_profiles:
-        lines.append(f"  budget {s.budget_w:g} W, strategy {s.strategy}: {s.profiles_used} profiles used, "
-                     f"{s.new_profiles} measured in this run ({cost})")
+        lines.append(f"  budget {s.budget_w:g} W, strategy {s.strategy}: the search used {s.profiles_used} profiles "
+                     f"(from the store or measured); {s.new_profiles} were measured in this run, the MAXN baseline of "
+                     f"the comparison below included ({cost})")
     else:
         lines.append(f"  budget {s.budget_w:g} W, strategy {s.strategy}: no search finished in this run "
                      f"(profiling windows: {cost})")
     lines.extend(_progress_lines(s.progress))
     if s.mode:
         lines.append(f"  chosen mode {s.mode}: {s.time_s * 1e3:.1f} ms/minibatch, {s.power_w:.1f} W (profile, {lab})")
+        lines.append(f"  (a mode reads CORESc/CPU/GPU/MEMORY: online CPU cores, then the CPU, GPU and memory clock caps "
+                     f"in MHz; {s.mode} = {_describe_mode(s.mode)})")
         if s.measured_tuned_time_s is not None:
             n = s.measured_tuned_steps
             what = f"{n} minibatches" if n else "minibatches"
@@ -114,6 +117,15 @@ def format_summary(s: TuningSummary, device_text: str) -> str:
     if s.restored:
         lines.append(f"  board restored to {s.restored}")
     return "\n".join(lines)
+
+
+def _describe_mode(mode: Any) -> str:
+    try:
+        from lightning_edge.modes import PowerMode
+
+        return PowerMode.parse(str(mode)).describe()
+    except Exception:  # noqa: BLE001 - a mode outside the notation: shown as it is
+        return str(mode)
 
 
 def _progress_lines(p: TuningProgress) -> list[str]:

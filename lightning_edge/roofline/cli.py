@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import inspect
 import sys
 import time
 
@@ -44,7 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", metavar="OUT.png", help="draw the time and energy rooflines to this PNG")
     parser.add_argument("--model", metavar="SPEC",
                         help="place a model's layers on the rooflines: zoo:NAME (lightning_edge.zoo) or package.module:factory")
-    parser.add_argument("--batch-size", type=int, default=1, help="batch size of the --model input (default 1)")
+    parser.add_argument("--batch-size", type=int, default=None,
+                        help="batch size of the --model input (default 1, or what the factory returns)")
     parser.add_argument("--profile", metavar="PATH_OR_NAME",
                         help="use this profile instead of measuring (a file, or a shipped name such as orin-agx-pagoda)")
     parser.add_argument("--device-name", help="device model name written into the profile (default: detected)")
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
     if spec.startswith("sim") and args.torch_device:
         raise ValueError(f"--device {args.device}: the sweeps run on the twin, not on a torch device; drop "
                          f"--torch-device (its shipped profile: --profile {TWIN_PROFILE})")
-    if args.batch_size < 1:
+    if args.batch_size is not None and args.batch_size < 1:
         raise ValueError(f"--batch-size: expected a positive integer, got {args.batch_size}")
     precision = (args.precision or ["fp32"])[0]
     info = sys.stderr if args.json == "-" else sys.stdout  # stdout carries only the JSON then
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
         roofs = {m.mode: m.roofline(precision, source=profile.source) for m in profile.modes if precision in m.precision}
         title = f"{profile.device} ({profile.source}, {precision})"
         if args.model:
-            title += f": {args.model}, batch {args.batch_size}"
+            title += f": {args.model}" + (f", batch {args.batch_size}" if args.batch_size else "")
         fig = plot_rooflines(roofs, layers=layers, path=args.plot, title=title)
         del fig
         print(f"wrote {args.plot}", file=info)
@@ -179,79 +179,18 @@ def _compare_with_the_twin(board, result, mode: str, log) -> None:
 
 
 # ------------------------------------------------------------------------------------------ models
-def _model_layers(spec: str, batch_size: int):
-    """Build the model named by ``spec`` and return its LayerCost list from ``lightning_edge.analyze``."""
-    model, inputs = _load_model(spec, batch_size)
-    try:
-        from lightning_edge import analyze
-    except (ImportError, AttributeError):
-        raise RuntimeError("--model needs the cost model (lightning_edge.analyze), which this install does not have yet") \
-            from None
+def _model_layers(spec: str, batch_size: int | None):
+    """Build the model named by ``spec`` (the one loader of every command, ``cost.cli.load_model``) and return its
+    LayerCost list from ``lightning_edge.analyze``."""
+    from lightning_edge import analyze
+    from lightning_edge.cost.cli import load_model
+
+    model, args, kwargs = load_model(spec, batch_size, None)
     model.eval()
-    cost = analyze(model, *inputs)
+    cost = analyze(model, *args, **kwargs)
     layers = [x for x in cost.layers if getattr(x, "flops", 0) or getattr(x, "bytes", 0)]
     print(f"model {spec}: {len(layers)} layers with work")
     return layers
-
-
-def _load_model(spec: str, batch_size: int):
-    if spec.startswith("zoo:"):
-        name = spec[4:]
-        try:
-            from lightning_edge import zoo
-        except ImportError:
-            raise RuntimeError("--model zoo:NAME needs lightning_edge.zoo, which this install does not have") from None
-        try:
-            entry = zoo.get(name)
-        except (KeyError, ValueError) as exc:
-            raise ValueError(f"--model {spec}: {str(exc).strip(chr(39))}") from None
-        # the cost model runs on the meta device: nothing is allocated, no weights needed
-        return entry.build(device="meta"), tuple(entry.inputs(batch_size=batch_size, device="meta"))
-    elif ":" in spec:
-        from lightning_edge.cost.cli import factory_from_spec
-
-        made = _call(spec, factory_from_spec(spec), batch_size)
-    else:
-        raise ValueError(f"--model {spec!r}: expected zoo:NAME (e.g. zoo:resnet50) or package.module:factory")
-    return _model_and_inputs(made, spec, batch_size)
-
-
-def _call(spec, fn, batch_size):
-    from lightning_edge.cost.cli import call_factory
-
-    try:
-        params = inspect.signature(fn).parameters
-    except (TypeError, ValueError):
-        params = {}
-    return call_factory(spec, fn, batch_size=batch_size) if "batch_size" in params else call_factory(spec, fn)
-
-
-def _model_and_inputs(made, spec, batch_size):
-    import torch
-
-    if isinstance(made, tuple) and len(made) == 2:
-        model, inputs = made
-    else:
-        model = getattr(made, "model", made)
-        if not isinstance(model, torch.nn.Module):
-            got = "None" if made is None else f"a {type(made).__name__}"
-            raise ValueError(f"--model {spec}: the factory returned {got}, not a torch.nn.Module (nor a (model, "
-                             "example_inputs) pair, nor an object with a .model)")
-        inputs = None
-        for attr in ("example_inputs", "example_input", "example_input_array"):
-            src = getattr(made, attr, None) or getattr(model, attr, None)
-            if src is None:
-                continue
-            inputs = src(batch_size) if callable(src) and not isinstance(src, torch.Tensor) else src
-            break
-        if inputs is None:
-            raise RuntimeError(f"--model {spec}: the model gives no example input (example_inputs(batch_size) or "
-                               "example_input_array); return (model, inputs) from the factory")
-    if isinstance(inputs, torch.Tensor):
-        inputs = (inputs,)
-    if not isinstance(model, torch.nn.Module):
-        raise RuntimeError(f"--model {spec}: expected a torch.nn.Module, got {type(model).__name__}")
-    return model, tuple(inputs)
 
 
 # ------------------------------------------------------------------------------------------ printing

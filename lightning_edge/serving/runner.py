@@ -108,6 +108,25 @@ class ServingReport:
         d.pop("outputs", None)
         return d
 
+    def __str__(self) -> str:
+        """A readable table (``print(report)``); :meth:`describe` is the one-line form, :meth:`as_dict` the data."""
+        lat, ms = self.latency, 1e3
+        rows = [("served", f"{lat.n_requests} requests in {self.duration_s:.1f} s ({self.label})"),
+                ("latency", f"p50 {lat.p50_s * ms:.1f} ms, p95 {lat.p95_s * ms:.1f} ms, p99 {lat.p99_s * ms:.1f} ms, "
+                            f"max {lat.max_s * ms:.1f} ms" if lat.n_requests else "-"),
+                ("within budget", f"{lat.within_budget * 100:.2f} % of requests within {lat.budget_s * ms:g} ms "
+                                  f"({lat.deadline_misses} misses)"),
+                ("minibatches", f"{self.minibatches} ({self.partial_minibatches} partial); busy {self.busy_s:.1f} s, "
+                                f"idle {self.idle_s:.1f} s"),
+                ("power, energy", f"{self.mean_power_w:.1f} W mean, {self.energy_j:.1f} J ({self.label})"),
+                ("tuning", f"{self.profiles} profiles, {sum(1 for e in self.retunes if e.reason != 'initial')} "
+                           "re-tunes")]
+        rows += [(f"  at {e.t_s:.1f} s", f"{e.reason}: {e.arrival_rps:.1f} requests/s -> "
+                                         f"{e.plan or 'nothing feasible, plan kept'} (bs {e.batch_size}, "
+                                         f"{e.new_profiles} new profiles)") for e in self.retunes]
+        width = max(len(k) for k, _ in rows)
+        return "\n".join(f"{k:<{width}}  {v}" for k, v in rows)
+
     def describe(self) -> str:
         n_re = sum(1 for e in self.retunes if e.reason != "initial")
         return (f"inference serving ({self.label}) for {self.duration_s:.1f} s: {self.latency.describe()}; "

@@ -239,3 +239,81 @@ def test_latency_predict_takes_specs_through_the_same_loader(factories, capsys, 
         rc = main(["latency", "predict", str(saved), spec, "--input-shape", "3"])
         err = capsys.readouterr().err
         assert rc == 1 and len(err.strip().splitlines()) == 1 and spec in err, err
+
+
+# ---------------------------------------------------------------- the first runs a user tries (issue 28, CLI)
+HF_STYLE = """
+import torch
+from torch import nn
+
+
+class TinyLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.emb = nn.Embedding(100, 16)
+        self.head = nn.Linear(16, 100)
+
+    def forward(self, input_ids, attention_mask=None):
+        h = self.emb(input_ids)
+        if attention_mask is not None:
+            h = h * attention_mask.unsqueeze(-1)
+        return self.head(h)
+
+
+def build():  # the usual Hugging Face form: the model and a dict of keyword inputs
+    ids = torch.randint(0, 100, (2, 12))
+    return TinyLM(), {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+def build_bs(batch_size=2):
+    ids = torch.randint(0, 100, (batch_size, 12))
+    return TinyLM(), {"input_ids": ids}
+
+
+def model_only():
+    return TinyLM()
+"""
+
+
+@pytest.fixture
+def hf_style(tmp_path, monkeypatch):
+    (tmp_path / "hfstyle.py").write_text(HF_STYLE)
+    monkeypatch.chdir(tmp_path)
+    yield tmp_path
+    sys.modules.pop("hfstyle", None)
+
+
+def test_a_factory_returning_a_dict_of_keyword_inputs_is_analysed(hf_style, capsys):
+    assert main(["analyze", "hfstyle:build", "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["flops"] > 0
+
+
+@pytest.mark.parametrize("spec", ["hfstyle:build", "hfstyle:build_bs"])
+def test_batch_size_is_honoured_for_a_factory_with_inputs(hf_style, capsys, spec):
+    """``-b 8`` was silently ignored when the factory returned its inputs, while the summary said "batch 8"."""
+    assert main(["analyze", spec, "--json", "-"]) == 0
+    two = json.loads(capsys.readouterr().out)["flops"]
+    assert main(["analyze", spec, "-b", "8", "--json", "-"]) == 0
+    eight = json.loads(capsys.readouterr().out)["flops"]
+    assert eight == pytest.approx(4 * two, rel=1e-6)
+    assert main(["analyze", spec, "-b", "8"]) == 0
+    assert "batch 8" in capsys.readouterr().out
+
+
+def test_a_language_model_given_a_float_input_shape_is_told_about_input_dtype(hf_style, capsys):
+    assert main(["analyze", "hfstyle:model_only", "--input-shape", "32"]) == 1
+    err = capsys.readouterr().err
+    assert "--input-dtype long" in err and "Traceback" not in err
+
+
+def test_the_json_destination_is_checked_before_any_work(capsys, tmp_path):
+    dest = tmp_path / "missing" / "out.json"
+    assert main(["analyze", "zoo:resnet18", "--json", str(dest)]) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and "--json" in err and str(dest) in err  # no table first
+
+
+def test_roofline_model_imports_from_the_current_folder_like_analyze(hf_style, capsys):
+    assert main(["roofline", "--profile", "orin-agx-pagoda", "--model", "hfstyle:build"]) == 0
+    assert "layers with work" in capsys.readouterr().out

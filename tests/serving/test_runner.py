@@ -138,3 +138,14 @@ def test_runner_input_errors():
     impossible = InferenceProblem(power_budget_w=5, latency_budget_s=0.001, arrival_rps=500)
     with pytest.raises(RuntimeError, match="no feasible plan"):
         InferenceRunner("resnet18", impossible, tuner="gmd").run(1.0)
+
+
+def test_the_report_prints_as_a_readable_table():
+    """Issue 28: ``print(runner.run())`` printed the raw dataclass dump."""
+    problem = InferenceProblem(power_budget_w=30, latency_budget_s=0.1, arrival_rps=30)
+    rep = InferenceRunner("resnet18", problem, arrivals=TraceArrivals([(0.0, 30.0)], end_s=20.0)).run()
+    text = str(rep)
+    assert "ServingReport(" not in text and "LatencySummary(" not in text
+    lines = text.splitlines()
+    assert lines[0].startswith("served") and any(ln.startswith("latency") and "p95" in ln for ln in lines)
+    assert "simulated" in lines[0] and "W mean" in text
