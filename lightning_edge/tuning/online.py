@@ -1066,7 +1066,8 @@ def simulate_tuning(workload: Any, power_budget_w: float, *, strategy: Any = "gm
 
     board = board if board is not None else SimulatedOrin(seed=seed)
     train = SimWorkload(workload.model, board.twin, train_batch_size=workload.train_batch_size, seed=seed,
-                        seq_len=workload.seq_len, precision=workload.precision, example_inputs=workload.example_inputs)
+                        seq_len=workload.seq_len, precision=workload.precision, example_inputs=workload.example_inputs,
+                        param_tensors=getattr(workload, "param_tensors", None))
     meter = TwinMeter(board.twin, seed=seed, train=train)
     tuner = OnlineTuner(power_budget_w, board.controller, meter, strategy=strategy, store=None,
                         fingerprint=workload.fingerprint, window=window, prior=prior)

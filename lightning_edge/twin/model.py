@@ -45,7 +45,7 @@ from lightning_edge.modes import PowerMode, PowerModeSpace
 from lightning_edge.roofline.model import Roofline
 from lightning_edge.twin.physics import Physics
 from lightning_edge.twin.timeline import LayerTimes, Prediction, TwinWorkload, as_knobs
-from lightning_edge.twin.workload import WorkloadProfile, count_param_tensors, is_cost
+from lightning_edge.twin.workload import WorkloadProfile, count_param_tensors, is_cost, precision_of
 
 __all__ = ["OrinTwin", "Prediction", "LayerTimes", "TwinWorkload", "Activity", "TWIN_PROFILE", "load_twin_params"]
 
@@ -211,6 +211,12 @@ class OrinTwin:
             cost, n_tensors = self.workload_cost(source, batch_size, kind, seq_len, precision, inputs)
             if param_tensors is None:
                 param_tensors = n_tensors
+        # the same workload asked in other words (defaults spelled out) is the same object
+        if kind is None:
+            kind = cost.kind if isinstance(cost, WorkloadProfile) else (
+                "train" if getattr(cost, "training", False) else "infer")
+        precision = precision_of(cost) if precision is None else precision
+        dataloader = kind == "train" if dataloader is None else bool(dataloader)
         key = ("workload", id(cost), None if batch_size is None else int(batch_size), kind, precision,
                param_tensors, dataloader)
         hit = self._profile_cache.get(key)
@@ -221,12 +227,12 @@ class OrinTwin:
         self._profile_cache[key] = (cost, wl)  # type: ignore[assignment]
         return wl
 
-    def compile(self, cost: Any, *, kind: str | None = None, batch_size: int | None = None, **kw) -> WorkloadProfile:
-        """ModelCost -> WorkloadProfile: the rows of :meth:`workload`'s model (``param_tensors=`` and the other
-        arguments of :func:`~lightning_edge.twin.workload.compile_workload` pass through)."""
+    def compile(self, cost: Any, *, kind: str | None = None, batch_size: int | None = None,
+                param_tensors: int | None = None) -> WorkloadProfile:
+        """ModelCost -> WorkloadProfile: the rows of :meth:`workload`'s model of it."""
         if isinstance(cost, WorkloadProfile):
             return cost
-        return self.workload(cost, batch_size, kind, param_tensors=kw.pop("param_tensors", None), **kw).profile
+        return self.workload(cost, batch_size, kind, param_tensors=param_tensors).profile
 
     def predict(
         self,

@@ -137,3 +137,30 @@ def test_a_sweep_and_one_mode_are_the_same_timeline():
         k = lt.kernel_rows
         assert np.all(lt.start_s[k][1:] >= lt.end_s[k][:-1] - 1e-15)
         assert np.allclose(lt.end_s[k] - lt.start_s[k], lt.gpu_s[k], rtol=1e-9, atol=1e-15)
+
+
+def test_when_the_power_cap_binds_every_row_is_scaled_alike():
+    """The board's cap (66.5 W; 30 W here, so that it binds) scales the step's power and every row's energy alike:
+    the rows still sum to the step, no part is negative, and the step sits at the cap."""
+    twin = OrinTwin(params={"p_cap_w": 30.0}, noise=False, settling=False)
+    cost, n = twin.workload_cost("resnet18", 16, "train")
+    wl = twin.workload(cost, batch_size=16, kind="train", param_tensors=n)
+    lt = wl.layers(MODES[0])
+    assert lt.power_w == 30.0
+    assert np.sum(lt.energy_j) == pytest.approx(lt.time_s * 30.0, rel=1e-12)
+    for k, v in lt.parts.items():
+        assert np.all(v >= 0) and np.sum(v) == pytest.approx(float(lt.step.parts[k]), rel=1e-12, abs=1e-15)
+    free = OrinTwin(noise=False, settling=False).workload(cost, batch_size=16, kind="train", param_tensors=n)
+    assert float(free.step(MODES[0]).power_w) > 30.0  # uncapped, the same workload draws more
+    assert float(wl.step(MODES[0]).time_s) == float(free.step(MODES[0]).time_s)  # the cap does not slow it
+
+
+def test_callers_asking_for_the_same_workload_share_one_object():
+    twin = OrinTwin(noise=False, settling=False)
+    model = small_cnn()
+    cost = analyze(model, _x(), training=True)
+    drv, _ = _profiler(twin, model, cost, MODES[0])
+    meter = _tuner_meter(twin, model, cost)
+    assert meter.workload.twin_workload("train") is drv.workload(True, BS)
+    # defaults spelled out are the same workload
+    assert twin.workload(cost, BS) is twin.workload(cost, BS, "train", precision="fp32", dataloader=True)
