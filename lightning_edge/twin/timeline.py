@@ -279,7 +279,7 @@ class TwinWorkload:
     def layers(self, mode: Any = None) -> LayerTimes:
         """The per-layer table of one mode (default: the twin's current mode); its rows sum to :meth:`step`."""
         mode = self.twin.current_mode() if mode is None else mode
-        knobs, single = as_knobs(mode, self.twin.space)
+        knobs, _ = as_knobs(mode, self.twin.space)
         if knobs.shape[0] != 1:
             raise ValueError("layers() takes one mode; step() takes many")
         res = self._run(knobs, rows=True)
