@@ -1,9 +1,9 @@
 """The twin: a simulated Jetson's physics. Rooflines, step time and power of any workload in any power mode, per
 layer and per step, from a ``ModelCost`` and the board's coefficients: one model of a workload,
-``TwinWorkload(cost).step(modes)`` / ``.layers(mode)`` (:mod:`lightning_edge.twin.timeline`), that every caller
+``TwinWorkload(cost, twin).step(modes)`` / ``.layers(mode)`` (:mod:`lightning_edge.twin.timeline`), that every caller
 asks. Pure model: it imports cost and roofline (and the board facts of :mod:`lightning_edge.catalog`), never
-devices or tuning. The simulated *board* (a mode
-controller and a power sensor over the twin) lives in :mod:`lightning_edge.devices.sim`."""
+devices or tuning. The simulated *board* (a mode controller and a power sensor over the twin) lives in
+:mod:`lightning_edge.devices.sim`."""
 
 from __future__ import annotations
 

@@ -215,27 +215,23 @@ def gpu_ends(issue: np.ndarray, suffix: np.ndarray, *, rows: bool = False) -> np
 class TwinWorkload:
     """One workload's minibatch on the twin: the one model that every caller asks (module docstring).
 
-    ``TwinWorkload(cost, twin=None, *, batch_size=None, kind=None, precision=None, param_tensors=None,
+    ``TwinWorkload(cost, twin, *, batch_size=None, kind=None, precision=None, param_tensors=None,
     dataloader=None)``: ``cost`` a :class:`~lightning_edge.cost.ModelCost` (or a compiled ``WorkloadProfile``);
     ``kind`` ``"train"``/``"infer"`` (default: from the cost); ``batch_size`` (default: the cost's first input's
     first dimension); ``precision`` ``"fp32"``/``"fp16"`` (default :func:`~lightning_edge.twin.workload.precision_of`
     the cost: fp16 for 16-bit tensors or a 16-bit autocast); ``param_tensors`` the optimizer's parameter tensors (one
     kernel per op per tensor; count them with :func:`~lightning_edge.twin.workload.count_param_tensors`, default a
     guess of 2 per layer with parameters); ``dataloader``: include the data loader (default: for training).
-    ``twin``: whose physics (default a new ``OrinTwin()``); :meth:`on` gives the same workload on another twin.
-    ``OrinTwin.workload(...)`` builds one and memoises it per cost and arguments. Nothing here is cached: the twin's
+    ``twin``: whose physics, space and matmul setting (an ``OrinTwin``); :meth:`on` gives the same workload on
+    another twin. ``OrinTwin.workload(...)`` builds one and memoises it per cost and arguments. Nothing here is cached: the twin's
     physics may be swapped (calibration) and every call reads it.
     """
 
     label = LABEL
 
-    def __init__(self, cost: Any, twin: OrinTwin | None = None, *, batch_size: int | None = None,
+    def __init__(self, cost: Any, twin: OrinTwin, *, batch_size: int | None = None,
                  kind: str | None = None, precision: str | None = None, param_tensors: int | None = None,
                  dataloader: bool | None = None, **compile_kw: Any) -> None:
-        if twin is None:
-            from lightning_edge.twin.model import OrinTwin
-
-            twin = OrinTwin()
         self.twin = twin
         self.cost = cost
         if isinstance(cost, WorkloadProfile):
