@@ -3,8 +3,8 @@
     python benchmarks/twin_sweep.py [--repeat 5] [--out benchmarks/results/twin_sweep.md]
 
 For each zoo model, training (bs 16) and inference (bs 1): the analyze() time of the ModelCost (once),
-then the median of ``--repeat`` full-space predictions (``OrinTwin.predict`` on the compiled workload;
-compiling the ModelCost into steps is counted in the first, cold, prediction only).
+then the median of ``--repeat`` full-space steps of its one model (``TwinWorkload.step`` over the space;
+compiling the ModelCost into rows is counted in the first, cold, sweep only).
 """
 
 from __future__ import annotations
@@ -19,7 +19,6 @@ from _machine import machine
 
 from lightning_edge import zoo
 from lightning_edge.twin.model import OrinTwin
-from lightning_edge.twin.workload import compile_workload
 
 
 def _ms(t_s: float) -> str:
@@ -43,26 +42,26 @@ def main(argv=None) -> int:
             cost, n_tensors = twin.workload_cost(name, bs, kind)
             t_analyze = time.perf_counter() - t0
             t0 = time.perf_counter()
-            prof = compile_workload(cost, kind=kind, batch_size=bs, param_tensors=n_tensors)
-            pred = twin.predict(prof, space)
+            wl = twin.workload(cost, bs, kind, param_tensors=n_tensors)
+            pred = wl.step(space)
             t_cold = time.perf_counter() - t0
             times = []
             for _ in range(args.repeat):
                 t0 = time.perf_counter()
-                pred = twin.predict(prof, space)
+                pred = wl.step(space)
                 times.append(time.perf_counter() - t0)
             med = statistics.median(times)
             worst = max(worst, med)
-            rows.append((name, kind, bs, prof.n_steps, t_analyze, t_cold, med, pred.time_s.shape[0],
+            rows.append((name, kind, bs, len(wl.profile.names), t_analyze, t_cold, med, pred.time_s.shape[0],
                          float(pred.time_s.min()), float(pred.time_s.max()), float(pred.power_w.min()),
                          float(pred.power_w.max())))
-            print(f"{name:20s} {kind:5s} bs{bs:<3d} steps {prof.n_steps:4d}  analyze {t_analyze:6.2f} s  "
+            print(f"{name:20s} {kind:5s} bs{bs:<3d} steps {len(wl.profile.names):4d}  analyze {t_analyze:6.2f} s  "
                   f"sweep median {med * 1e3:7.1f} ms (cold {t_cold * 1e3:6.1f} ms) over {pred.time_s.shape[0]} modes")
     lines = [
         "# Twin full-space sweep timing",
         "",
         "Time to predict minibatch time and power of one workload over all 18,096 Orin AGX modes",
-        "(`OrinTwin.predict` on a compiled workload, median of "
+        "(`TwinWorkload.step` over the space, median of "
         f"{args.repeat} runs), and the one-off `analyze()` time of its ModelCost. Values are simulated.",
         "",
         f"- generated: {_dt.datetime.now(_dt.timezone.utc).isoformat(timespec='seconds')}"

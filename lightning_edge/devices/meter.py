@@ -105,12 +105,15 @@ class TwinMeter:
         self.workloads["train"] = SimWorkload(module, self.twin, example_inputs=example_inputs, seed=self.seed,
                                               precision=self.precision)
 
-    def bind_cost(self, cost: Any, batch_size: int) -> None:
-        """Time training steps of a captured :class:`~lightning_edge.cost.ModelCost` (``training=True``)."""
+    def bind_cost(self, cost: Any, batch_size: int, *, param_tensors: int | None = None) -> None:
+        """Time training steps of a captured :class:`~lightning_edge.cost.ModelCost` (``training=True``): the twin's
+        one model of that cost (``OrinTwin.workload``; the profiler's per-layer table of the same cost is the same
+        model). ``param_tensors``: the optimizer's parameter tensors (``count_param_tensors(module)``; default: a
+        guess from the layers). The precision is the cost's own (a 16-bit autocast or 16-bit tensors: fp16)."""
         from lightning_edge.twin.live import SimWorkload
 
         self.workloads["train"] = SimWorkload(cost, self.twin, train_batch_size=int(batch_size), seed=self.seed,
-                                              precision=self.precision)
+                                              param_tensors=param_tensors)
 
     @property
     def settle_s(self) -> float:

@@ -43,6 +43,7 @@ from lightning_edge.tuning.online import (
     WindowSpec,
     module_fingerprint,
 )
+from lightning_edge.twin.workload import count_param_tensors
 
 __all__ = ["PowerModeTunerMixin", "format_summary"]
 
@@ -302,7 +303,8 @@ class PowerModeTunerMixin:
             # with Lazy modules, tuning starts at the next step
             sim = t.meter.simulated
             if sim and not t.meter.bound and self.workload_cost is not None:
-                t.meter.bind_cost(self.workload_cost, _batch_size_of(batch, self.workload_cost))
+                t.meter.bind_cost(self.workload_cost, _batch_size_of(batch, self.workload_cost),
+                                  param_tensors=count_param_tensors(pl_module))
             if self._capture is None and self.workload_cost is None and not self.capture_notes:
                 from lightning_edge.cost.capture import CallCapture
 
@@ -370,7 +372,7 @@ class PowerModeTunerMixin:
         self.workload_cost = cost
         self.capture_notes.extend(n for n in cost.notes if n not in self.capture_notes)
         if sim and not self.tuner.meter.bound:
-            self.tuner.meter.bind_cost(cost, _batch_size_of(batch, cost))
+            self.tuner.meter.bind_cost(cost, _batch_size_of(batch, cost), param_tensors=count_param_tensors(pl_module))
 
     def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
         t = self.tuner

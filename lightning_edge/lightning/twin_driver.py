@@ -1,14 +1,18 @@
 """Driving the Orin twin from a profiling session: one job of
 :class:`~lightning_edge.lightning.session.EnergySession`.
 
-The twin's simulated board runs the captured workload (its sensor's power follows the model's cost), and its
-per-layer model of that workload (``DigitalTwin.layer_times``) gives every layer's and step's time and energy on the
-Orin in a power mode, named as the profiler names the model's layers.
+The captured step's cost becomes the workload's one model on the twin (:meth:`TwinDriver.workload`, a
+:class:`~lightning_edge.twin.timeline.TwinWorkload`: the same object, and so the same numbers, that the tuner's meter,
+its prior and serving ask for the same cost): the simulated board runs it (its sensor's power follows it), and its
+per-layer table (``TwinWorkload.layers``) gives every layer's and step's time and energy on the Orin in a power mode,
+named as the profiler names the model's layers. The table's rows sum to the step.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from lightning_edge.twin.workload import count_param_tensors
 
 __all__ = ["TwinDriver"]
 
@@ -33,6 +37,19 @@ class TwinDriver:
         mc = [(c, key[0]) for key, c in self.costs.items() if key[1] == training]
         return max(mc, key=lambda x: x[0].flops) if mc else None
 
+    def workload(self, training: bool, batch: int | None) -> Any:
+        """The twin's one model of the captured workload (the largest analysed module's cost, its optimizer's
+        parameter tensors counted from that module), or None when nothing was analysed for ``training``."""
+        main = self.main_cost(training)
+        if main is None:
+            return None
+        cost, qual = main
+        try:
+            n_tensors = count_param_tensors(self.model.get_submodule(qual))
+        except Exception:  # noqa: BLE001 - not a module: the twin guesses from the layers
+            n_tensors = None
+        return self.twin.workload(cost, batch, "train" if training else "infer", param_tensors=n_tensors)
+
     def layer_model(self, training: bool, mode: str | None, batch: int | None) -> tuple[Any, dict[str, str]] | None:
         """The twin's per-layer model of the captured workload in ``mode`` (None: the current one):
         ``(LayerTimes, {twin row name: profiler layer name})``, or None when there is no cost or it cannot be modelled
@@ -46,13 +63,7 @@ class TwinDriver:
             return self._cache[key]
         out = None
         try:
-            kind = "train" if training else "infer"
-            try:  # one optimizer kernel per parameter tensor, counted as PowerModeTuner's SimWorkload counts them
-                n_tensors = sum(1 for _ in self.model.get_submodule(qual).parameters())
-            except Exception:  # noqa: BLE001
-                n_tensors = None
-            prof = self.twin.compile(cost, kind=kind, batch_size=batch, param_tensors=n_tensors)
-            lt = self.twin.layer_times(prof, mode, kind=kind, batch_size=batch)
+            lt = self.workload(training, batch).layers(mode)
             root = qual or self.root_name
             names = {n: (f"{qual}.{n}" if qual else n) for n in lt.names if n and not n.startswith("(")}
             names["(root)"] = root
@@ -73,13 +84,12 @@ class TwinDriver:
         return any(v is not None for v in self._cache.values())
 
     def begin(self, training: bool, samples: int | None) -> None:
-        """Let the simulated board run this workload (its power follows the model's cost)."""
+        """Let the simulated board run this workload: its power follows the same model as the per-layer table."""
         kind = "train" if training else "infer"
-        found = self.main_cost(training)
-        if self.kind == kind or found is None:
+        if self.kind == kind or self.main_cost(training) is None:
             return
         try:
-            self.twin.begin(found[0], kind, samples or 1)
+            self.twin.begin(self.workload(training, samples))
             self.kind = kind
         except Exception as exc:  # noqa: BLE001
             self.notes.append(f"the twin could not simulate this workload ({exc}): it shows idle power")

@@ -49,6 +49,7 @@ from lightning_edge.energy.base import (
     layer_attr,
 )
 from lightning_edge.roofline.model import pagoda_energy
+from lightning_edge.twin.timeline import IDLE_ROW
 
 __all__ = [
     "Method", "MEASURED", "APPORTIONED", "ESTIMATED", "SIMULATED", "PARTIAL", "DEFAULT_K",
@@ -345,36 +346,34 @@ def _layer(name: str, s: Any, energy: float, method: str, source: str, model_j: 
 
 
 #: the twin's share of a step that no layer holds: the board's CPU power over the step and its static power while
-#: the GPU waits (data loading, kernel launches)
-TWIN_REST = "(idle and CPU)"
+#: the GPU waits (data loading, kernel launches): the last row of the twin's per-layer table
+TWIN_REST = IDLE_ROW
 
 
 def simulated_step(selfs: Mapping[str, Any], t0_ns: int, t1_ns: int, twin_layers: Any,
                    name_of: Mapping[str, str] | None = None, *, samples: int | None = None,
                    training: bool = True) -> StepEnergy:
-    """One step as the simulated device runs it: every layer's time and energy from the twin's per-layer model of
-    the workload (``twin_layers``: an :class:`~lightning_edge.twin.model.LayerTimes`, or anything with
-    ``names``, ``phase``, ``gpu_s``, ``energy_j``, ``time_s``, ``power_w``), so the layers sum to the twin's step
-    energy (``time_s * power_w``) and the step lasts the twin's ``time_s``. ``selfs`` (this machine's timings)
-    only supply each layer's host time (``host_time_s``), kind and calls; a layer the twin does not model gets
-    zero time and energy. ``name_of`` maps the twin's row names to the profiler's layer names (default: same).
-    What no layer holds (the CPU's power, static power while the GPU waits) is the row :data:`TWIN_REST`."""
+    """One step as the simulated device runs it: every layer's time and energy from the twin's per-layer table of
+    the workload (``twin_layers``: a :class:`~lightning_edge.twin.timeline.LayerTimes`), whose rows sum to the twin's
+    step by construction, so the layers sum to the step's energy (``time_s * power_w``) and the step lasts the
+    twin's ``time_s``. ``selfs`` (this machine's timings) only supply each layer's host time (``host_time_s``), kind
+    and calls; a layer the twin does not model gets zero time and energy. ``name_of`` maps the twin's row names to
+    the profiler's layer names (default: same). What no layer holds (the CPU's power, static power while the GPU
+    waits) is the twin's row :data:`TWIN_REST`."""
     name_of = dict(name_of or {})
-    rows: dict[str, list[float]] = {}  # name -> [gpu s, energy j, fwd s, bwd s]
-    for n, ph, g, e in zip(twin_layers.names, twin_layers.phase, np.asarray(twin_layers.gpu_s, dtype=float),
+    rows: dict[str, list[float]] = {}  # name -> [time s, energy j, fwd s, bwd s]
+    for n, ph, w, e in zip(twin_layers.names, twin_layers.phase, np.asarray(twin_layers.wall_s, dtype=float),
                            np.asarray(twin_layers.energy_j, dtype=float)):
         if ph == "backward" and not training:
             continue
         name = name_of.get(n, n)
         r = rows.setdefault(name, [0.0, 0.0, 0.0, 0.0])
-        r[0] += float(g)
+        r[0] += float(w)
         r[1] += float(e)
-        r[3 if ph == "backward" else 2] += float(g)
+        if ph != "idle":
+            r[3 if ph == "backward" else 2] += float(w)
     step_t = float(twin_layers.time_s)
     step_e = step_t * float(twin_layers.power_w)
-    busy = sum(r[0] for r in rows.values())
-    rest_e = step_e - sum(r[1] for r in rows.values())
-    rows[TWIN_REST] = [max(step_t - busy, 0.0), rest_e, 0.0, 0.0]
     layers: dict[str, LayerEnergy] = {}
     for n, sel in selfs.items():
         r = rows.pop(n, None)
@@ -383,10 +382,7 @@ def simulated_step(selfs: Mapping[str, Any], t0_ns: int, t1_ns: int, twin_layers
                                 math.nan, f, b, int(layer_attr(sel, "calls", 0) or 0), host_time_s=_self_s(sel))
     for n, (g, e, f, b) in rows.items():  # twin rows without a timed module: input copy, loss, the rest
         layers[n] = LayerEnergy(e, g, SIMULATED, n, SIMULATED, "region", math.nan, f, b, 0, host_time_s=0.0)
-    notes = []
-    if rest_e < 0:
-        notes.append(f"the twin's layers exceed its step energy by {-rest_e:.3g} J")
-    return StepEnergy(int(t0_ns), int(t1_ns), step_e, SIMULATED, SIMULATED, layers, None, DEFAULT_K, True, notes,
+    return StepEnergy(int(t0_ns), int(t1_ns), step_e, SIMULATED, SIMULATED, layers, None, DEFAULT_K, True, [],
                       samples, sim_time_s=step_t)
 
 

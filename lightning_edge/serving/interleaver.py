@@ -162,12 +162,14 @@ class InterleaverMixin:
         bg_wl = in_wl = None
         if dev.simulated:
             from lightning_edge.twin.live import SimWorkload
+            from lightning_edge.twin.workload import count_param_tensors
 
             twin = dev.twin
             example = x if isinstance(x, Mapping) else (x,)  # x: this batch's inputs (always read on the twin)
             bs = RequestInputs(x).n
             if stage == "fit" and self._train_cost is not None:  # captured from the first step (no forward)
-                bg_wl = SimWorkload(self._train_cost, twin, train_batch_size=bs, seed=self.seed)
+                bg_wl = SimWorkload(self._train_cost, twin, train_batch_size=bs, seed=self.seed,
+                                    param_tensors=count_param_tensors(pl_module))
             elif stage == "fit":
                 bg_wl = SimWorkload(pl_module, twin, example_inputs=example, train_batch_size=bs, seed=self.seed)
             else:

@@ -1073,7 +1073,8 @@ def simulate_tuning(workload: Any, power_budget_w: float, *, strategy: Any = "gm
     opened = board is None
     board = get_board("sim:orin-agx", control="write", seed=seed) if opened else board
     train = SimWorkload(workload.model, board.twin, train_batch_size=workload.train_batch_size, seed=seed,
-                        seq_len=workload.seq_len, precision=workload.precision, example_inputs=workload.example_inputs)
+                        seq_len=workload.seq_len, precision=workload.precision, example_inputs=workload.example_inputs,
+                        param_tensors=getattr(workload, "param_tensors", None))
     meter = TwinMeter(board.twin, seed=seed, train=train)
     tuner = OnlineTuner(power_budget_w, board.controller, meter, strategy=strategy, store=None,
                         fingerprint=workload.fingerprint, window=window, prior=prior)

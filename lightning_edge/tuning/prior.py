@@ -164,22 +164,16 @@ def _climb(grid: Any, measured: dict[int, tuple[float, float]], p_hat: float, t:
 
 # ------------------------------------------------------------------------------------------ sources
 def prior_for_twin(workload: Any, space: PowerModeSpace, *, simulated: bool) -> Prior:
-    """The prior of a :class:`~lightning_edge.twin.live.SimWorkload` (a zoo name or a module with its
-    example inputs) over ``space``: the twin's model of its ``analyze`` cost; with ``simulated=True`` (the
-    measurements come from the twin) the *uncalibrated* twin, so that the prior does not know the simulated
-    truth (module docstring)."""
+    """The prior of a :class:`~lightning_edge.twin.live.SimWorkload` (a zoo name, a captured cost, or a module with
+    its example inputs) over ``space``: the twin's one model of its training minibatch
+    (``workload.twin_workload("train")``, analysed once), evaluated with the calibrated coefficients, or with
+    ``simulated=True`` (the measurements come from the twin) the *uncalibrated* twin's, so that the prior does not
+    know the simulated truth (module docstring)."""
     from lightning_edge.twin.model import OrinTwin
 
     model_twin = OrinTwin(profile_path=False, noise=False, settling=False) if simulated else OrinTwin(
         noise=False, settling=False)
-    from lightning_edge.twin.workload import compile_workload
-
-    bs = int(workload.train_batch_size)
-    # the workload's analyze cost, as the measuring twin already has it (analysed once; no twin coefficient in it)
-    cost, n_tensors = workload.twin.workload_cost(workload.model, bs, "train", workload.seq_len, workload.precision,
-                                                  workload.inputs_for(bs))
-    prof = compile_workload(cost, kind="train", batch_size=bs, param_tensors=n_tensors)
-    pred = model_twin.predict(prof, space.to_numpy(), precision=workload.precision)
+    pred = workload.twin_workload("train").on(model_twin).step(space.to_numpy())
     src = ("twin model, uncalibrated coefficients (not the simulated truth), of the analyze cost" if simulated
            else "Orin AGX twin model of the analyze cost")
     return Prior(space, np.asarray(pred.time_s), np.asarray(pred.power_w), src)

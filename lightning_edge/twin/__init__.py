@@ -1,7 +1,9 @@
 """The twin: a simulated Jetson's physics. Rooflines, step time and power of any workload in any power mode, per
-layer and per step, from a ``ModelCost`` and the board's coefficients. Pure model: it imports cost and roofline
-(and the board facts of :mod:`lightning_edge.catalog`), never devices or tuning. The simulated *board* (a mode
-controller and a power sensor over the twin) lives in :mod:`lightning_edge.devices.sim`."""
+layer and per step, from a ``ModelCost`` and the board's coefficients: one model of a workload,
+``TwinWorkload(cost, twin).step(modes)`` / ``.layers(mode)`` (:mod:`lightning_edge.twin.timeline`), that every caller
+asks. Pure model: it imports cost and roofline (and the board facts of :mod:`lightning_edge.catalog`), never
+devices or tuning. The simulated *board* (a mode controller and a power sensor over the twin) lives in
+:mod:`lightning_edge.devices.sim`."""
 
 from __future__ import annotations
 
@@ -9,14 +11,18 @@ from lightning_edge._lazy import lazy_getattr
 
 _LAZY = {
     "OrinTwin": "lightning_edge.twin.model",
-    "Prediction": "lightning_edge.twin.model",
-    "LayerTimes": "lightning_edge.twin.model",
+    "TwinWorkload": "lightning_edge.twin.timeline",
+    "Prediction": "lightning_edge.twin.timeline",
+    "LayerTimes": "lightning_edge.twin.timeline",
+    "IDLE_ROW": "lightning_edge.twin.timeline",
     "Activity": "lightning_edge.twin.model",
     "load_twin_params": "lightning_edge.twin.model",
     "TWIN_PROFILE": "lightning_edge.twin.model",
     "SimWorkload": "lightning_edge.twin.live",
     "WorkloadProfile": "lightning_edge.twin.workload",
     "compile_workload": "lightning_edge.twin.workload",
+    "count_param_tensors": "lightning_edge.twin.workload",
+    "precision_of": "lightning_edge.twin.workload",
     "Physics": "lightning_edge.twin.physics",
     "validate": "lightning_edge.twin.validation",
 }

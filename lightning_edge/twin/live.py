@@ -1,7 +1,8 @@
 """The twin running a workload, as tuners see it: :class:`SimWorkload` (``train(mode)`` / ``infer(mode,
 batch_size)``) gives a :class:`Measurement` (``time_s``, ``power_w``, ``label="simulated"``) with seeded
-measurement noise, from :class:`~lightning_edge.twin.model.OrinTwin`'s prediction for the compiled workload
-(:mod:`lightning_edge.twin.workload`)."""
+measurement noise around the step of the workload's one model (:class:`~lightning_edge.twin.timeline.TwinWorkload`,
+one per kind and batch size, from ``OrinTwin.workload``). It adds the noise and the bookkeeping a tuner needs
+(fingerprint, call counts); the time and power are the model's."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import numpy as np
 
 from lightning_edge.records import Measurement
 from lightning_edge.twin.model import OrinTwin
+from lightning_edge.twin.timeline import TwinWorkload
+from lightning_edge.twin.workload import is_cost, precision_of
 
 __all__ = ["Measurement", "SimWorkload"]
 
@@ -20,9 +23,12 @@ class SimWorkload:
     """What a tuner profiles: one model, training and/or inference, on the twin.
 
     ``SimWorkload("resnet18", twin=None, train_batch_size=16, noise=True, seed=0, time_noise=0.025,
-    power_noise=0.02, seq_len=None, precision="fp32", example_inputs=None)``
+    power_noise=0.02, seq_len=None, precision=None, example_inputs=None, param_tensors=None)``
 
-    ``model`` is a zoo name (``"resnet18"``) or an ``nn.Module``; a module needs ``example_inputs``: one
+    ``model`` is a zoo name (``"resnet18"``), a captured :class:`~lightning_edge.cost.ModelCost` (its
+    ``param_tensors``: the optimizer's parameter tensors, counted from the module that ran it) or an ``nn.Module``;
+    ``precision``: for a name or a module ``"fp32"`` unless given (``"fp16"`` analyses it in half precision); for a
+    cost, the cost's own (:func:`~lightning_edge.twin.workload.precision_of`). A module needs ``example_inputs``: one
     minibatch (a tensor or a tuple of tensors, batch dimension first; a dict of tensors for a model called as
     ``model(**batch)``; or a captured :class:`~lightning_edge.cost.capture.Call`). Only their shapes and dtypes are used
     (the twin analyses the module on meta tensors of the same shapes, with the batch dimension set to
@@ -31,7 +37,7 @@ class SimWorkload:
     ``train(mode)`` and ``infer(mode, batch_size)`` return a :class:`Measurement`; with ``noise`` each
     call draws seeded gaussian noise (relative sd ``time_noise`` on time, ``power_noise`` on power), so
     the same seed gives the same sequence of measurements. ``noise=False`` returns the model's values.
-    ``calls`` counts the profiling calls (a tuner's cost).
+    ``calls`` counts the profiling calls (a tuner's cost). :meth:`twin_workload` is the model behind them.
     """
 
     label = "simulated"
@@ -49,8 +55,9 @@ class SimWorkload:
         time_noise: float = 0.025,
         power_noise: float = 0.02,
         seq_len: int | None = None,
-        precision: str = "fp32",
+        precision: str | None = None,
         example_inputs: Any = None,
+        param_tensors: int | None = None,
     ) -> None:
         self.example_call = None  # i17cost: a keyword / dict call form (lightning_edge.cost.capture.Call)
         if example_inputs is not None and not isinstance(example_inputs, (tuple, list)) \
@@ -67,7 +74,7 @@ class SimWorkload:
                 example_inputs = tuple(tensors_of((self.example_call.args, self.example_call.kwargs)))
                 if train_batch_size is None and self.example_call.batch_size() is not None:
                     train_batch_size = self.example_call.batch_size()
-        if not isinstance(model, str) and not hasattr(model, "layers"):
+        if not isinstance(model, str) and not is_cost(model):
             if example_inputs is None:
                 raise ValueError(
                     f"SimWorkload({type(model).__name__}): an nn.Module needs example_inputs=(one minibatch,) "
@@ -91,7 +98,9 @@ class SimWorkload:
         self.time_noise = float(time_noise)
         self.power_noise = float(power_noise)
         self.seq_len = seq_len
-        self.precision = precision
+        self.param_tensors = param_tensors
+        self._cost_precision = precision is None and is_cost(model)  # a cost: its own precision
+        self.precision = (precision_of(model) if self._cost_precision else "fp32") if precision is None else precision
         self.calls = Counter()
         self._rng = np.random.default_rng(seed)
         self._expected: dict[tuple, tuple[float, float]] = {}
@@ -137,16 +146,24 @@ class SimWorkload:
         self._rng = np.random.default_rng(self.seed if seed is None else seed)
         self.calls.clear()
 
+    def twin_workload(self, kind: str = "train", batch_size: int | None = None) -> TwinWorkload:
+        """The one model of this workload's ``kind`` minibatch of ``batch_size`` (default ``train_batch_size``) on
+        the twin (memoised by the twin: the profiler, the prior and this workload share it)."""
+        bs = self.train_batch_size if batch_size is None else int(batch_size)
+        return self.twin.workload(self.model, bs, kind, seq_len=self.seq_len,
+                                  precision=None if self._cost_precision else self.precision,
+                                  inputs=self.inputs_for(bs), param_tensors=self.param_tensors)
+
     def expected(self, kind: str, mode: Any, batch_size: int | None = None) -> tuple[float, float]:
-        """Noise-free ``(time_s, power_w)`` of one minibatch on ``mode`` (cached per kind, mode and batch size, so
-        repeated measurements do not run the twin again). ``batch_size`` defaults to ``train_batch_size``."""
+        """Noise-free ``(time_s, power_w)`` of one minibatch on ``mode``: :meth:`twin_workload`'s step (cached per
+        kind, mode and batch size, so repeated measurements do not run the twin again). ``batch_size`` defaults to
+        ``train_batch_size``."""
         bs = self.train_batch_size if batch_size is None else int(batch_size)
         key = (kind, self.twin.space.coerce(mode), bs)
         hit = self._expected.get(key)
         if hit is None:
-            pred = self.twin.predict_workload(self.model, bs, kind, key[1], seq_len=self.seq_len,
-                                              precision=self.precision, inputs=self.inputs_for(bs))
-            hit = (float(np.asarray(pred.time_s).reshape(-1)[0]), float(np.asarray(pred.power_w).reshape(-1)[0]))
+            step = self.twin_workload(kind, bs).step(key[1])
+            hit = (float(step.time_s), float(step.power_w))
             self._expected[key] = hit
         return hit
 
@@ -177,10 +194,8 @@ class SimWorkload:
         return self._measure("infer", mode, int(batch_size))
 
     def sweep(self, kind: str = "train", batch_size: int | None = None, modes: Any = None):
-        """Noise-free prediction over many modes (default: the whole space), as a twin ``Prediction``."""
-        bs = self.train_batch_size if batch_size is None else batch_size
-        return self.twin.predict_workload(self.model, bs, kind, modes, seq_len=self.seq_len,
-                                          precision=self.precision, inputs=self.inputs_for(bs))
+        """Noise-free step over many modes (default: the whole space), as a twin ``Prediction``."""
+        return self.twin_workload(kind, batch_size).step(modes)
 
     def __repr__(self) -> str:
         return f"SimWorkload({self.fingerprint}, simulated)"

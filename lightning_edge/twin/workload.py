@@ -13,8 +13,9 @@ Each step carries what the twin needs to time it on any power mode:
   launches issued from C++ inside fused library calls (cuDNN RNN).
 
 :func:`compile_workload` builds a :class:`WorkloadProfile` (numpy arrays over steps) once per model;
-``OrinTwin.predict`` then evaluates it on any number of modes at once. Nothing here imports torch. The adapter
-tuners use (``SimWorkload``) is in :mod:`lightning_edge.twin.live`.
+the one model of the workload, :class:`~lightning_edge.twin.timeline.TwinWorkload`, evaluates it on any number
+of modes at once (``step``) and per row (``layers``). Nothing here imports torch. The noisy measurements tuners
+take (``SimWorkload``) are in :mod:`lightning_edge.twin.live`.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from lightning_edge.cost import ModelCost
 
 __all__ = [
-    "UNITS", "WorkloadProfile", "compile_workload", "classify_layer", "reduction_depth",
+    "UNITS", "WorkloadProfile", "compile_workload", "classify_layer", "reduction_depth", "count_param_tensors",
+    "precision_of", "is_cost",
 ]
 
 UNITS: tuple[str, ...] = ("tc", "cuda", "dw", "elt")
@@ -105,6 +107,8 @@ class WorkloadProfile:
     input_mb: float = 0.0
     """Megabytes of the minibatch's input tensors (fetched from the loader by the main thread)."""
     notes: list[str] = field(default_factory=list)
+    autocast: str | None = None
+    """The autocast dtype the cost was counted under (``"float16"``, ``"bfloat16"``) or None."""
 
     @property
     def total_bytes(self) -> float:
@@ -112,7 +116,30 @@ class WorkloadProfile:
 
     @property
     def fp16(self) -> bool:
-        return _elem_size(self.dtype) == 2
+        """16-bit tensors, or matmuls and convolutions under a 16-bit autocast (:func:`precision_of`)."""
+        return _elem_size(self.dtype) == 2 or (self.autocast is not None and _elem_size(self.autocast) == 2)
+
+
+def precision_of(cost: Any) -> str:
+    """The twin's precision of a ModelCost or WorkloadProfile, ``"fp16"`` or ``"fp32"``: fp16 when its tensors are
+    16-bit or it was counted under a 16-bit autocast (a ``16-mixed`` run: tensor-core rates for its matmuls and
+    convolutions), else fp32. The one rule every caller's workload follows unless it asks for a precision."""
+    dtype = str(getattr(cost, "dtype", "float32"))
+    amp = getattr(cost, "autocast", None)
+    return "fp16" if _elem_size(dtype) == 2 or (amp is not None and _elem_size(str(amp)) == 2) else "fp32"
+
+
+def is_cost(x: Any) -> bool:
+    """A ModelCost (or anything shaped like one: ``layers`` and no ``parameters()``), not an ``nn.Module`` that
+    happens to have a ``layers`` attribute (a transformer's ``self.layers = nn.ModuleList(...)``)."""
+    return hasattr(x, "layers") and not callable(getattr(x, "parameters", None))
+
+
+def count_param_tensors(module: Any) -> int:
+    """The parameter tensors of ``module`` (``module.parameters()``): the optimizer runs its element-wise kernels once
+    per tensor (:func:`compile_workload`'s ``param_tensors``). The one count every caller that has the module uses
+    (the profiler, the tuner, serving, zoo workloads)."""
+    return sum(1 for _ in module.parameters())
 
 
 def _split_ops(layer: Any, training: bool) -> tuple[int, int]:
@@ -250,5 +277,5 @@ def compile_workload(
         flops=np.array(flops, dtype=float).reshape(-1, len(UNITS)), bytes=np.array(nbytes),
         kernels=np.array(kernels), cpu_ops=np.array(cpu_ops), cpu_calls=np.array(cpu_calls),
         cpu_internal=np.array(cpu_internal), reduction=np.array(reduction), sample_mpix=float(sample_mpix), dtype=str(cost.dtype),
-        input_mb=in_bytes / 1e6, notes=notes,
+        input_mb=in_bytes / 1e6, notes=notes, autocast=getattr(cost, "autocast", None),
     )

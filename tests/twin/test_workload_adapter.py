@@ -30,3 +30,21 @@ def test_module_with_example_inputs_matches_shapes_not_weights():
 def test_module_without_inputs_is_a_clear_error():
     with pytest.raises(ValueError, match="example_inputs"):
         SimWorkload(torch.nn.Linear(3, 4))
+
+
+def test_a_module_with_a_layers_attribute_is_a_module_not_a_cost():
+    """A transformer keeps its blocks in ``self.layers``: it is still analysed as a module on its inputs."""
+
+    class Stack(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([torch.nn.Linear(8, 8) for _ in range(3)])
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    w = SimWorkload(Stack(), example_inputs=(torch.randn(4, 8),), noise=False)
+    assert w.train_batch_size == 4 and "p216" in w.fingerprint
+    assert w.train(FULCRUM_MIDPOINT).time_s > 0
