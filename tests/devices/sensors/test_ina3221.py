@@ -279,21 +279,34 @@ def test_a_board_sum_above_the_modules_cap_is_not_believed(tmp_path):
     assert s.module == "orin-agx" and s.module_cap_w == pytest.approx(90.0)
 
 
-def test_an_unnamed_module_is_capped_by_the_largest_rating(tmp_path):
-    board = build_orin_nx_ina(tmp_path, module=None)  # no device tree: any module could carry these rails
+def test_an_unnamed_module_is_capped_by_the_largest_rating_of_the_modules_with_its_rails(tmp_path):
+    """No device tree: any module carrying these rails could be under it (Orin NX / Nano, Xavier NX: the largest
+    rating is the Orin NX's 40 W), not any module of the catalogue (a Thor is rated 130 W)."""
+    board = build_orin_nx_ina(tmp_path, module=None)
     s = INA3221Sensor(root=tmp_path)
-    board.set_power_w("VDD_IN", 80.0)
+    board.set_power_w("VDD_IN", 50.0)
     assert s.read().ok
     board.set("VDD_IN", ma=32_000)  # 161.5 W
     assert s.read().rejected == ("VDD_IN",)
-    assert s.module is None and s.module_cap_w == pytest.approx(60.0 * 1.5)
+    assert s.module is None and s.module_cap_w == pytest.approx(40.0 * 1.5)
+    assert "orin-nx-16gb" in s.notes and "rails" in s.notes
+
+
+def test_an_unnamed_module_with_rails_no_module_has_is_capped_by_the_largest_rating(tmp_path):
+    from tests.fakes.ina3221 import _build_hwmon
+
+    _build_hwmon(tmp_path, {"1-0040": [("VDD_X", 5000, 1000), None, None]}, None)
+    s = INA3221Sensor(root=tmp_path)
+    from lightning_edge import catalog
+
+    assert s.module is None and s.module_cap_w == pytest.approx(max(catalog.MODULE_MAX_POWER_W.values()) * 1.5)
 
 
 def test_module_ratings_come_from_the_catalogue(tmp_path):
     from lightning_edge import catalog
 
     assert catalog.MODULE_MAX_POWER_W["orin-agx"] == 60.0 and catalog.MODULE_MAX_POWER_W["xavier-agx"] == 30.0
-    assert catalog.BOARDS["orin-nano"].max_power_w == 25.0
+    assert catalog.BOARDS["orin-nano-8gb"].max_power_w == 25.0
     build_xavier_nx_jp4(tmp_path)
     assert catalog.detect_module(tmp_path) == "xavier-nx"
     assert INA3221Sensor(root=tmp_path).module_cap_w == pytest.approx(20.0 * 1.5)
