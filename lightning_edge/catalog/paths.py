@@ -44,7 +44,7 @@ LAYOUTS: dict[str, SysfsLayout] = {
     # Xavier (T194), JetPack 4 and 5: nvpmodel's PARAM GPU is the gv11b devfreq directory; EMC through bpmp debugfs
     "t194": SysfsLayout(
         family="t194",
-        gpu_devfreq=(("jetpack4", _T194_GPU),),
+        gpu_devfreq=(("xavier", _T194_GPU),),
         emc_kind="bpmp",
         emc_dir=EMC_CLK_DIR,
         emc_caps=((4, EMC_NVPMODEL_CAP), (5, EMC_NVPMODEL_CAP)),

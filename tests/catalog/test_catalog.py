@@ -170,7 +170,7 @@ def test_sysfs_layouts_per_family():
     assert orin.emc_kind == "bpmp" and orin.emc_dir == catalog.EMC_CLK_DIR
     assert dict(orin.emc_caps) == {5: "sys/kernel/nvpmodel_emc_cap/emc_iso_cap", 6: "sys/kernel/nvpmodel_clk_cap/emc"}
     xavier = catalog.board_info("xavier-nx").layout
-    assert dict(xavier.gpu_devfreq)["jetpack4"] == "sys/devices/17000000.gv11b/devfreq/17000000.gv11b"
+    assert dict(xavier.gpu_devfreq)["xavier"] == "sys/devices/17000000.gv11b/devfreq/17000000.gv11b"
     thor = catalog.board_info("thor").layout
     assert dict(thor.gpu_devfreq) == {"thor": "sys/class/devfreq/gpu-gpc-0"}
     assert thor.emc_kind == "devfreq" and thor.emc_dir == "sys/class/devfreq/bwmgr"

@@ -401,7 +401,7 @@ class NvpmodelController(_SysfsBoardController):
         want = self.sysfs.want_of_mode(mode)  # validates and picks the exact board values
         khz = next(iter(want["cpufreq"].values()))["max_khz"]
         gpu_hz = want["gpu"]["max_hz"]
-        emc_hz = want["emc"]["rate_hz"]
+        emc_hz = want["emc"].get("rate_hz", want["emc"].get("max_hz"))
         blocks = parse_power_models(strip_custom_block(text))
         template = next((b for b in blocks if b.id == template_id), None)
         body = list(template.body) if template else []
