@@ -265,3 +265,14 @@ def test_the_restore_command_root_prints_under_sudo_is_one_the_sudoers_line_allo
     assert argv[:2] == ["sudo", "lightning-edge"]
     args = " ".join(argv[2:])
     assert any(rx.match(args) for rx in _documented_sudoers_commands()), args
+
+
+def test_list_on_a_jetson_shows_the_named_modes_of_its_own_conf(capsys, jetson_conf, state_dir):
+    from tests.fakes.jetson_sysfs import conf_models
+
+    rc, out, _ = _run(capsys, "list", "--device", "jetson", "--state-dir", str(state_dir), root=jetson_conf.root)
+    assert rc == 0 and "nvpmodel named modes" in out and "[this board]" in out
+    assert f"this board's {jetson_conf.path('etc/nvpmodel.conf')}" in out
+    for m in conf_models(jetson_conf.path("etc/nvpmodel.conf").read_text()).values():
+        assert any(ln.split()[:1] == [m["name"]] for ln in out.splitlines())
+    assert "grid: the catalogue's tables" not in out  # a board's grid is read from it, not from the catalogue

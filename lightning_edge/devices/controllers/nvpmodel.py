@@ -119,13 +119,13 @@ def parse_power_models(text: str) -> list[PowerModelBlock]:
 
 
 def _cap(value: str | None) -> int | None:
-    """A MAX_FREQ value of nvpmodel.conf: a positive integer is a cap; ``-1`` (INT_MAX), ``0`` (EMC: none), a missing
-    or malformed value are no cap."""
+    """A MAX_FREQ value of nvpmodel.conf: a positive integer is a cap (EMC caps exceed 2**31: 3199000000 Hz);
+    ``-1`` (nvpmodel reads it as INT_MAX, 2147483647), ``0`` (EMC: none), a missing or malformed value are no cap."""
     try:
         v = int(value) if value is not None else -1
     except ValueError:
         return None
-    return v if 0 < v < 2**31 - 1 else None
+    return v if v > 0 and v != 2**31 - 1 else None
 
 
 def named_modes_of_conf(text: str, source: Source, firmware: str = "this board") -> tuple[NamedMode, ...]:
