@@ -108,6 +108,14 @@ _CARRIER = {"t234-p3701": "p3737-0000", "t234-p3767": "p3768-0000", "t194-p3668"
 _SOC = {"t234": "tegra234", "t194": "tegra194", "t264": "tegra264"}
 
 
+def device_tree(info: BoardInfo) -> tuple[str, tuple[str, ...]]:
+    """``(model, compatible)`` of a developer kit carrying the module, as ``/proc/device-tree`` shows them: the
+    module's part number is the catalogue's, the carrier's the fake's assumption (:data:`ASSUMED`)."""
+    carrier = _CARRIER[f"{info.soc}-{info.module.split('-')[0]}"]
+    return f"{info.name} (fake)", tuple(
+        f"nvidia,{c}" for c in (f"{carrier}+{info.module}", carrier, info.module, _SOC[info.soc]))
+
+
 def tree_ids(keys: tuple[str, ...] | None = None) -> list[str]:
     """The ids of :data:`TREES` (those of the modules ``keys`` only)."""
     return [t for t, (k, _) in TREES.items() if keys is None or k in keys]
@@ -291,10 +299,9 @@ class FakeJetson:
             "jetpack": jetpack, "board": board, "gpu": gpu, "emc": emc, "emc_kind": emc_kind, "cap": cap,
             "cpu_count": n, "clusters": clusters, "clamp": {}, "stick": [], "deny": False}))
         _write(r / "etc/nv_tegra_release", TEGRA_RELEASE[jetpack])
-        carrier = _CARRIER[f"{info.soc}-{info.module.split('-')[0]}"]
-        _write(r / "proc/device-tree/model", f"{info.name} (fake)\x00")
-        _write(r / "proc/device-tree/compatible", "".join(
-            f"nvidia,{c}\x00" for c in (f"{carrier}+{info.module}", carrier, info.module, _SOC[info.soc])))
+        model, compatible = device_tree(info)
+        _write(r / "proc/device-tree/model", f"{model}\x00")
+        _write(r / "proc/device-tree/compatible", "".join(f"{c}\x00" for c in compatible))
         last = f"0-{n - 1}" if n > 1 else "0"
         for name, text in (("present", last), ("possible", last), ("online", last), ("offline", ""),
                            ("kernel_max", str(n - 1))):
