@@ -181,7 +181,8 @@ _AGX_CPU = Table(ORIN_AGX_CPU_KHZ, SEEDS)
 _AGX_GPU = Table(ORIN_AGX_GPU_HZ, SEEDS)
 _AGX_EMC = Table(ORIN_AGX_EMC_HZ, SEEDS)
 _ORIN_EMC = Table(ORIN_AGX_EMC_HZ, derived(
-    "the AGX Orin's EMC rates; 2133 and 3199 MHz are EMC caps in the module's nvpmodel files", SEEDS))
+    "the AGX Orin's EMC rates (the same SoC); 2133 MHz is an EMC cap in every Orin nvpmodel file, 3199 MHz in the Orin "
+    "Nano's Super files", SEEDS))
 _NX_CPU = Table(_ORIN_NX_CPU_KHZ, _THIRD_PARTY_NX + Source(
     "its maximum, 1984 MHz, is the CPU cap of 40W in nvpmodel_p3767_0001_super.conf", True))
 _NX_GPU = Table(_P3767_GPU_JP5_HZ + (1173000000,), derived(
