@@ -480,3 +480,18 @@ def test_thor_is_driven_through_its_devfreq_memory_clock(tmp_path, state_dir):
     assert raw["emc"] == {"min_hz": 4266000000, "max_hz": 4266000000}
     assert ctl.apply("4c/2600/1575/4266").verified
     assert ctl.restore().verified
+
+
+def test_jetpack6_gpu_found_where_nvpmodel_writes_it(tmp_path, state_dir):
+    """The Super files' MAX_FREQ_KNEXT directory (platform/17000000.gpu/devfreq_dev) is the last Orin candidate."""
+    import shutil
+
+    from tests.fakes.jetson_sysfs import build_tree
+
+    board = build_tree(tmp_path / "nano", "orin-nano-8gb-jp6")
+    knext = board.path("sys/devices/platform/17000000.gpu/devfreq_dev")
+    knext.parent.mkdir(parents=True)
+    shutil.move(str(board.path(board.gpu_rel)), knext)
+    ctl = JetsonSysfsController(board.root, state_dir=state_dir, handle_exit=False, safety=False)
+    assert ctl.layout.gpu_variant == "jetpack6-nvpmodel" and ctl.layout.gpu_dir == knext
+    assert ctl.space == board.info.space()
