@@ -2,8 +2,8 @@
 
 ::
 
-    lightning-edge mode show    [--device auto|jetson|nvpmodel|nvml[:N]|sim:orin-agx] [--json]
-    lightning-edge mode list    [--all] [--subset fulcrum] [--json]
+    lightning-edge mode show    [--device auto|jetson|nvpmodel|nvml[:N]|sim:<board>] [--json]
+    lightning-edge mode list    [--all] [--subset fulcrum] [--json]   (the grid and the board's nvpmodel named modes)
     lightning-edge mode set 8c/1344/727/2133 [--dry-run]
     lightning-edge mode restore [--dry-run]
 
@@ -145,6 +145,28 @@ def _show(args) -> int:
     return 0
 
 
+def _catalogued(ctl):
+    """The catalogue's entry of the board a controller drives (``None``: not catalogued)."""
+    from lightning_edge.catalog import BOARDS
+
+    layout = getattr(ctl, "layout", None)
+    if layout is not None and getattr(layout, "board", None) is not None:
+        return BOARDS.get(layout.board.key)
+    return BOARDS.get(getattr(ctl, "board", ""))
+
+
+def _named_modes(ctl, space) -> list[dict]:
+    """The board's nvpmodel named modes, each with the grid's mode under its caps (``None``: caps unknown)."""
+    out = []
+    for m in getattr(ctl, "named_modes", ()) or ():
+        mode = m.mode(space)
+        out.append({"name": m.name, "id": m.id, "firmware": m.firmware, "default": m.default, "caps": m.caps(),
+                    "cores": m.cores, "cpu_khz": m.cpu_khz, "gpu_hz": m.gpu_hz, "emc_hz": m.emc_hz,
+                    "mode": None if mode is None else str(mode), "source": m.source.cite,
+                    "confirmed": m.source.confirmed})
+    return out
+
+
 def _list(args) -> int:
     from lightning_edge.catalog import fulcrum_space
 
@@ -159,9 +181,11 @@ def _list(args) -> int:
                 file=sys.stderr,
             )
         space = sub
+    named = _named_modes(ctl, space)
     if args.json:
         d = space.to_dict()
         d["size"] = space.size
+        d["named_modes"] = named
         if args.all:
             d["modes"] = [str(m) for m in space]
         write_json(d, args.json)
@@ -173,6 +197,24 @@ def _list(args) -> int:
     print(f"  highest (MAXN): {space.max_mode()}  ({space.max_mode().describe()})")
     print(f"  midpoint:       {space.midpoint()}  ({space.midpoint().describe()})")
     print(f"  lowest:         {space.min_mode()}  ({space.min_mode().describe()})")
+    info = _catalogued(ctl)
+    if info is not None and ctl.source == "simulated":
+        status = ", ".join(f"{k} {'confirmed' if getattr(info, k).source.confirmed else 'unconfirmed'}"
+                           for k in ("cpu", "gpu", "emc"))
+        print(f"  grid: the catalogue's tables of {info.name}, {info.grid_firmware} firmware ({status}; sources: "
+              "docs/boards.md); a real board's available_frequencies win")
+    if named:
+        print("nvpmodel named modes (caps as in the board's nvpmodel.conf; the mode is the grid's highest under them):")
+        sources: list[str] = []
+        for d in named:
+            if d["source"] not in sources:
+                sources.append(d["source"])
+            tags = d["firmware"] + ("" if d["confirmed"] else ", unconfirmed")
+            ident = "" if d["id"] is None else f"ID {d['id']}"
+            print(f"  {d['name']:<17} {d['mode'] or '-':<24} {ident:<6} [{tags}]{' (default)' if d['default'] else ''}"
+                  f"  {d['caps']}  [{sources.index(d['source']) + 1}]")
+        for i, src in enumerate(sources, 1):
+            print(f"  [{i}] {src}")
     if args.all:
         for i, m in enumerate(space):
             print(f"{i:>6}  {str(m):<20} {m.describe()}")

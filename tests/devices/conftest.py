@@ -1,4 +1,5 @@
-"""Fixtures for the power-mode tests: fake Orin AGX trees (JetPack 5 and 6) and an isolated state dir."""
+"""Fixtures for the power-mode tests: fake Jetson trees built from the catalogue (the AGX Orin developer kit on
+JetPack 5 and 6: ``orin``, ``orin5``; one tree per family and layout: ``jetson``) and an isolated state dir."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ REPO = Path(__file__).resolve().parents[2]
 if str(REPO) not in sys.path:  # so `tests.fakes` imports under plain `pytest` too
     sys.path.insert(0, str(REPO))
 
-from tests.fakes.jetson_sysfs import FakeJetson, build_orin_agx  # noqa: E402
+from tests.fakes.jetson_sysfs import TREES, FakeJetson, build_orin_agx, build_tree  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -36,6 +37,19 @@ def orin(request, tmp_path) -> FakeJetson:
 @pytest.fixture
 def orin5(tmp_path) -> FakeJetson:
     return build_orin_agx(tmp_path / "root", jetpack=5)
+
+
+@pytest.fixture(params=list(TREES))
+def jetson(request, tmp_path) -> FakeJetson:
+    """A fake tree of every family and layout (tests.fakes.jetson_sysfs.TREES): AGX Orin on JetPack 5 and 6, AGX Orin
+    32GB, Orin NX, Orin Nano (Super), Xavier NX (JetPack 4), AGX Xavier, Thor (unconfirmed)."""
+    return build_tree(tmp_path / "root", request.param)
+
+
+@pytest.fixture(params=[t for t, (key, _) in TREES.items() if key != "thor"])
+def jetson_conf(request, tmp_path) -> FakeJetson:
+    """A fake tree of every family whose nvpmodel.conf is known (all but Thor's)."""
+    return build_tree(tmp_path / "root", request.param)
 
 
 @pytest.fixture

@@ -60,6 +60,42 @@ def test_show_and_list_on_the_twin(capsys, state_dir):
     assert sum(1 for ln in out.splitlines() if ln.strip()[:1].isdigit() and "c/" in ln) == 441
 
 
+KEYS = ("orin-agx", "orin-agx-32gb", "orin-agx-64gb", "orin-nx-16gb", "orin-nx-8gb", "orin-nano-8gb", "orin-nano-4gb",
+        "xavier-nx", "xavier-agx", "thor")
+
+
+@pytest.mark.parametrize("key", KEYS)
+def test_list_shows_the_named_modes_of_every_catalogued_board(capsys, state_dir, key):
+    """Issue 29: ``mode list --device sim:<key>`` shows the board's grid and its nvpmodel named modes, each with its
+    caps, the grid's mode under them, its firmware and whether its source is confirmed."""
+    import json
+
+    from lightning_edge import catalog
+
+    info = catalog.board_info(key)
+    rc, out, _ = run(capsys, "list", "--device", f"sim:{key}", "--state-dir", state_dir)
+    assert rc == 0 and f"{info.space().size:,} power modes" in out and "[simulated board]" in out
+    assert f"highest (MAXN): {info.space().max_mode()}" in out
+    assert "nvpmodel named modes" in out
+    for m in info.named_modes:
+        line = next(ln for ln in out.splitlines() if ln.split()[:1] == [m.name] and f"[{m.firmware}" in ln)
+        assert m.caps() in line and ("unconfirmed" in line) != m.source.confirmed
+        if m.known:
+            assert str(m.mode(info.space())) in line
+    rc, out, _ = run(capsys, "list", "--device", f"sim:{key}", "--state-dir", state_dir, "--json", "-")
+    data = json.loads(out)
+    assert [d["name"] for d in data["named_modes"]] == [m.name for m in info.named_modes]
+    assert all(d["source"] and isinstance(d["confirmed"], bool) for d in data["named_modes"])
+
+
+def test_list_shows_a_named_mode_at_its_grid_point(capsys, state_dir):
+    rc, out, _ = run(capsys, "list", "--device", "sim:orin-agx", "--state-dir", state_dir)
+    line = next(ln for ln in out.splitlines() if ln.startswith("  MODE_15W"))
+    # nvpmodel_p3701_0000.conf: 4 cores, CPU 1113.6, GPU 408 (a cap: the grid's highest GPU under it is 318.75), EMC 2133
+    assert "4c/1113.6/318.75/2133" in line and "ID 1" in line and "jetpack5" in line
+    assert "MODE_30W" in out and "(default)" in next(ln for ln in out.splitlines() if "MODE_30W" in ln)
+
+
 def test_set_show_restore_across_processes(state_dir):
     env = dict(os.environ, PYTHONPATH=str(REPO))
 
@@ -115,7 +151,7 @@ def test_jetson_set_show_restore_on_a_fake_tree(capsys, orin, state_dir):
         return _run(capsys, *argv, root=orin.root)
 
     rc, out, _ = run(capsys, "show", *common)
-    assert rc == 0 and "NVIDIA Jetson AGX Orin 32GB" in out and f"JetPack {orin.jetpack}" in out
+    assert rc == 0 and "NVIDIA Jetson AGX Orin Developer Kit 32GB (p3701-0000)" in out and f"JetPack {orin.jetpack}" in out
     assert "12c/2201.6/1300.5/3199" in out and "[measured, MAXN]" in out
     rc, out, _ = run(capsys, "set", "8c/1344/727/2133", "--dry-run", *common)
     assert (
@@ -229,3 +265,14 @@ def test_the_restore_command_root_prints_under_sudo_is_one_the_sudoers_line_allo
     assert argv[:2] == ["sudo", "lightning-edge"]
     args = " ".join(argv[2:])
     assert any(rx.match(args) for rx in _documented_sudoers_commands()), args
+
+
+def test_list_on_a_jetson_shows_the_named_modes_of_its_own_conf(capsys, jetson_conf, state_dir):
+    from tests.fakes.jetson_sysfs import conf_models
+
+    rc, out, _ = _run(capsys, "list", "--device", "jetson", "--state-dir", str(state_dir), root=jetson_conf.root)
+    assert rc == 0 and "nvpmodel named modes" in out and "[this board]" in out
+    assert f"this board's {jetson_conf.path('etc/nvpmodel.conf')}" in out
+    for m in conf_models(jetson_conf.path("etc/nvpmodel.conf").read_text()).values():
+        assert any(ln.split()[:1] == [m["name"]] for ln in out.splitlines())
+    assert "grid: the catalogue's tables" not in out  # a board's grid is read from it, not from the catalogue

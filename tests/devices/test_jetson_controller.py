@@ -1,4 +1,6 @@
-"""The Jetson sysfs controller on fake Orin AGX trees (JetPack 5 and 6 layouts).
+"""The Jetson sysfs controller on fake trees built from the catalogue: every family and layout (``jetson``: AGX Orin on
+JetPack 5 and 6, AGX Orin 32GB, Orin NX, Orin Nano Super, Xavier NX on JetPack 4, AGX Xavier, Thor unconfirmed) and
+the AGX Orin developer kit's exact figures (``orin``, ``orin5``).
 
 Every write goes through the fake board's writer, which logs it and plays the kernel: it refuses
 writes to an offline cluster (EBUSY) or that would put min above max (EINVAL), and can clamp or
@@ -25,7 +27,7 @@ from lightning_edge.devices import (
     orin_agx_space,
 )
 from lightning_edge.devices.controllers.sysfs import discover_space
-from tests.fakes.jetson_sysfs import CLUSTERS, EMC
+from tests.fakes.jetson_sysfs import EMC, TREES
 
 POLICY = "sys/devices/system/cpu/cpufreq/{}/scaling_{}_freq"
 
@@ -36,8 +38,10 @@ def make(board, state_dir, **kw) -> JetsonSysfsController:
 
 
 def pairs(board) -> list[tuple[str, str]]:
-    out = [(POLICY.format(p, "min"), POLICY.format(p, "max")) for p in CLUSTERS]
+    out = [(POLICY.format(p, "min"), POLICY.format(p, "max")) for p in board.clusters]
     out.append((board.gpu_rel_file("min_freq"), board.gpu_rel_file("max_freq")))
+    if board.emc_kind == "devfreq":
+        out.append((board.emc_rel_file("min_freq"), board.emc_rel_file("max_freq")))
     return out
 
 
@@ -45,7 +49,7 @@ def check_sequence(board, before: dict[str, str], writes: list[tuple[str, str]])
     """Replay ``writes`` from ``before``: min <= max after every write, no write to an offline cluster,
     cores brought online before their cluster is written and taken offline after every frequency write."""
     files = dict(before)
-    online = {c: files[board.online_rel(c)] == "1" for c in range(1, 12)}
+    online = {c: files[board.online_rel(c)] == "1" for c in range(1, board.cpu_count)}
     online[0] = True
     seen_offline = False
     for i, (f, v) in enumerate(writes):
@@ -59,11 +63,27 @@ def check_sequence(board, before: dict[str, str], writes: list[tuple[str, str]])
                 assert not seen_offline, f"write {i}: a core came online after cores went offline"
             continue
         assert not seen_offline, f"write {i}: {f} written after cores went offline"
-        for pol, cpus in CLUSTERS.items():
+        for pol, cpus in board.clusters.items():
             if f.startswith(f"sys/devices/system/cpu/cpufreq/{pol}/"):
                 assert any(online[c] for c in cpus), f"write {i}: {f} while its cluster is offline"
         for lo, hi in pairs(board):
             assert int(files[lo]) <= int(files[hi]), f"write {i} ({f}={v}) leaves {lo} > {hi}"
+
+
+def boot_mode(board):
+    """The mode the fake boots in (its uncapped mode with every core, else its default), in the board's grid."""
+    from tests.fakes.jetson_sysfs import _boot_mode, firmware_of
+
+    info = board.info
+    named = _boot_mode(info.modes_of(firmware_of(info, board.jetpack)), info.cpu_count)
+    return info.space().max_mode() if named is None or not named.known else named.mode(info.space())
+
+
+def tour(space):
+    """Modes that move every knob up and down, across cluster boundaries: lowest, highest, midpoint and mixes."""
+    lo, hi, mid = space.min_mode(), space.max_mode(), space.midpoint()
+    return [lo, hi, mid, hi.replace(cores=1), lo.replace(cores=hi.cores), mid.replace(gpu_mhz=hi.gpu_mhz),
+            mid.replace(mem_mhz=lo.mem_mhz, cpu_mhz=hi.cpu_mhz), hi]
 
 
 # ---------------------------------------------------------------- availability
@@ -297,3 +317,181 @@ def test_discover_respects_board_lists(orin5):
     found = discover_space(orin5.root)
     assert found.gpu_mhz == (114.75, 624.75, 1300.5)
     assert found.mem_mhz == (204.0, 665.6, 2133.0)
+
+
+# ---------------------------------------------------------------- every family (issue 29): the trees of the catalogue
+GPU_VARIANT = {"orin-agx-jp5": "jetpack5", "orin-agx-jp6": "jetpack6", "orin-agx-32gb-jp5": "jetpack5",
+               "orin-nx-16gb-jp6": "jetpack6", "orin-nano-8gb-jp6": "jetpack6", "xavier-nx-jp4": "xavier",
+               "xavier-agx-jp5": "xavier", "thor-jp7": "thor"}
+
+
+def test_every_family_is_found_with_its_layout(jetson, state_dir):
+    tree = next(t for t, kj in TREES.items() if kj == (jetson.key, jetson.jetpack))
+    assert JetsonSysfsController.why_unavailable(root=jetson.root) is None
+    ctl = make(jetson, state_dir, safety=False)
+    L = ctl.layout
+    assert L.board.key == jetson.key and L.jetpack == jetson.jetpack and L.gpu_variant == GPU_VARIANT[tree]
+    assert dict(L.policies) == jetson.clusters and L.cpu_count == jetson.info.cpu_count
+    assert L.emc_kind == ("devfreq" if jetson.key == "thor" else "bpmp")
+    assert ctl.space == jetson.info.space() == discover_space(jetson.root)  # the tree's tables are the catalogue's
+    assert ctl.current() == boot_mode(jetson)
+    assert ctl.device_id.startswith(f"jetson-{jetson.key}-")
+
+
+def test_every_family_apply_writes_the_right_files_in_the_kernels_units(jetson, state_dir):
+    ctl = make(jetson, state_dir)
+    before = jetson.knob_files()
+    space = ctl.space
+    first = next(iter(jetson.clusters.values()))
+    khz, gpu, emc = space.cpu_mhz[len(space.cpu_mhz) // 2], space.gpu_mhz[0], space.mem_mhz[0]
+    target = PowerMode(len(first), khz, gpu, emc)  # the first cluster only: every other one goes offline
+    applied = ctl.apply(target)
+    assert applied.verified and applied.settled == target and applied.source == "measured"
+    f = jetson.knob_files()
+    for pol, cpus in jetson.clusters.items():
+        if cpus == first:  # kHz, pinned min = max
+            assert f[POLICY.format(pol, "min")] == f[POLICY.format(pol, "max")] == str(round(khz * 1000))
+        else:  # offline: its policy is inactive and left alone
+            assert f[POLICY.format(pol, "max")] == before[POLICY.format(pol, "max")]
+    assert f[jetson.gpu_rel_file("min_freq")] == f[jetson.gpu_rel_file("max_freq")] == str(round(gpu * 1e6))  # Hz
+    if jetson.emc_kind == "devfreq":  # Thor's bwmgr: a min/max pair
+        assert f[jetson.emc_rel_file("min_freq")] == f[jetson.emc_rel_file("max_freq")] == str(round(emc * 1e6))
+    else:  # bpmp: locked at the rate
+        assert f[jetson.emc_rel_file("rate")] == str(round(emc * 1e6)) and f[jetson.emc_rel_file("mrq_rate_locked")] == "1"
+    assert [f[jetson.online_rel(c)] for c in range(1, jetson.cpu_count)] == [
+        "1" if c < len(first) else "0" for c in range(1, jetson.cpu_count)]
+    assert jetson.read("sys/devices/system/cpu/online") == (f"0-{len(first) - 1}" if len(first) > 1 else "0")
+    assert len(applied.actions) == len(jetson.writes())
+
+
+def test_every_family_min_max_order_is_never_violated_over_a_tour(jetson, state_dir):
+    ctl = make(jetson, state_dir)
+    start = jetson.knob_files()
+    for mode in [*tour(ctl.space), None]:
+        before = jetson.knob_files()
+        jetson.clear_writes()
+        if mode is None:
+            ctl.restore()
+        else:
+            applied = ctl.apply(mode)
+            assert applied.verified and applied.settled == mode, applied.mismatches
+        check_sequence(jetson, before, jetson.writes())
+    assert jetson.knob_files() == start  # every DVFS range, the cores and the memory clock are back exactly
+
+
+def test_every_family_raises_max_before_min_and_brings_cores_up_first(jetson, state_dir):
+    ctl = make(jetson, state_dir)
+    lo, hi = ctl.space.min_mode(), ctl.space.max_mode()
+    ctl.apply(lo)
+    jetson.clear_writes()
+    assert ctl.apply(hi).verified
+    w = jetson.writes()
+    ups = [(jetson.online_rel(c), "1") for c in range(1, jetson.cpu_count)]
+    assert w[: len(ups)] == ups  # ascending, before anything else
+    for lo_f, hi_f in pairs(jetson):
+        if (hi_f, jetson.read(hi_f)) in w and (lo_f, jetson.read(lo_f)) in w and lo_f.endswith("min_freq"):
+            assert w.index((hi_f, jetson.read(hi_f))) < w.index((lo_f, jetson.read(lo_f)))
+    assert ctl.current() == hi
+
+
+def test_every_family_writes_only_what_changes(jetson, state_dir):
+    ctl = make(jetson, state_dir)
+    mid = ctl.space.midpoint()
+    ctl.apply(mid)
+    jetson.clear_writes()
+    assert ctl.plan(ctl.current()) == []
+    other = next((g for g in ctl.space.gpu_mhz if g != mid.gpu_mhz), None)
+    if other is None:  # a one-value GPU table (Thor's, unconfirmed): nothing to change
+        return
+    ctl.apply(mid.replace(gpu_mhz=other))
+    assert sorted(jetson.writes()) == sorted([(jetson.gpu_rel_file("min_freq"), str(round(other * 1e6))),
+                                             (jetson.gpu_rel_file("max_freq"), str(round(other * 1e6)))])
+
+
+def test_every_family_reads_back_a_clamped_value(jetson, state_dir):
+    gpus = jetson.info.gpu.values
+    if len(gpus) < 3:
+        pytest.skip("a GPU table of fewer than three values (Thor's, unconfirmed): nothing to clamp between")
+    jetson.clamp(jetson.gpu_rel_file("max_freq"), gpus[-2])  # a cap the board imposes
+    ctl = make(jetson, state_dir)
+    hi = ctl.space.max_mode()
+    ctl.apply(hi.replace(gpu_mhz=gpus[-3] / 1e6))
+    with pytest.raises(ModeVerificationError) as exc:
+        ctl.apply(hi)
+    assert str(gpus[-1]) in str(exc.value) and str(gpus[-2]) in str(exc.value) and "GPU max" in str(exc.value)
+    assert exc.value.applied.settled == hi.replace(gpu_mhz=gpus[-2] / 1e6)
+    ctl.restore()
+
+
+def test_every_family_permission_error_is_actionable_and_nothing_is_lost(jetson, state_dir):
+    ctl = make(jetson, state_dir)
+    before = jetson.knob_files()
+    jetson.deny_writes()
+    with pytest.raises(ModePermissionError, match="permission denied.*root \\(sudo\\)"):
+        ctl.apply(ctl.space.midpoint())
+    jetson.deny_writes(False)
+    ctl.restore()
+    assert jetson.knob_files() == before
+
+
+def test_every_family_dry_run_prints_the_writes_and_changes_nothing(jetson, state_dir):
+    out = io.StringIO()
+    before = jetson.knob_files()
+    ctl = JetsonSysfsController(jetson.root, writer=jetson.writer(), state_dir=state_dir, dry_run=True, out=out)
+    applied = ctl.apply(ctl.space.min_mode())
+    printed = [ln for ln in out.getvalue().splitlines() if ln.startswith("echo ")]
+    assert printed and printed == list(applied.actions)
+    assert all(str(jetson.root / "sys") in ln for ln in printed)
+    assert jetson.knob_files() == before and jetson.writes() == []
+
+
+def test_every_family_restores_after_an_error(jetson, state_dir):
+    before = jetson.knob_files()
+    with pytest.raises(RuntimeError, match="training blew up"):
+        with make(jetson, state_dir) as ctl:
+            ctl.apply(ctl.space.min_mode())
+            raise RuntimeError("training blew up")
+    assert jetson.knob_files() == before
+
+
+def test_a_devfreq_directory_that_leads_out_of_sysfs_is_refused(orin5, tmp_path):
+    """The GPU devfreq directory replaced by a link out of the tree's sys (what a user could build): not followed."""
+    import shutil
+
+    gpu = orin5.path(orin5.gpu_rel)
+    outside = tmp_path / "elsewhere"
+    shutil.copytree(gpu, outside)
+    shutil.rmtree(gpu)
+    gpu.symlink_to(outside)
+    reason = JetsonSysfsController.why_unavailable(root=orin5.root)
+    assert "outside" in reason and "refused" in reason
+
+
+def test_thor_is_driven_through_its_devfreq_memory_clock(tmp_path, state_dir):
+    """Thor (unconfirmed layout, jtop's paths): the GPC devfreq domain and bwmgr, a min/max pair, written like the
+    GPU's; JetPack 7 from L4T R38."""
+    from tests.fakes.jetson_sysfs import build_tree
+
+    thor = build_tree(tmp_path / "thor", "thor-jp7")
+    ctl = make(thor, state_dir)
+    assert ctl.layout.jetpack == 7 and ctl.layout.gpu_dir == thor.root / "sys/class/devfreq/gpu-gpc-0"
+    assert ctl.layout.emc_dir == thor.root / "sys/class/devfreq/bwmgr" and ctl.layout.emc_cap is None
+    raw = ctl.read_raw()
+    assert raw["emc"] == {"min_hz": 4266000000, "max_hz": 4266000000}
+    assert ctl.apply("4c/2600/1575/4266").verified
+    assert ctl.restore().verified
+
+
+def test_jetpack6_gpu_found_where_nvpmodel_writes_it(tmp_path, state_dir):
+    """The Super files' MAX_FREQ_KNEXT directory (platform/17000000.gpu/devfreq_dev) is the last Orin candidate."""
+    import shutil
+
+    from tests.fakes.jetson_sysfs import build_tree
+
+    board = build_tree(tmp_path / "nano", "orin-nano-8gb-jp6")
+    knext = board.path("sys/devices/platform/17000000.gpu/devfreq_dev")
+    knext.parent.mkdir(parents=True)
+    shutil.move(str(board.path(board.gpu_rel)), knext)
+    ctl = JetsonSysfsController(board.root, state_dir=state_dir, handle_exit=False, safety=False)
+    assert ctl.layout.gpu_variant == "jetpack6-nvpmodel" and ctl.layout.gpu_dir == knext
+    assert ctl.space == board.info.space()

@@ -193,5 +193,5 @@ def test_catalogue_detection(orin):
     assert detect_board(orin.root) is board_info("orin-agx")
     assert jetpack_major(orin.root) == orin.jetpack
     assert board_info("orin-agx").clusters == ((0, 1, 2, 3), (4, 5, 6, 7), (8, 9, 10, 11))
-    assert board_info("orin-nx-16gb").cpu_count == 8 and board_info("orin-nano").cpu_count == 6
+    assert board_info("orin-nx-16gb").cpu_count == 8 and board_info("orin-nano-8gb").cpu_count == 6
     assert board_info("orin-agx").space() == orin_agx_space()

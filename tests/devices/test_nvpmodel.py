@@ -185,3 +185,90 @@ def test_root_restores_its_own_nvpmodel_snapshot_from_a_users_state_dir(orin5, f
     res = ctl.restore()
     assert res.settled == ORIN_AGX_MAXN
     assert conf.read_text() == original_text
+
+
+# ---------------------------------------------------------------- every family with a known nvpmodel.conf (issue 29)
+@pytest.fixture
+def nvpmodel_on(jetson_conf, tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    install_fake_nvpmodel(bin_dir, jetson_conf)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    return bin_dir
+
+
+def test_every_family_named_modes_are_read_from_the_boards_conf(jetson_conf, state_dir):
+    """The board's own nvpmodel.conf names its modes (what runs on it wins over the catalogue's)."""
+    from tests.fakes.jetson_sysfs import firmware_of
+
+    ctl = make(jetson_conf, state_dir)
+    info = jetson_conf.info
+    expected = info.modes_of(firmware_of(info, jetson_conf.jetpack))
+    got = ctl.named_modes
+    assert [(m.name, m.cores, m.cpu_khz, m.gpu_hz, m.emc_hz) for m in got] == [
+        (m.name, m.cores, m.cpu_khz, m.gpu_hz, m.emc_hz) for m in expected]
+    assert all("this board's" in m.source.cite and m.firmware == "this board" for m in got)
+    jetson_conf.path("etc/nvpmodel.conf").unlink()  # no conf on the board: the catalogue's, both firmwares
+    assert ctl.named_modes == info.named_modes
+
+
+def test_every_family_apply_writes_a_block_runs_nvpmodel_and_restores(jetson_conf, nvpmodel_on, state_dir):
+    board = jetson_conf
+    conf = board.path("etc/nvpmodel.conf")
+    original_text, before = conf.read_text(), board.knob_files()
+    ctl = make(board, state_dir)
+    now = ctl.current()
+    target = now.replace(cpu_mhz=ctl.space.cpu_mhz[0], gpu_mhz=ctl.space.gpu_mhz[0])  # same core mask: no reboot
+    applied = ctl.apply(target)
+    assert applied.verified and applied.settled == target
+    blocks = parse_power_models(conf.read_text())
+    block = next(b for b in blocks if b.name.startswith("lightning_edge_"))
+    assert block.id == max(b.id for b in blocks)
+    s = block.settings()
+    for name in board.info.nvpmodel_clusters[: len(board.clusters)]:  # the conf's own cluster names, pinned in kHz
+        assert s[(name, "MIN_FREQ")] == s[(name, "MAX_FREQ")] == str(round(target.cpu_mhz * 1000))
+    assert s[("GPU", "MIN_FREQ")] == s[("GPU", "MAX_FREQ")] == str(round(target.gpu_mhz * 1e6))
+    assert s[("EMC", "MAX_FREQ")] == str(round(target.mem_mhz * 1e6))
+    res = ctl.restore()
+    assert res.settled == now and not res.mismatches
+    assert conf.read_text() == original_text and board.knob_files() == before
+
+
+def test_every_family_core_mask_change_needing_reboot_is_refused(jetson_conf, nvpmodel_on, state_dir):
+    board = jetson_conf
+    original_text = board.path("etc/nvpmodel.conf").read_text()
+    ctl = make(board, state_dir)
+    now = ctl.current()
+    with pytest.raises(RebootRequiredError, match="core mask changes"):
+        ctl.apply(now.replace(cores=1))
+    assert board.path("etc/nvpmodel.conf").read_text() == original_text and ctl.current() == now
+    ctl.restore()
+
+
+def test_named_modes_of_a_conf_check_every_value():
+    from lightning_edge.catalog import Source
+    from lightning_edge.devices.controllers.nvpmodel import named_modes_of_conf
+
+    text = ("< POWER_MODEL ID=0 NAME=A >\nCPU_ONLINE CORE_0 1\nCPU_ONLINE CORE_1 0\nCPU_A78_0 MAX_FREQ 2147483647\n"
+            "GPU MAX_FREQ garbage\nEMC MAX_FREQ 3199000000\n< POWER_MODEL ID=3 NAME=B >\nCPU_A78_0 MAX_FREQ 1497600\n"
+            "CPU_A78_1 MAX_FREQ -1\nGPU MAX_FREQ 612000000\nEMC MAX_FREQ 0\n< PM_CONFIG DEFAULT=3 >\n")
+    a, b = named_modes_of_conf(text, Source("x", True))
+    assert (a.cores, a.cpu_khz, a.gpu_hz, a.emc_hz, a.default) == (1, None, None, 3199000000, False)
+    # a cluster without a cap leaves the CPU uncapped; no CPU_ONLINE line: the cores are not the mode's to say
+    assert (b.cores, b.cpu_khz, b.gpu_hz, b.emc_hz, b.default) == (None, None, 612000000, None, True)
+
+
+def test_a_conf_that_is_not_a_regular_file_or_too_large_is_not_read(orin5, state_dir):
+    """A FIFO in place of nvpmodel.conf must not hang ``mode list``; an oversized file is not read: the catalogue's
+    named modes are shown instead."""
+    import os
+
+    from lightning_edge.devices import JetsonSysfsController
+
+    ctl = JetsonSysfsController(orin5.root, writer=orin5.writer(), state_dir=state_dir, handle_exit=False)
+    conf = orin5.path("etc/nvpmodel.conf")
+    conf.unlink()
+    os.mkfifo(conf)
+    assert ctl.named_modes == orin5.info.named_modes
+    conf.unlink()
+    conf.write_text("#" * (2 << 20))
+    assert ctl.named_modes == orin5.info.named_modes

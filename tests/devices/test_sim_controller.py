@@ -132,3 +132,26 @@ SimModeController(board_file=bf, on_step=step).apply("4c/422/115/665")
     child.wait(timeout=10)
     ctl = SimModeController(board_file=bf, handle_exit=False)
     assert ctl.recovered.settled == ORIN_AGX_MAXN and ctl.current() == ORIN_AGX_MAXN
+
+
+# ---------------------------------------------------------------- every catalogued board (issue 29)
+@pytest.mark.parametrize("key", ["orin-agx", "orin-agx-32gb", "orin-agx-64gb", "orin-nx-16gb", "orin-nx-8gb",
+                                 "orin-nano-8gb", "orin-nano-4gb", "xavier-nx", "xavier-agx", "thor"])
+def test_the_twin_plays_the_mode_space_of_every_catalogued_board(key):
+    from lightning_edge import catalog
+
+    info = catalog.board_info(key)
+    ctl = get_controller(f"sim:{key}", handle_exit=False)
+    assert isinstance(ctl, SimModeController) and ctl.board == key
+    assert ctl.space == info.space() and ctl.current() == info.space().max_mode()  # a fresh board is in MAXN
+    assert ctl.named_modes == info.named_modes
+    for named in info.named_modes:  # each named mode is a point of the board's grid
+        mode = named.mode(ctl.space)
+        if mode is not None:
+            assert ctl.apply(mode).settled == mode
+    assert ctl.cli_args() == ["--device", f"sim:{key}"]
+
+
+def test_an_unknown_board_names_the_catalogue():
+    with pytest.raises(ValueError, match=r"no simulated board 'orin-nano': the twin plays orin-agx, .*thor"):
+        get_controller("sim:orin-nano")

@@ -1,4 +1,5 @@
-"""Clusters whose cores are all offline (issue 25, item 3), on fake Orin AGX trees.
+"""Clusters whose cores are all offline (issue 25, item 3), on fake Orin AGX trees and on every family's tree (issue
+29: the same kernel behaviour on each, ``jetson``).
 
 The policy of such a cluster is inactive: mainline kernels since 2022 answer EBUSY to every read and write of its
 files, and keep its min/max for when a core of the cluster comes back. The fake board's writer plays exactly that,
@@ -16,14 +17,13 @@ import pytest
 
 from lightning_edge.devices import JetsonSysfsController, NvpmodelController, PowerMode, orin_agx_space
 from lightning_edge.devices.cli import main
-from tests.fakes.jetson_sysfs import CLUSTERS
 from tests.fakes.nvpmodel import install_fake_nvpmodel
 
 
 def offline_cluster(board, pol: str) -> None:
     """Take every core of ``pol``'s cluster offline, as ``echo 0 > .../cpuN/online`` would (not a logged write)."""
     w = board.writer()
-    for c in sorted(CLUSTERS[pol], reverse=True):
+    for c in sorted(board.clusters[pol], reverse=True):
         if c:
             w.write(board.path(board.online_rel(c)), "0")
     board.clear_writes()
@@ -181,8 +181,91 @@ def test_nvpmodel_controller_with_a_cluster_offline(orin5, tmp_path, monkeypatch
     orin5.clear_writes()
     before = orin5.knob_files()
     ctl = NvpmodelController(orin5.root, writer=orin5.writer(), state_dir=state_dir, handle_exit=False)
-    assert ctl.current() == PowerMode(8, 1728, 624.75, 3199)
+    # nvpmodel_p3701_0000.conf: MODE_30W caps the GPU at 612 MHz, not a value of the table: devfreq reads the cap
+    assert ctl.current() == PowerMode(8, 1728, 612, 3199)
     assert ctl.apply("8c/1344/727/2133").verified  # same core mask: no reboot
     res = ctl.restore()
-    assert res.settled == PowerMode(8, 1728, 624.75, 3199) and not res.mismatches
+    assert res.settled == PowerMode(8, 1728, 612, 3199) and not res.mismatches
     assert orin5.knob_files() == before
+
+
+# ---------------------------------------------------------------- every family (issue 29)
+def _last(board) -> str:
+    """The last cluster (the one a mode with fewer cores takes offline first)."""
+    return list(board.clusters)[-1]
+
+
+def test_every_family_the_fake_kernel_refuses_an_inactive_policy(jetson):
+    pol = _last(jetson)
+    cpus = jetson.clusters[pol]
+    limits = (jetson.read(jetson.policy_rel(pol, "scaling_min_freq")),
+              jetson.read(jetson.policy_rel(pol, "scaling_max_freq")))
+    offline_cluster(jetson, pol)
+    w = jetson.writer()
+    for rel in (jetson.policy_rel(pol, "scaling_max_freq"), jetson.policy_rel(pol, "related_cpus"),
+                f"sys/devices/system/cpu/cpu{cpus[-1]}/cpufreq/scaling_min_freq"):
+        with pytest.raises(OSError) as exc:
+            w.read(jetson.path(rel))
+        assert exc.value.errno == errno.EBUSY, rel
+    with pytest.raises(OSError) as exc:
+        w.write(jetson.path(jetson.policy_rel(pol, "scaling_min_freq")), limits[0])
+    assert exc.value.errno == errno.EBUSY
+    w.write(jetson.path(jetson.online_rel(cpus[-1])), "1")  # one core is enough to make the policy active again
+    assert (w.read(jetson.path(jetson.policy_rel(pol, "scaling_min_freq"))),
+            w.read(jetson.path(jetson.policy_rel(pol, "scaling_max_freq")))) == limits  # its limits were kept
+
+
+def test_every_family_with_a_cluster_offline_is_read(jetson, state_dir):
+    pol = _last(jetson)
+    offline_cluster(jetson, pol)
+    ctl = make(jetson, state_dir)  # reads the frequency tables: not the inactive policy's
+    assert ctl.space == jetson.info.space()
+    assert ctl.current().cores == jetson.cpu_count - len(jetson.clusters[pol])
+
+
+@pytest.mark.parametrize("steps", ["online-at-restore", "offline-at-restore", "tour"])
+def test_every_family_restores_a_range_found_while_its_cluster_was_offline(jetson, state_dir, steps):
+    pol = _last(jetson)
+    offline_cluster(jetson, pol)
+    before = jetson.knob_files()
+    ctl = make(jetson, state_dir)
+    space = ctl.space
+    pinned = space.max_mode().replace(cpu_mhz=space.cpu_mhz[len(space.cpu_mhz) // 2])  # every cluster online, pinned
+    fewer = pinned.replace(cores=jetson.cpu_count - len(jetson.clusters[pol]))
+    tour = {"online-at-restore": [pinned], "offline-at-restore": [pinned, fewer],
+            "tour": [space.min_mode(), space.max_mode(), space.min_mode().replace(cores=1)]}[steps]
+    for mode in tour:
+        assert ctl.apply(mode).verified
+    jetson.clear_writes()
+    res = ctl.restore()
+    assert res.verified and jetson.knob_files() == before
+    w = jetson.writes()
+    mine = [i for i, (f, _) in enumerate(w) if f"/{pol}/" in f]
+    downs = [i for i, (f, v) in enumerate(w) if f.endswith("/online") and v == "0"]
+    if mine and downs:
+        assert mine[-1] < downs[0]  # the range is written while its cluster is online, before cores go down
+
+
+def test_every_family_nvpmodel_controller_with_a_cluster_offline(jetson_conf, tmp_path, monkeypatch, state_dir):
+    """A named mode that takes cores offline (nvpmodel -m), then a custom mode with the same core mask, then back."""
+    from tests.fakes.jetson_sysfs import conf_models
+
+    board = jetson_conf
+    bin_dir = tmp_path / "bin"
+    exe = install_fake_nvpmodel(bin_dir, board, reboot_on_core_change=False)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    models = conf_models(board.path("etc/nvpmodel.conf").read_text())
+    fewest = min(models, key=lambda i: sum(v == "1" for (p, _), v in models[i]["set"].items() if p == "CPU_ONLINE"))
+    if all(v == "1" for (p, _), v in models[fewest]["set"].items() if p == "CPU_ONLINE"):
+        pytest.skip(f"no named mode of {board.key} on JetPack {board.jetpack} takes a core offline")
+    subprocess.run([str(exe), "-m", str(fewest)], check=True, capture_output=True)
+    board.clear_writes()
+    before = board.knob_files()
+    ctl = NvpmodelController(board.root, writer=board.writer(), state_dir=state_dir, handle_exit=False)
+    now = ctl.current()
+    assert now.cores < board.cpu_count
+    target = ctl.space.nearest(now.replace(gpu_mhz=ctl.space.gpu_mhz[0]))  # same core mask: no reboot
+    assert ctl.apply(target).verified
+    res = ctl.restore()
+    assert res.settled == now and not res.mismatches
+    assert board.knob_files() == before

@@ -1,6 +1,10 @@
-"""Realistic fake INA3221 sysfs trees (Jetson power monitors), and the faults a real board can show.
+"""Realistic fake INA3221 sysfs trees (Jetson power monitors), built from the board catalogue, and the faults a real
+board can show.
 
-Builders lay out, under a temp ``root``, exactly the files the kernel exposes, in the kernel's units:
+:func:`build_ina` lays out the rails of any catalogued module (``catalog.BOARDS[key].rails``: the names in channel
+order, three channels per INA3221, the unused ones ``NC``), as hwmon (JetPack 5 and later) or as JetPack 4's iio, with
+the module's device tree. The readings (mV, mA) are fake values, idle-like, not facts; the i2c bus of a chip is the
+fake's (the sensor globs it). The named builders below are that for one module each:
 
 - :func:`build_orin_agx_ina` (JetPack 5/6 hwmon): ``sys/bus/i2c/drivers/ina3221/1-0040/hwmon/hwmonN`` with
   VDD_GPU_SOC, VDD_CPU_CV, VIN_SYS_5V0 and ``1-0041/hwmon/hwmonM`` with VDDQ_VDD2_1V8AO + two ``NC`` channels;
@@ -37,23 +41,7 @@ from typing import Any
 HWMON_DRIVER = "sys/bus/i2c/drivers/ina3221"
 IIO_DRIVER = "sys/bus/i2c/drivers/ina3221x"
 
-# (rail, mV, mA) per channel; None = "NC"
-ORIN_AGX = {
-    "1-0040": [("VDD_GPU_SOC", 4976, 803), ("VDD_CPU_CV", 4984, 160), ("VIN_SYS_5V0", 5000, 560)],
-    "1-0041": [("VDDQ_VDD2_1V8AO", 4992, 100), None, None],
-}
-ORIN_NX = {"1-0040": [("VDD_IN", 5048, 1446), ("VDD_CPU_GPU_CV", 5040, 253), ("VDD_SOC", 5040, 276)]}
-XAVIER_NX = {"7-0040": [("VDD_IN", 5064, 1176), ("VDD_CPU_GPU_CV", 5056, 182), ("VDD_SOC", 5064, 300)]}
-#: device trees (model, compatible) of the modules the builders lay out, as /proc/device-tree shows them
-DEVICE_TREES = {
-    "orin-agx": ("NVIDIA Jetson AGX Orin Developer Kit",
-                 ("nvidia,p3737-0000+p3701-0000", "nvidia,p3737-0000", "nvidia,p3701-0000", "nvidia,tegra234")),
-    "orin-nx-16gb": ("NVIDIA Orin NX Developer Kit",
-                     ("nvidia,p3768-0000+p3767-0000", "nvidia,p3768-0000", "nvidia,p3767-0000", "nvidia,tegra234")),
-    "xavier-nx": ("NVIDIA Jetson Xavier NX Developer Kit",
-                  ("nvidia,p3449-0000+p3668-0000", "nvidia,p3449-0000", "nvidia,p3668", "nvidia,tegra194")),
-    "tx2": ("quill", ("nvidia,quill", "nvidia,tegra186")),
-}
+# (rail, mV, mA) per channel; None = "NC": TX2 (not catalogued: the original Jetson family, JetPack 4 only)
 TX2 = {
     "0-0040": [("VDD_SYS_GPU", 19128, 8), ("VDD_SYS_SOC", 19136, 40), ("VDD_4V0_WIFI", 19136, 0)],
     "0-0041": [("VDD_IN", 19072, 104), ("VDD_SYS_CPU", 19120, 8), ("VDD_SYS_DDR", 4832, 120)],
@@ -177,6 +165,44 @@ class FakeINA3221:
         return new
 
 
+#: fake idle readings (mV, mA) by module, where the tests rely on exact values; any other rail reads 5000 mV x 200 mA
+READINGS: dict[str, dict[str, tuple[float, float]]] = {
+    "orin-agx": {"VDD_GPU_SOC": (4976, 803), "VDD_CPU_CV": (4984, 160), "VIN_SYS_5V0": (5000, 560),
+                 "VDDQ_VDD2_1V8AO": (4992, 100)},
+    "orin-nx-16gb": {"VDD_IN": (5048, 1446), "VDD_CPU_GPU_CV": (5040, 253), "VDD_SOC": (5040, 276)},
+    "xavier-nx": {"VDD_IN": (5064, 1176), "VDD_CPU_GPU_CV": (5056, 182), "VDD_SOC": (5064, 300)},
+}
+#: the i2c bus the fake puts a module's chips on (hwmon: bus 1, as the seeds' notes have the AGX Orin; JetPack 4's
+#: Xavier NX: bus 7): the fake's choice, the sensor globs it
+_BUS = {"hwmon": "1", "iio": "7"}
+
+
+def chips_of(key: str, layout: str = "hwmon") -> dict[str, list]:
+    """The module's INA3221 chips as the builders take them: ``{"1-0040": [(rail, mV, mA) or None x 3], ...}``: the
+    catalogue's rail names in channel order, three to a chip at 0x40, 0x41..."""
+    from lightning_edge import catalog
+
+    rails = catalog.board_info(key).rails
+    assert rails is not None, f"{key}: no rails in the catalogue"
+    readings = READINGS.get(key, {})
+    names: list[str | None] = list(rails.names)
+    names += [None] * (-len(names) % 3)
+    chips: dict[str, list] = {}
+    for i in range(0, len(names), 3):
+        chips[f"{_BUS[layout]}-{0x40 + i // 3:04x}"] = [
+            None if n is None else (n, *readings.get(n, (5000, 200))) for n in names[i:i + 3]]
+    return chips
+
+
+def build_ina(root: Path, key: str, layout: str = "hwmon", hwmon_index: tuple[int, ...] | None = None,
+              module: str | None | bool = True) -> FakeINA3221:
+    """The INA3221 tree of catalogued module ``key``: ``layout`` ``hwmon`` (JetPack 5+) or ``iio`` (JetPack 4), with
+    the module's device tree (``module=None``: none, a module the tree does not name)."""
+    _device_tree(root, key if module is True else module)
+    chips = chips_of(key, layout)
+    return _build_hwmon(root, chips, hwmon_index) if layout == "hwmon" else _build_iio(root, chips)
+
+
 def _put(path: Path, value: Any, mode: int = 0o444) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.exists():
@@ -186,11 +212,17 @@ def _put(path: Path, value: Any, mode: int = 0o444) -> None:
 
 
 def _device_tree(root: Path, module: str | None) -> None:
-    """``proc/device-tree/model`` and ``compatible`` (NUL-separated) of ``module`` (a key of DEVICE_TREES); an
+    """``proc/device-tree/model`` and ``compatible`` (NUL-separated) of ``module`` (a catalogue key, or ``tx2``); an
     existing tree (a fake Jetson built in the same root) is kept."""
     if module is None:
         return
-    model, compatible = DEVICE_TREES[module]
+    if module == "tx2":
+        model, compatible = "quill", ("nvidia,quill", "nvidia,tegra186")
+    else:
+        from lightning_edge import catalog
+        from tests.fakes.jetson_sysfs import device_tree
+
+        model, compatible = device_tree(catalog.board_info(module))
     dt = Path(root) / "proc/device-tree"
     if (dt / "compatible").exists():
         return
@@ -263,19 +295,19 @@ def build_orin_agx_ina(root: Path, hwmon_index: tuple[int, int] = (1, 2),
                        module: str | None = "orin-agx") -> FakeINA3221:
     """Jetson AGX Orin (JetPack 5/6): two INA3221 on i2c-1, four connected rails, no VDD_IN."""
     _device_tree(root, module)
-    return _build_hwmon(root, ORIN_AGX, hwmon_index)
+    return _build_hwmon(root, chips_of("orin-agx"), hwmon_index)
 
 
 def build_orin_nx_ina(root: Path, hwmon_index: int = 1, module: str | None = "orin-nx-16gb") -> FakeINA3221:
     """Jetson Orin NX / Orin Nano (JetPack 5/6): one INA3221, VDD_IN is the module's total."""
     _device_tree(root, module)
-    return _build_hwmon(root, ORIN_NX, (hwmon_index,))
+    return _build_hwmon(root, chips_of("orin-nx-16gb"), (hwmon_index,))
 
 
 def build_xavier_nx_jp4(root: Path, module: str | None = "xavier-nx") -> FakeINA3221:
     """Jetson Xavier NX on JetPack 4: NVIDIA's ina3221x iio driver, VDD_IN total."""
     _device_tree(root, module)
-    return _build_iio(root, XAVIER_NX)
+    return _build_iio(root, chips_of("xavier-nx", "iio"))
 
 
 def build_tx2_jp4(root: Path, module: str | None = "tx2") -> FakeINA3221:

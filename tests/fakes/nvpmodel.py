@@ -1,11 +1,12 @@
-"""A fake ``nvpmodel`` executable for a :class:`~tests.fakes.jetson_sysfs.FakeJetson` tree.
+"""A fake ``nvpmodel`` executable for a :class:`~tests.fakes.jetson_sysfs.FakeJetson` tree (any catalogued module).
 
 ``install_fake_nvpmodel(bin_dir, board)`` writes an executable ``bin_dir/nvpmodel`` (a Python
 script) that behaves like NVIDIA's tool on the fake tree:
 
 - ``nvpmodel [-f CONF] -q``: prints ``NV Power Mode: NAME`` and the ID (from ``var/lib/nvpmodel/status``);
 - ``nvpmodel [-f CONF] -m ID``: reads the ``< POWER_MODEL ID=.. >`` block from CONF and writes its
-  settings into the fake sysfs (cores online, cluster min/max, GPU min/max, EMC cap), then records
+  settings into the fake sysfs (:meth:`FakeJetson.nvpmodel_apply`: cores online, cluster min/max, GPU min/max, EMC
+  cap), then records
   the ID in the status file. When the block's core mask differs from the running one and
   ``reboot_on_core_change`` is set, it does what nvpmodel does for a mode it can only enter at boot:
   prints the reboot warning, asks ``DO YOU WANT TO REBOOT NOW? enter YES/yes to confirm:``, and on
@@ -27,7 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 _SCRIPT = r"""#!{python}
 import json, os, re, sys
 sys.path.insert(0, {repo!r})
-from tests.fakes.jetson_sysfs import FakeJetson, CLUSTERS, EMC_CAP
+from tests.fakes.jetson_sysfs import FakeJetson, conf_models
 
 ROOT = {root!r}
 CALLS = {calls!r}
@@ -57,22 +58,9 @@ def log(**kw):
     with open(CALLS, "a") as fh:
         fh.write(json.dumps(dict(argv=sys.argv[1:], **kw)) + "\n")
 
-def blocks(text):
-    out, cur = {{}}, None
-    for line in text.splitlines():
-        m = re.match(r"^\s*<\s*POWER_MODEL\s+ID=(\d+)\s+NAME=([^\s>]+)\s*>", line)
-        if m:
-            cur = int(m.group(1)); out[cur] = {{"name": m.group(2), "set": {{}}}}; continue
-        if line.lstrip().startswith("<"):
-            cur = None; continue
-        p = line.split()
-        if cur is not None and len(p) >= 3 and not p[0].startswith("#"):
-            out[cur]["set"][(p[0], p[1])] = p[2]
-    return out
-
 status = os.path.join(ROOT, "var/lib/nvpmodel/status")
 cur_id = int(re.search(r"pmode:(\d+)", open(status).read()).group(1))
-models = blocks(open(conf).read())
+models = conf_models(open(conf).read())
 if query:
     log(answer=None)
     print("NV Power Mode: " + models.get(cur_id, {{"name": "UNKNOWN"}})["name"])
@@ -84,9 +72,10 @@ if mode not in models:
     log(answer=None)
     print("NVPM ERROR: Invalid mode index: %d" % mode, file=sys.stderr); sys.exit(1)
 s = models[mode]["set"]
-online_now = [0] + [c for c in range(1, 12) if board.read(board.online_rel(c)) == "1"]
+n = board.cpu_count
+online_now = [0] + [c for c in range(1, n) if board.read(board.online_rel(c)) == "1"]
 mask_now = sum(1 << c for c in online_now)
-mask_new = sum(1 << c for c in range(12) if s.get(("CPU_ONLINE", "CORE_%d" % c), "1") == "1") | 1
+mask_new = sum(1 << c for c in range(n) if s.get(("CPU_ONLINE", "CORE_%d" % c), "1") == "1") | 1
 if REBOOT_ON_CORE_CHANGE and mask_new != mask_now and mode != cur_id:
     print("NVPM WARN: Golden image context is already created")
     print("NVPM WARN: Reboot required for changing to this power mode: %d" % mode)
@@ -98,40 +87,7 @@ if REBOOT_ON_CORE_CHANGE and mask_new != mask_now and mode != cur_id:
     open(status, "w").write("pmode:%04d fmode:cool\n" % mode)  # staged for the next boot
     sys.exit(0)
 log(answer=None)
-
-def avail(rel):
-    return [int(x) for x in board.read(rel).split()]
-
-def pick(v, table, is_max):
-    v = int(v)
-    if v < 0 or (v == 0 and is_max):
-        return max(table)
-    if v == 0:
-        return min(table)
-    return v
-
-for c in range(1, 12):
-    want = s.get(("CPU_ONLINE", "CORE_%d" % c), "1")
-    if want == "1":
-        board.set_file(board.online_rel(c), "1"); board.log_write(board.online_rel(c), "1", "nvpmodel")
-for i, (pol, cpus) in enumerate(CLUSTERS.items()):
-    if not any(c == 0 or s.get(("CPU_ONLINE", "CORE_%d" % c), "1") == "1" for c in cpus):
-        continue
-    table = avail(board.policy_rel(pol, "scaling_available_frequencies"))
-    lo = pick(s.get(("CPU_A78_%d" % i, "MIN_FREQ"), "0"), table, False)
-    hi = pick(s.get(("CPU_A78_%d" % i, "MAX_FREQ"), "-1"), table, True)
-    for name, v in (("scaling_min_freq", lo), ("scaling_max_freq", hi), ("scaling_cur_freq", hi)):
-        board.set_file(board.policy_rel(pol, name), str(v)); board.log_write(board.policy_rel(pol, name), str(v), "nvpmodel")
-gtable = avail(board.gpu_rel_file("available_frequencies"))
-glo = pick(s.get(("GPU", "MIN_FREQ"), "0"), gtable, False)
-ghi = pick(s.get(("GPU", "MAX_FREQ"), "-1"), gtable, True)
-for name, v in (("min_freq", glo), ("max_freq", ghi), ("cur_freq", ghi)):
-    board.set_file(board.gpu_rel_file(name), str(v)); board.log_write(board.gpu_rel_file(name), str(v), "nvpmodel")
-emc = s.get(("EMC", "MAX_FREQ"), "0")
-board.set_file(EMC_CAP, str(max(int(emc), 0))); board.log_write(EMC_CAP, emc, "nvpmodel")
-for c in range(11, 0, -1):
-    if s.get(("CPU_ONLINE", "CORE_%d" % c), "1") == "0":
-        board.set_file(board.online_rel(c), "0"); board.log_write(board.online_rel(c), "0", "nvpmodel")
+board.nvpmodel_apply(s)
 open(status, "w").write("pmode:%04d fmode:cool\n" % mode)
 print("NVPM: power mode set to %s (%d)" % (models[mode]["name"], mode))
 """

@@ -38,7 +38,7 @@ from lightning_edge.devices.controllers.sysfs import (
 from lightning_edge.devices.registry import Registry
 from lightning_edge.devices.spec import BoardSpec
 
-DEVICES_HELP = "auto, jetson, nvpmodel, nvml[:INDEX], sim:orin-agx"
+DEVICES_HELP = "auto, jetson, nvpmodel, nvml[:INDEX], sim:orin-agx (any board of docs/boards.md: sim:<board>)"
 
 
 #: power-mode controller backends by name (``register`` adds one); each gets only the options its constructor takes

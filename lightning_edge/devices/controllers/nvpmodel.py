@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from lightning_edge import catalog
-from lightning_edge.catalog import BoardInfo
+from lightning_edge.catalog import BoardInfo, NamedMode, Source
 from lightning_edge.devices.controllers.base import ModeController
 from lightning_edge.devices.controllers.errors import (
     ControllerUnavailableError,
@@ -116,6 +116,51 @@ def parse_power_models(text: str) -> list[PowerModelBlock]:
         blocks.append(PowerModelBlock(int(m.group(1)), m.group(2), i, j, body))
         i = j
     return blocks
+
+
+def _cap(value: str | None) -> int | None:
+    """A MAX_FREQ value of nvpmodel.conf: a positive integer is a cap (EMC caps exceed 2**31: 3199000000 Hz);
+    ``-1`` (nvpmodel reads it as INT_MAX, 2147483647), ``0`` (EMC: none), a missing or malformed value are no cap."""
+    try:
+        v = int(value) if value is not None else -1
+    except ValueError:
+        return None
+    return v if v > 0 and v != 2**31 - 1 else None
+
+
+def named_modes_of_conf(text: str, source: Source, firmware: str = "this board") -> tuple[NamedMode, ...]:
+    """The named modes of an nvpmodel.conf (without the lightning_edge block): each ``POWER_MODEL``'s online cores and
+    its CPU (the highest cluster cap; none if a cluster is uncapped), GPU and EMC caps, and which one is the default."""
+    m = re.search(r"^\s*<\s*PM_CONFIG\s+DEFAULT=(\d+)\s*>", text, re.MULTILINE)
+    default = int(m.group(1)) if m else None
+    out = []
+    for b in parse_power_models(strip_custom_block(text)):
+        s = b.settings()
+        online = [v for (p, _), v in s.items() if p == "CPU_ONLINE"]
+        cpu = [_cap(v) for (p, a), v in s.items() if p.startswith("CPU_") and p != "CPU_ONLINE" and a == "MAX_FREQ"]
+        out.append(NamedMode(
+            b.name, b.id, sum(1 for v in online if v == "1") if online else None,
+            max(cpu) if cpu and None not in cpu else None,  # type: ignore[type-var]
+            _cap(s.get(("GPU", "MAX_FREQ"))), _cap(s.get(("EMC", "MAX_FREQ"))), firmware, source,
+            default=b.id == default))
+    return tuple(out)
+
+
+def read_conf_text(path: str | os.PathLike, limit: int = 1 << 20) -> str:
+    """An nvpmodel.conf's text, for reading only: a regular file (on a board ``/etc/nvpmodel.conf`` is a link NVIDIA's
+    packages make to ``/etc/nvpmodel/<module>.conf``), at most ``limit`` bytes; ``OSError`` otherwise."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
+    try:
+        import stat
+
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(f"{path} is not a regular file")
+        data = os.read(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise OSError(f"{path} is larger than {limit} bytes: not an nvpmodel configuration")
+    return data.decode("utf-8", "replace")
 
 
 def strip_custom_block(text: str) -> str:
@@ -238,6 +283,17 @@ class _SysfsBoardController(ModeController):
     def _read_mode(self) -> PowerMode:
         return self.sysfs.mode_of_raw(self.sysfs.read_raw())
 
+    @property
+    def named_modes(self) -> tuple[NamedMode, ...]:
+        """The board's nvpmodel named modes: read from its own nvpmodel.conf (what runs on it wins), else the
+        catalogue's for this module (both firmwares where they differ), else none."""
+        conf = self.root / catalog.NVPMODEL_CONF  # type: ignore[attr-defined]
+        try:
+            text = read_conf_text(conf)
+        except OSError:
+            return self.layout.board.named_modes  # type: ignore[attr-defined]
+        return named_modes_of_conf(text, Source(f"this board's {conf}", True), firmware="this board")
+
     def _mode_of_snapshot(self, snapshot: dict[str, Any]) -> PowerMode | None:
         try:
             return self.sysfs.mode_of_raw(snapshot.get("raw", snapshot))  # "raw": an nvpmodel snapshot
@@ -345,7 +401,7 @@ class NvpmodelController(_SysfsBoardController):
         want = self.sysfs.want_of_mode(mode)  # validates and picks the exact board values
         khz = next(iter(want["cpufreq"].values()))["max_khz"]
         gpu_hz = want["gpu"]["max_hz"]
-        emc_hz = want["emc"]["rate_hz"]
+        emc_hz = want["emc"].get("rate_hz", want["emc"].get("max_hz"))
         blocks = parse_power_models(strip_custom_block(text))
         template = next((b for b in blocks if b.id == template_id), None)
         body = list(template.body) if template else []

@@ -10,7 +10,8 @@ What one mode change writes, in this order (see docs/power-modes.md):
 2. per cluster active in the new mode, ``cpufreq/policy{first}/scaling_{min,max}_freq`` (kHz), both set to the
    target;
 3. GPU devfreq ``min_freq`` / ``max_freq`` (Hz), both set to the target;
-4. EMC through the bpmp debugfs clock: ``mrq_rate_locked`` = 1, then ``rate`` (Hz);
+4. EMC through the bpmp debugfs clock: ``mrq_rate_locked`` = 1, then ``rate`` (Hz); on a board whose memory clock
+   is a devfreq device (Thor's ``bwmgr``), its ``min_freq`` / ``max_freq`` pair (Hz), like the GPU's;
 5. ``cpu{N}/online`` = 0 for every core the new mode removes (descending; cpu0 is never offlined).
 
 Offline clusters. The policy of a cluster whose cores are all offline is inactive: mainline kernels (since 2022)
@@ -27,8 +28,10 @@ is above the current max, max is written first (raising); otherwise min first (l
 Every written file is read back; differences are reported (and raise unless ``strict=False``).
 Only files whose value changes are written.
 
-The file-system root is injectable (``root=tmp_path``) and every read/write goes through a
-:class:`SysfsWriter`, the seam where tests put a fake board.
+Where the knobs live is the catalogue's (:data:`lightning_edge.catalog.LAYOUTS`, per SoC family: GPU devfreq
+directories of JetPack 4 to 7, EMC through bpmp debugfs or a devfreq device, nvpmodel's EMC cap file); a directory
+that resolves outside the root's ``sys`` (a link out of sysfs) is refused. The file-system root is injectable
+(``root=tmp_path``) and every read/write goes through a :class:`SysfsWriter`, the seam where tests put a fake board.
 """
 
 from __future__ import annotations
@@ -136,9 +139,11 @@ class JetsonLayout:
     cpu_count: int
     policies: tuple[tuple[str, tuple[int, ...]], ...]  # ("policy0", (0, 1, 2, 3)), ...
     gpu_dir: Path
-    gpu_variant: str  # "jetpack5" or "jetpack6"
+    gpu_variant: str  # a variant of catalog.LAYOUTS: "jetpack5", "jetpack6", "jetpack6-nvpmodel", "xavier", "thor"
     emc_dir: Path
     jetpack: int | None
+    emc_kind: str = "bpmp"  # "bpmp": debugfs clock (rate + lock); "devfreq": a min/max pair (Thor's bwmgr)
+    emc_cap: Path | None = None  # nvpmodel's EMC cap file (JetPack 5: emc_iso_cap, 6: nvpmodel_clk_cap/emc)
 
     @classmethod
     def probe(cls, root: str | os.PathLike = "/", board: str | BoardInfo | None = None) -> JetsonLayout:
@@ -189,18 +194,35 @@ class JetsonLayout:
                 cpu_count=len(cpus),
                 clusters=tuple(c for _, c in policies),
             )
-        order = ("jetpack6", "jetpack5") if jp == 6 else ("jetpack5", "jetpack6")
+        # the module's family first (the catalogue's layout), then every other family's
+        layouts = list(catalog.LAYOUTS.values())
+        if info.layout is not None:
+            layouts.sort(key=lambda L: L.family != info.layout.family)  # type: ignore[union-attr]
+        gpu_cands = [(v, p) for L in layouts for v, p in L.gpu_devfreq]
+        gpu_cands.sort(key=lambda c: not (jp is not None and c[0].startswith(f"jetpack{jp}")))
+        if info.layout is not None:  # a known module: its family's directories only
+            gpu_cands = [c for c in gpu_cands if c in info.layout.gpu_devfreq] or gpu_cands
         gpu_dir = variant = None
-        for v in order:
-            d = r / catalog.GPU_DEVFREQ_DIRS[v]
+        for v, rel_dir in gpu_cands:
+            d = r / rel_dir
             if (d / "max_freq").exists():
-                gpu_dir, variant = d, v
+                gpu_dir, variant = _inside_sysfs(r, d, "GPU devfreq"), v
                 break
         if gpu_dir is None:
-            tried = ", ".join(_show(r, catalog.GPU_DEVFREQ_DIRS[v]) for v in order)
+            tried = ", ".join(_show(r, p) for _, p in gpu_cands)
             raise ControllerUnavailableError(f"no GPU devfreq directory (tried {tried})")
-        emc = r / catalog.EMC_CLK_DIR
-        if not (emc / "rate").exists():
+        emc_layouts = [L for L in layouts if info.layout is None or L.family == info.layout.family] or layouts
+        emc = emc_kind = None
+        for L in emc_layouts:
+            d = r / L.emc_dir
+            if (d / ("rate" if L.emc_kind == "bpmp" else "max_freq")).exists():
+                emc, emc_kind = _inside_sysfs(r, d, "memory (EMC) clock"), L.emc_kind
+                break
+        if emc is None:
+            if all(L.emc_kind == "devfreq" for L in emc_layouts):
+                raise ControllerUnavailableError(
+                    "no memory (EMC) devfreq device (tried "
+                    + ", ".join(_show(r, L.emc_dir) for L in emc_layouts) + ")")
             dbg = r / catalog.DEBUGFS_DIR
             if dbg.exists() and not os.access(dbg, os.R_OK | os.X_OK):
                 raise ControllerUnavailableError(
@@ -211,6 +233,9 @@ class JetsonLayout:
                 f"no bpmp debugfs EMC clock at {_show(r, catalog.EMC_CLK_DIR)}: mount debugfs "
                 f"(sudo mount -t debugfs none /sys/kernel/debug) and run as root"
             )
+        caps = [(j, p) for L in emc_layouts for j, p in L.emc_caps]
+        caps.sort(key=lambda c: c[0] != jp)
+        cap = next((r / p for _, p in caps if (r / p).exists()), None)
         return cls(
             root=r,
             board=info,
@@ -220,6 +245,8 @@ class JetsonLayout:
             gpu_variant=variant or "",
             emc_dir=emc,
             jetpack=jp,
+            emc_kind=emc_kind or "bpmp",
+            emc_cap=cap,
         )
 
     def online_path(self, cpu: int) -> Path:
@@ -230,7 +257,18 @@ class JetsonLayout:
 
     @property
     def emc_cap_path(self) -> Path:
-        return self.root / catalog.EMC_NVPMODEL_CAP
+        """nvpmodel's EMC cap file (the one this board has; JetPack 5's name when it has none)."""
+        return self.emc_cap if self.emc_cap is not None else self.root / catalog.EMC_NVPMODEL_CAP
+
+
+def _inside_sysfs(root: Path, d: Path, what: str) -> Path:
+    """``d`` when it resolves inside ``root``'s ``sys`` (a class directory such as sys/class/devfreq/gpu-gpc-0 is a
+    link the kernel makes into sys/devices); a link out of sysfs is refused (lightning_edge may run as root)."""
+    real, top = os.path.realpath(d), os.path.realpath(root / "sys")
+    if real != top and not real.startswith(top + os.sep):
+        raise ControllerUnavailableError(f"the {what} directory {d} resolves to {real}, outside {top}: refused "
+                                         "(sysfs directories never lead out of sysfs)")
+    return d
 
 
 def _active(cpus: tuple[int, ...], online: dict[int, int]) -> bool:
@@ -307,11 +345,15 @@ class JetsonSysfs:
         }
         online = {str(c): v for c, v in on.items()}
         gpu = {"min_hz": self._int(L.gpu_dir / "min_freq"), "max_hz": self._int(L.gpu_dir / "max_freq")}
-        emc: dict[str, Any] = {"rate_hz": self._int(L.emc_dir / "rate")}
-        lock = L.emc_dir / "mrq_rate_locked"
-        emc["locked"] = self._int(lock) if lock.exists() else 0
-        if (L.emc_dir / "max_rate").exists():
-            emc["max_rate_hz"] = self._int(L.emc_dir / "max_rate")
+        emc: dict[str, Any]
+        if L.emc_kind == "devfreq":
+            emc = {"min_hz": self._int(L.emc_dir / "min_freq"), "max_hz": self._int(L.emc_dir / "max_freq")}
+        else:
+            emc = {"rate_hz": self._int(L.emc_dir / "rate")}
+            lock = L.emc_dir / "mrq_rate_locked"
+            emc["locked"] = self._int(lock) if lock.exists() else 0
+            if (L.emc_dir / "max_rate").exists():
+                emc["max_rate_hz"] = self._int(L.emc_dir / "max_rate")
         if L.emc_cap_path.exists():
             emc["cap_hz"] = self._int(L.emc_cap_path)
         return {"kind": "jetson-sysfs", "online": online, "cpufreq": cpufreq, "gpu": gpu, "emc": emc}
@@ -320,13 +362,15 @@ class JetsonSysfs:
         """The mode a raw state corresponds to: online cores, and the ceiling (max) of each frequency.
 
         Memory: the locked rate; when not locked, the highest rate allowed (bpmp ``max_rate``, lowered
-        by an nvpmodel EMC cap if any).
+        by an nvpmodel EMC cap if any); a devfreq memory clock: its ``max_freq``.
         """
         cores = 1 + sum(1 for v in raw["online"].values() if int(v))
         first = self.layout.policies[0][0]
         cpu_mhz = raw["cpufreq"][first]["max_khz"] / 1e3
         gpu_mhz = raw["gpu"]["max_hz"] / 1e6
         emc = raw["emc"]
+        if "max_hz" in emc:
+            return PowerMode(cores, cpu_mhz, gpu_mhz, int(emc["max_hz"]) / 1e6)
         if int(emc.get("locked", 0)):
             mem_hz = emc["rate_hz"]
         else:
@@ -355,6 +399,9 @@ class JetsonSysfs:
         )
 
     def emc_hz_available(self) -> list[int]:
+        if self.layout.emc_kind == "devfreq":
+            path = self.layout.emc_dir / "available_frequencies"
+            return sorted({int(x) for x in self.writer.read(path).split()})
         path = self.layout.emc_dir / "possible_rates"
         rates: list[int] = []
         if path.exists():
@@ -413,7 +460,7 @@ class JetsonSysfs:
             "cpufreq": {pol: {"min_khz": khz, "max_khz": khz} for pol, cpus in self.layout.policies
                         if _active(cpus, on)},
             "gpu": {"min_hz": gpu, "max_hz": gpu},
-            "emc": {"rate_hz": emc, "locked": 1},
+            "emc": {"min_hz": emc, "max_hz": emc} if self.layout.emc_kind == "devfreq" else {"rate_hz": emc, "locked": 1},
         }
 
     @staticmethod
@@ -451,7 +498,9 @@ class JetsonSysfs:
                                      cur["cpufreq"].get(pol), want["cpufreq"][pol], "khz", f"CPU {pol}")
         if "gpu" in want:
             writes += self._pair(L.gpu_dir / "min_freq", L.gpu_dir / "max_freq", cur["gpu"], want["gpu"], "hz", "GPU")
-        if "emc" in want:
+        if "emc" in want and "max_hz" in want["emc"]:  # a devfreq memory clock: a pair, like the GPU's
+            writes += self._pair(L.emc_dir / "min_freq", L.emc_dir / "max_freq", cur["emc"], want["emc"], "hz", "EMC")
+        elif "emc" in want:
             c, w = cur["emc"], want["emc"]
             lock = L.emc_dir / "mrq_rate_locked"
             if int(w.get("locked", 0)):

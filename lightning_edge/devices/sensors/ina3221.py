@@ -51,14 +51,24 @@ HWMON_GLOB = "sys/bus/i2c/drivers/ina3221/*/hwmon/hwmon*"
 CLASS_HWMON_GLOB = "sys/class/hwmon/hwmon*"
 IIO_GLOB = "sys/bus/i2c/drivers/ina3221x/*/iio:device*"
 
-#: rails that are the board's input (the total) when present, in order of preference
-INPUT_RAILS: tuple[str, ...] = ("VDD_IN", "POM_5V_IN")
+#: rails that are the board's input (the total) when present, in order of preference: the catalogue's input rails
+#: (VDD_IN), then the original Jetson Nano's POM_5V_IN (not catalogued; jtop treats both as the input,
+#: rbonghi/jetson_stats jtop/core/power.py)
+INPUT_RAILS: tuple[str, ...] = tuple(dict.fromkeys(
+    [b.rails.input for b in catalog.BOARDS.values() if b.rails is not None and b.rails.input] + ["POM_5V_IN"]))
 
-#: boards without an input rail: the rails whose sum is the documented board total
-BOARD_SUMS: dict[str, tuple[str, ...]] = {
-    "orin-agx": ("VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0", "VDDQ_VDD2_1V8AO"),
-    "xavier-agx": ("GPU", "CPU", "SOC", "CV", "VDDRQ", "SYS5V"),
-}
+
+def _board_sums() -> dict[str, tuple[str, ...]]:
+    out: dict[str, tuple[str, ...]] = {}
+    for key, b in catalog.BOARDS.items():
+        if b.rails is not None and b.rails.input is None and b.rails.total and b.rails.total not in out.values():
+            out[key] = b.rails.total
+    return out
+
+
+#: boards without an input rail: the rails whose sum is the documented board total, from the catalogue (one entry per
+#: rail set, named by the first module that has it: ``orin-agx`` for every AGX Orin, ``xavier-agx``)
+BOARD_SUMS: dict[str, tuple[str, ...]] = _board_sums()
 
 #: INA3221 reset defaults, used when the driver does not say (no ``update_interval``):
 #: 1.1 ms bus + 1.1 ms shunt conversion per enabled channel, 1 sample (no averaging)
@@ -139,15 +149,26 @@ def rail_role(name: str) -> str:
     return "gpu" if "GPU" in n else "part"
 
 
-def module_cap(root: str | os.PathLike[str], board: str = "unknown") -> tuple[str | None, float, str]:
+def module_cap(root: str | os.PathLike[str], board: str = "unknown",
+               rails: tuple[str, ...] | list[str] = ()) -> tuple[str | None, float, str]:
     """``(module, cap W, how)``: the most this module is believed to draw, its rated maximum power
     (:data:`~lightning_edge.catalog.MODULE_MAX_POWER_W`) x :data:`MODULE_POWER_MARGIN`. The module is named by
     the device tree under ``root``, else by a rail set only one module has (``board``: ``orin-agx``, ``xavier-agx``);
-    otherwise ``module`` is ``None`` and the largest rating in the catalogue is used."""
+    otherwise ``module`` is ``None`` and the largest rating of the catalogued modules that carry these ``rails`` is
+    used (of every module when none does)."""
     key = catalog.detect_module(root) or (board if board in catalog.MODULE_MAX_POWER_W else None)
     if key is not None and key in catalog.MODULE_MAX_POWER_W:
         rated = catalog.MODULE_MAX_POWER_W[key]
         return key, rated * MODULE_POWER_MARGIN, f"{key} rated {rated:g} W x {MODULE_POWER_MARGIN:g}"
+    names = {r.split("@")[0] for r in rails}
+    carriers = [k for k, b in catalog.BOARDS.items()
+                if names and b.rails is not None and names <= set(b.rails.names) and k in catalog.MODULE_MAX_POWER_W]
+    if carriers:
+        top = max(carriers, key=lambda k: catalog.MODULE_MAX_POWER_W[k])
+        rated = catalog.MODULE_MAX_POWER_W[top]
+        return None, rated * MODULE_POWER_MARGIN, (
+            f"module not named by the device tree: the largest rating of the modules with these rails "
+            f"({', '.join(carriers)}), {top} {rated:g} W, x {MODULE_POWER_MARGIN:g}")
     rated = max(catalog.MODULE_MAX_POWER_W.values())
     return None, rated * MODULE_POWER_MARGIN, (f"module not named by the device tree: the largest rating in the "
                                                f"catalogue, {rated:g} W, x {MODULE_POWER_MARGIN:g}")
@@ -426,7 +447,7 @@ class INA3221Sensor(PowerSensor):
         self.update_period_s = float(update_period_s) if update_period_s else max(found.update_ms.values()) / 1e3
         self.clock_ns = clock_ns
         self._last_relocate_ns = 0
-        self.module, self.module_cap_w, self._cap_how = module_cap(root, self.board)
+        self.module, self.module_cap_w, self._cap_how = module_cap(root, self.board, self.rails)
         self.bounds = {r.name: rail_bounds(r, self._chip_dirs.get(r.chip, ""), self.module_cap_w, self._cap_how)
                        for r in self._rails}
         self.label = f"INA3221 ({self.layout}) total = {self.total_desc}"

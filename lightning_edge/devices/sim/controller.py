@@ -1,4 +1,8 @@
-"""The twin's power-mode controller: a simulated Orin AGX that switches modes in memory.
+"""The twin's power-mode controller: a simulated Jetson that switches modes in memory.
+
+It plays the mode space and the nvpmodel named modes of every catalogued module (``--device sim:<key>``,
+:data:`SIM_BOARDS`, from :data:`lightning_edge.catalog.BOARDS`): cores and frequency tables, not their physics (the
+twin's model of power and time is the AGX Orin developer kit's, :mod:`lightning_edge.twin`).
 
 Same interface as the real controllers, so callbacks and CLI commands run unchanged on it.
 Everything it reports is labelled ``simulated``. It remembers when the mode last changed
@@ -25,13 +29,25 @@ from lightning_edge.devices.controllers.base import ModeController
 from lightning_edge.devices.safety import StateFile
 from lightning_edge.modes import KNOBS, PowerMode, PowerModeSpace
 
-SIM_BOARDS = {"orin-agx": (catalog.orin_agx_space, catalog.ORIN_AGX_MAXN)}
-"""Boards the twin can play: key -> (space factory, power-on mode)."""
+
+def _sim_boards() -> dict[str, tuple[Callable[[], PowerModeSpace], PowerMode]]:
+    out: dict[str, tuple[Callable[[], PowerModeSpace], PowerMode]] = {
+        "orin-agx": (catalog.orin_agx_space, catalog.ORIN_AGX_MAXN)}
+    for key, info in catalog.BOARDS.items():
+        space = info.space()
+        if key not in out and space is not None:
+            out[key] = (info.space, space.max_mode())  # type: ignore[assignment]
+    return out
+
+
+SIM_BOARDS = _sim_boards()
+"""Boards the twin can play: key -> (space factory, power-on mode): every catalogued module with a grid, powered on
+in MAXN (the highest mode of its grid)."""
 
 
 class SimModeController(ModeController):
-    """Simulated power-mode controller of the twin (``--device sim:orin-agx``); ``**common`` as in
-    :class:`ModeController`:
+    """Simulated power-mode controller of the twin (``--device sim:orin-agx``, or any key of :data:`SIM_BOARDS`);
+    ``**common`` as in :class:`ModeController`:
 
     - ``initial``: the mode of a fresh board (default MAXN);
     - ``board_file``: JSON file holding the simulated mode across processes (default: in memory);
@@ -66,6 +82,8 @@ class SimModeController(ModeController):
             raise ValueError(f"no simulated board {board!r}: the twin plays {', '.join(SIM_BOARDS)}")
         make_space, power_on = SIM_BOARDS[board]
         self.board = board
+        self.named_modes = catalog.BOARDS[board].named_modes if board in catalog.BOARDS else ()
+        """The nvpmodel named modes of the board played (:class:`~lightning_edge.catalog.NamedMode`)."""
         self.clock = clock
         self.on_step = on_step
         space = space or make_space()

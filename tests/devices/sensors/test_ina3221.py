@@ -1,4 +1,5 @@
-"""Jetson INA3221 sysfs sensor on fake trees: Orin AGX, Orin NX/Nano (hwmon), Xavier NX / TX2 (JetPack 4 iio).
+"""Jetson INA3221 sysfs sensor on fake trees built from the catalogue: every catalogued module's rails (hwmon; Xavier
+also JetPack 4 iio), and TX2 (JetPack 4 iio, not catalogued).
 
 Every fault a board can show is a clear reason or a marked-missing rail, never an exception mid-run.
 """
@@ -9,9 +10,11 @@ import math
 
 import pytest
 
+from lightning_edge import catalog
 from lightning_edge.devices.sensors import INA3221Sensor, SensorError, SensorUnavailableError
-from lightning_edge.devices.sensors.ina3221 import board_total
+from lightning_edge.devices.sensors.ina3221 import BOARD_SUMS, board_total
 from tests.fakes.ina3221 import (
+    build_ina,
     build_orin_agx_ina,
     build_orin_nx_ina,
     build_tx2_jp4,
@@ -279,21 +282,34 @@ def test_a_board_sum_above_the_modules_cap_is_not_believed(tmp_path):
     assert s.module == "orin-agx" and s.module_cap_w == pytest.approx(90.0)
 
 
-def test_an_unnamed_module_is_capped_by_the_largest_rating(tmp_path):
-    board = build_orin_nx_ina(tmp_path, module=None)  # no device tree: any module could carry these rails
+def test_an_unnamed_module_is_capped_by_the_largest_rating_of_the_modules_with_its_rails(tmp_path):
+    """No device tree: any module carrying these rails could be under it (Orin NX / Nano, Xavier NX: the largest
+    rating is the Orin NX's 40 W), not any module of the catalogue (a Thor is rated 130 W)."""
+    board = build_orin_nx_ina(tmp_path, module=None)
     s = INA3221Sensor(root=tmp_path)
-    board.set_power_w("VDD_IN", 80.0)
+    board.set_power_w("VDD_IN", 50.0)
     assert s.read().ok
     board.set("VDD_IN", ma=32_000)  # 161.5 W
     assert s.read().rejected == ("VDD_IN",)
-    assert s.module is None and s.module_cap_w == pytest.approx(60.0 * 1.5)
+    assert s.module is None and s.module_cap_w == pytest.approx(40.0 * 1.5)
+    assert "orin-nx-16gb" in s.notes and "rails" in s.notes
+
+
+def test_an_unnamed_module_with_rails_no_module_has_is_capped_by_the_largest_rating(tmp_path):
+    from tests.fakes.ina3221 import _build_hwmon
+
+    _build_hwmon(tmp_path, {"1-0040": [("VDD_X", 5000, 1000), None, None]}, None)
+    s = INA3221Sensor(root=tmp_path)
+    from lightning_edge import catalog
+
+    assert s.module is None and s.module_cap_w == pytest.approx(max(catalog.MODULE_MAX_POWER_W.values()) * 1.5)
 
 
 def test_module_ratings_come_from_the_catalogue(tmp_path):
     from lightning_edge import catalog
 
     assert catalog.MODULE_MAX_POWER_W["orin-agx"] == 60.0 and catalog.MODULE_MAX_POWER_W["xavier-agx"] == 30.0
-    assert catalog.BOARDS["orin-nano"].max_power_w == 25.0
+    assert catalog.BOARDS["orin-nano-8gb"].max_power_w == 25.0
     build_xavier_nx_jp4(tmp_path)
     assert catalog.detect_module(tmp_path) == "xavier-nx"
     assert INA3221Sensor(root=tmp_path).module_cap_w == pytest.approx(20.0 * 1.5)
@@ -327,3 +343,62 @@ def test_a_relabelled_input_rail_leaves_no_total(tmp_path):
     board.swap_labels("VDD_IN", "VDD_SOC")
     r = s.read()
     assert math.isnan(r.power_w) and r.partial and "VDD_IN" in r.rejected
+
+
+# ---------------------------------------------------------------- every catalogued module (issue 29)
+INPUT_KEYS = [k for k, b in catalog.BOARDS.items() if b.rails is not None and b.rails.input]
+SUM_KEYS = [k for k, b in catalog.BOARDS.items() if b.rails is not None and b.rails.input is None and b.rails.total]
+LAYOUTS = [(k, "hwmon") for k, b in catalog.BOARDS.items() if b.rails is not None] + [
+    (k, "iio") for k, b in catalog.BOARDS.items() if b.soc == "t194"]  # JetPack 4: Xavier only
+
+
+@pytest.mark.parametrize("key", INPUT_KEYS)
+def test_every_module_with_an_input_rail_totals_it(tmp_path, key):
+    board = build_ina(tmp_path, key)
+    s = INA3221Sensor(root=tmp_path)
+    assert s.rails == catalog.board_info(key).rails.names and s.total_rails == ("VDD_IN",)
+    assert s.module == key and s.module_cap_w == pytest.approx(catalog.MODULE_MAX_POWER_W[key] * 1.5)
+    assert s.read().power_w == pytest.approx(board.power_w("VDD_IN"))
+    other = next(n for n in board.rails if n != "VDD_IN")
+    board.remove(other)
+    r = s.read()
+    assert not r.partial and r.missing == (other,)
+    board.remove("VDD_IN")
+    assert math.isnan(s.read().power_w)
+
+
+@pytest.mark.parametrize("key", SUM_KEYS)
+def test_every_module_without_an_input_rail_sums_its_documented_rails(tmp_path, key):
+    board = build_ina(tmp_path, key)
+    s = INA3221Sensor(root=tmp_path)
+    total = catalog.board_info(key).rails.total
+    assert s.total_rails == total and s.board in BOARD_SUMS and BOARD_SUMS[s.board] == total
+    assert s.module == key and s.module_cap_w == pytest.approx(catalog.MODULE_MAX_POWER_W[key] * 1.5)
+    assert s.read().power_w == pytest.approx(sum(board.power_w(n) for n in total))
+    board.remove(total[-1])
+    r = s.read()
+    assert r.partial and r.missing == (total[-1],)
+
+
+def test_thors_rails_have_no_documented_total(tmp_path):
+    """Thor (unconfirmed): its INA3221 has no input rail (VIN is on an INA238 of the carrier, which this sensor does not
+    read), so the total is the sum of every rail, said to be unknown; its cap is the catalogue's 130 W rating."""
+    build_ina(tmp_path, "thor")
+    s = INA3221Sensor(root=tmp_path)
+    assert s.board == "unknown" and "double counted" in s.total_desc
+    assert s.module == "thor" and s.module_cap_w == pytest.approx(130.0 * 1.5)
+
+
+@pytest.mark.parametrize("key, layout", LAYOUTS, ids=[f"{k}-{lay}" for k, lay in LAYOUTS])
+def test_every_family_refuses_swapped_labels_and_marks_a_vanished_rail(tmp_path, key, layout):
+    board = build_ina(tmp_path, key, layout)
+    s = INA3221Sensor(root=tmp_path)
+    assert s.layout == layout
+    a, b = s.rails[0], s.rails[1]
+    board.swap_labels(a, b)
+    r = s.read()
+    assert set(r.rejected) == {a, b} and a not in r.rails_w
+    board.swap_labels(a, b)
+    assert not s.read().rejected
+    board.remove(s.rails[-1])
+    assert s.read().missing == (s.rails[-1],)
