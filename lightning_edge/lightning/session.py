@@ -108,7 +108,7 @@ class EpochTotals:
     domains: int = 1
     readings: Any = None  # the sampler's ReadingQuality over the epoch (None without a sensor)
     host_time_s: float = math.nan  # the epoch's wall time on this machine (the same as time_s unless simulated)
-    modes: list = field(default_factory=list)  # per power mode the epoch ran in (in order): its steps' totals
+    modes: list = field(default_factory=list)  # runs of one power mode, in order: their steps' totals
 
     @property
     def j_per_sample(self) -> float:
@@ -605,21 +605,24 @@ class EnergySession:
 
 
 def _by_mode(steps: list[StepTotal]) -> list[dict]:
-    """An epoch's steps per power mode, in the order the modes came: steps, time (the twin's when simulated),
-    energy and mean power, and how they were obtained. Where a tuner switched modes, the last row is the mode it
-    trained in; a step without an energy counts in time only (its group's energy is scaled up to all its steps,
-    as the epoch's is)."""
-    groups: dict[str, list[StepTotal]] = {}
+    """An epoch's steps as runs of one power mode, in order (a tuner's profiling windows, then the mode it chose):
+    each run's first step (its index in the stage), steps, time (the twin's when simulated), energy, mean power, and
+    how they were obtained. The last row is the mode the epoch ended in. A step without an energy counts in time only
+    (its run's energy is scaled up to all its steps, as the epoch's is)."""
+    runs: list[list[StepTotal]] = []
     for s in steps:
-        groups.setdefault(s.mode or "unknown", []).append(s)
+        if runs and (runs[-1][0].mode or "unknown") == (s.mode or "unknown"):
+            runs[-1].append(s)
+        else:
+            runs.append([s])
     out = []
-    for mode, ss in groups.items():
+    for ss in runs:
         t = sum(s.sim_time_s if s.sim_time_s is not None else (s.t1_ns - s.t0_ns) / 1e9 for s in ss)
         es = [s.energy_j for s in ss if math.isfinite(s.energy_j)]
         e = float(sum(es)) * len(ss) / len(es) if es else math.nan
         labels = Counter(s.label for s in ss)
-        out.append({"mode": mode, "steps": len(ss), "time_s": t, "energy_j": e,
-                    "power_w": e / t if t > 0 and math.isfinite(e) else math.nan,
+        out.append({"mode": ss[0].mode or "unknown", "first_step": ss[0].index, "steps": len(ss), "time_s": t,
+                    "energy_j": e, "power_w": e / t if t > 0 and math.isfinite(e) else math.nan,
                     "method": labels.most_common(1)[0][0] if len(es) == len(ss) else ESTIMATED})
     return out
 

@@ -33,6 +33,7 @@ from dataclasses import fields, replace
 from typing import Any
 
 from lightning_edge.devices.board import get_board
+from lightning_edge.lightning.console import end_progress_bar
 from lightning_edge.lightning.tb import TrainerWriter
 from lightning_edge.tuning.online import (
     PHASES,
@@ -456,6 +457,7 @@ class PowerModeTunerMixin:
             w.add_text("tuner/summary", "    " + self.summary_text.replace("\n", "\n    "), t.step)
             self._tbw.flush()
         if self.print_summary and reason == "end":
+            end_progress_bar(trainer)
             print(self.summary_text)
 
     def on_fit_end(self, trainer: Any, pl_module: Any) -> None:

@@ -281,3 +281,20 @@ def test_a_short_fine_tune_says_where_tuning_stands(tmp_path, capsys):
         assert p.more_steps_needed > 0
         assert f"about {p.more_steps_needed} more minibatches" in out
     assert "profiles done" in out and "planned" in out and "minibatches per profile" in out
+
+
+def test_the_summary_is_not_followed_by_a_stale_progress_bar_line(tmp_path, capsys):
+    """Issue 28: the rich progress bar's last frame came after the summaries printed at the end of fit."""
+    L = pytest.importorskip("lightning.pytorch")
+    from lightning.pytorch.callbacks import RichProgressBar
+
+    from lightning_edge.lightning.pytorch import PowerModeTuner
+
+    cb = PowerModeTuner(20.0, device="sim:orin-agx", store=None, window=dict(settle_s=0, min_steps=3, max_steps=5))
+    bar = RichProgressBar()
+    trainer = L.Trainer(max_steps=40, logger=False, enable_checkpointing=False, enable_model_summary=False,
+                        accelerator="cpu", devices=1, callbacks=[cb, bar], default_root_dir=str(tmp_path))
+    trainer.fit(_module(L), _loader(n=40 * 16))
+    out = capsys.readouterr().out
+    tail = out[out.index("lightning_edge PowerModeTuner"):]
+    assert "it/s" not in tail and "Epoch 0" not in tail, tail[-500:]
