@@ -280,7 +280,7 @@ def test_one_capture_per_step_shared_by_every_caller_and_analysed_once():
     """issue 26 item 4: callers of one Trainer (the profiler, the tuner, the interleaver) each ask the model's shared
     capture at a step's start and end: one CallCapture runs, every caller gets the same CapturedStep (its calls,
     whether it trained, its batch size, its signature), and its cost is analysed by the first to ask only."""
-    from lightning_edge.cost.capture import shared_capture
+    from lightning_edge.cost.shared import shared_capture
 
     torch.manual_seed(0)
     net = Net()
@@ -313,7 +313,7 @@ def test_the_shared_capture_goes_with_its_model_and_says_why_it_cannot_cost():
     import gc
     import weakref
 
-    from lightning_edge.cost.capture import shared_capture
+    from lightning_edge.cost.shared import shared_capture
 
     net = Net()
     home = shared_capture(net)
