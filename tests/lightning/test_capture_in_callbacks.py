@@ -289,14 +289,15 @@ def test_the_profiler_the_tuner_and_the_interleaver_share_one_capture_and_one_an
     times (each callback its own CallCapture and step_cost). Now each asks the model's shared capture: one capture of
     the first step, one analysis, the same cost for all."""
     from lightning_edge.cost import capture as capture_mod
-    from lightning_edge.cost import counter
+    from lightning_edge.cost import counter, shared
     from lightning_edge.serving.pytorch import Interleaver
     from lightning_edge.tuning import ConcurrentProblem
 
     starts, costs = [], []
     start, step_cost = capture_mod.CallCapture.start, counter.step_cost
     monkeypatch.setattr(capture_mod.CallCapture, "start", lambda self: (starts.append(1), start(self))[1])
-    monkeypatch.setattr(counter, "step_cost", lambda *a, **k: (costs.append(1), step_cost(*a, **k))[1])
+    for mod in (counter, shared):  # every name step_cost is called by
+        monkeypatch.setattr(mod, "step_cost", lambda *a, **k: (costs.append(1), step_cost(*a, **k))[1])
     model = NoForward()
     prof = EnergyProfiler(device="sim:orin-agx", every_n_steps=1, warmup_steps=1, figure=False, print_summary=False)
     tuner = PowerModeTuner(power_budget_w=25, device="sim:orin-agx", store=None, window=FAST, print_summary=False)
