@@ -479,3 +479,23 @@ def test_trace_auto_is_written_only_within_the_overhead_budget(tmp_path):
     assert cb.trace_file is not None and cb.trace_file.exists()
     with pytest.raises(ValueError, match="trace must be True"):
         EnergyProfiler(trace="sometimes")
+
+
+def test_a_short_fit_on_a_real_sensor_gets_a_profiled_step_with_its_layer_table(tmp_path):
+    """issue 28: on a real sensor too (a fake-sysfs Orin INA3221 here), a fit of a few batches with the defaults gets
+    its step totals measured and a profiled step with its per-layer table, within the budget's 1 s floor."""
+    from lightning_edge.devices.sensors.ina3221 import INA3221Sensor
+    from tests.fakes.ina3221 import build_orin_agx_ina
+
+    L, _TB, EnergyProfiler = _pkg("lightning.pytorch")
+    board = build_orin_agx_ina(tmp_path / "sys")
+    sensor = INA3221Sensor(root=tmp_path / "sys")
+    for rail in sensor.total_rails:
+        board.set_power_w(rail, 5.0)
+    cb = EnergyProfiler(device=sensor, print_summary=False, log_dir=str(tmp_path / "energy"))
+    _trainer(L, tmp_path, [cb], max_steps=8).fit(_module(L), _loader(n=80))
+    doc = json.load(open(os.path.join(cb.log_dir, "layers.json")))
+    train = doc["stages"]["train"]
+    assert train["profiled_steps"] >= 1 and train["total"]["method"].startswith("measured")
+    assert {r["method"] for r in train["layers"]} <= {"measured", "apportioned"} and len(train["layers"]) >= 6
+    assert train["step"]["energy_j"] > 0 and not [n for n in doc["notes"] if "not profiled per layer" in n]
