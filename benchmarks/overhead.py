@@ -359,7 +359,8 @@ def fit_main(args: argparse.Namespace) -> int:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     lines = ["# EnergyProfiler whole-fit overhead (issues 17, 28)", "",
              f"Command: `python benchmarks/overhead.py --fit --pairs {args.pairs} --resnet-steps {args.resnet_steps}"
-             + (f" --only {args.only}" if args.only else "") + "`",
+             + (f" --threads {args.threads}" if args.threads else "") + (f" --only {args.only}" if args.only else "")
+             + "`",
              "", f"Machine: {env}; load average after the run {load}.", "",
              "Wall time of `trainer.fit()` with `EnergyProfiler()` at its defaults (no sensor here, so energies are "
              "estimated; the last fit on the twin, simulated) over the same fit without it. Runs alternate, one "
