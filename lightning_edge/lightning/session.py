@@ -306,16 +306,19 @@ class EnergySession:
         cur = self._current
         if cur is None or cur[0] != stage:
             return None
+        # the timer stops first: its window lies inside the step's (a profiled step's energy, over the timer's
+        # window, never exceeds the step's time x the power); its stop is in its own hook time
+        timing = self.timer.stop_step() if self.timer.active else None
         t1 = self.clock_ns()
         with self.budget.spend("steps"):
-            return self._step_end(stage, global_step, cur, t1)
+            return self._step_end(stage, global_step, cur, timing, t1)
 
-    def _step_end(self, stage: str, global_step: int | None, cur: tuple, t1: int) -> StepTotal:
+    def _step_end(self, stage: str, global_step: int | None, cur: tuple, timing: StepTiming | None,
+                  t1: int) -> StepTotal:
         _, profiled, t0, batch = cur
         self._current = None
         sch = self.schedule
         st = self._stage(stage)
-        timing = self.timer.stop_step() if self.timer.active else None
         sch.steps += 1
         samples = batch_size(batch)
         index = st.batches
