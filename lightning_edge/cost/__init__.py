@@ -18,6 +18,9 @@ _LAZY = {
     "CallCapture": "lightning_edge.cost.capture",
     "Captured": "lightning_edge.cost.capture",
     "step_cost": "lightning_edge.cost.counter",
+    "shared_capture": "lightning_edge.cost.shared",
+    "StepCaptures": "lightning_edge.cost.shared",
+    "CapturedStep": "lightning_edge.cost.shared",
 }
 
 __all__ = list(_LAZY)

@@ -16,6 +16,10 @@ named as in ``model.named_modules()``::
     cost = step_cost(model, cap.captured)    # training=True when a call ran with gradients
     cost.notes                               # e.g. "2 calls of 'encoder' per step"
 
+**One capture per module per step, shared**: the profiler, the tuner and the interleaver of one Trainer do not use
+this class themselves; they ask the model's shared capture (:func:`lightning_edge.cost.shared.shared_capture`), which
+runs one :class:`CallCapture` for all of them and analyses the step once.
+
 What "outermost" means: a call of one of the model's modules made while no other module of the model is
 running. With a ``forward``, that is the root (once); without one, the submodules ``training_step`` calls.
 A root called inside its own call (DDP runs ``training_step`` through ``forward``) gives the inner call.
@@ -34,6 +38,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -221,6 +226,8 @@ class Captured:
     calls: list[Call] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     dropped: int = 0
+    module_calls: int = 0  # every call of the model's modules in the step, nested ones included
+    hook_ns: int = 0  # wall time spent inside the capture's hooks
 
     def __bool__(self) -> bool:
         return bool(self.calls)
@@ -308,9 +315,17 @@ class CallCapture:
     def _pre(self, mod: nn.Module, args: tuple, kwargs: dict) -> None:
         if torch.compiler.is_compiling():
             return
+        c0 = time.perf_counter_ns()
+        try:
+            self._pre_call(mod, args, kwargs)
+        finally:
+            self.captured.hook_ns += time.perf_counter_ns() - c0
+
+    def _pre_call(self, mod: nn.Module, args: tuple, kwargs: dict) -> None:
         name = self._names.get(mod)
         if name is None:
             return
+        self.captured.module_calls += 1
         if getattr(_quiet, "depth", 0) or torch._C._current_autograd_node() is not None:
             # analyze's own meta run (not_captured), or a forward recomputed inside the backward (activation
             # checkpointing): part of the calls already captured, whose analysis counts the recomputation
@@ -336,10 +351,12 @@ class CallCapture:
     def _post(self, mod: nn.Module, args: tuple, output: Any) -> None:
         if torch.compiler.is_compiling():
             return
+        c0 = time.perf_counter_ns()
         if mod in self._names and self._open and self._open.pop() and self._depth > 0:
             self._depth -= 1
             if self._depth == 0:
                 self._root_open = None
+        self.captured.hook_ns += time.perf_counter_ns() - c0
 
 
 def capture(model: nn.Module, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> tuple[Captured, Any]:

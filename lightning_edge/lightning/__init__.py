@@ -5,7 +5,9 @@
 * ``lightning_edge.lightning.pl.EnergyProfiler``: for ``pytorch_lightning`` Trainers.
 * ``PowerModeTuner``: picks the power mode during fit under a power budget (:mod:`lightning_edge.lightning.tuner`);
   ``lightning_edge.lightning.pl.PowerModeTuner`` for ``pytorch_lightning``.
-* ``EnergySession``: the same profiling without Lightning (a plain training loop).
+* ``EnergyReporter``: everything ``EnergyProfiler`` does, without Lightning (a plain loop drives it; the callback
+  is thin glue over it); ``EnergySession``: the profiling alone (steps, attribution); ``OverheadBudget``: what
+  profiling may add to a run (5 % of it or 1 s, whichever is larger), one object every part spends.
 
 Neither Lightning package is imported until one of these names is used.
 """
@@ -18,6 +20,8 @@ from lightning_edge._lazy import lazy_getattr
 
 _LAZY = {
     "EnergySession": "lightning_edge.lightning.session",
+    "EnergyReporter": "lightning_edge.lightning.reporter",
+    "OverheadBudget": "lightning_edge.lightning.budget",
     "EnergyProfilerMixin": "lightning_edge.lightning.energy_profiler",
     "PowerModeTunerMixin": "lightning_edge.lightning.tuner",
 }

@@ -1,8 +1,8 @@
 """The profiling session behind the Lightning callbacks: which steps to profile, timing, power, attribution.
 
-No Lightning import: the callbacks (``lightning_edge.lightning.pytorch`` / ``.pl``) are thin glue that call
-``step_begin`` / ``mark`` / ``step_end`` / ``flush`` / ``epoch_end`` from their hooks, and a plain training loop
-can do the same::
+No Lightning import: :class:`~lightning_edge.lightning.reporter.EnergyReporter` (TensorBoard, reports) drives it,
+and the callbacks (``lightning_edge.lightning.pytorch`` / ``.pl``) are thin glue over that reporter. A plain training
+loop can drive the session itself::
 
     session = EnergySession(model, device="sim:orin-agx")
     session.start()
@@ -15,17 +15,21 @@ can do the same::
 
 The session has three parts, one job each: ``schedule`` (:class:`~lightning_edge.lightning.schedule.StepScheduler`:
 every step is timed as a whole, every ``every_n_steps``-th one is profiled per layer, warm-up and settling skipped,
-"auto" N within ``overhead_target``; the overhead accounting), ``twin`` (a
-:class:`~lightning_edge.lightning.twin_driver.TwinDriver` when the device is the Orin twin: its board runs the
-captured workload and its per-layer model gives the Orin's numbers), and attribution, the session's own: a profiled
-step is attributed once the power sampler has a sample after it (so the end of the step is interpolated, not held):
-``flush()`` returns the steps that are ready; ``flush(wait=True)`` waits for them.
+"auto" N within the budget), ``twin`` (a :class:`~lightning_edge.lightning.twin_driver.TwinDriver` when the device is
+the Orin twin: its board runs the captured workload and its per-layer model gives the Orin's numbers), and
+attribution, the session's own: a profiled step is attributed once the power sampler has a sample after it (so the
+end of the step is interpolated, not held): ``flush()`` returns the steps that are ready; ``flush(wait=True)`` waits
+for them. What it may spend is one :class:`~lightning_edge.lightning.budget.OverheadBudget` (``budget``, injected or
+made from ``overhead_target``), charged by every part; the model's calls come from the model's shared capture
+(:func:`~lightning_edge.cost.capture.shared_capture`), which the tuner and the interleaver of the same Trainer ask
+too, so a step is captured and analysed once.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -33,8 +37,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from lightning_edge.cost.capture import batch_size
+from lightning_edge.cost.shared import CapturedStep, shared_capture
 from lightning_edge.devices.board import JETSON_SETTLE_S, Board, get_board
-from lightning_edge.lightning.schedule import AUTO_START, DISPATCH_FACTOR, StepScheduler
+from lightning_edge.lightning.budget import DISPATCH_FACTOR, FRACTION, OverheadBudget
+from lightning_edge.lightning.schedule import AUTO_START, StepScheduler
 from lightning_edge.lightning.twin_driver import TwinDriver
 from lightning_edge.profiling.attribution import (
     DEFAULT_K,
@@ -115,15 +121,6 @@ class EpochTotals:
         return self.energy_j / self.samples if self.samples else math.nan
 
 
-#: what the cost analysis costs per module call of the step (seconds), training and inference: measured on this
-#: machine's first analyses (tiny GPT-2 to MobileNetV2: 0.8-1.5 ms training, 0.3-0.6 ms inference, 2 CPU cores)
-#: and replaced by the last measured value in the process
-_ANALYSIS_S_PER_CALL: dict[bool, float] = {True: 1.2e-3, False: 0.5e-3}
-#: what the first analysis in a process costs on top (torch warms up its meta kernels: ResNet-18 1.4 s, then 0.035 s
-#: per analysis, 2 CPU cores); 0 once an analysis has run in the process
-_ANALYSIS_WARMUP_S = [1.5]
-
-
 @dataclass
 class _Pending:
     stage: str
@@ -135,15 +132,18 @@ class _Pending:
 
 
 class EnergySession:
-    """See the module docstring. Arguments are those of :class:`~lightning_edge.lightning.EnergyProfiler`."""
+    """See the module docstring. Arguments are those of :class:`~lightning_edge.lightning.EnergyProfiler`;
+    ``budget``: an :class:`~lightning_edge.lightning.budget.OverheadBudget` to spend (default: one with
+    ``overhead_target`` as its fraction, on ``clock_ns``)."""
 
     def __init__(self, model: Any, device: Any = "auto", *, every_n_steps: int | str = "auto", warmup_steps: int = 2,
                  depth: int | None = None, include: Any = None, k: float = DEFAULT_K, roofline: Any = None,
-                 cost: Any = None, analyze: bool | str = "auto", overhead_target: float = 0.03,
+                 cost: Any = None, analyze: bool | str = "auto", overhead_target: float = FRACTION,
                  settle_s: float | None = None, clock_ns: Callable[[], int] = time.perf_counter_ns,
                  sampler_rate_hz: float | None = None, keep_timings: int = 50,
-                 cuda: bool | None = None) -> None:
-        self.schedule = StepScheduler(every_n_steps, warmup_steps, overhead_target, settle_s)
+                 cuda: bool | None = None, budget: OverheadBudget | None = None) -> None:
+        self.budget = budget if budget is not None else OverheadBudget(overhead_target, clock_ns=clock_ns)
+        self.schedule = StepScheduler(every_n_steps, warmup_steps, self.budget, settle_s)
         self.model = model
         self.device_arg = device
         self.k = float(k)
@@ -153,9 +153,11 @@ class EnergySession:
             raise ValueError(f"analyze must be True (always run the cost model), False (never) or 'auto' (when it "
                              f"fits the overhead budget of the run), got {analyze!r}")
         self.analyze = analyze
-        self._deferred: dict[str, tuple[StepTiming, int | None]] = {}  # captured, analysis not yet decided
-        self._run_estimate_s: dict[str, float] = {}  # per stage: expected run time (plain step time x batches)
-        self._approved: set[str] = set()  # stages whose capture step was decided affordable before it ran
+        # the model's shared capture (the tuner and the interleaver of the same Trainer ask it too)
+        self.captures = shared_capture(model) if analyze and cost is None and hasattr(model, "named_modules") \
+            else None
+        self._capturing: str | None = None  # the stage whose step this session is capturing
+        self._deferred: dict[str, tuple[CapturedStep, int | None]] = {}  # captured, analysis not yet decided
         self._n_modules: int | None = None  # the modules the timer hooks (see _module_calls)
         self.clock_ns = clock_ns
         self.sampler_rate_hz = sampler_rate_hz
@@ -188,18 +190,17 @@ class EnergySession:
     @property
     def expected_batches(self) -> dict[str, int | None]:
         """Per stage, the batches this run (a Trainer call) is expected to have, as announced by :meth:`expect`."""
-        return self.schedule.expected
+        return self.budget.expected
 
     def new_run(self) -> None:
         """A new run (a Trainer call) starts: its expected lengths and its overhead budget start afresh."""
         self.schedule.new_run()
-        self._run_estimate_s.clear()
-        self._approved.clear()
+        self.budget.start()
 
     def expect(self, stage: str, batches: int | None) -> None:
-        """How many batches of ``stage`` this run (a Trainer call) is expected to have (None: unknown). With
-        ``analyze="auto"`` it sets the overhead budget the cost analysis must fit in."""
-        self.schedule.expected[stage] = None if batches is None or batches <= 0 else int(batches)
+        """How many batches of ``stage`` this run (a Trainer call) is expected to have (None: unknown): the budget's
+        estimate of the run."""
+        self.budget.expect(stage, batches)
 
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> EnergySession:
@@ -220,6 +221,7 @@ class EnergySession:
         """Stop the sampler and release the device (idempotent). Results stay available."""
         if self.timer.active:
             self.timer.abort()
+        self._abort_capture()
         if self.twin is not None:
             self.twin.end()
         if self.started and self.device is not None:  # once: the board is shared, each user closes it once
@@ -231,7 +233,13 @@ class EnergySession:
     def abort_step(self) -> None:
         """Drop the step in progress (an exception in the training step): hooks removed."""
         self.timer.abort()
+        self._abort_capture()
         self._current = None
+
+    def _abort_capture(self) -> None:
+        if self._capturing is not None and self.captures is not None:
+            self.captures.abort()
+        self._capturing = None
 
     # ------------------------------------------------------------------ per step
     def _stage(self, stage: str) -> Any:
@@ -242,29 +250,50 @@ class EnergySession:
 
     def step_begin(self, stage: str, batch: Any = None) -> bool:
         """A step of ``stage`` starts; returns True when it is profiled per layer."""
-        if not self.started:
-            self.start()
-        if self.timer.active:  # the previous step never ended (an exception Lightning swallowed)
-            self.timer.abort()
-        st = self._stage(stage)
-        if self.twin is not None:
-            self.twin.follow(stage == "train", self._batch_sizes.get(stage))
-        capture = not st.captured and self.analyze and self.cost_arg is None and self._capture_now(stage, st)
-        profile = capture or self.schedule.should_profile(stage, self.device, self.notes, self._module_calls)
-        if profile:
-            self.timer.capture_inputs = capture
-            # a capture-only step needs the calls, not the backward's timing: no hooks on its autograd nodes (which
-            # cost about as much as the rest of the timer); has_backward still sees the step's backward region
-            self.timer.backward = not capture
-            region = "(forward)" if stage == "train" else f"({stage})"
-            t0 = self.clock_ns()
-            self.timer.start_step(region, "fwd" if stage == "train" else "other")
-        else:
-            t0 = self.clock_ns()
-        if st.epoch_t0 is None:
-            st.epoch_t0 = t0
-        self._current = (stage, profile, t0, batch)
-        return profile and not capture
+        with self.budget.spend("steps"):
+            if not self.started:
+                self.start()
+            if self.timer.active:  # the previous step never ended (an exception Lightning swallowed)
+                self.timer.abort()
+            st = self._stage(stage)
+            if self.twin is not None:
+                self.twin.follow(stage == "train", self._batch_sizes.get(stage))
+            capture = not st.captured and self._capture_now(stage)
+            profile = not capture and self.schedule.should_profile(stage, self.device, self.notes,
+                                                                   self._module_calls, self._owed_s(stage))
+            if profile:
+                self.timer.backward = True
+                region = "(forward)" if stage == "train" else f"({stage})"
+                t0 = self.clock_ns()
+                self.timer.start_step(region, "fwd" if stage == "train" else "other")
+            else:
+                t0 = self.clock_ns()
+            if st.epoch_t0 is None:
+                st.epoch_t0 = t0
+            self._current = (stage, profile, t0, batch)
+            return profile
+
+    def _capture_now(self, stage: str) -> bool:
+        """Whether this step is the stage's capture step: the model's calls are taken from its shared capture,
+        which captures this step unless a step of its kind is already kept (by this session in an earlier run, or
+        by another callback of the Trainer: then nothing is hooked for it)."""
+        if self.captures is None or (stage == "train") in self.costs:
+            return False
+        known = self.captures.known(stage == "train")
+        if known is not None:  # captured already: decided at this step's end, like a capture of our own
+            self._deferred[stage] = (known, None)
+            self.schedule.stages[stage].captured = True
+            return False
+        self.captures.begin()
+        self._capturing = stage
+        return True
+
+    def _owed_s(self, stage: str) -> float:
+        """Work owed before a first profiled step of ``stage``: its cost analysis when it is not decided yet."""
+        got = self._deferred.get(stage)
+        if got is None or got[0].analysed or got[0].training in self.costs:
+            return 0.0
+        return self.budget.need_s("analysis", got[0].module_calls, got[0].training)
 
     def mark(self, region: str, phase: str = "other") -> None:
         """Time outside every module now belongs to ``region`` (``"(backward)"``, ``"(optimizer)"``)."""
@@ -276,12 +305,19 @@ class EnergySession:
         cur = self._current
         if cur is None or cur[0] != stage:
             return None
+        # the timer stops first: its window lies inside the step's (a profiled step's energy, over the timer's
+        # window, never exceeds the step's time x the power); its stop is in its own hook time
+        timing = self.timer.stop_step() if self.timer.active else None
+        t1 = self.clock_ns()
+        with self.budget.spend("steps"):
+            return self._step_end(stage, global_step, cur, timing, t1)
+
+    def _step_end(self, stage: str, global_step: int | None, cur: tuple, timing: StepTiming | None,
+                  t1: int) -> StepTotal:
         _, profiled, t0, batch = cur
         self._current = None
         sch = self.schedule
         st = self._stage(stage)
-        timing = self.timer.stop_step() if self.timer.active else None
-        t1 = self.clock_ns()
         sch.steps += 1
         samples = batch_size(batch)
         index = st.batches
@@ -294,35 +330,26 @@ class EnergySession:
         st.epoch_steps.append(total)
         self.totals[stage].append(total)
         self._pending_totals.append(total)
-        if stage in self._deferred:
-            self._decide_analysis(stage, dur - (DISPATCH_FACTOR * timing.hook_ns if timing is not None else 0))
+        if self._capturing == stage:  # the capture step: a warm-up step, never reported nor timed for the budget
+            self._capturing = None
+            step = self.captures.end()
+            st.captured = True
+            st.since_profiled += 1
+            if step is not None:
+                self.budget.charge("capture", DISPATCH_FACTOR * step.captured.hook_ns / 1e9)
+            self._captured(stage, step, samples)
+            return total
         if timing is None:
             sch.plain_step(stage, dur)
-            return total
-        if not st.captured and self.timer.capture_inputs:
-            st.captured = True
-            self.timer.capture_inputs = False
-            sch.excess_ns += int(DISPATCH_FACTOR * timing.hook_ns)  # the capture step's hooks are overhead too
-            if self._defer_analysis(stage):  # decided at the next step, when a step's time is known
-                self._deferred[stage] = (timing, samples)
-                self._batch_sizes[stage] = samples
-            else:
-                self._timed_analyze(stage, timing, samples)
-            total.profiled = False
-            st.since_profiled += 1
-            return total  # the capture step is a warm-up step: never reported
-        sch.profiled_step(stage, timing.hook_ns, timing.hook_calls)
-        self._pending.append(_Pending(stage, index, gstep, samples, timing, sch.mode))
+        else:
+            extra_s = sch.profiled_step(stage, timing.hook_ns, self._module_calls)
+            self.budget.step(stage, max(dur / 1e9 - extra_s, 0.0))  # what the step would have taken
+            self._pending.append(_Pending(stage, index, gstep, samples, timing, sch.mode))
+        if stage in self._deferred:  # decided now that a step's time is known
+            self._decide_analysis(stage, samples)
         return total
 
     # ------------------------------------------------------------------ cost model
-    def _defer_analysis(self, stage: str) -> bool:
-        """``analyze="auto"``: the analysis waits for a step time to be weighed against the run's overhead budget;
-        never on the twin (its numbers are its model of the analysed workload) nor when the run's length is
-        unknown (nor when it was weighed before its capture step)."""
-        return (self.analyze == "auto" and self.twin is None and self.expected_batches.get(stage) is not None
-                and stage not in self._approved)
-
     @property
     def _module_calls(self) -> int:
         """The model's module calls per step, estimated by the modules the timer hooks (counted once)."""
@@ -330,83 +357,64 @@ class EnergySession:
             self._n_modules = len(self.timer.selected())
         return self._n_modules
 
-    def _capture_now(self, stage: str, st: Any) -> bool:
-        """Whether this step captures the cost model's inputs. With ``analyze="auto"`` on a run of known length and
-        at least two warm-up steps, the first step runs plain and the second is weighed before it is hooked: when
-        the analysis cannot fit the run's budget (expected cost from the model's module count), no step is
-        hooked for it at all (the summary says so). Otherwise: now (and the analysis decided after it)."""
-        if not self._defer_analysis(stage) or self.schedule.warmup_steps < 2 or (stage == "train") in self.costs:
-            return True
-        if st.batches == 0 or not st.epoch_steps:
-            return False  # the first step: its time is the estimate
-        prev = st.epoch_steps[-1]
-        if self._analysis_fits(stage, stage == "train", self._module_calls, prev.t1_ns - prev.t0_ns):
-            self._approved.add(stage)
-            return True
-        st.captured = True
-        return False
+    def _captured(self, stage: str, step: CapturedStep | None, samples: int | None) -> None:
+        """The capture step ended: analyse now, or (``analyze="auto"`` on a run of known length, not the twin)
+        at the next step, once a step's time says what the run's budget is."""
+        if step is None:
+            self.costs.setdefault(stage == "train", {})
+            self.cost_notes.append(f"cost model: no call of {type(self.model).__name__}'s modules was captured in the "
+                                   f"first {stage} step: layers are apportioned by time only")
+            return
+        if self.analyze == "auto" and self.twin is None and self.expected_batches.get(stage) is not None \
+                and not step.analysed:
+            self._deferred[stage] = (step, samples)
+            self._batch_sizes[stage] = samples
+            return
+        self._timed_analyze(stage, step, samples)
 
-    def _timed_analyze(self, stage: str, timing: StepTiming, samples: int | None) -> None:
-        ran = timing.has_backward not in self.costs  # else _analyze only reuses the known cost
-        w0 = time.perf_counter_ns()
-        self._analyze(stage, timing, samples)
-        spent_s = (time.perf_counter_ns() - w0) / 1e9
-        self.schedule.setup_ns += int(spent_s * 1e9)
-        if ran and timing.hook_calls and self.costs.get(timing.has_backward):  # learn only from a real analysis
-            if _ANALYSIS_WARMUP_S[0]:  # the first one paid the warm-up: its rate says nothing of the next ones
-                _ANALYSIS_WARMUP_S[0] = 0.0
-            else:
-                _ANALYSIS_S_PER_CALL[timing.has_backward] = spent_s / timing.hook_calls
-
-    def _decide_analysis(self, stage: str, step_ns: float) -> None:
-        """Run the deferred analysis when its expected cost fits ``overhead_target`` of the run (the longest expected
-        stage of this call: a validation inside a fit counts on the fit's budget), else skip it, saying so."""
-        timing, samples = self._deferred.pop(stage)
-        if self._analysis_fits(stage, timing.has_backward, timing.hook_calls, step_ns):
-            self._timed_analyze(stage, timing, samples)
-
-    def _analysis_fits(self, stage: str, training: bool, calls: int, step_ns: float) -> bool:
-        """Whether an analysis of ``calls`` module calls fits ``overhead_target`` of the run (the longest expected
-        stage of this call: a validation inside a fit counts on the fit's budget); else it is skipped, saying so."""
-        n = self.expected_batches.get(stage)
-        if n is not None and step_ns > 0:
-            self._run_estimate_s[stage] = step_ns / 1e9 * n
-        run_s = max(self._run_estimate_s.values(), default=math.inf)
-        sch = self.schedule
-        budget_s = sch.overhead_target * run_s - (sch.setup_ns + sch.overhead_ns) / 1e9
-        need_s = _ANALYSIS_S_PER_CALL[training] * max(calls, 1) + _ANALYSIS_WARMUP_S[0]
-        # room is kept for one profiled step and the reports: a cost model without a layer profile is no use
-        reserve_s = sch.first_step_reserve_ns(self._module_calls) / 1e9
-        if need_s + reserve_s <= budget_s or training in self.costs:
-            return True
-        self.costs[training] = {}
+    def _decide_analysis(self, stage: str, samples: int | None) -> None:
+        """Run the deferred analysis when it fits the run's budget with a first profiled step and the reports kept,
+        else skip it, saying so (an analysis already made by another caller of the shared capture costs nothing)."""
+        step, cap_samples = self._deferred.pop(stage)
+        samples = cap_samples if cap_samples is not None else samples
+        if step.analysed or step.training in self.costs or self.analyze is True or self.twin is not None \
+                or self.expected_batches.get(stage) is None:
+            self._timed_analyze(stage, step, samples)
+            return
+        b = self.budget
+        need_s = b.need_s("analysis", step.module_calls, step.training)
+        st = self.schedule.stages[stage]
+        keep_s = b.need_s("reports") + (0.0 if st.n_profiled else b.need_s("profiled", self._module_calls))
+        if b.afford(need_s, keep_s):
+            self._timed_analyze(stage, step, samples)
+            return
+        self.costs[step.training] = {}
         self.cost_notes.append(
-            f"cost model skipped for {stage}: the analysis takes about {need_s * 1e3:.0f} ms, over the "
-            f"{100 * sch.overhead_target:.3g} % overhead budget of this run (about {run_s:.2g} s, {n} batches, with "
-            f"room for a profiled step and the reports): "
-            "layers are apportioned by time only (EnergyProfiler(analyze=True) always runs it)")
-        return False
+            f"cost model skipped for {stage}: the analysis takes about {need_s * 1e3:.0f} ms, over this run's overhead "
+            f"budget ({b.allowance_s():.2g} s: the larger of {100 * b.fraction:.3g} % of {b.run_s():.3g} s and "
+            f"{b.floor_s:g} s, with room for a profiled step and the reports): layers are apportioned by time only "
+            "(EnergyProfiler(analyze=True) always runs it)")
 
-    def _analyze(self, stage: str, timing: StepTiming, samples: int | None) -> None:
-        training = timing.has_backward
+    def _timed_analyze(self, stage: str, step: CapturedStep, samples: int | None) -> None:
+        ran = not step.analysed and step.training not in self.costs
+        warm = "torch._dynamo" in sys.modules  # else this analysis pays its import, which says nothing of the next
+        with self.budget.spend("analysis"):
+            self._analyze(stage, step, samples)
+        if ran and warm and step.analysis_s is not None and self.costs.get(step.training):
+            self.budget.learn("analysis", step.analysis_s, step.module_calls, step.training)
+
+    def _analyze(self, stage: str, step: CapturedStep, samples: int | None) -> None:
+        training = step.training
         self._batch_sizes[stage] = samples
         if training in self.costs:
             if self.twin is not None:
                 self.twin.begin(training, samples)
             return
         # the shared capture (lightning_edge.cost.capture): every outermost call of the step, positional and keyword,
-        # analysed and merged into one ModelCost named as in the model
+        # analysed once (whoever asks first) and merged into one ModelCost named as in the model
         costs: dict[str, Any] = {}
         try:
-            from lightning_edge.cost.capture import Captured
-            from lightning_edge.cost.counter import step_cost
-
-            captured = timing.captured
-            if captured is None:  # a timing captured the old way (positional inputs by name)
-                from lightning_edge.cost.capture import Call
-
-                captured = Captured([Call(timing.qualified.get(n, n), a, {}, training) for n, a in timing.inputs.items()])
-            cost = step_cost(self.model, captured, training=training)
+            cost = step.cost()
         except Exception as exc:  # noqa: BLE001 - a model the counter cannot run: time-based weights
             msg = str(exc).splitlines()[0] if str(exc) else ""
             self.cost_notes.append(f"cost model failed ({type(exc).__name__}: {msg}): layers are apportioned by time "
@@ -457,29 +465,33 @@ class EnergySession:
         return self.sampler.wait_for(t1_ns, timeout_s=0.0)
 
     def consume(self) -> list[ProfiledStep]:
-        """The steps attributed since the last call (by any ``flush``, including the one in ``epoch_end``)."""
+        """The steps attributed since the last call by a ``flush`` that was given no ``log`` (the one in
+        :meth:`epoch_end` included)."""
         out, self._unconsumed = self._unconsumed, []
         return out
 
-    def flush(self, wait: bool = False, record_work: bool = True) -> list[ProfiledStep]:
-        """Attribute the profiled steps whose power is available (all of them with ``wait=True``); returns them
-        (they are also queued for :meth:`consume`). ``record_work=False``: the caller measures and reports the
-        time itself (``schedule.add_work_ns``), e.g. together with its logging."""
+    def flush(self, wait: bool = False, log: Callable[[list[ProfiledStep]], Any] | None = None) -> list[ProfiledStep]:
+        """Attribute the profiled steps whose power is available (all of them with ``wait=True``) and resolve the
+        step totals that can be; returns the attributed steps. ``log``: called with them inside the budget's
+        ``attribution`` block, so a profiled step's cost includes its logging (steps flushed without ``log`` are
+        queued for :meth:`consume`)."""
         done: list[ProfiledStep] = []
-        if not self._pending and not self._pending_totals:
-            return done
-        w0 = time.perf_counter_ns()
-        while self._pending:
-            p = self._pending[0]
-            if not self._ready(p.timing.t1_ns, wait) and not wait:
-                break
-            self._pending.pop(0)
-            done.append(self._attribute(p))
-        self._unconsumed.extend(done)
-        self._resolve_totals(wait)
-        work = time.perf_counter_ns() - w0
-        if done and record_work:
-            self.schedule.add_work_ns(work)
+        if self._pending:
+            with self.budget.spend("attribution"):
+                while self._pending:
+                    p = self._pending[0]
+                    if not self._ready(p.timing.t1_ns, wait) and not wait:
+                        break
+                    self._pending.pop(0)
+                    done.append(self._attribute(p))
+                if done:
+                    if log is not None:
+                        log(done)
+                    else:
+                        self._unconsumed.extend(done)
+                    self.budget.attributed()
+        if self._pending_totals:
+            self._resolve_totals(wait)
         return done
 
     def _attribute(self, p: _Pending) -> ProfiledStep:
@@ -559,12 +571,13 @@ class EnergySession:
         return hit[1]
 
     # ------------------------------------------------------------------ epochs and results
-    def epoch_end(self, stage: str) -> EpochTotals | None:
-        """Close the stage's epoch: its energy (the trace over the epoch's wall window, or the sum of its steps)."""
+    def epoch_end(self, stage: str, log: Callable[[list[ProfiledStep]], Any] | None = None) -> EpochTotals | None:
+        """Close the stage's epoch: its energy (the trace over the epoch's wall window, or the sum of its steps);
+        ``log`` as for :meth:`flush` (the profiled steps still waiting are attributed first)."""
         st = self.schedule.stages.get(stage)
         if st is None or not st.epoch_steps:
             return None
-        self.flush(wait=True)
+        self.flush(wait=True, log=log)
         steps = st.epoch_steps
         t0, t1 = st.epoch_t0 or steps[0].t0_ns, st.epoch_t1 or steps[-1].t1_ns
         samples = sum(s.samples or 0 for s in steps)

@@ -300,16 +300,23 @@ class PowerModeTunerMixin:
         if t is None or getattr(trainer, "sanity_checking", False) or t.phase == "closed":
             return
         if not t.started:
-            # i17cost: the first training step is captured (shared capture) for the cost model; on the twin, and
-            # with Lazy modules, tuning starts at the next step
+            # i17cost: the first training step is captured for the cost model, by the model's shared capture (one
+            # capture and one analysis for every callback of the Trainer; a step it already holds is used at once);
+            # on the twin, and with Lazy modules, tuning starts at the next step
             sim = t.meter.simulated
+            if self._capture is None and self.workload_cost is None and not self.capture_notes:
+                from lightning_edge.cost.shared import shared_capture
+
+                home = shared_capture(pl_module)
+                known = home.known(True)
+                if known is not None:
+                    self._use_step(known, batch, pl_module)
+                else:
+                    home.begin()
+                    self._capture = home
             if sim and not t.meter.bound and self.workload_cost is not None:
                 t.meter.bind_cost(self.workload_cost, _batch_size_of(batch, self.workload_cost),
                                   param_tensors=count_param_tensors(pl_module))
-            if self._capture is None and self.workload_cost is None and not self.capture_notes:
-                from lightning_edge.cost.capture import CallCapture
-
-                self._capture = CallCapture(pl_module).start()
             from lightning_edge.cost.capture import has_uninitialized_params
 
             # a real Orin AGX with the prior on waits for the capture step too: the prior is the twin's calibrated
@@ -350,18 +357,25 @@ class PowerModeTunerMixin:
     def _bind_twin(self, pl_module: Any, batch: Any) -> None:
         """i17cost: the captured first step -> the workload's cost model (shared capture); the twin's meter is bound
         to it. What cannot be modelled is said (``capture_notes``, the summary) instead of raised."""
-        from lightning_edge.cost.counter import step_cost
+        home, self._capture = self._capture, None
+        self._use_step(home.end(), batch, pl_module)
 
-        cap, self._capture = self._capture, None
-        captured = cap.stop()
+    def _use_step(self, step: Any, batch: Any, pl_module: Any) -> None:
+        """The shared capture's training step -> the workload's cost model (analysed once, by whichever callback
+        asks first); what cannot be modelled is said instead of raised."""
+        from lightning_edge.cost.capture import CaptureError
+
         sim = self.tuner is not None and self.tuner.meter.simulated
         try:
-            cost = step_cost(pl_module, captured, training=True)
+            if step is None:
+                raise CaptureError("no call of the model's modules was captured in the first training step")
+            cost = step.cost()
         except Exception as exc:  # noqa: BLE001 - said, never raised: training goes on
             msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             if sim:
+                described = step.captured.describe() if step is not None else "nothing"
                 text = (f"the twin needs a cost model of the training step and none could be had ({msg}); captured: "
-                        f"{captured.describe()}. Nothing is tuned in this run (the board stays in its mode). Pass "
+                        f"{described}. Nothing is tuned in this run (the board stays in its mode). Pass "
                         "PowerModeTuner(..., cost=lightning_edge.analyze(model, *inputs, training=True, **kw_inputs))")
             else:
                 text = f"no cost model of the training step ({msg}): tuned from measurements only"
@@ -439,8 +453,8 @@ class PowerModeTunerMixin:
         t = self.tuner
         if t is None or t.phase == "closed":
             return
-        if self._capture is not None:  # i17cost
-            self._capture.stop()
+        if self._capture is not None:  # i17cost: a capture this callback began and no step ended
+            self._capture.abort()
             self._capture = None
         try:
             restored = t.close(reason)

@@ -131,7 +131,7 @@ class InterleaverMixin:
         self._meter: Any = None
         self._writer: Any = None
         self._stage: str | None = None
-        self._capture: Any = None  # i17cost: the first training step, captured, when the module has no forward
+        self._capture: Any = None  # the model's shared capture while it captures the first training step
         self._train_cost: Any = None
 
     # ------------------------------------------------------------------------------------------ setup
@@ -167,7 +167,7 @@ class InterleaverMixin:
             twin = dev.twin
             example = x if isinstance(x, Mapping) else (x,)  # x: this batch's inputs (always read on the twin)
             bs = RequestInputs(x).n
-            if stage == "fit" and self._train_cost is not None:  # captured from the first step (no forward)
+            if stage == "fit" and self._train_cost is not None:  # the training step as it ran (shared capture)
                 bg_wl = SimWorkload(self._train_cost, twin, train_batch_size=bs, seed=self.seed,
                                     param_tensors=count_param_tensors(pl_module))
             elif stage == "fit":
@@ -213,15 +213,21 @@ class InterleaverMixin:
     # ------------------------------------------------------------------------------------------ hooks
     def _before(self, trainer: Any, pl_module: Any, batch: Any, stage: str) -> None:
         if self.engine is None or self.engine.finished is not None:
-            from lightning_edge.cost.capture import CallCapture, has_forward
-
             dev = self.device or get_board("cpu" if self.device_arg is None else self.device_arg, control="write", seed=self.seed)
-            if (stage == "fit" and dev.simulated and self._train_cost is None and not has_forward(pl_module)
-                    and self.solution is None and self.workload is None):
-                # i17cost: no forward: the twin's training workload is the first step, captured (shared capture);
-                # interleaving starts at the next step
-                self._capture = CallCapture(pl_module).start()
-                return
+            if (stage == "fit" and dev.simulated and self._train_cost is None and self.solution is None
+                    and self.workload is None):
+                # the twin's training workload is the training step as it ran, from the model's shared capture (one
+                # capture and one analysis for every callback of the Trainer): a step it already holds is used at
+                # once, else this step is captured and interleaving starts at the next one
+                from lightning_edge.cost.shared import shared_capture
+
+                home = shared_capture(pl_module)
+                known = home.known(True)
+                if known is None:
+                    home.begin()
+                    self._capture = home
+                    return
+                self._train_cost = known.cost()
             self.engine = None
             self.report = None
             self._build(trainer, pl_module, batch, stage)
@@ -231,11 +237,16 @@ class InterleaverMixin:
         self._before(trainer, pl_module, batch, "fit")
 
     def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self._capture is not None:  # i17cost
-            from lightning_edge.cost.counter import step_cost
+        if self._capture is not None:  # the capture step: its cost (analysed once, by whoever asks first)
+            from lightning_edge.cost.capture import CaptureError
 
-            cap, self._capture = self._capture, None
-            self._train_cost = step_cost(pl_module, cap.stop(), training=True)
+            home, self._capture = self._capture, None
+            step = home.end()
+            if step is None:
+                raise CaptureError(f"Interleaver: no call of {type(pl_module).__name__}'s modules was captured in the "
+                                   "first training step: the twin needs the training step's cost (pass workload= or "
+                                   "solution=)")
+            self._train_cost = step.cost()
             return
         if self.engine is not None and self.engine._bg_start is not None:
             self.engine.after_background()
@@ -260,6 +271,9 @@ class InterleaverMixin:
         self._finish(trainer)
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        if self._capture is not None:
+            self._capture.abort()
+            self._capture = None
         self._finish(trainer, log=False)
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:

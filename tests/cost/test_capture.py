@@ -273,3 +273,58 @@ def test_batch_size_fast_walk_agrees_with_the_full_walk_on_every_container():
         full = next((int(t.shape[0]) for t in tensors_of(b) if t.dim() > 0), None)
         assert batch_size(b) == full, b
     assert [batch_size(b) for b in batches] == [6, 0, 9, 4, 11, 12, None]
+
+
+# ---------------------------------------------------------------------------------------------- the shared capture
+def test_one_capture_per_step_shared_by_every_caller_and_analysed_once():
+    """issue 26 item 4: callers of one Trainer (the profiler, the tuner, the interleaver) each ask the model's shared
+    capture at a step's start and end: one CallCapture runs, every caller gets the same CapturedStep (its calls,
+    whether it trained, its batch size, its signature), and its cost is analysed by the first to ask only."""
+    from lightning_edge.cost.shared import shared_capture
+
+    torch.manual_seed(0)
+    net = Net()
+    home = shared_capture(net)
+    assert shared_capture(net) is home and shared_capture(Net()) is not home
+    assert home.begin() and home.begin()  # three callbacks at the step's start: one capture runs
+    assert home.begin()
+    net(torch.randn(5, 8)).sum().backward()
+    first = home.end()
+    assert home.end() is first and home.end() is first  # the others get the same step
+    assert home.captures == 1 and home.known(True) is first and home.known(False) is None
+    assert first.training and first.batch_size == 5 and first.module_calls == 3  # root, fc1, fc2
+    assert first.signature == "(root)(float32[5, 8])" and not first.analysed
+    cost = first.cost()
+    assert first.analysed and first.cost() is cost and home.analyses == 1
+    assert cost.layer("fc1").forward.macs == 5 * 8 * 16 and cost.training
+    # a later step of the same shape and kind is the kept one (its cost is not analysed again)
+    home.begin()
+    net(torch.randn(5, 8)).sum().backward()
+    assert home.end() is first and home.captures == 2 and home.analyses == 1
+    # an inference step is kept apart
+    home.begin()
+    with torch.no_grad():
+        net(torch.randn(3, 8))
+    inf = home.end()
+    assert not inf.training and home.known(False) is inf and inf.batch_size == 3
+
+
+def test_the_shared_capture_goes_with_its_model_and_says_why_it_cannot_cost():
+    import gc
+    import weakref
+
+    from lightning_edge.cost.shared import shared_capture
+
+    net = Net()
+    home = shared_capture(net)
+    ref = weakref.ref(net)
+    home.begin()
+    net(torch.randn(2, 8))
+    step = home.end()
+    del net
+    gc.collect()
+    assert ref() is None  # the registry does not keep the model alive
+    with pytest.raises(CaptureError, match="no longer exists"):
+        step.cost()
+    with pytest.raises(TypeError, match="torch.nn.Module"):
+        shared_capture(object())

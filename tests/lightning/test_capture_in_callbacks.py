@@ -282,3 +282,33 @@ def test_profiler_and_tuner_together_capture_one_call_per_step(tmp_path):
     assert not any("several calls" in n for n in prof.session.cost_notes), prof.session.cost_notes
     assert prof.session.costs_for(True)["lm.head"].forward.macs == 4 * SEQ * DIM * VOCAB
     assert tuner.workload_cost.layer("lm.head").forward.macs == 4 * SEQ * DIM * VOCAB
+
+
+def test_the_profiler_the_tuner_and_the_interleaver_share_one_capture_and_one_analysis(tmp_path, monkeypatch):
+    """issue 26 item 4: with the three callbacks in one Trainer the model was captured and its step analysed three
+    times (each callback its own CallCapture and step_cost). Now each asks the model's shared capture: one capture of
+    the first step, one analysis, the same cost for all."""
+    from lightning_edge.cost import capture as capture_mod
+    from lightning_edge.cost import counter, shared
+    from lightning_edge.serving.pytorch import Interleaver
+    from lightning_edge.tuning import ConcurrentProblem
+
+    starts, costs = [], []
+    start, step_cost = capture_mod.CallCapture.start, counter.step_cost
+    monkeypatch.setattr(capture_mod.CallCapture, "start", lambda self: (starts.append(1), start(self))[1])
+    for mod in (counter, shared):  # every name step_cost is called by
+        monkeypatch.setattr(mod, "step_cost", lambda *a, **k: (costs.append(1), step_cost(*a, **k))[1])
+    model = NoForward()
+    prof = EnergyProfiler(device="sim:orin-agx", every_n_steps=1, warmup_steps=1, figure=False, print_summary=False)
+    tuner = PowerModeTuner(power_budget_w=25, device="sim:orin-agx", store=None, window=FAST, print_summary=False)
+    il = Interleaver(ConcurrentProblem(power_budget_w=25, latency_budget_s=1.0, arrival_rps=2), tuner="gmd",
+                     infer_model=model.lm)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*(does not have many workers|smaller than the logging).*")
+        _trainer(tmp_path, [prof, tuner, il], steps=12).fit(model, _dict_loader())
+    assert (len(starts), len(costs)) == (1, 1)
+    assert tuner.workload_cost is not None and tuner.workload_cost is il._train_cost
+    rows = 4 * SEQ
+    assert prof.session.costs_for(True)["lm.head"] is tuner.workload_cost.layer("lm.head")
+    assert tuner.workload_cost.layer("lm.head").forward.macs == rows * DIM * VOCAB
+    assert tuner.summary().new_profiles >= 1 and il.report is not None and prof.session.profiled["train"]

@@ -10,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from lightning_edge.lightning.budget import OverheadBudget
 from lightning_edge.lightning.session import EnergySession
 from lightning_edge.profiling.attribution import LayerEnergy, StepEnergy
 from lightning_edge.profiling.report import CSV_FIELDS, ProfileReport, RunOverhead
@@ -227,15 +228,19 @@ def _mlp():
 def test_auto_analysis_is_skipped_when_the_run_cannot_afford_it():
     """issue 17 item 3: a run of a few short steps cannot pay for the cost analysis within overhead_target; the
     session says so (and how to force it) and apportions the layers by time."""
-    s = EnergySession(_mlp(), "none", every_n_steps=1, warmup_steps=1)
+    # (a budget of 0.01 % without a floor, whatever the machine's load: with the default 1 s that every run may spend,
+    # this run would pay for it: test_a_short_run_gets_its_cost_model_and_a_profiled_step_within_the_floor)
+    s = EnergySession(_mlp(), "none", every_n_steps=1, warmup_steps=1, budget=OverheadBudget(1e-4, floor_s=0.0))
+    s.start()
+    s.new_run()
     s.expect("train", 5)
     _loop(s, 5)
     s.flush(wait=True)
     assert s.costs == {True: {}}
     note = next(n for n in s.cost_notes if "cost model skipped for train" in n)
-    assert "overhead budget of this run" in note and "5 batches" in note and "analyze=True" in note
+    assert "overhead budget" in note and "analyze=True" in note
     assert s.profiled["train"]  # still profiled per layer, by time
-    assert s.schedule.setup_ns == 0
+    assert s.budget.spent_s("analysis") == 0
 
 
 def test_auto_analysis_runs_when_the_run_is_long_enough():
@@ -243,30 +248,32 @@ def test_auto_analysis_runs_when_the_run_is_long_enough():
     s.expect("train", 10_000_000)  # a long run: the analysis is a small part of its budget
     _loop(s, 4)
     s.flush(wait=True)
-    assert s.costs[True]["0"].forward.flops > 0 and s.schedule.setup_ns > 0
+    assert s.costs[True]["0"].forward.flops > 0 and s.budget.spent_s("analysis") > 0
     assert not [n for n in s.cost_notes if "skipped" in n]
     assert s.profiled["train"][0].index == 2  # decided at step 1, the step after the capture
 
 
 def test_a_run_that_cannot_afford_the_analysis_hooks_no_step_for_it():
-    """issue 17 item 3: with two warm-up steps the analysis is weighed before its capture step (first step's time x
-    the run's batches, the model's module count): a short run never hooks a step to capture inputs it will not
-    analyse (that step cost as much as a profiled one); a long run captures at step 1 and analyses right after."""
+    """issue 17 item 3, issue 26 item 4: the capture step is no profiled step: the model's calls come from its
+    shared capture (a forward pre-hook per module), the layer timer is never started for it, and a run that cannot
+    afford the analysis wastes nothing on it; a long run analyses at the step after the capture."""
     hooked = []
-    short = EnergySession(_mlp(), "none", every_n_steps=100, warmup_steps=2)
+    short = EnergySession(_mlp(), "none", every_n_steps=100, warmup_steps=2, budget=OverheadBudget(1e-4, floor_s=0))
+    short.start()
+    short.new_run()  # the run starts here (not with the board's set-up, first in this process)
     orig = short.timer.start_step
-    short.timer.start_step = lambda *a, **k: (hooked.append((short.schedule.stages["train"].batches,
-                                                             short.timer.capture_inputs)), orig(*a, **k))[1]
+    short.timer.start_step = lambda *a, **k: (hooked.append(short.schedule.stages["train"].batches),
+                                              orig(*a, **k))[1]
     short.expect("train", 30)
     _loop(short, 4)
     short.flush(wait=True)
-    assert short.costs == {True: {}} and "30 batches" in next(n for n in short.cost_notes if "skipped" in n)
-    assert hooked == [(2, False)]  # only the profiled step 2: no capture step
+    assert short.costs == {True: {}} and any("skipped" in n for n in short.cost_notes)
+    assert hooked == [2]  # only the profiled step 2: the capture step does not start the layer timer
     long = EnergySession(_mlp(), "none", every_n_steps=100, warmup_steps=2)
     long.expect("train", 10_000_000)
     _loop(long, 3)
     long.flush(wait=True)
-    assert long.costs[True]["0"].forward.flops > 0 and long.schedule.setup_ns > 0
+    assert long.costs[True]["0"].forward.flops > 0 and long.budget.spent_s("analysis") > 0
     assert long.schedule.stages["train"].captured and [p.index for p in long.profiled["train"]] == [2]
 
 
@@ -298,7 +305,9 @@ def test_auto_every_n_keeps_a_short_run_within_its_whole_budget():
     def clock():
         return itertools.count(0, 50_000).__next__
 
-    short = EnergySession(_mlp(), "none", warmup_steps=2, analyze=False, clock_ns=clock())
+    tick = clock()  # (no floor: the default 1 s would pay for profiled steps on this 30-step run)
+    short = EnergySession(_mlp(), "none", warmup_steps=2, analyze=False, clock_ns=tick,
+                          budget=OverheadBudget(0.03, floor_s=0.0, clock_ns=tick))
     short.expect("train", 30)
     _loop(short, 30)
     short.flush(wait=True)
@@ -307,12 +316,19 @@ def test_auto_every_n_keeps_a_short_run_within_its_whole_budget():
     assert [p.index for p in short.profiled["train"]] == []
     assert short.schedule.stages["train"].min_batches > 30
     assert any(n.startswith("train not profiled per layer") and "30 batches" in n for n in short.notes)
-    for n in (None, 10_000_000):  # a run of unknown length or a long one: the per-step policy alone decides
-        long = EnergySession(_mlp(), "none", warmup_steps=2, analyze=False, clock_ns=clock())
-        long.expect("train", n)
-        _loop(long, 30)
-        long.flush(wait=True)
-        assert [p.index for p in long.profiled["train"]] == [2, 12]
+    # a run of unknown length: the per-step rate alone decides (a profiled step costs ~10 plain steps of this clock:
+    # N doubles, at most, at each update)
+    long = EnergySession(_mlp(), "none", warmup_steps=2, analyze=False, clock_ns=clock())
+    long.expect("train", None)
+    _loop(long, 30)
+    long.flush(wait=True)
+    assert [p.index for p in long.profiled["train"]] == [2, 22]
+    # a long run of known length: profiling every 20th of its 10M steps would overspend its 5 %: they share it
+    long = EnergySession(_mlp(), "none", warmup_steps=2, analyze=False, clock_ns=clock())
+    long.expect("train", 10_000_000)
+    _loop(long, 30)
+    long.flush(wait=True)
+    assert [p.index for p in long.profiled["train"]] == [2] and long.schedule.every_n_steps > 20
 
 
 def test_the_capture_step_counts_in_the_overhead():
@@ -321,46 +337,107 @@ def test_the_capture_step_counts_in_the_overhead():
     s = EnergySession(_mlp(), "none", warmup_steps=2, analyze=True)
     _loop(s, 1)
     assert s.schedule.stages["train"].n_profiled == 0 and s.costs[True]
-    assert s.schedule.excess_ns > 0 and s.schedule.overhead_ns >= s.schedule.excess_ns
+    assert s.budget.spent_s("capture") > 0 and s.budget.spent_s() >= s.budget.spent_s("capture")
 
 
 def test_the_analysis_rate_learns_only_from_analyses_that_ran():
     """The per-module-call cost of the analysis (what analyze="auto" weighs against the budget) is learnt from the
-    last analysis in the process; a stage whose cost was already known (or skipped) spends ~0 s and must not teach
-    it that analyses are free."""
-    from lightning_edge.lightning import session as se
-
-    before = dict(se._ANALYSIS_S_PER_CALL)
-    try:
-        se._ANALYSIS_S_PER_CALL[True] = 1.0  # an absurd rate: any real analysis replaces it, a no-op must not
-        s = EnergySession(_mlp(), "none", every_n_steps=1, warmup_steps=1, analyze=True)
-        s.expect("train", 5)
-        _loop(s, 2)
-        learnt = se._ANALYSIS_S_PER_CALL[True]
-        assert 0 < learnt < 1.0
-        timing = s.profiled["train"][0].timing if s.profiled["train"] else None
-        assert timing is not None and timing.has_backward
-        s._timed_analyze("train", timing, 4)  # the train cost is known: nothing runs
-        assert se._ANALYSIS_S_PER_CALL[True] == learnt
-    finally:
-        se._ANALYSIS_S_PER_CALL.update(before)
+    budget's last analysis; a stage whose cost was already known (or skipped) spends ~0 s and must not teach it that
+    analyses are free."""
+    s = EnergySession(_mlp(), "none", every_n_steps=1, warmup_steps=1, analyze=True)
+    s.budget.costs.analysis_s_per_call[True] = 1.0  # an absurd rate: any real analysis replaces it, a no-op must not
+    s.expect("train", 5)
+    _loop(s, 2)
+    learnt = s.budget.costs.analysis_s_per_call[True]
+    assert 0 < learnt < 1.0
+    step = s.captures.known(True)
+    assert step is not None and step.training
+    s._timed_analyze("train", step, 4)  # the train cost is known: nothing runs
+    assert s.budget.costs.analysis_s_per_call[True] == learnt
 
 
-def test_the_first_analysis_in_a_process_is_budgeted_with_its_warm_up(monkeypatch):
-    """The first analysis in a process pays torch's meta-kernel warm-up (ResNet-18: 1.4 s, then 35 ms): budgeted as
-    a per-call rate alone it ran in runs that could not afford it, then taught a 20x rate that skipped every later
-    analysis. The warm-up is budgeted apart, once, and the rate is learnt from the analyses after it."""
-    from lightning_edge.lightning import session as sess
+class _SlowToAnalyse(nn.Module):
+    """Trains as fast as any MLP; its analysis (a run on the meta device) takes a second."""
 
-    monkeypatch.setattr(sess, "_ANALYSIS_WARMUP_S", [1.5])
-    monkeypatch.setattr(sess, "_ANALYSIS_S_PER_CALL", {True: 1e-3, False: 1e-3})
-    clock = itertools.count(0, 1_000_000).__next__  # 1 ms per reading: steps of a few ms
-    s = EnergySession(_mlp(), "none", every_n_steps=1, warmup_steps=2, clock_ns=clock)
-    s.expect("train", 20_000)  # ~20 s: the per-call cost fits its 3 % budget, the 1.5 s warm-up does not
-    _loop(s, 3)
-    assert s.costs == {True: {}} and any("the analysis takes about 150" in n for n in s.cost_notes)
-    s2 = EnergySession(_mlp(), "none", every_n_steps=1, warmup_steps=2, clock_ns=clock)
-    s2.expect("train", 10_000_000)
-    _loop(s2, 3)
-    assert s2.costs[True] and sess._ANALYSIS_WARMUP_S == [0.0]
-    assert sess._ANALYSIS_S_PER_CALL[True] == 1e-3  # not learnt from the warm-up analysis
+    def __init__(self):
+        super().__init__()
+        self.net = _mlp()
+
+    def forward(self, x):
+        if x.device.type == "meta":
+            import time
+
+            time.sleep(1.0)
+        return self.net(x)
+
+
+def test_what_one_session_measures_does_not_move_another_sessions_decisions():
+    """issue 26 item 5: the learned costs were process-wide (module-level lists and dicts): a run that measured a slow
+    analysis (a big model, a loaded machine) taught every later run in the process that analyses are slow, and a
+    later, ordinary run skipped its cost model. Each session's budget keeps what it measured."""
+    def run(model):
+        clock = itertools.count(0, 1_000_000).__next__  # 1 ms per reading: steps of a few ms, whatever the load
+        s = EnergySession(model, "none", every_n_steps=1, warmup_steps=2, clock_ns=clock)
+        s.expect("train", 20_000)
+        _loop(s, 3)
+        s.flush(wait=True)
+        return s
+
+    before = run(_mlp())
+    assert before.costs[True] and not [n for n in before.cost_notes if "skipped" in n]
+    slow = run(_SlowToAnalyse())  # its analysis ran (a long run), and took a second
+    assert slow.costs[True]
+    after = run(_mlp())
+    assert after.costs[True] and not [n for n in after.cost_notes if "skipped" in n], after.cost_notes
+
+
+def test_a_plain_loop_drives_the_reporter_as_the_callback_does(tmp_path):
+    """issue 26 item 5: the callback is thin glue over EnergyReporter, which a loop without Lightning drives: a short
+    run on the twin gets its step totals, a profiled step with its per-layer table (layers.json), TensorBoard
+    scalars, and its overhead measured through the one budget."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from lightning_edge.lightning.reporter import EnergyReporter
+
+    torch.manual_seed(0)
+    model = _mlp()
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(4, 6), torch.randint(0, 3, (4,))
+    rep = EnergyReporter(model, "sim:orin-agx", log_dir=tmp_path, print_summary=False)
+    rep.begin_run("fit", expected={"train": 12})
+    for i in range(12):
+        rep.step_begin("train", (x, y), global_step=i)
+        opt.zero_grad()
+        loss = nn.functional.cross_entropy(model(x), y)
+        rep.mark("(backward)", "bwd")
+        loss.backward()
+        rep.mark("(optimizer)")
+        opt.step()
+        rep.step_end("train", global_step=i)
+    rep.epoch_end("train")
+    report = rep.finish("fit", global_step=12)
+    rep.close()
+    doc = json.loads((tmp_path / "layers.json").read_text())
+    train = doc["stages"]["train"]
+    assert train["profiled_steps"] >= 1 and train["total_steps"] == 12
+    assert train["step"]["time_s"] > 0 and train["step"]["energy_j"] > 0 and train["step"]["method"] == "simulated"
+    assert {"0", "1", "2"} <= {r["layer"] for r in train["layers"]}
+    assert report is rep.call_report and "EnergyProfiler summary" in rep.summary_text
+    o = doc["overhead"]
+    assert o["run_overhead_s"] == pytest.approx(rep.budget.spent_s(), rel=1e-6)
+    assert o["setup_s"] > 0 and o["excess_s"] > 0  # the analysis and the profiled steps, charged by their parts
+    acc = EventAccumulator(str(tmp_path))
+    acc.Reload()
+    assert "sim/energy_j/train/step" in acc.Tags()["scalars"] and "sim/energy_j/train/layer/0" in acc.Tags()["scalars"]
+
+
+def test_a_short_run_gets_its_cost_model_and_a_profiled_step_within_the_floor():
+    """issue 28: the budget was 3 % of the run, so a run of 40 short steps could pay for neither the cost analysis nor
+    a profiled step: no layer table, and advice to run 116 batches. The rule is 5 % of the run or 1 s, whichever is
+    larger: the run gets both (a clock of 50 us per reading: steps of a fixed, short length whatever the load)."""
+    s = EnergySession(_mlp(), "none", warmup_steps=2, clock_ns=itertools.count(0, 50_000).__next__)
+    s.expect("train", 40)
+    _loop(s, 40)
+    s.flush(wait=True)
+    assert s.costs[True] and not [n for n in s.cost_notes if "skipped" in n]
+    assert [p.index for p in s.profiled["train"]][:1] == [2] and not s.notes

@@ -1,0 +1,646 @@
+"""``EnergyReporter``: everything ``EnergyProfiler`` does, without Lightning (the callback is thin glue over it, as
+Lightning's ``ThroughputMonitor`` is over ``Throughput``).
+
+A plain loop drives it the way the callback does::
+
+    from lightning_edge.lightning.reporter import EnergyReporter
+
+    rep = EnergyReporter(model, device="sim:orin-agx", log_dir="runs/energy")
+    rep.begin_run("fit", expected={"train": len(loader)})
+    for i, batch in enumerate(loader):
+        rep.step_begin("train", batch, global_step=i)
+        loss = loss_fn(model(batch)); rep.mark("(backward)", "bwd"); loss.backward()
+        rep.mark("(optimizer)"); opt.step(); opt.zero_grad()
+        rep.step_end("train", global_step=i)
+    rep.epoch_end("train")
+    report = rep.finish("fit")          # TensorBoard, layers.csv/json, the trace, the printed summary
+    rep.close()
+
+It owns the :class:`~lightning_edge.lightning.session.EnergySession` (steps, attribution), the TensorBoard writer
+(:class:`~lightning_edge.lightning.tb.TrainerWriter`: the host's ``TensorBoardLogger`` when ``begin_run`` is given a
+Trainer, else its own ``SummaryWriter`` under ``log_dir``), the reports and the overhead budget it spends
+(:class:`~lightning_edge.lightning.budget.OverheadBudget`, one object handed to the session and its scheduler;
+every method of the reporter charges its own time to it, so the overhead it reports is measured, all of it).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from lightning_edge.lightning.budget import FRACTION, OverheadBudget
+from lightning_edge.lightning.session import EnergySession, EpochTotals, ProfiledStep, StepTotal
+from lightning_edge.lightning.tb import TrainerWriter
+from lightning_edge.profiling.attribution import DEFAULT_K
+from lightning_edge.profiling.report import RunOverhead
+
+__all__ = ["EnergyReporter", "TB_LAYERS", "write_scalars"]
+
+#: per-layer scalars go to TensorBoard for this many layers per stage (the top ones by energy in the stage's first
+#: profiled step); every layer is in the markdown table and layers.csv
+TB_LAYERS = 10
+#: the stages a Trainer entry point runs (for the end-of-run summary)
+FN_STAGES = {"fit": ("train", "validate"), "validate": ("validate",), "test": ("test",), "predict": ("predict",)}
+
+
+def write_scalars(writer: Any, items: list[tuple[str, float]], step: int,
+                  descriptions: dict[str, str] | None = None) -> None:
+    """Scalars at one step, as ``add_scalar`` writes them (``simple_value`` per tag, same run, same tags), but in one
+    event: ~200 per-layer values cost about 1 ms instead of about 20 ms of ``add_scalar`` calls. ``descriptions``:
+    ``{tag: text}`` shown on the card (TensorBoard reads a tag's description from its first event: pass it once).
+    Falls back to ``add_scalar`` for writers without a file writer (never ``add_scalars``, which makes a run per
+    key)."""
+    items = [(t, float(v)) for t, v in items if v is not None and math.isfinite(v)]
+    if not items:
+        return
+    descriptions = descriptions or {}
+    get = getattr(writer, "_get_file_writer", None)
+    if get is not None:
+        try:
+            from tensorboard.compat.proto.summary_pb2 import Summary
+            from tensorboard.plugins.scalar.metadata import create_summary_metadata
+
+            def value(t: str, v: float) -> Any:
+                d = descriptions.get(t)
+                if d is None:
+                    return Summary.Value(tag=t, simple_value=v)
+                return Summary.Value(tag=t, simple_value=v, metadata=create_summary_metadata(t, d))
+
+            summary = Summary(value=[value(t, v) for t, v in items])
+            get().add_summary(summary, int(step))
+            return
+        except Exception:  # noqa: BLE001 - any other writer: the public API
+            pass
+    for t, v in items:
+        writer.add_scalar(t, v, step)
+
+
+class EnergyReporter:
+    """Per-layer time and energy of a model's steps, written to TensorBoard and reports (module docstring).
+
+    Arguments are those of :class:`~lightning_edge.lightning.EnergyProfiler` (``budget``: an
+    :class:`~lightning_edge.lightning.budget.OverheadBudget` to spend; default: one with ``overhead_target`` as its
+    fraction). Results: ``report`` (the whole session), ``call_report`` (the last run), ``summary_text``,
+    ``overhead`` (the last run's, measured), ``log_dir``, ``trace_file``, ``session``.
+    """
+
+    def __init__(self, model: Any, device: Any = "auto", *, every_n_steps: int | str = "auto", warmup_steps: int = 2,
+                 depth: int | None = None, include: Any = None, k: float = DEFAULT_K, roofline: Any = None,
+                 cost: Any = None, analyze: bool | str = "auto", overhead_target: float = FRACTION,
+                 settle_s: float | None = None, budget: OverheadBudget | None = None,
+                 log_layers: bool | str = True, tb_layers: int = TB_LAYERS, layer_power: bool = False,
+                 figure: bool | str = "auto", table: bool = True, trace: bool | str = "auto",
+                 trace_steps: int = 20, report: bool = True, print_summary: bool = True, top: int = 5,
+                 log_dir: str | os.PathLike[str] | None = None, **session_kw: Any) -> None:
+        for opt, val in (("figure", figure), ("trace", trace)):
+            if val not in (True, False, "auto"):
+                raise ValueError(f"{opt} must be True (always), False (never) or 'auto' (when the overhead budget "
+                                 f"allows), got {val!r}")
+        if log_layers not in (True, False, "all"):
+            raise ValueError(f"log_layers must be True (the top tb_layers layers), 'all' or False, got {log_layers!r}")
+        self.budget = budget if budget is not None else OverheadBudget(
+            overhead_target, **({"clock_ns": session_kw["clock_ns"]} if "clock_ns" in session_kw else {}))
+        self.session = EnergySession(model, device, every_n_steps=every_n_steps, warmup_steps=warmup_steps,
+                                     depth=depth, include=include, k=k, roofline=roofline, cost=cost, analyze=analyze,
+                                     settle_s=settle_s, keep_timings=trace_steps, budget=self.budget, **session_kw)
+        self.log_layers = log_layers
+        self.tb_layers = int(tb_layers)
+        self.layer_power = bool(layer_power)
+        self.figure = figure
+        self.table = table
+        self.trace = trace
+        self.trace_steps = int(trace_steps)
+        self.write_report = report
+        self.print_summary = print_summary
+        self.top = int(top)
+        self.log_dir_arg = None if log_dir is None else str(log_dir)
+        self.log_dir: str | None = None
+        self.report: Any = None
+        self.call_report: Any = None
+        self.trace_file: Path | None = None
+        self.summary_text: str | None = None
+        self.overhead = RunOverhead()  # the last run's, measured at its end
+        self.rank_zero = True  # only rank 0 writes (the glue says which rank this is)
+        self.log_every_n_steps = 50  # a plain step's totals go to TensorBoard every N batches (the Trainer's own)
+        self._host: Any = None  # what TrainerWriter looks in for a TensorBoard logger (a Trainer), or None
+        self._tbw = TrainerWriter("energy", log_dir)
+        self._writer: Any = None
+        self._logged_totals: dict[str, int] = {}
+        self._tb_names: dict[str, list[str]] = {}  # stage -> the layers with per-layer scalars
+        self._described: set[str] = set()
+        self._layout_written: str | None = None
+        self._call: dict[str, Any] | None = None
+
+    @property
+    def model(self) -> Any:
+        return self.session.model
+
+    def note(self, msg: str) -> None:
+        """A note for the reports and the summary (once)."""
+        if msg not in self.session.notes:
+            self.session.notes.append(msg)
+
+    # ------------------------------------------------------------------ a run
+    def begin_run(self, fn: str = "fit", host: Any = None, *, expected: dict[str, int | None] | None = None,
+                  rank_zero: bool = True, log_every_n_steps: int | None = None) -> None:
+        """A run starts (a Trainer call: ``fn`` is ``fit``, ``validate``, ``test`` or ``predict``). ``host``: where a
+        TensorBoard logger may be found (a Trainer; None: an own ``SummaryWriter``); ``expected``: batches per stage,
+        when known (:meth:`expect` later works too)."""
+        s = self.session
+        self._host = host
+        self.rank_zero = bool(rank_zero)
+        if log_every_n_steps is not None:
+            self.log_every_n_steps = int(log_every_n_steps)
+        s.new_run()  # the budget starts its run here: what follows is charged to it
+        with self.budget.spend("steps"):
+            # what this run covers: its summary counts only what came after this mark
+            self._call = {"fn": fn, "gstep0": None,  # set at the first batch (after a checkpoint loads)
+                          "profiled": {k: len(v) for k, v in s.profiled.items()},
+                          "totals": {k: len(v) for k, v in s.totals.items()}, "epochs": len(s.epochs)}
+            for stage, n in (expected or {}).items():
+                s.expect(stage, n)
+            s.start()
+
+    def expect(self, stage: str, batches: int | None) -> None:
+        """How many batches of ``stage`` this run has (None: unknown): what the budget's estimate of the run is
+        made of."""
+        self.session.expect(stage, batches)
+
+    def expects(self, stage: str) -> bool:
+        """Whether this run's length of ``stage`` was announced (known or not)."""
+        return stage in self.session.expected_batches
+
+    def step_begin(self, stage: str, batch: Any = None, global_step: int | None = None) -> bool:
+        """A step of ``stage`` starts; True when it is profiled per layer."""
+        with self.budget.spend("steps"):
+            if stage == "train" and self._call is not None and self._call["gstep0"] is None:
+                self._call["gstep0"] = int(global_step or 0)
+            return self.session.step_begin(stage, batch)
+
+    def mark(self, region: str, phase: str = "other") -> None:
+        """Time outside every module now belongs to ``region`` (``"(backward)"``, ``"(optimizer)"``)."""
+        s = self.session
+        if s.timer.active:  # only a profiled step has regions: the other steps pay nothing
+            with self.budget.spend("steps"):
+                s.mark(region, phase)
+
+    def step_end(self, stage: str, global_step: int | None = None) -> StepTotal | None:
+        """The step ends: its total is recorded, attributed profiled steps are logged (their logging is part of
+        what a profiled step costs), and the step totals due are written."""
+        s = self.session
+        with self.budget.spend("steps"):
+            total = s.step_end(stage, global_step)
+            s.flush(log=self._log_profiled)
+            self._log_totals()
+            return total
+
+    def epoch_end(self, stage: str, combine: Any = None) -> EpochTotals | None:
+        """Close the stage's epoch and log its totals; ``combine``: a function of the epoch's
+        :class:`~lightning_edge.lightning.session.EpochTotals` returning the totals over DDP ranks (the glue's)."""
+        s = self.session
+        with self.budget.spend("steps"):
+            tot = s.epoch_end(stage, log=self._log_profiled)
+            if tot is None:
+                return None
+            if combine is not None:
+                tot = combine(tot)
+                if tot.ranks > 1 and s.epochs and s.epochs[-1].stage == stage:
+                    s.epochs[-1] = tot  # the reports (layers.json) show the totals over ranks too
+            self._log_totals()
+            self._log_epoch(stage, tot)
+            return tot
+
+    def abort(self) -> None:
+        """An exception in the run: the step in progress is dropped, hooks removed, the device released."""
+        self.session.abort_step()
+        self.session.close()
+
+    def close(self) -> None:
+        """Release the device and close an own TensorBoard writer (results stay available)."""
+        self.session.close()
+        self._tbw.close()
+        self._writer = None
+
+    # ------------------------------------------------------------------ TensorBoard
+    def _tb(self) -> Any:
+        """The host's TensorBoardLogger experiment, else an own SummaryWriter (rank 0 only)."""
+        if not self.rank_zero:
+            return None
+        w = self._tbw.get(self._host)
+        self._writer, self.log_dir = w, self._tbw.log_dir or self.log_dir
+        if w is not None and self._layout_written != self.log_dir:
+            self._write_layout(w)
+        return w
+
+    def _labels(self) -> tuple[str, str, str]:
+        """Tag prefixes ``(time, energy and power, what the energy is)``: ``sim/`` for the twin's numbers,
+        ``estimated/`` for the roofline model's (no sensor), none for measured ones."""
+        s = self.session
+        src = s.source
+        e = {"simulated": "sim/", "model": "estimated/"}.get(src, "")
+        t = "sim/" if s.twin_times else ""
+        return t, e, src
+
+    def _describe(self, tag: str, what: str) -> str | None:
+        """The card's description, once per tag: what it shows, its unit, and whether it is simulated."""
+        if tag in self._described:
+            return None
+        self._described.add(tag)
+        s = self.session
+        src = s.source
+        if tag.startswith("host/"):
+            how = "measured on this machine (the host that ran the training), not on the simulated device"
+        elif tag.startswith("sim/"):
+            times = "time, power and energy" if s.twin_times else "power and energy"
+            how = f"SIMULATED: {times} of a Jetson AGX Orin (the twin's model of this workload) in mode {s.mode}"
+        elif tag.startswith("estimated/"):
+            how = "ESTIMATED by the roofline model (no power sensor) from this machine's timings"
+        elif "time_ms" in tag:
+            how = "measured on this machine"
+        else:
+            how = f"measured ({src}) with {s.device.describe() if s.device else 'the sensor'}"
+        return f"{what}. {how}. lightning_edge EnergyProfiler."
+
+    def _scalars(self, w: Any, items: list[tuple[str, float, str]], step: int) -> None:
+        desc = {}
+        for tag, _, what in items:
+            d = self._describe(tag, what)
+            if d is not None:
+                desc[tag] = d
+        write_scalars(w, [(t, v) for t, v, _ in items], step, desc)
+
+    def _write_layout(self, w: Any) -> None:
+        """The custom-scalars layout (once per run): step and epoch totals, the top layers' energy and time."""
+        self._layout_written = self.log_dir
+        self._described = set()  # a new run: its cards get their descriptions again
+        tp, ep, _ = self._labels()
+        kind = {"sim/": " (simulated)", "estimated/": " (estimated)"}.get(ep, "")
+        layout = {f"lightning_edge energy{kind}": {
+            "step energy (J)": ["Multiline", [rf"^{ep}energy_j/[^/]+/step$"]],
+            "epoch energy (J)": ["Multiline", [rf"^{ep}energy_j/[^/]+/epoch$"]],
+            "energy per sample (J)": ["Multiline", [rf"^{ep}energy_j/[^/]+/per_sample$"]],
+            "step time (ms)": ["Multiline", [rf"^{tp}time_ms/[^/]+/step$"]],
+            "top layers by energy: train (J)": ["Multiline", [rf"^{ep}energy_j/train/layer/"]],
+            "top layers by energy: time (ms)": ["Multiline", [rf"^{tp}time_ms/train/layer/"]],
+        }}
+        try:
+            w.add_custom_scalars(layout)
+        except Exception as exc:  # noqa: BLE001 - a writer without the plugin
+            self.note(f"TensorBoard custom scalars layout not written: {exc}")
+
+    def _log_profiled(self, done: list[ProfiledStep]) -> None:
+        """The per-layer scalars of attributed profiled steps (their step totals go with :meth:`_log_totals`)."""
+        if not done or not self.log_layers:
+            return
+        w = self._tb()
+        if w is None:
+            return
+        s = self.session
+        tp, ep, _ = self._labels()
+        for step in done:
+            st = step.stage
+            names = self._tb_names.get(st)
+            if names is None:  # fixed per stage: the cards stay the same through the run
+                ranked = sorted(step.energy.layers.values(), key=lambda le: -le.energy_j
+                                if math.isfinite(le.energy_j) else 0.0)
+                names = self._tb_names[st] = [le.name for le in ranked if le.time_s > 0][
+                    : None if self.log_layers == "all" else self.tb_layers]
+            items: list[tuple[str, float, str]] = []
+            for name in names:
+                le = step.energy.layers.get(name)
+                if le is None:
+                    continue
+                items.append((f"{tp}time_ms/{st}/layer/{name}", le.time_s * 1e3, f"self time of {name} per step, ms"))
+                items.append((f"{ep}energy_j/{st}/layer/{name}", le.energy_j, f"energy of {name} per step, J"))
+                if self.layer_power:
+                    items.append((f"{ep}power_w/{st}/layer/{name}", le.power_w, f"mean power of {name}, W"))
+                if s.twin_times:
+                    items.append((f"host/time_ms/{st}/layer/{name}", le.host_s * 1e3,
+                                  f"self time of {name} on this machine, ms"))
+            self._scalars(w, items, step.global_step)
+
+    def _log_totals(self) -> None:
+        """The step totals resolved since the last call: a profiled step's always, a plain step's every
+        ``log_every_n_steps`` batches (as the Trainer writes its own metrics)."""
+        s = self.session
+        every = self.log_every_n_steps
+        rows: list[StepTotal] = []
+        for stage, totals in s.totals.items():
+            i = self._logged_totals.get(stage, 0)
+            while i < len(totals) and math.isfinite(totals[i].energy_j):
+                t = totals[i]
+                i += 1
+                if t.profiled or (every > 0 and (t.index + 1) % every == 0):
+                    rows.append(t)
+            self._logged_totals[stage] = i
+        if not rows:
+            return
+        w = self._tb()
+        if w is None:
+            return
+        tp, ep, _ = self._labels()
+        for t in rows:
+            stage = t.stage
+            items = [(f"{tp}time_ms/{stage}/step", t.time_s * 1e3, f"{stage} step time, ms"),
+                     (f"{ep}energy_j/{stage}/step", t.energy_j, f"{stage} step energy, J"),
+                     (f"{ep}power_w/{stage}/step", t.energy_j / t.time_s if t.time_s > 0 else math.nan,
+                      f"{stage} step mean power, W")]
+            if t.sim_time_s is not None:
+                items.append((f"host/time_ms/{stage}/step", t.host_time_s * 1e3,
+                              f"{stage} step time on this machine, ms"))
+            self._scalars(w, items, t.global_step)
+
+    def _log_epoch(self, stage: str, tot: EpochTotals) -> None:
+        w = self._tb()
+        if w is None:
+            return
+        s = self.session
+        tp, ep, _ = self._labels()
+        items = [(f"{tp}time_ms/{stage}/epoch", tot.time_s * 1e3, f"{stage} epoch time, ms"),
+                 (f"{ep}energy_j/{stage}/epoch", tot.energy_j, f"{stage} epoch energy, J"),
+                 (f"{ep}energy_j/{stage}/per_sample", tot.j_per_sample, f"{stage} energy per sample, J"),
+                 (f"{ep}power_w/{stage}/epoch", tot.energy_j / tot.time_s if tot.time_s > 0 else math.nan,
+                  f"{stage} epoch mean power, W")]
+        if tot.ranks > 1:
+            items.append((f"{ep}energy_j/{stage}/epoch_domains", float(tot.domains),
+                          "energy domains summed in the epoch's energy (count)"))
+        q = tot.readings  # what the readings were worth: partial ones, rejected rail values, failed reads
+        if q is not None:
+            items += [(f"readings/{stage}/epoch_partial", float(q.partial),
+                       f"{stage}: power readings that missed a rail or a read (count)"),
+                      (f"readings/{stage}/epoch_rejected", float(q.rejected),
+                       f"{stage}: rail values rejected as implausible (count)"),
+                      (f"readings/{stage}/epoch_failed", float(q.failed), f"{stage}: failed sensor reads (count)"),
+                      (f"readings/{stage}/epoch_samples", float(q.samples), f"{stage}: power readings (count)")]
+        if s.twin_times and math.isfinite(tot.host_time_s):
+            items.append((f"host/time_ms/{stage}/epoch", tot.host_time_s * 1e3,
+                          f"{stage} epoch time on this machine, ms"))
+        self._scalars(w, items, tot.epoch)
+
+    # ------------------------------------------------------------------ extras, within the budget
+    def _extra(self, option: str, kind: str, n: int, what: str) -> bool:
+        """Whether the ``option`` setting (``figure`` or ``trace``) lets ``what`` (``n`` of ``kind``) be made now:
+        always (True), never (False), or ``"auto"``: when its expected cost fits what is left of the run's budget,
+        the reports kept; a note says why not."""
+        setting = getattr(self, option)
+        if setting is not True and setting != "auto":
+            return False
+        b = self.budget
+        need_s = b.need_s(kind, n)
+        if setting is True or b.afford(need_s, b.need_s("reports")):
+            return True
+        verb = "drawn" if option == "figure" else "written"
+        self.note(f"{what} not {verb}: about {need_s:.2g} s, over what is left of this run's overhead budget "
+                  f"({b.allowance_s():.2g} s: the larger of {100 * b.fraction:.3g} % of {b.run_s():.3g} s and "
+                  f"{b.floor_s:g} s; {b.spent_s():.2g} s spent) (EnergyProfiler({option}=True) always "
+                  f"{'draws' if option == 'figure' else 'writes'} them; layers.csv has every layer)")
+        return False
+
+    def _figures(self, w: Any, report: Any, stages: list[str], step: int) -> None:
+        """Each stage's layer bar chart (Pillow, some 20 ms) and roofline figure (matplotlib, about 0.5 s, more
+        the first time in a process), when ``figure`` allows (see :meth:`_extra`); the bar chart first."""
+        todo = [st for st in stages if report.stages.get(st) is not None and report.stages[st].layers]
+        if not self.figure or not todo:
+            return
+        b = self.budget
+        if self._extra("figure", "bars", len(todo), "layer bar charts"):
+            f0 = b.clock_ns()
+            with b.spend("bars"):
+                for st in todo:
+                    self._add_bars(w, st, report.stages[st], step)
+            b.learn("bars", (b.clock_ns() - f0) / 1e9, len(todo))
+        if not self._extra("figure", "figure", len(todo), "roofline figures"):
+            return
+        import sys
+
+        warm = "matplotlib.pyplot" in sys.modules
+        f0 = b.clock_ns()
+        with b.spend("figure"):
+            for st in todo:
+                self._add_figure(w, st, report.stages[st], step)
+        if warm:  # the first figure in a process pays matplotlib's import, budgeted apart
+            b.learn("figure", (b.clock_ns() - f0) / 1e9, len(todo))
+
+    def _add_figure(self, w: Any, stage: str, st: Any, epoch: int) -> None:
+        s = self.session
+        roof, desc = s.roofline(s.mode)
+        if roof is None:
+            return
+        total_t = sum(ls.time_s for ls in st.layers.values() if math.isfinite(ls.time_s))
+        # a layer's time is placed on the roofline when it is the device's: measured on that device (a Jetson) or
+        # the twin's model of it; timings from another machine (no sensor) leave the point on the roof, sized by
+        # its share of the time
+        on_device = s.twin_times or (s.source == "measured" and s.device is not None and
+                                     s.device.controller is not None)
+        pts = [{"name": ls.name, "kind": ls.kind, "flops": ls.flops, "bytes": ls.bytes,
+                "time_s": ls.time_s if on_device and ls.time_s > 0 else None,
+                "time_share": ls.time_s / total_t if total_t > 0 else None, "energy_j": ls.energy_j}
+               for ls in st.layers.values() if ls.flops and ls.bytes]
+        try:
+            from lightning_edge.roofline.plot import plot_rooflines
+
+            fig = plot_rooflines(roof, layers=pts or None, title=f"{stage}: layers on the {desc}",
+                                 times="SIMULATED (the twin's model)" if s.twin_times else None)
+            w.add_figure(f"roofline/{stage}", fig, epoch, close=True)
+        except Exception as exc:  # noqa: BLE001 - a figure must never stop training
+            self.note(f"roofline figure failed: {type(exc).__name__}: {exc}")
+
+    def _add_bars(self, w: Any, stage: str, st: Any, epoch: int) -> None:
+        """A bar chart of the stage's top layers: energy (J) and time (ms) per step, labelled simulated or not.
+        Drawn with Pillow (tens of milliseconds where a matplotlib figure takes about half a second)."""
+        s = self.session
+        ranked = [ls for ls in st.ranked() if math.isfinite(ls.energy_j) and ls.energy_j > 0][: max(self.top, 10)]
+        if not ranked:
+            return
+        try:
+            import numpy as np
+
+            from lightning_edge.profiling.report import bar_chart
+
+            kind = {"simulated": "SIMULATED (Orin twin)", "model": "ESTIMATED (roofline model)"}.get(s.source,
+                                                                                                  "measured")
+            tkind = "SIMULATED (Orin twin)" if s.twin_times else "this machine"
+            img = bar_chart([ls.name for ls in ranked], [("energy per step, J: " + kind, [ls.energy_j for ls in ranked]),
+                                                         ("time per step, ms: " + tkind,
+                                                          [ls.time_s * 1e3 for ls in ranked])],
+                            title=f"{stage}: top {len(ranked)} layers by energy")
+            w.add_image(f"layers/{stage}", np.asarray(img), epoch, dataformats="HWC")
+        except Exception as exc:  # noqa: BLE001
+            self.note(f"layer bar chart failed: {type(exc).__name__}: {exc}")
+
+    # ------------------------------------------------------------------ the end of the run
+    def _build_report(self, call: dict[str, Any] | None = None, global_step: int | None = None) -> Any:
+        """The report over the whole session, or (``call``: a mark from :meth:`begin_run`) over one run."""
+        from lightning_edge.profiling.report import ProfileReport
+
+        s = self.session
+        p0 = (call or {}).get("profiled", {})
+        t0 = (call or {}).get("totals", {})
+        e0 = (call or {}).get("epochs", 0)
+        profiled = {stage: lst[p0.get(stage, 0):] for stage, lst in s.profiled.items()}
+        all_totals = {stage: lst[t0.get(stage, 0):] for stage, lst in s.totals.items()}
+        steps = {stage: [p.energy for p in lst] for stage, lst in profiled.items() if lst or all_totals.get(stage)}
+        costs = {stage: s.costs_for(stage == "train") for stage in steps}
+        totals = {}
+        for stage, lst in all_totals.items():
+            if not lst:
+                continue
+            vals = [t.energy_j for t in lst if math.isfinite(t.energy_j)]
+            labels = {t.label for t in lst if math.isfinite(t.energy_j)}
+            totals[stage] = {"steps": len(lst), "energy_j": sum(vals) * len(lst) / len(vals) if vals else math.nan,
+                             "time_s": sum(t.time_s for t in lst), "samples": sum(t.samples or 0 for t in lst),
+                             "label": "/".join(sorted(labels)) if labels else "",
+                             "min_batches": s.schedule.warmup_steps + 1}
+            need = s.schedule.stages[stage].min_batches if stage in s.schedule.stages else 0
+            if need:
+                totals[stage].update(min_batches=need, min_reason="to pay for one profiled step within the overhead "
+                                     "budget: see the notes")
+            if call is not None and stage == "train" and global_step is not None:
+                totals[stage]["optimizer_steps"] = int(global_step) - (call.get("gstep0") or 0)
+        epochs = [{"stage": e.stage, "epoch": e.epoch, "energy_j": e.energy_j, "time_s": e.time_s,
+                   "steps": e.steps, "samples": e.samples, "j_per_sample": e.j_per_sample, "method": e.label,
+                   **({"host_time_s": e.host_time_s} if e.label == "simulated" else {}),
+                   "modes": e.modes,
+                   **({"ranks": e.ranks, "energy_domains": e.domains} if e.ranks > 1 else {}),
+                   **({"readings": {"samples": e.readings.samples, "partial": e.readings.partial,
+                                    "rejected": e.readings.rejected, "failed": e.readings.failed,
+                                    "missing_rails": list(e.readings.missing_rails),
+                                    "rejected_rails": list(e.readings.rejected_rails),
+                                    "coverage": e.readings.coverage}}
+                      if e.readings is not None else {})}
+                  for e in s.epochs[e0:]]
+        dev = s.device
+        notes = list(dict.fromkeys([*(dev.notes if dev else []), *s.cost_notes, *s.notes]))
+        mode = s.mode
+        roof_desc = s.roofline(mode)[1] if dev is not None else s.roofline_desc
+        return ProfileReport.build(steps, costs=costs, totals=totals, epochs=epochs,
+                                   device=dev.describe() if dev else "", source=s.source, mode=mode,
+                                   roofline=roof_desc, overhead=self._overhead(), notes=notes,
+                                   twin_times=s.twin_times)
+
+    def _overhead(self) -> RunOverhead:
+        """What this run spent, measured, from the budget (every part charges it)."""
+        s, b = self.session, self.budget
+        sch = s.schedule
+        so = s.sampler_overhead()
+        wall = b.elapsed_s()
+        spent = b.spent_s()
+        return RunOverhead(
+            fraction=_finite_or_none(sch.overhead_fraction()), every_n_steps=sch.every_n_steps, auto=sch.auto,
+            excess_s=b.spent_s("profiled", "capture"), work_s=b.spent_s("attribution"),
+            epoch_work_s=b.spent_s("reports", "bars", "figure", "trace"), setup_s=b.spent_s("analysis"),
+            steps_s=sch.run_ns / 1e9, sampler_cpu_percent=so.cpu_percent if so is not None else None,
+            run_wall_s=wall, run_overhead_s=spent, run_fraction=spent / max(wall - spent, 1e-9) if wall > 0 else None,
+            analysis_s=b.spent_s("analysis"), sampler_cpu_s=(so.cpu_fraction * wall) if so is not None else None)
+
+    def finish(self, fn: str | None = None, global_step: int | None = None) -> Any:
+        """The end of the run: the attributed steps logged, the table, the reports (layers.csv, layers.json), what
+        the budget leaves room for (the layer bar chart, the Chrome trace, the roofline figure) and the summary.
+        Returns the run's report (None on other ranks, or when the run had no step)."""
+        s, b = self.session, self.budget
+        with b.spend("reports"):
+            r0 = b.clock_ns()
+            s.flush(wait=True, log=self._log_profiled)
+            self._log_totals()
+            call = self._call or {}
+            ran = any(len(v) > call.get("totals", {}).get(k, 0) for k, v in s.totals.items())
+            if not self.rank_zero or not ran:
+                return None
+            fn = fn or call.get("fn")
+            stages = [st for st in FN_STAGES.get(str(fn), tuple(s.totals)) if st in s.totals]
+            self.call_report = self._build_report(call, global_step)
+            w = self._tb()
+            log_dir = Path(self.log_dir or self.log_dir_arg or ".")
+            step = int(global_step or 0)
+            if w is not None and self.table:
+                for st in stages:
+                    if st in self.call_report.stages:
+                        w.add_text(f"energy/{st}_layers", self.call_report.markdown(st), step)
+            # the session's report: the call's own when this call is the session's first (one build, not two)
+            first = not (any(call.get("profiled", {}).values()) or any(call.get("totals", {}).values())
+                         or call.get("epochs"))
+            report = self.report = self.call_report if first else self._build_report()
+            if self.write_report:
+                report.write_csv(log_dir / "layers.csv")
+            essentials_s = (b.clock_ns() - r0) / 1e9
+            # what the budget leaves room for, most useful first
+            if w is not None:
+                self._figures(w, self.call_report, stages, step)
+            if self.trace:
+                self._write_trace(log_dir)
+            r1 = b.clock_ns()
+            for r in {id(self.call_report): self.call_report, id(report): report}.values():  # the notes above
+                r.notes = list(dict.fromkeys([*r.notes, *s.notes]))
+            if self._writer is not None:
+                self._writer.flush()
+            self.summary_text = self.call_report.summary(self.top, stages)
+            essentials_s += (b.clock_ns() - r1) / 1e9
+            b.learn("reports", essentials_s)
+        # the whole run's overhead, measured: everything charged to the budget (every hook, the profiled steps'
+        # extra time, the analysis, the reports, what the extras cost); layers.json, written last, carries it
+        self.overhead = self._overhead()
+        self.call_report.overhead = self.overhead
+        report.overhead = self.overhead
+        if self.write_report:
+            report.write_json(log_dir / "layers.json")
+        if self.print_summary:
+            print(self.summary_text)
+        return self.call_report
+
+    def traced_steps(self) -> list[ProfiledStep]:
+        """The profiled steps a trace shows: the last ``trace_steps`` of each stage with their intervals kept."""
+        s = self.session
+        chosen = []
+        for lst in s.profiled.values():
+            chosen += [p for p in lst if p.timing.modules or p.timing.nodes][-self.trace_steps:]
+        chosen.sort(key=lambda p: p.timing.t0_ns)
+        return chosen
+
+    def merge_into_trace(self, path: str | os.PathLike[str]) -> int:
+        """Add this session's layer spans (FLOP, bytes, energy) and power counters to a trace ``torch.profiler``
+        wrote (``export_chrome_trace`` or ``tensorboard_trace_handler``), as a process of their own; returns the
+        events added (0 when its window holds none of this session's steps)."""
+        from lightning_edge.profiling.trace import merge_into
+
+        s = self.session
+        power = s.sampler.samples if s.sampler is not None else None
+        return merge_into(path, [(p.timing, p.energy, f"{p.stage} step {p.index}") for p in self.traced_steps()],
+                          epoch_offset_ns=EPOCH_OFFSET_NS, power=power,
+                          costs=lambda t: s.costs_for(t.has_backward),
+                          metadata={"source": s.source, "mode": s.mode})
+
+    def _write_trace(self, log_dir: Path) -> None:
+        from lightning_edge.profiling.trace import chrome_trace, trace_path, write_trace
+
+        s, b = self.session, self.budget
+        chosen = self.traced_steps()
+        spans = sum(len(p.timing.modules) + len(p.timing.nodes) for p in chosen)
+        if not chosen or not self._extra("trace", "trace", spans, "the Chrome trace"):
+            return
+        t0 = b.clock_ns()
+        with b.spend("trace"):
+            power = None
+            if s.sampler is not None:
+                hold = s.sampler.hold_ns
+                power = lambda a, b_: s.sampler.samples(a - hold, b_ + hold)  # noqa: E731
+            doc = chrome_trace(
+                [(p.timing, p.energy, f"{p.stage} step {p.index}") for p in chosen], power=power,
+                costs=lambda t: s.costs_for(t.has_backward),
+                metadata={"device": s.device.describe() if s.device else "", "source": s.source,
+                          "mode": s.mode, "method": "lightning_edge.EnergyProfiler",
+                          "times": "the twin's (simulated)" if s.twin_times else "this machine's"})
+            if self.trace_file is None:
+                self.trace_file = trace_path(log_dir)
+            write_trace(doc, self.trace_file)
+        b.learn("trace", (b.clock_ns() - t0) / 1e9, max(spans, 1))
+
+
+#: time.time_ns() - time.perf_counter_ns(): puts this process's step clock on the epoch clock of Kineto's traces
+EPOCH_OFFSET_NS = time.time_ns() - time.perf_counter_ns()
+
+
+def _finite_or_none(x: float) -> float | None:
+    return x if x is not None and math.isfinite(x) else None
