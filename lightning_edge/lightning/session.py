@@ -418,7 +418,9 @@ class EnergySession:
             costs[layer.name or self.timer.root_name] = layer
         self.costs[training] = costs
         if self.twin is not None:
-            self.twin.add_cost(cost, training)  # one merged cost, its layers named from the model's root
+            # one merged cost, its layers named from the model's root; the stage's steps (this list, as it grows): their
+            # gaps are the CPU work outside the layers the twin runs on the Orin's CPU
+            self.twin.add_cost(cost, training, steps=self.totals.setdefault(stage, []))
             self.twin.begin(training, samples)
 
     def twin_model(self, stage: str, mode: str | None = None) -> tuple[Any, dict[str, str]] | None:

@@ -46,12 +46,18 @@ def test_both_callbacks_on_the_twin_report_one_board(tmp_path):
     assert prof.session.device is tuner.board  # one Board object
     doc, modes = _modes(prof)
     assert {m["mode"] for m in modes} >= {str(p["mode"]) for p in t.profiles}  # every profiled mode seen
-    last = modes[-1]
-    assert last["mode"] == str(tuner.solution.mode) and last["steps"] > 50, modes  # trained on in the chosen mode
+    # trained on in the chosen mode (the epoch's groups come in the order their modes were first seen: when the tuner
+    # chooses the mode the board started in, its group is the first)
+    last = next(m for m in modes if m["mode"] == str(tuner.solution.mode))
+    assert last["steps"] > 50, modes
     model = t.meter.workload.twin_workload("train", 8)
-    for m in modes:
+    assert model.host is not None  # the CPU row measured by the profiler is part of the model the tuner's meter uses
+    for i, m in enumerate(modes):
         assert m["method"] == "simulated"
-        assert m["power_w"] == pytest.approx(float(model.step(m["mode"]).power_w), rel=1e-9), m
+        # the board's first mode also holds the first steps, modelled before the gaps between steps (the CPU work
+        # outside the layers, lightning/twin_driver.HOST_GAPS) were measured: close, not equal
+        rel = 0.05 if i == 0 else 1e-9
+        assert m["power_w"] == pytest.approx(float(model.step(m["mode"]).power_w), rel=rel), m
 
 
 @pytest.mark.slow
@@ -64,8 +70,8 @@ def test_both_callbacks_on_the_twin_agree_on_the_chosen_modes_power(tmp_path):
     sol = tuner.solution
     assert sol is not None and sol.power_w <= BUDGET and tuner.tuner.tuned_at_step is not None
     doc, modes = _modes(prof)
-    last = modes[-1]
-    assert last["mode"] == str(sol.mode) and last["steps"] >= 100, modes
+    last = next(m for m in modes if m["mode"] == str(sol.mode))
+    assert last["steps"] >= 100, modes
     assert last["power_w"] <= BUDGET and last["power_w"] == pytest.approx(sol.power_w, rel=0.05), (last, sol)
 
 
