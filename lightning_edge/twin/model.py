@@ -247,8 +247,9 @@ class OrinTwin:
         run = None if named else self.runs.get(kind)
         if host is None and run is not None:
             host = run.host
-        if optimizer_steps is None:
-            optimizer_steps = run.optimizer_steps if run is not None else 1.0
+        if optimizer_steps is None:  # a compiled profile keeps its own
+            optimizer_steps = cost.optimizer_steps if isinstance(cost, WorkloadProfile) else (
+                run.optimizer_steps if run is not None else 1.0)
         key = ("workload", id(cost), None if batch_size is None else int(batch_size), kind, precision,
                param_tensors, dataloader, host, float(optimizer_steps))
         hit = self._profile_cache.get(key)
