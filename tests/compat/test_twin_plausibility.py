@@ -258,10 +258,13 @@ def _fit_qwen2(tmp_path, accumulate: int):
     return prof
 
 
+@pytest.mark.slow
 def test_optimizer_charged_per_optimizer_step_with_gradient_accumulation(tmp_path):
     """Acceptance: with ``accumulate_grad_batches=4`` the profiler's (optimizer) row per batch is a quarter of what it
     is without (one optimizer step's kernels apportioned over the 4 batches between steps, and the summary says so);
-    before issue 27 every batch was charged a whole optimizer step (0.63 ms per batch with and without)."""
+    before issue 27 every batch was charged a whole optimizer step (0.63 ms per batch with and without). Two Trainer
+    fits on the twin (~40 s on a shared 2-core machine): slow; tests/twin/test_user_run.py checks the same path
+    without Lightning."""
     one, four = _fit_qwen2(tmp_path, 1), _fit_qwen2(tmp_path, 4)
     per_batch = [p.session.profiled["train"][-1].energy.layers["(optimizer)"].time_s for p in (one, four)]
     assert per_batch[1] == pytest.approx(per_batch[0] / 4, rel=0.1), per_batch
