@@ -78,6 +78,7 @@ class TwinDriver:
         self._opt_steps = 0
         self._steps: dict[str, Sequence[Any]] = {}  # kind -> the stage's steps (the session's list, growing)
         self._host_done: set[str] = set()
+        self._host_from: dict[str, float] = {}  # kind -> the first step index modelled with the CPU row measured
         self._hook = None
         try:
             from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -128,7 +129,8 @@ class TwinDriver:
         """The CPU work outside the layers per ``kind`` batch on this machine, once measured: the smallest of the
         first :data:`HOST_GAPS` gaps between the stage's steps (the first gap, after the capture step, holds the
         cost analysis: the smallest leaves it out), then kept for the rest of the run so that every step after it is
-        modelled alike (the steps before it are modelled without it: none was measured yet)."""
+        modelled alike; the steps it was measured on, and any before them, are modelled without it whenever they are
+        asked for (:meth:`workload`'s ``step``), so each step's total and layers stay one model."""
         run = self.twin.runs.get(kind)
         if kind in self._host_done:
             return run.host if run is not None else None
@@ -140,12 +142,14 @@ class TwinDriver:
             return None
         host = host_cpu_between(pairs, self.host_mhz)
         self._host_done.add(kind)
+        # the steps it was measured on (and any step before them) keep the model without it
+        self._host_from[kind] = int(getattr(list(steps)[HOST_GAPS], "index", HOST_GAPS)) + 1
         self.twin.set_run(kind, host=host, optimizer_steps=run.optimizer_steps if run is not None else 1.0,
                           how=run.how if run is not None else "")
         self._note(f"the twin's {IDLE} row ({kind}): the time after the GPU's last kernel of a step (its "
                    "synchronisation, the CPU finishing its dispatch) plus "
                    + (host.describe() if host is not None else "no CPU work outside the layers")
-                   + f", from step {HOST_GAPS + 1} on; no image decoding is modelled (TwinWorkload("
+                   + f", from step {self._host_from[kind]:.0f} on (the steps before it: without it); no image decoding is modelled (TwinWorkload("
                    "dataloader='decode') models Fulcrum's loader)")
         return host
 
@@ -163,9 +167,12 @@ class TwinDriver:
         mc = [(c, key[0]) for key, c in self.costs.items() if key[1] == training]
         return max(mc, key=lambda x: x[0].flops) if mc else None
 
-    def workload(self, training: bool, batch: int | None) -> Any:
+    def workload(self, training: bool, batch: int | None, step: int | None = None) -> Any:
         """The twin's one model of the captured workload (the largest analysed module's cost, its optimizer's
-        parameter tensors counted from that module), or None when nothing was analysed for ``training``."""
+        parameter tensors counted from that module), or None when nothing was analysed for ``training``. ``step``:
+        the stage's step index it models; a step before the CPU work outside the layers was measured
+        (:meth:`host_cpu`) is modelled without it, whenever it is asked for, so that a step's total and its layers
+        are always the same model."""
         main = self.main_cost(training)
         if main is None:
             return None
@@ -174,24 +181,29 @@ class TwinDriver:
             n_tensors = count_param_tensors(self.model.get_submodule(qual))
         except Exception:  # noqa: BLE001 - not a module: the twin guesses from the layers
             n_tensors = None
-        return self.twin.workload(cost, batch, "train" if training else "infer", param_tensors=n_tensors)
+        kind = "train" if training else "infer"
+        before = step is not None and step < self._host_from.get(kind, math.inf)
+        return self.twin.workload(cost, batch, kind, param_tensors=n_tensors, host=False if before else None)
 
-    def layer_model(self, training: bool, mode: str | None, batch: int | None) -> tuple[Any, dict[str, str]] | None:
-        """The twin's per-layer model of the captured workload in ``mode`` (None: the current one):
-        ``(LayerTimes, {twin row name: profiler layer name})``, or None when there is no cost or it cannot be modelled
-        (a note says why)."""
+    def layer_model(self, training: bool, mode: str | None, batch: int | None,
+                    step: int | None = None) -> tuple[Any, dict[str, str]] | None:
+        """The twin's per-layer model of the captured workload in ``mode`` (None: the current one) for the stage's
+        step ``step`` (None: the latest model): ``(LayerTimes, {twin row name: profiler layer name})``, or None when
+        there is no cost or it cannot be modelled (a note says why)."""
         main = self.main_cost(training)
         if main is None:
             return None
         cost, qual = main
+        kind = "train" if training else "infer"
         self._refresh_run(training)
-        self.host_cpu("train" if training else "infer")
-        key = (training, mode, batch, id(cost), self.twin.runs.get("train" if training else "infer"))
+        self.host_cpu(kind)
+        before = step is not None and step < self._host_from.get(kind, math.inf)
+        key = (training, mode, batch, id(cost), None if before else self.twin.runs.get(kind))
         if key in self._cache:
             return self._cache[key]
         out = None
         try:
-            lt = self.workload(training, batch).layers(mode)
+            lt = self.workload(training, batch, step).layers(mode)
             root = qual or self.root_name
             if lt.wait_s is not None and float(lt.wait_s.sum()) > 0:
                 self._note("the twin's layer times include the time the GPU waited for the CPU to launch their "

@@ -207,7 +207,7 @@ class OrinTwin:
         dataloader: bool | str | None = None,
         seq_len: int | None = None,
         inputs: Any = None,
-        host: HostCPU | None = None,
+        host: HostCPU | None | bool = None,
         optimizer_steps: float | None = None,
     ) -> TwinWorkload:
         """The one model of a workload on this twin (:class:`~lightning_edge.twin.timeline.TwinWorkload`),
@@ -222,7 +222,7 @@ class OrinTwin:
         The CPU outside the layers: a zoo *name* stands for the papers' workload, so its training minibatches default
         to their image-decoding data loader (``dataloader="decode"``); a cost or a module defaults to none, and to the
         user's run on this twin (:meth:`set_run`: the CPU time outside the layers the profiler measured, the optimizer
-        steps per batch) unless ``host`` / ``optimizer_steps`` say otherwise."""
+        steps per batch) unless ``host`` / ``optimizer_steps`` say otherwise (``host=False``: none)."""
         if kind not in (None, "train", "infer"):
             raise ValueError(f"kind must be 'train' or 'infer', got {kind!r}")
         named = isinstance(source, str)
@@ -245,7 +245,9 @@ class OrinTwin:
             dataloader = "decode" if named and kind == "train" else False
         dataloader = "decode" if dataloader is True else (dataloader or False)
         run = None if named else self.runs.get(kind)
-        if host is None and run is not None:
+        if host is False:  # explicitly none, whatever the user's run says
+            host = None
+        elif host is None and run is not None:
             host = run.host
         if optimizer_steps is None:  # a compiled profile keeps its own
             optimizer_steps = cost.optimizer_steps if isinstance(cost, WorkloadProfile) else (
