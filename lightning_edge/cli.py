@@ -90,12 +90,23 @@ OUTPUT_OPTIONS = ("json", "out", "plot")
 
 def check_output_paths(args: argparse.Namespace) -> None:
     """Every output file a command was given (``--json PATH``, ``--out``, ``--plot``) must go to an existing,
-    writable folder: checked before the work, not after it (a table printed, then the error)."""
+    writable folder: checked before the work, not after it (a table printed, then the error). An option the command
+    names in ``folder_outputs`` (the demo's ``--out``) is a folder: it must be one, or be creatable."""
     import os
 
+    folders = set(getattr(args, "folder_outputs", ()) or ())
     for opt in OUTPUT_OPTIONS:
         dest = getattr(args, opt, None)
         if not isinstance(dest, str) or dest in ("", "-"):
+            continue
+        if opt in folders:
+            if os.path.exists(dest) and not os.path.isdir(dest):
+                raise ValueError(f"--{opt} {dest}: is a file; give a folder (it is created when missing)")
+            probe = os.path.abspath(dest)
+            while not os.path.exists(probe):
+                probe = os.path.dirname(probe)
+            if not os.path.isdir(probe) or not os.access(probe, os.W_OK | os.X_OK):
+                raise ValueError(f"--{opt} {dest}: {probe} is not a writable folder; give a folder you can write")
             continue
         folder = os.path.dirname(os.path.abspath(dest))
         if os.path.isdir(dest):

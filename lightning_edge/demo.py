@@ -29,7 +29,7 @@ MODELS = ("mobilenet_v3_large", "mobilenet_v2", "resnet18")
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=float, default=20.0, metavar="W",
-                   help="power budget of the simulated Orin in W (default 20; MAXN draws ~25 W on this model)")
+                   help="power budget of the simulated Orin in W (default 20; MAXN draws ~21 W on this model)")
     p.add_argument("--minutes", type=float, default=2.0,
                    help="train for about this long (default 2; it goes on until tuning has finished, at most "
                         "3x or 5 min more, whichever is longer)")
@@ -41,6 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="profile store: 'default' (SQLite in the user cache dir), a file path (SQLite), an Optuna storage "
                         "URL (postgresql://...), or 'memory'")
     p.add_argument("--out", default="lightning_edge_demo", help="output directory for TensorBoard logs and reports")
+    p.set_defaults(folder_outputs=("out",))  # --out is a folder here (created when missing), not a file
     p.add_argument("--seed", type=int, default=0)
 
 

@@ -30,7 +30,7 @@ def test_demo_tunes_restores_prints_the_tensorboard_line_and_a_second_run_reuses
     logdir = out.rsplit("tensorboard --logdir", 1)[1].split()[0]
     assert list(Path(logdir).rglob("events.out.tfevents.*"))
     again = _run(cmd, tmp_path)
-    assert "0 measured in this run" in again  # every profile came from the SQLite store
+    assert "0 were measured in this run" in again  # every profile came from the SQLite store
 
 
 @pytest.mark.parametrize("script,args", [

@@ -48,6 +48,7 @@ from lightning_edge.cost.formulas import (
     FREE_OPS,
     numel,
     op_cost,
+    op_kernels,
     op_key,
     op_name,
 )
@@ -96,6 +97,7 @@ class _Recorder:
         self.marks: list[int] = []  # the autograd sequence number at each stack entry's start
         self.backward = False
         self.suppress = 0
+        self.internal = 0  # > 0 while autocast casts an argument: kernels issued from C++, no Python dispatch
         self.node_owner: dict[int, str] = {}
         self._memo: dict[int, tuple] = {}  # cost/nodes.py: claim_nodes' memo, which keeps owned nodes alive
         self.uncounted: Counter = Counter()
@@ -170,6 +172,8 @@ class _Recorder:
         cost = op_cost(func, args, kwargs, out, self.formulas)
         lc = self.layer(where)
         lc.ops[name] += 1
+        lc.kernels.update(op_kernels(name, args, kwargs, out, cost, backward=self.backward,
+                                     internal=self.internal > 0))
         self.counted_ops.add(where)
         if cost is None:
             self.uncounted[name] += 1
@@ -423,9 +427,10 @@ class _AutocastMode(TorchFunctionMode):
     runs in lower precision get their floating-point arguments cast to ``dtype`` (the casts are counted, as
     they run); every other op runs at the dtype of its inputs."""
 
-    def __init__(self, dtype: torch.dtype):
+    def __init__(self, dtype: torch.dtype, rec: _Recorder | None = None):
         super().__init__()
         self.dtype = dtype
+        self.rec = rec
         self.functions = _autocast_functions()
         self.calls = 0
 
@@ -436,7 +441,13 @@ class _AutocastMode(TorchFunctionMode):
 
             def cast(t):
                 if isinstance(t, torch.Tensor) and t.is_floating_point() and t.dtype != dt and t.dtype != torch.float64:
-                    return t.to(dt)
+                    if self.rec is None:
+                        return t.to(dt)
+                    self.rec.internal += 1  # autocast's casts are issued from C++ (KernelCost.internal)
+                    try:
+                        return t.to(dt)
+                    finally:
+                        self.rec.internal -= 1
                 return t
 
             args, kwargs = pytree.tree_map(cast, (args, kwargs))
@@ -526,7 +537,7 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
     modes = [(m, m.training) for m in model.modules()]
     handles = []
     attention = _FusedAttentionMode(rec)
-    amp_mode = _AutocastMode(amp) if amp is not None else contextlib.nullcontext()
+    amp_mode = _AutocastMode(amp, rec) if amp is not None else contextlib.nullcontext()
     eager = torch.compiler.set_stance("force_eager") if opaque else contextlib.nullcontext()
     try:
         model.train(training)
@@ -654,6 +665,7 @@ def step_cost(model: nn.Module, captured: Captured, *, training: bool | None = N
             have.backward += lc.backward
             have.calls += lc.calls
             have.ops.update(lc.ops)
+            have.kernels.update(lc.kernels)
         for n in cost.notes:
             note = f"{call.shown}: {n}" if call.module else n
             if note not in notes:

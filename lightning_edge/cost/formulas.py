@@ -24,6 +24,9 @@ from dataclasses import dataclass
 
 import torch
 
+from lightning_edge.cost.ops import ATTENTION_OPS
+from lightning_edge.cost.types import KernelCost
+
 # --------------------------------------------------------------------------------------------
 # helpers
 
@@ -554,3 +557,52 @@ def op_cost(op, args: tuple, kwargs: dict, out, formulas: dict[str, Formula] | N
     read = sum_bytes(args) + sum(sum_bytes(v) for v in kwargs.values()) if c.bytes_read is None else c.bytes_read
     written = sum_bytes(out) if c.bytes_written is None else c.bytes_written
     return c.flops, c.macs, read, written
+
+
+def _dtype_of(out, args) -> str:
+    """The dtype an op computes in: its first floating result's, else its first floating argument's."""
+    for t in (*tensors_in(out), *tensors_in(args)):
+        if t.is_floating_point():
+            return str(t.dtype).removeprefix("torch.")
+    return "float32"
+
+
+def op_kernels(op: str, args: tuple, kwargs: dict, out, cost: tuple[int, int, int, int] | None, *,
+               backward: bool = False, internal: bool = False) -> list[KernelCost]:
+    """The GPU kernels one call of ``op`` (a name as :func:`op_name` gives it) runs, with ``cost`` its
+    ``(flops, macs, bytes_read, bytes_written)`` from :func:`op_cost` (None: no formula, a kernel of zero work).
+
+    One kernel per op, except ``convolution_backward``, which runs as cuDNN does: a data-gradient kernel (the
+    transposed convolution), a weight-gradient kernel (reduction over the batch and the output positions) and a
+    bias-gradient reduction, each for the gradients asked for, each reading what it needs; the first is the op's
+    dispatch, the others are launched from C++ (``internal``). The depth of a kernel is
+    its multiply-accumulates per output element (``K`` of a matmul, ``C_in/groups x k x k`` of a convolution); fused
+    attention's is the head dimension (each score is a dot product of that length)."""
+    dtype = _dtype_of(out, args)
+    if cost is None:
+        return [KernelCost(op, backward, 0, 0, 0.0, dtype, internal)]
+    flops, macs, read, written = cost
+    if op == "convolution_backward" and len(args) >= 11:
+        grad_out, x, w = args[0], args[1], args[2]
+        transposed, mask = bool(args[7]), list(args[10])
+        fwd = conv_macs(x.shape, w.shape, grad_out.shape, transposed)
+        g, bx, bw_ = nbytes(grad_out), nbytes(x), nbytes(w)
+        ks = []
+        if mask[0]:
+            ks.append(KernelCost(op, backward, 2 * fwd, g + bw_ + bx, fwd / max(numel(x), 1), dtype, internal))
+        if mask[1]:
+            ks.append(KernelCost(op, backward, 2 * fwd, g + bx + bw_, fwd / max(numel(w), 1), dtype, internal))
+        if len(mask) > 2 and mask[2]:
+            ks.append(KernelCost(op, backward, numel(grad_out), g + grad_out.shape[1] * grad_out.dtype.itemsize,
+                                 0.0, dtype, internal))
+        if ks:  # one op dispatched: its first kernel; cuDNN launches the others from C++
+            return ks[:1] + [KernelCost(k.op, k.backward, k.flops, k.bytes, k.depth, k.dtype, True) for k in ks[1:]]
+    depth = 0.0
+    base = op.removesuffix("_backward")
+    if op in ATTENTION_OPS or base in ATTENTION_OPS:
+        t = _first_tensor(args)
+        depth = float(t.shape[-1]) if t is not None and t.dim() else 0.0
+    elif macs:
+        o = _first_tensor(out)
+        depth = macs / max(numel(o), 1) if o is not None else 0.0
+    return [KernelCost(op, backward, int(flops), int(read + written), float(depth), dtype, internal)]

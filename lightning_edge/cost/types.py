@@ -78,12 +78,34 @@ class Totals:
     intensity = _of_total("intensity")
 
 
+@dataclass(frozen=True)
+class KernelCost:
+    """One GPU kernel an op runs, as the counter saw it (``LayerCost.kernels`` counts them): the per-op detail the
+    twin times kernel by kernel (``docs/twin.md``, section 3).
+
+    ``op``: the aten op (``mm``, ``_scaled_dot_product_flash_attention_for_cpu``, ``convolution_backward``...);
+    ``backward``: run by the backward pass; ``flops`` and ``bytes`` (read + written) of this kernel; ``depth``: its
+    reduction depth, the multiply-accumulates per output element (``K`` of a matmul, ``C_in/groups x k x k`` of a
+    convolution, the head dimension of fused attention; 0 for a kernel that reduces nothing); ``dtype``: the dtype
+    it computes in (an autocast matmul's ``bfloat16``, its fp32 neighbours' ``float32``); ``internal``: issued from
+    C++ without a Python-level dispatch (the input and weight casts autocast inserts)."""
+
+    op: str
+    backward: bool
+    flops: int
+    bytes: int
+    depth: float = 0.0
+    dtype: str = "float32"
+    internal: bool = False
+
+
 @dataclass
 class LayerCost(Totals):
     """The cost of one module's own work (ops run directly inside it, not in its children).
 
     ``forward`` and ``backward`` are kept apart; the flat attributes (``flops``, ``bytes`` ...)
-    are their sum. ``ops`` counts the aten ops attributed to the layer, by name.
+    are their sum. ``ops`` counts the aten ops attributed to the layer, by name; ``kernels`` counts the
+    :class:`KernelCost` of each (identical kernels once, with their count; empty for a cost built by hand).
     """
 
     name: str
@@ -93,6 +115,7 @@ class LayerCost(Totals):
     backward: Cost = field(default_factory=Cost)
     calls: int = 0
     ops: Counter = field(default_factory=Counter)
+    kernels: Counter = field(default_factory=Counter)
 
     @property
     def total(self) -> Cost:

@@ -426,15 +426,19 @@ class EnergySession:
             costs[layer.name or self.timer.root_name] = layer
         self.costs[training] = costs
         if self.twin is not None:
-            self.twin.add_cost(cost, training)  # one merged cost, its layers named from the model's root
+            # one merged cost, its layers named from the model's root; the stage's steps (this list, as it grows): their
+            # gaps are the CPU work outside the layers the twin runs on the Orin's CPU
+            self.twin.add_cost(cost, training, steps=self.totals.setdefault(stage, []))
             self.twin.begin(training, samples)
 
-    def twin_model(self, stage: str, mode: str | None = None) -> tuple[Any, dict[str, str]] | None:
-        """The twin's per-layer model of the stage's captured workload in ``mode`` (default: the current one):
+    def twin_model(self, stage: str, mode: str | None = None,
+                   step: int | None = None) -> tuple[Any, dict[str, str]] | None:
+        """The twin's per-layer model of the stage's captured workload in ``mode`` (default: the current one) for its
+        step ``step`` (the twin models the steps before it measured the CPU work outside the layers without it):
         ``(LayerTimes, {twin row name: profiler layer name})``, or None when there is no twin or no cost."""
         if self.twin is None:
             return None
-        return self.twin.layer_model(stage == "train", mode, self._batch_sizes.get(stage))
+        return self.twin.layer_model(stage == "train", mode, self._batch_sizes.get(stage), step)
 
     @property
     def twin_times(self) -> bool:
@@ -499,7 +503,7 @@ class EnergySession:
         selfs = timing.exclusive()
         roof, desc = self.roofline(p.mode)
         self.roofline_desc = desc
-        sim = self.twin_model(p.stage, p.mode)
+        sim = self.twin_model(p.stage, p.mode, p.index)
         if sim is not None:  # the twin: the Orin's time and energy of every layer, from its model of the workload
             energy = simulated_step(selfs, timing.t0_ns, timing.t1_ns, sim[0], sim[1], samples=p.samples,
                                     training=p.stage == "train")
@@ -531,7 +535,7 @@ class EnergySession:
         if self.twin is not None:
             # the twin: every step is the twin's prediction for the workload in the step's mode
             for t in todo:
-                sim = self.twin_model(t.stage, t.mode)
+                sim = self.twin_model(t.stage, t.mode, t.index)
                 if sim is not None:
                     t.sim_time_s = float(sim[0].time_s)
                     t.energy_j, t.label = t.sim_time_s * float(sim[0].power_w), SIMULATED

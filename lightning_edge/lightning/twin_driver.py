@@ -6,15 +6,59 @@ The captured step's cost becomes the workload's one model on the twin (:meth:`Tw
 its prior and serving ask for the same cost): the simulated board runs it (its sensor's power follows it), and its
 per-layer table (``TwinWorkload.layers``) gives every layer's and step's time and energy on the Orin in a power mode,
 named as the profiler names the model's layers. The table's rows sum to the step.
+
+What the twin takes from the user's own run on this machine (:meth:`TwinDriver.add_cost` sets it on the twin, so the
+tuner's steps on the same board model the same workload, ``OrinTwin.set_run``):
+
+- the CPU work outside the layers: the smallest of the first gaps between consecutive steps of the stage (fetching
+  and collating the next batch, the training loop's Python between steps), this machine's seconds, which the twin
+  runs on the Orin's CPU (``twin.timeline.HostCPU``); kept for the rest of the run once measured;
+- the optimizer steps per batch: ``1 / accumulate_grad_batches`` under Lightning's automatic optimisation, else
+  measured (the parameters the optimizers stepped per training batch, as a share of the trainable ones).
 """
 
 from __future__ import annotations
 
+import math
+import re
+from collections.abc import Sequence
 from typing import Any
 
+from lightning_edge.twin.timeline import IDLE_ROW as IDLE
+from lightning_edge.twin.timeline import HostCPU
 from lightning_edge.twin.workload import count_param_tensors
 
-__all__ = ["TwinDriver"]
+__all__ = ["TwinDriver", "host_cpu_mhz", "host_cpu_between", "HOST_GAPS"]
+
+HOST_GAPS = 2
+"""Gaps between a stage's first steps that measure its CPU work outside the layers (their smallest)."""
+
+
+def host_cpu_mhz() -> float | None:
+    """This machine's CPU clock (MHz): the first core's maximum (cpufreq), else the fastest ``cpu MHz`` of
+    /proc/cpuinfo; None where neither can be read."""
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq") as f:
+            return float(f.read().strip()) / 1e3
+    except (OSError, ValueError):
+        pass
+    try:
+        with open("/proc/cpuinfo") as f:
+            mhz = [float(m) for m in re.findall(r"^cpu MHz\s*:\s*([0-9.]+)", f.read(), re.M)]
+        return max(mhz) if mhz else None
+    except (OSError, ValueError):
+        return None
+
+
+def host_cpu_between(steps: list[tuple[int, int]], host_mhz: float | None = None) -> HostCPU | None:
+    """The CPU work outside the layers per batch, from a stage's steps on this machine (``(t0_ns, t1_ns)`` each, in
+    order): the smallest gap from one step's end to the next one's start (fetching and collating the batch, the
+    loop's Python; the smallest, so one-off costs of the first steps such as a logger's setup stay out). None
+    without two steps."""
+    gaps = [(b0 - a1) / 1e9 for (_, a1), (b0, _) in zip(steps, steps[1:]) if b0 >= a1]
+    if not gaps:
+        return None
+    return HostCPU(min(gaps), host_mhz, f"the smallest of {len(gaps)} gap(s) between steps on this machine")
 
 
 class TwinDriver:
@@ -27,19 +71,108 @@ class TwinDriver:
         self.notes = notes
         self.costs: dict[tuple[str, bool], Any] = {}  # (module path, training) -> its ModelCost
         self.kind: str | None = None  # the workload the twin runs now ("train" / "infer")
-        self._cache: dict[tuple, Any] = {}  # (training, mode, batch, cost) -> (LayerTimes, names) or None
+        self._cache: dict[tuple, Any] = {}  # (training, mode, batch, cost, run) -> (LayerTimes, names) or None
+        self.host_mhz = host_cpu_mhz()
+        self._train_batches = 0  # training batches begun (follow), for the measured optimizer steps per batch
+        self._stepped = 0.0  # parameter elements the optimizers stepped (their step hook)
+        self._opt_steps = 0
+        self._steps: dict[str, Sequence[Any]] = {}  # kind -> the stage's steps (the session's list, growing)
+        self._host_done: set[str] = set()
+        self._host_from: dict[str, float] = {}  # kind -> the first step index modelled with the CPU row measured
+        self._hook = None
+        try:
+            from torch.optim.optimizer import register_optimizer_step_post_hook
 
-    def add_cost(self, cost: Any, training: bool, qual: str = "") -> None:
+            self._hook = register_optimizer_step_post_hook(self._stepped_params)
+        except Exception:  # noqa: BLE001 - an old torch: automatic optimisation's setting still tells
+            self._hook = None
+
+    def _stepped_params(self, optimizer: Any, args: Any, kwargs: Any) -> None:
+        """An optimizer stepped: count the parameter elements it updated (those with a gradient)."""
+        self._opt_steps += 1
+        self._stepped += float(sum(p.numel() for g in optimizer.param_groups for p in g["params"]
+                                   if getattr(p, "grad", None) is not None))
+
+    def optimizer_steps(self) -> tuple[float, str]:
+        """Optimizer steps per training batch and how it was found: ``1 / accumulate_grad_batches`` under
+        Lightning's automatic optimisation; else the parameters stepped per batch so far as a share of the trainable
+        parameters (a manual optimisation, a plain loop); one per batch until a step has been seen."""
+        trainer = getattr(self.model, "_trainer", None)
+        if trainer is not None and getattr(self.model, "automatic_optimization", True):
+            k = max(int(getattr(trainer, "accumulate_grad_batches", 1) or 1), 1)
+            return 1.0 / k, f"accumulate_grad_batches={k}"
+        trainable = float(sum(p.numel() for p in self.model.parameters() if p.requires_grad)) \
+            if hasattr(self.model, "parameters") else 0.0
+        if self._opt_steps and self._train_batches and trainable > 0:
+            share = self._stepped / (trainable * self._train_batches)
+            return share, (f"measured: {self._opt_steps} optimizer step(s) in {self._train_batches} batch(es) "
+                           f"updated {share:.3g} of the trainable parameters per batch")
+        return 1.0, "no optimizer step seen yet: one per batch assumed"
+
+    def add_cost(self, cost: Any, training: bool, qual: str = "", steps: Sequence[Any] | None = None) -> None:
+        """The stage's captured cost. ``steps``: the stage's steps on this machine, read as the run goes on (objects
+        with ``t0_ns`` and ``t1_ns``, in order: the session's own list): their gaps are the CPU work outside the
+        layers that the twin runs on the Orin's CPU (:meth:`host_cpu`)."""
         self.costs[(qual, training)] = cost
+        kind = "train" if training else "infer"
+        if steps is not None:
+            self._steps[kind] = steps
+        share, how = self.optimizer_steps() if training else (1.0, "")
+        run = self.twin.runs.get(kind)
+        self.twin.set_run(kind, host=run.host if run is not None else None, optimizer_steps=share, how=how)
+        if training and share != 1.0:
+            self._note(f"the twin's (optimizer) row: one optimizer step's kernels apportioned over the batches "
+                       f"between steps, {share:.3g} of a step per batch ({how})")
+        self.host_cpu(kind)
+
+    def host_cpu(self, kind: str) -> HostCPU | None:
+        """The CPU work outside the layers per ``kind`` batch on this machine, once measured: the smallest of the
+        first :data:`HOST_GAPS` gaps between the stage's steps (the first gap, after the capture step, holds the
+        cost analysis: the smallest leaves it out), then kept for the rest of the run so that every step after it is
+        modelled alike; the steps it was measured on, and any before them, are modelled without it whenever they are
+        asked for (:meth:`workload`'s ``step``), so each step's total and layers stay one model."""
+        run = self.twin.runs.get(kind)
+        if kind in self._host_done:
+            return run.host if run is not None else None
+        steps = self._steps.get(kind)
+        if steps is None:
+            return None
+        pairs = [(int(t.t0_ns), int(t.t1_ns)) for t in list(steps)[:HOST_GAPS + 1]]
+        if len(pairs) < HOST_GAPS + 1:
+            return None
+        host = host_cpu_between(pairs, self.host_mhz)
+        self._host_done.add(kind)
+        # the steps it was measured on (and any step before them) keep the model without it
+        self._host_from[kind] = int(getattr(list(steps)[HOST_GAPS], "index", HOST_GAPS)) + 1
+        self.twin.set_run(kind, host=host, optimizer_steps=run.optimizer_steps if run is not None else 1.0,
+                          how=run.how if run is not None else "")
+        self._note(f"the twin's {IDLE} row ({kind}): the time after the GPU's last kernel of a step (its "
+                   "synchronisation, the CPU finishing its dispatch) plus "
+                   + (host.describe() if host is not None else "no CPU work outside the layers")
+                   + f", from step {self._host_from[kind]:.0f} on (the steps before it: without it); no image decoding is modelled (TwinWorkload("
+                   "dataloader='decode') models Fulcrum's loader)")
+        return host
+
+    def _refresh_run(self, training: bool) -> None:
+        """A manual optimisation's measured steps per batch, updated on the twin when they have moved."""
+        if not training or self._hook is None:
+            return
+        run = self.twin.runs.get("train")
+        share, how = self.optimizer_steps()
+        if run is not None and not math.isclose(share, run.optimizer_steps, rel_tol=0.01):
+            self.twin.set_run("train", host=run.host, optimizer_steps=share, how=how)
 
     def main_cost(self, training: bool) -> tuple[Any, str] | None:
         """The largest analysed module's cost for training or inference, and its path in the model."""
         mc = [(c, key[0]) for key, c in self.costs.items() if key[1] == training]
         return max(mc, key=lambda x: x[0].flops) if mc else None
 
-    def workload(self, training: bool, batch: int | None) -> Any:
+    def workload(self, training: bool, batch: int | None, step: int | None = None) -> Any:
         """The twin's one model of the captured workload (the largest analysed module's cost, its optimizer's
-        parameter tensors counted from that module), or None when nothing was analysed for ``training``."""
+        parameter tensors counted from that module), or None when nothing was analysed for ``training``. ``step``:
+        the stage's step index it models; a step before the CPU work outside the layers was measured
+        (:meth:`host_cpu`) is modelled without it, whenever it is asked for, so that a step's total and its layers
+        are always the same model."""
         main = self.main_cost(training)
         if main is None:
             return None
@@ -48,23 +181,34 @@ class TwinDriver:
             n_tensors = count_param_tensors(self.model.get_submodule(qual))
         except Exception:  # noqa: BLE001 - not a module: the twin guesses from the layers
             n_tensors = None
-        return self.twin.workload(cost, batch, "train" if training else "infer", param_tensors=n_tensors)
+        kind = "train" if training else "infer"
+        before = step is not None and step < self._host_from.get(kind, math.inf)
+        return self.twin.workload(cost, batch, kind, param_tensors=n_tensors, host=False if before else None)
 
-    def layer_model(self, training: bool, mode: str | None, batch: int | None) -> tuple[Any, dict[str, str]] | None:
-        """The twin's per-layer model of the captured workload in ``mode`` (None: the current one):
-        ``(LayerTimes, {twin row name: profiler layer name})``, or None when there is no cost or it cannot be modelled
-        (a note says why)."""
+    def layer_model(self, training: bool, mode: str | None, batch: int | None,
+                    step: int | None = None) -> tuple[Any, dict[str, str]] | None:
+        """The twin's per-layer model of the captured workload in ``mode`` (None: the current one) for the stage's
+        step ``step`` (None: the latest model): ``(LayerTimes, {twin row name: profiler layer name})``, or None when
+        there is no cost or it cannot be modelled (a note says why)."""
         main = self.main_cost(training)
         if main is None:
             return None
         cost, qual = main
-        key = (training, mode, batch, id(cost))
+        kind = "train" if training else "infer"
+        self._refresh_run(training)
+        self.host_cpu(kind)
+        before = step is not None and step < self._host_from.get(kind, math.inf)
+        key = (training, mode, batch, id(cost), None if before else self.twin.runs.get(kind))
         if key in self._cache:
             return self._cache[key]
         out = None
         try:
-            lt = self.workload(training, batch).layers(mode)
+            lt = self.workload(training, batch, step).layers(mode)
             root = qual or self.root_name
+            if lt.wait_s is not None and float(lt.wait_s.sum()) > 0:
+                self._note("the twin's layer times include the time the GPU waited for the CPU to launch their "
+                           "kernels (as CUDA events around a layer measure it on a board): in a launch-bound step a "
+                           "layer's time is its dispatch")
             names = {n: (f"{qual}.{n}" if qual else n) for n in lt.names if n and not n.startswith("(")}
             names["(root)"] = root
             out = (lt, names)
@@ -95,14 +239,21 @@ class TwinDriver:
             self.notes.append(f"the twin could not simulate this workload ({exc}): it shows idle power")
 
     def follow(self, training: bool, samples: int | None) -> None:
-        """Switch the board's workload when the stage changes (training <-> inference) and its cost is known."""
+        """A step of the stage begins: switch the board's workload when the stage changes (training <-> inference)
+        and its cost is known; count the training batches (the optimizer steps per batch are measured over them)."""
+        if training:
+            self._train_batches += 1
         if self.kind is not None and self.kind != ("train" if training else "infer") and self.main_cost(training):
             self.begin(training, samples)
 
     def end(self) -> None:
+        """The session closes: the board stops running the workload; the optimizer hook is removed."""
         if self.kind is not None:
             self.twin.end()
             self.kind = None
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
 
     def _note(self, msg: str) -> None:
         if msg not in self.notes:

@@ -345,8 +345,9 @@ def _layer(name: str, s: Any, energy: float, method: str, source: str, model_j: 
                        int(layer_attr(s, "calls", 0) or 0), partial)
 
 
-#: the twin's share of a step that no layer holds: the board's CPU power over the step and its static power while
-#: the GPU waits (data loading, kernel launches): the last row of the twin's per-layer table
+#: the twin's share of a step that no layer holds: what follows the GPU's last kernel (the synchronisation, the CPU
+#: finishing its dispatch, the run's CPU work outside the layers, a modelled data loader) at the board's powers: the
+#: last row of the twin's per-layer table
 TWIN_REST = IDLE_ROW
 
 
@@ -358,8 +359,9 @@ def simulated_step(selfs: Mapping[str, Any], t0_ns: int, t1_ns: int, twin_layers
     step by construction, so the layers sum to the step's energy (``time_s * power_w``) and the step lasts the
     twin's ``time_s``. ``selfs`` (this machine's timings) only supply each layer's host time (``host_time_s``), kind
     and calls; a layer the twin does not model gets zero time and energy. ``name_of`` maps the twin's row names to
-    the profiler's layer names (default: same). What no layer holds (the CPU's power, static power while the GPU
-    waits) is the twin's row :data:`TWIN_REST`."""
+    the profiler's layer names (default: same). A layer's time is its kernels' GPU time plus the GPU's wait for their
+    launches; what follows the GPU's last kernel (the synchronisation, the CPU work outside the layers) is the twin's
+    row :data:`TWIN_REST`, and ``twin_layers.notes`` say how it was formed."""
     name_of = dict(name_of or {})
     rows: dict[str, list[float]] = {}  # name -> [time s, energy j, fwd s, bwd s]
     for n, ph, w, e in zip(twin_layers.names, twin_layers.phase, np.asarray(twin_layers.wall_s, dtype=float),

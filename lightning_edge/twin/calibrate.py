@@ -184,11 +184,21 @@ class _Objective:
         return np.array(r, dtype=float)
 
 
-def fit_rest(params: dict, twin, max_nfev: int = 400) -> dict:
+#: the coefficients of the GPU's kernels and the CPU's dispatch: what a change of the workload model (not of the
+#: board's energy) refits (``--only kernels``)
+KERNEL_PARAMS = ("eff_tc", "eff_cuda", "eff_dw", "eff_elt", "eff_mem", "half_mflop", "half_mbyte", "half_reduction",
+                 "k_overhead_us", "t_op_us", "t_module_us", "t_internal_us", "t_sync_us", "cpu_mem_sens")
+
+
+def fit_rest(params: dict, twin, max_nfev: int = 400, only: tuple[str, ...] | None = None) -> dict:
+    """Fit every non-roofline coefficient (``only``: these of them, the others held) to the targets."""
     from scipy.optimize import least_squares
 
     obj = _Objective(twin)
-    names = list(REST_PARAMS)
+    names = [n for n in REST_PARAMS if only is None or n in only]
+    unknown = set(only or ()) - set(REST_PARAMS)
+    if unknown:
+        raise ValueError(f"not fitted here: {sorted(unknown)}; the non-roofline coefficients are {list(REST_PARAMS)}")
     lo = np.array([REST_PARAMS[n][0] for n in names])
     hi = np.array([REST_PARAMS[n][1] for n in names])
     x0 = np.clip(np.array([params[n] for n in names]), lo + 1e-9, hi - 1e-9)
@@ -259,13 +269,19 @@ def profile_dict(params: dict, twin) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    here = Path(__file__).resolve().parents[2] / "data" / "orin-agx-twin.json"
+    here = Path(__file__).resolve().parents[1] / "data" / "orin-agx-twin.json"
     ap.add_argument("--out", default=str(here))
     ap.add_argument("--start", default=None, help="start from this profile's fit.params (default: the shipped one)")
     ap.add_argument("--defaults", action="store_true", help="start from physics.DEFAULT_PARAMS")
     ap.add_argument("--max-nfev", type=int, default=400)
     ap.add_argument("--skip-roofline", action="store_true")
+    ap.add_argument("--only", default=None,
+                    help="fit only these coefficients (comma-separated names, or 'kernels': the GPU kernels' and CPU "
+                         "dispatch's), the others held at their start values")
     args = ap.parse_args(argv)
+    only = None
+    if args.only:
+        only = tuple(n for part in args.only.split(",") for n in (KERNEL_PARAMS if part == "kernels" else (part,)))
     from lightning_edge.twin.model import OrinTwin, load_twin_params
 
     params = dict(DEFAULT_PARAMS)
@@ -278,7 +294,7 @@ def main(argv=None) -> int:
         params = fit_roofline(params)
         print("roofline residuals:", np.round(_roof_residuals(Physics(params)), 3))
     twin = OrinTwin(params, profile_path=False)
-    params = fit_rest(params, twin, args.max_nfev)
+    params = fit_rest(params, twin, args.max_nfev, only)
     twin.physics = Physics(params)
     data = profile_dict(params, twin)
     Path(args.out).write_text(json.dumps(data, indent=2) + "\n")

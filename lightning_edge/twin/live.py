@@ -159,7 +159,8 @@ class SimWorkload:
         kind, mode and batch size, so repeated measurements do not run the twin again). ``batch_size`` defaults to
         ``train_batch_size``."""
         bs = self.train_batch_size if batch_size is None else int(batch_size)
-        key = (kind, self.twin.space.coerce(mode), bs)
+        # the user's run on this twin (OrinTwin.set_run) is part of a captured workload's model
+        key = (kind, self.twin.space.coerce(mode), bs, None if isinstance(self.model, str) else self.twin.runs.get(kind))
         hit = self._expected.get(key)
         if hit is None:
             step = self.twin_workload(kind, bs).step(key[1])

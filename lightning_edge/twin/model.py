@@ -44,10 +44,11 @@ from lightning_edge import catalog
 from lightning_edge.modes import PowerMode, PowerModeSpace
 from lightning_edge.roofline.model import Roofline
 from lightning_edge.twin.physics import Physics
-from lightning_edge.twin.timeline import LayerTimes, Prediction, TwinWorkload, as_knobs
+from lightning_edge.twin.timeline import HostCPU, LayerTimes, Prediction, TwinWorkload, as_knobs
 from lightning_edge.twin.workload import WorkloadProfile, count_param_tensors, is_cost, precision_of
 
-__all__ = ["OrinTwin", "Prediction", "LayerTimes", "TwinWorkload", "Activity", "TWIN_PROFILE", "load_twin_params"]
+__all__ = ["OrinTwin", "Prediction", "LayerTimes", "TwinWorkload", "Activity", "TWIN_PROFILE", "load_twin_params",
+           "UserRun"]
 
 TWIN_PROFILE = "orin-agx-twin"
 """Name of the shipped twin profile (``lightning_edge/data/orin-agx-twin.json``)."""
@@ -68,6 +69,20 @@ def load_twin_params(path: str | Path | None = None) -> tuple[dict[str, float], 
         raise ValueError(f"twin profile {path or TWIN_PROFILE!r} has no fit.params section: regenerate it with "
                          "`python -m lightning_edge.twin.calibrate`")
     return {k: float(v) for k, v in params.items()}, data
+
+
+@dataclass(frozen=True)
+class UserRun:
+    """What the user's own run on this machine says about its workload's minibatches, for every caller that models
+    that workload on this twin (the profiler sets it, the tuner's steps read it: :meth:`OrinTwin.set_run`).
+
+    ``host``: the CPU work outside the layers measured on this machine (:class:`~lightning_edge.twin.timeline.
+    HostCPU`); ``optimizer_steps``: optimizer steps per minibatch (``1 / accumulate_grad_batches``; what a manual
+    optimisation steps per batch as a share of the parameters); ``how``: how that share was found."""
+
+    host: HostCPU | None = None
+    optimizer_steps: float = 1.0
+    how: str = ""
 
 
 @dataclass
@@ -142,6 +157,7 @@ class OrinTwin:
         self._activity: Activity | None = None
         self._cost_cache: dict[tuple, Any] = {}
         self._profile_cache: dict[tuple, Any] = {}
+        self.runs: dict[str, UserRun] = {}  # kind -> the user's run (set_run): a captured cost's defaults
         # live power state: the level being approached, where the last transition started, and when
         self._target_key: tuple | None = None
         self._from_w: float | None = None
@@ -188,9 +204,11 @@ class OrinTwin:
         *,
         precision: str | None = None,
         param_tensors: int | None = None,
-        dataloader: bool | None = None,
+        dataloader: bool | str | None = None,
         seq_len: int | None = None,
         inputs: Any = None,
+        host: HostCPU | None | bool = None,
+        optimizer_steps: float | None = None,
     ) -> TwinWorkload:
         """The one model of a workload on this twin (:class:`~lightning_edge.twin.timeline.TwinWorkload`),
         memoised per source and arguments, so callers that ask for the same workload share one object.
@@ -198,10 +216,16 @@ class OrinTwin:
         ``source``: a :class:`~lightning_edge.cost.ModelCost` (``kind`` default from it), a compiled
         ``WorkloadProfile``, a zoo model name or an ``nn.Module`` with ``inputs`` (one minibatch of its forward
         inputs; analysed once per batch size and kind by :meth:`workload_cost`, ``kind`` default ``"infer"``, its
-        parameter tensors counted). ``precision`` default: from the cost (:func:`~lightning_edge.twin.workload.
-        precision_of`); for a name or module ``"fp32"`` (``"fp16"`` analyses it in half precision)."""
+        parameter tensors counted). ``precision`` default: each kernel's own (from the cost); for a name or module
+        ``"fp32"`` (``"fp16"`` analyses it in half precision).
+
+        The CPU outside the layers: a zoo *name* stands for the papers' workload, so its training minibatches default
+        to their image-decoding data loader (``dataloader="decode"``); a cost or a module defaults to none, and to the
+        user's run on this twin (:meth:`set_run`: the CPU time outside the layers the profiler measured, the optimizer
+        steps per batch) unless ``host`` / ``optimizer_steps`` say otherwise (``host=False``: none)."""
         if kind not in (None, "train", "infer"):
             raise ValueError(f"kind must be 'train' or 'infer', got {kind!r}")
+        named = isinstance(source, str)
         if isinstance(source, WorkloadProfile) or is_cost(source):
             cost = source
         else:
@@ -215,17 +239,43 @@ class OrinTwin:
         if kind is None:
             kind = cost.kind if isinstance(cost, WorkloadProfile) else (
                 "train" if getattr(cost, "training", False) else "infer")
-        precision = precision_of(cost) if precision is None else precision
-        dataloader = kind == "train" if dataloader is None else bool(dataloader)
+        own = precision_of(cost)
+        precision = None if precision in (None, own) else precision
+        if dataloader is None:
+            dataloader = "decode" if named and kind == "train" else False
+        dataloader = "decode" if dataloader is True else (dataloader or False)
+        run = None if named else self.runs.get(kind)
+        if host is False:  # explicitly none, whatever the user's run says
+            host = None
+        elif host is None and run is not None:
+            host = run.host
+        if optimizer_steps is None:  # a compiled profile keeps its own
+            optimizer_steps = cost.optimizer_steps if isinstance(cost, WorkloadProfile) else (
+                run.optimizer_steps if run is not None else 1.0)
         key = ("workload", id(cost), None if batch_size is None else int(batch_size), kind, precision,
-               param_tensors, dataloader)
+               param_tensors, dataloader, host, float(optimizer_steps))
         hit = self._profile_cache.get(key)
         if hit is not None and hit[0] is cost:  # the cost is kept alive with it: ids cannot be reused
             return hit[1]
+        if isinstance(cost, WorkloadProfile) and float(optimizer_steps) != cost.optimizer_steps:
+            raise ValueError("a compiled profile keeps its optimizer steps: compile the cost with optimizer_steps=")
+        extra = {} if isinstance(cost, WorkloadProfile) else {"optimizer_steps": float(optimizer_steps)}
         wl = TwinWorkload(cost, self, batch_size=batch_size, kind=kind, precision=precision,
-                          param_tensors=param_tensors, dataloader=dataloader)
+                          param_tensors=param_tensors, dataloader=dataloader, host=host, **extra)
         self._profile_cache[key] = (cost, wl)  # type: ignore[assignment]
         return wl
+
+    def set_run(self, kind: str, *, host: HostCPU | None = None, optimizer_steps: float = 1.0,
+                how: str = "") -> UserRun:
+        """Say what the user's own run measured about its ``kind`` (``"train"``/``"infer"``) minibatches: every
+        later :meth:`workload` of a cost or module of that kind on this twin (the profiler's table, the tuner's steps
+        on the same board) takes ``host`` and ``optimizer_steps`` unless told otherwise (a zoo name never: it is the
+        papers' workload). Returns the :class:`UserRun`."""
+        if kind not in ("train", "infer"):
+            raise ValueError(f"kind must be 'train' or 'infer', got {kind!r}")
+        run = UserRun(host, float(optimizer_steps), how)
+        self.runs[kind] = run
+        return run
 
     def compile(self, cost: Any, *, kind: str | None = None, batch_size: int | None = None,
                 param_tensors: int | None = None) -> WorkloadProfile:
@@ -248,9 +298,9 @@ class OrinTwin:
     ) -> Prediction:
         """``workload(cost, ...).step(modes)``: minibatch time and average power of ``cost`` (a ModelCost or
         WorkloadProfile) on ``modes`` (``None``: all 18,096; a PowerMode or label, a list, an (M, 4) array or a
-        PowerModeSpace). ``kind``: ``"train"`` or ``"infer"`` (default: from the cost). ``dataloader``: include the
-        data loader (4 workers) in the minibatch time and CPU power; default on for training, off for inference (the
-        papers time inference minibatches around the forward pass). ``detail=True`` with one mode adds the
+        PowerModeSpace). ``kind``: ``"train"`` or ``"infer"`` (default: from the cost). ``dataloader``: ``"decode"``
+        (or True) adds Fulcrum's image-decoding data loader (4 workers) to the minibatch time and CPU power; default
+        off for a cost (:meth:`workload` says where its CPU work outside the layers comes from). ``detail=True`` with one mode adds the
         per-layer table (``Prediction.layers``, :meth:`TwinWorkload.layers`)."""
         wl = self.workload(cost, batch_size, kind, precision=precision, param_tensors=param_tensors,
                            dataloader=dataloader)

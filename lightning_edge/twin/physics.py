@@ -14,13 +14,17 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["DEFAULT_PARAMS", "PARAM_DOCS", "Physics", "F_CPU_MAX", "F_GPU_MAX", "F_MEM_MAX", "DRAM_PEAK_BPS"]
+__all__ = ["DEFAULT_PARAMS", "PARAM_DOCS", "Physics", "F_CPU_MAX", "F_GPU_MAX", "F_MEM_MAX", "DRAM_PEAK_BPS",
+           "GPU_SMS"]
 
 F_CPU_MAX = 2201.6
 F_GPU_MAX = 1300.5
 F_MEM_MAX = 3199.0
 DRAM_PEAK_BPS = 204.8e9
 """LPDDR5, 256-bit at 3199 MHz EMC: the theoretical bandwidth (scales with the EMC clock)."""
+GPU_SMS = 16
+"""Streaming multiprocessors of the Orin AGX's Ampere GPU: 2048 CUDA cores and 64 tensor cores (Pagoda, Table 2), 128
+and 4 per SM. A matmul smaller than one tile per SM cannot keep the others busy."""
 
 PARAM_DOCS: dict[str, str] = {
     # --- time roofline: peak = softmin_k(core side, memory-feed side)
@@ -77,9 +81,11 @@ PARAM_DOCS: dict[str, str] = {
     "eff_dw": "achieved fraction of the CUDA-core peak by depthwise convolutions",
     "eff_elt": "achieved fraction of the CUDA-core peak by element-wise FLOP",
     "eff_mem": "achieved fraction of the benchmark bandwidth by large kernels",
-    "half_mflop": "FLOP per kernel (MFLOP) at which compute efficiency is half its large-kernel value",
-    "half_mbyte": "bytes per kernel (MB) at which bandwidth efficiency is half its large-kernel value",
-    "half_reduction": "GEMM reduction depth (C_in K K, or K) at which tensor/CUDA-core efficiency halves",
+    "half_mflop": "a matmul's fill and drain (its first and last wave), in FLOP of its unit: paid once per kernel, "
+                  "at most 16 (SMs) x the kernel's own FLOP (MFLOP)",
+    "half_mbyte": "a kernel's memory fill and drain, in bytes at its bandwidth: paid once per kernel (MB)",
+    "half_reduction": "reduction depth (K of a matmul, C_in/groups x k x k of a convolution, the head dimension of "
+                      "fused attention) at which a kernel's tensor/CUDA-core efficiency halves",
     # --- data loading
     "loader_workers": "DataLoader worker processes (Fulcrum and Pagoda: 4)",
     "t_decode_train_ms_per_mpix": "CPU time to load + decode + augment one megapixel image for training (ms)",

@@ -42,12 +42,14 @@ The rows' times sum to the step's time and their energies (and each energy part)
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from lightning_edge.modes import PowerMode, PowerModeSpace
+from lightning_edge.twin.physics import F_CPU_MAX, GPU_SMS
 from lightning_edge.twin.workload import WorkloadProfile, compile_workload, precision_of
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -149,6 +151,7 @@ class LayerTimes:
     wait_s: np.ndarray | None = None
     parts: dict[str, np.ndarray] = field(default_factory=dict)
     step: Prediction | None = None
+    notes: list[str] = field(default_factory=list)
 
     @property
     def kernel_rows(self) -> slice:
@@ -212,26 +215,82 @@ def gpu_ends(issue: np.ndarray, suffix: np.ndarray, *, rows: bool = False) -> np
     return np.maximum.accumulate(bound, axis=-1) - after
 
 
+@dataclass(frozen=True)
+class HostCPU:
+    """The CPU work of the user's own run that the twin does not model op by op: the time outside the layers that
+    this machine measured per minibatch (the input pipeline: fetching and collating the batch, the training loop's
+    Python between steps), and this machine's CPU clock. The twin runs it on the Orin's CPU
+    (:meth:`TwinWorkload.step`): ``cpu_s x host_mhz / 2201.6`` at MAXN (the clock ratio: the twin has no figure for
+    how much more or less a core of this machine does per clock than the Orin's Cortex-A78AE, so it takes them
+    equal), times the twin's CPU factor of the mode (``1 / f_cpu``, slower at low EMC clocks), on the main thread,
+    after the GPU's last kernel of the step (the papers' minibatch ends with a synchronisation).
+
+    ``how``: where the number came from (the profiler: "median of N gaps between training steps on this machine").
+    """
+
+    cpu_s: float
+    host_mhz: float | None = None
+    how: str = "measured on this machine"
+
+    def __post_init__(self) -> None:
+        if not (math.isfinite(self.cpu_s) and self.cpu_s >= 0):
+            raise ValueError(f"HostCPU.cpu_s must be a finite number of seconds >= 0, got {self.cpu_s!r}")
+        if self.host_mhz is not None and not (math.isfinite(self.host_mhz) and self.host_mhz > 0):
+            raise ValueError(f"HostCPU.host_mhz must be a positive clock in MHz or None, got {self.host_mhz!r}")
+
+    @property
+    def scale(self) -> float:
+        """This machine's seconds -> the Orin's at MAXN CPU: the clock ratio (1 when this machine's clock is unknown)."""
+        return (self.host_mhz / F_CPU_MAX) if self.host_mhz else 1.0
+
+    @property
+    def orin_s(self) -> float:
+        """The work's seconds on the Orin's CPU at MAXN."""
+        return self.cpu_s * self.scale
+
+    def describe(self) -> str:
+        clock = (f"x {self.scale:.2f} (this CPU's {self.host_mhz:.0f} MHz / the Orin's {F_CPU_MAX:g} MHz; the "
+                 "twin has no figure for their speed per clock: taken equal)" if self.host_mhz else
+                 "x 1 (this CPU's clock unknown: taken as the Orin's top clock)")
+        return (f"{self.cpu_s * 1e3:.3g} ms per minibatch outside the layers ({self.how}) {clock} "
+                f"= {self.orin_s * 1e3:.3g} ms at MAXN, x the mode's CPU factor (1/f_cpu, memory latency)")
+
+
+LOADERS = ("decode",)
+"""The data loaders the twin can model itself: ``"decode"``, Fulcrum's and Pagoda's ImageNet pipeline (4 worker
+processes decoding and augmenting JPEGs, the batch fetched on the main thread)."""
+
+
 class TwinWorkload:
     """One workload's minibatch on the twin: the one model that every caller asks (module docstring).
 
     ``TwinWorkload(cost, twin, *, batch_size=None, kind=None, precision=None, param_tensors=None,
-    dataloader=None)``: ``cost`` a :class:`~lightning_edge.cost.ModelCost` (or a compiled ``WorkloadProfile``);
-    ``kind`` ``"train"``/``"infer"`` (default: from the cost); ``batch_size`` (default: the cost's first input's
-    first dimension); ``precision`` ``"fp32"``/``"fp16"`` (default :func:`~lightning_edge.twin.workload.precision_of`
-    the cost: fp16 for 16-bit tensors or a 16-bit autocast); ``param_tensors`` the optimizer's parameter tensors (one
-    kernel per op per tensor; count them with :func:`~lightning_edge.twin.workload.count_param_tensors`, default a
-    guess of 2 per layer with parameters); ``dataloader``: include the data loader (default: for training).
+    dataloader=None, host=None, optimizer_steps=1.0)``: ``cost`` a :class:`~lightning_edge.cost.ModelCost` (or a
+    compiled ``WorkloadProfile``); ``kind`` ``"train"``/``"infer"`` (default: from the cost); ``batch_size``
+    (default: the cost's first input's first dimension); ``precision``: None (default) times every kernel at the
+    dtype the cost counted it in (an autocast's matmuls in bf16, its element-wise ops in fp32); ``"fp16"`` or
+    ``"fp32"`` forces every kernel to that precision (the label is :func:`~lightning_edge.twin.workload.precision_of`
+    the cost otherwise); ``param_tensors`` the optimizer's parameter tensors (one kernel per op per tensor; count
+    them with :func:`~lightning_edge.twin.workload.count_param_tensors`, default a guess of 2 per layer with
+    parameters); ``optimizer_steps``: optimizer steps per minibatch (``1 / accumulate_grad_batches``), the
+    ``(optimizer)`` row's share of one step.
+
+    The CPU work outside the layers: ``host`` (a :class:`HostCPU`: what the user's own run measured on this machine,
+    run on the Orin's CPU) and/or ``dataloader`` (``"decode"`` or True: Fulcrum's image-decoding loader, for
+    reproducing the papers' workloads; False/None: none). With neither, the step is the layers' kernels, their
+    dispatch and the synchronisation.
+
     ``twin``: whose physics, space and matmul setting (an ``OrinTwin``); :meth:`on` gives the same workload on
-    another twin. ``OrinTwin.workload(...)`` builds one and memoises it per cost and arguments. Nothing here is cached: the twin's
-    physics may be swapped (calibration) and every call reads it.
+    another twin. ``OrinTwin.workload(...)`` builds one and memoises it per cost and arguments. Nothing here is cached:
+    the twin's physics may be swapped (calibration) and every call reads it.
     """
 
     label = LABEL
 
     def __init__(self, cost: Any, twin: OrinTwin, *, batch_size: int | None = None,
                  kind: str | None = None, precision: str | None = None, param_tensors: int | None = None,
-                 dataloader: bool | None = None, **compile_kw: Any) -> None:
+                 dataloader: bool | str | None = None, host: HostCPU | None = None,
+                 optimizer_steps: float = 1.0, **compile_kw: Any) -> None:
         self.twin = twin
         self.cost = cost
         if isinstance(cost, WorkloadProfile):
@@ -240,11 +299,23 @@ class TwinWorkload:
                 raise ValueError(f"a compiled {prof.kind} profile cannot be modelled as {kind!r}: compile the cost")
         else:
             prof = compile_workload(cost, kind=kind, batch_size=batch_size, param_tensors=param_tensors,
-                                    **compile_kw)
+                                    optimizer_steps=optimizer_steps, **compile_kw)
         self.profile: WorkloadProfile = prof
         self.param_tensors = param_tensors
-        self.precision = precision_of(prof) if precision is None else str(precision)
-        self.dataloader = (prof.kind == "train") if dataloader is None else bool(dataloader)
+        own = precision_of(prof)
+        if precision not in (None, "fp32", "fp16"):
+            raise ValueError(f"precision must be None (each kernel's own), 'fp32' or 'fp16', got {precision!r}")
+        self.precision = own if precision is None else str(precision)
+        # a precision asked for that is not the cost's own: every kernel at that precision
+        self._half = None if precision is None or precision == own else precision == "fp16"
+        if dataloader not in (None, False, True, *LOADERS):
+            raise ValueError(f"dataloader must be None/False (none), True or 'decode' (Fulcrum's image-decoding "
+                             f"loader), got {dataloader!r}")
+        self.dataloader = "decode" if dataloader is True else (dataloader or None)
+        if host is not None and not isinstance(host, HostCPU):
+            raise TypeError(f"host must be a HostCPU (the CPU time outside the layers measured on this machine), "
+                            f"got {type(host).__name__}")
+        self.host = host
 
     @property
     def kind(self) -> str:
@@ -286,60 +357,100 @@ class TwinWorkload:
                 f"{len(self.profile.names)} rows, simulated)")
 
     # ------------------------------------------------------------------ stage 1: kernels
-    def _unit_rates(self, fg: np.ndarray, fm: np.ndarray) -> np.ndarray:
-        """Large-kernel FLOP/s per execution unit, shape (len(fg), 4) in UNITS order."""
+    def _combo_rates(self, fg: np.ndarray, fm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Large-kernel FLOP/s and bandwidth (B/s) of every (unit, 16-bit?) pair on each (GPU, EMC) clock pair, shape
+        (len(fg), 8), column ``2 * unit + half`` (:data:`~lightning_edge.twin.workload.UNITS` order). Convolutions:
+        TF32 tensor cores; matmuls and attention: FP32 CUDA cores (TF32 with ``tf32_matmul``); both at the 16-bit
+        tensor-core peak when they compute in fp16 or bf16 (the twin has Pagoda's FP16 figures only: bf16 runs at the
+        FP16 rate, as on Ampere); depthwise and element-wise on CUDA cores, twice the rate in 16 bits."""
         ph = self.twin.physics
         p = ph.p
         tf32 = ph.peak_flops(fg, fm, "fp32")
         cuda = tf32 * p["cuda_fp32_ratio"]
-        if self.precision == "fp16":
-            tc = tf32 * p["fp16_peak_ratio"]
-            rates = [tc * p["eff_tc"], tc * p["eff_tc"], 2 * cuda * p["eff_dw"], 2 * cuda * p["eff_elt"]]
-        else:
-            mm = tf32 * p["eff_tc"] if self.twin.tf32_matmul else cuda * p["eff_cuda"]
-            rates = [tf32 * p["eff_tc"], mm, cuda * p["eff_dw"], cuda * p["eff_elt"]]
-        return np.stack(rates, axis=-1)
+        tc16 = tf32 * p["fp16_peak_ratio"]
+        mm = tf32 * p["eff_tc"] if self.twin.tf32_matmul else cuda * p["eff_cuda"]
+        rates = [tf32 * p["eff_tc"], tc16 * p["eff_tc"], mm, tc16 * p["eff_tc"],
+                 cuda * p["eff_dw"], 2 * cuda * p["eff_dw"], cuda * p["eff_elt"], 2 * cuda * p["eff_elt"]]
+        bw = ph.bandwidth(fg, fm, "fp32") * p["eff_mem"]
+        bw16 = ph.bandwidth(fg, fm, "fp16") * p["eff_mem"]
+        return np.stack(rates, axis=-1), np.stack([bw, bw16] * 4, axis=-1)
 
-    def _unit_energy(self, fg: np.ndarray) -> np.ndarray:
-        """Marginal J/FLOP per execution unit, shape (len(fg), 4)."""
-        ph = self.twin.physics
-        fp16 = self.precision == "fp16"
-        units = ["tc", "tc" if (self.twin.tf32_matmul or fp16) else "cuda", "dw", "elt"]
-        e = np.stack([ph.e_flop(u, fg) for u in units], axis=-1)
-        if fp16:
-            e = e * 0.5
-        return e
+    def _combo_energy(self) -> np.ndarray:
+        """Energy per FLOP at the top GPU voltage (J) of every (unit, 16-bit?) pair, shape (8,): a kernel computing in
+        16 bits spends half the energy per FLOP of its unit (tensor cores for matmuls)."""
+        p = self.twin.physics.p
+        mm = "tc" if self.twin.tf32_matmul else "cuda"
+        e = [p["e_flop_tc_pj"], p["e_flop_tc_pj"] / 2, p[f"e_flop_{mm}_pj"], p["e_flop_tc_pj"] / 2,
+             p["e_flop_dw_pj"], p["e_flop_dw_pj"] / 2, p["e_flop_elt_pj"], p["e_flop_elt_pj"] / 2]
+        return np.array(e) * 1e-12
 
     def _kernels(self, fg: np.ndarray, fm: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """GPU time of every row on every (gpu, mem) pair, shape (len(fg), n_rows), and the part of it spent
-        computing (the rest stalls on memory). Per-kernel efficiency: here."""
+        computing (the rest stalls on memory). Per-kernel efficiency: here, kernel by kernel, then summed per row.
+
+        A kernel of ``W`` FLOP, ``Q`` bytes and reduction depth ``r`` on a unit of large-kernel rate ``R`` (the unit's
+        peak x its efficiency, at the kernel's precision) and bandwidth ``B`` (x ``eff_mem``) takes
+
+            t = launch(f_g) + max(t_c, t_m),   t_m = (Q + q_half) / B,
+            t_c = W / R + ((W / r) * r_half + min(w_half, 16 W)) / R_tc   (matmuls, convolutions, attention)
+            t_c = W / R                                                     (depthwise, element-wise)
+
+        ``(W / r) * r_half / R_tc``: every output element (``W / 2r`` of them) costs its tile a fixed overhead (the
+        prologue that fills the reduction's pipeline, the epilogue that stores it) worth ``r_half`` multiply-adds at
+        the TF32 tensor-core rate ``R_tc`` whichever unit sums (a shallow reduction, ``r`` small, pays it on few
+        FLOP: the depth-8 matmul of a LoRA adapter is bound by writing its outputs, not by its arithmetic);
+        ``min(w_half, 16 W) / R_tc`` and ``q_half / B``: the time a kernel takes to fill and drain the GPU (its first
+        and last waves: loads and pipeline latency, not arithmetic, so at the same rate whichever unit sums), paid once
+        per kernel; a matmul under one tile per SM (16 SMs) pays its own tiles' time.
+        Element-wise kernels are memory-bound unless they compute a lot per byte. No penalty multiplies another: a
+        small kernel pays its fill once, a shallow one its depth once."""
         ph = self.twin.physics
         p = ph.p
         prof = self.profile
-        k = np.maximum(prof.kernels, 1.0)
-        rates = self._unit_rates(fg, fm)                                  # (U, 4)
-        w_per_k = prof.flops / k[:, None]                                 # (S, 4)
-        size_c = w_per_k / (w_per_k + p["half_mflop"] * 1e6)              # (S, 4) efficiency from size
-        size_c[:, 2:] = 1.0                                               # dw / elt: no tiling occupancy loss
-        if prof.reduction is not None and p["half_reduction"] > 0:        # shallow GEMMs use tensor cores badly
-            r = prof.reduction
-            size_c[:, :2] *= np.where(r > 0, r / (r + p["half_reduction"]), 1.0)[:, None]
+        rates, bws = self._combo_rates(fg, fm)                          # (U, 8)
+        combo = 2 * prof.k_unit + self._k_half()                         # (K,)
+        r = rates[:, combo]                                              # (U, K)
+        b = bws[:, combo]
+        r_tc = rates[:, :1]                                              # TF32 tensor cores (U, 1)
+        w, q, d = prof.k_flops, prof.k_bytes, prof.k_depth
+        gemm = prof.k_unit <= 1                                          # tc, cuda: tiled GEMM-like kernels
+        per_out = np.where(gemm & (d > 0), w / np.where(d > 0, d, 1.0), 0.0) * p["half_reduction"]
+        fill = np.where(gemm, np.minimum(p["half_mflop"] * 1e6, GPU_SMS * w), 0.0)
         with np.errstate(divide="ignore", invalid="ignore"):
-            t_c = np.where(prof.flops[None] > 0,
-                           prof.flops[None] / (rates[:, None, :] * np.maximum(size_c[None], 1e-9)), 0.0).sum(-1)
-        q_per_k = prof.bytes / k
-        size_m = q_per_k / (q_per_k + p["half_mbyte"] * 1e6)
-        bw = ph.bandwidth(fg, fm, "fp16" if self.precision == "fp16" else "fp32") * p["eff_mem"]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            t_m = np.where(prof.bytes[None] > 0, prof.bytes[None] / (bw[:, None] * np.maximum(size_m[None], 1e-9)), 0.0)
-        launch = prof.kernels[None] * ph.k_overhead(fg)[:, None]
-        g = np.maximum(t_c, t_m) + launch
-        return g, np.minimum(t_c + launch, g)
+            t_c = np.where(w > 0, w / r + (per_out + fill) / r_tc, 0.0)
+            t_m = np.where(q > 0, (q + p["half_mbyte"] * 1e6) / b, 0.0)
+        launch = ph.k_overhead(fg)[:, None]
+        t = np.maximum(t_c, t_m) + launch
+        comp = np.minimum(t_c + launch, t)
+        return self._to_rows(t * prof.k_count), self._to_rows(comp * prof.k_count)
+
+    def _k_half(self) -> np.ndarray:
+        """1 for every kernel that computes in 16 bits (its own dtype, or the precision asked for), else 0."""
+        if self._half is None:
+            return self.profile.k_half.astype(np.int64)
+        return np.full(len(self.profile.k_half), int(self._half), dtype=np.int64)
+
+    def _to_rows(self, x: np.ndarray) -> np.ndarray:
+        """Sum (..., n_kernels) over each row's kernels -> (..., n_rows) (kernels are stored row by row)."""
+        prof = self.profile
+        n = len(prof.names)
+        if not hasattr(self, "_bounds"):
+            self._bounds = (np.searchsorted(prof.k_row, np.arange(n), "left"),
+                            np.searchsorted(prof.k_row, np.arange(n), "right"))
+        lo, hi = self._bounds
+        cs = np.concatenate([np.zeros(x.shape[:-1] + (1,)), np.cumsum(x, axis=-1)], axis=-1)
+        return cs[..., hi] - cs[..., lo]
+
+    def _row_flop_energy(self) -> np.ndarray:
+        """Every row's FLOP energy at the top GPU voltage (J), by its kernels' units and precisions."""
+        prof = self.profile
+        e = self._combo_energy()[2 * prof.k_unit + self._k_half()]
+        return self._to_rows(e * prof.k_flops * prof.k_count)
 
     # ------------------------------------------------------------------ stage 2: dispatch
-    def _dispatch(self) -> tuple[np.ndarray, np.ndarray, float]:
-        """Every row's CPU dispatch time and when its first kernel is launched, at MAXN CPU speed (s); and the
-        minibatch's total dispatch time."""
+    def _dispatch(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+        """Every row's CPU dispatch time, when its first kernel is launched and when its last one is, at MAXN CPU
+        speed (s); and the minibatch's total dispatch time."""
         p = self.twin.physics.p
         prof = self.profile
         c_steps = (prof.cpu_ops * p["t_op_us"] + prof.cpu_calls * p["t_module_us"]
@@ -347,7 +458,22 @@ class TwinWorkload:
         c_end = np.cumsum(c_steps)
         launches = np.maximum(prof.cpu_ops + prof.cpu_internal, 1.0)
         c_start = c_end - c_steps + c_steps / launches
-        return c_steps, c_start, (float(c_end[-1]) if len(c_end) else 0.0)
+        return c_steps, c_start, c_end, (float(c_end[-1]) if len(c_end) else 0.0)
+
+    def _segments(self, g: np.ndarray, c_first: np.ndarray, c_last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Each row as two segments of the GPU's FIFO queue: all of its kernels but one's share of its GPU time,
+        issued with its first launch, and the last share, issued with its last launch. For kernels launched at a
+        steady pace that is exact: the row ends at ``max(start + g, last launch + g / n)``, so a row can never end
+        before the CPU has launched it. ``g``: (U, S) GPU time per row; returns the segments' issue times (2S,) and
+        GPU times (U, 2S), row k's segments at 2k and 2k+1."""
+        last = g / np.maximum(self.profile.kernels, 1.0)
+        work = np.empty(g.shape[:-1] + (2 * g.shape[-1],))
+        work[..., 0::2] = g - last
+        work[..., 1::2] = last
+        issue = np.empty(2 * len(c_first))
+        issue[0::2] = c_first
+        issue[1::2] = c_last
+        return issue, work
 
     def _sample_s(self) -> float:
         """Data-loader CPU time per sample at MAXN CPU speed, s."""
@@ -372,9 +498,10 @@ class TwinWorkload:
         g_steps, c_part = self._kernels(gm[:, 0], gm[:, 1])              # (U, S)
         g_total = g_steps.sum(axis=1)                                     # (U,)
         compute_total = c_part.sum(axis=1)
-        suffix = np.cumsum(g_steps[:, ::-1], axis=1)[:, ::-1]             # GPU work left from row k on
         # --- stage 2 at MAXN speed
-        c_steps, c_start, c_total = self._dispatch()
+        c_steps, c_first, c_last, c_total = self._dispatch()
+        c_start, seg = self._segments(g_steps, c_first, c_last)           # (2S,), (U, 2S)
+        suffix = np.cumsum(seg[:, ::-1], axis=1)[:, ::-1]                 # GPU work left from segment k on
         t_sync = p["t_sync_us"] * 1e-6
         # --- stage 3, once per distinct (cpu, gpu, mem): cpu factor x issue times against the GPU's backlog
         trip, trip_inv = np.unique(knobs[:, 1:4], axis=0, return_inverse=True)
@@ -394,7 +521,14 @@ class TwinWorkload:
         cpu_s = cpu_trip[trip_inv]
         gpu_s = g_total[gm_inv]
         cfm = ph.cpu_factor(fc, fm)
-        if self.dataloader:
+        host_s = np.zeros_like(t_iter)
+        if self.host is not None:
+            # the user's own CPU work outside the layers (measured on this machine), on the Orin's CPU at this mode:
+            # on the main thread after the step's synchronisation, not overlapped with the GPU
+            host_s = self.host.orin_s * cfm
+            t_iter = t_iter + host_s
+            cpu_s = cpu_s + host_s
+        if self.dataloader == "decode":
             # fetching the batch from the workers (unpickle, pin, copy) runs on the main thread, not overlapped
             fetch = p["t_fetch_ms_per_mb"] * 1e-3 * prof.input_mb * cfm
             t_iter = t_iter + fetch
@@ -412,13 +546,13 @@ class TwinWorkload:
         bound = np.where(time_s > t_iter * (1 + 1e-9), "data", np.where(gpu_end >= cpu_s, "gpu", "cpu"))
         # --- stage 5: power
         static = ph.static_power(cores, fc, fg, fm)
-        e_unit = self._unit_energy(gm[:, 0])                                # (U, 4)
-        w_units = prof.flops.sum(axis=0)                                    # (4,)
+        e_rows = self._row_flop_energy()                                    # (S,) at the top voltage
+        v2 = ph.v_gpu(gm[:, 0]) ** 2                                        # (U,)
         af = ph.active_frac(gm[:, 0], gm[:, 1])
         active = compute_total * af                                         # SMs computing, the rest stalls
         busy = active + p["gpu_stall_frac"] * (g_total - active)
         p_act = ph.p_gpu_active(gm[:, 0])
-        e_gpu = p_act * busy + e_unit @ w_units
+        e_gpu = p_act * busy + v2 * float(e_rows.sum())
         e_b = ph.e_byte(gm[:, 0], gm[:, 1])
         e_mem = e_b * prof.total_bytes
         on = ph.p_gpu_on(fg)
@@ -433,20 +567,19 @@ class TwinWorkload:
         energy_j = time_s * power
         parts = {"static_j": static * time_s * scale, "gpu_j": (e_gpu[gm_inv] + on * time_s) * scale,
                  "mem_j": e_mem[gm_inv] * scale, "cpu_j": p_cpu * time_s * scale,
-                 "wait_s": gpu_end - gpu_s, "tail_s": t_iter - gpu_end, "loader_s": time_s - t_iter}
+                 "wait_s": gpu_end - gpu_s, "tail_s": t_iter - gpu_end, "loader_s": time_s - t_iter,
+                 "host_s": host_s}
         res = {"time_s": time_s, "power_w": power, "energy_j": energy_j, "static_w": static, "gpu_s": gpu_s,
                "cpu_s": cpu_s, "data_s": data_s, "bound": bound, "cpu_w": p_cpu, "parts": parts}
         if rows:  # one mode: its rows, from the same arrays (U = triplets = 1)
             g, cp = g_steps[0], c_part[0] * af[0]
-            issue = cf[0] * c_start
-            ends = gpu_ends(issue, suffix[0], rows=True)
+            ends = gpu_ends(cf[0] * c_start, suffix[0], rows=True)[1::2]   # a row ends with its last segment
             prev = np.concatenate([[0.0], ends[:-1]])
-            start = np.maximum(issue, prev)
-            e_unit0 = e_unit[0]
+            start = np.maximum(cf[0] * c_first, prev)                       # its first kernel starts
             rb = cp + p["gpu_stall_frac"] * (g - cp)
             res["rows"] = {
-                "gpu_s": g, "cpu_s": c_steps * cf[0], "start_s": start, "end_s": ends, "wait_s": start - prev,
-                "dyn_j": p_act[0] * rb + prof.flops @ e_unit0, "mem_j": e_b[0] * prof.bytes,
+                "gpu_s": g, "cpu_s": c_steps * cf[0], "start_s": start, "end_s": ends, "wait_s": ends - prev - g,
+                "dyn_j": p_act[0] * rb + v2[0] * e_rows, "mem_j": e_b[0] * prof.bytes,
                 "static_w": float(static[0]), "on_w": float(on[0]), "scale": float(scale[0]),
             }
         return res
@@ -459,20 +592,25 @@ class TwinWorkload:
                           parts={k: _out(v, single) for k, v in res["parts"].items()})
 
     def _table(self, res: dict, knob: np.ndarray, step: Prediction) -> LayerTimes:
-        """The per-layer table of one mode: the timeline's rows, then the idle row (module docstring)."""
+        """The per-layer table of one mode: the timeline's rows, then the idle row (module docstring). A kernel row
+        lasts from the end of the row before it to its own end: its GPU time plus the time the GPU waited for the CPU
+        to launch it (in a launch-bound step, its dispatch); the idle row holds what follows the last kernel."""
         r = res["rows"]
         prof = self.profile
         g, scale = r["gpu_s"], r["scale"]
+        wait = np.maximum(r["wait_s"], 0.0)
         static, on = r["static_w"], r["on_w"]
         t = float(res["time_s"][0])
         power = float(res["power_w"][0])
-        idle_s = t - float(res["gpu_s"][0])
         p_cpu = float(res["cpu_w"][0])
-        energy = r["dyn_j"] + r["mem_j"] + (static + on) * g
-        parts = {"static_j": static * g, "gpu_j": r["dyn_j"] + on * g, "mem_j": r["mem_j"], "cpu_j": np.zeros_like(g)}
-        idle = {"static_j": static * idle_s, "gpu_j": on * idle_s, "mem_j": 0.0, "cpu_j": p_cpu * t}
-        idle_e = idle["static_j"] + idle["gpu_j"] + idle["cpu_j"]
+        wall = g + wait
         last = float(r["end_s"][-1]) if len(g) else 0.0
+        idle_s = t - last
+        energy = r["dyn_j"] + r["mem_j"] + (static + on + p_cpu) * wall
+        parts = {"static_j": static * wall, "gpu_j": r["dyn_j"] + on * wall, "mem_j": r["mem_j"],
+                 "cpu_j": p_cpu * wall}
+        idle = {"static_j": static * idle_s, "gpu_j": on * idle_s, "mem_j": 0.0, "cpu_j": p_cpu * idle_s}
+        idle_e = idle["static_j"] + idle["gpu_j"] + idle["cpu_j"]
 
         def row(a: np.ndarray, v: float) -> np.ndarray:
             return np.append(a, v)
@@ -486,5 +624,28 @@ class TwinWorkload:
             names=[*prof.names, IDLE_ROW], phase=[*prof.phase, "idle"], gpu_s=row(g, 0.0), cpu_s=row(r["cpu_s"], 0.0),
             start_s=row(r["start_s"], last), end_s=row(r["end_s"], t), energy_j=row(energy, idle_e),
             flops=row(prof.flops.sum(axis=1), 0.0), bytes=row(prof.bytes, 0.0), time_s=t, power_w=power, mode=m,
-            wall_s=row(g, idle_s), wait_s=row(r["wait_s"], 0.0),
-            parts={k: row(np.asarray(parts[k], dtype=float), float(idle[k])) for k in ENERGY_PARTS}, step=step)
+            wall_s=row(wall, idle_s), wait_s=row(wait, 0.0),
+            parts={k: row(np.asarray(parts[k], dtype=float), float(idle[k])) for k in ENERGY_PARTS}, step=step,
+            notes=self._idle_notes(res, idle_s, float(wait.sum())))
+
+    def _idle_notes(self, res: dict, idle_s: float, wait_s: float) -> list[str]:
+        """How the table's last row was formed, and what the layers' times hold (the profiler prints these)."""
+        parts = res["parts"]
+        host = float(parts["host_s"][0])
+        loader = float(parts["loader_s"][0])
+        rest = idle_s - host - loader
+        cpu = (f"{host * 1e3:.3g} ms of CPU work outside the layers: {self.host.describe()}" if self.host is not None
+               else "no CPU work outside the layers (none measured for this workload, no data loader modelled)")
+        lines = [f"{IDLE_ROW} = {idle_s * 1e3:.3g} ms after the GPU's last kernel: {rest * 1e3:.3g} ms the step's "
+                 f"synchronisation and the CPU finishing its dispatch, {cpu}"
+                 + (f", {loader * 1e3:.3g} ms waiting for the image-decoding data loader (Fulcrum's)" if loader > 0
+                    else "") + "; and the CPU's power over the step's other rows is theirs"]
+        if wait_s > 0:
+            lines.append(f"each layer's time includes the time the GPU waited for the CPU to launch its kernels "
+                         f"({wait_s * 1e3:.3g} ms in all: a launch-bound step shows its dispatch in its layers)")
+        if self.profile.optimizer_steps != 1.0 and "(optimizer)" in self.profile.names:
+            s = self.profile.optimizer_steps
+            lines.append(f"(optimizer): one optimizer step's kernels apportioned over the {1 / s:.3g} minibatches "
+                         f"between steps ({s:.3g} of a step per minibatch)" if s > 0 else
+                         "(optimizer): no optimizer step is taken in these minibatches")
+        return lines

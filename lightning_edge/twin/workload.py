@@ -80,12 +80,19 @@ def classify_layer(layer: Any, elem_size: int = 4) -> str:
 
 @dataclass
 class WorkloadProfile:
-    """A minibatch as arrays over its steps (see the module docstring). Built by :func:`compile_workload`.
+    """A minibatch as arrays over its rows (steps) and their kernels (see the module docstring). Built by
+    :func:`compile_workload`.
 
-    Arrays (length ``n_steps``): ``flops`` (n_steps, 4) by unit in :data:`UNITS` order, ``bytes``,
-    ``kernels`` (GPU kernels), ``cpu_ops`` (ops dispatched from Python), ``cpu_calls`` (module calls),
-    ``cpu_internal`` (launches issued from C++ inside fused calls); ``names`` and ``phase``
-    (``forward``/``backward``/``loss``/``optimizer``/``input``) per step.
+    Row arrays (length ``n_steps``): ``flops`` (n_steps, 4) by unit in :data:`UNITS` order, ``bytes``,
+    ``kernels`` (GPU kernels launched), ``cpu_ops`` (ops dispatched from Python), ``cpu_calls`` (module calls),
+    ``cpu_internal`` (launches issued from C++: fused calls, autocast's casts, a convolution backward's second
+    kernel); ``names`` and ``phase`` (``input``/``forward``/``loss``/``backward``/``optimizer``) per row.
+
+    Kernel arrays (one entry per distinct kernel of a row, ``k_count`` launches of it per minibatch): ``k_row`` (its
+    row), ``k_unit`` (index in :data:`UNITS`), ``k_half`` (computes in 16 bits: fp16 or bf16), ``k_flops`` and
+    ``k_bytes`` (of one launch), ``k_depth`` (reduction depth: MACs per output element, the head dimension of fused
+    attention; 0 where nothing is reduced). The twin times every kernel on its own (``TwinWorkload._kernels``) and
+    sums them into their rows.
     """
 
     model: str
@@ -99,16 +106,26 @@ class WorkloadProfile:
     cpu_ops: np.ndarray
     cpu_calls: np.ndarray
     cpu_internal: np.ndarray
-    reduction: np.ndarray | None = None
-    """GEMM reduction depth per step (MACs per output element; 0 where it does not apply)."""
+    k_row: np.ndarray
+    k_unit: np.ndarray
+    k_half: np.ndarray
+    k_flops: np.ndarray
+    k_bytes: np.ndarray
+    k_depth: np.ndarray
+    k_count: np.ndarray
     sample_mpix: float = 0.0
-    """Megapixels of one image sample (0 for token inputs): drives the data-loader cost."""
+    """Megapixels of one image sample (0 for token inputs): drives the image-decoding loader's cost."""
     dtype: str = "float32"
     input_mb: float = 0.0
     """Megabytes of the minibatch's input tensors (fetched from the loader by the main thread)."""
     notes: list[str] = field(default_factory=list)
     autocast: str | None = None
     """The autocast dtype the cost was counted under (``"float16"``, ``"bfloat16"``) or None."""
+    optimizer_steps: float = 1.0
+    """Optimizer steps per minibatch the ``(optimizer)`` row holds (1/4 with ``accumulate_grad_batches=4``)."""
+    per_kernel: bool = True
+    """False when the cost kept no per-op detail (a ModelCost built by hand): each layer's work is then split evenly
+    over its ops, at the layer's unit and reduction depth."""
 
     @property
     def total_bytes(self) -> float:
@@ -143,7 +160,7 @@ def count_param_tensors(module: Any) -> int:
 
 
 def _split_ops(layer: Any, training: bool) -> tuple[int, int]:
-    """(forward, backward) op counts of a layer; the cost model keeps only their sum."""
+    """(forward, backward) op counts of a layer without per-op detail (the cost model keeps only their sum)."""
     total = sum(layer.ops.values())
     if not training:
         return total, 0
@@ -163,6 +180,48 @@ def _rnn_internal(layer: Any, batch_size: int, n_tokens: int) -> int:
     return num_layers * (1 + seq)
 
 
+def _is_half(dtype: str) -> bool:
+    return str(dtype).removeprefix("torch.") in ("float16", "bfloat16", "half")
+
+
+def kernel_unit(op: str, depth: float, depthwise: bool = False) -> str:
+    """The execution unit of one kernel (:data:`UNITS`): convolutions ``tc`` (``dw`` for a depthwise-like layer,
+    one whose forward convolution reduces fewer than 32 MACs per output), matmuls and fused attention ``cuda`` (their
+    rate and precision are resolved per kernel: FP32 CUDA cores, TF32 or 16-bit tensor cores), everything else
+    ``elt`` (element-wise, normalisation, reductions, copies: memory-bound kernels)."""
+    if op in _CONV_OPS:
+        return "dw" if depthwise or 0 < depth < _DEPTHWISE_REDUCTION else "tc"
+    if op in _GEMM_OPS or op.removesuffix("_backward") in ATTENTION_OPS:
+        return "cuda"
+    return "elt"
+
+
+def _kernel_rows(lc: Any, training: bool) -> tuple[list, list]:
+    """A layer's forward and backward kernels, each ``(unit, half, flops, bytes, depth, count, internal)``, from the
+    cost's per-op detail (``LayerCost.kernels``)."""
+    fwd_convs = [k.depth for k in lc.kernels if not k.backward and k.op in _CONV_OPS and k.depth > 0]
+    depthwise = bool(fwd_convs) and min(fwd_convs) < _DEPTHWISE_REDUCTION
+    fwd: list = []
+    bwd: list = []
+    for k, n in lc.kernels.items():
+        if k.backward and not training:
+            continue
+        unit = kernel_unit(k.op, k.depth, depthwise)
+        depth = k.depth if unit in ("tc", "cuda") else 0.0
+        (bwd if k.backward else fwd).append(
+            (unit, _is_half(k.dtype), float(k.flops), float(k.bytes), float(depth), float(n), bool(k.internal)))
+    return fwd, bwd
+
+
+def _even_kernels(unit: str, half: bool, flops: float, nbytes: float, n: float, depth: float = 0.0,
+                  internal: bool = False) -> list:
+    """``n`` identical kernels sharing ``flops`` and ``nbytes`` (rows the twin synthesises, layers without per-op
+    detail)."""
+    if n <= 0:
+        return []
+    return [(unit, half, flops / n, nbytes / n, depth, float(n), internal)]
+
+
 def compile_workload(
     cost: ModelCost,
     *,
@@ -171,16 +230,20 @@ def compile_workload(
     param_tensors: int | None = None,
     sample_mpix: float | None = None,
     tokens: int | None = None,
+    optimizer_steps: float = 1.0,
 ) -> WorkloadProfile:
-    """Turn a ModelCost into the steps of one minibatch on the twin.
+    """Turn a ModelCost into the rows and kernels of one minibatch on the twin.
 
     Args:
         cost: from :func:`lightning_edge.analyze` (``training=True`` for a training step).
         kind: ``"train"`` or ``"infer"`` (default: from ``cost.training``).
         batch_size: default: the first dimension of the first input recorded in ``cost.inputs``.
         param_tensors: number of parameter tensors (optimizer kernels); default estimated from the layers.
-        sample_mpix: megapixels of one image sample for the data loader; default from a 4-D input.
+        sample_mpix: megapixels of one image sample for the image-decoding loader; default from a 4-D input.
         tokens: tokens per minibatch (for fused RNN layers); default from a 2-D integer input.
+        optimizer_steps: optimizer steps per minibatch (``1 / accumulate_grad_batches``; what a manual optimisation
+            steps per batch, as a share of all the parameters): the ``(optimizer)`` row holds one optimizer step's
+            kernels times this, its work apportioned over the batches in between.
     """
     if kind not in (None, "train", "infer"):
         raise ValueError(f"kind must be 'train' or 'infer', got {kind!r}")
@@ -188,6 +251,10 @@ def compile_workload(
     if training and not cost.training:
         raise ValueError("kind='train' needs a ModelCost with the backward pass: "
                          "analyze(model, *inputs, training=True)")
+    optimizer_steps = float(optimizer_steps)
+    if not (optimizer_steps >= 0 and np.isfinite(optimizer_steps)):
+        raise ValueError(f"optimizer_steps must be a finite number >= 0 (optimizer steps per batch), "
+                         f"got {optimizer_steps!r}")
     kind = "train" if training else "infer"
     shapes = [tuple(s) for s in (cost.inputs or []) if isinstance(s, (tuple, list))]
     if batch_size is None:
@@ -199,83 +266,125 @@ def compile_workload(
         tok = [s for s in shapes if len(s) == 2]
         tokens = int(tok[0][0] * tok[0][1]) if tok else batch_size
     es = _elem_size(cost.dtype)
+    half_tensors = es == 2
+    amp = getattr(cost, "autocast", None)
+    half_gemm = half_tensors or (amp is not None and _elem_size(amp) == 2)
 
     names: list[str] = []
     phase: list[str] = []
-    flops: list[np.ndarray] = []
-    nbytes: list[float] = []
-    kernels: list[float] = []
-    cpu_ops: list[float] = []
+    rows_k: list[list] = []
     cpu_calls: list[float] = []
-    cpu_internal: list[float] = []
-    reduction: list[float] = []
+    cpu_extra: list[float] = []  # C++-issued launches not listed as kernels (none today)
     notes: list[str] = []
+    per_kernel = True
 
-    def add(name, ph, unit_flops, b, k, ops, calls, internal=0.0, red=0.0):
+    def add(name, ph, kernels, calls, ops=None, internal=None):
         names.append(name)
         phase.append(ph)
-        flops.append(unit_flops)
-        nbytes.append(float(b))
-        kernels.append(float(k))
-        cpu_ops.append(float(ops))
+        rows_k.append(kernels)
         cpu_calls.append(float(calls))
-        cpu_internal.append(float(internal))
-        reduction.append(float(red))
-
-    def unit_vec(unit: str, f: float) -> np.ndarray:
-        v = np.zeros(len(UNITS))
-        v[UNITS.index(unit)] = float(f)
-        return v
+        cpu_extra.append((ops, internal))
 
     # the input batch: one host-to-device copy (unified memory: a DRAM copy kernel)
     in_bytes = sum(math.prod(s) * (8 if len(s) == 2 else es) for s in shapes) if shapes else 0
-    add("(input)", "input", np.zeros(len(UNITS)), 2 * in_bytes, 1, 1, 0)
+    add("(input)", "input", _even_kernels("elt", False, 0.0, 2 * in_bytes, 1), 0)
 
     layers = list(cost.layers)
     backward: list[tuple] = []
     fused = 0
     for lc in layers:
-        unit = classify_layer(lc, es)
-        red = reduction_depth(lc, es) if unit in ("tc", "cuda") else 0.0
-        n_f, n_b = _split_ops(lc, training)
-        internal = 0.0
-        if lc.kind in _FUSED_RNN_KINDS:
-            # nn.LSTM/GRU run as one cuDNN call: one Python-level op, the rest launched from C++
-            internal = float(_rnn_internal(lc, batch_size, tokens))
-            fused += 1
-            k_f, ops_f = internal, 1.0
-            k_b, ops_b = (internal * 2.0, 1.0) if n_b else (0.0, 0.0)
-        else:
-            k_f, ops_f = float(n_f), float(n_f)
-            k_b, ops_b = float(n_b), float(n_b)
-        if n_f or lc.forward.flops or lc.forward.bytes:
-            add(lc.name or "(root)", "forward", unit_vec(unit, lc.forward.flops), lc.forward.bytes,
-                k_f, ops_f, lc.calls, internal, red)
-        if training and (n_b or lc.backward.flops or lc.backward.bytes):
-            backward.append((lc.name or "(root)", unit_vec(unit, lc.backward.flops), lc.backward.bytes,
-                             k_b, ops_b, internal * 2.0 if internal else 0.0, red))
+        name = lc.name or "(root)"
+        if lc.kind in _FUSED_RNN_KINDS or not getattr(lc, "kernels", None):
+            # no per-op detail (a hand-built cost) or a fused cuDNN RNN call: the layer's work split evenly over
+            # its launches, at the layer's unit and reduction depth
+            unit = classify_layer(lc, es)
+            red = reduction_depth(lc, es) if unit in ("tc", "cuda") else 0.0
+            half = half_tensors or (half_gemm and unit in ("tc", "cuda"))
+            n_f, n_b = _split_ops(lc, training)
+            if lc.kind in _FUSED_RNN_KINDS:
+                # nn.LSTM/GRU run as one cuDNN call: one Python-level op, the rest launched from C++
+                internal = float(_rnn_internal(lc, batch_size, tokens))
+                fused += 1
+                kf = _even_kernels(unit, half, lc.forward.flops, lc.forward.bytes, internal, red, True)
+                kb = _even_kernels(unit, half, lc.backward.flops, lc.backward.bytes, 2 * internal, red, True) \
+                    if n_b else []
+                ops_f, ops_b = 1.0, (1.0 if n_b else 0.0)
+            else:
+                per_kernel = False
+                kf = _even_kernels(unit, half, lc.forward.flops, lc.forward.bytes, n_f, red)
+                kb = _even_kernels(unit, half, lc.backward.flops, lc.backward.bytes, n_b, red)
+                ops_f = ops_b = None
+            if n_f or lc.forward.flops or lc.forward.bytes:
+                add(name, "forward", kf, lc.calls, ops_f, 0.0 if ops_f is None else None)
+            if training and (n_b or lc.backward.flops or lc.backward.bytes):
+                backward.append((name, kb, ops_b))
+            continue
+        kf, kb = _kernel_rows(lc, training)
+        if kf or lc.forward.flops or lc.forward.bytes:
+            add(name, "forward", kf, lc.calls)
+        if training and (kb or lc.backward.flops or lc.backward.bytes):
+            backward.append((name, kb, None))
     if fused:
         notes.append(f"{fused} recurrent layer(s) run as fused cuDNN calls (1 Python op, C++-issued kernels)")
+    if not per_kernel:
+        notes.append("the cost keeps no per-op detail: each layer's work is split evenly over its ops")
 
     if training:
         # loss (cross-entropy on the logits: log_softmax + nll, forward and backward)
         last = layers[-1] if layers else None
         logits = last.forward.bytes_written if last is not None else 0
-        add("(loss)", "loss", unit_vec("elt", 8 * logits / es), 6 * logits, 6, 6, 1)
-        for name, fv, b, k, ops, internal, red in reversed(backward):
-            add(name, "backward", fv, b, k, ops, 0, internal, red)
+        add("(loss)", "loss", _even_kernels("elt", half_tensors, 8 * logits / es, 6 * logits, 6), 1)
+        for name, kb, ops_b in reversed(backward):
+            add(name, "backward", kb, 0, ops_b, None)
         n_params = float(cost.params)
         if param_tensors is None:
             param_tensors = sum(2 if lc.params else 0 for lc in layers)
         # SGD with momentum and zero_grad, one kernel per op per tensor (PyTorch 1.12: no foreach):
-        # zero_ (grad), add_ (weight decay), mul_+add_ (momentum), add_ (update)
-        add("(optimizer)", "optimizer", unit_vec("elt", 6 * n_params), 11 * es * n_params,
-            5 * param_tensors, 5 * param_tensors, 1)
+        # zero_ (grad), add_ (weight decay), mul_+add_ (momentum), add_ (update); once per optimizer step
+        s = optimizer_steps
+        add("(optimizer)", "optimizer",
+            _even_kernels("elt", half_tensors, 6 * n_params * s, 11 * es * n_params * s, 5 * param_tensors * s), s)
+        if s != 1.0:
+            notes.append(f"(optimizer): one optimizer step every {1 / s:.3g} minibatches" if s > 0 else
+                         "(optimizer): no optimizer step in these minibatches")
 
+    # flatten: rows and their kernels
+    n = len(names)
+    k_row, k_unit, k_half, k_flops, k_bytes, k_depth, k_count, k_int = ([] for _ in range(8))
+    for i, ks in enumerate(rows_k):
+        for unit, half, f, b, d, c, internal in ks:
+            k_row.append(i)
+            k_unit.append(UNITS.index(unit))
+            k_half.append(bool(half))
+            k_flops.append(f)
+            k_bytes.append(b)
+            k_depth.append(d)
+            k_count.append(c)
+            k_int.append(internal)
+    k_row_a = np.array(k_row, dtype=np.int64)
+    k_count_a = np.array(k_count, dtype=float)
+    k_flops_a = np.array(k_flops, dtype=float)
+    k_bytes_a = np.array(k_bytes, dtype=float)
+    k_unit_a = np.array(k_unit, dtype=np.int64)
+    k_int_a = np.array(k_int, dtype=bool)
+    flops = np.zeros((n, len(UNITS)))
+    np.add.at(flops, (k_row_a, k_unit_a), k_flops_a * k_count_a)
+    nbytes = np.bincount(k_row_a, weights=k_bytes_a * k_count_a, minlength=n)
+    kernels = np.bincount(k_row_a, weights=k_count_a, minlength=n)
+    ops = np.bincount(k_row_a, weights=k_count_a * ~k_int_a, minlength=n)
+    internal = np.bincount(k_row_a, weights=k_count_a * k_int_a, minlength=n)
+    for i, (o, it) in enumerate(cpu_extra):  # fused calls: one Python op, their kernels issued from C++
+        if o is not None:
+            ops[i] = o
+        if it is not None:
+            internal[i] = it
+    if n and names[0] == "(input)":
+        ops[0] = 1.0
     return WorkloadProfile(
         model=cost.model, kind=kind, batch_size=int(batch_size), names=names, phase=phase,
-        flops=np.array(flops, dtype=float).reshape(-1, len(UNITS)), bytes=np.array(nbytes),
-        kernels=np.array(kernels), cpu_ops=np.array(cpu_ops), cpu_calls=np.array(cpu_calls),
-        cpu_internal=np.array(cpu_internal), reduction=np.array(reduction), sample_mpix=float(sample_mpix), dtype=str(cost.dtype),
-        input_mb=in_bytes / 1e6, notes=notes, autocast=getattr(cost, "autocast", None),
+        flops=flops, bytes=nbytes, kernels=kernels, cpu_ops=ops, cpu_calls=np.array(cpu_calls),
+        cpu_internal=internal, k_row=k_row_a, k_unit=k_unit_a, k_half=np.array(k_half, dtype=bool),
+        k_flops=k_flops_a, k_bytes=k_bytes_a, k_depth=np.array(k_depth, dtype=float), k_count=k_count_a,
+        sample_mpix=float(sample_mpix), dtype=str(cost.dtype), input_mb=in_bytes / 1e6, notes=notes,
+        autocast=amp, optimizer_steps=float(optimizer_steps), per_kernel=per_kernel,
     )

@@ -46,12 +46,22 @@ def test_both_callbacks_on_the_twin_report_one_board(tmp_path):
     assert prof.session.device is tuner.board  # one Board object
     doc, modes = _modes(prof)
     assert {m["mode"] for m in modes} >= {str(p["mode"]) for p in t.profiles}  # every profiled mode seen
+    # trained on in the chosen mode: the epoch's modes are runs in order, the last one the mode the epoch ended in
     last = modes[-1]
-    assert last["mode"] == str(tuner.solution.mode) and last["steps"] > 50, modes  # trained on in the chosen mode
+    assert last["mode"] == str(tuner.solution.mode), modes
+    assert last["steps"] > 50, modes
     model = t.meter.workload.twin_workload("train", 8)
+    assert model.host is not None  # the CPU row measured by the profiler is part of the model the tuner's meter uses
+    # the first steps measure the gaps between steps (the CPU work outside the layers, lightning/twin_driver
+    # HOST_GAPS): the twin models them without it, so the modes they ran in are close to the model, the others equal
+    from lightning_edge.lightning.twin_driver import HOST_GAPS
+
+    early = {t.mode for t in prof.session.totals["train"][:HOST_GAPS + 1]}
     for m in modes:
         assert m["method"] == "simulated"
-        assert m["power_w"] == pytest.approx(float(model.step(m["mode"]).power_w), rel=1e-9), m
+        rel = 0.05 if m["mode"] in early else 1e-9
+        assert m["power_w"] == pytest.approx(float(model.step(m["mode"]).power_w), rel=rel), m
+    assert any(m["mode"] not in early for m in modes)
 
 
 @pytest.mark.slow
@@ -65,7 +75,8 @@ def test_both_callbacks_on_the_twin_agree_on_the_chosen_modes_power(tmp_path):
     assert sol is not None and sol.power_w <= BUDGET and tuner.tuner.tuned_at_step is not None
     doc, modes = _modes(prof)
     last = modes[-1]
-    assert last["mode"] == str(sol.mode) and last["steps"] >= 100, modes
+    assert last["mode"] == str(sol.mode), modes
+    assert last["steps"] >= 100, modes
     assert last["power_w"] <= BUDGET and last["power_w"] == pytest.approx(sol.power_w, rel=0.05), (last, sol)
 
 

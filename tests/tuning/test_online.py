@@ -116,7 +116,11 @@ def test_budget_change_retunes_from_stored_profiles():
     run(t, 150)
     second = t.solution
     assert second is not None and second.power_w <= 13.0 < first.power_w
-    assert len(t.profiles) - n_windows < n_windows  # most of the profiles came from the store
+    # the stored profiles are reused, never measured again, and the retune measures no more than the first search
+    # (issue 27's per-kernel twin: 4 and 4 windows for this model; 3 and 2 before)
+    first_modes = {str(p["mode"]) for p in t.profiles[:n_windows]}
+    assert not first_modes & {str(p["mode"]) for p in t.profiles[n_windows:]}
+    assert len(t.profiles) - n_windows <= n_windows
     assert t.records[-1].mode == second.mode and t.retunes[0]["reason"] == "budget"
     t.close()
 

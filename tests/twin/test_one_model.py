@@ -163,4 +163,4 @@ def test_callers_asking_for_the_same_workload_share_one_object():
     meter = _tuner_meter(twin, model, cost)
     assert meter.workload.twin_workload("train") is drv.workload(True, BS)
     # defaults spelled out are the same workload
-    assert twin.workload(cost, BS) is twin.workload(cost, BS, "train", precision="fp32", dataloader=True)
+    assert twin.workload(cost, BS) is twin.workload(cost, BS, "train", precision="fp32", dataloader=False)

@@ -1,0 +1,44 @@
+"""Output paths are checked before any work (lightning_edge.cli.check_output_paths): a file option given a folder
+or a missing folder is refused; a folder option (the demo's --out) accepts a folder, existing or creatable."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+import pytest
+
+from lightning_edge.cli import check_output_paths
+
+
+def _ns(**kw) -> argparse.Namespace:
+    return argparse.Namespace(**kw)
+
+
+def test_a_file_option_refuses_a_folder_and_a_missing_folder(tmp_path):
+    with pytest.raises(ValueError, match="is a folder; give a file name"):
+        check_output_paths(_ns(out=str(tmp_path)))
+    with pytest.raises(ValueError, match="does not exist"):
+        check_output_paths(_ns(json=str(tmp_path / "no" / "x.json")))
+    check_output_paths(_ns(json=str(tmp_path / "x.json"), plot=None, out="-"))  # fine
+
+
+def test_a_folder_option_takes_an_existing_or_creatable_folder_but_not_a_file(tmp_path):
+    check_output_paths(_ns(out=str(tmp_path), folder_outputs=("out",)))  # a second demo run reuses its folder
+    check_output_paths(_ns(out=str(tmp_path / "a" / "b"), folder_outputs=("out",)))  # created later
+    f = tmp_path / "file"
+    f.write_text("x")
+    with pytest.raises(ValueError, match="is a file; give a folder"):
+        check_output_paths(_ns(out=str(f), folder_outputs=("out",)))
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes anywhere")
+def test_a_folder_option_in_a_read_only_place_is_refused(tmp_path):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        with pytest.raises(ValueError, match="not a writable folder"):
+            check_output_paths(_ns(out=str(ro / "demo"), folder_outputs=("out",)))
+    finally:
+        ro.chmod(0o700)
