@@ -35,3 +35,20 @@ def hidden_board(key: str, seed: int, spread: float = 0.2, base: BoardFile | Non
                      notes=[f"made up for testing the calibration: {bf.key}'s coefficients x exp({spread} N(0,1)), "
                             f"seed {seed}; not a model of a real board"])
 
+
+#: what differs between two modules of the same silicon: their power figures (board, regulators, binning)
+POWER_COEFFICIENTS = ("p_", "e_")
+
+
+def module_variant(bf: BoardFile, seed: int, spread: float = 0.1) -> BoardFile:
+    """``bf`` with its power coefficients (``p_*``, ``e_*``; the rated cap aside) times ``exp(spread x z)``: another
+    module of the same silicon (made up, labelled ``simulated``)."""
+    rng = np.random.default_rng(seed)
+    params = dict(bf.full_params)
+    for k in sorted(params):
+        if k.startswith(POWER_COEFFICIENTS) and k not in HELD and params[k] > 0:
+            params[k] *= math.exp(spread * float(np.clip(rng.standard_normal(), -2.5, 2.5)))
+    return BoardFile(bf.key, params, {k: "simulated" for k in params}, label="simulated",
+                     name=f"hidden {bf.key} #{seed} (made up)", mode_space=bf.mode_space,
+                     notes=[f"made up: {bf.key} extrapolated from a hidden silicon, power coefficients x "
+                            f"exp({spread} N(0,1)), seed {seed}; not a model of a real board"])
