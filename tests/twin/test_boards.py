@@ -102,3 +102,27 @@ def test_a_calibrated_file_installed_for_a_module_is_its_model(tmp_path, monkeyp
     (tmp_path / "orin-nx-16gb.json").write_text("{not json")
     assert installed_board_file("orin-nx-16gb") is None  # a broken file is never a model of the board
 
+
+def hardware_table() -> str:
+    """docs/boards.md's table of the hardware facts, from the catalogue († unconfirmed)."""
+    rows = ["| module | GPU | SMs | tensor cores | CUDA cores | memory bus | memory | CPU | rated power |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for k, hw in catalog.HARDWARE.items():
+        def c(f, unit="", hw=hw):
+            v, s = getattr(hw, f), hw.sources[f]
+            return "unknown" if v is None else f"{v}{unit}{'' if s.confirmed else ' †'}"
+
+        rated = catalog.MODULE_MAX_POWER[k]
+        rows.append(f"| `{k}` | {hw.gpu_arch} | {c('sms')} | {c('tensor_cores')} | {c('cuda_cores')} "
+                    f"| {c('mem_bus_bits', ' bit')} | {hw.mem_type} | {hw.cpu_arch} | {rated.watts:g} W"
+                    f"{'' if rated.source.confirmed else ' †'} |")
+    return "\n".join(rows)
+
+
+def test_the_docs_table_of_hardware_facts_is_the_catalogues():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "boards.md").read_text()
+    assert hardware_table() in doc
+    for k, (ratio, _why) in RULES.items():
+        assert f"| `{k}` | {ratio} |" in doc
