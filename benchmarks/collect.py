@@ -10,7 +10,8 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 ORDER = ["analyze_speed", "twin_validation", "twin_sweep", "overhead", "overhead_fit", "sensor_checks",
-         "fulcrum_eval", "autotune", "autotune_prior", "store_field", "interleaving", "latency_models"]
+         "fulcrum_eval", "autotune", "autotune_prior", "calibration", "transfer", "store_field", "interleaving",
+         "latency_models"]
 
 HEADER = """# Benchmarks
 

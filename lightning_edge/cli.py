@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "latency": "lightning_edge.latency.cli",
     "demo": "lightning_edge.demo",
     "store": "lightning_edge.tuning.store_cli",
+    "calibrate": "lightning_edge.calibrate.cli",
 }
 
 

@@ -12,3 +12,10 @@ def _fresh_boards():
     from lightning_edge.devices.board import forget_boards
 
     forget_boards()
+
+
+@pytest.fixture(autouse=True)
+def _no_installed_board_files(tmp_path_factory, monkeypatch):
+    """A calibrated board file installed on this machine (``~/.config/lightning_edge/boards``) is never a test's
+    model of a board: the folder is an empty temporary one unless a test installs a file there."""
+    monkeypatch.setenv("LIGHTNING_EDGE_BOARDS", str(tmp_path_factory.mktemp("boards")))

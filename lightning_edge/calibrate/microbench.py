@@ -344,7 +344,6 @@ class TwinRunner:
     board's current mode (:func:`lightning_edge.twin.kernels.kernel_time_energy`), with its noise. Everything it
     gives is ``simulated``; the board's (simulated) sensor is its energy meter."""
 
-    label = "simulated"
     available = True
     reason = ""
     min_window_s = 0.0
@@ -354,7 +353,8 @@ class TwinRunner:
         import numpy as np
 
         self.board = board
-        self.name = f"{board.name} (simulated)"
+        self.label = str(getattr(board.twin, "label", "simulated"))  # "extrapolated" on an extrapolated board
+        self.name = f"{board.name} ({self.label})"
         self.rng = np.random.default_rng(seed)
 
     def element_size(self, precision: str) -> int:
@@ -615,13 +615,16 @@ def _run_on_twin(board, quick: bool, precisions: list[str] | None, config: Sweep
         raise ValueError(f"precision {bad[0]!r}: the twin has rooflines for {', '.join(PRECISIONS)} (fp32 is TF32 "
                          "tensor cores, as Pagoda's published fp32; fp32_cuda the CUDA cores)")
     mode = str(board.controller.current())
-    notes = [f"simulated: the sweeps ran on the twin of {board.name} in mode {mode}, not on this machine"]
+    notes = [f"{runner.label}: the sweeps ran on the twin of {board.name} in mode {mode}, not on this machine"]
+    if runner.label == "extrapolated":
+        notes.append("EXTRAPOLATED: the twin's coefficients for this board are scaled from another board's by "
+                     "hardware ratios, not measured (lightning_edge.twin.boards)")
     static_power = runner.idle_power_w()
-    log(f"{runner.name}: idle power {static_power:.2f} W (simulated)")
+    log(f"{runner.name}: idle power {static_power:.2f} W ({runner.label})")
     host = {"device": board.name, "device_name": board.name, "simulated": True, "mode": mode}
     return _measure(board.name, board.name, precisions, cfg, runner, static_power,
                     cfg.min_bandwidth_bytes or 32 * 2 ** 20, notes, log, t_start, lambda prec: True, runner, host,
-                    "simulated")
+                    runner.label)
 
 
 def _measure(device: str, device_name: str, precisions: list[str], cfg: SweepConfig, meter, static_power,

@@ -11,6 +11,9 @@ sampler. ``spec``:
 - ``"none"`` / ``"cpu"`` / ``"host"``: this machine, no power sensor, no controller (time-only profiling,
   wall-clock serving);
 - ``"sim"`` / ``"sim:orin-agx"``: the Orin AGX twin (:class:`~lightning_edge.devices.sim.device.SimulatedOrin`);
+  ``"sim:<key>"``: the twin of any catalogued module (its grid; its coefficients extrapolated from the seeds' board,
+  labelled ``extrapolated``: :mod:`lightning_edge.twin.boards`); ``"sim:PATH.json"``: the twin of a board file
+  (``lightning-edge calibrate`` writes one);
 - a ``SimulatedOrin`` or any object with ``sensor`` and/or ``controller`` (and optionally ``twin``) attributes:
   that device (one Board per object, shared, not closed with the board); a bare ``PowerSensor``; a ``Board``.
 
@@ -70,6 +73,10 @@ class Board:
 
     @property
     def label(self) -> str:
+        """``measured`` (a real board), ``simulated`` (a twin), or ``extrapolated`` (the twin of a board whose
+        coefficients are extrapolated from another's: issue 29); :attr:`source` says ``simulated`` for both."""
+        if self.twin is not None:
+            return str(getattr(self.twin, "label", "simulated"))
         return "simulated" if self.simulated else "measured"
 
     @property
@@ -79,7 +86,9 @@ class Board:
     @property
     def source(self) -> str:
         """``measured``, ``simulated``, or ``model`` (no sensor: energies come from a model)."""
-        return self.label if self.has_sensor else "model"
+        if not self.has_sensor:
+            return "model"
+        return "simulated" if self.simulated else "measured"
 
     @property
     def space(self) -> Any:
@@ -125,9 +134,18 @@ class Board:
         if self.twin is not None:
             try:
                 m = mode or str(self.twin.current_mode())
-                return self.twin.roofline(m, precision), f"twin roofline of the Orin AGX in mode {m} (simulated)"
+                return self.twin.roofline(m, precision), (f"twin roofline of {self.twin.name} in mode {m} "
+                                                          f"({self.label})")
             except Exception as exc:  # noqa: BLE001
                 self.notes.append(f"twin roofline unavailable: {exc}")
+        model = self._calibrated_model()
+        if model is not None:  # the board's own calibrated file (lightning-edge calibrate): its twin's roofline
+            try:
+                m = mode or str(self.controller.current())
+                return model.roofline(m, precision), (f"roofline of the calibrated twin of {model.board.key} in mode "
+                                                      f"{m} ({model.board.path}, {model.board.label})")
+            except Exception as exc:  # noqa: BLE001 - an unusable file: the published profile, and say why
+                self.notes.append(f"calibrated board file unusable: {exc}")
         try:
             from lightning_edge.roofline.profile import load_profile
 
@@ -139,6 +157,26 @@ class Board:
                 return prof.roofline(mode, precision), f"{ORIN_PROFILE} (published) mode {mode}"
         maxn = prof.modes[0].mode
         return prof.roofline(maxn, precision), f"{ORIN_PROFILE} (published) mode {maxn} (MAXN)"
+
+    def _calibrated_model(self) -> Any:
+        """The twin of this real board's installed calibrated board file (:func:`lightning_edge.twin.boards.
+        installed_board_file`), or None (no file, or not a catalogued module)."""
+        if self.twin is not None or self.controller is None:
+            return None
+        if not hasattr(self, "_model_cache"):
+            self._model_cache = None
+            key = getattr(self.space, "name", None)
+            try:
+                from lightning_edge.twin.boards import installed_board_file
+
+                bf = installed_board_file(str(key)) if key else None
+                if bf is not None:
+                    from lightning_edge.twin.model import OrinTwin
+
+                    self._model_cache = OrinTwin(board=bf, space=self.space, noise=False, settling=False)
+            except Exception as exc:  # noqa: BLE001
+                self.notes.append(f"calibrated board file unusable: {exc}")
+        return self._model_cache
 
     def sampler(self, rate_hz: float | None = None, clock_ns: Any = None) -> Any:
         """The board's one background power sampler (started on first use; every reader of the board shares it:
@@ -173,7 +211,8 @@ class Board:
         if not self.has_sensor:
             why = (getattr(self.sensor, "reason", None) or "no power sensor").splitlines()[0].rstrip(":")
             return f"no power sensor ({why}): energies are estimated from the roofline model"
-        return f"{self.name}: {getattr(self.sensor, 'label', '') or type(self.sensor).__name__}"
+        what = f"{self.name}: {getattr(self.sensor, 'label', '') or type(self.sensor).__name__}"
+        return f"{what} [EXTRAPOLATED coefficients]" if self.label == "extrapolated" else what
 
     def close(self) -> None:
         """Done with the board: it is closed when its last user closes it (see the module docstring)."""
@@ -278,7 +317,9 @@ def _open(spec: Any, parsed: BoardSpec | None, control: str, seed: int | None, r
         from lightning_edge.devices.sim.device import SimulatedOrin
 
         sim = SimulatedOrin.from_name(parsed.key, seed=seed)
-        return Board(parsed.key, sim.sensor, sim.controller, sim.twin, owner=sim, spec=parsed, writable=True)
+        return Board(parsed.key, sim.sensor, sim.controller, sim.twin, owner=sim, spec=parsed, writable=True,
+                     notes=list(getattr(sim, "notes", [])) if sim.label != "simulated" or sim.board != "orin-agx"
+                     else [])
     from lightning_edge.devices.sensors import get_sensor
 
     kw = {"root": root} if root is not None else {}

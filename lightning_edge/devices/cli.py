@@ -86,7 +86,12 @@ def _controller(args: argparse.Namespace):
     device = spec.key
     if spec.kind == "sim":
         state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
-        kwargs.update(state_dir=state_dir, board_file=state_dir / f"sim_{spec.arg}.board.json")
+        name = spec.arg
+        if name.endswith(".json"):  # a board file: its state file is named by the file's absolute path
+            import hashlib
+
+            name = "file-" + hashlib.sha1(str(Path(name).resolve()).encode()).hexdigest()[:12]
+        kwargs.update(state_dir=state_dir, board_file=state_dir / f"sim_{name}.board.json")
     elif getattr(args, "_root", "/") != "/":
         kwargs["root"] = args._root
     if getattr(args, "_writer", None) is not None:

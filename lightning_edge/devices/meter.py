@@ -76,6 +76,7 @@ class TwinMeter:
         self.twin = getattr(twin, "twin", twin)
         if not hasattr(self.twin, "settling_w"):
             raise TypeError(f"TwinMeter needs the Orin twin (OrinTwin or SimulatedOrin), got {type(twin).__name__}")
+        self.label = str(getattr(self.twin, "label", "simulated"))  # "extrapolated" on an extrapolated board
         self.workloads: dict[str, Any] = {"train": train, "infer": infer}
         self.seed = seed
         self.noise = bool(noise)

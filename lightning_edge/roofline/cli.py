@@ -157,7 +157,7 @@ def _measure(args, spec: str):
             result = run_microbench(device, **kw)
             mode = board.mode() or "current"
             profile = result.to_profile(mode=mode, device=args.device_name)
-            log(f"done in {result.elapsed_s:.1f} s" + (" (simulated)" if board.simulated else ""))
+            log(f"done in {result.elapsed_s:.1f} s" + (f" ({board.label})" if board.simulated else ""))
             _compare_with_the_twin(board, result, mode, log)
         if meter is not None and not meter.available:
             log(meter.reason)
@@ -175,7 +175,7 @@ def _compare_with_the_twin(board, result, mode: str, log) -> None:
         parts = [f"peak {p['peak_flops'] / float(own.peak_flops):.3f}", f"bandwidth {p['bandwidth'] / float(own.bandwidth):.3f}"]
         if p.get("eps_flop") is not None:
             parts += [f"eps_flop {p['eps_flop'] / float(own.eps_flop):.3f}", f"eps_mop {p['eps_mop'] / float(own.eps_mop):.3f}"]
-        log(f"  {mode} {prec}: measured / the twin's own roofline: " + ", ".join(parts) + " (simulated)")
+        log(f"  {mode} {prec}: measured / the twin's own roofline: " + ", ".join(parts) + f" ({board.label})")
 
 
 # ------------------------------------------------------------------------------------------ models

@@ -609,12 +609,13 @@ class OnlineTuner:
 
     @property
     def wants_board_prior(self) -> bool:
-        """A real Orin AGX with the prior on: the prior needs the module's cost (:meth:`bind_model`) before
+        """A real catalogued board (the AGX Orin: the seeds' twin; another module: its calibrated board file, else its
+        extrapolated one) with the prior on: the prior needs the module's cost (:meth:`bind_model`) before
         :meth:`start`."""
-        return self.prior_setting == "auto" and not _on_twin(self.meter) and _is_orin(self.controller)
+        return self.prior_setting == "auto" and not _on_twin(self.meter) and _has_model(self.controller)
 
     def _make_board_prior(self) -> bool:
-        if not _is_orin(self.controller):
+        if not _has_model(self.controller):
             name = getattr(self.space, "name", "this device")
             self.prior_note = (f"no prior: no device model for {name} (give one: prior=prior_from_rooflines(cost, "
                                "space, a device profile's rooflines))")
@@ -622,21 +623,24 @@ class OnlineTuner:
         if self._model is None:
             self.prior_note = "no prior: the module's inputs were not given (OnlineTuner.bind_model)"
             return True
+        from lightning_edge.twin.boards import board_model
         from lightning_edge.twin.live import SimWorkload
         from lightning_edge.twin.model import OrinTwin
 
+        # the board's calibrated file when one is installed (lightning-edge calibrate), else its catalogue board
+        model = board_model(self.controller.space.name)
         module, inputs, batch_size = self._model
         return self._build_prior(lambda: SimWorkload(
-            module, OrinTwin(noise=False, settling=False), example_inputs=inputs, noise=False,
-            train_batch_size=batch_size), simulated=False)
+            module, OrinTwin(board=model, space=self.space, noise=False, settling=False), example_inputs=inputs,
+            noise=False, train_batch_size=batch_size), simulated=False, board=model)
 
-    def _build_prior(self, workload: Callable[[], Any], simulated: bool) -> bool:
+    def _build_prior(self, workload: Callable[[], Any], simulated: bool, board: Any = None) -> bool:
         """The twin model's prior of ``workload()`` (timed); a failure goes to ``prior_note``."""
         from lightning_edge.tuning.prior import prior_for_twin
 
         t0 = time.perf_counter()
         try:
-            self.prior = prior_for_twin(workload(), self.space, simulated=simulated)
+            self.prior = prior_for_twin(workload(), self.space, simulated=simulated, board=board)
         except Exception as exc:  # noqa: BLE001 - a prior is an aid: tune without it, and say why
             self.prior_note = f"no prior: the model of this workload failed ({type(exc).__name__}: {exc})"
         self.prior_time_s = time.perf_counter() - t0
@@ -1111,6 +1115,14 @@ def _is_orin(controller: Any) -> bool:
     return getattr(getattr(controller, "space", None), "name", "") == "orin-agx"
 
 
+def _has_model(controller: Any) -> bool:
+    """A real board the twin has a model of: a catalogued module (its calibrated file when one is installed, else
+    the catalogue's board file: the seeds' twin for the AGX Orin, an extrapolated one for the others)."""
+    from lightning_edge import catalog
+
+    return getattr(getattr(controller, "space", None), "name", "") in catalog.BOARDS
+
+
 def _in_space(space: PowerModeSpace, mode: Any) -> bool:
     try:
         space.coerce(mode)
@@ -1121,7 +1133,7 @@ def _in_space(space: PowerModeSpace, mode: Any) -> bool:
 
 def _device_model(controller: Any, meter: Any) -> str:
     name = getattr(getattr(controller, "space", None), "name", None) or getattr(controller, "device_id", "device")
-    return f"sim:{name}" if getattr(meter, "label", "") == "simulated" else str(name)
+    return f"sim:{name}" if _on_twin(meter) else str(name)
 
 
 def _on_twin(meter: Any) -> bool:

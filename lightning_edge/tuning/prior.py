@@ -163,19 +163,33 @@ def _climb(grid: Any, measured: dict[int, tuple[float, float]], p_hat: float, t:
 
 
 # ------------------------------------------------------------------------------------------ sources
-def prior_for_twin(workload: Any, space: PowerModeSpace, *, simulated: bool) -> Prior:
+def prior_for_twin(workload: Any, space: PowerModeSpace, *, simulated: bool, board: Any = None) -> Prior:
     """The prior of a :class:`~lightning_edge.twin.live.SimWorkload` (a zoo name, a captured cost, or a module with
     its example inputs) over ``space``: the twin's one model of its training minibatch
-    (``workload.twin_workload("train")``, analysed once), evaluated with the calibrated coefficients, or with
-    ``simulated=True`` (the measurements come from the twin) the *uncalibrated* twin's, so that the prior does not
-    know the simulated truth (module docstring)."""
+    (``workload.twin_workload("train")``, analysed once) on a board model. With ``simulated=True`` (the measurements
+    come from a twin) the model is one that does not know the simulated truth
+    (:func:`~lightning_edge.twin.boards.prior_board`: for the seeds' board its *uncalibrated* coefficients; for an
+    extrapolated board the extrapolation of those; for a board file, the catalogue's board of its module); else
+    ``board`` (a :class:`~lightning_edge.twin.boards.BoardFile`: a real board's calibrated file, or its catalogue
+    board), by default the seeds' calibrated twin."""
+    from lightning_edge.twin.boards import prior_board, seed_board
     from lightning_edge.twin.model import OrinTwin
 
-    model_twin = OrinTwin(profile_path=False, noise=False, settling=False) if simulated else OrinTwin(
-        noise=False, settling=False)
+    truth = getattr(getattr(workload, "twin", None), "board", None)
+    if simulated:
+        model = prior_board(truth) if truth is not None else seed_board(calibrated=False)
+    else:
+        model = board if board is not None else seed_board()
+    model_twin = OrinTwin(board=model, space=space, noise=False, settling=False)
     pred = workload.twin_workload("train").on(model_twin).step(space.to_numpy())
-    src = ("twin model, uncalibrated coefficients (not the simulated truth), of the analyze cost" if simulated
-           else "Orin AGX twin model of the analyze cost")
+    if simulated and model.key == "orin-agx" and model.label == "simulated" and not model.calibration:
+        src = "twin model, uncalibrated coefficients (not the simulated truth), of the analyze cost"
+    elif simulated:
+        src = f"{model.label} twin model of {model.key} (not the simulated truth), of the analyze cost"
+    elif model.key == "orin-agx" and model.calibration is None and model.label == "simulated":
+        src = "Orin AGX twin model of the analyze cost"
+    else:
+        src = f"{model.label} twin model of {model.key} ({model.describe()}), of the analyze cost"
     return Prior(space, np.asarray(pred.time_s), np.asarray(pred.power_w), src)
 
 

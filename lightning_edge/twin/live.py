@@ -23,7 +23,7 @@ class SimWorkload:
     """What a tuner profiles: one model, training and/or inference, on the twin.
 
     ``SimWorkload("resnet18", twin=None, train_batch_size=16, noise=True, seed=0, time_noise=0.025,
-    power_noise=0.02, seq_len=None, precision=None, example_inputs=None, param_tensors=None)``
+    power_noise=0.02, seq_len=None, precision=None, example_inputs=None, param_tensors=None, dataloader=None)``
 
     ``model`` is a zoo name (``"resnet18"``), a captured :class:`~lightning_edge.cost.ModelCost` (its
     ``param_tensors``: the optimizer's parameter tensors, counted from the module that ran it) or an ``nn.Module``;
@@ -40,9 +40,16 @@ class SimWorkload:
     ``calls`` counts the profiling calls (a tuner's cost). :meth:`twin_workload` is the model behind them.
     """
 
-    label = "simulated"
-    device_model = "sim:orin-agx"
-    """Profiles of the twin are stored apart from those of a real Orin AGX (``orin-agx``): never mixed."""
+    @property
+    def label(self) -> str:
+        """``simulated`` (``extrapolated`` on the twin of an extrapolated board)."""
+        return str(getattr(self.twin, "label", "simulated"))
+
+    @property
+    def device_model(self) -> str:
+        """Profiles of the twin are stored apart from those of a real board (``sim:orin-agx``, not ``orin-agx``):
+        never mixed."""
+        return f"sim:{getattr(self.twin.space, 'name', None) or 'orin-agx'}"
 
     def __init__(
         self,
@@ -58,6 +65,7 @@ class SimWorkload:
         precision: str | None = None,
         example_inputs: Any = None,
         param_tensors: int | None = None,
+        dataloader: bool | None = None,
     ) -> None:
         self.example_call = None  # i17cost: a keyword / dict call form (lightning_edge.cost.capture.Call)
         if example_inputs is not None and not isinstance(example_inputs, (tuple, list)) \
@@ -99,6 +107,7 @@ class SimWorkload:
         self.power_noise = float(power_noise)
         self.seq_len = seq_len
         self.param_tensors = param_tensors
+        self.dataloader = dataloader  # None: the twin's default (a data loader for training, none for inference)
         self._cost_precision = precision is None and is_cost(model)  # a cost: its own precision
         self.precision = (precision_of(model) if self._cost_precision else "fp32") if precision is None else precision
         self.calls = Counter()
@@ -152,7 +161,8 @@ class SimWorkload:
         bs = self.train_batch_size if batch_size is None else int(batch_size)
         return self.twin.workload(self.model, bs, kind, seq_len=self.seq_len,
                                   precision=None if self._cost_precision else self.precision,
-                                  inputs=self.inputs_for(bs), param_tensors=self.param_tensors)
+                                  inputs=self.inputs_for(bs), param_tensors=self.param_tensors,
+                                  dataloader=self.dataloader)
 
     def expected(self, kind: str, mode: Any, batch_size: int | None = None) -> tuple[float, float]:
         """Noise-free ``(time_s, power_w)`` of one minibatch on ``mode``: :meth:`twin_workload`'s step (cached per
@@ -184,7 +194,7 @@ class SimWorkload:
     def _measure(self, kind: str, mode: Any, batch_size: int) -> Measurement:
         t, p, _ = self.draw(kind, mode, batch_size)
         self.calls[kind] += 1
-        return Measurement(t, p, "simulated")
+        return Measurement(t, p, self.label)
 
     def train(self, mode: Any) -> Measurement:
         """Time per training minibatch (``train_batch_size``) and power on ``mode``."""

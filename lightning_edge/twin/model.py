@@ -112,7 +112,10 @@ class OrinTwin:
     - ``settling``/``settle_tau_s``: after a mode change or a workload start/stop the live power moves to
       the new level exponentially (tau 0.8 s: within 5 % after 2.4 s);
     - ``tf32_matmul``: run FP32 matmuls on TF32 tensor cores (PyTorch's ``allow_tf32=True``); the default
-      is CUDA cores, PyTorch's default since 1.12 and what the papers' PyTorch 1.12 did.
+      is CUDA cores, PyTorch's default since 1.12 and what the papers' PyTorch 1.12 did;
+    - ``board``: a :class:`~lightning_edge.twin.boards.BoardFile` (a catalogued module's, or one read from a file):
+      its coefficients (``params`` still override them), its grid, and its label: a twin of an ``extrapolated``
+      board labels everything it computes ``extrapolated`` (``label``), every other twin ``simulated``.
     """
 
     name = "sim:orin-agx"
@@ -133,8 +136,15 @@ class OrinTwin:
         settle_tau_s: float = 0.8,
         initial: Any = None,
         tf32_matmul: bool = False,
+        board: Any = None,
     ) -> None:
-        if profile_path is False:  # calibration: start from the defaults, no file
+        self.board = board
+        if board is not None:
+            fitted, self.profile = dict(board.full_params), board.to_dict()
+            self.label = "extrapolated" if board.extrapolated else LABEL
+            self.name = f"sim:{board.path}" if board.path else f"sim:{board.key}"
+            space = space or board.space()
+        elif profile_path is False:  # calibration: start from the defaults, no file
             from lightning_edge.twin.physics import DEFAULT_PARAMS
 
             fitted, self.profile = dict(DEFAULT_PARAMS), {}
@@ -153,7 +163,8 @@ class OrinTwin:
         self.tf32_matmul = bool(tf32_matmul)
         self._rng = np.random.default_rng(seed)
         self._lock = threading.RLock()
-        self._mode = self.space.coerce(initial) if initial is not None else self.space.coerce(catalog.ORIN_AGX_MAXN)
+        self._mode = self.space.coerce(initial) if initial is not None else (
+            self.space.coerce(catalog.ORIN_AGX_MAXN) if self.space.name == "orin-agx" else self.space.max_mode())
         self._activity: Activity | None = None
         self._cost_cache: dict[tuple, Any] = {}
         self._profile_cache: dict[tuple, Any] = {}
@@ -170,7 +181,7 @@ class OrinTwin:
 
         ``precision``: ``fp32`` (TF32 tensor cores, Pagoda's roofline), ``fp16`` or ``fp32_cuda``
         (CUDA cores, tensor cores off). Coefficients are arrays over the modes (scalars for one mode);
-        ``source="simulated"``.
+        ``source``: the twin's :attr:`label` (``simulated``; ``extrapolated`` on an extrapolated board).
         """
         knobs, single = as_knobs(modes, self.space)
         ph = self.physics
@@ -185,8 +196,8 @@ class OrinTwin:
         if single:
             m = PowerMode(int(c[0]), fc[0], fg[0], fm[0])
             return Roofline(float(peak[0]), float(bw[0]), float(eflop[0]), float(emop[0]), float(static[0]),
-                            label=str(m), source=LABEL)
-        return Roofline(peak, bw, eflop, emop, static, source=LABEL)
+                            label=str(m), source=self.label)
+        return Roofline(peak, bw, eflop, emop, static, source=self.label)
 
     def static_power(self, modes: Any = None) -> np.ndarray:
         """pi_0 (W) of one or more modes: the board idle at that mode."""
@@ -561,4 +572,4 @@ class OrinTwin:
         return dict(parts)
 
     def __repr__(self) -> str:
-        return f"OrinTwin({self.space!r}, mode {self.current_mode()}, simulated)"
+        return f"OrinTwin({self.space!r}, mode {self.current_mode()}, {self.label})"

@@ -36,6 +36,8 @@ PARAM_DOCS: dict[str, str] = {
     "bw_dram_eff": "achievable fraction of the theoretical DRAM bandwidth at 3199 MHz",
     "bw_mem_exp": "exponent of the achievable DRAM bandwidth in the EMC clock",
     "bw_softmin_k": "sharpness of the soft minimum of the two bandwidth limits",
+    "dram_bus_bits": "memory bus width (bits), a hardware fact: the theoretical DRAM bandwidth is "
+                     "DRAM_PEAK_BPS x bits / 256 at 3199 MHz EMC (the seeds' board: 256)",
     "fp16_peak_ratio": "FP16 tensor-core peak / TF32 peak (Pagoda MAXN: 33.0 / 14.7)",
     "fp16_bw_ratio": "FP16 benchmark bandwidth / FP32 (Pagoda MAXN: 159.7 / 164.4)",
     "cuda_fp32_ratio": "CUDA-core FP32 peak / TF32 tensor peak (Pagoda: 3.49 / 14.7)",
@@ -97,6 +99,7 @@ PARAM_DOCS: dict[str, str] = {
 DEFAULT_PARAMS: dict[str, float] = {
     "peak_core_tflops_per_ghz": 14.2, "peak_mem_tflops": 24.0, "peak_mem_exp": 1.6, "peak_softmin_k": 2.0,
     "bw_gpu_gbs_per_ghz": 180.0, "bw_dram_eff": 0.85, "bw_mem_exp": 1.05, "bw_softmin_k": 3.0,
+    "dram_bus_bits": 256.0,
     "fp16_peak_ratio": 33.0 / 14.7, "fp16_bw_ratio": 159.7 / 164.4, "cuda_fp32_ratio": 3.49 / 14.7,
     "gpu_v_min": 0.62, "gpu_v_knee_mhz": 600.0, "cpu_v_min": 0.60, "cpu_v_knee_mhz": 1000.0,
     "e_flop_tc_pj": 3.0, "e_flop_cuda_pj": 20.0, "e_flop_dw_pj": 20.0, "e_flop_elt_pj": 20.0,
@@ -164,7 +167,7 @@ class Physics:
         """Benchmark DRAM bandwidth, B/s: the soft minimum of what the GPU can issue and what DRAM delivers."""
         p = self.p
         gpu = p["bw_gpu_gbs_per_ghz"] * np.asarray(f_gpu, dtype=float) / 1e3
-        dram = p["bw_dram_eff"] * DRAM_PEAK_BPS / 1e9 * (np.asarray(f_mem, dtype=float) / F_MEM_MAX) ** p["bw_mem_exp"]
+        dram = self.dram_bandwidth(f_mem) / 1e9
         bw = _softmin(gpu, dram, p["bw_softmin_k"]) * 1e9
         if precision == "fp16":
             return bw * p["fp16_bw_ratio"]
@@ -195,7 +198,8 @@ class Physics:
     def dram_bandwidth(self, f_mem):
         """What DRAM can deliver at this EMC clock (the memory side of the bandwidth), B/s."""
         p = self.p
-        return p["bw_dram_eff"] * DRAM_PEAK_BPS * (np.asarray(f_mem, dtype=float) / F_MEM_MAX) ** p["bw_mem_exp"]
+        peak = DRAM_PEAK_BPS * p["dram_bus_bits"] / 256.0
+        return p["bw_dram_eff"] * peak * (np.asarray(f_mem, dtype=float) / F_MEM_MAX) ** p["bw_mem_exp"]
 
     def e_byte(self, f_gpu, f_mem):
         """Marginal energy per DRAM byte, J/B: DRAM access energy plus the busy memory system's power

@@ -285,8 +285,6 @@ class TwinWorkload:
     the twin's physics may be swapped (calibration) and every call reads it.
     """
 
-    label = LABEL
-
     def __init__(self, cost: Any, twin: OrinTwin, *, batch_size: int | None = None,
                  kind: str | None = None, precision: str | None = None, param_tensors: int | None = None,
                  dataloader: bool | str | None = None, host: HostCPU | None = None,
@@ -316,6 +314,11 @@ class TwinWorkload:
             raise TypeError(f"host must be a HostCPU (the CPU time outside the layers measured on this machine), "
                             f"got {type(host).__name__}")
         self.host = host
+
+    @property
+    def label(self) -> str:
+        """The twin's label (``simulated``; ``extrapolated`` on an extrapolated board): every number it gives."""
+        return getattr(self.twin, "label", LABEL)
 
     @property
     def kind(self) -> str:
@@ -588,7 +591,7 @@ class TwinWorkload:
         arrays = {k: _out(res[k], single) for k in ("time_s", "power_w", "energy_j", "static_w", "gpu_s", "cpu_s",
                                                      "data_s", "bound")}
         return Prediction(**arrays, modes=knobs, workload=self.profile.model, kind=self.kind,
-                          batch_size=self.batch_size, precision=self.precision,
+                          batch_size=self.batch_size, precision=self.precision, label=self.label,
                           parts={k: _out(v, single) for k, v in res["parts"].items()})
 
     def _table(self, res: dict, knob: np.ndarray, step: Prediction) -> LayerTimes:
@@ -624,7 +627,7 @@ class TwinWorkload:
             names=[*prof.names, IDLE_ROW], phase=[*prof.phase, "idle"], gpu_s=row(g, 0.0), cpu_s=row(r["cpu_s"], 0.0),
             start_s=row(r["start_s"], last), end_s=row(r["end_s"], t), energy_j=row(energy, idle_e),
             flops=row(prof.flops.sum(axis=1), 0.0), bytes=row(prof.bytes, 0.0), time_s=t, power_w=power, mode=m,
-            wall_s=row(wall, idle_s), wait_s=row(wait, 0.0),
+            wall_s=row(wall, idle_s), wait_s=row(wait, 0.0), label=self.label,
             parts={k: row(np.asarray(parts[k], dtype=float), float(idle[k])) for k in ENERGY_PARTS}, step=step,
             notes=self._idle_notes(res, idle_s, float(wait.sum())))
 

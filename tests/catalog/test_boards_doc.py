@@ -74,12 +74,15 @@ def test_the_doc_shows_the_catalogue_as_it_is():
     assert _rendered_part(text) == render(), "docs/boards.md is stale: run python -m tests.catalog.test_boards_doc"
 
 
-def test_the_doc_says_how_to_read_it_and_leaves_calibration_to_its_issue():
+def test_the_doc_says_how_to_read_it_and_how_to_calibrate():
     text = DOC.read_text()
     for heading in ("## Confirmed, unconfirmed, derived", "## What is not known", "## Sysfs layout",
-                    "## Calibrating your board"):
+                    "## Extrapolated boards", "## Calibrating your board"):
         assert heading in text, heading
-    assert "issue 29" in text.split("## Calibrating your board", 1)[1]
+    cal = text.split("## Calibrating your board", 1)[1]
+    for what in ("lightning-edge calibrate --device jetson --out", ".partial", "lightning_edge.board_file",
+                 "`published`", "`extrapolated`", "`measured`", "`simulated`", "sim:my-nano.json"):
+        assert what in cal, what
 
 
 if __name__ == "__main__":  # rewrite the rendered part of docs/boards.md

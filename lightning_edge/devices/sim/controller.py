@@ -1,8 +1,8 @@
 """The twin's power-mode controller: a simulated Jetson that switches modes in memory.
 
 It plays the mode space and the nvpmodel named modes of every catalogued module (``--device sim:<key>``,
-:data:`SIM_BOARDS`, from :data:`lightning_edge.catalog.BOARDS`): cores and frequency tables, not their physics (the
-twin's model of power and time is the AGX Orin developer kit's, :mod:`lightning_edge.twin`).
+:data:`SIM_BOARDS`, from :data:`lightning_edge.catalog.BOARDS`), or a board file's (``sim:PATH.json``): cores and
+frequency tables; the physics are the twin's of that board (:mod:`lightning_edge.twin.boards`).
 
 Same interface as the real controllers, so callbacks and CLI commands run unchanged on it.
 Everything it reports is labelled ``simulated``. It remembers when the mode last changed
@@ -78,15 +78,17 @@ class SimModeController(ModeController):
         out: TextIO | None = None,
         **common: Any,
     ) -> None:
-        if board not in SIM_BOARDS:
+        if board not in SIM_BOARDS and space is None:
             raise ValueError(f"no simulated board {board!r}: the twin plays {', '.join(SIM_BOARDS)}")
-        make_space, power_on = SIM_BOARDS[board]
+        make_space, power_on = SIM_BOARDS.get(board, (None, None))
+        if space is not None:  # a given grid (a board file's own): powered on in its MAXN
+            power_on = space.max_mode()
         self.board = board
         self.named_modes = catalog.BOARDS[board].named_modes if board in catalog.BOARDS else ()
         """The nvpmodel named modes of the board played (:class:`~lightning_edge.catalog.NamedMode`)."""
         self.clock = clock
         self.on_step = on_step
-        space = space or make_space()
+        space = space or make_space()  # type: ignore[misc]
         self._initial = space.coerce(initial) if initial is not None else space.coerce(power_on)
         self._file = StateFile(board_file) if board_file is not None else None
         self._mode = self._initial
@@ -117,10 +119,18 @@ class SimModeController(ModeController):
         from lightning_edge.devices.registry import accepted_kwargs
 
         board = arg or kw.get("board") or "orin-agx"
-        return cls(board, **accepted_kwargs(cls, {k: v for k, v in kw.items() if k != "board"}))
+        opts = accepted_kwargs(cls, {k: v for k, v in kw.items() if k != "board"})
+        if str(board).endswith(".json"):  # a board file: its module's named modes, its own grid
+            from lightning_edge.twin.boards import load_board_file
+
+            bf = load_board_file(board)
+            ctl = cls(bf.key, **{**opts, "space": opts.get("space") or bf.space()})
+            ctl.spec_arg = str(board)
+            return ctl
+        return cls(board, **opts)
 
     def cli_args(self) -> list[str]:
-        return ["--device", f"sim:{self.board}"]
+        return ["--device", f"sim:{getattr(self, 'spec_arg', None) or self.board}"]
 
     @property
     def label(self) -> str:

@@ -1,4 +1,6 @@
-"""``SimulatedOrin``: the twin as a device, like a real board: a mode controller, a power sensor, a mode space.
+"""``SimulatedOrin``: the twin as a device, like a real board: a mode controller, a power sensor, a mode space; of the
+seeds' AGX Orin by default, of any catalogued module (``board="orin-nano-8gb"``: extrapolated coefficients, labelled
+so) or of a board file (``get_board("sim:PATH.json")``: :mod:`lightning_edge.twin.boards`).
 
     >>> from lightning_edge.devices.sim.device import SimulatedOrin
     >>> dev = SimulatedOrin(seed=0)
@@ -28,16 +30,15 @@ __all__ = ["SimulatedOrin"]
 
 
 class SimulatedOrin:
-    """A simulated Jetson AGX Orin: ``controller``, ``sensor``, ``space``, ``twin`` (``name = "sim:orin-agx"``).
+    """A simulated Jetson: ``controller``, ``sensor``, ``space``, ``twin`` (``name``: ``"sim:orin-agx"``, the seeds'
+    board, by default).
 
-    ``controller``: an existing SimModeController to share (default: a new in-memory one, or one persisted in
-    ``board_file``); ``clock``/``clock_ns``: inject fake clocks in tests (the controller and twin use
-    ``clock``, the sensor stamps readings with ``clock_ns``).
+    ``board``: a catalogued module's key (``"orin-nano-8gb"``: its grid and named modes, and the twin's coefficients
+    extrapolated to it, labelled ``extrapolated``) or a :class:`~lightning_edge.twin.boards.BoardFile` (a board file:
+    its coefficients, grid and label). ``controller``: an existing SimModeController to share (default: a new
+    in-memory one, or one persisted in ``board_file``, the controller's state file); ``clock``/``clock_ns``: inject
+    fake clocks in tests (the controller and twin use ``clock``, the sensor stamps readings with ``clock_ns``).
     """
-
-    name = "sim:orin-agx"
-    label = "simulated"
-    board = "orin-agx"
 
     def __init__(
         self,
@@ -51,26 +52,48 @@ class SimulatedOrin:
         update_period_s: float = 0.01,
         initial: Any = None,
         board_file: Any = None,
+        board: Any = "orin-agx",
         **twin_kwargs: Any,
     ) -> None:
+        from lightning_edge.twin.boards import BoardFile
+        from lightning_edge.twin.boards import board_file as catalogued
+
+        bf = board if isinstance(board, BoardFile) else catalogued(str(board))
+        self.board_file_ = bf
+        self.board = bf.key
+        space = bf.space()
         if controller is None:
-            controller = SimModeController("orin-agx", initial=initial, board_file=board_file, clock=clock,
+            controller = SimModeController(bf.key, space=space, initial=initial, board_file=board_file, clock=clock,
                                            safety=False if board_file is None else None,
                                            handle_exit=False if board_file is None else None)
         self.controller = controller
         self.twin = OrinTwin(space=controller.space, controller=controller, clock=clock, noise=noise,
-                             settling=settling, seed=seed, **twin_kwargs)
+                             settling=settling, seed=seed, board=bf, **twin_kwargs)
+        self.name = self.twin.name
+        self.label = self.twin.label
         self.sensor = SimPowerSensor(self.twin, update_period_s=update_period_s, clock_ns=clock_ns)
+        if bf.key != "orin-agx" or self.label != "simulated":
+            self.sensor.label = (f"simulated INA3221 rails of the {self.label} twin of the {bf.name} (the AGX Orin's "
+                                 "rail split)")
+        self.notes = [bf.describe()]
 
     @classmethod
     def from_name(cls, device: str, **kwargs: Any) -> SimulatedOrin:
-        """A new simulated board for a device name ``"sim"`` or ``"sim:orin-agx"`` (the only board the twin plays)."""
+        """A new simulated board for a device name: ``"sim"`` / ``"sim:<key>"`` (a catalogued module:
+        :data:`lightning_edge.catalog.BOARDS`) or ``"sim:PATH.json"`` (a board file)."""
+        from lightning_edge import catalog
         from lightning_edge.devices.spec import BoardSpec
+        from lightning_edge.twin.boards import load_board_file
 
         spec = BoardSpec.parse(device)
-        if spec.kind != "sim" or spec.arg != "orin-agx":
-            raise ValueError(f"device {device!r}: the twin plays 'sim:orin-agx' only")
-        return cls(**kwargs)
+        if spec.kind != "sim":
+            raise ValueError(f"device {device!r}: not a simulated board (sim:<key> or sim:PATH.json)")
+        if spec.arg.endswith(".json"):
+            return cls(board=load_board_file(spec.arg), **kwargs)
+        if spec.arg not in catalog.BOARDS:
+            raise ValueError(f"device {device!r}: no simulated board {spec.arg!r}: the twin plays "
+                             f"{', '.join('sim:' + k for k in catalog.BOARDS)}, or sim:PATH.json (a board file)")
+        return cls(board=spec.arg, **kwargs)
 
     @property
     def space(self) -> PowerModeSpace:
@@ -96,4 +119,4 @@ class SimulatedOrin:
         self.close()
 
     def __repr__(self) -> str:
-        return f"SimulatedOrin(mode {self.controller.current()}, simulated)"
+        return f"SimulatedOrin({self.name}, mode {self.controller.current()}, {self.label})"

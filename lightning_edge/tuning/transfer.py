@@ -1,0 +1,108 @@
+"""Transfer between boards (issue 29 item 5): what one board taught makes the tuner's prior on another.
+
+    >>> from lightning_edge.tuning.transfer import transferred_prior, stored_profiles
+    >>> table = stored_profiles(store, "sim:orin-nx-16gb", workload.fingerprint)   # profiles kept for board A
+    >>> prior = transferred_prior(workload, board_b.space, target=board_b_file, source=calibrated_a, profiles=table)
+    >>> OnlineTuner(budget, board_b.controller, meter, prior=prior)                  # or simulate_tuning(..., prior=)
+
+Two things carry over from board A (the *source*) to board B (the *target*):
+
+1. **A's calibrated board file** (``lightning-edge calibrate``): B's model is A's coefficients extrapolated to B by
+   the hardware ratios (:func:`lightning_edge.twin.boards.extrapolate`: SMs, memory bus, rated power), unless B has
+   a calibrated file of its own (then B's). The silicon's efficiencies, CPU costs and energies per FLOP measured on A
+   replace the seeds' published-figure ones;
+2. **the workload's profiles stored for A** (a profile store, or any ``{mode: (time_s, power_w)}``): their errors
+   against A's model, ``log(measured / predicted)`` of time and of power, are this workload's own (what the model
+   misses about it, on the same silicon); fitted as a ridge regression on the mode's position in its grid (each knob
+   over its board's maximum: cores, CPU, GPU and memory clocks), they correct B's prediction at B's modes.
+
+The prior is a prediction, never an answer: the tuner profiles on B and corrects it (:mod:`lightning_edge.tuning.
+prior`). Its ``source`` says what it was built from.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from lightning_edge.modes import PowerMode, PowerModeSpace
+from lightning_edge.tuning.prior import Prior
+
+__all__ = ["transferred_prior", "stored_profiles", "target_model", "RIDGE"]
+
+RIDGE = 1.0
+"""Ridge penalty of the correction's slopes (per knob): with few profiles on A, the correction stays near a
+constant ratio."""
+
+
+def stored_profiles(store: Any, device_model: str, workload_id: str, kind: str = "train") -> dict[PowerMode,
+                                                                                                    tuple[float, float]]:
+    """The ``kind`` profiles a profile store keeps for one workload on one board (``device_model``: its store key,
+    ``sim:orin-nx-16gb`` for a simulated one): ``{mode: (time_s, power_w)}``."""
+    table = store.bind(device_model, workload_id).table(kind)
+    t = table.train_time_s if kind == "train" else table.infer_time_s
+    p = table.train_power_w if kind == "train" else table.infer_power_w
+    return {m: (float(a), float(b)) for m, a, b in zip(table.modes, t, p)}
+
+
+def target_model(target: Any, source: Any | None) -> Any:
+    """B's model (module docstring, 1): B's own calibrated file, else A's calibrated coefficients extrapolated to B,
+    else B's file as it is."""
+    from lightning_edge.twin.boards import extrapolate
+
+    if target.calibration is not None or source is None or source.calibration is None:
+        return target
+    if source.key == target.key:
+        return source
+    return extrapolate(source, target.key)
+
+
+def _features(knobs: np.ndarray, space: PowerModeSpace) -> np.ndarray:
+    top = np.array([space.cores[-1], space.cpu_mhz[-1], space.gpu_mhz[-1], space.mem_mhz[-1]], dtype=float)
+    return np.asarray(knobs, dtype=float) / top
+
+
+def _ridge(x: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:
+    """Coefficients of ``y ~ a + x b`` with the slopes ``b`` penalised by ``lam`` (the intercept is not)."""
+    X = np.hstack([np.ones((len(x), 1)), x])
+    P = lam * np.eye(X.shape[1])
+    P[0, 0] = 0.0
+    return np.linalg.solve(X.T @ X + P, X.T @ y)
+
+
+def transferred_prior(workload: Any, space: PowerModeSpace, *, target: Any, source: Any | None = None,
+                      profiles: Mapping[Any, tuple[float, float]] | None = None, source_space: PowerModeSpace | None
+                      = None, ridge: float = RIDGE) -> Prior:
+    """The prior of ``workload`` (a :class:`~lightning_edge.twin.live.SimWorkload`: a zoo name, a captured cost, or a
+    module with its inputs) over ``space`` of board B, from what board A taught (module docstring). ``target``: B's
+    board file (its catalogue's, or a calibrated one); ``source``: A's calibrated board file; ``profiles``: the
+    workload's profiles stored for A (``{mode: (time_s, power_w)}``, modes of A's grid ``source_space``, default
+    A's file's grid)."""
+    from lightning_edge.twin.model import OrinTwin
+
+    model = target_model(target, source)
+    twin_b = OrinTwin(board=model, space=space, noise=False, settling=False)
+    wl = workload.twin_workload("train")
+    pred = wl.on(twin_b).step(space.to_numpy())
+    t_b, p_b = np.asarray(pred.time_s, dtype=float), np.asarray(pred.power_w, dtype=float)
+    how = [f"{model.label} twin model of {model.key}"
+           + (f" (extrapolated from the calibrated {source.key})" if model is not target and model is not source
+              else "")]
+    if profiles and source is not None:
+        a_space = source_space or source.space()
+        twin_a = OrinTwin(board=source, space=a_space, noise=False, settling=False)
+        modes = [a_space.coerce(m) for m in profiles]
+        knobs = np.array([m.as_tuple() for m in modes], dtype=float)
+        meas = np.array([profiles[m] if m in profiles else profiles[str(m)] for m in modes], dtype=float)
+        pa = wl.on(twin_a).step(knobs)
+        y = np.stack([np.log(meas[:, 0] / np.asarray(pa.time_s)), np.log(meas[:, 1] / np.asarray(pa.power_w))], 1)
+        xa, xb = _features(knobs, a_space), _features(space.to_numpy(), space)
+        coef = _ridge(xa, y, ridge) if len(modes) >= 2 else np.vstack([y.mean(0), np.zeros((4, 2))])
+        corr = np.hstack([np.ones((len(xb), 1)), xb]) @ coef
+        t_b, p_b = t_b * np.exp(corr[:, 0]), p_b * np.exp(corr[:, 1])
+        how.append(f"corrected by {len(modes)} profiles of the workload stored for {source.key} (their ratio to "
+                   f"its calibrated model: time x{np.exp(y[:, 0].mean()):.3f}, power x{np.exp(y[:, 1].mean()):.3f} "
+                   "on average)")
+    return Prior(space, t_b, p_b, "transferred: " + "; ".join(how) + ", of the analyze cost")

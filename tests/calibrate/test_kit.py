@@ -1,0 +1,163 @@
+"""``lightning-edge calibrate`` (issue 29 item 4): the design of experiments, the measurements through the board's own
+meter, the partial file and resuming, the board restored on every exit path, the fitted board file and its labels,
+and calibration recovering a board it has never seen (slow)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from lightning_edge import catalog
+from lightning_edge.calibrate import kit
+from lightning_edge.calibrate.kit import REFERENCE_STEPS, calibrate, design_modes, modes_for_budget
+from lightning_edge.calibrate.microbench import SweepConfig
+from lightning_edge.cli import main
+from lightning_edge.devices import get_board
+from lightning_edge.twin.boards import board_file, load_board_file
+from lightning_edge.twin.fit import WorkloadSpec
+from lightning_edge.twin.model import OrinTwin
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.fakes.boards import hidden_board  # noqa: E402
+
+TINY = SweepConfig([512, 2048], [2 ** 26], [2 ** 26], repeats=2, warmup=0, budget_s=5)
+LSTM = (WorkloadSpec("lstm", "infer", 1, 1),)
+
+
+def test_the_design_fills_the_grid_and_holds_maxn():
+    space = catalog.board_info("orin-nx-16gb").space()
+    modes = design_modes(space, 8, seed=0)
+    assert len(set(modes)) == 8 and space.max_mode() in modes
+    mem = [m.mem_mhz for m in modes]
+    assert set(mem) == set(space.mem_mhz)  # every memory clock, not only its ends
+    assert max(mem.count(v) for v in space.mem_mhz) <= 3
+    assert len({m.gpu_mhz for m in modes}) >= 6 and len({m.cores for m in modes}) >= 6
+    assert design_modes(space, 8, seed=0) == modes and design_modes(space, 8, seed=1) != modes
+    assert modes_for_budget(30) == 20 and modes_for_budget(1) == 6  # about 90 s a mode, within [6, 60]
+
+
+def _run(board, out, **kw):
+    kw.setdefault("modes", 3)
+    return calibrate(board, out, steps=LSTM, microbench=TINY, max_nfev=2, progress=False, **kw)
+
+
+def test_calibrating_a_simulated_board_writes_a_simulated_board_file_and_restores_the_board(tmp_path):
+    b = get_board("sim:orin-nano-8gb", control="write")
+    before = b.controller.current()
+    res = _run(b, tmp_path / "nano.json")
+    assert b.controller.current() == before and not (tmp_path / "nano.json.partial").exists()
+    bf = load_board_file(tmp_path / "nano.json")
+    assert bf.label == "simulated" and bf.key == "orin-nano-8gb"  # simulated measurements: never "measured"
+    cal = bf.calibration
+    assert cal["modes"] == 3 and len(cal["modes_measured"]) == 3 and "SIMULATED" in cal["measured_from"]
+    assert set(cal["fitted"]) and all(bf.provenance[k] == "simulated" for k in cal["fitted"])
+    assert "t_op_us" in cal["fitted"] and "t_decode_train_ms_per_mpix" in cal["held"]  # no DataLoader measured
+    assert bf.provenance["t_decode_train_ms_per_mpix"] == "extrapolated"
+    assert res.installed is None  # a twin's file is not installed as a real board's model
+    assert "SIMULATED" in res.summary() and f"sim:{tmp_path / 'nano.json'}" in res.summary()
+    b.close()
+    # every tool takes the file: a simulated board of the calibrated twin
+    again = get_board(f"sim:{tmp_path / 'nano.json'}")
+    assert again.label == "simulated" and again.space.name == "orin-nano-8gb"
+    again.close()
+
+
+def test_an_interrupted_calibration_restores_the_board_and_resumes(tmp_path, monkeypatch):
+    b = get_board("sim:orin-nano-4gb", control="write")
+    before = b.controller.current()
+    real = kit.TwinStepper.measure
+    calls = []
+
+    def flaky(self, mode):
+        calls.append(str(mode))
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real(self, mode)
+
+    monkeypatch.setattr(kit.TwinStepper, "measure", flaky)
+    with pytest.raises(KeyboardInterrupt):
+        _run(b, tmp_path / "n4.json", modes=4)
+    assert b.controller.current() == before  # restored on the way out
+    partial = json.loads((tmp_path / "n4.json.partial").read_text())
+    assert len(partial["done"]) == 2 and not (tmp_path / "n4.json").exists()
+    monkeypatch.setattr(kit.TwinStepper, "measure", real)
+    measured = []
+    res = _run(b, tmp_path / "n4.json", modes=4, log=measured.append)
+    assert res.resumed == 2 and len(res.modes) == 4 and any("resuming" in m for m in measured)
+    assert not (tmp_path / "n4.json.partial").exists() and b.controller.current() == before
+    # another plan does not mix with a partial file: it says how to go on
+    (tmp_path / "x.json.partial").write_text(json.dumps({"schema": kit.PARTIAL_SCHEMA, "plan": {"board": "b"},
+                                                          "done": {}}))
+    with pytest.raises(ValueError, match="--restart"):
+        _run(b, tmp_path / "x.json")
+    assert _run(b, tmp_path / "x.json", restart=True).resumed == 0
+    b.close()
+
+
+def test_calibration_needs_a_controller_and_a_sensor(tmp_path):
+    host = get_board("none")
+    with pytest.raises(ValueError, match="no mode controller"):
+        _run(host, tmp_path / "h.json")
+    host.close()
+
+
+def test_the_command_runs_on_the_twin_and_every_tool_takes_the_file(tmp_path, capsys):
+    out = tmp_path / "nx.json"
+    assert main(["calibrate", "--device", "sim:orin-nx-8gb", "--out", str(out), "--modes", "2",
+                 "--fit-iterations", "1", "--json", "-"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["label"] == "simulated" and doc["board"] == "orin-nx-8gb" and len(doc["modes"]) == 2
+    assert set(doc["provenance"]) == set(doc["params"])
+    assert main(["mode", "list", "--device", f"sim:{out}"]) == 0
+    assert "orin-nx-8gb" in capsys.readouterr().out
+    assert main(["calibrate", "--device", "none", "--out", str(tmp_path / "h.json")]) == 1
+    assert "no mode controller" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_calibration_recovers_an_nx_like_board_it_has_never_seen(tmp_path):
+    """The acceptance of issue 29 item 4 on one hidden board (benchmarks/calibration.py runs several): half the
+    AGX's GPU, other power figures; 15 modes; 400 random modes of its grid: time MAPE <= 5 %, power <= 3 %."""
+    hidden = hidden_board("orin-nx-16gb", seed=7)
+    path = hidden.save(tmp_path / "hidden.json")
+    b = get_board(f"sim:{path}", control="write", seed=7)
+    res = calibrate(b, tmp_path / "nx.json", modes=15, seed=7, progress=False)
+    b.close()
+    truth = OrinTwin(board=hidden, noise=False, settling=False)
+    fitted = OrinTwin(board=res.board_file, noise=False, settling=False)
+    before = OrinTwin(board=board_file("orin-nx-16gb"), noise=False, settling=False)
+    rng = np.random.default_rng(0)
+    modes = truth.space.to_numpy()[rng.choice(truth.space.size, 400, replace=False)].astype(float)
+
+    def mape(model):
+        t, p = [], []
+        for s in REFERENCE_STEPS:
+            a, c = s.on(truth).step(modes), s.on(model).step(modes)
+            t.append(np.abs(c.time_s / a.time_s - 1))
+            p.append(np.abs(c.power_w / a.power_w - 1))
+        return 100 * np.mean(np.concatenate(t)), 100 * np.mean(np.concatenate(p))
+
+    t_fit, p_fit = mape(fitted)
+    t_before, p_before = mape(before)
+    assert t_before > 5 or p_before > 3  # the catalogue's board alone misses: there is something to recover
+    assert t_fit <= 5.0 and p_fit <= 3.0, (t_fit, p_fit)
+
+
+def test_on_a_real_board_a_reference_step_runs_in_torch_and_its_power_is_the_sensors(tmp_path, monkeypatch):
+    """The real path of a reference step (a fake Orin NX's INA3221: the step runs on this CPU, its power is the
+    board's sensor over the window of steps)."""
+    from tests.fakes.ina3221 import build_orin_nx_ina
+
+    monkeypatch.setattr(kit, "STEP_WINDOW_S", 0.3)
+    monkeypatch.setattr(kit, "WARMUP_SETTLES", 0.05)
+    ina = build_orin_nx_ina(tmp_path / "root")
+    board = get_board("jetson", root=tmp_path / "root")
+    step = kit.TorchStepper(board, WorkloadSpec("lstm", "infer", 1, 1), "cpu")
+    got = step.measure(catalog.board_info("orin-nx-16gb").space().max_mode())
+    assert got["n"] >= kit.MIN_STEPS and got["time_s"] > 0 and step.label == "measured"
+    assert got["power_w"] == pytest.approx(ina.power_w("VDD_IN"), rel=0.02)
+    board.close()
