@@ -153,7 +153,7 @@ def _evaluate(args) -> int:
     import torch
 
     from lightning_edge.latency import measure
-    from lightning_edge.latency.measure import time_layers, time_network
+    from lightning_edge.latency.measure import network_page_faults, time_layers, time_network
     from lightning_edge.latency.model import LatencyModel
 
     lm = LatencyModel.load(args.latency_model)
@@ -169,6 +169,7 @@ def _evaluate(args) -> int:
         pred = lm.predict(model, *inputs)
         measured = time_network(model, inputs, repeats=args.repeats)
         per_layer = time_layers(model, inputs, steps=max(3, args.repeats // 2))
+        faults = network_page_faults(model, inputs)
     finally:
         torch.set_num_threads(prev)
         measure._CLOCK["name"] = prev_clock
@@ -176,15 +177,23 @@ def _evaluate(args) -> int:
     sq = [((la.time_s - per_layer[la.name]) / per_layer[la.name]) ** 2 for la in pred.layers
           if per_layer.get(la.name, 0) > 0]
     rmspe = math.sqrt(sum(sq) / len(sq)) * 100 if sq else float("nan")
+    fault_s = lm.meta.get("page_fault_s")
+    fault_ms = faults * fault_s * 1e3 if faults and fault_s else None
     if args.json:
         write_json({"model": args.model, "batch_size": args.batch_size, "kind": lm.kind,
                     "measured_s": measured, "repeats": args.repeats, "threads": lm.meta.get("threads"), "clock": clk,
-                    "estimated_s": pred.total_s, "error_pct": ape, "layer_rmspe_pct": rmspe, "layers_compared": len(sq)},
+                    "estimated_s": pred.total_s, "error_pct": ape, "layer_rmspe_pct": rmspe, "layers_compared": len(sq),
+                    "page_faults_per_pass": faults, "page_faults_ms_estimated": fault_ms},
                    args.json)
     if args.json != "-":
         print(f"{args.model} batch {args.batch_size}: measured {measured * 1e3:.3f} ms (fastest of {args.repeats}, "
               f"{lm.meta.get('threads')} threads, {clk} clock), {lm.kind} estimate {pred.total_s * 1e3:.3f} ms: "
               f"error {ape:.1f} %; per-layer RMSPE {rmspe:.1f} % over {len(sq)} layers")
+        if faults:
+            cost = f" (about {fault_ms:.2f} ms, estimated)" if fault_ms is not None else ""
+            print(f"note: the allocator page-faulted {faults} times a pass{cost}: freed activation memory went back "
+                  "to the OS. The models predict the time without; MALLOC_TRIM_THRESHOLD_ and MALLOC_MMAP_THRESHOLD_ "
+                  "set high (or jemalloc/tcmalloc) remove the faults (docs/latency.md)")
     return 0
 
 

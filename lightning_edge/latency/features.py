@@ -53,7 +53,7 @@ _ops("silu_", "eltwise", "silu_ sigmoid_ exp_")
 _ops("hardswish", "eltwise", "hardswish hardsigmoid")
 _ops("hardswish_", "eltwise", "hardswish_ hardsigmoid_")
 _ops("tanh", "eltwise", "tanh tanh_ mish softplus")
-_ops("softmax", "eltwise", "_softmax softmax _log_softmax log_softmax")
+_ops("softmax", "eltwise", "_softmax softmax _log_softmax log_softmax _safe_softmax")
 _ops("cat", "eltwise", "cat stack")
 _ops("copy_t", "eltwise", "(transposed-copy)")  # clone/contiguous of a non-contiguous tensor: a strided gather
 _ops("copy", "eltwise", "clone copy_ _to_copy contiguous upsample_nearest2d constant_pad_nd index gather roll "
@@ -376,14 +376,16 @@ FEATURE_NAMES: tuple[str, ...] = (
     "batch", "groups", "c_per_group", "f_per_group", "hw_in", "hw_out", "rows", "bytes",
     "gemm_m", "gemm_n", "gemm_k", "intensity",
     "weights_per_l2", "weights_per_llc", "data_per_l2", "data_per_llc", "image_data_per_l2", "reread_weights_per_llc",
-    "t_roof", "t_ref", "t_compute", "t_memory", "cold_weights",
+    "t_roof", "t_ref", "t_compute", "t_memory", "cold_weights", "px_rows", "px_rem",
 ) + tuple(f"cls={c}" for c in CLASSES) + tuple(f"op={k}" for k in OP_KEYS) + tuple(f"backend={b}" for b in BACKENDS)
 
 
 def unit_features(d: LayerDesc, *, peak_flops: float, bandwidth: float, t_ref: float, l2: float,
-                  llc: float) -> list[float]:
+                  llc: float, lanes: int = 16) -> list[float]:
     """``FEATURE_NAMES`` of a unit (sizes log-scaled: a forest splits on ranks, but the logs keep the numbers
-    readable). ``l2``/``llc``: the cache sizes in bytes of the device the model is for."""
+    readable). ``l2``/``llc``: the cache sizes in bytes of the device the model is for; ``lanes``: its fp32 SIMD
+    width (``px_rows``, ``px_rem``: an image's output pixels in full SIMD rows and what is left over: at one
+    thread PyTorch's GEMM per image takes longer for 9 columns than for 16)."""
     lg = math.log1p
     g = max(1, d.groups)
     wbytes = 4.0 * d.params
@@ -398,6 +400,8 @@ def unit_features(d: LayerDesc, *, peak_flops: float, bandwidth: float, t_ref: f
             wbytes / l2, wbytes / llc, data / l2, data / llc, per_image / l2, rereads * wbytes / llc,
             math.log(max(max(t_c, t_m), 1e-12)), math.log(max(t_ref, 1e-12)), math.log(max(t_c, 1e-12)),
             math.log(max(t_m, 1e-12)), d.cold * wbytes / llc]
+    px = d.ho * d.wo if d.cls in ("conv", "conv1x1", "dwconv", "gconv") else d.rows
+    raw += [math.log1p(px // max(1, lanes)), (px % max(1, lanes)) / max(1, lanes)]
     raw += [1.0 if d.cls == c else 0.0 for c in CLASSES]
     raw += [1.0 if d.op == k_ else 0.0 for k_ in OP_KEYS]
     raw += [1.0 if d.backend == b else 0.0 for b in BACKENDS]

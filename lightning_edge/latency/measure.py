@@ -40,7 +40,8 @@ from lightning_edge.latency.stepwise import WIDTHS, Dim
 
 __all__ = ["clock", "use_clock", "ClassSpec", "SPECS", "cache_sizes", "time_unit", "measure_point", "build_unit",
            "unit_desc_for", "point_for", "sample_units", "time_network", "time_layers", "training_from_layers_json",
-           "Sample", "host_meta", "call_overheads", "loadavg"]
+           "Sample", "host_meta", "call_overheads", "loadavg", "effective_llc", "page_faults", "network_page_faults",
+           "page_fault_s"]
 
 
 _CLOCK = {"name": "wall"}
@@ -110,6 +111,109 @@ def cache_sizes(device: str = "cpu") -> dict[str, int]:
     l2 = sizes.get(2) or 1 << 20
     llc = max(sizes.values()) if sizes else 32 << 20
     return {"l2": int(l2), "llc": int(max(llc, l2))}
+
+
+def effective_llc(device: str = "cpu", nominal: int | None = None) -> int:
+    """The last-level cache this process gets, measured: the largest buffer (0.5 MB to twice the nominal size)
+    that is read at least at the geometric mean of the in-cache and the in-memory bandwidth. On a shared machine
+    it is smaller than the nominal size: other cores (other virtual machines, on a cloud host) use the same cache.
+    Here: 12 MB of a nominal 32 MB under load. CUDA: the GPU's L2."""
+    import torch
+
+    nominal = nominal or cache_sizes(device)["llc"]
+    if device.startswith("cuda"):
+        return nominal
+    sizes = [1 << 19]
+    while sizes[-1] < 2 * nominal:
+        sizes.append(sizes[-1] * 2)
+    bw = {}
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)  # what one core gets (a second thread would wait for a busy core)
+    try:
+        bw = _read_bandwidths(sizes)
+    finally:
+        torch.set_num_threads(prev)
+    mem = bw[max(bw)]
+    in_cache = max(v for k, v in bw.items() if k <= nominal // 4 or k == sizes[0])
+    cut = math.sqrt(in_cache * mem)
+    fit = [k for k in sizes if bw[k] >= cut]
+    return int(max(fit)) if fit else int(sizes[0])
+
+
+def _read_bandwidths(sizes: list[int]) -> dict[int, float]:
+    """Bytes per ns reading a buffer of each size (``sum``), the best of three reads after a first one."""
+    import time
+
+    import torch
+
+    bw = {}
+    with torch.inference_mode():
+        for size in sizes:
+            buf = torch.ones(size // 4)
+            buf.sum()
+            best = math.inf
+            for _ in range(3):
+                t0 = time.perf_counter_ns()
+                buf.sum()
+                best = min(best, time.perf_counter_ns() - t0)
+            bw[size] = size / max(best, 1)
+            del buf
+    return bw
+
+
+# ------------------------------------------------------------------------------------------ the allocator
+def page_faults() -> int | None:
+    """Minor page faults of the calling thread so far (Linux), else None."""
+    try:
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_THREAD).ru_minflt)
+    except (ImportError, AttributeError, OSError, ValueError):
+        return None
+
+
+def network_page_faults(model: Any, inputs: tuple, passes: int = 3, kwargs: dict | None = None) -> int | None:
+    """Page faults of one forward pass after two warm-up passes (the median of ``passes``), or None where the OS
+    does not count them. Not zero when the allocator hands freed activation memory back to the OS and the next
+    pass touches it afresh (glibc: large blocks are mapped and unmapped, the heap's top is trimmed): MobileNetV2
+    at batch 8 on 96x96 inputs faults 1600 times a pass, and a BatchNorm that takes 0.6 ms without takes 3.5 ms
+    with 1700 of them. The latency models predict the time without: ``page_fault_s`` prices them."""
+    import torch
+
+    if page_faults() is None:
+        return None
+    kwargs = kwargs or {}
+    counts = []
+    with torch.inference_mode():
+        for i in range(2 + max(1, passes)):
+            f0 = page_faults()
+            model(*inputs, **kwargs)
+            if i >= 2:
+                counts.append(page_faults() - f0)
+    return int(statistics.median(counts))
+
+
+def page_fault_s(device: str = "cpu", mb: int = 32) -> float | None:
+    """Seconds one page fault adds (the first write to freshly mapped memory, against a second write), or None
+    where the OS does not count them or on a GPU."""
+    import time
+
+    import torch
+
+    if device.startswith("cuda") or page_faults() is None:
+        return None
+    n = (mb << 20) // 4
+    with torch.inference_mode():
+        x = torch.empty(n)
+        f0, t0 = page_faults(), time.thread_time_ns()
+        x.fill_(1.0)
+        t_first, faults = time.thread_time_ns() - t0, page_faults() - f0
+        t0 = time.thread_time_ns()
+        x.fill_(2.0)
+        t_second = time.thread_time_ns() - t0
+    if faults < 16:
+        return None
+    return max(0.0, (t_first - t_second) * 1e-9 / faults)
 
 
 # ------------------------------------------------------------------------------------------ the context
@@ -285,6 +389,8 @@ def _hw(lo: int, hi: int, ref: int) -> Dim:
 
 
 _B = Dim.range("b", 1, 8, 1, LINEAR)
+_B2 = Dim.range("b", 2, 8, 2, LINEAR)
+_B1 = Dim("b", (1,), 1, LINEAR)
 
 #: the step-wise model's classes on a CPU-sized budget (dimension values are what is measured; units beyond them
 #: are extrapolated along the generated function and reported as such). Convolutions have the dimensions the
@@ -298,29 +404,39 @@ _B = Dim.range("b", 1, 8, 1, LINEAR)
 #: one's efficiency, and a corner no network has (1024 depthwise channels on a 64x64 map: 33 ms, 5 times slower per
 #: element than its neighbours) bent the whole box.
 SPECS: dict[str, ClassSpec] = {
-    "conv": ClassSpec("conv", (_ch("f", 8, 512, 128), _ch("c", 3, 512, 128), _hw(1, 32, 8), _B),
+    "conv": ClassSpec("conv", (_ch("f", 8, 512, 128), _ch("c", 3, 512, 128), _hw(4, 32, 8), _B2),
                       "Conv2d 3x3, stride 1, pad 1 on (b, c, s, s), hw = s*s output pixels per image; other kernels "
                       "scale c by kh*kw/9, strides count output pixels"),
-    "conv/small": ClassSpec("conv", (_ch("f", 8, 128, 64), _ch("c", 3, 128, 32), _hw(1, 16, 8), _B),
-                            "as conv, channels up to 128, maps up to 16x16"),
-    "conv/map": ClassSpec("conv", (_ch("f", 8, 128, 64), _ch("c", 3, 128, 32), _hw(16, 64, 32), _B),
+    "conv/small": ClassSpec("conv", (_ch("f", 8, 128, 64), _ch("c", 3, 128, 32), _hw(4, 16, 8), _B2),
+                            "as conv, channels up to 128, maps from 4x4 to 16x16"),
+    "conv/map": ClassSpec("conv", (_ch("f", 8, 128, 64), _ch("c", 3, 128, 32), _hw(16, 64, 32), _B2),
                           "as conv, channels up to 128, maps from 16x16 to 64x64"),
-    "stem": ClassSpec("stem", (_ch("f", 8, 256, 64), Dim("kk", _squares(3, 16), 49, LINEAR), _hw(1, 64, 16), _B),
+    "conv/px4": ClassSpec("conv", (_ch("f", 8, 2048, 256), _ch("c", 8, 2048, 256), _hw(2, 3, 2), _B2),
+                          "as conv on 2x2 and 3x3 maps (fewer pixels than a SIMD row: another kernel)"),
+    "conv/px1": ClassSpec("conv", (_ch("f", 8, 2048, 256), _ch("c", 8, 2048, 256), _hw(1, 1, 1), _B2),
+                          "as conv on 1x1 maps (only the centre tap works: another path)"),
+    "stem": ClassSpec("stem", (_ch("f", 8, 256, 64), Dim("kk", _squares(3, 16), 49, LINEAR), _hw(2, 64, 16), _B),
                       "Conv2d(3, f, k, stride max(2, k//2), pad k//2) (kk = k*k) on (b, 3, .., ..): a network's "
                       "first convolution (at most 4 input channels)"),
-    "conv1x1": ClassSpec("conv1x1", (_ch("f", 8, 1024, 256), _ch("c", 8, 1024, 256), _hw(1, 32, 8), _B),
+    "conv1x1": ClassSpec("conv1x1", (_ch("f", 8, 1024, 256), _ch("c", 8, 1024, 256), _hw(4, 32, 8), _B),
                          "Conv2d 1x1 on (b, c, s, s), hw = s*s output pixels per image"),
-    "conv1x1/small": ClassSpec("conv1x1", (_ch("f", 8, 128, 64), _ch("c", 8, 128, 64), _hw(1, 16, 8), _B),
-                               "as conv1x1, channels up to 128, maps up to 16x16"),
+    "conv1x1/small": ClassSpec("conv1x1", (_ch("f", 8, 128, 64), _ch("c", 8, 128, 64), _hw(4, 16, 8), _B),
+                               "as conv1x1, channels up to 128, maps from 4x4 to 16x16"),
     "conv1x1/map": ClassSpec("conv1x1", (_ch("f", 8, 128, 64), _ch("c", 8, 128, 64), _hw(16, 64, 32), _B),
                              "as conv1x1, channels up to 128, maps from 16x16 to 64x64"),
-    "dwconv": ClassSpec("dwconv", (_ch("c", 8, 1024, 256), _hw(1, 32, 8), _B),
+    "conv1x1/px4": ClassSpec("conv1x1", (_ch("f", 8, 2048, 256), _ch("c", 8, 2048, 256), _hw(2, 3, 2), _B),
+                             "as conv1x1 on 2x2 and 3x3 maps: the GEMM has fewer columns than a SIMD row, and one "
+                             "such image costs more than a 4x4 map (at one thread, PyTorch's GEMM per image)"),
+    "conv1x1/px1": ClassSpec("conv1x1", (_ch("f", 8, 2048, 256), _ch("c", 8, 2048, 256), _hw(1, 1, 1), _B),
+                             "as conv1x1 on 1x1 maps (squeeze-excite): a matrix-vector product per image, 15 times "
+                             "faster than on 3x3 maps"),
+    "dwconv": ClassSpec("dwconv", (_ch("c", 8, 1024, 256), _hw(2, 32, 8), _B),
                         "depthwise Conv2d 3x3, pad 1 on (b, c, s, s); other kernels scale hw by kh*kw/9"),
-    "dwconv/small": ClassSpec("dwconv", (_ch("c", 8, 256, 64), _hw(1, 16, 8), _B),
+    "dwconv/small": ClassSpec("dwconv", (_ch("c", 8, 256, 64), _hw(2, 16, 8), _B),
                               "as dwconv, channels up to 256, maps up to 16x16"),
     "dwconv/map": ClassSpec("dwconv", (_ch("c", 8, 128, 32), _hw(16, 64, 32), _B),
                             "as dwconv, channels up to 128, maps from 16x16 to 64x64"),
-    "gconv": ClassSpec("gconv", (_ch("cg", 2, 64, 8), _ch("g", 2, 64, 32), _hw(1, 32, 8), _B),
+    "gconv": ClassSpec("gconv", (_ch("cg", 2, 64, 8), _ch("g", 2, 64, 32), _hw(2, 32, 8), _B),
                        "grouped Conv2d 3x3 (g groups of cg channels in and out) on (b, g*cg, s, s); other shapes "
                        "map to cg = sqrt(c/g * f/g * kh*kw/9)"),
     "linear": ClassSpec("linear", (_ch("f", 8, 4096, 1024), _ch("c", 8, 4096, 1024),
@@ -351,6 +467,14 @@ OP_SPECS = {
     "layer_norm": "F.layer_norm over rows of 256", "max_pool": "MaxPool2d(3, 2, 1) (n = output elements * 9 / 9)",
     "avg_pool": "AvgPool2d(3, 2, 1)", "embedding": "F.embedding, 256-wide rows of a 10000-row table",
 }
+#: 3x3 convolutions at batch 1 in boxes of their own (``conv/b1``, ``conv/BOX-b1``): at one thread PyTorch runs a
+#: batch-1 3x3 convolution on a small map (c*h*w <= 20480) as im2col and one GEMM, and a larger batch through
+#: oneDNN: 512 channels on a 3x3 map take 3.9 ms alone and 5.3 ms for 8 images, a step no line along b fits
+for _k in [k for k, v in SPECS.items() if v.cls == "conv"]:
+    _v = SPECS[_k]
+    SPECS[f"{_k}-b1" if "/" in _k else f"{_k}/b1"] = ClassSpec("conv", _v.dims[:-1] + (_B1,),
+                                                               _v.what + "; batch 1")
+
 #: the same boxes with the weights in memory (``/dram``, ``/BOX-dram``): a network whose weights and activations
 #: overflow the last-level cache reads each layer's weights from DRAM. ResNet-18's 512-channel 3x3 convolutions
 #: (9.4 MB of weights, 3x3 maps) take 4 ms in the network and 0.7 ms with their weights in L3.
@@ -359,8 +483,10 @@ for _k in [k for k, v in SPECS.items() if v.cls in ("conv", "stem", "conv1x1", "
     SPECS[f"{_k}-dram" if "/" in _k else f"{_k}/dram"] = ClassSpec(_v.cls, _v.dims, _v.what + "; weights in memory",
                                                                    cold=True)
 for _k, _what in OP_SPECS.items():
-    SPECS[_k] = ClassSpec(_k, (Dim("n", _elements(1, 256), 64 * 32 * 32, LINEAR),), _what)
-    SPECS[f"{_k}/small"] = ClassSpec(_k, (Dim("n", _elements(1, 64), 64 * 16 * 16, LINEAR),), _what + ", up to 1 MB")
+    _lo = 4 if _k == "copy_t" else 1   # a transposed copy of fewer than 2 x 2 elements is no copy
+    SPECS[_k] = ClassSpec(_k, (Dim("n", [v for v in _elements(1, 256) if v >= _lo], 64 * 32 * 32, LINEAR),), _what)
+    SPECS[f"{_k}/small"] = ClassSpec(_k, (Dim("n", [v for v in _elements(1, 64) if v >= _lo], 64 * 16 * 16, LINEAR),),
+                                     _what + ", up to 1 MB")
 
 
 @dataclass
@@ -394,7 +520,9 @@ def host_meta(device: str, dtype: str = "float32") -> dict:
             "clock": clock() if device == "cpu" else "cuda events",
             "dtype": dtype, "torch": torch.__version__, "python": platform.python_version(),
             "machine": platform.machine(), "cpus": os.cpu_count() or 1, "l2_bytes": caches["l2"],
-            "llc_bytes": caches["llc"], "context": "network (time_unit)",
+            "llc_bytes": effective_llc(device, caches["llc"]), "llc_nominal_bytes": caches["llc"],
+            "page_fault_s": page_fault_s(device),
+            "context": "network (time_unit: other ops, a 2 x L2 sweep, the producer; least of repeats)",
             "load_before": [round(v, 2) for v in la] if la else None}
 
 
@@ -457,6 +585,8 @@ def op_inputs(key: str, n: int, device: str = "cpu", dtype: Any = None) -> tuple
             return torch.randn(1, n, **kw), torch.ones(n, **kw), torch.zeros(n, **kw)
         if key == "embedding":
             return torch.randint(0, 10000, (1,), device=device), torch.randn(10000, n, **kw)
+        if key == "copy_t":  # a transposed copy needs two dimensions of at least 2
+            return (torch.randn(1, 1, 2, max(2, n // 2), **kw),)
         x = torch.randn(1, n, 1, 1, **kw)
         return (x, torch.randn(1, n, 1, 1, **kw)) if key in ("add", "add_") else (x,)
     s = _side(n // 64)
@@ -497,8 +627,9 @@ def build_unit(cls: str, point: Sequence[int], device: str = "cpu", dtype: Any =
         return (nn.Conv2d(3, f, k, st, k // 2, bias=False, **kw).eval(), (torch.randn(b, 3, max(si, k), max(si, k), **kw),))
     if cls == "sdpa":
         sk, e, lq, batch = (int(v) for v in point)
-        return _Op("sdpa", _ops_fns()["sdpa"]), (torch.randn(batch, lq, e, **kw), torch.randn(batch, sk, e, **kw),
-                                                 torch.randn(batch, sk, e, **kw))
+        return _Op("sdpa", _ops_fns()["sdpa"]), (torch.randn(1, batch, lq, e, **kw),
+                                                 torch.randn(1, batch, sk, e, **kw),
+                                                 torch.randn(1, batch, sk, e, **kw))
     if cls == "dwconv":
         c, hw, b = (int(v) for v in point)
         s = _side(hw)
@@ -516,7 +647,8 @@ def build_unit(cls: str, point: Sequence[int], device: str = "cpu", dtype: Any =
         return _Op("matmul", _ops_fns()["matmul"]), (torch.randn(batch, m, k, **kw), torch.randn(batch, k, n, **kw))
     if cls == "batch_norm":
         (n,) = point
-        return nn.BatchNorm2d(64, **kw).eval(), op_inputs(cls, n, device, dtype)
+        x = op_inputs(cls, n, device, dtype)
+        return nn.BatchNorm2d(x[0].shape[1], **kw).eval(), x
     fns = _ops_fns()
     if cls in fns:
         (n,) = point

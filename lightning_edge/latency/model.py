@@ -238,7 +238,8 @@ class LatencyModel:
         calls = max(1, d.calls)
         return unit_features(d, peak_flops=self.peak_flops, bandwidth=self.bandwidth, t_ref=self.t_ref(d) / calls,
                              l2=float(self.meta.get("l2_bytes") or 1 << 20),
-                             llc=float(self.meta.get("llc_bytes") or 32 << 20))
+                             llc=float(self.meta.get("llc_bytes") or 32 << 20),
+                             lanes=max(1, int(self.tile.get("tile_n", 32)) // 2))
 
     def _key(self, d: LayerDesc) -> str:
         return f"{d.cls}:{d.op}"
@@ -393,16 +394,19 @@ class LatencyModel:
         """The step-wise function for a unit of ``cls`` at ``point``: among the class's boxes (``cls`` and its
         sub-boxes ``cls/...``, e.g. ``conv1x1/small``; ``dram``: those measured with the weights in memory,
         ``cls/dram`` and ``cls/BOX-dram``, where the class has them) the smallest that contains the point, else the
-        class's own (extrapolated), else None."""
+        box it leaves in the fewest dimensions, the largest of them (extrapolated), else None."""
         keys = [k for k in self.stepwise if k.split("/", 1)[0] == cls]
         cold = [k for k in keys if k.endswith("dram")]
         keys = cold if (dram and cold) else [k for k in keys if not k.endswith("dram")] or keys
         boxes = [self.stepwise[k] for k in keys]
-        inside = [g for g in boxes if all(dim.lo <= p <= dim.hi for p, dim in zip(point, g.dims))]
-        if inside:
-            return min(inside, key=lambda g: g.full_sweep_points)
-        full = [self.stepwise[k] for k in keys if k in (cls, f"{cls}/dram")]
-        return full[0] if full else (boxes[0] if boxes else None)
+        if not boxes:
+            return None
+
+        def outside(g):
+            return sum(not (dim.lo <= p <= dim.hi) for p, dim in zip(point, g.dims))
+
+        # the smallest box that holds the point; else, of those it leaves in the fewest dimensions, the largest
+        return min(boxes, key=lambda g: (outside(g), g.full_sweep_points if outside(g) == 0 else -g.full_sweep_points))
 
     def dram_share(self, descs: list[LayerDesc]) -> float:
         """The share of a network's weights read from memory rather than the last-level cache: 0 while its

@@ -19,15 +19,16 @@ def data(n=300, seed=0):
 
 def test_numpy_walk_matches_scikit_learn():
     pytest.importorskip("sklearn")
-    from sklearn.ensemble import RandomForestRegressor
+    from sklearn.ensemble import ExtraTreesRegressor, RandomForestRegressor
 
     X, y = data()
-    f = Forest.fit(X, y, n_trees=8, min_leaf=2, seed=3)
-    rf = RandomForestRegressor(n_estimators=8, min_samples_leaf=2, max_features=0.5, random_state=3, n_jobs=1)
-    rf.fit(X, y)
     Xt, _ = data(50, seed=1)
-    assert f.predict(Xt) == pytest.approx(rf.predict(Xt), rel=1e-5, abs=1e-6)
-    assert len(f.trees) == 8 and f.n_features == 5
+    for extra, make, mf in ((True, ExtraTreesRegressor, 1.0), (False, RandomForestRegressor, 0.5)):
+        f = Forest.fit(X, y, n_trees=8, min_leaf=2, seed=3, extra=extra)
+        rf = make(n_estimators=8, min_samples_leaf=2, max_features=mf, random_state=3, n_jobs=1)
+        rf.fit(X, y)
+        assert f.predict(Xt) == pytest.approx(rf.predict(Xt), rel=1e-5, abs=1e-6)
+        assert len(f.trees) == 8 and f.n_features == 5
 
 
 def test_round_trip_through_json_and_checks():

@@ -60,3 +60,24 @@ def test_rows_without_a_forward_time_are_still_skipped(tmp_path):
                                                          {"layer": "bn", "fwd_ms": 0.0}]}})))
     got = training_from_layers_json(p, Net().eval(), torch.randn(1, 3, 16, 16))
     assert [s.layer.name for s in got] == ["conv"] and got[0].time_s == pytest.approx(0.5e-3)
+
+
+def test_every_class_builds_its_unit_at_the_ends_of_its_dimensions_and_maps_back_to_it():
+    """For each class and box: the representative unit at the lowest and highest value of every dimension is
+    built (on the meta device), described like a network's unit, and point_for maps it back to its class and
+    point (element counts within a row's rounding)."""
+    from lightning_edge.latency.measure import SPECS, build_unit, point_for, unit_desc_for
+
+    for key, spec in SPECS.items():
+        for pick in (0, -1):
+            point = tuple(d.values[pick] for d in spec.dims)
+            if spec.cls == "conv" and point[1] <= 4:
+                continue  # a 3x3 convolution on 3 channels is a stem: its own class
+            fn, args = build_unit(spec.cls, point, device="cpu" if spec.cls == "embedding" else "meta")
+            u = unit_desc_for(fn, args)
+            cls, back, mult = point_for(u)
+            assert cls == spec.cls and mult == 1.0, (key, point, cls)
+            if len(point) == 1:
+                assert back[0] == pytest.approx(point[0], rel=0.35, abs=2), (key, point, back)
+            else:
+                assert back == point, (key, point, back)
