@@ -126,9 +126,9 @@ def main(argv=None) -> int:
     budget = args.budget_s or (120.0 if q else 280.0)
     repeats = args.repeats or (5 if q else 9)
 
+    import heldout_nets
     import torch
 
-    import heldout_nets
     from lightning_edge.latency import measure
     from lightning_edge.latency.features import describe
     from lightning_edge.latency.model import LatencyModel
@@ -256,10 +256,10 @@ def context_effect(cases, per_layer) -> dict[str, list[float]]:
     for name, b, model, x, descs, _c in cases:
         mods = dict(model.named_modules())
         leaf = {d.name: d for d in descs if d.name in mods and not list(mods[d.name].children())}
-        caps = {}
+        caps: dict = {}
         hooks = [mods[n].register_forward_hook(
-            lambda m, a, o, n=n: (caps.setdefault(n, tuple(t.clone() if isinstance(t, torch.Tensor) else t
-                                                             for t in a)), None)[1]) for n in leaf]
+            lambda m, a, o, n=n, caps=caps: (caps.setdefault(n, tuple(t.clone() if isinstance(t, torch.Tensor)
+                                                                       else t for t in a)), None)[1]) for n in leaf]
         with torch.inference_mode():
             model(x)
         for h in hooks:
@@ -360,7 +360,7 @@ def report(args, runs, cases, ref, loaded_net, per_layer, context_rows, fold_row
     r0 = next((r for r in runs if r["cond"] == "quiet"), runs[0])
     by = defaultdict(lambda: [0, 0.0, 0.0, 0.0, 0.0])
     for i, key in enumerate(keys):
-        for j, la in enumerate(r0["pred"]["stepwise"][i].layers):
+        for la in r0["pred"]["stepwise"][i].layers:
             row = by[la.cls or "?"]
             row[0] += 1
             row[1] += per_layer[key].get(la.name, 0.0)
@@ -368,11 +368,12 @@ def report(args, runs, cases, ref, loaded_net, per_layer, context_rows, fold_row
         for k, col in (("mixed", 3), ("statistical", 4)):
             for la in r0["pred"][k][i].layers:
                 by[la.cls or "?"][col] += la.time_s
+    def err(p, meas):
+        return f"{(p / meas - 1) * 100:+.0f}" if meas > 0 else ""
+
     for c, (n, meas, st, mx, sa) in sorted(by.items(), key=lambda kv: -kv[1][1]):
-        def err(p):
-            return f"{(p / meas - 1) * 100:+.0f}" if meas > 0 else ""
-        lines.append(f"| {c} | {n} | {meas * 1e3:.2f} | {st * 1e3:.2f} | {err(st)} | {mx * 1e3:.2f} | {err(mx)} | "
-                     f"{sa * 1e3:.2f} | {err(sa)} |")
+        lines.append(f"| {c} | {n} | {meas * 1e3:.2f} | {st * 1e3:.2f} | {err(st, meas)} | {mx * 1e3:.2f} | "
+                     f"{err(mx, meas)} | {sa * 1e3:.2f} | {err(sa, meas)} |")
     # the context effect
     lines += ["", "The in-network context effect, per class, summed over the leaf layers of every held-out network "
               "and batch (ms): each layer alone in a hot loop, alone in `time_unit`'s network context (other ops' "

@@ -211,9 +211,8 @@ def page_fault_s(device: str = "cpu", mb: int = 32) -> float | None:
         t0 = time.thread_time_ns()
         x.fill_(2.0)
         t_second = time.thread_time_ns() - t0
-    if faults < 16:
-        return None
-    return max(0.0, (t_first - t_second) * 1e-9 / faults)
+    cost = (t_first - t_second) * 1e-9 / max(1, faults)
+    return cost if faults >= 16 and cost > 0 else None
 
 
 # ------------------------------------------------------------------------------------------ the context
@@ -272,7 +271,7 @@ def _produce(args: tuple) -> None:
 
 
 def time_unit(fn: Callable, args: tuple, device: str = "cpu", repeats: int = 7, warmup: int = 2,
-              context: bool = True, cold: bool = False) -> float:
+              context: bool = True, cold: bool = False, min_span_s: float = 0.02) -> float:
     """Seconds of one call ``fn(*args)`` under ``torch.inference_mode``: the least of ``repeats`` calls, each timed
     alone (on a shared machine the other work slows some calls, even on the thread clock, through the caches and
     memory it shares; the fastest call is the one it disturbed least). ``context``:
@@ -280,7 +279,11 @@ def time_unit(fn: Callable, args: tuple, device: str = "cpu", repeats: int = 7, 
     the producer writing the floating-point inputs; False: a hot loop (what a layer costs when nothing else runs).
     CPU: the ``use_clock`` clock minus its own overhead; CUDA: events around the call. ``cold``: the weights come
     from memory, as in a network larger than the last-level cache: the calls cycle through copies of the module
-    whose weights together exceed twice that cache (only for weights of 64 KB or more)."""
+    whose weights together exceed twice that cache (only for weights of 64 KB or more). ``min_span_s``: a cheap
+    unit is called more often (up to 4 x ``repeats``) until its calls span that long, so that its least call is
+    not taken from one burst of other work."""
+    import time
+
     import torch
 
     if repeats < 1:
@@ -302,7 +305,13 @@ def time_unit(fn: Callable, args: tuple, device: str = "cpu", repeats: int = 7, 
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         clk = _clock_ns()
-        for i in range(max(0, warmup) + repeats):
+        t_start = time.perf_counter()
+        i = -1
+        while True:
+            i += 1
+            if i >= max(0, warmup) + repeats and (i >= max(0, warmup) + 4 * repeats
+                                                  or time.perf_counter() - t_start >= min_span_s):
+                break
             if context:
                 ctx.run()
                 _produce(args)
@@ -740,7 +749,6 @@ def draw_unit(rng, device: str = "cpu") -> tuple[Callable, tuple] | None:
     large: large kernels (5x5 to 11x11) and strides, grouped and depthwise convolutions, linear layers on tokens,
     attention's batched products, and every op class (``OP_SPECS``) on feature maps and token sequences."""
     import torch
-    import torch.nn.functional as F
     from torch import nn
 
     kw = {"device": device}
@@ -823,6 +831,8 @@ def draw_unit(rng, device: str = "cpu") -> tuple[Callable, tuple] | None:
     if key in ("max_pool", "avg_pool"):
         kk, st = rng.choice(((3, 2), (3, 2), (2, 2), (3, 1))) if so > 1 else (1, 1)
         pad = rng.choice((0, 1)) if kk == 3 else 0
+        if so * st + 2 * pad < kk:
+            return None
         ceil = rng.random() < 0.3
         pool = (nn.MaxPool2d if key == "max_pool" else nn.AvgPool2d)(kk, st, pad, ceil_mode=ceil)
         return pool, (t(b, c, so * st, so * st),)
@@ -881,7 +891,7 @@ def sample_units(budget_s: float, device: str = "cpu", repeats: int = 5, seed: i
         fn, args = drawn
         try:
             desc = unit_desc_for(fn, args)
-        except ValueError:
+        except (ValueError, RuntimeError):  # a draw PyTorch refuses (a window larger than its padded input)
             continue
         cold = 4 * desc.params >= COLD_MIN_BYTES and rng.random() < 0.5
         desc.cold = 1.0 if cold else 0.0

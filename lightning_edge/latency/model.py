@@ -42,8 +42,16 @@ from typing import Any
 import numpy as np
 
 from lightning_edge._jsonfile import one_line, read_json
-from lightning_edge.latency.features import (CLASSES, FEATURE_NAMES, MODULE_CLASSES, SAVED_FIELDS, LayerDesc,
-                                             describe, unit_features, units_of)
+from lightning_edge.latency.features import (
+    CLASSES,
+    FEATURE_NAMES,
+    MODULE_CLASSES,
+    SAVED_FIELDS,
+    LayerDesc,
+    describe,
+    unit_features,
+    units_of,
+)
 from lightning_edge.latency.forest import Forest, check_forest
 from lightning_edge.latency.measure import COLD_MIN_BYTES, SPECS, Sample, host_meta, loadavg, point_for
 from lightning_edge.latency.stepwise import Generation
@@ -519,10 +527,11 @@ class LatencyModel:
             train = list(extra)
             cost = {"microbench_s": round(bench_s, 2)}
             if kind == "stepwise":
-                gens = _fit_stepwise(device, deadline, classes, repeats, log, tol, max_points)
+                skipped: list[str] = []
+                gens = _fit_stepwise(device, deadline, classes, repeats, log, tol, max_points, skipped)
                 n = sum(g.n_points for g in gens.values())
                 full = sum(g.full_sweep_points for g in gens.values())
-                cost.update({"points": n, "full_sweep_points": full,
+                cost.update({"points": n, "full_sweep_points": full, "skipped_boxes": skipped,
                              "measure_s": round(sum(g.elapsed_s for g in gens.values()), 2),
                              "per_class": {c: {"points": g.n_points, "full_sweep_points": g.full_sweep_points,
                                                "elapsed_s": round(g.elapsed_s, 2)} for c, g in gens.items()}})
@@ -910,7 +919,12 @@ class _ModelFile:
 
 
 def _fit_stepwise(device: str, deadline: float, classes: Iterable[str] | None, repeats: int,
-                  log: Callable[[str], None], tol: float, max_points: int) -> dict[str, Generation]:
+                  log: Callable[[str], None], tol: float, max_points: int,
+                  skipped: list[str] | None = None) -> dict[str, Generation]:
+    """Generate the classes' functions within ``deadline`` (``time.monotonic()``), the cheapest boxes first (the
+    product of their dimensions' largest values), those with the weights in memory last: what a box leaves of its
+    share goes to the expensive ones. Once the deadline has passed, a box whose class already has one is not
+    started (it is listed in ``skipped``, and its units are predicted from the class's other boxes)."""
     from lightning_edge.latency.measure import measure_point
     from lightning_edge.latency.stepwise import generate
 
@@ -922,18 +936,19 @@ def _fit_stepwise(device: str, deadline: float, classes: Iterable[str] | None, r
                 raise ValueError(f"class {c!r}: expected one of {', '.join(SPECS)}")
         # a class brings its sub-boxes ("conv1x1" -> "conv1x1/small") unless only some boxes were asked for
         todo = [k for k in SPECS if k in want or (k.split("/", 1)[0] in want and "/" in k)]
-    # cheap classes first (the ops, then the small boxes, the weights in memory last): what they leave of their
-    # share goes to the expensive ones measured later
-    order = ("dwconv", "matmul", "sdpa", "linear", "gconv", "stem", "conv1x1", "conv")
 
     def rank(key: str) -> tuple:
-        base, _, box = key.partition("/")
-        return (SPECS[key].cold, order.index(base) + 1 if base in order else 0, box == "", key)
+        spec = SPECS[key]
+        return (spec.cold, math.prod(d.hi for d in spec.dims), key)
 
     todo.sort(key=rank)
     gens = {}
     for i, c in enumerate(todo):
-        share = (deadline - time.monotonic()) / (len(todo) - i)
+        if time.monotonic() > deadline and any(k.split("/", 1)[0] == c.split("/", 1)[0] for k in gens):
+            if skipped is not None:
+                skipped.append(c)
+            continue
+        share = max(0.0, deadline - time.monotonic()) / (len(todo) - i)
         spec = SPECS[c]
         g = generate(spec.dims, lambda p, c=spec.cls, cold=spec.cold: measure_point(c, p, device, repeats, cold=cold),
                      tol=tol, max_points=max_points, min_points=3, deadline=time.monotonic() + share)

@@ -9,8 +9,15 @@ import pytest
 import torch
 from torch import nn
 
-from lightning_edge.latency.features import (FEATURE_NAMES, OP_KEYS, OPS, conv_backend, describe, unit_features,
-                                             units_of)
+from lightning_edge.latency.features import (
+    FEATURE_NAMES,
+    OP_KEYS,
+    OPS,
+    conv_backend,
+    describe,
+    unit_features,
+    units_of,
+)
 
 
 class Block(nn.Module):

@@ -4,6 +4,7 @@ samples than a file may hold, and learns from EnergyProfiler's layers.json."""
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -95,11 +96,16 @@ def point_time(cls: str, point, cold: bool = False) -> float:
     return 20e-6 + flops * 1e-9 + nbytes * 1e-10 + (w * 1e-9 if cold else 0.0)
 
 
+@functools.lru_cache(maxsize=1)
+def _generations() -> dict:
+    return {k: generate(s.dims, lambda p, s=s: point_time(s.cls, p, s.cold), tol=0.02, max_points=6)
+            for k, s in SPECS.items()}
+
+
 def stepwise_model(**meta) -> LatencyModel:
     """Step-wise functions generated from synthetic 'measurements' of each class (and box)."""
-    gens = {k: generate(s.dims, lambda p, s=s: point_time(s.cls, p, s.cold), tol=0.02, max_points=6)
-            for k, s in SPECS.items()}
-    return LatencyModel("stepwise", {**META, **meta}, 5e10, 1e10, stepwise=gens, container_s=1e-6, module_s=2e-6)
+    return LatencyModel("stepwise", {**META, **meta}, 5e10, 1e10, stepwise=dict(_generations()), container_s=1e-6,
+                        module_s=2e-6)
 
 
 def training_samples() -> list[Sample]:
