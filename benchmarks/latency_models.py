@@ -140,6 +140,7 @@ def main(argv=None) -> int:
         os.sched_setaffinity(0, {cpu})
     torch.set_num_threads(1)
     measure.use_clock("thread")
+    kept = measure.keep_freed_memory()   # as every fit does: no page faults from the allocator (docs/latency.md)
     nets = args.nets.split(",") if args.nets else heldout_nets.names()
     t_start = time.monotonic()
     log(f"{machine()}; pinned to CPU {cpu}; seeds {seeds}; conditions {conditions}; budget {budget:.0f} s")
@@ -224,10 +225,12 @@ def main(argv=None) -> int:
     context_rows = context_effect(cases, per_layer)
     log("batch fold: ResNet-50's 1x1 convolutions at batch 8")
     fold_rows = batch_fold()
+    log("allocator: zoo networks at batch 8, default allocator against one that keeps its memory")
+    alloc_rows = allocator_effect()
     total_min = (time.monotonic() - t_start) / 60
 
     text = report(args, runs, cases, ref, loaded_net, per_layer, context_rows, fold_rows, seeds, conditions, budget,
-                  repeats, cpu, total_min)
+                  repeats, cpu, total_min) + allocator_report(alloc_rows, kept)
     print(text)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -292,6 +295,68 @@ def batch_fold() -> list[tuple]:
         folded = time_unit(conv, (torch.randn(1, c, side, side),))
         out.append((c, f, s, side, own, folded))
     return out
+
+
+ALLOC_CODE = """
+import json, sys, torch
+sys.path.insert(0, {root!r})
+torch.set_num_threads(1)
+from lightning_edge import zoo
+from lightning_edge.latency import measure
+measure.use_clock("thread")
+if {keep}:
+    measure.keep_freed_memory()
+out = {{}}
+for name in ("mobilenet_v2", "resnet50", "resnet18"):
+    m = zoo.get(name).build().eval()
+    x = torch.rand(8, 3, 96, 96)
+    out[name] = (measure.network_page_faults(m, (x,)), measure.time_network(m, (x,), repeats=5))
+sys.path.insert(0, {here!r})
+import heldout_nets
+held = {{}}
+for name in heldout_nets.names():
+    m, size = heldout_nets.build(name)
+    for b in (1, 8):
+        held[f"{{name}} b{{b}}"] = measure.network_page_faults(m, (torch.rand(b, 3, size, size),))
+out["held-out"] = held
+print(json.dumps(out))
+"""
+
+
+def allocator_effect() -> dict:
+    """Zoo networks at batch 8 on 96x96 inputs, each in a fresh process with glibc's default allocator and with
+    ``keep_freed_memory``: page faults per pass and the least pass (s). Run in subprocesses pinned to this CPU:
+    the allocator's setting stays for a process."""
+    import json
+
+    rows = {}
+    for keep in (False, True):
+        code = ALLOC_CODE.format(root=str(ROOT), here=str(Path(__file__).resolve().parent), keep=keep)
+        try:
+            r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
+                               env={**os.environ, "OMP_NUM_THREADS": "1"})
+            rows[keep] = json.loads(r.stdout.strip().splitlines()[-1])
+        except (subprocess.TimeoutExpired, ValueError, IndexError):
+            rows[keep] = {}
+    return rows
+
+
+def allocator_report(rows: dict, kept: bool) -> str:
+    held = rows.get(False, {}).get("held-out", {})
+    faulting = {k: v for k, v in held.items() if v}
+    lines = ["", "The allocator: zoo networks at batch 8 on 96x96 inputs, each in a fresh process, with glibc's default "
+             "allocator and with `measure.keep_freed_memory` (what every fit and this benchmark set"
+             + ("" if kept else "; not available here") + "): page faults per pass and the least of 5 passes (ms). "
+             "The held-out networks with the default allocator: "
+             + (", ".join(f"{k} {v}" for k, v in faulting.items()) + " faults a pass" if faulting
+                else f"no page faults in any of their {len(held)} runs") + ".", "",
+             "| network | faults, default | ms, default | faults, kept | ms, kept |", "|---|---:|---:|---:|---:|"]
+    for name, d in rows.get(False, {}).items():
+        if name == "held-out":
+            continue
+        k = rows.get(True, {}).get(name, (None, float("nan")))
+        lines.append(f"| {name} | {d[0]} | {d[1] * 1e3:.1f} | {k[0]} | {k[1] * 1e3:.1f} |")
+    return "\n".join(lines) + "\n"
 
 
 def _pct(p: float, m: float) -> float:

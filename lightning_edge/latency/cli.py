@@ -153,7 +153,12 @@ def _evaluate(args) -> int:
     import torch
 
     from lightning_edge.latency import measure
-    from lightning_edge.latency.measure import network_page_faults, time_layers, time_network
+    from lightning_edge.latency.measure import (
+        keep_freed_memory,
+        network_page_faults,
+        time_layers,
+        time_network,
+    )
     from lightning_edge.latency.model import LatencyModel
 
     lm = LatencyModel.load(args.latency_model)
@@ -167,9 +172,10 @@ def _evaluate(args) -> int:
             measure.use_clock(lm.meta["clock"])  # measured as it was fitted
         clk = measure.clock()
         pred = lm.predict(model, *inputs)
+        faults = network_page_faults(model, inputs)   # with the allocator as it is
+        keep_freed_memory()                            # then as the model was fitted: no page faults
         measured = time_network(model, inputs, repeats=args.repeats)
         per_layer = time_layers(model, inputs, steps=max(3, args.repeats // 2))
-        faults = network_page_faults(model, inputs)
     finally:
         torch.set_num_threads(prev)
         measure._CLOCK["name"] = prev_clock
@@ -191,9 +197,10 @@ def _evaluate(args) -> int:
               f"error {ape:.1f} %; per-layer RMSPE {rmspe:.1f} % over {len(sq)} layers")
         if faults:
             cost = f" (about {fault_ms:.2f} ms, estimated)" if fault_ms is not None else ""
-            print(f"note: the allocator page-faulted {faults} times a pass{cost}: freed activation memory went back "
-                  "to the OS. The models predict the time without; MALLOC_TRIM_THRESHOLD_ and MALLOC_MMAP_THRESHOLD_ "
-                  "set high (or jemalloc/tcmalloc) remove the faults (docs/latency.md)")
+            print(f"note: with the allocator as it was, a pass page-faulted {faults} times{cost} more: freed "
+                  "activation memory went back to the OS. Measured and predicted here: the allocator keeping its "
+                  "memory. MALLOC_TRIM_THRESHOLD_ and MALLOC_MMAP_THRESHOLD_ set high (or jemalloc/tcmalloc) do that "
+                  "for your runs (docs/latency.md)")
     return 0
 
 

@@ -390,12 +390,13 @@ class LatencyModel:
         calls = max(1, u.calls)
         per_call = max(gen(point), 0.0)
         cold = self.generation_for(cls, point, dram=True) if u.cold > 0 else None
-        if cold is not None and cold is not gen:
+        cold_used = cold is not None and cold is not gen and _holds(cold, point)
+        if cold_used:  # a cold box far from the point (one a fit past its deadline left out) is not used
             per_call = (1 - u.cold) * per_call + u.cold * max(cold(point), 0.0)
         per_call *= mult
         dims = ", ".join(f"{dim.name}={p}" for dim, p in zip(gen.dims, point))
         how = f"step-wise {cls}({dims})" + (f" x {mult:g}" if mult != 1 else "") + \
-            (f" x {calls} calls" if calls > 1 else "") + (f", {u.cold:.0%} weights from memory" if u.cold else "")
+            (f" x {calls} calls" if calls > 1 else "") + (f", {u.cold:.0%} weights from memory" if cold_used else "")
         return per_call * calls, how, out
 
     def generation_for(self, cls: str, point: Sequence[int], dram: bool = False) -> Generation | None:
@@ -482,11 +483,11 @@ class LatencyModel:
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise RuntimeError(f"device {device!r}: no CUDA device in this torch build or machine; use device='cpu'")
         if kind in ("statistical", "mixed"):
-            import importlib.util
-
-            if importlib.util.find_spec("sklearn") is None:
+            try:  # before measuring for minutes
+                import sklearn  # noqa: F401
+            except ImportError as exc:
                 raise ImportError("fitting the statistical and mixed latency models needs scikit-learn: "
-                                  "pip install 'lightning-edge[latency]'")
+                                  "pip install 'lightning-edge[latency]'") from exc
         extra = list(samples)
         _check_samples(len(extra))
         from lightning_edge.latency import measure
@@ -642,6 +643,10 @@ class LatencyModel:
         if self.fit_cost:
             lines.append(f"  fit cost: {self.fit_cost}")
         return "\n".join(lines)
+
+
+def _holds(gen: Generation, point: Sequence[int]) -> bool:
+    return all(dim.lo <= p <= dim.hi for p, dim in zip(point, gen.dims))
 
 
 def _train_reserve_s(budget_s: float) -> float:
