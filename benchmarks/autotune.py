@@ -50,7 +50,6 @@ from _machine import machine  # noqa: E402
 from lightning_edge.devices import ORIN_AGX_MAXN, fulcrum_space  # noqa: E402
 from lightning_edge.devices.meter import TwinMeter  # noqa: E402
 from lightning_edge.devices.sim.device import SimulatedOrin  # noqa: E402
-from lightning_edge.twin.live import SimWorkload  # noqa: E402
 from lightning_edge.tuning import Exhaustive, TrainingProblem  # noqa: E402
 from lightning_edge.tuning.online import (  # noqa: E402
     THOROUGH_AFTER_STEPS,
@@ -58,6 +57,7 @@ from lightning_edge.tuning.online import (  # noqa: E402
     WindowSpec,
     simulate_tuning,
 )
+from lightning_edge.twin.live import SimWorkload  # noqa: E402
 
 WORKLOADS = [("ResNet-18", "resnet18", 16), ("MobileNetV3", "mobilenet_v3", 16), ("YOLOv8n", "yolo", 16),
              ("BERT-base", "bert_base", 16), ("LSTM", "lstm", 16)]

@@ -67,8 +67,8 @@ def check_cuda_index(torch, nv) -> int | None:
 
 
 def check_nvml(torch, nv, idx: int, busy_s: float) -> tuple[float, float]:
-    from lightning_edge.devices.sensors import get_sensor
     from lightning_edge.devices.sampler import PowerSampler
+    from lightning_edge.devices.sensors import get_sensor
 
     torch.cuda.set_device(0)
     sensor = get_sensor("nvml", strict=True)

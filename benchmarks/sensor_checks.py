@@ -26,8 +26,8 @@ def main() -> None:
     ap.add_argument("--reads", type=int, default=20000)
     args = ap.parse_args()
 
-    from lightning_edge.devices.sensors import INA3221Sensor
     from lightning_edge.devices.sampler import PowerSampler
+    from lightning_edge.devices.sensors import INA3221Sensor
     from tests.fakes.ina3221 import build_orin_agx_ina
 
     try:

@@ -86,8 +86,9 @@ def _to_meta(t: torch.Tensor, dtype: torch.dtype | None, requires_grad: bool = F
 class _Recorder:
     """Shared state of one ``analyze`` run."""
 
-    def __init__(self, model: nn.Module, fold_bn: bool, formulas: dict | None = None):
+    def __init__(self, model: nn.Module, fold_bn: bool, formulas: dict | None = None, on_op=None):
         self.formulas = formulas or {}  # per-call overrides, keyed by op_key
+        self.on_op = on_op  # analyze(on_op=...): sees every counted forward op (latency models' op units)
         self.names: dict[nn.Module, str] = {m: n for n, m in model.named_modules()}
         self.root = model
         self.fold_bn = fold_bn
@@ -170,6 +171,8 @@ class _Recorder:
                 self.fold_into_conv(where, args[0])
                 return
         cost = op_cost(func, args, kwargs, out, self.formulas)
+        if self.on_op is not None and not self.backward:
+            self.on_op(where, name, args, kwargs, out, cost)
         lc = self.layer(where)
         lc.ops[name] += 1
         lc.kernels.update(op_kernels(name, args, kwargs, out, cost, backward=self.backward,
@@ -456,7 +459,7 @@ class _AutocastMode(TorchFunctionMode):
 
 
 def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: bool = False,
-            dtype=None, autocast=None, formulas: dict | None = None, **example_kwargs) -> ModelCost:
+            dtype=None, autocast=None, formulas: dict | None = None, on_op=None, **example_kwargs) -> ModelCost:
     """Per-layer FLOP, MAC, bytes and arithmetic intensity of ``model(*example_inputs, **example_kwargs)``.
 
     Nothing real is computed and no weight is materialised: the model runs on the meta device.
@@ -483,6 +486,10 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
         formulas: formulas for this analysis only, ``{op: fn}`` (keys as for
             :func:`~lightning_edge.cost.formulas.register_formula`: ``torch.ops.mylib.mm``, ``"aten::mm"``...),
             tried before the registry.
+        on_op: ``on_op(layer, op, args, kwargs, out, cost)`` is called for every counted forward op (views
+            and other free ops excluded): the layer it is charged to, the aten op name, its meta arguments and
+            output, and its ``(flops, macs, bytes_read, bytes_written)`` or None. The latency models use it to
+            split a layer into ops (``lightning_edge.latency.features``).
 
     Returns:
         a :class:`ModelCost` with one :class:`LayerCost` per module, in execution order.
@@ -516,7 +523,7 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
             memo[id(t)] = _to_meta(t, target, requires_grad=grad)
         state[n] = memo[id(t)]
 
-    rec = _Recorder(model, fold_bn, {op_key(op): fn for op, fn in (formulas or {}).items()})
+    rec = _Recorder(model, fold_bn, {op_key(op): fn for op, fn in (formulas or {}).items()}, on_op)
     opaque = [n for n, m in model.named_modules() if is_compiled(m)]  # compiled with torch.compile
     if opaque:  # the inside of a compiled module is charged to it: one opaque layer
         rec.names = {m: n for m, n in rec.names.items()

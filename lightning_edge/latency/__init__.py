@@ -6,7 +6,8 @@
     pred = lm.predict(model, *example_inputs)    # ModelLatency: .total_s, .layers (name, kind, time_s, how)
 
 Kinds: ``roofline``, ``refined``, ``statistical``, ``mixed``, ``stepwise`` (see ``lightning_edge.latency.model``
-and docs/latency.md). Names load on first use; scikit-learn is needed only by the statistical and mixed kinds.
+and docs/latency.md). Names load on first use; scikit-learn is needed only to fit the statistical and mixed kinds
+(a saved one loads and predicts without it).
 """
 
 from __future__ import annotations
@@ -21,8 +22,12 @@ _LAZY = {
     "KINDS": "lightning_edge.latency.model",
     "LayerDesc": "lightning_edge.latency.features",
     "describe": "lightning_edge.latency.features",
+    "units_of": "lightning_edge.latency.features",
     "Sample": "lightning_edge.latency.measure",
     "SPECS": "lightning_edge.latency.measure",
+    "time_unit": "lightning_edge.latency.measure",
+    "sample_units": "lightning_edge.latency.measure",
+    "network_page_faults": "lightning_edge.latency.measure",
     "time_layers": "lightning_edge.latency.measure",
     "time_network": "lightning_edge.latency.measure",
     "training_from_layers_json": "lightning_edge.latency.measure",

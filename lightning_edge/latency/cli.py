@@ -38,7 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                    help="the torch device measured and modelled (default cpu)")
     f.add_argument("--device", default=None, metavar="BOARD",
                    help="not used by fit: --device names a board in lightning-edge; the torch device is --torch-device")
-    f.add_argument("--budget-s", type=float, default=600.0, help="seconds of measurement (default 600)")
+    f.add_argument("--budget-s", type=float, default=300.0,
+                   help="seconds for the whole fit, measurements included (default 300)")
+    f.add_argument("--seed", type=int, default=0, help="the statistical sweep's random draws (default 0)")
     f.add_argument("--threads", type=int, default=None,
                    help="torch.set_num_threads for the measurements (recorded; on a busy machine 1 is steadiest)")
     f.add_argument("--clock", choices=["wall", "thread"], default=None,
@@ -66,7 +68,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     e = sub.add_parser("evaluate", help="measure a network on this machine and compare with the prediction")
     e.add_argument("latency_model", metavar="MODEL.json")
     _model_args(e)
-    e.add_argument("--repeats", type=int, default=10, help="timed forward passes (median; default 10)")
+    e.add_argument("--repeats", type=int, default=10, help="timed forward passes (the fastest counts; default 10)")
     add_json_argument(e, "the comparison (measured and estimated times, errors)")
     e.set_defaults(_action=_evaluate)
 
@@ -125,7 +127,7 @@ def _fit(args) -> int:
         raise ValueError(f"--device {args.device}: latency fit measures a torch device (--torch-device cpu|cuda[:N]), "
                          "not a board; to fit on a Jetson, run it there")
     lm = LatencyModel.fit(kind=args.kind, device=args.torch_device, budget_s=args.budget_s, threads=args.threads,
-                          samples=samples, classes=args.classes, log=print, clock=args.clock)
+                          samples=samples, classes=args.classes, log=print, clock=args.clock, seed=args.seed)
     lm.save(args.out)
     print(lm.describe())
     print(f"wrote {args.out}")
@@ -154,7 +156,12 @@ def _evaluate(args) -> int:
     import torch
 
     from lightning_edge.latency import measure
-    from lightning_edge.latency.measure import time_layers, time_network
+    from lightning_edge.latency.measure import (
+        keep_freed_memory,
+        network_page_faults,
+        time_layers,
+        time_network,
+    )
     from lightning_edge.latency.model import LatencyModel
 
     lm = LatencyModel.load(args.latency_model)
@@ -168,6 +175,8 @@ def _evaluate(args) -> int:
             measure.use_clock(lm.meta["clock"])  # measured as it was fitted
         clk = measure.clock()
         pred = lm.predict(model, *inputs)
+        faults = network_page_faults(model, inputs)   # with the allocator as it is
+        keep_freed_memory()                            # then as the model was fitted: no page faults
         measured = time_network(model, inputs, repeats=args.repeats)
         per_layer = time_layers(model, inputs, steps=max(3, args.repeats // 2))
     finally:
@@ -177,17 +186,29 @@ def _evaluate(args) -> int:
     sq = [((la.time_s - per_layer[la.name]) / per_layer[la.name]) ** 2 for la in pred.layers
           if per_layer.get(la.name, 0) > 0]
     rmspe = math.sqrt(sum(sq) / len(sq)) * 100 if sq else float("nan")
+    fault_s = lm.meta.get("page_fault_s")
+    fault_ms = faults * fault_s * 1e3 if faults and fault_s else None
     if args.json:
         write_json({"model": args.model, "batch_size": args.batch_size, "kind": lm.kind,
                     "measured_s": measured, "repeats": args.repeats, "threads": lm.meta.get("threads"), "clock": clk,
-                    "estimated_s": pred.total_s, "error_pct": ape, "layer_rmspe_pct": rmspe, "layers_compared": len(sq)},
+                    "estimated_s": pred.total_s, "error_pct": ape, "layer_rmspe_pct": rmspe, "layers_compared": len(sq),
+                    "page_faults_per_pass": faults, "page_faults_ms_estimated": fault_ms},
                    args.json)
     if args.json != "-":
-        print(f"{args.model} batch {args.batch_size}: measured {measured * 1e3:.3f} ms (median of {args.repeats}, "
+        print(f"{args.model} batch {args.batch_size}: measured {measured * 1e3:.3f} ms (fastest of {args.repeats}, "
               f"{lm.meta.get('threads')} threads, {clk} clock), {lm.kind} estimate {pred.total_s * 1e3:.3f} ms: "
               f"error {ape:.1f} %; per-layer RMSPE {rmspe:.1f} % over {len(sq)} layers")
+        if faults:
+            cost = f" (about {fault_ms:.2f} ms, estimated)" if fault_ms is not None else ""
+            print(f"note: with the allocator as it was, a pass page-faulted {faults} times{cost} more: freed "
+                  "activation memory went back to the OS. Measured and predicted here: the allocator keeping its "
+                  "memory. MALLOC_TRIM_THRESHOLD_ and MALLOC_MMAP_THRESHOLD_ set high (or jemalloc/tcmalloc) do that "
+                  "for your runs (docs/latency.md)")
     return 0
 
 
 def run(args: argparse.Namespace) -> int:
-    return args._action(args)
+    try:
+        return args._action(args)
+    except ImportError as exc:  # scikit-learn for a statistical/mixed fit: one line, as every error we raise
+        raise RuntimeError(str(exc)) from None

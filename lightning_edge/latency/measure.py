@@ -1,32 +1,47 @@
-"""Measurements for the latency models: single layers (microbenchmarks), whole networks and their layers, and the
-per-layer times ``EnergyProfiler`` wrote to ``layers.json``.
+"""Measurements for the latency models: single units (microbenchmarks) timed in a network's context, whole networks
+and their layers, and the per-layer times ``EnergyProfiler`` wrote to ``layers.json``.
 
-* one layer: built with torch (``nn.Conv2d``, ``nn.Linear`` ...) on the device, timed forward under
-  ``torch.inference_mode`` with ``lightning_edge.calibrate.microbench.time_callable`` (median of ``repeats`` timed
-  blocks after warm-up; CUDA events on a GPU, ``perf_counter_ns`` on the CPU);
-* a network: its forward wall time by the same ``time_callable``, its layers' self times by the profiler's
+**In a network's context.** A layer inside a network does not run as it does in a loop of itself: its code, its
+weights and its neighbours' data were evicted from the core's caches by the layers between two of its calls, and
+its input was just written by the layer before it. Timed in a loop of itself, MobileNetV2's layers at batch 1 add
+up to 4.4 ms; the network takes 6.5 ms (the same layers replayed in order outside the network: 6.3 ms). Almost all
+of the difference is per call (norms 1.9x, element-wise ops 2.7x, depthwise 1.8x, 1x1 convolutions 1.2x): code
+and data the loop keeps in L1/L2. ``time_unit`` therefore times each call alone, after a *context*: a few small
+ops of other kinds (the code of the layers around it), a sweep through twice the L2 cache (their data), and the
+producer writing the unit's input. ``benchmarks/latency_models.py`` reports, per layer class, the time in a
+network against the time in this context and in a hot loop.
+
+* one unit: a module (``Conv2d``, ``Linear``) or an op (``torch.relu``, ``torch.cat``, ``torch.bmm`` ...) built on
+  the device, each call timed alone after the context (``time_unit``); median of ``repeats`` calls. CPU: the
+  clock of ``use_clock`` (``thread``: the thread's CPU time, which leaves out the time the OS gave to other
+  processes), its own overhead subtracted. CUDA: events around the call.
+* a network: its forward time by ``time_callable`` (median of blocks), its layers' self times by the profiler's
   ``LayerTimer`` (forward hooks), median over steps;
 * ``layers.json``: the forward self time (``fwd_ms``) of each layer, joined by name with the layer's shapes from
   the model the user profiled (``describe``).
 
-The CUDA paths are written with synchronisation through ``time_callable`` and ``LayerTimer`` but have been run on
-the CPU only in this repository; ``benchmarks/latency_models.py --device cuda`` checks them on a GPU.
+The CUDA paths are written with synchronisation but have been run on the CPU only in this repository;
+``benchmarks/latency_models.py --torch-device cuda`` checks them on a GPU.
 """
 
 from __future__ import annotations
 
 import math
+import os
+import re
 import statistics
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lightning_edge.latency.features import LayerDesc
-from lightning_edge.latency.stepwise import Dim
+from lightning_edge.latency.features import LayerDesc, units_of
+from lightning_edge.latency.stepwise import WIDTHS, Dim
 
-__all__ = ["clock", "use_clock", "ClassSpec", "SPECS", "measure_layer", "layer_desc_for", "point_for", "sample_layers",
-           "time_network", "time_layers", "training_from_layers_json", "Sample", "host_meta"]
+__all__ = ["clock", "use_clock", "ClassSpec", "SPECS", "cache_sizes", "time_unit", "measure_point", "build_unit",
+           "unit_desc_for", "point_for", "sample_units", "time_network", "time_layers", "training_from_layers_json",
+           "Sample", "host_meta", "call_overheads", "loadavg", "effective_llc", "page_faults", "network_page_faults",
+           "page_fault_s", "keep_freed_memory"]
 
 
 _CLOCK = {"name": "wall"}
@@ -58,85 +73,456 @@ def _clock_ns():
     return time.thread_time_ns if _CLOCK["name"] == "thread" else time.perf_counter_ns
 
 
-LINEAR = (1,)  # output pixels, rows and element counts are iterated over, not mapped onto parallel resources
+def loadavg() -> tuple[float, float, float] | None:
+    """The 1, 5 and 15 minute load averages, or None where the OS does not say."""
+    try:
+        return os.getloadavg()
+    except (OSError, AttributeError):
+        return None
 
 
-def _squares(n: int, lo: int = 1) -> tuple[int, ...]:
-    return tuple(s * s for s in range(lo, n + 1))
+# ------------------------------------------------------------------------------------------ caches
+def cache_sizes(device: str = "cpu") -> dict[str, int]:
+    """``{"l2": bytes, "llc": bytes}`` of the device: one core's L2 and the last-level cache (CPU: sysfs of cpu0;
+    CUDA: the GPU's L2 for both). Unknown sizes fall back to 1 MiB and 32 MiB."""
+    if device.startswith("cuda"):
+        import torch
+
+        l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)) or 4 << 20
+        return {"l2": l2, "llc": l2}
+    sizes: dict[int, int] = {}
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for idx in os.listdir(base):
+            try:
+                with open(f"{base}/{idx}/level") as fh:
+                    level = int(fh.read().strip())
+                with open(f"{base}/{idx}/type") as fh:
+                    kind = fh.read().strip()
+                with open(f"{base}/{idx}/size") as fh:
+                    s = fh.read().strip()
+            except (OSError, ValueError):
+                continue
+            m = re.match(r"(\d+)([KMG]?)", s)
+            if m and kind != "Instruction":
+                sizes[level] = int(m.group(1)) * {"": 1, "K": 2 ** 10, "M": 2 ** 20, "G": 2 ** 30}[m.group(2)]
+    except OSError:
+        pass
+    l2 = sizes.get(2) or 1 << 20
+    llc = max(sizes.values()) if sizes else 32 << 20
+    return {"l2": int(l2), "llc": int(max(llc, l2))}
 
 
-#: the largest square map a class's representative layer uses; beyond side*side output pixels the batch grows
-#: (batch folded into pixels: (b, c, side, side), P = b * side * side), as a network's larger batches do
-_SIDE = {"conv": 32, "conv1x1": 32, "dwconv": 64}
+def effective_llc(device: str = "cpu", nominal: int | None = None) -> int:
+    """The last-level cache this process gets, measured: the largest buffer (0.5 MB to twice the nominal size)
+    that is read at least at the geometric mean of the in-cache and the in-memory bandwidth. On a shared machine
+    it is smaller than the nominal size: other cores (other virtual machines, on a cloud host) use the same cache.
+    Here: 12 MB of a nominal 32 MB under load. CUDA: the GPU's L2."""
+    import torch
+
+    nominal = nominal or cache_sizes(device)["llc"]
+    if device.startswith("cuda"):
+        return nominal
+    sizes = [1 << 19]
+    while sizes[-1] < 2 * nominal:
+        sizes.append(sizes[-1] * 2)
+    bw = {}
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)  # what one core gets (a second thread would wait for a busy core)
+    try:
+        bw = _read_bandwidths(sizes)
+    finally:
+        torch.set_num_threads(prev)
+    mem = bw[max(bw)]
+    in_cache = max(v for k, v in bw.items() if k <= nominal // 4 or k == sizes[0])
+    cut = math.sqrt(in_cache * mem)
+    fit = [k for k in sizes if bw[k] >= cut]
+    return int(max(fit)) if fit else int(sizes[0])
 
 
-def _pixels(side: int, batches: int) -> tuple[int, ...]:
-    """Output-pixel values: the square maps 2x2 .. side x side (batch 1), then batches 2 .. ``batches`` of the
-    side x side map (so a batch-8 layer of a 64x64-input network is measured, not extrapolated)."""
-    return _squares(side, 2) + tuple(b * side * side for b in range(2, batches + 1))
+def _read_bandwidths(sizes: list[int]) -> dict[int, float]:
+    """Bytes per ns reading a buffer of each size (``sum``), the best of three reads after a first one."""
+    import time
+
+    import torch
+
+    bw = {}
+    with torch.inference_mode():
+        for size in sizes:
+            buf = torch.ones(size // 4)
+            buf.sum()
+            best = math.inf
+            for _ in range(3):
+                t0 = time.perf_counter_ns()
+                buf.sum()
+                best = min(best, time.perf_counter_ns() - t0)
+            bw[size] = size / max(best, 1)
+            del buf
+    return bw
 
 
-def _nchw_pixels(p: int, side: int) -> tuple[int, int]:
-    """(batch, s) of the representative input for P = ``p`` output pixels: a square map while one fits in
-    side x side, else batch ceil(p / side^2) of side x side maps (P values from ``_pixels`` are exact)."""
-    p = max(1, int(p))
-    if p <= side * side:
-        return 1, _isqrt_exact(p)
-    return math.ceil(p / (side * side)), side
+# ------------------------------------------------------------------------------------------ the allocator
+def page_faults() -> int | None:
+    """Minor page faults of the calling thread so far (Linux), else None."""
+    try:
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_THREAD).ru_minflt)
+    except (ImportError, AttributeError, OSError, ValueError):
+        return None
+
+
+def network_page_faults(model: Any, inputs: tuple, passes: int = 3, kwargs: dict | None = None) -> int | None:
+    """Page faults of one forward pass after two warm-up passes (the median of ``passes``), or None where the OS
+    does not count them. Not zero when the allocator hands freed activation memory back to the OS and the next
+    pass touches it afresh (glibc: large blocks are mapped and unmapped, the heap's top is trimmed): MobileNetV2
+    at batch 8 on 96x96 inputs faults 1600 times a pass, and a BatchNorm that takes 0.6 ms without takes 3.5 ms
+    with 1700 of them. The latency models predict the time without: ``page_fault_s`` prices them."""
+    import torch
+
+    if page_faults() is None:
+        return None
+    kwargs = kwargs or {}
+    counts = []
+    with torch.inference_mode():
+        for i in range(2 + max(1, passes)):
+            f0 = page_faults()
+            model(*inputs, **kwargs)
+            if i >= 2:
+                counts.append(page_faults() - f0)
+    return int(statistics.median(counts))
+
+
+def keep_freed_memory() -> bool:
+    """Tell glibc's allocator to keep freed memory in the process (raise ``M_TRIM_THRESHOLD`` and
+    ``M_MMAP_THRESHOLD``, as the environment variables ``MALLOC_TRIM_THRESHOLD_`` and ``MALLOC_MMAP_THRESHOLD_``
+    do), so that a unit or a network called again reuses its memory instead of page-faulting on fresh pages.
+    Without it, a depthwise convolution on (8, 16, 64, 64) faulted 1000 times a call in a loop of itself and took
+    4.3 ms instead of 0.42. It stays set for the process (glibc then keeps its mapping threshold fixed). Returns
+    whether it was applied (False off glibc)."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim, m_mmap = -1, -3
+    ok_trim = bool(mallopt(m_trim, 1 << 30))
+    ok_mmap = bool(mallopt(m_mmap, 1 << 30)) or bool(mallopt(m_mmap, 1 << 25))  # glibc caps it at 32 MB
+    return ok_trim and ok_mmap
+
+
+def page_fault_s(device: str = "cpu", mb: int = 32) -> float | None:
+    """Seconds one page fault adds (the first write to freshly mapped memory, against a second write), or None
+    where the OS does not count them or on a GPU."""
+    import time
+
+    import torch
+
+    if device.startswith("cuda") or page_faults() is None:
+        return None
+    n = (mb << 20) // 4
+    with torch.inference_mode():
+        x = torch.empty(n)
+        f0, t0 = page_faults(), time.thread_time_ns()
+        x.fill_(1.0)
+        t_first, faults = time.thread_time_ns() - t0, page_faults() - f0
+        t0 = time.thread_time_ns()
+        x.fill_(2.0)
+        t_second = time.thread_time_ns() - t0
+    cost = (t_first - t_second) * 1e-9 / max(1, faults)
+    return cost if faults >= 16 and cost > 0 else None
+
+
+# ------------------------------------------------------------------------------------------ the context
+class _Context:
+    """What runs before each timed call (``time_unit``): small ops of other kinds (a 3x3 and a 1x1 convolution,
+    a BatchNorm, a ReLU, an add, a pool, a linear layer: the code around a layer in a network), then a sweep
+    through twice the L2 cache (the data of the layers between two calls of this one)."""
+
+    def __init__(self, device: str):
+        import torch
+        from torch import nn
+
+        self.device = device
+        l2 = cache_sizes(device)["l2"]
+        self.evict = torch.zeros(max(1, 2 * l2 // 4), device=device)
+        kw = {"device": device}
+        x4 = torch.randn(2, 8, 6, 6, **kw)
+        self.junk = [(nn.Conv2d(8, 8, 3, padding=1, **kw).eval(), x4), (nn.Conv2d(8, 16, 1, **kw).eval(), x4),
+                     (nn.BatchNorm2d(8, **kw).eval(), x4), (nn.ReLU(), x4), (lambda t: t + t, x4),
+                     (nn.MaxPool2d(3, 2, 1), x4), (nn.Linear(8, 8, **kw), torch.randn(4, 8, **kw))]
+        self.overhead_ns = 0.0
+        if not device.startswith("cuda"):
+            clk = _clock_ns()
+            pairs = []
+            for _ in range(201):
+                a = clk()
+                pairs.append(clk() - a)
+            self.overhead_ns = float(statistics.median(pairs))
+
+    def run(self) -> None:
+        for m, x in self.junk:
+            m(x)
+        self.evict.add_(1.0)
+
+
+_CONTEXTS: dict[tuple[str, str], _Context] = {}
+
+
+def _context(device: str) -> _Context:
+    key = (device, _CLOCK["name"])
+    if key not in _CONTEXTS:
+        import torch
+
+        with torch.inference_mode():
+            _CONTEXTS[key] = _Context(device)
+    return _CONTEXTS[key]
+
+
+def _produce(args: tuple) -> None:
+    """The producer writes the unit's floating-point inputs (as the layer before it did)."""
+    for a in args:
+        if isinstance(a, (list, tuple)):
+            _produce(tuple(a))
+        elif hasattr(a, "is_floating_point") and a.is_floating_point():
+            a.mul_(1.0)
+
+
+def time_unit(fn: Callable, args: tuple, device: str = "cpu", repeats: int = 7, warmup: int = 2,
+              context: bool = True, cold: bool = False, min_span_s: float = 0.02) -> float:
+    """Seconds of one call ``fn(*args)`` under ``torch.inference_mode``: the least of ``repeats`` calls, each timed
+    alone (on a shared machine the other work slows some calls, even on the thread clock, through the caches and
+    memory it shares; the fastest call is the one it disturbed least). ``context``:
+    before each call, the network context (``_Context``: other ops' code, a sweep through twice the L2 cache) and
+    the producer writing the floating-point inputs; False: a hot loop (what a layer costs when nothing else runs).
+    CPU: the ``use_clock`` clock minus its own overhead; CUDA: events around the call. ``cold``: the weights come
+    from memory, as in a network larger than the last-level cache: the calls cycle through copies of the module
+    whose weights together exceed twice that cache (only for weights of 64 KB or more). ``min_span_s``: a cheap
+    unit is called more often (up to 4 x ``repeats``) until its calls span that long, so that its least call is
+    not taken from one burst of other work."""
+    import time
+
+    import torch
+
+    if repeats < 1:
+        raise ValueError(f"repeats must be >= 1, got {repeats}")
+    cuda = device.startswith("cuda")
+    if isinstance(fn, _Op):  # an op unit is timed inside a module call, as in a network
+        fn = fn.module()
+    fns = [fn]
+    if cold and hasattr(fn, "parameters"):
+        import copy
+
+        wb = sum(t.numel() * t.element_size() for t in [*fn.parameters(), *fn.buffers()])
+        if wb >= COLD_MIN_BYTES:
+            n = min(64, max(2, math.ceil(2 * cache_sizes(device)["llc"] / wb)))
+            fns += [copy.deepcopy(fn) for _ in range(n - 1)]
+    with torch.inference_mode():
+        ctx = _context(device)
+        times = []
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        clk = _clock_ns()
+        t_start = time.perf_counter()
+        i = -1
+        while True:
+            i += 1
+            if i >= max(0, warmup) + repeats and (i >= max(0, warmup) + 4 * repeats
+                                                  or time.perf_counter() - t_start >= min_span_s):
+                break
+            if context:
+                ctx.run()
+                _produce(args)
+            f = fns[i % len(fns)]
+            if cuda:
+                start.record()
+                f(*args)
+                end.record()
+                end.synchronize()
+                t = start.elapsed_time(end) / 1e3
+            else:
+                t0 = clk()
+                f(*args)
+                t = max(0.0, (clk() - t0 - ctx.overhead_ns) * 1e-9)
+            if i >= warmup:
+                times.append(t)
+    return float(min(times))
+
+
+#: weights smaller than this are not read cold (``time_unit(cold=True)``): their read is lost in the call
+COLD_MIN_BYTES = 64 << 10
+
+
+def call_overheads(device: str = "cpu", repeats: int = 15) -> tuple[float, float]:
+    """``(module_s, container_s)`` in the network context: what one ``nn.Module`` call adds to the ops it runs
+    (``Identity()(x)`` against the bare function), and what a container adds (``Sequential(Identity)`` against
+    ``Identity``). The least of three medians."""
+    import torch
+    from torch import nn
+
+    x = torch.zeros(1, device=device)
+    inner, outer = nn.Identity(), nn.Sequential(nn.Identity())
+
+    def bare(t):
+        return t
+
+    def best(fn):
+        return min(time_unit(fn, (x,), device, repeats, 2) for _ in range(3))
+
+    b = best(bare)
+    i = best(inner)
+    o = best(outer)
+    return max(0.0, i - b), max(0.0, o - i)
+
+
+# ------------------------------------------------------------------------------------------ classes
+LINEAR = (1,)  # output pixels, rows, batches and element counts are iterated over, not mapped onto parallel units
+
+
+def _squares(lo: int, hi: int) -> tuple[int, ...]:
+    return tuple(s * s for s in range(lo, hi + 1))
+
+
+#: element counts of the op classes: 1 to 32 elements (a classifier's scores, a scalar), then 64 channels of s x s
+#: maps
+def _elements(lo: int, hi: int) -> tuple[int, ...]:
+    return (1, 2, 4, 8, 16, 32) + tuple(64 * s * s for s in range(lo, hi + 1))
 
 
 @dataclass(frozen=True)
 class ClassSpec:
-    """A layer class of the step-wise model: its dimensions (ranges measured) and the representative layer."""
+    """A class of the step-wise model: its dimensions (ranges measured) and the representative unit."""
 
     cls: str
     dims: tuple[Dim, ...]
     what: str
+    cold: bool = False      # weights read from memory (``time_unit(cold=True)``), not from the last-level cache
 
 
-#: the step-wise model's layer classes on a CPU-sized budget (dimension values are what is measured; layers
-#: beyond them are extrapolated along the generated function and reported as such). Channel ranges start at
-#: the smallest widths networks use (8; 3 input channels for a first convolution): later phases interpolate
-#: between the ends of earlier dimensions, and on a CPU a 1-channel layer is far less efficient than an 8-channel
-#: one, so starting at 1 makes every small layer look cheaper than it is.
+#: step widths tried along a channel dimension: SIMD lanes, micro-kernel tiles and cache blocks are at most 64
+#: channels wide; a wider step fitted to a few points over 8..4096 channels made every layer below it as cheap as
+#: one channel
+CH_WIDTHS = tuple(w for w in WIDTHS if w <= 64)
+
+
+def _ch(name: str, lo: int, hi: int, ref: int) -> Dim:
+    return Dim.range(name, lo, hi, ref, CH_WIDTHS)
+
+
+def _hw(lo: int, hi: int, ref: int) -> Dim:
+    """Output pixels per image: the square maps lo x lo .. hi x hi (a layer's map need not be square: its pixel
+    count is interpolated)."""
+    return Dim("hw", _squares(lo, hi), ref * ref, LINEAR)
+
+
+_B = Dim.range("b", 1, 8, 1, LINEAR)
+_B2 = Dim.range("b", 2, 8, 2, LINEAR)
+_B1 = Dim("b", (1,), 1, LINEAR)
+
+#: the step-wise model's classes on a CPU-sized budget (dimension values are what is measured; units beyond them
+#: are extrapolated along the generated function and reported as such). Convolutions have the dimensions the
+#: device sees: output pixels per image (hw) and images (b) apart, because PyTorch runs a 1x1 convolution at one
+#: thread as one GEMM per image (the weights read again for each): batch 8 of 2x2 maps takes 7 times as long as
+#: one 5x5 map of the same 32 pixels.
+#:
+#: Each class has boxes (``class/box``) along the shapes networks use: few channels on large maps, many channels on
+#: small ones. A unit is predicted from the smallest box that holds it. Inside a box the function interpolates
+#: between the box's corners, and efficiency is not linear in size: over 8..512 channels a small layer got a large
+#: one's efficiency, and a corner no network has (1024 depthwise channels on a 64x64 map: 33 ms, 5 times slower per
+#: element than its neighbours) bent the whole box.
 SPECS: dict[str, ClassSpec] = {
-    "conv": ClassSpec("conv", (Dim.range("f", 8, 512, 256), Dim.range("c", 3, 512, 256), Dim("P", _pixels(32, 8), 256, LINEAR)),
-                      "Conv2d 3x3, stride 1, pad 1 on (b, c, s, s), P = b*s*s output pixels (b > 1 only at s = 32) (s >= 2: on a 1x1 map "
-                      "only the centre tap works and the CPU takes another path); other kernels scale c "
-                      "by kh*kw/9, groups run f/groups filters groups times"),
-    "conv1x1": ClassSpec("conv1x1", (Dim.range("f", 8, 1024, 256), Dim.range("c", 8, 1024, 256),
-                                     Dim("P", _pixels(32, 8), 256, LINEAR)),
-                         "Conv2d 1x1 on (b, c, s, s), P = b*s*s output pixels (b > 1 only at s = 32; s >= 2: a 1x1 map takes another, faster path)"),
-    "dwconv": ClassSpec("dwconv", (Dim.range("c", 8, 1024, 512), Dim("P", _pixels(64, 4), 256, LINEAR)),
-                        "depthwise Conv2d 3x3, pad 1 on (b, c, s, s), P = b*s*s (b > 1 only at s = 64); other kernels scale P by kh*kw/9"),
-    "linear": ClassSpec("linear", (Dim.range("f", 8, 3072, 1024), Dim.range("c", 8, 3072, 1024),
-                                   Dim.range("rows", 1, 256, 16, LINEAR)),
-                        "Linear(c, f) on (rows, c)"),
-    "pool": ClassSpec("pool", (Dim("n", tuple(64 * s * s for s in range(1, 129)), 64 * 32 * 32, LINEAR),),
-                      "MaxPool2d(3, 2, 1) on (1, 64, s, s), n = input elements"),
-    "norm": ClassSpec("norm", (Dim("n", tuple(64 * s * s for s in range(1, 129)), 64 * 32 * 32, LINEAR),),
-                      "BatchNorm2d (eval) on (1, 64, s, s), n = input elements"),
-    # Small-channel boxes of the same classes (key "<class>/small"): a layer whose channel dimensions all fall in
-    # one is predicted from its function instead of the full box's. The later phases interpolate between the ends
-    # of each earlier dimension, so over 8..1024 channels a small layer (f = 96, c = 16: half of MobileNet) gets
-    # the large corner's efficiency and comes out too cheap; over 8..128 the ends are layers of its own size.
-    "conv/small": ClassSpec("conv", (Dim.range("f", 8, 128, 64), Dim.range("c", 3, 128, 64),
-                                     Dim("P", _pixels(32, 8), 256, LINEAR)),
-                            "as conv, channels up to 128"),
-    "conv1x1/small": ClassSpec("conv1x1", (Dim.range("f", 8, 128, 64), Dim.range("c", 8, 128, 64),
-                                           Dim("P", _pixels(32, 8), 256, LINEAR)),
-                               "as conv1x1, channels up to 128"),
-    "dwconv/small": ClassSpec("dwconv", (Dim.range("c", 8, 128, 64), Dim("P", _pixels(64, 4), 256, LINEAR)),
-                              "as dwconv, channels up to 128"),
-    "eltwise": ClassSpec("eltwise", (Dim("n", tuple(64 * s * s for s in range(1, 129)), 64 * 32 * 32, LINEAR),),
-                         "ReLU on (1, 64, s, s), n = elements moved (bytes / 8, read + write of fp32)"),
+    "conv": ClassSpec("conv", (_ch("f", 8, 512, 128), _ch("c", 3, 512, 128), _hw(4, 32, 8), _B2),
+                      "Conv2d 3x3, stride 1, pad 1 on (b, c, s, s), hw = s*s output pixels per image; other kernels "
+                      "scale c by kh*kw/9, strides count output pixels"),
+    "conv/small": ClassSpec("conv", (_ch("f", 8, 128, 64), _ch("c", 3, 128, 32), _hw(4, 16, 8), _B2),
+                            "as conv, channels up to 128, maps from 4x4 to 16x16"),
+    "conv/map": ClassSpec("conv", (_ch("f", 8, 128, 64), _ch("c", 3, 128, 32), _hw(16, 64, 32), _B2),
+                          "as conv, channels up to 128, maps from 16x16 to 64x64"),
+    "conv/px4": ClassSpec("conv", (_ch("f", 8, 2048, 256), _ch("c", 8, 2048, 256), _hw(2, 3, 2), _B2),
+                          "as conv on 2x2 and 3x3 maps (fewer pixels than a SIMD row: another kernel)"),
+    "conv/px1": ClassSpec("conv", (_ch("f", 8, 2048, 256), _ch("c", 8, 2048, 256), _hw(1, 1, 1), _B2),
+                          "as conv on 1x1 maps (only the centre tap works: another path)"),
+    "stem": ClassSpec("stem", (_ch("f", 8, 256, 64), Dim("kk", _squares(3, 16), 49, LINEAR), _hw(2, 64, 16), _B),
+                      "Conv2d(3, f, k, stride max(2, k//2), pad k//2) (kk = k*k) on (b, 3, .., ..): a network's "
+                      "first convolution (at most 4 input channels)"),
+    "conv1x1": ClassSpec("conv1x1", (_ch("f", 8, 1024, 256), _ch("c", 8, 1024, 256), _hw(4, 32, 8), _B),
+                         "Conv2d 1x1 on (b, c, s, s), hw = s*s output pixels per image"),
+    "conv1x1/small": ClassSpec("conv1x1", (_ch("f", 8, 128, 64), _ch("c", 8, 128, 64), _hw(4, 16, 8), _B),
+                               "as conv1x1, channels up to 128, maps from 4x4 to 16x16"),
+    "conv1x1/map": ClassSpec("conv1x1", (_ch("f", 8, 128, 64), _ch("c", 8, 128, 64), _hw(16, 64, 32), _B),
+                             "as conv1x1, channels up to 128, maps from 16x16 to 64x64"),
+    "conv1x1/px4": ClassSpec("conv1x1", (_ch("f", 8, 2048, 256), _ch("c", 8, 2048, 256), _hw(2, 3, 2), _B),
+                             "as conv1x1 on 2x2 and 3x3 maps: the GEMM has fewer columns than a SIMD row, and one "
+                             "such image costs more than a 4x4 map (at one thread, PyTorch's GEMM per image)"),
+    "conv1x1/px1": ClassSpec("conv1x1", (_ch("f", 8, 2048, 256), _ch("c", 8, 2048, 256), _hw(1, 1, 1), _B),
+                             "as conv1x1 on 1x1 maps (squeeze-excite): a matrix-vector product per image, 15 times "
+                             "faster than on 3x3 maps"),
+    "dwconv": ClassSpec("dwconv", (_ch("c", 8, 1024, 256), _hw(2, 32, 8), _B),
+                        "depthwise Conv2d 3x3, pad 1 on (b, c, s, s); other kernels scale hw by kh*kw/9"),
+    "dwconv/small": ClassSpec("dwconv", (_ch("c", 8, 256, 64), _hw(2, 16, 8), _B),
+                              "as dwconv, channels up to 256, maps up to 16x16"),
+    "dwconv/map": ClassSpec("dwconv", (_ch("c", 8, 128, 32), _hw(16, 64, 32), _B),
+                            "as dwconv, channels up to 128, maps from 16x16 to 64x64"),
+    "gconv": ClassSpec("gconv", (_ch("cg", 2, 64, 8), _ch("g", 2, 64, 32), _hw(2, 32, 8), _B),
+                       "grouped Conv2d 3x3 (g groups of cg channels in and out) on (b, g*cg, s, s); other shapes "
+                       "map to cg = sqrt(c/g * f/g * kh*kw/9)"),
+    "linear": ClassSpec("linear", (_ch("f", 8, 4096, 1024), _ch("c", 8, 4096, 1024),
+                                   Dim.range("rows", 1, 256, 16, LINEAR)), "Linear(c, f) on (rows, c)"),
+    "linear/mid": ClassSpec("linear", (_ch("f", 8, 1024, 256), _ch("c", 8, 1024, 256),
+                                       Dim.range("rows", 1, 1024, 64, LINEAR)), "as linear, features up to 1024"),
+    "linear/small": ClassSpec("linear", (_ch("f", 8, 256, 64), _ch("c", 8, 256, 64),
+                                         Dim.range("rows", 1, 1024, 64, LINEAR)), "as linear, features up to 256"),
+    "matmul": ClassSpec("matmul", (_ch("n", 8, 512, 64), _ch("k", 8, 512, 64), Dim.range("m", 1, 512, 64, LINEAR),
+                                   Dim.range("batch", 1, 64, 8, LINEAR)),
+                        "torch.bmm of (batch, m, k) and (batch, k, n): attention's products"),
+    "sdpa": ClassSpec("sdpa", (Dim.range("s", 1, 512, 64, LINEAR), _ch("e", 8, 128, 64),
+                               Dim.range("l", 1, 512, 64, LINEAR), Dim.range("batch", 1, 96, 12, LINEAR)),
+                      "F.scaled_dot_product_attention of (batch, l, e) queries and (batch, s, e) keys and values "
+                      "(queries and keys apart: the work is their product)"),
 }
+#: the op classes: one dimension, the elements the op produces (reads, for a reduction; output elements times
+#: kh*kw/9, for a pool), on 64 channels of s x s maps (rows of 256 for layer_norm and 64 for softmax); a small
+#: box below 1 MB (64 x 64 x 64 fp32) and the full range, because per element an op whose data stay in L2 is not
+#: one that streams from memory
+OP_SPECS = {
+    "relu": "torch.relu", "relu_": "torch.relu_ (in place)", "add": "x + y", "add_": "x.add_(y) (in place)",
+    "gelu": "F.gelu", "silu": "F.silu", "silu_": "F.silu(inplace=True)", "hardswish": "F.hardswish",
+    "hardswish_": "F.hardswish(inplace=True)", "tanh": "torch.tanh", "softmax": "torch.softmax over rows of 64",
+    "cat": "torch.cat of two halves along channels", "copy": "x.clone()",
+    "copy_t": "a transposed copy (x.transpose(2, 3).contiguous(): reshape of a transposed tensor)",
+    "mean": "x.mean((2, 3)) (n = elements read)", "batch_norm": "BatchNorm2d (eval)",
+    "layer_norm": "F.layer_norm over rows of 256", "max_pool": "MaxPool2d(3, 2, 1) (n = output elements * 9 / 9)",
+    "avg_pool": "AvgPool2d(3, 2, 1)", "embedding": "F.embedding, 256-wide rows of a 10000-row table",
+}
+#: 3x3 convolutions at batch 1 in boxes of their own (``conv/b1``, ``conv/BOX-b1``): at one thread PyTorch runs a
+#: batch-1 3x3 convolution on a small map (c*h*w <= 20480) as im2col and one GEMM, and a larger batch through
+#: oneDNN: 512 channels on a 3x3 map take 3.9 ms alone and 5.3 ms for 8 images, a step no line along b fits
+for _k in [k for k, v in SPECS.items() if v.cls == "conv"]:
+    _v = SPECS[_k]
+    SPECS[f"{_k}-b1" if "/" in _k else f"{_k}/b1"] = ClassSpec("conv", _v.dims[:-1] + (_B1,),
+                                                               _v.what + "; batch 1")
+
+#: the same boxes with the weights in memory (``/dram``, ``/BOX-dram``): a network whose weights and activations
+#: overflow the last-level cache reads each layer's weights from DRAM. ResNet-18's 512-channel 3x3 convolutions
+#: (9.4 MB of weights, 3x3 maps) take 4 ms in the network and 0.7 ms with their weights in L3.
+for _k in [k for k, v in SPECS.items() if v.cls in ("conv", "stem", "conv1x1", "linear")]:
+    _v = SPECS[_k]
+    SPECS[f"{_k}-dram" if "/" in _k else f"{_k}/dram"] = ClassSpec(_v.cls, _v.dims, _v.what + "; weights in memory",
+                                                                   cold=True)
+for _k, _what in OP_SPECS.items():
+    _lo = 4 if _k == "copy_t" else 1   # a transposed copy of fewer than 2 x 2 elements is no copy
+    SPECS[_k] = ClassSpec(_k, (Dim("n", [v for v in _elements(1, 256) if v >= _lo], 64 * 32 * 32, LINEAR),), _what)
+    SPECS[f"{_k}/small"] = ClassSpec(_k, (Dim("n", [v for v in _elements(1, 64) if v >= _lo], 64 * 16 * 16, LINEAR),),
+                                     _what + ", up to 1 MB")
 
 
 @dataclass
 class Sample:
-    """One measured layer: what it is, its forward time per forward pass (all its calls), and where the number
-    came from."""
+    """One measured unit (or layer): what it is, its forward time per forward pass (all its calls), and where the
+    number came from."""
 
     layer: LayerDesc
     time_s: float
@@ -151,119 +537,398 @@ class Sample:
 
 
 def host_meta(device: str, dtype: str = "float32") -> dict:
+    """The conditions a model is fitted under (recorded in its file; ``predict`` compares them)."""
     import platform
 
     import torch
 
     from lightning_edge.calibrate.microbench import _device_name
 
+    caches = cache_sizes(device)
+    fault_s = page_fault_s(device)  # before the allocator keeps its memory: fresh pages, as a fault meets them
+    kept = keep_freed_memory() if not device.startswith("cuda") else False
+    la = loadavg()
     return {"device": device, "device_name": _device_name(device), "threads": torch.get_num_threads(),
             "clock": clock() if device == "cpu" else "cuda events",
             "dtype": dtype, "torch": torch.__version__, "python": platform.python_version(),
-            "machine": platform.machine()}
+            "machine": platform.machine(), "cpus": os.cpu_count() or 1, "l2_bytes": caches["l2"],
+            "llc_bytes": effective_llc(device, caches["llc"]), "llc_nominal_bytes": caches["llc"],
+            "page_fault_s": fault_s,
+            "allocator": "glibc keeps freed memory (keep_freed_memory): no page faults" if kept else "as it was",
+            "context": "network (time_unit: other ops, a 2 x L2 sweep, the producer; least of repeats)",
+            "load_before": [round(v, 2) for v in la] if la else None}
 
 
-# ------------------------------------------------------------------------------------------ one layer
-def _isqrt_exact(p: int) -> int:
+# ------------------------------------------------------------------------------------------ one unit
+def _side(p: int) -> int:
     return max(1, math.isqrt(int(p)))
 
 
-def build_layer(cls: str, point: Sequence[int], device: str = "cpu", dtype: Any = None):
-    """(module, input) of the representative layer of ``cls`` at ``point`` (one value per SPECS dim)."""
+def _ops_fns():
+    import torch
+    import torch.nn.functional as F
+
+    return {
+        "relu": lambda x: torch.relu(x), "relu_": lambda x: torch.relu_(x), "add": lambda x, y: x + y,
+        "add_": lambda x, y: x.add_(y), "gelu": lambda x: F.gelu(x), "silu": lambda x: F.silu(x),
+        "silu_": lambda x: F.silu(x, inplace=True), "hardswish": lambda x: F.hardswish(x),
+        "hardswish_": lambda x: F.hardswish(x, inplace=True), "tanh": lambda x: torch.tanh(x),
+        "softmax": lambda x: torch.softmax(x, -1), "cat": lambda xs: torch.cat(xs, 1), "copy": lambda x: x.clone(),
+        "copy_t": lambda x: x.transpose(2, 3).contiguous(), "mean": lambda x: x.mean((2, 3)),
+        "layer_norm": lambda x, w, b: F.layer_norm(x, (x.shape[-1],), w, b),
+        "max_pool": lambda x: F.max_pool2d(x, 3, 2, 1), "avg_pool": lambda x: F.avg_pool2d(x, 3, 2, 1),
+        "embedding": lambda i, w: F.embedding(i, w), "matmul": lambda a, b: torch.bmm(a, b),
+        "sdpa": lambda q, k, v: F.scaled_dot_product_attention(q, k, v),
+    }
+
+
+class _Op:
+    """An op as a callable with the name the step-wise table shows, and a module for ``describe``."""
+
+    def __init__(self, key: str, fn: Callable):
+        self.key, self.fn = key, fn
+
+    def __call__(self, *args):
+        return self.fn(*args)
+
+    def module(self):
+        from torch import nn
+
+        fn = self.fn
+
+        class OpUnit(nn.Module):
+            def forward(self, *args):
+                return fn(*args)
+
+        return OpUnit()
+
+
+def op_inputs(key: str, n: int, device: str = "cpu", dtype: Any = None) -> tuple:
+    """Inputs of op ``key`` producing (or, for ``mean``, reading) about ``n`` elements (see ``OP_SPECS``)."""
+    import torch
+
+    kw = {"device": device, "dtype": dtype or torch.float32}
+    n = max(1, int(n))
+    if n < 64:  # a few elements: one row
+        if key == "cat":
+            return ([torch.randn(1, max(1, n // 2), 1, 1, **kw), torch.randn(1, max(1, n - n // 2), 1, 1, **kw)],)
+        if key in ("max_pool", "avg_pool"):
+            return (torch.randn(1, n, 2, 2, **kw),)
+        if key == "layer_norm":
+            return torch.randn(1, n, **kw), torch.ones(n, **kw), torch.zeros(n, **kw)
+        if key == "embedding":
+            return torch.randint(0, 10000, (1,), device=device), torch.randn(10000, n, **kw)
+        if key == "copy_t":  # a transposed copy needs two dimensions of at least 2
+            return (torch.randn(1, 1, 2, max(2, n // 2), **kw),)
+        x = torch.randn(1, n, 1, 1, **kw)
+        return (x, torch.randn(1, n, 1, 1, **kw)) if key in ("add", "add_") else (x,)
+    s = _side(n // 64)
+    if key in ("add", "add_"):
+        return torch.randn(1, 64, s, s, **kw), torch.randn(1, 64, s, s, **kw)
+    if key == "cat":
+        return ([torch.randn(1, 32, s, s, **kw), torch.randn(1, 32, s, s, **kw)],)
+    if key in ("max_pool", "avg_pool"):
+        return (torch.randn(1, 64, 2 * s, 2 * s, **kw),)
+    if key == "softmax":
+        return (torch.randn(max(1, n // 64), 64, **kw),)
+    if key == "layer_norm":
+        return torch.randn(max(1, n // 256), 256, **kw), torch.ones(256, **kw), torch.zeros(256, **kw)
+    if key == "embedding":
+        idx = torch.randint(0, 10000, (max(1, n // 256),), device=device)
+        return idx, torch.randn(10000, 256, **kw)
+    return (torch.randn(1, 64, s, s, **kw),)
+
+
+def build_unit(cls: str, point: Sequence[int], device: str = "cpu", dtype: Any = None) -> tuple[Callable, tuple]:
+    """(callable, inputs) of the representative unit of class ``cls`` at ``point`` (one value per SPECS dim)."""
     import torch
     from torch import nn
 
     dtype = dtype or torch.float32
     kw = {"device": device, "dtype": dtype}
     if cls in ("conv", "conv1x1"):
-        f, c, p = (int(v) for v in point)
-        b, s = _nchw_pixels(p, _SIDE[cls])
+        f, c, hw, b = (int(v) for v in point)
         k = 3 if cls == "conv" else 1
-        mod = nn.Conv2d(c, f, k, padding=k // 2, bias=False, **kw)
-        x = torch.randn(b, c, s, s, **kw)
-    elif cls == "dwconv":
-        c, p = (int(v) for v in point)
-        b, s = _nchw_pixels(p, _SIDE[cls])
-        mod = nn.Conv2d(c, c, 3, padding=1, groups=c, bias=False, **kw)
-        x = torch.randn(b, c, s, s, **kw)
-    elif cls == "linear":
+        s = _side(hw)
+        return nn.Conv2d(c, f, k, padding=k // 2, bias=False, **kw).eval(), (torch.randn(b, c, s, s, **kw),)
+    if cls == "stem":
+        f, kk, hw, b = (int(v) for v in point)
+        k = _side(kk)
+        st = max(2, k // 2)
+        so = _side(hw)
+        si = (so - 1) * st + k - 2 * (k // 2)
+        return (nn.Conv2d(3, f, k, st, k // 2, bias=False, **kw).eval(), (torch.randn(b, 3, max(si, k), max(si, k), **kw),))
+    if cls == "sdpa":
+        sk, e, lq, batch = (int(v) for v in point)
+        return _Op("sdpa", _ops_fns()["sdpa"]), (torch.randn(1, batch, lq, e, **kw),
+                                                 torch.randn(1, batch, sk, e, **kw),
+                                                 torch.randn(1, batch, sk, e, **kw))
+    if cls == "dwconv":
+        c, hw, b = (int(v) for v in point)
+        s = _side(hw)
+        return nn.Conv2d(c, c, 3, padding=1, groups=c, bias=False, **kw).eval(), (torch.randn(b, c, s, s, **kw),)
+    if cls == "gconv":
+        cg, g, hw, b = (int(v) for v in point)
+        s = _side(hw)
+        return (nn.Conv2d(cg * g, cg * g, 3, padding=1, groups=g, bias=False, **kw).eval(),
+                (torch.randn(b, cg * g, s, s, **kw),))
+    if cls == "linear":
         f, c, rows = (int(v) for v in point)
-        mod = nn.Linear(c, f, **kw)
-        x = torch.randn(rows, c, **kw)
-    elif cls in ("pool", "norm", "eltwise"):
-        (n,) = (int(v) for v in point)
-        s = _isqrt_exact(max(1, n // 64))
-        mod = {"pool": lambda: nn.MaxPool2d(3, 2, 1), "norm": lambda: nn.BatchNorm2d(64, **kw),
-               "eltwise": lambda: nn.ReLU()}[cls]()
-        x = torch.randn(1, 64, s, s, **kw)
-    else:
-        raise ValueError(f"no representative layer for class {cls!r}; expected one of {', '.join(SPECS)}")
-    mod.eval()
-    return mod, x
+        return nn.Linear(c, f, **kw).eval(), (torch.randn(rows, c, **kw),)
+    if cls == "matmul":
+        n, k, m, batch = (int(v) for v in point)
+        return _Op("matmul", _ops_fns()["matmul"]), (torch.randn(batch, m, k, **kw), torch.randn(batch, k, n, **kw))
+    if cls == "batch_norm":
+        (n,) = point
+        x = op_inputs(cls, n, device, dtype)
+        return nn.BatchNorm2d(x[0].shape[1], **kw).eval(), x
+    fns = _ops_fns()
+    if cls in fns:
+        (n,) = point
+        return _Op(cls, fns[cls]), op_inputs(cls, n, device, dtype)
+    raise ValueError(f"no representative unit for class {cls!r}; expected one of "
+                     f"{', '.join(sorted({s.cls for s in SPECS.values()}))}")
 
 
-def measure_layer(cls: str, point: Sequence[int], device: str = "cpu", repeats: int = 5, warmup: int = 2,
-                  dtype: Any = None, cold: bool = True) -> float:
-    """Median forward seconds per call of the representative ``cls`` layer at ``point`` (``cold``: weights not in
-    cache, as in a network; see ``time_layer``)."""
-    mod, x = build_layer(cls, point, device, dtype)
-    return time_layer(mod, x, device, repeats, warmup, cold)
+def measure_point(cls: str, point: Sequence[int], device: str = "cpu", repeats: int = 5, dtype: Any = None,
+                  cold: bool = False) -> float:
+    """Median seconds of one call of the representative ``cls`` unit at ``point``, in a network's context
+    (``cold``: its weights in memory)."""
+    fn, args = build_unit(cls, point, device, dtype)
+    return time_unit(fn, args, device, repeats, cold=cold)
 
 
-def time_layer(mod: Any, x: Any, device: str = "cpu", repeats: int = 5, warmup: int = 2, cold: bool = True) -> float:
-    """Median forward seconds per call of ``mod(x)``. ``cold``: the call cycles through copies of the module whose
-    weights together exceed twice the last-level cache (at most 128 copies), so each call reads its weights from
-    memory as a layer in a network does, instead of finding them in cache from the previous repeat; the input
-    stays hot (in a network the previous layer just wrote it)."""
-    import copy
-
-    from lightning_edge.calibrate.microbench import _llc_bytes
-
-    mods = [mod]
-    if cold:
-        wbytes = sum(t.numel() * t.element_size() for t in [*mod.parameters(), *mod.buffers()])
-        if wbytes > 0 and _weights_matter(mod, x, wbytes, device):
-            llc = _llc_bytes(device) or 32 * 2 ** 20
-            n = min(128, max(1, math.ceil(2 * llc / wbytes)))
-            mods += [copy.deepcopy(mod) for _ in range(n - 1)]
-    if len(mods) == 1:
-        return time_module(mod, (x,), device, repeats, warmup)
-
-    class _Cycle:
-        def eval(self):
-            return self
-
-        def __call__(self, x):
-            for m in mods:
-                m(x)
-
-    return time_module(_Cycle(), (x,), device, repeats, warmup) / len(mods)
-
-
-#: a conservative memory bandwidth for deciding whether a layer's weights are worth reading cold (bytes/s)
-_COLD_BW = 5e9
-
-
-def _weights_matter(mod: Any, x: Any, wbytes: int, device: str) -> bool:
-    """Whether reading the weights from memory could change one call by more than 2 %: one warm call is timed,
-    and copies are cycled only if ``wbytes / _COLD_BW`` exceeds 2 % of it. A large layer (a 3x3 convolution on a
-    batch of maps) takes seconds per call; cycling 8 copies of it would cost 8 times the measuring time for a
-    difference below the noise."""
+def unit_desc_for(fn: Callable, args: tuple) -> LayerDesc:
+    """The unit description (costs from ``analyze``, as for a network's units) of a module or ``_Op`` called on
+    ``args`` (real tensors: described on the meta device)."""
     import torch
 
-    if device.startswith("cuda"):
-        return True
-    with torch.inference_mode():
-        mod(x)                                       # first call: allocation, weight packing
-        t0 = _clock_ns()()
-        mod(x)
-        t = (_clock_ns()() - t0) * 1e-9
-    return wbytes / _COLD_BW > 0.02 * t
+    from lightning_edge.latency.features import describe
+
+    def meta(a):
+        if isinstance(a, (list, tuple)):
+            return type(a)(meta(x) for x in a)
+        if isinstance(a, torch.Tensor):
+            if not a.is_floating_point():
+                return a.to("cpu")  # integer inputs (token ids) keep their values
+            return torch.empty(a.shape, dtype=a.dtype, device="meta")
+        return a
+
+    mod = fn.module() if isinstance(fn, _Op) else fn
+    layers, _ = describe(mod, *[meta(a) for a in args])
+    top = next(d for d in layers if d.name == "")
+    units = units_of(top)
+    if len(units) != 1:
+        raise ValueError(f"unit_desc_for: {type(mod).__name__} is {len(units)} units, expected one")
+    return units[0]
 
 
+def point_for(unit: LayerDesc) -> tuple[str, tuple[int, ...], float] | None:
+    """(class, point in that class's dims, multiplier) of one unit, per call, or None (no class: the roofline)."""
+    cls = unit.cls
+    hw = max(1, unit.ho * unit.wo)
+    b = max(1, unit.batch)
+    if cls == "conv" and unit.c <= 4 and unit.kh * unit.kw >= 9:
+        return "stem", (max(1, unit.f), unit.kh * unit.kw, hw, b), 1.0
+    if cls in ("conv", "conv1x1"):
+        c = unit.c if cls == "conv1x1" else max(1, round(unit.c * unit.kh * unit.kw / 9))
+        return cls, (max(1, unit.f), max(1, c), hw, b), 1.0
+    if cls == "dwconv":
+        return cls, (max(1, unit.c), max(1, round(hw * unit.kh * unit.kw / 9)), b), 1.0
+    if cls == "gconv":
+        g = max(1, unit.groups)
+        cg = max(1, round(math.sqrt(unit.c / g * unit.f / g * unit.kh * unit.kw / 9)))
+        return cls, (cg, g, hw, b), 1.0
+    if cls == "linear":
+        return cls, (max(1, unit.f), max(1, unit.c), max(1, unit.rows)), 1.0
+    if unit.op == "sdpa":
+        return "sdpa", (max(1, unit.f), max(1, unit.c), max(1, unit.rows), b), 1.0
+    if cls == "matmul":
+        return cls, (max(1, unit.f), max(1, unit.c), max(1, unit.rows), b), 1.0
+    key = unit.op
+    if key in OP_SPECS:
+        n = unit.n_in if key == "mean" else unit.n_out
+        if key in ("max_pool", "avg_pool"):  # a window costs less than in proportion to its size (2x2: 0.7 of 3x3)
+            n = round(unit.n_out * (unit.kh * unit.kw + 9) / 18)
+        return key, (max(1, int(n)),), 1.0
+    return None
+
+
+# ------------------------------------------------------------------------------------------ the sweep
+#: channel counts, map sides and batches the sweep draws from: the widths, feature-map sizes and batches of CNNs
+#: and transformers from 32x32 to 224x224 inputs
+_CH = (3, 8, 16, 24, 32, 40, 48, 64, 72, 80, 96, 112, 120, 128, 144, 160, 192, 240, 256, 288, 320, 384, 480, 512,
+       576, 640, 768, 960, 1024, 1280, 2048)
+_SIDES = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 12, 13, 14, 15, 16, 20, 24, 27, 28, 31, 32, 40, 48, 56, 63, 64, 80, 96, 112)
+_BATCH = (1, 1, 1, 2, 4, 8, 8, 16)
+_TOKENS = (16, 49, 50, 64, 65, 128, 196, 197, 256)
+_FAMILIES = (("conv", 20), ("conv1x1", 14), ("dwconv", 8), ("gconv", 5), ("linear", 10), ("matmul", 5), ("op", 38))
+#: the most work one drawn unit may do (FLOP) and the largest tensor (elements): one call stays under ~50 ms
+_MAX_FLOPS = 4e9
+_MAX_NUMEL = 8 << 20
+
+
+def draw_unit(rng, device: str = "cpu") -> tuple[Callable, tuple] | None:
+    """One random unit shaped like those real networks use (``sample_units``), or None when the draw is too
+    large: large kernels (5x5 to 11x11) and strides, grouped and depthwise convolutions, linear layers on tokens,
+    attention's batched products, and every op class (``OP_SPECS``) on feature maps and token sequences."""
+    import torch
+    from torch import nn
+
+    kw = {"device": device}
+    fam = rng.choices([f for f, _w in _FAMILIES], [w for _f, w in _FAMILIES])[0]
+    b = rng.choice(_BATCH)
+    so = rng.choice(_SIDES)
+    if fam in ("conv", "conv1x1", "dwconv", "gconv"):
+        if fam == "conv1x1":
+            k, stride = 1, rng.choice((1, 1, 1, 1, 2))
+        elif fam == "conv":
+            k = rng.choice((3, 3, 3, 3, 3, 5, 5, 7, 11, 1))
+            stride = 4 if k == 11 and rng.random() < 0.7 else rng.choice((1, 1, 1, 2))
+            if k == 1:
+                stride = 2
+        else:
+            k, stride = rng.choice((3, 3, 3, 5, 7)), rng.choice((1, 1, 2))
+        pad = k // 2 if rng.random() < 0.85 else 0
+        si = (so - 1) * stride + k - 2 * pad
+        if si < 1 or (pad == 0 and si < k):
+            return None
+        if fam == "dwconv":
+            c = f = rng.choice(_CH[1:])
+            g = c
+        elif fam == "gconv":
+            g = rng.choice((2, 4, 8, 16, 32, 32, 64))
+            c = g * rng.choice((1, 2, 4, 4, 8, 8, 16, 32))
+            f = g * rng.choice((1, 2, 4, 4, 8, 8, 16, 32)) if rng.random() < 0.3 else c
+        else:
+            c, f = rng.choice(_CH), rng.choice(_CH[1:])
+            g = 1
+        if c > 2048 or f > 2048:
+            return None
+        flops = 2 * b * so * so * f * (c // g) * k * k
+        if flops > _MAX_FLOPS or b * c * si * si > _MAX_NUMEL or b * f * so * so > _MAX_NUMEL:
+            return None
+        return (nn.Conv2d(c, f, k, stride, pad, groups=g, bias=rng.random() < 0.3, **kw).eval(),
+                (torch.randn(b, c, si, si, **kw),))
+    if fam == "linear":
+        c, f = rng.choice(_CH[1:] + (768, 1000, 3072, 4096)), rng.choice(_CH[1:] + (768, 1000, 3072, 4096))
+        rows = b * rng.choice((1, 1, 1) + _TOKENS)
+        if 2 * c * f * rows > _MAX_FLOPS:
+            return None
+        x = torch.randn(rows, c, **kw) if rng.random() < 0.5 or rows == b else torch.randn(b, rows // b, c, **kw)
+        return nn.Linear(c, f, **kw).eval(), (x,)
+    if fam == "matmul":
+        heads = rng.choice((1, 2, 3, 4, 6, 8, 12, 16))
+        n_tok = rng.choice(_TOKENS)
+        d = rng.choice((16, 32, 48, 64, 64, 96, 128))
+        m, k, n = (n_tok, d, n_tok) if rng.random() < 0.5 else (n_tok, n_tok, d)
+        bb = b * heads
+        if 2 * bb * m * k * n > _MAX_FLOPS:
+            return None
+        if rng.random() < 0.3:  # fused attention: softmax(q k^T) v in one op
+            return _Op("sdpa", _ops_fns()["sdpa"]), tuple(torch.randn(b, heads, n_tok, d, **kw) for _ in range(3))
+        return _Op("matmul", _ops_fns()["matmul"]), (torch.randn(bb, m, k, **kw), torch.randn(bb, k, n, **kw))
+    # an op
+    key = rng.choice(tuple(OP_SPECS))
+    c = rng.choice(_CH[1:20])
+    tokens = rng.random() < 0.35 and key not in ("max_pool", "avg_pool", "batch_norm", "copy_t")
+    if tokens:  # a (b, tokens, width) activation of a transformer
+        shape = (b, rng.choice(_TOKENS), rng.choice((64, 128, 192, 256, 384, 512, 768, 1024, 3072)))
+    else:
+        shape = (b, c, so, so)
+    if math.prod(shape) > _MAX_NUMEL:
+        return None
+
+    def t(*s):
+        return torch.randn(*s, **kw)
+
+    if key in ("add", "add_"):
+        y = t(*shape) if rng.random() < 0.8 else t(*shape[:2], *([1] * (len(shape) - 2)))  # a broadcast scale
+        fn = (lambda a, bb: a + bb) if key == "add" else (lambda a, bb: a.add_(bb))
+        if rng.random() < 0.3:
+            fn = (lambda a, bb: a * bb) if key == "add" else (lambda a, bb: a.mul_(bb))
+        return _Op(key, fn), (t(*shape), y)
+    if key == "cat":
+        parts = rng.choice((2, 2, 2, 3, 4))
+        return _Op(key, lambda xs: torch.cat(xs, 1)), ([t(shape[0], max(1, shape[1] // parts), *shape[2:])
+                                                         for _ in range(parts)],)
+    if key in ("max_pool", "avg_pool"):
+        kk, st = rng.choice(((3, 2), (3, 2), (2, 2), (3, 1))) if so > 1 else (1, 1)
+        pad = rng.choice((0, 1)) if kk == 3 else 0
+        if so * st + 2 * pad < kk:
+            return None
+        ceil = rng.random() < 0.3
+        pool = (nn.MaxPool2d if key == "max_pool" else nn.AvgPool2d)(kk, st, pad, ceil_mode=ceil)
+        return pool, (t(b, c, so * st, so * st),)
+    if key == "mean":
+        if tokens:
+            return _Op(key, lambda a: a.mean(1)), (t(*shape),)
+        out = rng.choice((1, 1, 1, 3, 7))
+        return nn.AdaptiveAvgPool2d(out) if out > 1 or rng.random() < 0.5 else _Op(key, lambda a: a.mean((2, 3))), \
+            (t(*shape),)
+    if key == "batch_norm":
+        return nn.BatchNorm2d(c, **kw).eval(), (t(*shape),)
+    if key == "layer_norm":
+        return nn.LayerNorm(shape[-1], **kw).eval(), (t(*shape),)
+    if key == "softmax":
+        if not tokens:
+            n_tok = rng.choice(_TOKENS)
+            shape = (b * rng.choice((1, 3, 4, 8, 12)), n_tok, n_tok)
+            if math.prod(shape) > _MAX_NUMEL:
+                return None
+        return _Op(key, lambda a: torch.softmax(a, -1)), (t(*shape),)
+    if key == "embedding":
+        vocab, width = rng.choice((1000, 8192, 30522)), rng.choice((64, 128, 256, 512, 768))
+        rows = b * rng.choice(_TOKENS)
+        return (nn.Embedding(vocab, width, **kw).eval(),
+                (torch.randint(0, vocab, (b, max(1, rows // b)), device=device),))
+    if key == "copy_t":
+        return _Op(key, lambda a: a.transpose(1, 2).contiguous()), (t(*shape),)
+    mods = {"relu": nn.ReLU(), "relu_": nn.ReLU(inplace=True), "gelu": nn.GELU(), "silu": nn.SiLU(),
+            "silu_": nn.SiLU(inplace=True), "hardswish": nn.Hardswish(), "hardswish_": nn.Hardswish(inplace=True),
+            "tanh": nn.Tanh()}
+    if key in mods:
+        m = mods[key]
+        if key == "relu" and rng.random() < 0.3:
+            m = nn.ReLU6()
+        return m, (t(*shape),)
+    return _Op(key, lambda a: a.clone()), (t(*shape),)
+
+
+def sample_units(budget_s: float, device: str = "cpu", repeats: int = 5, seed: int = 0,
+                 log: Callable[[str], None] | None = None, deadline: float | None = None) -> list[Sample]:
+    """Measure random units (``draw_unit``) in a network's context for ``budget_s`` seconds: the statistical and
+    mixed models' own training set, from this device alone."""
+    import random
+    import time
+
+    log = log or (lambda _m: None)
+    rng = random.Random(seed)
+    end = time.monotonic() + budget_s if deadline is None else min(deadline, time.monotonic() + budget_s)
+    out: list[Sample] = []
+    tries = 0
+    while time.monotonic() < end and tries < 100_000:
+        tries += 1
+        drawn = draw_unit(rng, device)
+        if drawn is None:
+            continue
+        fn, args = drawn
+        try:
+            desc = unit_desc_for(fn, args)
+        except (ValueError, RuntimeError):  # a draw PyTorch refuses (a window larger than its padded input)
+            continue
+        cold = 4 * desc.params >= COLD_MIN_BYTES and rng.random() < 0.5
+        desc.cold = 1.0 if cold else 0.0
+        out.append(Sample(desc, time_unit(fn, args, device, repeats, cold=cold), "microbench"))
+    log(f"  sweep: {len(out)} units measured in a network's context")
+    return out
+
+
+# ------------------------------------------------------------------------------------------ networks
 def time_module(mod: Any, args: tuple, device: str = "cpu", repeats: int = 5, warmup: int = 2,
                 kwargs: dict | None = None) -> float:
-    """Median seconds per call of ``mod(*args, **kwargs)`` under ``torch.inference_mode`` (``time_callable``)."""
+    """Median seconds per call of ``mod(*args, **kwargs)`` under ``torch.inference_mode``, calls looped in blocks
+    (``time_callable``: a whole network, or anything long enough that its context does not matter)."""
     import torch
 
     from lightning_edge.calibrate.microbench import time_callable
@@ -279,116 +944,42 @@ def time_module(mod: Any, args: tuple, device: str = "cpu", repeats: int = 5, wa
     return float(t)
 
 
-def point_for(layer: LayerDesc) -> tuple[str, tuple[int, ...], float] | None:
-    """(class, point in that class's dims, multiplier) for a network layer, per call, or None (no function)."""
-    cls = layer.cls
-    calls = max(1, layer.calls)
-    if cls in ("conv", "conv1x1"):
-        g = max(1, layer.groups)
-        f = max(1, layer.f // g)
-        c = max(1, layer.c // g)
-        if cls == "conv":
-            c = max(1, round(c * layer.kh * layer.kw / 9))
-        return cls, (f, c, max(1, layer.out_pixels)), float(g)
-    if cls == "dwconv":
-        p = max(1, round(layer.out_pixels * layer.kh * layer.kw / 9))
-        return cls, (max(1, layer.c), p), 1.0
-    if cls == "linear":
-        return cls, (max(1, layer.f), max(1, layer.c), max(1, layer.rows)), 1.0
-    if cls == "pool":
-        return cls, (max(1, layer.n_in or round(layer.bytes / calls / 5)),), 1.0
-    if cls == "norm":
-        return cls, (max(1, layer.n_in or round(layer.bytes / calls / 8)),), 1.0
-    if cls == "eltwise":
-        return cls, (max(1, round(layer.bytes / calls / 8)),), 1.0
-    return None
-
-
-def layer_desc_for(cls: str, point: Sequence[int]) -> LayerDesc:
-    """The LayerDesc of the representative layer (costs from ``analyze``, as for any network layer)."""
-    from lightning_edge.latency.features import describe
-
-    mod, x = build_layer(cls, point, device="meta")
-    layers, _ = describe(mod, x)
-    return layers[0]
-
-
-# ------------------------------------------------------------------------------------------ random layers
-def sample_layers(budget_s: float, device: str = "cpu", repeats: int = 5, seed: int = 0,
-                  log: Callable[[str], None] | None = None, deadline: float | None = None) -> list[Sample]:
-    """Measure random layers of every class (shapes like those of CNNs and transformers) for ``budget_s`` seconds:
-    the statistical model's own training set."""
-    import random
-    import time
-
-    import torch
-    from torch import nn
-
-    from lightning_edge.latency.features import describe
-
-    log = log or (lambda _m: None)
-    rng = random.Random(seed)
-    end = time.monotonic() + budget_s if deadline is None else min(deadline, time.monotonic() + budget_s)
-    chans = [3, 8, 16, 24, 32, 40, 48, 64, 72, 96, 112, 120, 128, 144, 160, 192, 240, 256, 320, 384, 480, 512,
-             576, 672, 960, 1024, 1280, 2048]
-    out: list[Sample] = []
-    kinds = ["conv", "conv1x1", "dwconv", "linear", "pool", "norm", "eltwise", "conv", "conv1x1", "dwconv"]
-    i = 0
-    while time.monotonic() < end:
-        kind = kinds[i % len(kinds)]
-        i += 1
-        batch = rng.choice([1, 1, 2, 4, 8])
-        s = rng.choice([2, 4, 7, 8, 14, 16, 28, 32, 56, 64])
-        if kind in ("conv", "conv1x1"):
-            c, f = rng.choice(chans), rng.choice(chans)
-            k = 1 if kind == "conv1x1" else rng.choice([3, 3, 3, 5, 7])
-            stride = rng.choice([1, 1, 2])
-            if c * f * k * k * s * s * batch > 4e8:
-                continue
-            mod = nn.Conv2d(c, f, k, stride, k // 2, bias=False)
-            x = torch.randn(batch, c, s, s)
-        elif kind == "dwconv":
-            c = rng.choice(chans[1:])
-            k = rng.choice([3, 3, 5])
-            stride = rng.choice([1, 1, 2])
-            mod = nn.Conv2d(c, c, k, stride, k // 2, groups=c, bias=False)
-            x = torch.randn(batch, c, s, s)
-        elif kind == "linear":
-            c, f = rng.choice(chans[2:] + [768, 3072]), rng.choice(chans[2:] + [768, 1000, 3072])
-            rows = batch * rng.choice([1, 1, 8, 32, 128])
-            if c * f * rows > 4e8:
-                continue
-            mod = nn.Linear(c, f)
-            x = torch.randn(rows, c)
-        else:
-            c = rng.choice(chans[1:])
-            if c * s * s * batch > 8e6:
-                continue
-            mod = {"pool": lambda c=c: rng.choice([nn.MaxPool2d(3, 2, 1), nn.AdaptiveAvgPool2d(1)]),
-                   "norm": lambda c=c: nn.BatchNorm2d(c),
-                   "eltwise": lambda c=c: rng.choice([nn.ReLU(), nn.Hardswish(), nn.SiLU(), nn.ReLU6()])}[kind]()
-            x = torch.randn(batch, c, s, s)
-        mod.eval()
-        if device != "cpu":
-            mod, x = mod.to(device), x.to(device)
-        t = time_layer(mod, x, device, repeats)
-        desc = describe(mod.to("meta"), x.to("meta"))[0][0]
-        out.append(Sample(desc, t, "microbench"))
-    log(f"  statistical: {len(out)} random layers measured")
-    return out
-
-
-# ------------------------------------------------------------------------------------------ networks
 def time_network(model: Any, inputs: tuple, device: str = "cpu", repeats: int = 10, warmup: int = 2,
-                 kwargs: dict | None = None) -> float:
-    """Median forward wall seconds of ``model(*inputs, **kwargs)`` (eval, inference mode)."""
+                 kwargs: dict | None = None, stat: str = "min") -> float:
+    """Forward seconds of ``model(*inputs, **kwargs)`` (eval, inference mode), each pass timed alone with the
+    ``use_clock`` clock (CUDA: events): the least of ``repeats`` passes (``stat="min"``, as ``time_unit`` times a
+    unit: the pass other work disturbed least) or their median (``stat="median"``)."""
+    import torch
+
+    if stat not in ("min", "median"):
+        raise ValueError(f"stat {stat!r}: expected 'min' or 'median'")
     model.eval()
-    return time_module(model, tuple(inputs), device, repeats, warmup, kwargs)
+    kwargs = kwargs or {}
+    cuda = device.startswith("cuda")
+    clk = _clock_ns()
+    times = []
+    with torch.inference_mode():
+        for i in range(max(0, warmup) + max(1, repeats)):
+            if cuda:
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                model(*inputs, **kwargs)
+                end.record()
+                end.synchronize()
+                t = start.elapsed_time(end) / 1e3
+            else:
+                t0 = clk()
+                model(*inputs, **kwargs)
+                t = (clk() - t0) * 1e-9
+            if i >= warmup:
+                times.append(t)
+    return float(min(times) if stat == "min" else statistics.median(times))
 
 
 def time_layers(model: Any, inputs: tuple, steps: int = 5, kwargs: dict | None = None) -> dict[str, float]:
-    """Median forward self time (seconds) of every module over ``steps`` forward passes, named as in
-    ``model.named_modules()`` (the root is ``""``), measured by the profiler's ``LayerTimer``."""
+    """Forward self time (seconds) of every module, the least over ``steps`` forward passes, named as in
+    ``model.named_modules()`` (the root is ``""``), measured by the profiler's ``LayerTimer`` (whose hooks add
+    their own time to each module's parent)."""
     import torch
 
     from lightning_edge.profiling.hooks import LayerTimer
@@ -405,7 +996,7 @@ def time_layers(model: Any, inputs: tuple, steps: int = 5, kwargs: dict | None =
                 model(*inputs, **kwargs)
             for name, ls in st.timing.exclusive().items():
                 per.setdefault("" if name == root else name, []).append(ls.fwd_ns / 1e9)
-    return {k: statistics.median(v) for k, v in per.items()}
+    return {k: min(v) for k, v in per.items()}
 
 
 #: the size limit on a layers.json read back (a few KB per layer and stage: far above a large network's)
@@ -416,7 +1007,8 @@ def training_from_layers_json(path: str | Path, model: Any, *inputs: Any, stage:
                               **kwargs: Any) -> list[Sample]:
     """Training samples from an ``EnergyProfiler`` ``layers.json``: each layer's forward self time per step
     (``fwd_ms``), joined by name with its shapes from ``describe(model, *inputs)``; ``inputs`` must be one step's
-    batch as profiled. Layers without a forward time are skipped."""
+    batch as profiled. A sample is one unit (``features.units_of``): layers without a forward time, and layers of
+    several ops (a block's own adds and concatenations), are skipped."""
     from lightning_edge._jsonfile import one_line, read_json
     from lightning_edge.latency.features import describe
 
@@ -462,7 +1054,12 @@ def training_from_layers_json(path: str | Path, model: Any, *inputs: Any, stage:
         fwd = row.get("fwd_ms")
         if d is None or fwd is None or not math.isfinite(fwd) or fwd <= 0:
             continue
-        out.append(Sample(d, fwd / 1e3, f"layers.json:{p.name}:{stage}"))
+        units = units_of(d)
+        if len(units) != 1:  # a layer of several ops: its time cannot be split between them
+            continue
+        u = units[0]
+        u.calls = d.calls
+        out.append(Sample(u, fwd / 1e3, f"layers.json:{p.name}:{stage}"))
     if not out:
         raise ValueError(f"{p}: no layer of stage {stage!r} matched the model's layers by name with a forward time; "
                          "pass the model and the inputs that were profiled")

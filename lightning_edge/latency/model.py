@@ -1,23 +1,31 @@
 """``LatencyModel``: the latency models of seed 003 behind one interface, fitted on the device you have.
 
-Kinds (T: a layer's forward time; f: its FLOP, D: its bytes, both from ``lightning_edge.analyze``):
+Kinds (T: a unit's forward time; f its FLOP, D its bytes, both from ``lightning_edge.analyze``):
 
 * ``roofline``:    T = max(f / P_peak, D / B_peak), peaks measured by ``lightning_edge.roofline``'s microbenchmarks;
 * ``refined``:     T = max(f / (P_peak u_eff), D / B_peak) (``lightning_edge.energy.refined``), u_eff from the
                    layer's GEMM tiling on this device (CPU: a 6 x 2*SIMD micro-kernel over the threads);
-* ``statistical``: T = T_roof / u_stat, u_stat predicted by a random forest from the slides' features (h, w, c, f,
-                   kh, kw, stride, #ops, #in, #out, #weights, ...), trained on measured layers;
+* ``statistical``: T = T_roof / u_stat, u_stat predicted by a random forest from features that carry across
+                   shapes (the slides' h, w, c, f, kh, kw, stride, #ops, #in, #out, #weights; the roofline terms;
+                   the GEMM per image; channels per group; data against the cache sizes; the convolution backend;
+                   the op), trained on units this device measured in a network's context (``measure.sample_units``);
 * ``mixed``:       T = T_ref / u_stat, the forest trained on what the refined roofline leaves over (so the
-                   efficiencies multiply: f / (P_peak u_eff u_stat) where compute bounds the layer);
-* ``stepwise``:    per layer class, a step-wise linear function of its dimensions generated from a few measured
-                   points (``lightning_edge.latency.stepwise``).
+                   efficiencies multiply: f / (P_peak u_eff u_stat) where compute bounds the unit);
+* ``stepwise``:    per class, a step-wise linear function of its dimensions generated from a few points measured
+                   in a network's context (``lightning_edge.latency.stepwise``).
 
-Where the roofline says a layer is memory-bound, u_stat scales the whole roofline time, not only the compute term
-as on the slides: on a CPU, layers whose data stay in cache run faster than DRAM bandwidth allows, which
+A layer is predicted from its units (``features.units_of``): a Conv2d or Linear module is one unit, any other layer
+the sum of its ops (plus its module call). Units without MACs (activations, norms, pools, adds, concatenations)
+get a second forest that learns their time directly: their time is mostly a per-call cost that a ratio to the
+roofline does not carry across sizes.
+
+Where the roofline says a unit is memory-bound, u_stat scales the whole roofline time, not only the compute term
+as on the slides: on a CPU, units whose data stay in cache run faster than DRAM bandwidth allows, which
 max(f / (P u), D / B) cannot express.
 
-Every prediction is labelled ``estimated``. A saved model records the device, threads, dtype, torch version and
-the points it was fitted on, and ``predict`` warns when it is used outside them.
+Every prediction is labelled ``estimated``. A saved model records the conditions it was fitted under (device,
+threads, clock, dtype, torch version, cache sizes, load average) and the points it was fitted on, and
+``predict`` warns when it is used outside them.
 """
 
 from __future__ import annotations
@@ -34,27 +42,38 @@ from typing import Any
 import numpy as np
 
 from lightning_edge._jsonfile import one_line, read_json
-from lightning_edge.latency.features import CLASSES, FEATURES, LayerDesc, describe
-from lightning_edge.latency.measure import SPECS, Sample, host_meta, point_for
+from lightning_edge.latency.features import (
+    CLASSES,
+    FEATURE_NAMES,
+    MODULE_CLASSES,
+    SAVED_FIELDS,
+    LayerDesc,
+    describe,
+    unit_features,
+    units_of,
+)
+from lightning_edge.latency.forest import Forest, check_forest
+from lightning_edge.latency.measure import COLD_MIN_BYTES, SPECS, Sample, host_meta, loadavg, point_for
 from lightning_edge.latency.stepwise import Generation
 
-__all__ = ["KINDS", "LatencyModel", "LatencyModelError", "ModelLatency", "LayerLatency"]
+__all__ = ["KINDS", "LatencyModel", "LatencyModelError", "ModelLatency", "LayerLatency", "MAX_SAMPLES"]
 
 KINDS = ("roofline", "refined", "statistical", "mixed", "stepwise")
 
-#: layer classes without MACs: the statistical and mixed models' forest learns their time directly (``_group``)
-NO_MAC = ("eltwise", "norm", "pool")
+#: unit classes whose forest learns the ratio to the roofline time (they have MACs); the others learn the time
+RATIO_CLASSES = MODULE_CLASSES + ("matmul",)
 SCHEMA = "lightning_edge.latency_model"
 
-#: limits on a latency-model file (``LatencyModel.load``), far above what ``fit`` writes (a step-wise model: about
-#: 100 KB, 10 layer-class functions of at most 3 dimensions with at most 3072 values each; a statistical or mixed
-#: one: hundreds to a few thousand measured layers, whose random forest is trained again on loading: 10000 take
-#: about 12 s on one core)
-MAX_FILE_BYTES = 16 << 20
+#: limits on a latency-model file (``LatencyModel.load``), far above what ``fit`` writes (a step-wise model:
+#: a few hundred KB, about 50 class functions of at most 4 dimensions; a statistical or mixed one: a few thousand
+#: measured units and a forest of 48 trees). A model is never built with more samples than a file may hold:
+#: ``LatencyModel(...)``, ``with_samples`` and ``fit`` refuse them, so whatever ``save`` writes, ``load`` reads.
+MAX_FILE_BYTES = 48 << 20
 MAX_SAMPLES = 10_000
 MAX_DIMS = 8
 MAX_DIM_VALUES = 1 << 16
 MAX_POINTS = 1 << 16
+MAX_CLASSES = 256
 
 
 class LatencyModelError(ValueError):
@@ -134,13 +153,20 @@ def _cpu_simd_lanes() -> int:
     return 16 if " avx512f" in flags else 8 if " avx" in flags else 4
 
 
+def _check_samples(n: int) -> None:
+    if n > MAX_SAMPLES:
+        raise ValueError(f"{n} measured units: a latency model holds at most {MAX_SAMPLES} (a larger one could be "
+                         "saved but not loaded); measure for less time or pass fewer samples")
+
+
 class LatencyModel:
     """Forward latency of a network's layers on one device; ``LatencyModel.fit(kind=..., device=..., budget_s=...)``
     measures this machine. See the module docstring for the kinds."""
 
     def __init__(self, kind: str, meta: dict, peak_flops: float, bandwidth: float, *, tile: dict | None = None,
-                 container_s: float = 0.0, stepwise: dict[str, Generation] | None = None,
-                 samples: list[Sample] | None = None, fit_cost: dict | None = None, notes: list[str] | None = None):
+                 container_s: float = 0.0, module_s: float = 0.0, stepwise: dict[str, Generation] | None = None,
+                 samples: list[Sample] | None = None, fit_cost: dict | None = None, notes: list[str] | None = None,
+                 forests: dict[str, Forest] | None = None):
         if kind not in KINDS:
             raise ValueError(f"kind {kind!r} not understood: expected one of {', '.join(KINDS)}")
         self.kind = kind
@@ -149,17 +175,24 @@ class LatencyModel:
         self.bandwidth = float(bandwidth)
         self.tile = dict(tile or {})
         self.container_s = float(container_s)
+        self.module_s = float(module_s)
         self.stepwise = dict(stepwise or {})
         self.samples = list(samples or [])
+        _check_samples(len(self.samples))
         self.fit_cost = dict(fit_cost or {})
         self.notes = list(notes or [])
-        self._forests: dict[str, Any] = {}
+        self._forests: dict[str, Forest] = {}
+        self._range: dict[str, tuple[float, float]] = {}
         if kind in ("statistical", "mixed"):
             if not self.samples:
-                raise ValueError(f"a {kind} model needs measured layers to train its random forest")
-            self._train()
+                raise ValueError(f"a {kind} model needs measured units to train its random forest")
+            self._ranges()
+            if forests:
+                self._forests = dict(forests)
+            else:
+                self._train()
         if kind == "stepwise" and not self.stepwise:
-            raise ValueError("a stepwise model needs at least one generated layer-class function")
+            raise ValueError("a stepwise model needs at least one generated class function")
 
     # ------------------------------------------------------------------ roofline pieces
     @property
@@ -178,8 +211,11 @@ class LatencyModel:
         return float(max(d.flops / self.peak_flops, d.bytes / self.bandwidth))
 
     def u_eff(self, d: LayerDesc) -> float:
-        if d.cls in ("conv", "conv1x1", "dwconv", "linear") and d.flops > 0:
-            return float(self._refined().u_eff(d)[0])
+        if d.cls in RATIO_CLASSES and d.flops > 0:
+            try:
+                return float(self._refined().u_eff(d)[0])
+            except (AttributeError, ValueError, ZeroDivisionError):
+                return 1.0
         return 1.0
 
     def t_ref(self, d: LayerDesc) -> float:
@@ -188,26 +224,44 @@ class LatencyModel:
         return float(RefinedRoofline.time(self.roofline, d.flops, d.bytes, self.u_eff(d)))
 
     # ------------------------------------------------------------------ statistical
-    def _group(self, d: LayerDesc) -> str:
-        """Which forest a layer belongs to: ``"ratio"`` (layers with MACs: the forest learns log u_stat, the
-        roofline's share of the measured time) or ``"time"`` (classes without MACs, ``NO_MAC``: the forest learns
-        log T itself). Such a layer's time is a per-call cost that its bytes barely move: a ratio learned on
-        larger ones, applied to an unfamiliar small layer's tiny roofline time, made a YOLOv8n C2f's chunk and
-        concat 10 times too slow."""
-        return "time" if d.cls in NO_MAC else "ratio"
+    @staticmethod
+    def _group(d: LayerDesc) -> str:
+        """Which forest a unit belongs to: ``"ratio"`` (units with MACs: the forest learns log u_stat, the roofline's
+        share of the measured time) or ``"time"`` (units without MACs: the forest learns log T itself). Such a
+        unit's time is a per-call cost that its bytes barely move: a ratio learned on larger ones, applied to an
+        unfamiliar small unit's tiny roofline time, made a YOLOv8n C2f's chunk and concat 10 times too slow."""
+        return "ratio" if d.cls in RATIO_CLASSES else "time"
+
+    def _base(self, d: LayerDesc) -> float:
+        return self.t_ref(d) if self.kind == "mixed" else self.t_roof(d)
 
     def _target(self, d: LayerDesc, t: float) -> float:
+        """What the forest learns: log(base / T) (a ratio unit) or log T (per call)."""
+        t = max(t / max(1, d.calls), 1e-12)
         if self._group(d) == "time":
-            return math.log(max(t, 1e-12))
-        base = self.t_ref(d) if self.kind == "mixed" else self.t_roof(d)
-        return math.log(max(base, 1e-12) / max(t, 1e-12))
+            return math.log(t)
+        return math.log(max(self._base(d) / max(1, d.calls), 1e-12) / t)
+
+    def _features(self, d: LayerDesc) -> list[float]:
+        calls = max(1, d.calls)
+        return unit_features(d, peak_flops=self.peak_flops, bandwidth=self.bandwidth, t_ref=self.t_ref(d) / calls,
+                             l2=float(self.meta.get("l2_bytes") or 1 << 20),
+                             llc=float(self.meta.get("llc_bytes") or 32 << 20),
+                             lanes=max(1, int(self.tile.get("tile_n", 32)) // 2))
+
+    def _key(self, d: LayerDesc) -> str:
+        return f"{d.cls}:{d.op}"
+
+    def _ranges(self) -> None:
+        """The targets seen per unit class and op: a prediction is kept inside them (a forest averages training
+        targets, but a class it saw little of should not borrow another class's extremes)."""
+        self._range = {}
+        for s in self.samples:
+            t = self._target(s.layer, s.time_s)
+            lo, hi = self._range.get(self._key(s.layer), (t, t))
+            self._range[self._key(s.layer)] = (min(lo, t), max(hi, t))
 
     def _train(self) -> None:
-        try:
-            from sklearn.ensemble import RandomForestRegressor
-        except ImportError as exc:  # the core package does not depend on scikit-learn
-            raise ImportError("the statistical and mixed latency models need scikit-learn: "
-                              "pip install 'lightning-edge[latency]'") from exc
         X = np.array([self._features(s.layer) for s in self.samples])
         y = np.array([self._target(s.layer, s.time_s) for s in self.samples])
         groups = np.array([self._group(s.layer) for s in self.samples])
@@ -215,90 +269,99 @@ class LatencyModel:
         for g in ("ratio", "time"):
             sel = groups == g
             if sel.any():
-                rf = RandomForestRegressor(n_estimators=200, min_samples_leaf=1, random_state=0, n_jobs=1)
-                rf.fit(np.array([self._group_features(s.layer, g) for s in self.samples])[sel], y[sel])
-                self._forests[g] = rf
-        self._xrange = (X.min(axis=0), X.max(axis=0))
-        # the targets seen per layer class: a prediction is kept inside them (a forest averages training targets,
-        # but a layer class it saw little of should not borrow another class's extremes)
-        self._urange = {}
-        for s, t in zip(self.samples, y):
-            lo, hi = self._urange.get(s.layer.cls, (t, t))
-            self._urange[s.layer.cls] = (min(lo, t), max(hi, t))
+                self._forests[g] = Forest.fit(X[sel], y[sel])
 
-    def _features(self, d: LayerDesc) -> list[float]:
-        """The slides' features (``features.FEATURES``, log-scaled sizes, class one-hot) stacked with the log of
-        the roofline and refined-roofline times (ANNETTE stacks its models the same way)."""
-        return _x(d) + [math.log(max(self.t_roof(d), 1e-12)), math.log(max(self.t_ref(d), 1e-12))]
-
-    def _group_features(self, d: LayerDesc, group: str) -> list[float]:
-        """The features a group's forest sees. ``"time"`` (no MACs): only the data moved (log #in, #out, bytes and
-        the roofline time): such a layer's channels, kernel and weights describe its children when it is a
-        container (a C2f's chunk and concat), and on them the forest matched YOLOv8n's 24 KB concatenations to
-        5 MB activations."""
-        if group == "time":
-            return [math.log1p(d.n_in), math.log1p(d.n_out), math.log1p(d.bytes),
-                    math.log(max(self.t_roof(d), 1e-12))]
-        return self._features(d)
-
-    def u_stat(self, descs: list[LayerDesc]) -> np.ndarray:
-        """u_stat of each layer: the roofline time (refined, for ``mixed``) over the forest's time. For a layer
-        without MACs the forest predicts the time itself, and u_stat is what that time implies."""
-        if not descs:
+    def unit_times(self, units: list[LayerDesc]) -> np.ndarray:
+        """Seconds per unit (all its calls) predicted by the forests (statistical and mixed kinds)."""
+        if not units:
             return np.zeros(0)
-        out = np.empty(len(descs))
-        for g, rf in self._forests.items():
-            idx = [i for i, d in enumerate(descs)
-                   if self._group(d) == g or self._group(d) not in self._forests]
+        X = np.array([self._features(u) for u in units])
+        out = np.empty(len(units))
+        for g in ("ratio", "time"):
+            idx = [i for i, u in enumerate(units) if self._group(u) == g]
             if not idx:
                 continue
-            pred = rf.predict(np.array([self._group_features(descs[i], g) for i in idx]))
+            rf = self._forests.get(g) or next(iter(self._forests.values()))
+            pred = rf.predict(X[idx])
             for i, v in zip(idx, pred):
-                d = descs[i]
-                r = self._urange.get(d.cls)
-                if r is not None and self._group(d) == g:
+                u = units[i]
+                r = self._range.get(self._key(u))
+                if r is not None:
                     v = min(max(v, r[0]), r[1])
-                base = self.t_ref(d) if self.kind == "mixed" else self.t_roof(d)
-                if g == "time":                    # v = log T  ->  u = base / T
-                    v = math.log(max(base, 1e-12)) - v
-                out[i] = math.exp(v)
+                calls = max(1, u.calls)
+                t = math.exp(v) if g == "time" else max(self._base(u) / calls, 1e-12) / math.exp(v)
+                out[i] = t * calls
         return out
+
+    def u_stat(self, units: list[LayerDesc]) -> np.ndarray:
+        """u_stat of each unit: the roofline time (refined, for ``mixed``) over the forest's time."""
+        t = self.unit_times(units)
+        return np.array([self._base(u) / max(ti, 1e-15) for u, ti in zip(units, t)])
 
     # ------------------------------------------------------------------ prediction
     def predict(self, model: Any, *inputs: Any, **kwargs: Any) -> ModelLatency:
         """Estimated forward latency of ``model(*inputs, **kwargs)`` per layer (nothing is run: the model goes
         through ``analyze`` on the meta device)."""
-        descs, containers = describe(model, *inputs, **kwargs)
-        out = self.predict_layers(descs, containers)
+        import torch
+
         from lightning_edge.cost.capture import tensors_of
 
+        threads = self.meta.get("threads")
+        prev = torch.get_num_threads()
+        try:  # the convolution backend PyTorch picks depends on the thread count: ask it for the fitted one
+            if threads and str(self.meta.get("device", "cpu")).startswith("cpu"):
+                torch.set_num_threads(int(threads))
+            descs, containers = describe(model, *inputs, **kwargs)
+        finally:
+            torch.set_num_threads(prev)
+        out = self.predict_layers(descs, containers)
         out.model = type(model).__name__
         out.inputs = [tuple(t.shape) for t in tensors_of((inputs, kwargs))]
         self._check_context(model, out)
         return out
 
     def predict_layers(self, descs: list[LayerDesc], containers: dict[str, int] | None = None) -> ModelLatency:
+        """Per-layer predictions of layers from ``describe`` (and the container calls it counted)."""
         rows: list[LayerLatency] = []
         outside: list[str] = []
-        if self.kind in ("statistical", "mixed") and descs:
-            u = self.u_stat(descs)
-            lo, hi = self._xrange
-            for d, ui in zip(descs, u):
-                base = self.t_ref(d) if self.kind == "mixed" else self.t_roof(d)
-                x = np.array(self._features(d))
-                if ((x < lo) | (x > hi)).any():
-                    outside.append(d.name)
-                how = (f"{'refined roofline' if self.kind == 'mixed' else 'roofline'} / u_stat={ui:.3g} "
-                       "(random forest)")
-                rows.append(LayerLatency(d.name, d.kind, base / ui, how, d.cls, d.calls))
-        else:
+        if self.kind in ("roofline", "refined"):
             for d in descs:
-                rows.append(self._layer(d, outside))
-        if containers and self.kind in ("statistical", "mixed", "stepwise") and self.container_s > 0:
-            n = sum(containers.values())
-            rows.append(LayerLatency("(containers)", "Python calls", n * self.container_s,
-                                     f"{n} container module calls x {self.container_s * 1e6:.1f} us (measured)",
-                                     "call", n))
+                if self.kind == "roofline":
+                    rows.append(LayerLatency(d.name, d.kind, self.t_roof(d), "roofline max(f/P, D/B)", d.cls, d.calls))
+                else:
+                    u = self.u_eff(d)
+                    rows.append(LayerLatency(d.name, d.kind, self.t_ref(d), f"refined roofline, u_eff={u:.3g}",
+                                             d.cls, d.calls))
+        else:
+            per_layer = [units_of(d) for d in descs]
+            flat = [u for us in per_layer for u in us]
+            share = self.dram_share(descs)
+            for u in flat:
+                u.cold = share if 4 * u.params >= COLD_MIN_BYTES else 0.0
+            if self.kind == "stepwise":
+                got = [self._stepwise_unit(u) for u in flat]
+            else:
+                times = self.unit_times(flat)
+                got = [(t, self._forest_how(u, t), self._outside_forest(u)) for u, t in zip(flat, times)]
+            k = 0
+            for d, us in zip(descs, per_layer):
+                parts = got[k:k + len(us)]
+                k += len(us)
+                if any(p[2] for p in parts):
+                    outside.append(d.name)
+                if d.cls in MODULE_CLASSES:
+                    t, how = parts[0][0], parts[0][1]
+                else:  # ops: each was timed inside one module call; the layer makes `calls` of them
+                    t = sum(p[0] for p in parts) + (d.calls - len(us)) * self.module_s
+                    t = max(t, d.calls * self.module_s if not us else 0.25 * sum(p[0] for p in parts))
+                    how = (" + ".join(p[1] for p in parts[:3]) + (f" + {len(parts) - 3} more" if len(parts) > 3 else "")
+                           if parts else f"{d.calls} module call(s) without ops x {self.module_s * 1e6:.1f} us")
+                rows.append(LayerLatency(d.name, d.kind, float(t), how, d.cls, d.calls))
+            if containers and self.container_s > 0:
+                n = sum(containers.values())
+                rows.append(LayerLatency("(containers)", "Python calls", n * self.container_s,
+                                         f"{n} container module calls x {self.container_s * 1e6:.1f} us (measured)",
+                                         "call", n))
         notes = []
         if outside:
             notes.append(f"{len(outside)} layer(s) outside the fitted points (extrapolated): "
@@ -306,46 +369,84 @@ class LatencyModel:
         return ModelLatency(rows, self.kind, self.meta.get("device_name") or self.meta.get("device", "?"),
                             notes=notes)
 
-    def _layer(self, d: LayerDesc, outside: list[str]) -> LayerLatency:
-        if self.kind == "roofline":
-            return LayerLatency(d.name, d.kind, self.t_roof(d), "roofline max(f/P, D/B)", d.cls, d.calls)
-        if self.kind == "refined":
-            u = self.u_eff(d)
-            return LayerLatency(d.name, d.kind, self.t_ref(d), f"refined roofline, u_eff={u:.3g}", d.cls, d.calls)
-        pf = point_for(d)
+    def _forest_how(self, u: LayerDesc, t: float) -> str:
+        what = u.op or u.cls
+        base = "refined roofline" if self.kind == "mixed" else "roofline"
+        if self._group(u) == "time":
+            return f"{what}: forest time"
+        return f"{what}: {base} / u_stat={self._base(u) / max(t, 1e-15):.3g}"
+
+    def _outside_forest(self, u: LayerDesc) -> bool:
+        return self._key(u) not in self._range
+
+    def _stepwise_unit(self, u: LayerDesc) -> tuple[float, str, bool]:
+        pf = point_for(u)
         gen = self.generation_for(pf[0], pf[1]) if pf is not None else None
         if gen is None:
-            return LayerLatency(d.name, d.kind, self.t_ref(d), "refined roofline (no step-wise function for its "
-                                f"class {d.cls!r})", d.cls, d.calls)
+            what = u.op or u.cls
+            return self.t_ref(u), f"{what}: refined roofline (no step-wise function)", True
         cls, point, mult = pf
-        if any(p < dim.lo or p > dim.hi for p, dim in zip(point, gen.dims)):
-            outside.append(d.name)
-        per_call = max(gen(point), 0.0) * mult
+        out = any(p < dim.lo or p > dim.hi for p, dim in zip(point, gen.dims))
+        calls = max(1, u.calls)
+        per_call = max(gen(point), 0.0)
+        cold = self.generation_for(cls, point, dram=True) if u.cold > 0 else None
+        cold_used = cold is not None and cold is not gen and _holds(cold, point)
+        if cold_used:  # a cold box far from the point (one a fit past its deadline left out) is not used
+            per_call = (1 - u.cold) * per_call + u.cold * max(cold(point), 0.0)
+        per_call *= mult
         dims = ", ".join(f"{dim.name}={p}" for dim, p in zip(gen.dims, point))
-        how = f"step-wise {cls}({dims})" + (f" x {mult:g} groups" if mult != 1 else "")
-        if d.calls > 1:
-            how += f" x {d.calls} calls"
-        return LayerLatency(d.name, d.kind, per_call * d.calls, how, d.cls, d.calls)
+        how = f"step-wise {cls}({dims})" + (f" x {mult:g}" if mult != 1 else "") + \
+            (f" x {calls} calls" if calls > 1 else "") + (f", {u.cold:.0%} weights from memory" if cold_used else "")
+        return per_call * calls, how, out
 
-    def generation_for(self, cls: str, point: Sequence[int]) -> Generation | None:
-        """The step-wise function for a layer of ``cls`` at ``point``: among the class's boxes (``cls`` and its
-        sub-boxes ``cls/...``, e.g. ``conv1x1/small``) the smallest that contains the point, else the class's own
-        (extrapolated), else None."""
-        boxes = [g for key, g in self.stepwise.items() if key.split("/", 1)[0] == cls]
-        inside = [g for g in boxes if all(dim.lo <= p <= dim.hi for p, dim in zip(point, g.dims))]
-        if inside:
-            return min(inside, key=lambda g: g.full_sweep_points)
-        return self.stepwise.get(cls) or (boxes[0] if boxes else None)
+    def generation_for(self, cls: str, point: Sequence[int], dram: bool = False) -> Generation | None:
+        """The step-wise function for a unit of ``cls`` at ``point``: among the class's boxes (``cls`` and its
+        sub-boxes ``cls/...``, e.g. ``conv1x1/small``; ``dram``: those measured with the weights in memory,
+        ``cls/dram`` and ``cls/BOX-dram``, where the class has them) the smallest that contains the point, else the
+        box it leaves in the fewest dimensions, the largest of them (extrapolated), else None."""
+        keys = [k for k in self.stepwise if k.split("/", 1)[0] == cls]
+        cold = [k for k in keys if k.endswith("dram")]
+        keys = cold if (dram and cold) else [k for k in keys if not k.endswith("dram")] or keys
+        boxes = [self.stepwise[k] for k in keys]
+        if not boxes:
+            return None
 
-    def _check_context(self, model: Any, out: ModelLatency) -> None:
+        def outside(g):
+            return sum(not (dim.lo <= p <= dim.hi) for p, dim in zip(point, g.dims))
+
+        # the smallest box that holds the point; else, of those it leaves in the fewest dimensions, the largest
+        return min(boxes, key=lambda g: (outside(g), g.full_sweep_points if outside(g) == 0 else -g.full_sweep_points))
+
+    def dram_share(self, descs: list[LayerDesc]) -> float:
+        """The share of a network's weights read from memory rather than the last-level cache: 0 while its
+        weights and the activations it writes in a pass take at most half the cache, 1 from one and a half caches
+        (a pass then evicts what the next pass reads first), linear between. An estimate of the cache's state,
+        not a measurement: the statistical and step-wise models blend their warm and cold weight times by it."""
+        llc = float(self.meta.get("llc_bytes") or 32 << 20)
+        foot = sum(4.0 * d.params + 4.0 * d.n_out * max(1, d.calls) for d in descs)
+        return float(min(1.0, max(0.0, (foot - 0.5 * llc) / llc)))
+
+    def conditions(self) -> list[str]:
+        """How the conditions now differ from those the model was fitted under (empty: the same)."""
         import torch
 
+        from lightning_edge.calibrate.microbench import _device_name
+
         msgs = []
-        if self.meta.get("threads") and torch.get_num_threads() != self.meta["threads"] and \
-                str(self.meta.get("device", "cpu")).startswith("cpu"):
-            msgs.append(f"fitted with {self.meta['threads']} CPU threads, now {torch.get_num_threads()}")
-        if self.meta.get("torch") and torch.__version__ != self.meta["torch"]:
-            msgs.append(f"fitted with torch {self.meta['torch']}, now {torch.__version__}")
+        m = self.meta
+        cpu = str(m.get("device", "cpu")).startswith("cpu")
+        if m.get("threads") and torch.get_num_threads() != m["threads"] and cpu:
+            msgs.append(f"fitted with {m['threads']} CPU threads, now {torch.get_num_threads()}")
+        if m.get("torch") and torch.__version__ != m["torch"]:
+            msgs.append(f"fitted with torch {m['torch']}, now {torch.__version__}")
+        if cpu and m.get("device_name"):
+            here = _device_name("cpu")
+            if here != m["device_name"]:
+                msgs.append(f"fitted on {m['device_name']}, this is {here}")
+        return msgs
+
+    def _check_context(self, model: Any, out: ModelLatency) -> None:
+        msgs = self.conditions()
         dt = next((str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.is_floating_point()), None)
         if dt and self.meta.get("dtype") and dt != self.meta["dtype"]:
             msgs.append(f"fitted for {self.meta['dtype']}, the model is {dt}")
@@ -357,18 +458,19 @@ class LatencyModel:
 
     # ------------------------------------------------------------------ fitting
     @classmethod
-    def fit(cls, kind: str = "stepwise", device: str = "cpu", budget_s: float = 600.0, *,
+    def fit(cls, kind: str = "stepwise", device: str = "cpu", budget_s: float = 300.0, *,
             threads: int | None = None, samples: Iterable[Sample] = (), classes: Iterable[str] | None = None,
             repeats: int = 5, log: Callable[[str], None] | None = None, base: LatencyModel | None = None,
-            tol: float = 0.05, max_points: int = 8, clock: str | None = None) -> LatencyModel:
-        """Measure this machine and fit a ``kind`` model within about ``budget_s`` seconds.
+            tol: float = 0.05, max_points: int = 8, clock: str | None = None, seed: int = 0) -> LatencyModel:
+        """Measure this machine and fit a ``kind`` model within about ``budget_s`` seconds (wall time, everything
+        included: microbenchmarks, call overheads, the class functions or the sweep).
 
         ``threads``: ``torch.set_num_threads`` for the measurements (recorded; default: torch's current setting).
-        ``samples``: extra measured layers for the statistical and mixed models (``training_from_layers_json``,
-        or the layers of your own networks timed by ``measure.time_layers``). ``classes``: the layer classes the
-        step-wise model generates functions for (default all). ``base``: reuse another model's roofline peaks
-        and container overhead instead of measuring them again. ``clock``: ``"thread"`` times the CPU with the
-        thread's CPU time (needs ``threads=1``; for a machine shared with other work, see ``measure.use_clock``).
+        ``samples``: extra measured units for the statistical and mixed models (``training_from_layers_json``).
+        ``classes``: the classes the step-wise model generates functions for (default all). ``base``: reuse another
+        model's roofline peaks and call overheads instead of measuring them again. ``clock``: ``"thread"`` times
+        the CPU with the thread's CPU time (needs ``threads=1``; for a machine shared with other work, see
+        ``measure.use_clock``). ``seed``: the statistical sweep's random draws.
         """
         import torch
 
@@ -380,12 +482,21 @@ class LatencyModel:
             raise ValueError(f"device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise RuntimeError(f"device {device!r}: no CUDA device in this torch build or machine; use device='cpu'")
+        if kind in ("statistical", "mixed"):
+            try:  # before measuring for minutes
+                import sklearn  # noqa: F401
+            except ImportError as exc:
+                raise ImportError("fitting the statistical and mixed latency models needs scikit-learn: "
+                                  "pip install 'lightning-edge[latency]'") from exc
+        extra = list(samples)
+        _check_samples(len(extra))
         from lightning_edge.latency import measure
 
         log = log or (lambda _m: None)
         prev_threads = torch.get_num_threads()
         prev_clock = measure.clock()
         t0 = time.monotonic()
+        cpu0 = time.process_time()
         deadline = t0 + budget_s
         try:
             if threads is not None:
@@ -396,16 +507,17 @@ class LatencyModel:
                 measure.use_clock(clock)
             meta = host_meta(device)
             if base is not None:
-                peak, bw, container_s = base.peak_flops, base.bandwidth, base.container_s
+                peak, bw = base.peak_flops, base.bandwidth
+                container_s, module_s = base.container_s, base.module_s
                 bench_s = 0.0
             else:
                 from lightning_edge.calibrate.microbench import run_microbench
 
                 log(f"roofline microbenchmarks on {device} ({torch.get_num_threads()} threads) ...")
-                mb = run_microbench(device, quick=budget_s < 300, precisions=["fp32"], log=log)
+                mb = run_microbench(device, quick=budget_s < 600, precisions=["fp32"], log=log)
                 p = mb.precisions["fp32"]
                 peak, bw = float(p["peak_flops"]), float(p["bandwidth"])
-                container_s = _container_overhead(device)
+                module_s, container_s = measure.call_overheads(device)
                 bench_s = mb.elapsed_s
             lanes = _cpu_simd_lanes() if device == "cpu" else 0
             tile = ({"tile_m": 6, "tile_n": 2 * lanes, "units": torch.get_num_threads(), "mapping": "cpu micro-kernel"}
@@ -413,61 +525,82 @@ class LatencyModel:
                                              "units": torch.cuda.get_device_properties(device).multi_processor_count,
                                              "mapping": "gpu thread-block tiles over SMs"})
             gens: dict[str, Generation] = {}
-            train = list(samples)
+            train = list(extra)
             cost = {"microbench_s": round(bench_s, 2)}
             if kind == "stepwise":
-                gens = _fit_stepwise(device, deadline, classes, repeats, log, tol, max_points)
+                skipped: list[str] = []
+                gens = _fit_stepwise(device, deadline, classes, repeats, log, tol, max_points, skipped)
                 n = sum(g.n_points for g in gens.values())
                 full = sum(g.full_sweep_points for g in gens.values())
-                cost.update({"points": n, "full_sweep_points": full,
+                cost.update({"points": n, "full_sweep_points": full, "skipped_boxes": skipped,
                              "measure_s": round(sum(g.elapsed_s for g in gens.values()), 2),
                              "per_class": {c: {"points": g.n_points, "full_sweep_points": g.full_sweep_points,
                                                "elapsed_s": round(g.elapsed_s, 2)} for c, g in gens.items()}})
             elif kind in ("statistical", "mixed"):
-                from lightning_edge.latency.measure import sample_layers
-
-                left = max(5.0, deadline - time.monotonic())
-                own = sample_layers(left, device, repeats, log=log)
+                # the forest is trained after the sweep: leave it its share of the budget
+                left = max(5.0, deadline - time.monotonic() - _train_reserve_s(budget_s))
+                own = measure.sample_units(left, device, repeats, seed=seed, log=log)
+                own = own[:MAX_SAMPLES - len(extra)]
                 train = own + train
-                cost.update({"points": len(own), "extra_samples": len(train) - len(own)})
-            cost["elapsed_s"] = round(time.monotonic() - t0, 2)
+                cost.update({"points": len(own), "extra_samples": len(train) - len(own), "seed": seed})
+            la = loadavg()
+            meta["load_after"] = [round(v, 2) for v in la] if la else None
+            cost["measure_elapsed_s"] = round(time.monotonic() - t0, 2)
         finally:
             torch.set_num_threads(prev_threads)
             measure._CLOCK["name"] = prev_clock
-        return cls(kind, meta, peak, bw, tile=tile, container_s=container_s, stepwise=gens, samples=train,
-                   fit_cost=cost)
+        lm = cls(kind, meta, peak, bw, tile=tile, container_s=container_s, module_s=module_s, stepwise=gens,
+                 samples=train, fit_cost=cost)
+        lm.fit_cost["elapsed_s"] = round(time.monotonic() - t0, 2)
+        lm.fit_cost["cpu_s"] = round(time.process_time() - cpu0, 2)
+        return lm
 
     def with_samples(self, samples: Iterable[Sample], kind: str | None = None) -> LatencyModel:
-        """A statistical or mixed model trained on this model's samples plus ``samples`` (nothing is measured)."""
+        """A statistical or mixed model trained on this model's samples plus ``samples`` (nothing is measured).
+        Refused beyond ``MAX_SAMPLES`` in all (such a model could be saved but not loaded)."""
         k = kind or self.kind
+        both = self.samples + list(samples)
+        _check_samples(len(both))
         return LatencyModel(k, self.meta, self.peak_flops, self.bandwidth, tile=self.tile,
-                            container_s=self.container_s, stepwise=self.stepwise,
-                            samples=self.samples + list(samples), fit_cost=self.fit_cost, notes=self.notes)
+                            container_s=self.container_s, module_s=self.module_s, stepwise=self.stepwise,
+                            samples=both, fit_cost=self.fit_cost, notes=self.notes)
 
     # ------------------------------------------------------------------ files
     def to_dict(self) -> dict:
-        return {
+        d = {
             "schema": SCHEMA, "version": 1, "kind": self.kind, "label": "fitted on measurements",
             "meta": self.meta, "peak_flops": self.peak_flops, "bandwidth": self.bandwidth, "tile": self.tile,
-            "container_s": self.container_s, "fit_cost": self.fit_cost, "notes": self.notes,
-            "stepwise": {c: g.to_dict() for c, g in self.stepwise.items()},
+            "container_s": self.container_s, "module_s": self.module_s, "fit_cost": self.fit_cost,
+            "notes": self.notes, "stepwise": {c: g.to_dict() for c, g in self.stepwise.items()},
             "samples": [s.to_dict() for s in self.samples],
         }
+        if self._forests:
+            d["features"] = list(FEATURE_NAMES)
+            d["forests"] = {g: f.to_dict() for g, f in self._forests.items()}
+        return d
 
     def save(self, path: str | Path) -> Path:
         p = Path(path)
         if p.is_dir():
             raise ValueError(f"{p} is a directory: give a file name such as {p / 'latency.json'}")
+        _check_samples(len(self.samples))
+        d = self.to_dict()
+        _ModelFile(p).check(d)  # what load checks: a file save writes always loads
+        text = json.dumps(d, separators=(",", ":"), allow_nan=False)
+        if len(text) > MAX_FILE_BYTES:
+            raise ValueError(f"the model is {len(text)} bytes as JSON, more than a file may hold ({MAX_FILE_BYTES})")
         tmp = p.with_name(p.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=1, allow_nan=False))
+        tmp.write_text(text)
         tmp.replace(p)
         return p
 
     @classmethod
     def load(cls, path: str | Path) -> LatencyModel:
         """A model saved by ``save``. The file is checked before anything is built from it (size, types, ranges,
-        array sizes: ``MAX_FILE_BYTES``, ``MAX_SAMPLES`` ...); a file that fails is one ``LatencyModelError``
-        naming the file, the field and what was expected."""
+        array sizes, the forests' trees: ``MAX_FILE_BYTES``, ``MAX_SAMPLES`` ...); a file that fails is one
+        ``LatencyModelError`` naming the file, the field and what was expected. A statistical or mixed model
+        predicts with the forests stored in the file; scikit-learn is needed only to fit one, or to load a file
+        written without forests (which trains them again)."""
         p = Path(path)
         try:
             d = read_json(p, lambda why: LatencyModelError(f"{p} {why}; expected a latency model file written by "
@@ -479,29 +612,46 @@ class LatencyModel:
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
             raise LatencyModelError(f"{p}: not a latency model file (schema {SCHEMA!r} expected)")
         _ModelFile(p).check(d)
+        forests = None
+        if d.get("forests") and d.get("features") == list(FEATURE_NAMES):
+            forests = {g: Forest.from_dict(f) for g, f in d["forests"].items()}
         try:
             return cls(d["kind"], d["meta"], d["peak_flops"], d["bandwidth"], tile=d.get("tile"),
-                       container_s=d.get("container_s", 0.0),
+                       container_s=d.get("container_s", 0.0), module_s=d.get("module_s", 0.0),
                        stepwise={c: Generation.from_dict(g) for c, g in (d.get("stepwise") or {}).items()},
                        samples=[Sample.from_dict(s) for s in d.get("samples") or []], fit_cost=d.get("fit_cost"),
-                       notes=d.get("notes"))
+                       notes=d.get("notes"), forests=forests)
         except (KeyError, TypeError, ValueError) as exc:
             raise LatencyModelError(f"{p}: latency model file is incomplete or damaged ({exc!r})") from None
 
     def describe(self) -> str:
         m = self.meta
         lines = [f"{self.kind} latency model for {m.get('device_name')} ({m.get('device')}, {m.get('threads')} threads, "
-                 f"{m.get('dtype')}, torch {m.get('torch')})",
+                 f"{m.get('dtype')}, torch {m.get('torch')}, clock {m.get('clock')})",
                  f"  roofline: P_peak {self.peak_flops / 1e9:.1f} GFLOP/s, B_peak {self.bandwidth / 1e9:.2f} GB/s "
-                 "(measured)", f"  container call overhead {self.container_s * 1e6:.1f} us"]
+                 "(measured)",
+                 f"  call overheads in a network's context: module {self.module_s * 1e6:.1f} us, container "
+                 f"{self.container_s * 1e6:.1f} us"]
+        if m.get("load_before") or m.get("load_after"):
+            lines.append(f"  load average while fitting: before {m.get('load_before')}, after {m.get('load_after')} "
+                         f"({m.get('cpus')} CPUs)")
         for c, g in self.stepwise.items():
             lines.append(f"  {c}: {g.formula()}  [{g.n_points} points of {g.full_sweep_points} "
                          f"({100 * g.n_points / g.full_sweep_points:.4f} %), {g.elapsed_s:.1f} s]")
         if self.samples:
-            lines.append(f"  random forest trained on {len(self.samples)} measured layers")
+            lines.append(f"  random forests trained on {len(self.samples)} measured units")
         if self.fit_cost:
             lines.append(f"  fit cost: {self.fit_cost}")
         return "\n".join(lines)
+
+
+def _holds(gen: Generation, point: Sequence[int]) -> bool:
+    return all(dim.lo <= p <= dim.hi for p, dim in zip(point, gen.dims))
+
+
+def _train_reserve_s(budget_s: float) -> float:
+    """Seconds of a statistical fit's budget kept for training the forests after the sweep."""
+    return min(30.0, 0.1 * budget_s)
 
 
 # ------------------------------------------------------------------------------------------ file checks
@@ -619,13 +769,14 @@ class _ModelFile:
                 if k in tile:
                     self.integer(tile[k], f"tile.{k}", 1, 1 << 20)
         self.num(d.get("container_s", 0.0), "container_s", 0.0, 1.0, "a number of seconds")
+        self.num(d.get("module_s", 0.0), "module_s", 0.0, 1.0, "a number of seconds")
         if d.get("fit_cost") is not None:
             self.plain(self.obj(d["fit_cost"], "fit_cost"), "fit_cost", 4)
         if d.get("notes") is not None:
             for i, n in enumerate(self.lst(d["notes"], "notes", 1000, "a list of strings")):
                 self.text(n, f"notes[{i}]", 10_000)
         gens = d.get("stepwise") or {}
-        self.obj(gens, "stepwise", "an object of layer-class functions", max_keys=64)
+        self.obj(gens, "stepwise", "an object of class functions", max_keys=MAX_CLASSES)
         classes = sorted({c.split("/", 1)[0] for c in SPECS})
         for key, g in gens.items():
             base = key.split("/", 1)[0]
@@ -640,7 +791,19 @@ class _ModelFile:
         if kind == "stepwise" and not gens:
             raise self.fail("stepwise", "at least one layer-class function in a stepwise model", gens)
         if kind in ("statistical", "mixed") and not samples:
-            raise self.fail("samples", f"measured layers to train a {kind} model's random forest on", samples)
+            raise self.fail("samples", f"measured units to train a {kind} model's random forest on", samples)
+        feats = d.get("features")
+        if feats is not None:
+            for i, n in enumerate(self.lst(feats, "features", 4096, "a list of feature names")):
+                self.text(n, f"features[{i}]", 200)
+        if d.get("forests") is not None:
+            forests = self.obj(d["forests"], "forests", "an object of forests (ratio, time)", max_keys=2)
+            if feats is None:
+                raise self.fail("features", "the feature names the stored forests were trained on")
+            for g, f in forests.items():
+                if g not in ("ratio", "time"):
+                    raise self.fail(f"forests.{g}", "a forest named ratio or time", g)
+                check_forest(f, f"forests.{g}", len(feats), self.fail)
         if kind != "roofline" and "units" not in (d.get("tile") or {}) and meta.get("threads", 1) is None:
             raise self.fail("tile.units", "the parallel units the refined roofline tiles over (or meta.threads)")
 
@@ -727,7 +890,7 @@ class _ModelFile:
         self.num(s.get("time_s", _MISSING), f"{field}.time_s", 0.0, _MAX_TIME_S, "a number of seconds")
         self.text(s.get("source", ""), f"{field}.source")
         lay = self.obj(s.get("layer", _MISSING), f"{field}.layer", "a layer object")
-        kinds = {f.name: f.type for f in fields(LayerDesc)}
+        kinds = {f.name: f.type for f in fields(LayerDesc) if f.name in SAVED_FIELDS}
         for k, v in lay.items():
             lf = f"{field}.layer.{k}"
             t = kinds.get(k)
@@ -750,37 +913,24 @@ class _ModelFile:
             raise self.fail(f"{field}.layer.calls", "at least 1", lay["calls"])
         # the refined roofline tiles a layer with FLOPs as an (M x N) GEMM: both must be at least 1
         gemm = {"conv": ("batch", "ho", "wo", "f"), "conv1x1": ("batch", "ho", "wo", "f"),
-                "dwconv": ("batch", "ho", "wo", "f"), "linear": ("rows", "f")}.get(lay["cls"], ())
+                "dwconv": ("batch", "ho", "wo", "f"), "gconv": ("batch", "ho", "wo", "f"), "linear": ("rows", "f"),
+                "matmul": ("rows", "f", "batch")}.get(lay["cls"], ())
         if lay["flops"] > 0:
             for k in gemm:
                 if lay.get(k, 1) < 1:
                     raise self.fail(f"{field}.layer.{k}", f"at least 1 in a {lay['cls']} layer with FLOPs", lay[k])
 
 
-def _x(d: LayerDesc) -> list[float]:
-    f = d.features()
-    # log-scale the sizes (a forest splits on ranks, but this keeps the features' ranges comparable to read)
-    return [math.log1p(v) if i < len(FEATURES) else v for i, v in enumerate(f)]
-
-
-def _container_overhead(device: str) -> float:
-    """Seconds one container module call adds (``Sequential(Identity)`` minus ``Identity``)."""
-    import torch
-    from torch import nn
-
-    from lightning_edge.latency.measure import time_module
-
-    x = torch.zeros(1, device=device)
-    inner = nn.Identity()
-    outer = nn.Sequential(nn.Identity())
-    a = min(time_module(outer, (x,), device, 7, 2) for _ in range(3))
-    b = min(time_module(inner, (x,), device, 7, 2) for _ in range(3))
-    return max(0.0, a - b)
 
 
 def _fit_stepwise(device: str, deadline: float, classes: Iterable[str] | None, repeats: int,
-                  log: Callable[[str], None], tol: float, max_points: int) -> dict[str, Generation]:
-    from lightning_edge.latency.measure import measure_layer
+                  log: Callable[[str], None], tol: float, max_points: int,
+                  skipped: list[str] | None = None) -> dict[str, Generation]:
+    """Generate the classes' functions within ``deadline`` (``time.monotonic()``), the cheapest boxes first (the
+    product of their dimensions' largest values), those with the weights in memory last: what a box leaves of its
+    share goes to the expensive ones. Once the deadline has passed, a box whose class already has one is not
+    started (it is listed in ``skipped``, and its units are predicted from the class's other boxes)."""
+    from lightning_edge.latency.measure import measure_point
     from lightning_edge.latency.stepwise import generate
 
     todo = list(SPECS)
@@ -788,20 +938,25 @@ def _fit_stepwise(device: str, deadline: float, classes: Iterable[str] | None, r
         want = list(classes)
         for c in want:
             if c not in SPECS:
-                raise ValueError(f"layer class {c!r}: expected one of {', '.join(SPECS)}")
+                raise ValueError(f"class {c!r}: expected one of {', '.join(SPECS)}")
         # a class brings its sub-boxes ("conv1x1" -> "conv1x1/small") unless only some boxes were asked for
         todo = [k for k in SPECS if k in want or (k.split("/", 1)[0] in want and "/" in k)]
-    # cheap classes first: what they leave of their share goes to the expensive ones measured later
-    cheap = ("eltwise", "norm", "pool", "dwconv/small", "dwconv", "linear", "conv1x1/small", "conv/small",
-             "conv1x1", "conv")
-    todo.sort(key=lambda c: cheap.index(c) if c in cheap else len(cheap))
+
+    def rank(key: str) -> tuple:
+        spec = SPECS[key]
+        return (spec.cold, math.prod(d.hi for d in spec.dims), key)
+
+    todo.sort(key=rank)
     gens = {}
     for i, c in enumerate(todo):
-        share = (deadline - time.monotonic()) / (len(todo) - i)
+        if time.monotonic() > deadline and any(k.split("/", 1)[0] == c.split("/", 1)[0] for k in gens):
+            if skipped is not None:
+                skipped.append(c)
+            continue
+        share = max(0.0, deadline - time.monotonic()) / (len(todo) - i)
         spec = SPECS[c]
-        log(f"step-wise {c}: {spec.what}")
-        g = generate(spec.dims, lambda p, c=spec.cls: measure_layer(c, p, device, repeats), tol=tol,
-                     max_points=max_points, min_points=5, deadline=time.monotonic() + share)
-        log(f"  {c}: {g.formula()}  ({g.n_points} points, {g.elapsed_s:.1f} s)")
+        g = generate(spec.dims, lambda p, c=spec.cls, cold=spec.cold: measure_point(c, p, device, repeats, cold=cold),
+                     tol=tol, max_points=max_points, min_points=3, deadline=time.monotonic() + share)
+        log(f"  step-wise {c}: {g.formula()}  ({g.n_points} points, {g.elapsed_s:.1f} s)")
         gens[c] = g
     return gens

@@ -52,3 +52,16 @@ def test_bad_arguments_are_one_line_errors(saved, tmp_path, capsys):
     assert "--image-size applies to image models" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["latency", "fit", "--kind", "forest", "--out", "m.json"])
+
+
+def test_fitting_a_forest_without_scikit_learn_is_one_line(tmp_path, capsys, monkeypatch):
+    import sys
+
+    for name in [n for n in sys.modules if n == "sklearn" or n.startswith("sklearn.")]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "sklearn", None)      # import sklearn raises ImportError
+    assert main(["latency", "fit", "--kind", "mixed", "--budget-s", "1", "--out", str(tmp_path / "m.json")]) == 1
+    err = capsys.readouterr().err
+    lines = [ln for ln in err.splitlines() if ln.strip()]
+    assert len(lines) == 1 and "scikit-learn" in lines[0] and "Traceback" not in err, err
+    assert not (tmp_path / "m.json").exists()

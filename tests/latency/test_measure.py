@@ -60,3 +60,104 @@ def test_rows_without_a_forward_time_are_still_skipped(tmp_path):
                                                          {"layer": "bn", "fwd_ms": 0.0}]}})))
     got = training_from_layers_json(p, Net().eval(), torch.randn(1, 3, 16, 16))
     assert [s.layer.name for s in got] == ["conv"] and got[0].time_s == pytest.approx(0.5e-3)
+
+
+def test_every_class_builds_its_unit_at_the_ends_of_its_dimensions_and_maps_back_to_it():
+    """For each class and box: the representative unit at the lowest and highest value of every dimension is
+    built (on the meta device), described like a network's unit, and point_for maps it back to its class and
+    point (element counts within a row's rounding)."""
+    from lightning_edge.latency.measure import SPECS, build_unit, point_for, unit_desc_for
+
+    for key, spec in SPECS.items():
+        for pick in (0, -1):
+            point = tuple(d.values[pick] for d in spec.dims)
+            if spec.cls == "conv" and point[1] <= 4:
+                continue  # a 3x3 convolution on 3 channels is a stem: its own class
+            fn, args = build_unit(spec.cls, point, device="cpu" if spec.cls == "embedding" else "meta")
+            u = unit_desc_for(fn, args)
+            cls, back, mult = point_for(u)
+            assert cls == spec.cls and mult == 1.0, (key, point, cls)
+            if len(point) == 1:
+                assert back[0] == pytest.approx(point[0], rel=0.35, abs=2), (key, point, back)
+            else:
+                assert back == point, (key, point, back)
+
+
+def test_a_unit_is_timed_in_context_each_call_alone_the_least_counting():
+    import torch
+    from torch import nn
+
+    from lightning_edge.latency import measure
+
+    calls = []
+
+    class Counting(nn.Module):
+        def forward(self, x):
+            calls.append(1)
+            return x + 1
+
+    x = torch.zeros(4)
+    t = measure.time_unit(Counting(), (x,), repeats=3, warmup=1, min_span_s=0.0)
+    assert t >= 0 and len(calls) == 4                     # warm-up, then each repeat once
+    calls.clear()
+    measure.time_unit(Counting(), (x,), repeats=3, warmup=1, min_span_s=10.0)
+    assert len(calls) == 1 + 4 * 3                         # a cheap unit: more calls, at most 4 x repeats
+    assert x.sum() == 0                                   # the producer writes the input without changing it
+    with pytest.raises(ValueError, match="repeats"):
+        measure.time_unit(Counting(), (x,), repeats=0)
+
+
+def test_cold_copies_only_for_weights_worth_reading_cold(monkeypatch):
+    import copy
+
+    import torch
+    from torch import nn
+
+    from lightning_edge.latency import measure
+
+    made = []
+    real = copy.deepcopy
+    monkeypatch.setattr(copy, "deepcopy", lambda m, *a: made.append(m) or real(m, *a))
+    measure.time_unit(nn.Linear(16, 16), (torch.randn(2, 16),), repeats=1, cold=True, min_span_s=0)
+    assert not made                                        # 1 KB of weights: their read is lost in the call
+    measure.time_unit(nn.Linear(512, 512), (torch.randn(2, 512),), repeats=1, cold=True, min_span_s=0)
+    llc = measure.cache_sizes()["llc"]
+    assert len(made) + 1 >= min(64, 2 * llc // (512 * 513 * 4))   # copies filling twice the last-level cache
+
+
+def test_the_sweep_draws_every_family_and_each_draw_is_one_unit():
+    import random
+
+    from lightning_edge.latency.features import CLASSES
+    from lightning_edge.latency.measure import OP_SPECS, draw_unit, unit_desc_for
+
+    rng = random.Random(0)
+    seen_cls, seen_op, n = set(), set(), 0
+    while n < 250:
+        drawn = draw_unit(rng, device="cpu")
+        if drawn is None:
+            continue
+        fn, args = drawn
+        try:
+            u = unit_desc_for(fn, args)
+        except RuntimeError:
+            continue
+        n += 1
+        seen_cls.add(u.cls)
+        seen_op.add(u.op)
+    assert {"conv", "conv1x1", "dwconv", "gconv", "linear", "matmul", "pool", "norm", "eltwise"} <= seen_cls <= set(CLASSES)
+    assert len(seen_op & set(OP_SPECS)) >= 12
+
+
+def test_page_faults_and_the_cache_this_process_gets_are_measured():
+    import torch
+
+    from lightning_edge.latency import measure
+
+    if measure.page_faults() is None:
+        pytest.skip("this OS does not count page faults")
+    s = measure.page_fault_s(mb=8)
+    assert s is None or 0 < s < 1e-4
+    assert measure.network_page_faults(torch.nn.ReLU(), (torch.randn(8, 8),), passes=1) >= 0
+    llc = measure.effective_llc("cpu", nominal=1 << 20)      # small sizes: quick
+    assert (1 << 19) <= llc <= (2 << 20)

@@ -28,12 +28,12 @@ def roofline_doc(**kw) -> dict:
 
 
 def pool_doc(dims=None, tree=None, **gen) -> dict:
-    """A step-wise model with one small generation (class ``pool``: one dimension ``n``)."""
+    """A step-wise model with one small generation (class ``relu``: one dimension ``n``)."""
     g = {"dims": dims if dims is not None else [{"name": "n", "lo": 1, "hi": 9, "ref": 9, "widths": None}],
          "tree": tree if tree is not None else {"dim": 0, "name": "n", "w": 1, "a": 1e-5, "h": 1e-9},
          "points": [[[1], 1e-5], [[9], 1.0001e-5]], "phases": [], "elapsed_s": 0.1}
     g.update(gen)
-    return roofline_doc(kind="stepwise", stepwise={"pool": g})
+    return roofline_doc(kind="stepwise", stepwise={"relu": g})
 
 
 @functools.lru_cache(maxsize=1)
@@ -69,32 +69,32 @@ def with_sample(**kw) -> dict:
 HOSTILE = [
     # a huge declared size: 1e12 values would be allocated (in-process, a size the old loader's allocation fails
     # on at once; test_a_350_byte_file_does_not_exhaust_memory runs the 3e9 that exhausted memory)
-    ("range-allocates", pool_doc([{"name": "n", "lo": 1, "hi": 10 ** 12}]), "stepwise.pool.dims[0]"),
-    ("range-overflows", pool_doc([{"name": "n", "lo": 1, "hi": 1e300}]), "stepwise.pool.dims[0].hi"),
+    ("range-allocates", pool_doc([{"name": "n", "lo": 1, "hi": 10 ** 12}]), "stepwise.relu.dims[0]"),
+    ("range-overflows", pool_doc([{"name": "n", "lo": 1, "hi": 1e300}]), "stepwise.relu.dims[0].hi"),
     ("values-list-too-long", pool_doc([{"name": "n", "values": list(range(1, 70_000))}]),
-     "stepwise.pool.dims[0].values"),
-    ("value-zero", pool_doc([{"name": "n", "values": [0, 1, 2]}]), "stepwise.pool.dims[0].values"),
-    ("ref-not-a-value", pool_doc([{"name": "n", "lo": 1, "hi": 9, "ref": 99}]), "stepwise.pool.dims[0].ref"),
-    ("widths-zero", pool_doc([{"name": "n", "lo": 1, "hi": 9, "widths": [0]}]), "stepwise.pool.dims[0].widths"),
+     "stepwise.relu.dims[0].values"),
+    ("value-zero", pool_doc([{"name": "n", "values": [0, 1, 2]}]), "stepwise.relu.dims[0].values"),
+    ("ref-not-a-value", pool_doc([{"name": "n", "lo": 1, "hi": 9, "ref": 99}]), "stepwise.relu.dims[0].ref"),
+    ("widths-zero", pool_doc([{"name": "n", "lo": 1, "hi": 9, "widths": [0]}]), "stepwise.relu.dims[0].widths"),
     ("two-dims-for-a-one-dim-class", pool_doc([{"name": "n", "lo": 1, "hi": 9}, {"name": "m", "lo": 1, "hi": 9}]),
-     "stepwise.pool.dims"),
-    ("dims-not-a-list", pool_doc({"name": "n"}), "stepwise.pool.dims"),
+     "stepwise.relu.dims"),
+    ("dims-not-a-list", pool_doc({"name": "n"}), "stepwise.relu.dims"),
     # zero divisors and numbers that blow up later
-    ("step-width-zero", pool_doc(tree={"dim": 0, "name": "n", "w": 0, "a": 1.0, "h": 1.0}), "stepwise.pool.tree.w"),
+    ("step-width-zero", pool_doc(tree={"dim": 0, "name": "n", "w": 0, "a": 1.0, "h": 1.0}), "stepwise.relu.tree.w"),
     ("step-width-infinite", pool_doc(tree={"dim": 0, "name": "n", "w": "1e999", "a": 1.0, "h": 1.0}),
-     "stepwise.pool.tree.w"),
+     "stepwise.relu.tree.w"),
     ("tree-dim-out-of-range", pool_doc(tree={"dim": 5, "name": "n", "w": 1, "a": 1.0, "h": 1.0}),
-     "stepwise.pool.tree.dim"),
-    ("tree-nested-deeper-than-its-dims", pool_doc(tree=nested(3)), "stepwise.pool.tree.a"),
+     "stepwise.relu.tree.dim"),
+    ("tree-nested-deeper-than-its-dims", pool_doc(tree=nested(3)), "stepwise.relu.tree.a"),
     ("tree-nested-900-deep", pool_doc(tree=nested(900)), "nested more than"),
     ("tree-leaf-1e308", pool_doc(tree={"dim": 0, "name": "n", "w": 1, "a": 1e308, "h": 1e308}),
-     "stepwise.pool.tree.a"),
-    ("tree-leaf-nan", pool_doc(tree={"dim": 0, "name": "n", "w": 1, "a": "NaN", "h": 0.0}), "stepwise.pool.tree"),
+     "stepwise.relu.tree.a"),
+    ("tree-leaf-nan", pool_doc(tree={"dim": 0, "name": "n", "w": 1, "a": "NaN", "h": 0.0}), "stepwise.relu.tree"),
     ("tree-leaf-a-string", pool_doc(tree={"dim": 0, "name": "n", "w": 1, "a": "fast", "h": 0.0}),
-     "stepwise.pool.tree.a"),
-    ("points-not-pairs", pool_doc(points=[[1, 2]]), "stepwise.pool.points[0]"),
-    ("phases-a-dict", pool_doc(phases={"a": 1}), "stepwise.pool.phases"),
-    ("unknown-layer-class", roofline_doc(kind="stepwise", stepwise={"bogus": pool_doc()["stepwise"]["pool"]}),
+     "stepwise.relu.tree.a"),
+    ("points-not-pairs", pool_doc(points=[[1, 2]]), "stepwise.relu.points[0]"),
+    ("phases-a-dict", pool_doc(phases={"a": 1}), "stepwise.relu.phases"),
+    ("unknown-layer-class", roofline_doc(kind="stepwise", stepwise={"bogus": pool_doc()["stepwise"]["relu"]}),
      "stepwise.bogus"),
     ("stepwise-a-list", roofline_doc(kind="stepwise", stepwise=[1, 2]), "stepwise"),
     ("peak-zero", roofline_doc(peak_flops=0), "peak_flops"),
@@ -202,12 +202,12 @@ def test_a_350_byte_file_does_not_exhaust_memory(tmp_path):
     exhausting this machine."""
     p = tmp_path / "small.json"
     p.write_text(json.dumps({"schema": "lightning_edge.latency_model", "kind": "stepwise", "meta": {},
-                             "peak_flops": 1e9, "bandwidth": 1e9, "stepwise": {"pool": {
+                             "peak_flops": 1e9, "bandwidth": 1e9, "stepwise": {"relu": {
                                  "dims": [{"name": "n", "lo": 1, "hi": 3_000_000_000}], "tree": 1.0, "points": [],
                                  "phases": []}}}))
     assert p.stat().st_size < 350
     r = _run(_LOAD.format(str(p)), 60, 1536 << 20)
-    assert r.returncode == 0 and r.stdout.startswith("ERR ") and "stepwise.pool.dims[0]" in r.stdout, r.stderr[-800:]
+    assert r.returncode == 0 and r.stdout.startswith("ERR ") and "stepwise.relu.dims[0]" in r.stdout, r.stderr[-800:]
 
 
 def test_a_fifo_given_as_the_model_file_does_not_hang(tmp_path):
@@ -247,3 +247,66 @@ def test_files_this_package_writes_load_unchanged(tmp_path):
         p = lm.save(tmp_path / f"{lm.kind}.json")
         back = LatencyModel.load(p)
         assert back.to_dict() == lm.to_dict()
+
+
+@functools.lru_cache(maxsize=1)
+def _forest_doc() -> str:
+    from lightning_edge.latency.model import LatencyModel
+
+    return json.dumps(LatencyModel("mixed", META, 5e10, 1e10, samples=training_samples()).to_dict())
+
+
+def forest_doc(edit) -> dict:
+    d = json.loads(_forest_doc())
+    edit(d["forests"]["ratio"]["trees"][0])
+    return d
+
+
+def _inner(tree) -> int:
+    return next(i for i, le in enumerate(tree["left"]) if le >= 0)
+
+
+FOREST_HOSTILE = [
+    # a child that points back at its parent: a walk that never ends
+    ("child-points-back", lambda t: t["right"].__setitem__(_inner(t), 0), "forests.ratio.trees[0].left"),
+    ("child-beyond-the-tree", lambda t: t["left"].__setitem__(_inner(t), 10 ** 6), "forests.ratio.trees[0].left"),
+    ("half-a-leaf", lambda t: t["left"].__setitem__(_inner(t), -1), "forests.ratio.trees[0].left"),
+    ("feature-out-of-range", lambda t: t["feature"].__setitem__(_inner(t), 10 ** 4), "forests.ratio.trees[0].feature"),
+    ("threshold-nan", lambda t: t["threshold"].__setitem__(0, "NaN"), "forests.ratio.trees[0].threshold"),
+    ("value-a-string", lambda t: t["value"].__setitem__(0, "fast"), "forests.ratio.trees[0].value"),
+    ("lengths-differ", lambda t: t["value"].pop(), "forests.ratio.trees[0].value"),
+    ("no-nodes", lambda t: t.update(left=[], right=[], feature=[], threshold=[], value=[]),
+     "forests.ratio.trees[0].left"),
+]
+
+
+@pytest.mark.parametrize("name, edit, field", FOREST_HOSTILE, ids=[h[0] for h in FOREST_HOSTILE])
+def test_a_damaged_stored_forest_is_one_error_naming_the_node(tmp_path, name, edit, field):
+    from lightning_edge.latency.model import LatencyModel
+
+    p = tmp_path / f"{name}.json"
+    p.write_text(_text(forest_doc(edit)))
+    with pytest.raises(ValueError) as info:
+        LatencyModel.load(p)
+    msg = str(info.value)
+    assert str(p) in msg and field in msg and "expected" in msg and "\n" not in msg, msg
+
+
+def test_forests_without_their_feature_names_or_for_other_features_are_refused_or_retrained(tmp_path):
+    from lightning_edge.latency.model import LatencyModel
+
+    d = json.loads(_forest_doc())
+    del d["features"]
+    p = tmp_path / "nofeat.json"
+    p.write_text(json.dumps(d))
+    with pytest.raises(ValueError, match="features"):
+        LatencyModel.load(p)
+    d = json.loads(_forest_doc())
+    d["features"] = d["features"][:-1]            # another version's features: the forests cannot be used
+    p.write_text(json.dumps(d))
+    with pytest.raises(ValueError, match="n_features"):
+        LatencyModel.load(p)
+    d = json.loads(_forest_doc())
+    d["features"] = ["x"] * len(d["features"])    # as many, other names: trained again from the samples
+    p.write_text(json.dumps(d))
+    assert LatencyModel.load(p).kind == "mixed"
