@@ -61,6 +61,24 @@ def host_cpu_between(steps: list[tuple[int, int]], host_mhz: float | None = None
     return HostCPU(min(gaps), host_mhz, f"the smallest of {len(gaps)} gap(s) between steps on this machine")
 
 
+def optimizer_run(optimizer: Any, how: str = "") -> Any:
+    """A torch optimizer as the twin models it (:class:`~lightning_edge.twin.workload.OptimizerRun`): SGD (with or
+    without momentum) or Adam-like (Adam, AdamW and any other), its implementation as PyTorch picks it for CUDA
+    tensors on the board (``fused=True``: fused; ``foreach=False``: the single-tensor loop; else foreach, PyTorch
+    2.x's default), gradients set to None by ``zero_grad`` (PyTorch 2.x)."""
+    from lightning_edge.twin.workload import OptimizerRun
+
+    inner = getattr(optimizer, "optimizer", optimizer)  # Lightning's LightningOptimizer wraps the torch one
+    d = dict(getattr(inner, "defaults", {}) or {})
+    cls = type(inner).__name__
+    if cls == "SGD":
+        name = "sgd-momentum" if float(d.get("momentum", 0) or 0) > 0 else "sgd"
+    else:
+        name = "adam"
+    impl = "fused" if d.get("fused") else ("loop" if d.get("foreach") is False else "foreach")
+    return OptimizerRun(name, impl, False, f"{cls}{', ' + how if how else ''}")
+
+
 class TwinDriver:
     """The twin of a session's device, fed with the session's analysed costs."""
 
@@ -80,6 +98,8 @@ class TwinDriver:
         self._host_done: set[str] = set()
         self._host_from: dict[str, float] = {}  # kind -> the first step index modelled with the CPU row measured
         self._hook = None
+        self._optimizer: Any = None  # the OptimizerRun of the optimizer seen stepping (plain loops)
+        self._opt_noted: set[str] = set()
         try:
             from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -90,6 +110,8 @@ class TwinDriver:
     def _stepped_params(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """An optimizer stepped: count the parameter elements it updated (those with a gradient)."""
         self._opt_steps += 1
+        if self._optimizer is None:
+            self._optimizer = optimizer_run(optimizer, "the run's optimizer, seen at its first step")
         self._stepped += float(sum(p.numel() for g in optimizer.param_groups for p in g["params"]
                                    if getattr(p, "grad", None) is not None))
 
@@ -109,6 +131,22 @@ class TwinDriver:
                            f"updated {share:.3g} of the trainable parameters per batch")
         return 1.0, "no optimizer step seen yet: one per batch assumed"
 
+    def optimizer(self) -> Any:
+        """The run's optimizer as the twin models it (:class:`~lightning_edge.twin.workload.OptimizerRun`): the
+        Trainer's first optimizer, else the first one seen stepping; None (Fulcrum's is modelled) until known."""
+        trainer = getattr(self.model, "_trainer", None)
+        opts = list(getattr(trainer, "optimizers", None) or []) if trainer is not None else []
+        if opts:
+            return optimizer_run(opts[0], "the Trainer's optimizer")
+        return self._optimizer
+
+    def _set_run(self, kind: str, host: Any, share: float, how: str) -> None:
+        opt = self.optimizer() if kind == "train" else None
+        self.twin.set_run(kind, host=host, optimizer_steps=share, how=how, optimizer=opt)
+        if opt is not None and kind == "train" and opt.describe() not in self._opt_noted:
+            self._opt_noted.add(opt.describe())
+            self._note(f"the twin's (optimizer) row models {opt.describe()}")
+
     def add_cost(self, cost: Any, training: bool, qual: str = "", steps: Sequence[Any] | None = None) -> None:
         """The stage's captured cost. ``steps``: the stage's steps on this machine, read as the run goes on (objects
         with ``t0_ns`` and ``t1_ns``, in order: the session's own list): their gaps are the CPU work outside the
@@ -119,7 +157,7 @@ class TwinDriver:
             self._steps[kind] = steps
         share, how = self.optimizer_steps() if training else (1.0, "")
         run = self.twin.runs.get(kind)
-        self.twin.set_run(kind, host=run.host if run is not None else None, optimizer_steps=share, how=how)
+        self._set_run(kind, run.host if run is not None else None, share, how)
         if training and share != 1.0:
             self._note(f"the twin's (optimizer) row: one optimizer step's kernels apportioned over the batches "
                        f"between steps, {share:.3g} of a step per batch ({how})")
@@ -144,8 +182,7 @@ class TwinDriver:
         self._host_done.add(kind)
         # the steps it was measured on (and any step before them) keep the model without it
         self._host_from[kind] = int(getattr(list(steps)[HOST_GAPS], "index", HOST_GAPS)) + 1
-        self.twin.set_run(kind, host=host, optimizer_steps=run.optimizer_steps if run is not None else 1.0,
-                          how=run.how if run is not None else "")
+        self._set_run(kind, host, run.optimizer_steps if run is not None else 1.0, run.how if run is not None else "")
         self._note(f"the twin's {IDLE} row ({kind}): the time after the GPU's last kernel of a step (its "
                    "synchronisation, the CPU finishing its dispatch) plus "
                    + (host.describe() if host is not None else "no CPU work outside the layers")
@@ -159,8 +196,9 @@ class TwinDriver:
             return
         run = self.twin.runs.get("train")
         share, how = self.optimizer_steps()
-        if run is not None and not math.isclose(share, run.optimizer_steps, rel_tol=0.01):
-            self.twin.set_run("train", host=run.host, optimizer_steps=share, how=how)
+        if run is not None and (not math.isclose(share, run.optimizer_steps, rel_tol=0.01)
+                                or run.optimizer != self.optimizer()):
+            self._set_run("train", run.host, share, how)
 
     def main_cost(self, training: bool) -> tuple[Any, str] | None:
         """The largest analysed module's cost for training or inference, and its path in the model."""

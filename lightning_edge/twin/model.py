@@ -78,11 +78,14 @@ class UserRun:
 
     ``host``: the CPU work outside the layers measured on this machine (:class:`~lightning_edge.twin.timeline.
     HostCPU`); ``optimizer_steps``: optimizer steps per minibatch (``1 / accumulate_grad_batches``; what a manual
-    optimisation steps per batch as a share of the parameters); ``how``: how that share was found."""
+    optimisation steps per batch as a share of the parameters); ``how``: how that share was found; ``optimizer``:
+    the optimizer the run steps (an :class:`~lightning_edge.twin.workload.OptimizerRun`; None: unknown, Fulcrum's
+    is modelled)."""
 
     host: HostCPU | None = None
     optimizer_steps: float = 1.0
     how: str = ""
+    optimizer: Any = None
 
 
 @dataclass
@@ -220,6 +223,7 @@ class OrinTwin:
         inputs: Any = None,
         host: HostCPU | None | bool = None,
         optimizer_steps: float | None = None,
+        optimizer: Any = None,
     ) -> TwinWorkload:
         """The one model of a workload on this twin (:class:`~lightning_edge.twin.timeline.TwinWorkload`),
         memoised per source and arguments, so callers that ask for the same workload share one object.
@@ -233,7 +237,8 @@ class OrinTwin:
         The CPU outside the layers: a zoo *name* stands for the papers' workload, so its training minibatches default
         to their image-decoding data loader (``dataloader="decode"``); a cost or a module defaults to none, and to the
         user's run on this twin (:meth:`set_run`: the CPU time outside the layers the profiler measured, the optimizer
-        steps per batch) unless ``host`` / ``optimizer_steps`` say otherwise (``host=False``: none)."""
+        steps per batch, the optimizer) unless ``host`` / ``optimizer_steps`` / ``optimizer`` (an
+        :class:`~lightning_edge.twin.workload.OptimizerRun`) say otherwise (``host=False``: none)."""
         if kind not in (None, "train", "infer"):
             raise ValueError(f"kind must be 'train' or 'infer', got {kind!r}")
         named = isinstance(source, str)
@@ -263,28 +268,31 @@ class OrinTwin:
         if optimizer_steps is None:  # a compiled profile keeps its own
             optimizer_steps = cost.optimizer_steps if isinstance(cost, WorkloadProfile) else (
                 run.optimizer_steps if run is not None else 1.0)
+        if optimizer is None and not isinstance(cost, WorkloadProfile):
+            optimizer = run.optimizer if run is not None else None
         key = ("workload", id(cost), None if batch_size is None else int(batch_size), kind, precision,
-               param_tensors, dataloader, host, float(optimizer_steps))
+               param_tensors, dataloader, host, float(optimizer_steps), optimizer)
         hit = self._profile_cache.get(key)
         if hit is not None and hit[0] is cost:  # the cost is kept alive with it: ids cannot be reused
             return hit[1]
         if isinstance(cost, WorkloadProfile) and float(optimizer_steps) != cost.optimizer_steps:
             raise ValueError("a compiled profile keeps its optimizer steps: compile the cost with optimizer_steps=")
-        extra = {} if isinstance(cost, WorkloadProfile) else {"optimizer_steps": float(optimizer_steps)}
+        extra = {} if isinstance(cost, WorkloadProfile) else {"optimizer_steps": float(optimizer_steps),
+                                                              "optimizer": optimizer}
         wl = TwinWorkload(cost, self, batch_size=batch_size, kind=kind, precision=precision,
                           param_tensors=param_tensors, dataloader=dataloader, host=host, **extra)
         self._profile_cache[key] = (cost, wl)  # type: ignore[assignment]
         return wl
 
     def set_run(self, kind: str, *, host: HostCPU | None = None, optimizer_steps: float = 1.0,
-                how: str = "") -> UserRun:
+                how: str = "", optimizer: Any = None) -> UserRun:
         """Say what the user's own run measured about its ``kind`` (``"train"``/``"infer"``) minibatches: every
         later :meth:`workload` of a cost or module of that kind on this twin (the profiler's table, the tuner's steps
-        on the same board) takes ``host`` and ``optimizer_steps`` unless told otherwise (a zoo name never: it is the
+        on the same board) takes ``host``, ``optimizer_steps`` and ``optimizer`` unless told otherwise (a zoo name never: it is the
         papers' workload). Returns the :class:`UserRun`."""
         if kind not in ("train", "infer"):
             raise ValueError(f"kind must be 'train' or 'infer', got {kind!r}")
-        run = UserRun(host, float(optimizer_steps), how)
+        run = UserRun(host, float(optimizer_steps), how, optimizer)
         self.runs[kind] = run
         return run
 

@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from lightning_edge.cost import ModelCost
 
 __all__ = [
-    "UNITS", "WorkloadProfile", "compile_workload", "classify_layer", "reduction_depth", "count_param_tensors",
+    "UNITS", "WorkloadProfile", "OptimizerRun", "FULCRUM_OPTIMIZER", "compile_workload", "classify_layer", "reduction_depth", "count_param_tensors",
     "precision_of", "is_cost",
 ]
 
@@ -123,6 +123,8 @@ class WorkloadProfile:
     """The autocast dtype the cost was counted under (``"float16"``, ``"bfloat16"``) or None."""
     optimizer_steps: float = 1.0
     """Optimizer steps per minibatch the ``(optimizer)`` row holds (1/4 with ``accumulate_grad_batches=4``)."""
+    optimizer: Any = None
+    """The :class:`OptimizerRun` the ``(optimizer)`` row models (None: :data:`FULCRUM_OPTIMIZER`)."""
     per_kernel: bool = True
     """False when the cost kept no per-op detail (a ModelCost built by hand): each layer's work is then split evenly
     over its ops, at the layer's unit and reduction depth."""
@@ -222,6 +224,76 @@ def _even_kernels(unit: str, half: bool, flops: float, nbytes: float, n: float, 
     return [(unit, half, flops / n, nbytes / n, depth, float(n), internal)]
 
 
+#: ``multi_tensor_apply``'s limits in PyTorch's CUDA foreach kernels: tensors per launch (for lists of depth 3-4,
+#: the optimizers') and elements per launch (320 blocks of 65536)
+FOREACH_TENSORS_PER_LAUNCH = 36
+FOREACH_ELEMENTS_PER_LAUNCH = 320 * 65536
+
+#: per optimizer: (Python ops per parameter tensor in the single-tensor loop, FLOP per element, bytes moved per element
+#: in units of the parameters' element size), as PyTorch 2.x implements one step (weight decay included)
+OPTIMIZER_OPS = {
+    # param.add_(grad, alpha=-lr)
+    "sgd": (1, 2.0, 3.0),
+    # buf.mul_(momentum).add_(grad); param.add_(buf, alpha=-lr)
+    "sgd-momentum": (3, 4.0, 8.0),
+    # param.mul_(1 - lr wd); m.lerp_(g); v.mul_(b2).addcmul_(g, g); denom = (v.sqrt() / bc2).add_(eps);
+    # param.addcdiv_(m, denom)
+    "adam": (8, 14.0, 20.0),
+}
+
+
+@dataclass(frozen=True)
+class OptimizerRun:
+    """The optimizer a run steps, as the twin needs it: ``name`` (``sgd``, ``sgd-momentum``, ``adam``: Adam and
+    AdamW; anything else is modelled as ``adam``), ``impl`` (``loop``: one kernel per op per tensor, PyTorch's
+    single-tensor path; ``foreach``: one multi-tensor launch per op for up to :data:`FOREACH_TENSORS_PER_LAUNCH`
+    tensors, PyTorch 2.x's default for CUDA tensors; ``fused``: one launch per such group for the whole step) and
+    ``zero_grad`` (gradients zeroed by a kernel per tensor, ``zero_grad(set_to_none=False)``; PyTorch 2.x sets them
+    to None). :data:`FULCRUM_OPTIMIZER` is the papers' (PyTorch 1.12's SGD with momentum)."""
+
+    name: str = "sgd-momentum"
+    impl: str = "loop"
+    zero_grad: bool = True
+    how: str = ""
+
+    def __post_init__(self) -> None:
+        if self.impl not in ("loop", "foreach", "fused"):
+            raise ValueError(f"impl must be 'loop', 'foreach' or 'fused', got {self.impl!r}")
+        if self.name not in OPTIMIZER_OPS:
+            object.__setattr__(self, "name", "adam")
+
+    def work(self, n_params: float, tensors: float, es: int) -> tuple[float, float, float, float]:
+        """One step on ``n_params`` elements in ``tensors`` parameter tensors of ``es``-byte elements:
+        ``(flops, bytes, launches, python_ops)``."""
+        ops, fpe, bpe = OPTIMIZER_OPS[self.name]
+        flops, nbytes = fpe * n_params, bpe * es * n_params
+        groups = max(math.ceil(tensors / FOREACH_TENSORS_PER_LAUNCH),
+                     math.ceil(n_params / FOREACH_ELEMENTS_PER_LAUNCH), 1) if tensors > 0 else 0
+        if self.impl == "loop":
+            launches = py_ops = ops * tensors
+        elif self.impl == "foreach":
+            launches, py_ops = ops * groups, float(ops)
+        else:  # fused: the step's element-wise work in one kernel per group of tensors, its bytes read once
+            nbytes = (7.0 if self.name == "adam" else 3.0) * es * n_params
+            launches, py_ops = float(groups), 1.0
+        if self.zero_grad:
+            flops, nbytes = flops, nbytes + es * n_params
+            launches += tensors if self.impl == "loop" else groups
+            py_ops += tensors if self.impl == "loop" else 1
+        return flops, nbytes, float(launches), float(py_ops)
+
+    def describe(self) -> str:
+        impl = {"loop": "one kernel per op per tensor", "foreach": "multi-tensor (foreach) kernels",
+                "fused": "fused kernels"}[self.impl]
+        return (f"{self.name}, {impl}" + (", gradients zeroed by kernels" if self.zero_grad else "")
+                + (f" ({self.how})" if self.how else ""))
+
+
+#: Fulcrum's optimizer (PyTorch 1.12: SGD with momentum, a kernel per op per tensor, zero_grad by kernels): the
+#: twin's default for the papers' workloads and whenever the run's optimizer is not known
+FULCRUM_OPTIMIZER = OptimizerRun("sgd-momentum", "loop", True, "the papers' PyTorch 1.12 SGD with momentum")
+
+
 def compile_workload(
     cost: ModelCost,
     *,
@@ -231,6 +303,7 @@ def compile_workload(
     sample_mpix: float | None = None,
     tokens: int | None = None,
     optimizer_steps: float = 1.0,
+    optimizer: OptimizerRun | None = None,
 ) -> WorkloadProfile:
     """Turn a ModelCost into the rows and kernels of one minibatch on the twin.
 
@@ -244,6 +317,7 @@ def compile_workload(
         optimizer_steps: optimizer steps per minibatch (``1 / accumulate_grad_batches``; what a manual optimisation
             steps per batch, as a share of all the parameters): the ``(optimizer)`` row holds one optimizer step's
             kernels times this, its work apportioned over the batches in between.
+        optimizer: the optimizer stepped (:class:`OptimizerRun`); default :data:`FULCRUM_OPTIMIZER`.
     """
     if kind not in (None, "train", "infer"):
         raise ValueError(f"kind must be 'train' or 'infer', got {kind!r}")
@@ -339,11 +413,17 @@ def compile_workload(
         n_params = float(cost.params)
         if param_tensors is None:
             param_tensors = sum(2 if lc.params else 0 for lc in layers)
-        # SGD with momentum and zero_grad, one kernel per op per tensor (PyTorch 1.12: no foreach):
-        # zero_ (grad), add_ (weight decay), mul_+add_ (momentum), add_ (update); once per optimizer step
+        # the optimizer's element-wise kernels, once per optimizer step (default Fulcrum's: PyTorch 1.12's SGD with
+        # momentum, zero_ (grad), add_ (weight decay), mul_+add_ (momentum), add_ (update) per tensor)
         s = optimizer_steps
-        add("(optimizer)", "optimizer",
-            _even_kernels("elt", half_tensors, 6 * n_params * s, 11 * es * n_params * s, 5 * param_tensors * s), s)
+        opt = FULCRUM_OPTIMIZER if optimizer is None else optimizer
+        if opt == FULCRUM_OPTIMIZER:  # the calibrated figures (validation against the papers) as they were
+            o_flops, o_bytes, o_launch, o_ops = 6 * n_params, 11 * es * n_params, 5.0 * param_tensors, None
+        else:
+            o_flops, o_bytes, o_launch, o_ops = opt.work(n_params, float(param_tensors), es)
+            notes.append(f"(optimizer): {opt.describe()}, {param_tensors} parameter tensors")
+        add("(optimizer)", "optimizer", _even_kernels("elt", half_tensors, o_flops * s, o_bytes * s, o_launch * s), s,
+            None if o_ops is None else o_ops * s, None if o_ops is None else max(o_launch - o_ops, 0.0) * s)
         if s != 1.0:
             notes.append(f"(optimizer): one optimizer step every {1 / s:.3g} minibatches" if s > 0 else
                          "(optimizer): no optimizer step in these minibatches")
@@ -387,4 +467,5 @@ def compile_workload(
         k_flops=k_flops_a, k_bytes=k_bytes_a, k_depth=np.array(k_depth, dtype=float), k_count=k_count_a,
         sample_mpix=float(sample_mpix), dtype=str(cost.dtype), input_mb=in_bytes / 1e6, notes=notes,
         autocast=amp, optimizer_steps=float(optimizer_steps), per_kernel=per_kernel,
+        optimizer=None if optimizer is None or optimizer == FULCRUM_OPTIMIZER else optimizer,
     )

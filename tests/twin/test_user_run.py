@@ -88,3 +88,72 @@ def test_manual_optimisation_steps_are_counted():
     finally:
         drv.end()
     assert drv._hook is None
+
+
+# ------------------------------------------------------------------ the run's optimizer (issue 27: per-step work)
+def _deep(n: int = 60) -> nn.Module:
+    return nn.Sequential(*[nn.Linear(32, 32) for _ in range(n)])  # 2n parameter tensors
+
+
+def test_the_optimizer_row_follows_the_runs_optimizer():
+    """A Trainer's AdamW (PyTorch 2.x: multi-tensor kernels on CUDA tensors) is modelled as such, not as the papers'
+    PyTorch 1.12 SGD loop (a kernel per op per tensor): on a model of 120 parameter tensors the (optimizer) row
+    drops by an order of magnitude, and stays above its memory-bound floor (its bytes at the board's bandwidth)."""
+    from lightning_edge.twin.workload import FULCRUM_OPTIMIZER, count_param_tensors
+
+    twin = OrinTwin(noise=False, settling=False)
+    module = _deep()
+    opt = torch.optim.AdamW(module.parameters())
+    module._trainer = SimpleNamespace(accumulate_grad_batches=1, optimizers=[opt])
+    module.automatic_optimization = True
+    drv = TwinDriver(twin, module, "model", [])
+    cost = analyze(module, X, training=True)
+    drv.add_cost(cost, True, steps=_steps([800.0]))
+    run = twin.runs["train"]
+    assert run.optimizer is not None and (run.optimizer.name, run.optimizer.impl) == ("adam", "foreach")
+    assert any("adam, multi-tensor (foreach) kernels" in n for n in drv.notes)
+    lt = drv.layer_model(True, str(MAXN), 8)[0]
+    T = count_param_tensors(module)
+    loop = twin.workload(cost, 8, "train", param_tensors=T, optimizer=FULCRUM_OPTIMIZER).layers(str(MAXN))
+    row = lt.names.index("(optimizer)")
+    assert lt.wall_s[row] < 0.1 * loop.wall_s[loop.names.index("(optimizer)")]
+    bw = float(twin.roofline(str(MAXN)).bandwidth)  # the peak: no kernel moves its bytes faster
+    assert float(lt.bytes[row]) > 0 and lt.gpu_s[row] >= float(lt.bytes[row]) / bw
+    drv.end()
+
+
+def test_a_plain_loops_optimizer_is_seen_at_its_first_step():
+    """No Trainer: the optimizer is known once it steps (its step hook); SGD with momentum and foreach=False is the
+    single-tensor loop, without the zero_ kernels of PyTorch 1.12 (gradients set to None)."""
+    twin = OrinTwin(noise=False, settling=False)
+    module = _net()
+    drv = TwinDriver(twin, module, "model", [])
+    opt = torch.optim.SGD(module.parameters(), lr=0.1, momentum=0.9, foreach=False)
+    try:
+        assert drv.optimizer() is None  # not known yet: the papers' optimizer is modelled
+        drv.follow(True, 8)
+        module(X).sum().backward()
+        opt.step()
+        o = drv.optimizer()
+        assert (o.name, o.impl, o.zero_grad) == ("sgd-momentum", "loop", False)
+    finally:
+        drv.end()
+
+
+def test_optimizer_work_counts():
+    """Launches and bytes of one step: the loop launches ops x tensors; foreach ops x groups of 36 tensors; fused
+    one per group; Fulcrum's stays as calibrated (5 kernels per tensor, 11 bytes per parameter per byte of element)."""
+    from lightning_edge.twin.workload import FULCRUM_OPTIMIZER, OptimizerRun, compile_workload
+
+    n, T = 1e6, 100
+    assert OptimizerRun("adam", "loop", False).work(n, T, 4)[2:] == (800.0, 800.0)
+    assert OptimizerRun("adam", "foreach", False).work(n, T, 4)[2:] == (24.0, 8.0)  # 8 ops x ceil(100/36)
+    assert OptimizerRun("adam", "fused", False).work(n, T, 4)[2:] == (3.0, 1.0)
+    assert OptimizerRun("sgd", "loop", True).work(n, T, 4)[2] == 200.0  # update + zero_
+    cost = analyze(_net(), X, training=True)
+    p = compile_workload(cost, param_tensors=4)
+    row = p.names.index("(optimizer)")
+    assert p.kernels[row] == 20 and p.bytes[row] == pytest.approx(11 * 4 * cost.params)
+    assert compile_workload(cost, param_tensors=4, optimizer=FULCRUM_OPTIMIZER).kernels[row] == 20
+    f = compile_workload(cost, param_tensors=4, optimizer=OptimizerRun("adam", "foreach", False))
+    assert f.kernels[row] == 8 and f.cpu_ops[row] == 8 and f.optimizer.impl == "foreach"
