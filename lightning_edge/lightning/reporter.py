@@ -38,7 +38,7 @@ from lightning_edge.lightning.tb import TrainerWriter
 from lightning_edge.profiling.attribution import DEFAULT_K
 from lightning_edge.profiling.report import RunOverhead
 
-__all__ = ["EnergyReporter", "TB_LAYERS", "write_scalars"]
+__all__ = ["EnergyReporter", "TB_LAYERS", "region_tag", "write_scalars"]
 
 #: per-layer scalars go to TensorBoard for this many layers per stage (the top ones by energy in the stage's first
 #: profiled step); every layer is in the markdown table and layers.csv
@@ -330,15 +330,16 @@ class EnergyReporter:
                     continue
                 k = "_region" if _is_region(le) else "_layer"
                 what = "a row outside the layers (its time is what no layer covers)" if k == "_region" else "a layer"
-                items.append((f"time_ms{tp}{k}/{st}/{name}", le.time_s * 1e3,
+                leaf = region_tag(name) if k == "_region" else name
+                items.append((f"time_ms{tp}{k}/{st}/{leaf}", le.time_s * 1e3,
                               f"self time of {name} per step, ms ({what})"))
-                items.append((f"energy_j{ep}{k}/{st}/{name}", le.energy_j,
+                items.append((f"energy_j{ep}{k}/{st}/{leaf}", le.energy_j,
                               f"energy of {name} per step, J ({what})"))
                 if self.layer_power:
-                    items.append((f"power_w{ep}{k}/{st}/{name}", le.power_w, f"mean power of {name}, W"))
+                    items.append((f"power_w{ep}{k}/{st}/{leaf}", le.power_w, f"mean power of {name}, W"))
                 # this machine's time of a row the twin models alone ((loss), (idle and CPU)) is 0: not written
                 if s.twin_times and le.host_s is not None and math.isfinite(le.host_s) and le.host_s > 0:
-                    items.append((f"time_ms_host{k}/{st}/{name}", le.host_s * 1e3,
+                    items.append((f"time_ms_host{k}/{st}/{leaf}", le.host_s * 1e3,
                                   f"self time of {name} on this machine, ms"))
             self._scalars(w, items, step.global_step)
 
@@ -667,6 +668,13 @@ class EnergyReporter:
 
 #: time.time_ns() - time.perf_counter_ns(): puts this process's step clock on the epoch clock of Kineto's traces
 EPOCH_OFFSET_NS = time.time_ns() - time.perf_counter_ns()
+
+
+def region_tag(name: str) -> str:
+    """A row outside the layers as the last part of its tag: ``(idle and CPU)`` -> ``idle_and_CPU``. No parentheses:
+    the custom-scalars chart reads a series' run from the last ``(...)`` of ``"<tag> (<run>)"`` and draws nothing
+    for a tag holding one; the ``_region`` in the tag's first part says what it is."""
+    return name.strip("()").replace(" ", "_") or name
 
 
 def _is_region(le: Any) -> bool:
