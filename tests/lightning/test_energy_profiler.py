@@ -113,7 +113,7 @@ def test_fit_with_the_twin_writes_tensorboard_reports_and_trace(package, tmp_pat
         assert tag in scalars, tag
     assert all(("_sim" in t.split("/")[0]) != ("_host" in t.split("/")[0])
                for t in scalars if "time_ms" in t or "energy_j" in t), scalars
-    assert not [t for t in scalars if "power_w" in t and "/layer/" in t]  # per-layer power only on request
+    assert not [t for t in scalars if t.startswith("power_w") and "_layer/" in t]  # per-layer power only on request
     assert not [t for t in scalars if t.endswith("_mj") or "/mj" in t]
     # the card's description says simulated (TensorBoard shows it on the card)
     meta = acc.SummaryMetadata("energy_j_sim/train/step")
