@@ -65,8 +65,9 @@ class UnitCosts:
     analysis_s_per_call: dict = field(default_factory=lambda: {True: 1.2e-3, False: 0.5e-3})
     #: the end-of-run reports: layers.csv, layers.json, the markdown table, the summary
     reports_s: float = 0.010
-    #: one layer bar chart (Pillow)
-    bars_s: float = 0.02
+    #: one layer bar chart (Pillow, 1200 px wide; ``need_s("reports")`` includes one: every run with a profiled
+    #: step gets its chart)
+    bars_s: float = 0.03
     #: one roofline figure (matplotlib), once matplotlib.pyplot is imported: 0.5-0.9 s on a 2-core VM, so the
     #: largest measured is kept (one figure can take the whole 1 s floor of a short run)
     figure_s: float = 1.0
@@ -211,15 +212,16 @@ class OverheadBudget:
     # ------------------------------------------------------------------ what work costs
     def need_s(self, kind: str, n: int = 0, training: bool = True) -> float:
         """The expected cost of a piece of work: ``profiled`` (a step of ``n`` module calls), ``analysis`` (of a
-        step of ``n`` module calls; ``training`` with its backward), ``reports``, ``bars`` (``n`` charts),
+        step of ``n`` module calls; ``training`` with its backward), ``reports`` (one bar chart included),
+        ``bars`` (``n`` charts),
         ``figure`` (``n`` figures), ``trace`` (``n`` layer spans)."""
         c = self.costs
         if kind == "profiled":
             return c.profiled_s_per_call * max(n, 1)
         if kind == "analysis":
             return c.analysis_s_per_call[bool(training)] * max(n, 1) + self.import_s("torch._dynamo")
-        if kind == "reports":
-            return c.reports_s
+        if kind == "reports":  # with one layer bar chart: what every run with a profiled step gets
+            return c.reports_s + c.bars_s
         if kind == "bars":
             return c.bars_s * max(n, 1)
         if kind == "figure":

@@ -27,14 +27,17 @@ What it does (docs/profiler.md): times every module forward and backward on ever
 energy to its layers (:mod:`lightning_edge.profiling.attribution`), and writes:
 
 * TensorBoard (the Trainer's ``TensorBoardLogger``, else its own ``SummaryWriter`` under
-  ``<default_root_dir>/lightning_logs/energy/version_N``): ``time_ms/<stage>/step``, ``energy_j/<stage>/step``,
-  ``power_w/<stage>/step`` every profiled step and every ``log_every_n_steps``; ``.../layer/<layer>`` for the top
-  ``tb_layers`` layers per profiled step; ``.../epoch`` and ``energy_j/<stage>/per_sample`` per epoch, and what the
-  power readings were worth (``readings/<stage>/epoch_partial``, ``.../epoch_rejected``, ``.../epoch_failed``,
-  ``.../epoch_samples``). Tags start with ``sim/`` (the twin's numbers), ``estimated/`` (the roofline model, no
-  sensor) or ``host/`` (this machine's times beside the twin's), and every card carries a description saying so.
-  Once per run a custom scalars layout; once per Trainer call the markdown table ``energy/<stage>_layers`` and,
-  within the overhead budget, the images ``layers/<stage>`` and ``roofline/<stage>``.
+  ``<default_root_dir>/lightning_logs/energy/version_N``): ``energy_j/<stage>/step``, ``.../cumulative``,
+  ``time_ms/<stage>/step``, ``power_w/<stage>/step`` every profiled step and every ``log_every_n_steps``;
+  ``energy_j_layer/<stage>/<layer>`` and ``time_ms_layer/...`` for the top ``tb_layers`` layers per profiled step,
+  ``energy_j_region/<stage>/optimizer`` for the rows outside the layers; ``.../epoch`` and
+  ``energy_j/<stage>/per_sample`` per epoch, and what the power readings were worth
+  (``readings/<stage>/epoch_partial``, ``.../epoch_rejected``, ``.../epoch_failed``, ``.../epoch_samples``). A tag's
+  first part says what its numbers are: ``energy_j_sim`` (the twin's), ``energy_j_estimated`` (the roofline model,
+  no sensor), ``time_ms_host`` (this machine's times beside the twin's), and every card carries a description saying
+  so; the energy groups sort first in TensorBoard. Once per run a custom scalars layout; once per Trainer call the
+  layer chart ``layers/<stage>`` (1200 px wide; every run with a profiled step), the markdown table
+  ``energy/<stage>_layers`` and, within the overhead budget, the image ``roofline/<stage>``.
 * ``layers.csv`` and ``layers.json`` in the log dir, a Chrome/Perfetto trace under
   ``<log dir>/plugins/profile/energy/`` (and the same layers and power added to the traces of Lightning's
   ``PyTorchProfiler``), and a short summary of each Trainer call printed at its end.

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,7 @@ from lightning_edge.lightning.tb import TrainerWriter
 from lightning_edge.profiling.attribution import DEFAULT_K
 from lightning_edge.profiling.report import RunOverhead
 
-__all__ = ["EnergyReporter", "TB_LAYERS", "write_scalars"]
+__all__ = ["EnergyReporter", "TB_LAYERS", "region_tag", "write_scalars"]
 
 #: per-layer scalars go to TensorBoard for this many layers per stage (the top ones by energy in the stage's first
 #: profiled step); every layer is in the markdown table and layers.csv
@@ -128,7 +129,7 @@ class EnergyReporter:
         self._host: Any = None  # what TrainerWriter looks in for a TensorBoard logger (a Trainer), or None
         self._tbw = TrainerWriter("energy", log_dir)
         self._writer: Any = None
-        self._logged_totals: dict[str, int] = {}
+        self._logged_totals: dict[str, tuple[int, float]] = {}  # stage -> (totals read, their energy)
         self._tb_names: dict[str, list[str]] = {}  # stage -> the layers with per-layer scalars
         self._described: set[str] = set()
         self._layout_written: str | None = None
@@ -236,12 +237,13 @@ class EnergyReporter:
         return w
 
     def _labels(self) -> tuple[str, str, str]:
-        """Tag prefixes ``(time, energy and power, what the energy is)``: ``sim/`` for the twin's numbers,
-        ``estimated/`` for the roofline model's (no sensor), none for measured ones."""
+        """Tag suffixes of the first path component ``(time, energy and power, what the energy is)``: ``_sim`` for
+        the twin's numbers, ``_estimated`` for the roofline model's (no sensor), none for measured ones
+        (:func:`tag`)."""
         s = self.session
         src = s.source
-        e = {"simulated": "sim/", "model": "estimated/"}.get(src, "")
-        t = "sim/" if s.twin_times else ""
+        e = {"simulated": "_sim", "model": "_estimated"}.get(src, "")
+        t = "_sim" if s.twin_times else ""
         return t, e, src
 
     def _describe(self, tag: str, what: str) -> str | None:
@@ -251,12 +253,13 @@ class EnergyReporter:
         self._described.add(tag)
         s = self.session
         src = s.source
-        if tag.startswith("host/"):
+        head = tag.split("/", 1)[0]
+        if "_host" in head:
             how = "measured on this machine (the host that ran the training), not on the simulated device"
-        elif tag.startswith("sim/"):
+        elif "_sim" in head:
             times = "time, power and energy" if s.twin_times else "power and energy"
             how = f"SIMULATED: {times} of a Jetson AGX Orin (the twin's model of this workload) in mode {s.mode}"
-        elif tag.startswith("estimated/"):
+        elif "_estimated" in head:
             how = "ESTIMATED by the roofline model (no power sensor) from this machine's timings"
         elif "time_ms" in tag:
             how = "measured on this machine"
@@ -273,18 +276,26 @@ class EnergyReporter:
         write_scalars(w, [(t, v) for t, v, _ in items], step, desc)
 
     def _write_layout(self, w: Any) -> None:
-        """The custom-scalars layout (once per run): step and epoch totals, the top layers' energy and time."""
+        """The custom-scalars layout (once per run): step, cumulative and epoch energy, step time, the top layers'
+        energy and time (one line per layer: TensorBoard colours a run's lines alike and tells them apart by marker
+        and by the tag in the chart's *Matches* list), the rows outside the layers on charts of their own."""
         self._layout_written = self.log_dir
         self._described = set()  # a new run: its cards get their descriptions again
         tp, ep, _ = self._labels()
-        kind = {"sim/": " (simulated)", "estimated/": " (estimated)"}.get(ep, "")
+        kind = {"_sim": " (simulated)", "_estimated": " (estimated)"}.get(ep, "")
+        e, t = re.escape(f"energy_j{ep}"), re.escape(f"time_ms{tp}")
         layout = {f"lightning_edge energy{kind}": {
-            "step energy (J)": ["Multiline", [rf"^{ep}energy_j/[^/]+/step$"]],
-            "epoch energy (J)": ["Multiline", [rf"^{ep}energy_j/[^/]+/epoch$"]],
-            "energy per sample (J)": ["Multiline", [rf"^{ep}energy_j/[^/]+/per_sample$"]],
-            "step time (ms)": ["Multiline", [rf"^{tp}time_ms/[^/]+/step$"]],
-            "top layers by energy: train (J)": ["Multiline", [rf"^{ep}energy_j/train/layer/"]],
-            "top layers by energy: time (ms)": ["Multiline", [rf"^{tp}time_ms/train/layer/"]],
+            "step energy (J)": ["Multiline", [rf"^{e}/[^/]+/step$"]],
+            "cumulative energy (J)": ["Multiline", [rf"^{e}/[^/]+/cumulative$"]],
+            "energy per sample (J)": ["Multiline", [rf"^{e}/[^/]+/per_sample$"]],
+            "epoch energy (J)": ["Multiline", [rf"^{e}/[^/]+/epoch$"]],
+            "step time (ms)": ["Multiline", [rf"^{t}/[^/]+/step$"]],
+        }, f"lightning_edge layers{kind}": {
+            "train: top layers, energy per step (J)": ["Multiline", [rf"^{e}_layer/train/"]],
+            "train: outside the layers, energy per step (J)": ["Multiline", [rf"^{e}_region/train/"]],
+            "train: top layers, self time per step (ms)": ["Multiline", [rf"^{t}_layer/train/"]],
+            "train: outside the layers, time per step (ms)": ["Multiline", [rf"^{t}_region/train/"]],
+            "validate: top layers, energy per step (J)": ["Multiline", [rf"^{e}_layer/validate/"]],
         }}
         try:
             w.add_custom_scalars(layout)
@@ -292,7 +303,9 @@ class EnergyReporter:
             self.note(f"TensorBoard custom scalars layout not written: {exc}")
 
     def _log_profiled(self, done: list[ProfiledStep]) -> None:
-        """The per-layer scalars of attributed profiled steps (their step totals go with :meth:`_log_totals`)."""
+        """The per-layer scalars of attributed profiled steps (their step totals go with :meth:`_log_totals`): the
+        top ``tb_layers`` layers of the stage (``..._layer/<stage>/<layer>``) and every row outside the layers
+        (``..._region/<stage>/(optimizer)``), each under its own name."""
         if not done or not self.log_layers:
             return
         w = self._tb()
@@ -306,50 +319,62 @@ class EnergyReporter:
             if names is None:  # fixed per stage: the cards stay the same through the run
                 ranked = sorted(step.energy.layers.values(), key=lambda le: -le.energy_j
                                 if math.isfinite(le.energy_j) else 0.0)
-                names = self._tb_names[st] = [le.name for le in ranked if le.time_s > 0][
-                    : None if self.log_layers == "all" else self.tb_layers]
+                layers = [le.name for le in ranked if le.time_s > 0 and not _is_region(le)]
+                regions = [le.name for le in ranked if le.time_s > 0 and _is_region(le)]
+                names = self._tb_names[st] = [*layers[: None if self.log_layers == "all" else self.tb_layers],
+                                              *regions]
             items: list[tuple[str, float, str]] = []
             for name in names:
                 le = step.energy.layers.get(name)
                 if le is None:
                     continue
-                items.append((f"{tp}time_ms/{st}/layer/{name}", le.time_s * 1e3, f"self time of {name} per step, ms"))
-                items.append((f"{ep}energy_j/{st}/layer/{name}", le.energy_j, f"energy of {name} per step, J"))
+                k = "_region" if _is_region(le) else "_layer"
+                what = "a row outside the layers (its time is what no layer covers)" if k == "_region" else "a layer"
+                leaf = region_tag(name) if k == "_region" else name
+                items.append((f"time_ms{tp}{k}/{st}/{leaf}", le.time_s * 1e3,
+                              f"self time of {name} per step, ms ({what})"))
+                items.append((f"energy_j{ep}{k}/{st}/{leaf}", le.energy_j,
+                              f"energy of {name} per step, J ({what})"))
                 if self.layer_power:
-                    items.append((f"{ep}power_w/{st}/layer/{name}", le.power_w, f"mean power of {name}, W"))
-                if s.twin_times:
-                    items.append((f"host/time_ms/{st}/layer/{name}", le.host_s * 1e3,
+                    items.append((f"power_w{ep}{k}/{st}/{leaf}", le.power_w, f"mean power of {name}, W"))
+                # this machine's time of a row the twin models alone ((loss), (idle and CPU)) is 0: not written
+                if s.twin_times and le.host_s is not None and math.isfinite(le.host_s) and le.host_s > 0:
+                    items.append((f"time_ms_host{k}/{st}/{leaf}", le.host_s * 1e3,
                                   f"self time of {name} on this machine, ms"))
             self._scalars(w, items, step.global_step)
 
     def _log_totals(self) -> None:
         """The step totals resolved since the last call: a profiled step's always, a plain step's every
-        ``log_every_n_steps`` batches (as the Trainer writes its own metrics)."""
+        ``log_every_n_steps`` batches (as the Trainer writes its own metrics), with the stage's energy so far
+        (``.../cumulative``: a line from the first logged step on, where the epoch's total is one point)."""
         s = self.session
         every = self.log_every_n_steps
-        rows: list[StepTotal] = []
+        rows: list[tuple[StepTotal, float]] = []
         for stage, totals in s.totals.items():
-            i = self._logged_totals.get(stage, 0)
+            i, run_j = self._logged_totals.get(stage, (0, 0.0))
             while i < len(totals) and math.isfinite(totals[i].energy_j):
                 t = totals[i]
                 i += 1
+                run_j += t.energy_j
                 if t.profiled or (every > 0 and (t.index + 1) % every == 0):
-                    rows.append(t)
-            self._logged_totals[stage] = i
+                    rows.append((t, run_j))
+            self._logged_totals[stage] = (i, run_j)
         if not rows:
             return
         w = self._tb()
         if w is None:
             return
         tp, ep, _ = self._labels()
-        for t in rows:
+        for t, run_j in rows:
             stage = t.stage
-            items = [(f"{tp}time_ms/{stage}/step", t.time_s * 1e3, f"{stage} step time, ms"),
-                     (f"{ep}energy_j/{stage}/step", t.energy_j, f"{stage} step energy, J"),
-                     (f"{ep}power_w/{stage}/step", t.energy_j / t.time_s if t.time_s > 0 else math.nan,
+            items = [(f"energy_j{ep}/{stage}/step", t.energy_j, f"{stage} step energy, J"),
+                     (f"energy_j{ep}/{stage}/cumulative", run_j,
+                      f"{stage} energy of every step so far in this session, J"),
+                     (f"time_ms{tp}/{stage}/step", t.time_s * 1e3, f"{stage} step time, ms"),
+                     (f"power_w{ep}/{stage}/step", t.energy_j / t.time_s if t.time_s > 0 else math.nan,
                       f"{stage} step mean power, W")]
-            if t.sim_time_s is not None:
-                items.append((f"host/time_ms/{stage}/step", t.host_time_s * 1e3,
+            if t.sim_time_s is not None and t.host_time_s > 0:
+                items.append((f"time_ms_host/{stage}/step", t.host_time_s * 1e3,
                               f"{stage} step time on this machine, ms"))
             self._scalars(w, items, t.global_step)
 
@@ -359,13 +384,13 @@ class EnergyReporter:
             return
         s = self.session
         tp, ep, _ = self._labels()
-        items = [(f"{tp}time_ms/{stage}/epoch", tot.time_s * 1e3, f"{stage} epoch time, ms"),
-                 (f"{ep}energy_j/{stage}/epoch", tot.energy_j, f"{stage} epoch energy, J"),
-                 (f"{ep}energy_j/{stage}/per_sample", tot.j_per_sample, f"{stage} energy per sample, J"),
-                 (f"{ep}power_w/{stage}/epoch", tot.energy_j / tot.time_s if tot.time_s > 0 else math.nan,
+        items = [(f"energy_j{ep}/{stage}/epoch", tot.energy_j, f"{stage} epoch energy, J"),
+                 (f"energy_j{ep}/{stage}/per_sample", tot.j_per_sample, f"{stage} energy per sample, J"),
+                 (f"time_ms{tp}/{stage}/epoch", tot.time_s * 1e3, f"{stage} epoch time, ms"),
+                 (f"power_w{ep}/{stage}/epoch", tot.energy_j / tot.time_s if tot.time_s > 0 else math.nan,
                   f"{stage} epoch mean power, W")]
         if tot.ranks > 1:
-            items.append((f"{ep}energy_j/{stage}/epoch_domains", float(tot.domains),
+            items.append((f"energy_j{ep}/{stage}/epoch_domains", float(tot.domains),
                           "energy domains summed in the epoch's energy (count)"))
         q = tot.readings  # what the readings were worth: partial ones, rejected rail values, failed reads
         if q is not None:
@@ -375,13 +400,13 @@ class EnergyReporter:
                        f"{stage}: rail values rejected as implausible (count)"),
                       (f"readings/{stage}/epoch_failed", float(q.failed), f"{stage}: failed sensor reads (count)"),
                       (f"readings/{stage}/epoch_samples", float(q.samples), f"{stage}: power readings (count)")]
-        if s.twin_times and math.isfinite(tot.host_time_s):
-            items.append((f"host/time_ms/{stage}/epoch", tot.host_time_s * 1e3,
+        if s.twin_times and math.isfinite(tot.host_time_s) and tot.host_time_s > 0:
+            items.append((f"time_ms_host/{stage}/epoch", tot.host_time_s * 1e3,
                           f"{stage} epoch time on this machine, ms"))
         self._scalars(w, items, tot.epoch)
 
     # ------------------------------------------------------------------ extras, within the budget
-    def _extra(self, option: str, kind: str, n: int, what: str) -> bool:
+    def _extra(self, option: str, kind: str, n: int, what: str, keep_reports: bool = True) -> bool:
         """Whether the ``option`` setting (``figure`` or ``trace``) lets ``what`` (``n`` of ``kind``) be made now:
         always (True), never (False), or ``"auto"``: when its expected cost fits what is left of the run's budget,
         the reports kept; a note says why not."""
@@ -390,7 +415,7 @@ class EnergyReporter:
             return False
         b = self.budget
         need_s = b.need_s(kind, n)
-        if setting is True or b.afford(need_s, b.need_s("reports")):
+        if setting is True or b.afford(need_s, b.need_s("reports") if keep_reports else 0.0):
             return True
         verb = "drawn" if option == "figure" else "written"
         self.note(f"{what} not {verb}: about {need_s:.2g} s, over what is left of this run's overhead budget "
@@ -406,7 +431,9 @@ class EnergyReporter:
         if not self.figure or not todo:
             return
         b = self.budget
-        if self._extra("figure", "bars", len(todo), "layer bar charts"):
+        # the bar chart (some 20-40 ms) is part of what the budget keeps for the reports (OverheadBudget.need_s):
+        # a run that got its profiled step gets its chart, short runs included
+        if self._extra("figure", "bars", len(todo), "layer bar charts", keep_reports=False):
             f0 = b.clock_ns()
             with b.spend("bars"):
                 for st in todo:
@@ -449,24 +476,25 @@ class EnergyReporter:
             self.note(f"roofline figure failed: {type(exc).__name__}: {exc}")
 
     def _add_bars(self, w: Any, stage: str, st: Any, epoch: int) -> None:
-        """A bar chart of the stage's top layers: energy (J) and time (ms) per step, labelled simulated or not.
-        Drawn with Pillow (tens of milliseconds where a matplotlib figure takes about half a second)."""
+        """Where the stage's step energy goes, as one image (``layers/<stage>``, 1200 px wide, labelled simulated
+        or not): the step split into the layers and each row outside them, then the top layers by energy, named,
+        with their time. Drawn with Pillow (some 20-40 ms where a matplotlib figure takes about half a second)."""
         s = self.session
-        ranked = [ls for ls in st.ranked() if math.isfinite(ls.energy_j) and ls.energy_j > 0][: max(self.top, 10)]
-        if not ranked:
+        if not any(math.isfinite(ls.energy_j) and ls.energy_j > 0 for ls in st.layers.values()):
             return
         try:
             import numpy as np
 
-            from lightning_edge.profiling.report import bar_chart
+            from lightning_edge.profiling.report import energy_chart
 
-            kind = {"simulated": "SIMULATED (Orin twin)", "model": "ESTIMATED (roofline model)"}.get(s.source,
-                                                                                                  "measured")
-            tkind = "SIMULATED (Orin twin)" if s.twin_times else "this machine"
-            img = bar_chart([ls.name for ls in ranked], [("energy per step, J: " + kind, [ls.energy_j for ls in ranked]),
-                                                         ("time per step, ms: " + tkind,
-                                                          [ls.time_s * 1e3 for ls in ranked])],
-                            title=f"{stage}: top {len(ranked)} layers by energy")
+            kind = {"simulated": "SIMULATED (Jetson AGX Orin twin)",
+                    "model": "ESTIMATED (roofline model, no sensor)"}.get(s.source, "measured")
+            tkind = "SIMULATED (Orin twin)" if s.twin_times else "measured on this machine"
+            rows = [(ls.name, _is_region(ls), ls.energy_j, ls.time_s * 1e3) for ls in st.layers.values()]
+            img = energy_chart(rows, title=f"{stage}: where a step's energy goes, {kind}",
+                               subtitle=f"per step: the mean of {st.steps.steps} profiled step(s); energy {kind}, "
+                                        f"mode {s.mode}; times {tkind}",
+                               top=max(self.top, 15))
             w.add_image(f"layers/{stage}", np.asarray(img), epoch, dataformats="HWC")
         except Exception as exc:  # noqa: BLE001
             self.note(f"layer bar chart failed: {type(exc).__name__}: {exc}")
@@ -640,6 +668,19 @@ class EnergyReporter:
 
 #: time.time_ns() - time.perf_counter_ns(): puts this process's step clock on the epoch clock of Kineto's traces
 EPOCH_OFFSET_NS = time.time_ns() - time.perf_counter_ns()
+
+
+def region_tag(name: str) -> str:
+    """A row outside the layers as the last part of its tag: ``(idle and CPU)`` -> ``idle_and_CPU``. No parentheses:
+    the custom-scalars chart reads a series' run from the last ``(...)`` of ``"<tag> (<run>)"`` and draws nothing
+    for a tag holding one; the ``_region`` in the tag's first part says what it is."""
+    return name.strip("()").replace(" ", "_") or name
+
+
+def _is_region(le: Any) -> bool:
+    """A row outside the layers: ``(forward)``, ``(backward)``, ``(optimizer)``, the twin's ``(loss)`` and
+    ``(idle and CPU)``."""
+    return getattr(le, "kind", "") == "region" or str(getattr(le, "name", "")).startswith("(")
 
 
 def _finite_or_none(x: float) -> float | None:

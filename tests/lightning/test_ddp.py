@@ -133,8 +133,8 @@ def test_ddp_on_one_board_counts_the_board_once_and_every_rank_samples(tmp_path)
 @pytest.mark.slow
 def test_ddp_on_the_twin_adds_a_board_per_rank(tmp_path):
     scal, layers = _fit_ddp(tmp_path, "sim:orin-agx")
-    assert scal["sim/energy_j/train/epoch_domains"] == [2.0]
-    (epoch_j,), (jps,) = scal["sim/energy_j/train/epoch"], scal["sim/energy_j/train/per_sample"]
+    assert scal["energy_j_sim/train/epoch_domains"] == [2.0]
+    (epoch_j,), (jps,) = scal["energy_j_sim/train/epoch"], scal["energy_j_sim/train/per_sample"]
     assert epoch_j > 0 and epoch_j / jps == pytest.approx(64)
     assert any(k.endswith("energy_j/train/step") for k in scal)  # per-step figures are rank 0's
 

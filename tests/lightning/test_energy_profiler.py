@@ -106,19 +106,19 @@ def test_fit_with_the_twin_writes_tensorboard_reports_and_trace(package, tmp_pat
     acc = _events(log_dir)
     scalars = set(acc.Tags()["scalars"])
     # every time/energy/power card says it is simulated in its path, one unit per family
-    for tag in ("sim/time_ms/train/layer/net.0", "sim/energy_j/train/layer/net.0", "sim/time_ms/train/step",
-                "sim/energy_j/train/step", "sim/power_w/train/step", "sim/energy_j/train/epoch",
-                "sim/energy_j/train/per_sample", "sim/energy_j/validate/step", "sim/time_ms/validate/layer/net.0",
-                "host/time_ms/train/step", "host/time_ms/train/layer/net.0"):
+    for tag in ("time_ms_sim_layer/train/net.0", "energy_j_sim_layer/train/net.0", "time_ms_sim/train/step",
+                "energy_j_sim/train/step", "power_w_sim/train/step", "energy_j_sim/train/epoch",
+                "energy_j_sim/train/per_sample", "energy_j_sim/validate/step", "time_ms_sim_layer/validate/net.0",
+                "time_ms_host/train/step", "time_ms_host_layer/train/net.0", "energy_j_sim_region/train/optimizer"):
         assert tag in scalars, tag
-    assert all(t.split("/")[0] in ("sim", "host") for t in scalars if "time_ms" in t or "energy_j" in t), scalars
-    assert not [t for t in scalars if "power_w" in t and "/layer/" in t]  # per-layer power only on request
+    assert all(("_sim" in t.split("/")[0]) != ("_host" in t.split("/")[0])
+               for t in scalars if "time_ms" in t or "energy_j" in t), scalars
+    assert not [t for t in scalars if t.startswith("power_w") and "_layer/" in t]  # per-layer power only on request
     assert not [t for t in scalars if t.endswith("_mj") or "/mj" in t]
-    assert len([t for t in scalars if "/train/layer/" in t and t.startswith("sim/energy_j")]) <= 10
     # the card's description says simulated (TensorBoard shows it on the card)
-    meta = acc.SummaryMetadata("sim/energy_j/train/step")
+    meta = acc.SummaryMetadata("energy_j_sim/train/step")
     assert "SIMULATED" in meta.summary_description and "Jetson AGX Orin" in meta.summary_description
-    assert "this machine" in acc.SummaryMetadata("host/time_ms/train/step").summary_description
+    assert "this machine" in acc.SummaryMetadata("time_ms_host/train/step").summary_description
     # a custom scalars layout, once per run
     layouts = [t for t in acc.Tags()["tensors"] if t == "custom_scalars__config__"]
     assert len(layouts) == 1 and len(acc.Tensors(layouts[0])) == 1
@@ -127,20 +127,21 @@ def test_fit_with_the_twin_writes_tensorboard_reports_and_trace(package, tmp_pat
     lay = layout_pb2.Layout()
     lay.ParseFromString(acc.Tensors(layouts[0])[0].tensor_proto.string_val[0])
     titles = {c.title for cat in lay.category for c in cat.chart}
-    assert {"step energy (J)", "epoch energy (J)", "top layers by energy: train (J)"} <= titles
+    assert {"step energy (J)", "epoch energy (J)", "train: top layers, energy per step (J)"} <= titles
     assert "roofline/train" in acc.Tags()["images"] and "layers/train" in acc.Tags()["images"]  # figure=True
     assert any(t.startswith("energy/train_layers") for t in acc.Tags()["tensors"])
     text = acc.Tensors([t for t in acc.Tags()["tensors"] if t.startswith("energy/train_layers")][0])[0]
     md = text.tensor_proto.string_val[0].decode()
     assert "SIMULATED" in md and "`net.0`" in md
 
-    # the layers of a profiled step sum to that step's simulated energy (every layer logged: log_layers="all")
+    # the layers and the rows outside them of a profiled step sum to that step's simulated energy (every layer
+    # logged: log_layers="all")
     per_step = defaultdict(float)
     for tag in scalars:
-        if tag.startswith("sim/energy_j/train/layer/"):
+        if tag.startswith(("energy_j_sim_layer/train/", "energy_j_sim_region/train/")):
             for ev in acc.Scalars(tag):
                 per_step[ev.step] += ev.value
-    steps = {ev.step: ev.value for ev in acc.Scalars("sim/energy_j/train/step")}
+    steps = {ev.step: ev.value for ev in acc.Scalars("energy_j_sim/train/step")}
     assert per_step and set(per_step) <= set(steps)
     for s, e in per_step.items():
         assert e == pytest.approx(steps[s], rel=1e-4)
@@ -192,11 +193,11 @@ def test_validate_test_predict_without_logger_or_sensor(package, tmp_path, capsy
     assert cb.log_dir.startswith(str(tmp_path / "lightning_logs" / "energy"))  # own SummaryWriter
     acc = _events(cb.log_dir)
     scalars = set(acc.Tags()["scalars"])
-    for tag in ("estimated/energy_j/validate/step", "estimated/energy_j/test/step", "estimated/energy_j/predict/step",
-                "time_ms/test/layer/net.0", "estimated/energy_j/test/layer/net.0", "estimated/energy_j/test/epoch",
-                "estimated/energy_j/predict/per_sample"):
+    for tag in ("energy_j_estimated/validate/step", "energy_j_estimated/test/step", "energy_j_estimated/predict/step",
+                "time_ms_layer/test/net.0", "energy_j_estimated_layer/test/net.0", "energy_j_estimated/test/epoch",
+                "energy_j_estimated/predict/per_sample"):
         assert tag in scalars, tag
-    assert "ESTIMATED" in acc.SummaryMetadata("estimated/energy_j/test/step").summary_description
+    assert "ESTIMATED" in acc.SummaryMetadata("energy_j_estimated/test/step").summary_description
     doc = json.load(open(os.path.join(cb.log_dir, "layers.json")))
     assert doc["source"] == "model" and set(doc["stages"]) == {"validate", "test", "predict"}
     for st in doc["stages"].values():
@@ -408,8 +409,10 @@ def test_tensorboard_stays_readable_on_a_deep_model_and_figures_are_drawn_once_p
     trainer.fit(Deep(), dl)
     acc = _events(logger.log_dir)
     scalars = acc.Tags()["scalars"]
-    assert len([t for t in scalars if "/layer/" in t]) == 3 * 10  # time, energy, host time of the top 10
-    assert len(scalars) <= 45, len(scalars)
+    assert len([t for t in scalars if "_layer/" in t]) == 3 * 10  # time, energy, host time of the top 10
+    regions = {t.rsplit("/", 1)[1] for t in scalars if "_region/" in t}  # (optimizer), (loss), ...: a few rows
+    assert regions and len(regions) <= 6 and "optimizer" in regions and not any("(" in r for r in regions), regions
+    assert len(scalars) <= 30 + 3 * len(regions) + 20, len(scalars)
     assert len(acc.Images("roofline/train")) == 1 and len(acc.Images("layers/train")) == 1  # not per epoch
     (text_tag,) = [t for t in acc.Tags()["tensors"] if t.startswith("energy/train_layers")]
     assert len(acc.Tensors(text_tag)) == 1
@@ -472,7 +475,7 @@ def test_step_totals_follow_the_trainers_log_every_n_steps(tmp_path):
     trainer = _trainer(L, tmp_path, [cb], logger=logger, max_steps=12, log_every_n_steps=5, limit_val_batches=0)
     trainer.fit(_module(L), _loader(n=96))
     acc = _events(logger.log_dir)
-    logged = sorted(ev.step for ev in acc.Scalars("estimated/energy_j/train/step"))
+    logged = sorted(ev.step for ev in acc.Scalars("energy_j_estimated/train/step"))
     totals = cb.session.totals["train"]
     profiled = {t.global_step for t in totals if t.profiled}
     every_5th = {t.global_step for t in totals if t.index in (4, 9)}  # batches 5 and 10

@@ -439,7 +439,7 @@ def test_a_plain_loop_drives_the_reporter_as_the_callback_does(tmp_path):
     assert o["setup_s"] > 0 and o["excess_s"] > 0  # the analysis and the profiled steps, charged by their parts
     acc = EventAccumulator(str(tmp_path))
     acc.Reload()
-    assert "sim/energy_j/train/step" in acc.Tags()["scalars"] and "sim/energy_j/train/layer/0" in acc.Tags()["scalars"]
+    assert "energy_j_sim/train/step" in acc.Tags()["scalars"] and "energy_j_sim_layer/train/0" in acc.Tags()["scalars"]
 
 
 def test_a_short_run_gets_its_cost_model_and_a_profiled_step_within_the_floor():
