@@ -3,7 +3,7 @@
 * ``RooflineEnergy``: Pagoda eq. 2, E = eps_flop W + eps_mop Q + pi_0 T (Pagoda);
 * ``RefinedRoofline``: the time model with utilisation efficiency (Jantsch), usable inside RooflineEnergy;
 * ``ConvFCEnergyModel``: the empirical conv/FC model with published TX2 / Xavier NX parameters (Lahmer et al.);
-* ``MACRegression``: MAC-count energy regression, fitted or SyNERGY's published TX1 model (SyNERGY).
+* ``MACRegression``: MAC-count energy regression, fitted or SyNERGY's published TX1 model.
 
 All results are labelled ``estimated``.
 """
