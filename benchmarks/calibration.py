@@ -4,7 +4,7 @@
     python benchmarks/calibration.py --keys orin-nx-16gb --seeds 0 --modes 15
 
 For each catalogued module and seed a **hidden board** is drawn (``tests/fakes/boards.py``: the catalogue's board of
-the module, extrapolated from the seeds' AGX Orin: half the GPU for an NX, its bus and rated power, then every
+the module, extrapolated from the papers' AGX Orin: half the GPU for an NX, its bus and rated power, then every
 coefficient the fit may move times a seeded log-normal factor, sd 0.2: other power figures, other efficiencies,
 other CPU costs) and written as a board file. ``lightning-edge calibrate`` runs on it unchanged
 (:func:`lightning_edge.calibrate.kit.calibrate` on ``get_board("sim:hidden.json")``): 15 modes of its design, the
@@ -110,7 +110,7 @@ def main() -> None:
         "",
         f"Machine: {machine()}. Run time {elapsed:.0f} s. `python benchmarks/calibration.py` (modules "
         f"{', '.join(args.keys)}; seeds {', '.join(map(str, args.seeds))}; {args.modes} modes each). Every number is "
-        "**SIMULATED**: each hidden board is the catalogue's board of the module (extrapolated from the seeds' AGX "
+        "**SIMULATED**: each hidden board is the catalogue's board of the module (extrapolated from the papers' AGX "
         "Orin: for an NX half the SMs, half the memory bus, 40/60 of the rated power) with every coefficient the fit "
         "may move drawn anew (x exp(0.2 N(0,1)), seeded: other power figures, efficiencies and CPU costs), played by "
         "`get_board(\"sim:hidden.json\")`; `lightning-edge calibrate`'s code measures it (microbenchmarks on the "

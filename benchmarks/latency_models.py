@@ -1,4 +1,4 @@
-"""Latency models (seed 003, issue 30) on networks they never saw, fitted from this device's microbenchmarks alone.
+"""Latency models (Jantsch, issue 30) on networks they never saw, fitted from this device's microbenchmarks alone.
 
 Every kind is fitted here, from measurements of this machine only (no network's per-layer times), within a time
 budget, and predicts the held-out networks of ``benchmarks/heldout_nets.py`` (families not in the zoo: AlexNet-
@@ -45,7 +45,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-SECTION = "# Latency models (seed 003) on this machine"
+SECTION = "# Latency models (Jantsch) on this machine"
 KINDS = ("roofline", "refined", "statistical", "mixed", "stepwise")
 TARGET = {"stepwise": 10.0, "mixed": 10.0}
 

@@ -3,7 +3,7 @@
     python benchmarks/transfer.py                    # 3 pairs x 2 workloads x 3 budgets x 3 seeds, ~20-30 minutes on 2 cores
     python benchmarks/transfer.py --pairs orin-nx-16gb:orin-nano-8gb --seeds 0
 
-Each seed draws a **hidden silicon**: the seeds' AGX Orin coefficients, every one times a seeded log-normal factor
+Each seed draws a **hidden silicon**: the papers' AGX Orin coefficients, every one times a seeded log-normal factor
 (sd 0.2; ``tests/fakes/boards.py``). Two modules of it are simulated boards: each is that silicon extrapolated to the
 module by the catalogue's hardware ratios, with its own power figures (x exp(0.1 N(0,1))): board A (the source, the
 one the user owns first) and board B (the target). Nothing below sees a hidden coefficient:
@@ -13,7 +13,7 @@ one the user owns first) and board B (the target). Nothing below sees a hidden c
    (SQLite, as a user's would);
 3. on B the same workload is tuned three ways, through the same engine as ``PowerModeTuner`` (simulated steps, noise,
    power settling): *no prior*; *catalogue prior* (the default on a simulated board: B's catalogue board, extrapolated
-   from the seeds' published-figure twin); *transferred prior* (:func:`lightning_edge.tuning.transfer.
+   from the papers' published-figure twin); *transferred prior* (:func:`lightning_edge.tuning.transfer.
    transferred_prior`: A's calibrated file extrapolated to B, corrected by A's stored profiles of the workload).
 
 Reported: the chosen mode's noise-free time over the oracle's (the fastest mode of B's grid within the budget, from
@@ -163,7 +163,7 @@ def main() -> None:
         f"Machine: {machine()}. Run time {elapsed:.0f} s. `python benchmarks/transfer.py` (pairs "
         f"{', '.join(args.pairs)}; seeds {', '.join(map(str, args.seeds))}; budgets "
         f"{', '.join(f'{b:.0%}' for b in BUDGETS)} of the workload's highest power on B). Every number is "
-        "**SIMULATED**: per seed a hidden silicon (the seeds' AGX Orin coefficients x exp(0.2 N(0,1))), two modules of it "
+        "**SIMULATED**: per seed a hidden silicon (the papers' AGX Orin coefficients x exp(0.2 N(0,1))), two modules of it "
         "(extrapolated by the catalogue's hardware ratios, each with its own power figures x exp(0.1 N(0,1))); A is "
         "calibrated (15 modes) and the workload tuned on it without a prior into a SQLite profile store; then on B the "
         "same engine as `PowerModeTuner` (GMD, simulated steps with noise and power settling) tunes with no prior, "

@@ -2,7 +2,7 @@
 
     python benchmarks/twin_validation.py [--out benchmarks/results/twin_validation.md]
 
-Targets: shared/spec/orin-agx-twin.md (Pagoda, seed 000; Fulcrum, seed 001). The twin's values are
+Targets: docs/twin-targets.md (Pagoda and Fulcrum, docs/references.md). The twin's values are
 ``simulated``. Conventions (Pagoda's 96 modes, slope ratio, LSTM sequence length...) are in
 ``lightning_edge/twin/validation.py`` and docs/twin.md.
 """
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     head = [
         "# Orin AGX twin: validation against the published figures",
         "",
-        "Every figure of `shared/spec/orin-agx-twin.md` (Pagoda = seed 000, Fulcrum = seed 001) beside the",
+        "Every figure of `docs/twin-targets.md` (Pagoda and Fulcrum, docs/references.md) beside the",
         "twin's value. All twin values are **simulated** (the model in `lightning_edge/devices/sim`,",
         "coefficients in `lightning_edge/data/orin-agx-twin.json`). Errors are relative (twin/target - 1)",
         "unless given in percentage points (pts). Conventions: see docs/twin.md.",

@@ -290,7 +290,7 @@ def _start_board(board: Any) -> Any:
     seed = seed_board()
     return BoardFile(str(key or "unknown"), dict(seed.params), {k: "extrapolated" for k in seed.params},
                      label="extrapolated", mode_space=_grid(board.space),
-                     notes=["a module the catalogue does not know: the seeds' coefficients as the start"])
+                     notes=["a module the catalogue does not know: the papers' coefficients as the start"])
 
 
 def _grid(space: PowerModeSpace) -> dict[str, list[float]]:

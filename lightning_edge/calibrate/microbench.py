@@ -1,4 +1,4 @@
-"""Roofline microbenchmarks in the spirit of Pagoda (seed 000, section 5.2.4) and PRoof.
+"""Roofline microbenchmarks in the spirit of Pagoda (section 5.2.4) and PRoof.
 
 * peak FLOP/s: square matmul ``C = A @ B`` swept over sizes n (powers of two); W = 2 n^3 FLOP,
   Q = 3 n^2 x element size (A and B read once, C written once: the compulsory traffic);

@@ -1,7 +1,7 @@
 """What we know about Jetson boards: one entry per module, every fact with its source (docs/boards.md).
 
 - :mod:`~lightning_edge.catalog.boards`: the modules (:data:`BOARDS`): CPU clusters, frequency tables, nvpmodel named
-  modes, rails, rated power (:data:`MODULE_MAX_POWER`), the seeds' grid and Fulcrum's subset;
+  modes, rails, rated power (:data:`MODULE_MAX_POWER`), the papers' grid and Fulcrum's subset;
 - :mod:`~lightning_edge.catalog.paths`: where the knobs live in sysfs, per SoC family (:data:`LAYOUTS`);
 - :mod:`~lightning_edge.catalog.hardware`: what a board's twin is extrapolated by (:data:`HARDWARE`: SMs, tensor
   cores, memory bus width, CPU architecture);

@@ -2,7 +2,7 @@
 
 Read from the boards' own files (see :mod:`lightning_edge.catalog.sources` and docs/boards.md): NVIDIA's nvpmodel
 .conf files (named modes, cores, CPU clusters, the sysfs files nvpmodel writes), mainline device trees (module
-numbers), the seeds' grid. A fact not read in such a file is marked unconfirmed with what it rests on. A real
+numbers), the papers' grid. A fact not read in such a file is marked unconfirmed with what it rests on. A real
 board's ``available_frequencies`` win over every table here (:func:`lightning_edge.devices.controllers.sysfs.
 discover_space`): images differ.
 """
@@ -30,22 +30,22 @@ __all__ = [
     "ORIN_AGX_MAXN", "SPACES", "board_info", "fulcrum_space", "named_space", "orin_agx_space",
 ]
 
-# --------------------------------------------------------------------------- the seeds' board: AGX Orin dev kit
+# --------------------------------------------------------------------------- the papers' board: AGX Orin dev kit
 ORIN_AGX_CPU_KHZ: tuple[int, ...] = (
     115200, 192000, 268800, 345600, 422400, 499200, 576000, 652800, 729600, 806400,
     883200, 960000, 1036800, 1113600, 1190400, 1267200, 1344000, 1420800, 1497600, 1574400,
     1651200, 1728000, 1804800, 1881600, 1958400, 2035200, 2112000, 2188800, 2201600,
 )  # fmt: skip
-"""``scaling_available_frequencies`` of every CPU cluster (kHz), 29 values (the seeds' grid)."""
+"""``scaling_available_frequencies`` of every CPU cluster (kHz), 29 values (the papers' grid)."""
 
 ORIN_AGX_GPU_HZ: tuple[int, ...] = (
     114750000, 216750000, 318750000, 420750000, 522750000, 624750000, 726750000,
     828750000, 930750000, 1032750000, 1134750000, 1236750000, 1300500000,
 )  # fmt: skip
-"""GPU devfreq ``available_frequencies`` (Hz), 13 values (the seeds' grid)."""
+"""GPU devfreq ``available_frequencies`` (Hz), 13 values (the papers' grid)."""
 
 ORIN_AGX_EMC_HZ: tuple[int, ...] = (204000000, 665600000, 2133000000, 3199000000)
-"""Memory (EMC) rates (Hz), 4 values (the seeds' grid)."""
+"""Memory (EMC) rates (Hz), 4 values (the papers' grid)."""
 
 ORIN_AGX_MAXN = PowerMode(12, 2201.6, 1300.5, 3199.0)
 """MAXN: ``12c/2201.6/1300.5/3199``."""
@@ -92,7 +92,7 @@ _P3701_0004 = _conf("nvpmodel_p3701_0004.conf", 2, [
 # no public nvpmodel_p3701_0005.conf was found: the 64GB module's modes are the developer kit's, as the notes have it
 _P3701_0005 = _modes(
     derived("no public nvpmodel_p3701_0005.conf was found; the developer kit's modes, 'as p3701-0000' in "
-            "shared/spec/jetson-boards.md", nvpmodel_conf("nvpmodel_p3701_0000.conf")),
+            "docs/jetson-board-notes.md", nvpmodel_conf("nvpmodel_p3701_0000.conf")),
     "jetpack5", 2, [(m.id, m.name, m.cores, m.cpu_khz, m.gpu_hz, m.emc_hz) for m in _P3701_0000])
 _P3767_0000 = _conf("nvpmodel_p3767_0000.conf", 2, [
     (0, "MAXN", 8, None, None, None),
@@ -165,7 +165,7 @@ _P2888 = _modes(_XAVIER_AGX_SRC, "jetpack4", 2, [
 ])
 _THOR_MODES = tuple(
     NamedMode(name, None, None, None, None, None, "unknown",
-              Source("shared/spec/jetson-boards.md: names from a third-party test fixture only, caps unknown", False),
+              Source("docs/jetson-board-notes.md: names from a third-party test fixture only, caps unknown", False),
               default=name == "120W", known=False)
     for name in ("MAXN", "120W", "90W", "70W"))
 
@@ -173,7 +173,7 @@ _THOR_MODES = tuple(
 _THIRD_PARTY_NX = third_party(
     "an Orin NX's scaling_available_frequencies and GPU available_frequencies (JetPack 5) as listed in a public "
     "TensorRT power-benchmark script (stored-code index, repository not named there); GPU 306-918 MHz as in "
-    "shared/spec/jetson-boards.md")
+    "docs/jetson-board-notes.md")
 _ORIN_NX_CPU_KHZ = ORIN_AGX_CPU_KHZ[:25] + (1984000,)  # 115.2-1958.4 MHz as on the AGX Orin, then 1984 MHz
 _P3767_GPU_JP5_HZ = (306000000, 408000000, 510000000, 612000000, 714000000, 816000000, 918000000)
 
@@ -191,21 +191,21 @@ _NX_GPU = Table(_P3767_GPU_JP5_HZ + (1173000000,), derived(
                                                                                     True)))
 _NANO_CPU = Table(ORIN_AGX_CPU_KHZ[:22], derived(
     "the Orin CPU table (the same on the AGX Orin and the Orin NX readings up to 1958.4 MHz) up to 1728 MHz, the "
-    "CPU cap of 25W in nvpmodel_p3767_0004_super.conf and the Super maximum in shared/spec/jetson-boards.md", SEEDS,
+    "CPU cap of 25W in nvpmodel_p3767_0004_super.conf and the Super maximum in docs/jetson-board-notes.md", SEEDS,
     _THIRD_PARTY_NX))
 _NANO_GPU = Table(_P3767_GPU_JP5_HZ + (1020000000,), derived(
     "the Orin NX's JetPack 5 table, topped by 1020 MHz, the GPU cap of 25W in nvpmodel_p3767_0004_super.conf and "
-    "the Super maximum in shared/spec/jetson-boards.md (JetPack 5: 625 MHz)", _THIRD_PARTY_NX))
+    "the Super maximum in docs/jetson-board-notes.md (JetPack 5: 625 MHz)", _THIRD_PARTY_NX))
 
 # --------------------------------------------------------------------------- rails
 _AGX_RAIL_NAMES = ("VDD_GPU_SOC", "VDD_CPU_CV", "VIN_SYS_5V0", "VDDQ_VDD2_1V8AO")
 _AGX_RAILS = Rails(_AGX_RAIL_NAMES, None, _AGX_RAIL_NAMES, Source(
-    "shared/spec/orin-agx-twin.md: INA3221 1-0040 VDD_GPU_SOC, VDD_CPU_CV, VIN_SYS_5V0, 1-0041 VDDQ_VDD2_1V8AO, no "
+    "docs/twin-targets.md: INA3221 1-0040 VDD_GPU_SOC, VDD_CPU_CV, VIN_SYS_5V0, 1-0041 VDDQ_VDD2_1V8AO, no "
     "VDD_IN: the total is their sum, what tegrastats and jtop report", True))
 _AGX_RAILS_OTHER = Rails(_AGX_RAIL_NAMES, None, _AGX_RAIL_NAMES, _AGX_RAILS.source + SPEC_NOTES)
 _P3767_RAIL_NAMES = ("VDD_IN", "VDD_CPU_GPU_CV", "VDD_SOC")
 _P3767_RAILS = Rails(_P3767_RAIL_NAMES, "VDD_IN", ("VDD_IN",), Source(
-    "shared/spec/orin-agx-twin.md: Orin NX/Nano rails VDD_IN (the total), VDD_CPU_GPU_CV, VDD_SOC", True))
+    "docs/twin-targets.md: Orin NX/Nano rails VDD_IN (the total), VDD_CPU_GPU_CV, VDD_SOC", True))
 _XAVIER_AGX_RAIL_NAMES = ("GPU", "CPU", "SOC", "CV", "VDDRQ", "SYS5V")
 
 # --------------------------------------------------------------------------- the modules
@@ -245,7 +245,7 @@ BOARDS: dict[str, BoardInfo] = {b.key: b for b in (
             "1728 MHz, are on it)", SEEDS)),
         gpu=Table(ORIN_AGX_GPU_HZ[:9], derived(
             "the developer kit's GPU table up to 930.75 MHz: 'GPU about 930 MHz' (issue 29), 'GPU max per "
-            "datasheet ~930 MHz' (shared/spec/jetson-boards.md); one TPC gated in every mode (TPC_PG_MASK 128 in "
+            "datasheet ~930 MHz' (docs/jetson-board-notes.md); one TPC gated in every mode (TPC_PG_MASK 128 in "
             "MAXN)", SEEDS, SPEC_NOTES)),
         emc=_ORIN_EMC, nvpmodel_clusters=_A78[:2], named_modes=_P3701_0004, rails=_AGX_RAILS_OTHER,
         layout=LAYOUTS["t234"], grid_firmware="jetpack5",
@@ -316,14 +316,14 @@ BOARDS: dict[str, BoardInfo] = {b.key: b for b in (
         "xavier-agx", "NVIDIA Jetson AGX Xavier (p2888)", 8, ((0, 1), (2, 3), (4, 5), (6, 7)),
         compatible=("p2888",), module="p2888", soc="t194",
         cpu=Table((1200000, 1450000, 1780000, 2100000, 2265600), derived(
-            "the CPU caps of its nvpmodel modes and the MAXN maximum 2265.6 MHz of shared/spec/jetson-boards.md: "
+            "the CPU caps of its nvpmodel modes and the MAXN maximum 2265.6 MHz of docs/jetson-board-notes.md: "
             "documented points, not the board's table", _XAVIER_AGX_SRC, SPEC_NOTES)),
         gpu=Table((114750000, 216750000, 318750000, 420750000, 522750000, 624750000, 675750000, 828750000,
                    905250000, 1032750000, 1198500000, 1236750000, 1338750000, 1377000000), third_party(
             "an AGX Xavier's GPU frequencies as listed in a public benchmark script (stored-code index), up to "
-            "1377 MHz, the MAXN GPU maximum of shared/spec/jetson-boards.md")),
+            "1377 MHz, the MAXN GPU maximum of docs/jetson-board-notes.md")),
         emc=Table((1065600000, 1331200000, 1600000000, 2133000000), derived(
-            "the EMC caps of its nvpmodel modes and the MAXN maximum 2133 MHz of shared/spec/jetson-boards.md",
+            "the EMC caps of its nvpmodel modes and the MAXN maximum 2133 MHz of docs/jetson-board-notes.md",
             _XAVIER_AGX_SRC, SPEC_NOTES)),
         nvpmodel_clusters=tuple(f"CPU_DENVER_{i}" for i in range(4)), named_modes=_P2888,
         rails=Rails(_XAVIER_AGX_RAIL_NAMES, None, _XAVIER_AGX_RAIL_NAMES, SPEC_NOTES),
@@ -401,7 +401,7 @@ def board_info(key: str) -> BoardInfo:
 
 # --------------------------------------------------------------------------- named spaces
 def orin_agx_space() -> PowerModeSpace:
-    """The full Orin AGX developer-kit grid (the seeds' board): 12 x 29 x 13 x 4 = 18,096 modes."""
+    """The full Orin AGX developer-kit grid (the papers' board): 12 x 29 x 13 x 4 = 18,096 modes."""
     return BOARDS["orin-agx"].space()  # type: ignore[return-value]
 
 

@@ -14,7 +14,7 @@ __all__ = ["BoardInfo", "NamedMode", "Rails", "RatedPower", "Source", "SysfsLayo
 @dataclass(frozen=True)
 class Source:
     """Where a fact comes from. ``confirmed``: read in NVIDIA's own file (the commit of the public copy is in
-    ``cite``) or in the seeds' notes (shared/spec/orin-agx-twin.md); otherwise the fact is **unconfirmed** (a
+    ``cite``) or in docs/twin-targets.md; otherwise the fact is **unconfirmed** (a
     secondary source: gathered notes, a third-party copy or reading, a data-sheet figure not read in a file here) and
     ``cite`` says which and, for a derived value, how it was derived."""
 

@@ -1,9 +1,9 @@
 """The hardware facts a board's twin is extrapolated by (issue 29 item 3): per module, its GPU's SMs and tensor cores,
 its memory bus width, its CPU cores' architecture, each with its source (the module's clocks, cores and rated power
 are in its :class:`~lightning_edge.catalog.facts.BoardInfo`). A fact not found in a source read here is ``None`` and
-its source says **unknown**; an extrapolation that needs it assumes the seeds' board's value and says so.
+its source says **unknown**; an extrapolation that needs it assumes the papers' board's value and says so.
 
-The seeds' board (``orin-agx``: 16 SMs of 128 CUDA cores and 4 tensor cores, a 256-bit LPDDR5 bus) is the reference
+The papers' board (``orin-agx``: 16 SMs of 128 CUDA cores and 4 tensor cores, a 256-bit LPDDR5 bus) is the reference
 the twin's coefficients were fitted on; :func:`lightning_edge.twin.boards.extrapolate` scales them by these ratios
 (docs/boards.md, "Extrapolated boards").
 """
@@ -51,7 +51,7 @@ _ORIN_BRIEF = third_party(
     "NVIDIA Jetson AGX Orin Series Technical Brief (nvidia-jetson-agx-orin-technical-brief.pdf) as summarised at "
     "mzph.cn/web/30785.shtml: 2 GPCs, 16 SMs, 128 CUDA cores and 4 third-generation tensor cores per SM (2048 and 64)")
 _ORIN_DRAM = Source("the twin's DRAM peak, 204.8 GB/s: LPDDR5, 256-bit at 3199 MHz EMC "
-                    "(lightning_edge/twin/physics.py DRAM_PEAK_BPS, from the seeds' notes)", True) + SEEDS
+                    "(lightning_edge/twin/physics.py DRAM_PEAK_BPS, from the twin targets (docs/twin-targets.md))", True) + SEEDS
 _NANO_DS = third_party(
     "NVIDIA Jetson Orin Nano Series data sheet as copied at scribd.com/document/673174036: 'Jetson Orin Nano 8GB: "
     "1024 NVIDIA CUDA cores | 32 Tensor cores', 'Jetson Orin Nano 4GB: 512 NVIDIA CUDA cores | 16 Tensor cores', "

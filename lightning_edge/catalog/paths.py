@@ -30,7 +30,7 @@ _T194_GPU = "sys/devices/17000000.gv11b/devfreq/17000000.gv11b"
 
 LAYOUTS: dict[str, SysfsLayout] = {
     # Orin (T234): the GPU devfreq directory of JetPack 5 and the EMC cap are what nvpmodel writes (PARAM GPU
-    # MAX_FREQ, PARAM EMC MAX_FREQ); JetPack 6 moved the GPU under platform/bus@0 (the seeds' notes); the Super files'
+    # MAX_FREQ, PARAM EMC MAX_FREQ); JetPack 6 moved the GPU under platform/bus@0 (the twin targets (docs/twin-targets.md)); the Super files'
     # MAX_FREQ_KNEXT name a third directory (devfreq_dev) and the JetPack 6 EMC cap (nvpmodel_clk_cap/emc)
     "t234": SysfsLayout(
         family="t234",

@@ -18,9 +18,9 @@ JP5_COMMIT = "640733e607499e9bb841d200638996680e5dd47b"
 SUPER_COMMIT = "370b63a8dbe954cd5f2da0c24694a1af5796612f"
 LINUX = "torvalds/linux"
 
-SEEDS = Source("the seeds' grid, shared/spec/orin-agx-twin.md (Orin AGX developer kit, JetPack 5: the frequencies "
+SEEDS = Source("the papers' grid, docs/twin-targets.md (Orin AGX developer kit, JetPack 5: the frequencies "
                "the reference papers list)", True)
-SPEC_NOTES = Source("shared/spec/jetson-boards.md (facts gathered from public files, not verified against NVIDIA's "
+SPEC_NOTES = Source("docs/jetson-board-notes.md (facts gathered from public files, not verified against NVIDIA's "
                     "files here)", False)
 
 

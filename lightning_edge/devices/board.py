@@ -11,7 +11,7 @@ sampler. ``spec``:
 - ``"none"`` / ``"cpu"`` / ``"host"``: this machine, no power sensor, no controller (time-only profiling,
   wall-clock serving);
 - ``"sim"`` / ``"sim:orin-agx"``: the Orin AGX twin (:class:`~lightning_edge.devices.sim.device.SimulatedOrin`);
-  ``"sim:<key>"``: the twin of any catalogued module (its grid; its coefficients extrapolated from the seeds' board,
+  ``"sim:<key>"``: the twin of any catalogued module (its grid; its coefficients extrapolated from the papers' board,
   labelled ``extrapolated``: :mod:`lightning_edge.twin.boards`); ``"sim:PATH.json"``: the twin of a board file
   (``lightning-edge calibrate`` writes one);
 - a ``SimulatedOrin`` or any object with ``sensor`` and/or ``controller`` (and optionally ``twin``) attributes:

@@ -1,9 +1,9 @@
 """Per-layer energy estimators behind one interface (``EnergyEstimator.estimate / estimate_many``).
 
-* ``RooflineEnergy``: Pagoda eq. 2, E = eps_flop W + eps_mop Q + pi_0 T (seed 000);
-* ``RefinedRoofline``: the time model with utilisation efficiency (seed 003), usable inside RooflineEnergy;
-* ``ConvFCEnergyModel``: the empirical conv/FC model with published TX2 / Xavier NX parameters (seed 002);
-* ``MACRegression``: MAC-count energy regression, fitted or SyNERGY's published TX1 model (seed 004).
+* ``RooflineEnergy``: Pagoda eq. 2, E = eps_flop W + eps_mop Q + pi_0 T (Pagoda);
+* ``RefinedRoofline``: the time model with utilisation efficiency (Jantsch), usable inside RooflineEnergy;
+* ``ConvFCEnergyModel``: the empirical conv/FC model with published TX2 / Xavier NX parameters (Lahmer et al.);
+* ``MACRegression``: MAC-count energy regression, fitted or SyNERGY's published TX1 model.
 
 All results are labelled ``estimated``.
 """

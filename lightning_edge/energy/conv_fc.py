@@ -1,4 +1,4 @@
-"""Empirical energy model of convolutional and fully connected layers (seed 002: Lahmer, Khoshsirat,
+"""Empirical energy model of convolutional and fully connected layers (Lahmer, Khoshsirat,
 Rossi, Zanella, "Energy Consumption of Neural Networks on NVIDIA Edge Boards: an Empirical Model").
 
 Transcription (equation numbers are the paper's):
@@ -172,10 +172,10 @@ class ConvFCParams:
     b_c: float
     a_f: float | None
     source: str = "published"
-    reference: str = "seed 002, Table III"
+    reference: str = "Lahmer et al., Table III"
 
 
-# Table III of seed 002 ("Empirical Parameters"), read as J per MAC.
+# Table III of Lahmer et al. ("Empirical Parameters"), read as J per MAC.
 TX2 = ConvFCParams("jetson-tx2", a_c=2.6727e-08, b_c=1.21334e-10, a_f=None)
 XAVIER_NX = ConvFCParams("jetson-xavier-nx", a_c=2.8674e-08, b_c=4.7639e-10, a_f=6.2454e-09)
 BOARDS = {"tx2": TX2, "jetson-tx2": TX2, "xavier-nx": XAVIER_NX, "jetson-xavier-nx": XAVIER_NX, "xavier_nx": XAVIER_NX}
@@ -215,7 +215,7 @@ class ConvFCEnergyModel(EnergyEstimator):
             key = params.lower()
             if key not in BOARDS:
                 raise ValueError(f"ConvFCEnergyModel: unknown board {params!r}; published parameters exist for "
-                                 "'tx2' and 'xavier-nx' (seed 002, Table III), or pass ConvFCParams(...)")
+                                 "'tx2' and 'xavier-nx' (Lahmer et al., Table III), or pass ConvFCParams(...)")
             params = BOARDS[key]
         self.params = params
         self.shapes = dict(shapes or {})
@@ -238,7 +238,7 @@ class ConvFCEnergyModel(EnergyEstimator):
     def fc_energy_j(self, shape: FCShape) -> float:
         """E_fc = CLF x a_f, per sample (eq. 8)."""
         if self.params.a_f is None:
-            raise ValueError(f"ConvFCEnergyModel: no a_f for {self.params.board} (seed 002, Table III publishes a_f "
+            raise ValueError(f"ConvFCEnergyModel: no a_f for {self.params.board} (Lahmer et al., Table III publishes a_f "
                              "for the Xavier NX only); use params='xavier-nx', fit one, or skip_unsupported=True")
         return shape.clf() * self.params.a_f
 
@@ -287,7 +287,7 @@ class ConvFCEnergyModel(EnergyEstimator):
         if fc_samples:
             a_f = _slope_through_origin([(s.clf() * s.batch, float(e)) for s, e in fc_samples])
         params = ConvFCParams(board, a_c, b_c, None if math.isnan(a_f) else a_f, source="measured",
-                              reference="fitted with ConvFCEnergyModel.fit (seed 002 eqs. 6-8)")
+                              reference="fitted with ConvFCEnergyModel.fit (Lahmer et al. eqs. 6-8)")
         return cls(params)
 
 

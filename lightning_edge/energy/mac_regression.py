@@ -1,4 +1,4 @@
-"""MAC-count energy regression in the spirit of SyNERGY (seed 004, section 6: Rodrigues, Riley, Luján).
+"""MAC-count energy regression in the spirit of SyNERGY (section 6: Rodrigues, Riley, Luján).
 
 SyNERGY models the energy of a ConvNet's conv layers on the Jetson TX1 CPU (Caffe, single thread) as
 a multi-variable linear regression (its eq. 5) on two performance counters,
@@ -40,7 +40,7 @@ __all__ = ["MACRegression", "RegressionReport", "SYNERGY_TX1", "FEATURES"]
 
 FEATURES = ("macs", "flops", "bytes", "bytes_read", "bytes_written", "params")
 
-# SyNERGY (seed 004) published constants, in J
+# SyNERGY published constants, in J
 SYNERGY_TX1 = {
     "simd_per_mac": 0.2454,        # Table 4 (slope of measured SIMD vs MAC; section 6.2)
     "bus_per_simd": 0.06639,       # Table 5 (slope of bus accesses vs SIMD; section 6.3)
@@ -119,7 +119,7 @@ class MACRegression(EnergyEstimator):
         """SyNERGY's published conv-layer model for the Jetson TX1 CPU: E = 1.3245e-9 J x MACs (see module doc)."""
         m = cls(features=("macs",))
         m.coef = {"*": np.array([SYNERGY_TX1["j_per_mac"]])}
-        m.source = "published (seed 004, Tables 3-5; Jetson TX1 CPU, Caffe, single thread, conv layers)"
+        m.source = "published (SyNERGY, Tables 3-5; Jetson TX1 CPU, Caffe, single thread, conv layers)"
         return m
 
     # ---------------------------------------------------------------- fitting

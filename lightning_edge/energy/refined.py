@@ -1,4 +1,4 @@
-"""Refined roofline with utilisation efficiency (seed 003: Jantsch's slides, after ANNETTE, Wess et al. 2021).
+"""Refined roofline with utilisation efficiency (Jantsch's slides, after ANNETTE, Wess et al. 2021).
 
 Transcribed from the slides ("Refined Roofline Model"):
 
@@ -43,7 +43,7 @@ ORIN_AGX_SMS = 16  # Ampere GA10B on Orin AGX: 8 TPCs x 2 SMs (Pagoda section 4.
 
 
 def utilization_efficiency(x: Sequence[float], s: Sequence[float]) -> float:
-    """u_eff(x) = prod_i (x_i / s_i) / ceil(x_i / s_i)  (seed 003, "Refined Roofline Model").
+    """u_eff(x) = prod_i (x_i / s_i) / ceil(x_i / s_i)  (Jantsch, "Refined Roofline Model").
 
     ``x``: operations (loop extent) along each parallelised dimension; ``s``: parallel resources along
     it, paired element by element. ``utilization_efficiency((12, 6), (12, 16)) == 0.375``.
@@ -70,7 +70,7 @@ def gemm_utilization(m: int, n: int, tile_m: int = 128, tile_n: int = 64, sm_cou
 
 @dataclass
 class RefinedRoofline:
-    """Time model T = max(W / (P_peak * u_eff), Q / B_peak) on top of a ``Roofline`` (seed 003).
+    """Time model T = max(W / (P_peak * u_eff), Q / B_peak) on top of a ``Roofline`` (Jantsch).
 
     ``u_eff`` comes from a layer's shape: a layer (or ``shapes[layer.name]``) with ``gemm_dims()``
     (``ConvShape``, ``FCShape``) or an explicit ``u_eff`` attribute. Layers without either keep

@@ -1,7 +1,7 @@
-"""Roofline energy of a layer: E = eps_flop * W + eps_mop * Q + pi_0 * T  (Pagoda, seed 000, eq. 2).
+"""Roofline energy of a layer: E = eps_flop * W + eps_mop * Q + pi_0 * T  (Pagoda, eq. 2).
 
 T is the layer's roofline time (eq. 1), or the refined-roofline time with utilisation efficiency
-(seed 003, ``RefinedRoofline``) when a ``time_model`` is given, or the layer's own measured ``time_s``
+(Jantsch, ``RefinedRoofline``) when a ``time_model`` is given, or the layer's own measured ``time_s``
 when ``use_layer_time=True`` (the energy is still a model estimate).
 """
 
@@ -31,7 +31,7 @@ class RooflineEnergy(EnergyEstimator):
 
     Args:
         static: include pi_0 * T (``False``: the "no static power" energy of section 5.2.1).
-        time_model: ``None`` (roofline time, eq. 1) or a ``RefinedRoofline`` (seed 003).
+        time_model: ``None`` (roofline time, eq. 1) or a ``RefinedRoofline`` (Jantsch).
         use_layer_time: use a layer's ``time_s`` attribute when it has one.
         profile, precision: resolve mode strings given as targets (``estimate(layer, "12c/2201.6/1300.5/3199")``).
         roofline: default target when none is passed.
@@ -67,7 +67,7 @@ class RooflineEnergy(EnergyEstimator):
         w, q = float(layer_attr(layer, "flops", 0) or 0), float(layer_attr(layer, "bytes", 0) or 0)
         if self.time_model is not None:
             t, u, how = self.time_model.layer_time(roof, layer)
-            return t, {"time": "refined roofline (seed 003)", "u_eff": u, "u_eff_from": how}
+            return t, {"time": "refined roofline (Jantsch)", "u_eff": u, "u_eff_from": how}
         return roof.time(w, q), {"time": "roofline (Pagoda eq. 1)"}
 
     def estimate(self, layer: Any, target: Any = None) -> LayerEnergy:

@@ -1,4 +1,4 @@
-"""Latency models of seed 003 (Jantsch's slides, after ANNETTE and Blackthorn), fitted on the device you have.
+"""Latency models of Jantsch's slides (after ANNETTE and Blackthorn), fitted on the device you have.
 
     from lightning_edge.latency import LatencyModel
     lm = LatencyModel.fit(kind="stepwise", device="cpu", budget_s=600)   # measures this machine

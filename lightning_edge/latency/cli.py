@@ -16,7 +16,7 @@ import math
 
 from lightning_edge.cli import add_json_argument, check_board_option, write_json
 
-HELP = "latency models of seed 003 (roofline, refined, statistical, mixed, step-wise): fit, predict, evaluate"
+HELP = "latency models of Jantsch (roofline, refined, statistical, mixed, step-wise): fit, predict, evaluate"
 
 
 def _model_args(p: argparse.ArgumentParser) -> None:

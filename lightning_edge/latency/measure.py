@@ -1003,12 +1003,51 @@ def time_layers(model: Any, inputs: tuple, steps: int = 5, kwargs: dict | None =
 LAYERS_JSON_MAX_BYTES = 64 << 20
 
 
+def match_layer_names(profiled: list[str], model_names: list[str]) -> dict[str, str]:
+    """Map the layer names of a profile onto ``model_names`` whatever prefix separates them: ``EnergyProfiler`` names
+    a LightningModule's layers after its attribute (``net.conv1``), the inner model has ``conv1``; or the other way
+    round. Tries every prefix that turns a profiled name into a model name (``net.``) and every one that turns a
+    model name into a profiled name, and keeps the one that matches the most names (no prefix wins a tie, then the
+    shortest). Returns ``{profiled name: model name}`` for the names it matched."""
+    known = set(model_names)
+    counts: dict[tuple[int, str], int] = {}
+    for name in set(profiled):
+        if name in known:
+            counts[(0, "")] = counts.get((0, ""), 0) + 1
+        parts = name.split(".")
+        for i in range(1, len(parts)):  # profiled = prefix + model name
+            if ".".join(parts[i:]) in known:
+                key = (1, ".".join(parts[:i]) + ".")
+                counts[key] = counts.get(key, 0) + 1
+    profiled_set = set(profiled)
+    for m in known:  # model name = prefix + profiled name
+        parts = m.split(".")
+        for i in range(1, len(parts)):
+            if ".".join(parts[i:]) in profiled_set:
+                key = (2, ".".join(parts[:i]) + ".")
+                counts[key] = counts.get(key, 0) + 1
+    if not counts:
+        return {}
+    (way, prefix), _ = max(counts.items(), key=lambda kv: (kv[1], kv[0] == (0, ""), -len(kv[0][1])))
+    out = {}
+    for name in profiled:
+        if way == 0 and name in known:
+            out[name] = name
+        elif way == 1 and name.startswith(prefix) and name[len(prefix):] in known:
+            out[name] = name[len(prefix):]
+        elif way == 2 and prefix + name in known:
+            out[name] = prefix + name
+    return out
+
+
 def training_from_layers_json(path: str | Path, model: Any, *inputs: Any, stage: str | None = None,
                               **kwargs: Any) -> list[Sample]:
     """Training samples from an ``EnergyProfiler`` ``layers.json``: each layer's forward self time per step
     (``fwd_ms``), joined by name with its shapes from ``describe(model, *inputs)``; ``inputs`` must be one step's
-    batch as profiled. A sample is one unit (``features.units_of``): layers without a forward time, and layers of
-    several ops (a block's own adds and concatenations), are skipped."""
+    batch as profiled. ``model`` may be the LightningModule that was profiled or the network inside it: names are
+    matched whatever prefix the module's attribute adds (``net.conv1`` and ``conv1``, :func:`match_layer_names`).
+    A sample is one unit (``features.units_of``): layers without a forward time, and layers of several ops (a
+    block's own adds and concatenations), are skipped."""
     from lightning_edge._jsonfile import one_line, read_json
     from lightning_edge.latency.features import describe
 
@@ -1048,9 +1087,10 @@ def training_from_layers_json(path: str | Path, model: Any, *inputs: Any, stage:
             raise bad(f"{field}.fwd_ms", "a forward time of at most 1e7 ms, or null", fwd)
     descs, _ = describe(model, *inputs, **kwargs)
     by_name = {d.name: d for d in descs}
+    names = match_layer_names([row["layer"] for row in rows], list(by_name))
     out = []
     for row in rows:
-        d = by_name.get(row["layer"])
+        d = by_name.get(names.get(row["layer"], ""))
         fwd = row.get("fwd_ms")
         if d is None or fwd is None or not math.isfinite(fwd) or fwd <= 0:
             continue

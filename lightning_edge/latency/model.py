@@ -1,4 +1,4 @@
-"""``LatencyModel``: the latency models of seed 003 behind one interface, fitted on the device you have.
+"""``LatencyModel``: the latency models of Jantsch behind one interface, fitted on the device you have.
 
 Kinds (T: a unit's forward time; f its FLOP, D its bytes, both from ``lightning_edge.analyze``):
 

@@ -1,4 +1,4 @@
-"""Automatic generation of step-wise linear estimation functions (seed 003, after Blackthorn, Lechner & Jantsch 2021).
+"""Automatic generation of step-wise linear estimation functions (Jantsch, after Blackthorn, Lechner & Jantsch 2021).
 
 Pure numpy: a measurement is any callable ``point -> seconds``, so the generation is tested on synthetic step
 functions and run on real layers by ``lightning_edge.latency.measure``.

@@ -9,7 +9,7 @@ Pure functions over numbers (no torch, no hardware)::
     e.layers["layer1.0.conv1"]       # LayerEnergy(energy_j, time_s, method="measured"|"apportioned", ...)
     stats = aggregate([e1, e2, ...]) # mean and spread over steps, per layer
 
-The rule (SyNERGY maps layers onto the power trace by time stamps, seed 004; a layer shorter than the sensor's
+The rule (SyNERGY maps layers onto the power trace by time stamps, SyNERGY; a layer shorter than the sensor's
 update period cannot be measured on its own, docs/sensors.md):
 
 1. the step's energy ``E_step`` is the trace integrated over the step;

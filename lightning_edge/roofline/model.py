@@ -1,4 +1,4 @@
-"""Time and energy rooflines (Pagoda, seed 000, section 5), pure and vectorised over numpy arrays.
+"""Time and energy rooflines (Pagoda, section 5), pure and vectorised over numpy arrays.
 
 Notation follows Pagoda's Table 2:
 

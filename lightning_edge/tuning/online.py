@@ -609,7 +609,7 @@ class OnlineTuner:
 
     @property
     def wants_board_prior(self) -> bool:
-        """A real catalogued board (the AGX Orin: the seeds' twin; another module: its calibrated board file, else its
+        """A real catalogued board (the AGX Orin: the papers' twin; another module: its calibrated board file, else its
         extrapolated one) with the prior on: the prior needs the module's cost (:meth:`bind_model`) before
         :meth:`start`."""
         return self.prior_setting == "auto" and not _on_twin(self.meter) and _has_model(self.controller)
@@ -1117,7 +1117,7 @@ def _is_orin(controller: Any) -> bool:
 
 def _has_model(controller: Any) -> bool:
     """A real board the twin has a model of: a catalogued module (its calibrated file when one is installed, else
-    the catalogue's board file: the seeds' twin for the AGX Orin, an extrapolated one for the others)."""
+    the catalogue's board file: the papers' twin for the AGX Orin, an extrapolated one for the others)."""
     from lightning_edge import catalog
 
     return getattr(getattr(controller, "space", None), "name", "") in catalog.BOARDS

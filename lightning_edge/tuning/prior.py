@@ -168,10 +168,10 @@ def prior_for_twin(workload: Any, space: PowerModeSpace, *, simulated: bool, boa
     its example inputs) over ``space``: the twin's one model of its training minibatch
     (``workload.twin_workload("train")``, analysed once) on a board model. With ``simulated=True`` (the measurements
     come from a twin) the model is one that does not know the simulated truth
-    (:func:`~lightning_edge.twin.boards.prior_board`: for the seeds' board its *uncalibrated* coefficients; for an
+    (:func:`~lightning_edge.twin.boards.prior_board`: for the papers' board its *uncalibrated* coefficients; for an
     extrapolated board the extrapolation of those; for a board file, the catalogue's board of its module); else
     ``board`` (a :class:`~lightning_edge.twin.boards.BoardFile`: a real board's calibrated file, or its catalogue
-    board), by default the seeds' calibrated twin."""
+    board), by default the papers' calibrated twin."""
     from lightning_edge.twin.boards import prior_board, seed_board
     from lightning_edge.twin.model import OrinTwin
 

@@ -10,7 +10,7 @@ Two things carry over from board A (the *source*) to board B (the *target*):
 1. **A's calibrated board file** (``lightning-edge calibrate``): B's model is A's coefficients extrapolated to B by
    the hardware ratios (:func:`lightning_edge.twin.boards.extrapolate`: SMs, memory bus, rated power), unless B has
    a calibrated file of its own (then B's). The silicon's efficiencies, CPU costs and energies per FLOP measured on A
-   replace the seeds' published-figure ones;
+   replace the papers' published-figure ones;
 2. **the workload's profiles stored for A** (a profile store, or any ``{mode: (time_s, power_w)}``): their errors
    against A's model, ``log(measured / predicted)`` of time and of power, are this workload's own (what the model
    misses about it, on the same silicon); fitted as a ridge regression on the mode's position in its grid (each knob

@@ -1,7 +1,7 @@
 """Board files: a simulated board = a catalogued module + the twin's coefficients, each with its provenance.
 
     >>> from lightning_edge.twin.boards import board_file, load_board_file
-    >>> bf = board_file("orin-nano-8gb")          # extrapolated from the seeds' AGX Orin by hardware ratios
+    >>> bf = board_file("orin-nano-8gb")          # extrapolated from the papers' AGX Orin by hardware ratios
     >>> bf.label, bf.provenance["p_gpu_active_w"]   # ('extrapolated', 'extrapolated')
     >>> bf.save("nano.json"); load_board_file("nano.json").params == bf.params
     >>> OrinTwin(board=bf)                          # the twin of that board (get_board("sim:nano.json") builds it)
@@ -14,7 +14,7 @@ A board file (JSON, ``schema: lightning_edge.board_file``) holds:
 - ``params``: the twin's coefficients (:data:`lightning_edge.twin.physics.PARAM_DOCS`); ``provenance``: one label per
   coefficient, :data:`PROVENANCE`:
 
-  * ``published``: fitted to published figures (the seeds' twin: Pagoda's and Fulcrum's tables), or a hardware fact
+  * ``published``: fitted to published figures (the papers' twin: Pagoda's and Fulcrum's tables), or a hardware fact
     from a data sheet (the memory bus width);
   * ``extrapolated``: taken from another board's coefficients by a documented hardware ratio (:data:`RULES`), or
     carried over unchanged where no ratio applies (per FLOP, per byte, per op at the same clocks);
@@ -53,7 +53,7 @@ __all__ = ["PROVENANCE", "SCHEMA", "RULES", "SEED_KEY", "BOARDS_ENV", "BoardFile
 SCHEMA = "lightning_edge.board_file"
 VERSION = 1
 SEED_KEY = "orin-agx"
-"""The seeds' board: the one whose coefficients were fitted to published figures."""
+"""The papers' board: the one whose coefficients were fitted to published figures."""
 
 PROVENANCE = ("published", "extrapolated", "measured", "simulated")
 
@@ -171,7 +171,7 @@ class BoardFile:
             how = "measurements of the board" if self.label == "measured" else "SIMULATED measurements (a twin)"
             return (f"twin of the {self.name}, calibrated {c.get('date', '')} from {how} at {c.get('modes', '?')} "
                     "modes")
-        return f"twin of the {self.name}: coefficients fitted to published figures (the seeds' board)"
+        return f"twin of the {self.name}: coefficients fitted to published figures (the papers' board)"
 
     # ------------------------------------------------------------------ files
     def to_dict(self) -> dict[str, Any]:
@@ -241,22 +241,22 @@ def load_board_file(path: str | Path) -> BoardFile:
     return BoardFile.from_dict(data, str(path))
 
 
-# ============================================================================================ the seeds' board
+# ============================================================================================ the papers' board
 def _seed_fitted() -> set[str]:
-    """The coefficients the seeds' calibration fits to published figures (twin/calibrate.py's two stages)."""
+    """The coefficients the papers' calibration fits to published figures (twin/calibrate.py's two stages)."""
     from lightning_edge.twin.calibrate import REST_PARAMS, ROOF_PARAMS
 
     return set(ROOF_PARAMS) | set(REST_PARAMS)
 
 
-#: coefficients of the seeds' twin that are published figures themselves (Pagoda's ratios, Fulcrum's loader)
+#: coefficients of the papers' twin that are published figures themselves (Pagoda's ratios, Fulcrum's loader)
 _SEED_PUBLISHED = ("fp16_peak_ratio", "fp16_bw_ratio", "cuda_fp32_ratio", "loader_workers", "dram_bus_bits")
 
 _CACHE: dict[tuple, BoardFile] = {}
 
 
 def seed_board(*, calibrated: bool = True) -> BoardFile:
-    """The seeds' board (``orin-agx``): the twin's coefficients from ``lightning_edge/data/orin-agx-twin.json``
+    """The papers' board (``orin-agx``): the twin's coefficients from ``lightning_edge/data/orin-agx-twin.json``
     (``calibrated=False``: the physics' defaults, before the fit to the published figures), labelled ``simulated``
     with each coefficient ``published`` (fitted to or taken from published figures) or ``simulated``."""
     key = ("seed", calibrated)
@@ -267,7 +267,7 @@ def seed_board(*, calibrated: bool = True) -> BoardFile:
             params = {**DEFAULT_PARAMS, **load_twin_params()[0]}
             fitted = _seed_fitted() | set(_SEED_PUBLISHED)
             prov = {k: "published" if k in fitted else "simulated" for k in params}
-            notes = ["the seeds' AGX Orin developer kit: coefficients fitted to published figures (Pagoda, Fulcrum; "
+            notes = ["the papers' AGX Orin developer kit: coefficients fitted to published figures (Pagoda, Fulcrum; "
                      "python -m lightning_edge.twin.calibrate); every number the twin computes is simulated"]
         else:
             params = dict(DEFAULT_PARAMS)
@@ -278,7 +278,7 @@ def seed_board(*, calibrated: bool = True) -> BoardFile:
 
 
 def board_file(key: str) -> BoardFile:
-    """The board file of catalogued module ``key``: the seeds' board for ``orin-agx``, else the seeds' coefficients
+    """The board file of catalogued module ``key``: the papers' board for ``orin-agx``, else the papers' coefficients
     extrapolated to it (:func:`extrapolate`), labelled ``extrapolated``."""
     catalog.board_info(key)  # ValueError naming the known keys
     if key == SEED_KEY:
@@ -291,8 +291,8 @@ def board_file(key: str) -> BoardFile:
 
 def prior_board(board: BoardFile) -> BoardFile:
     """What a tuner's prior may model a *simulated* board with without knowing its simulated truth (the twin's
-    noise-free prediction is the truth): for the seeds' board its uncalibrated coefficients; for a catalogued board
-    extrapolated from the seeds, the same extrapolation of the uncalibrated coefficients; for any other board file
+    noise-free prediction is the truth): for the papers' board its uncalibrated coefficients; for a catalogued board
+    extrapolated from the papers' board, the same extrapolation of the uncalibrated coefficients; for any other board file
     (a calibrated or written one: the truth is the file) the catalogue's board of its key."""
     if board.key == SEED_KEY and board.label == "simulated" and not board.calibration and board.path is None:
         return seed_board(calibrated=False)
@@ -342,7 +342,7 @@ def install_board_file(bf: BoardFile) -> Path:
 
 def board_model(key: str) -> BoardFile:
     """The best model of a real board of module ``key``: its installed calibrated file, else the catalogue's board
-    file (the seeds' twin for ``orin-agx``; an ``extrapolated`` one for the others)."""
+    file (the papers' twin for ``orin-agx``; an ``extrapolated`` one for the others)."""
     return installed_board_file(key) or board_file(key)
 
 

@@ -250,7 +250,7 @@ def profile_dict(params: dict, twin) -> dict:
         "source": "simulated",
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "host": {"what": "the lightning_edge Orin AGX twin (simulated): coefficients fitted to published figures",
-                 "calibrated_against": "shared/spec/orin-agx-twin.md (Pagoda seed 000, Fulcrum seed 001)",
+                 "calibrated_against": "docs/twin-targets.md (Pagoda and Fulcrum, docs/references.md)",
                  "regenerate": "python -m lightning_edge.twin.calibrate"},
         "mode_space": {"cores": list(space.cores), "cpu_mhz": list(space.cpu_mhz), "gpu_mhz": list(space.gpu_mhz),
                        "mem_mhz": list(space.mem_mhz)},

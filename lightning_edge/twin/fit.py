@@ -7,7 +7,7 @@
 The measurements of one power mode (:class:`Observation`): the microbenchmarks' rooflines per precision (peak FLOP/s,
 bandwidth, and with a sensor the energy per FLOP and per byte: Pagoda's), the idle power, and the mean time and
 power of a few reference steps (:class:`WorkloadSpec`: a zoo model, training or inference, its batch). The fit is
-weighted least squares on log errors (scipy's ``least_squares``, as ``twin/calibrate.py``'s fit of the seeds' board
+weighted least squares on log errors (scipy's ``least_squares``, as ``twin/calibrate.py``'s fit of the papers' board
 to published figures), over the coefficients the measurements move: every coefficient of the physics that the
 board file names and :data:`HELD` does not (hardware facts, structure), whose sensitivity at the start is not nil
 (generic over the parameter set: a coefficient added to the physics is fitted when the measurements see it). Each

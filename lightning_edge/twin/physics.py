@@ -37,7 +37,7 @@ PARAM_DOCS: dict[str, str] = {
     "bw_mem_exp": "exponent of the achievable DRAM bandwidth in the EMC clock",
     "bw_softmin_k": "sharpness of the soft minimum of the two bandwidth limits",
     "dram_bus_bits": "memory bus width (bits), a hardware fact: the theoretical DRAM bandwidth is "
-                     "DRAM_PEAK_BPS x bits / 256 at 3199 MHz EMC (the seeds' board: 256)",
+                     "DRAM_PEAK_BPS x bits / 256 at 3199 MHz EMC (the papers' board: 256)",
     "fp16_peak_ratio": "FP16 tensor-core peak / TF32 peak (Pagoda MAXN: 33.0 / 14.7)",
     "fp16_bw_ratio": "FP16 benchmark bandwidth / FP32 (Pagoda MAXN: 159.7 / 164.4)",
     "cuda_fp32_ratio": "CUDA-core FP32 peak / TF32 tensor peak (Pagoda: 3.49 / 14.7)",

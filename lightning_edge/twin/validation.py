@@ -1,4 +1,4 @@
-"""Every figure of the twin's spec (shared/spec/orin-agx-twin.md) beside the twin's value.
+"""Every figure of the twin's spec (docs/twin-targets.md) beside the twin's value.
 
 :func:`validate` returns one :class:`Row` per figure (target, twin, error, tolerance, pass);
 ``benchmarks/twin_validation.py`` prints them as markdown and the tests assert them. The same

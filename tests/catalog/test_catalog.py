@@ -2,7 +2,7 @@
 
 The expected figures below are the boards' own files, read for this test (not the catalogue's code): NVIDIA's
 nvpmodel .conf files as copied in LineageOS/android_device_nvidia_concord (JetPack 5 at 640733e, "Super" at
-370b63a), the seeds' grid (shared/spec/orin-agx-twin.md), and, marked unconfirmed, the secondary sources named in
+370b63a), the papers' grid (docs/twin-targets.md), and, marked unconfirmed, the secondary sources named in
 docs/boards.md.
 """
 
@@ -67,8 +67,8 @@ def test_every_fact_has_its_source(key):
     assert {"cores", "clusters", "cpu", "gpu", "emc", "named_modes", "rails", "layout", "max_power"} <= set(facts)
     for what, src in facts.items():
         assert src.cite.strip(), f"{key}.{what} has no source"
-        if src.confirmed:  # a confirmed fact names the file it was read from and where (a commit, or the seeds' notes)
-            assert re.search(r"@[0-9a-f]{7,40}\b|shared/spec/orin-agx-twin\.md", src.cite), (key, what, src.cite)
+        if src.confirmed:  # a confirmed fact names the file it was read from and where (a commit, or the twin targets (docs/twin-targets.md))
+            assert re.search(r"@[0-9a-f]{7,40}\b|docs/twin-targets\.md", src.cite), (key, what, src.cite)
     for m in info.named_modes:
         assert m.source.cite.strip()
 

@@ -102,7 +102,7 @@ def test_roofline_energy_vectorised(pagoda, maxn):
     assert many.time_s[2, 1] == pytest.approx(1e12 / 9.5e12)
 
 
-# ================================================================ (d) refined roofline (seed 003)
+# ================================================================ (d) refined roofline (Jantsch)
 def test_utilization_efficiency_slide_example():
     # 12 x 6 feature map on a 16 x 12 PE array: (12/12)/1 * (6/16)/1 = 0.375
     assert utilization_efficiency((12, 6), (12, 16)) == pytest.approx(0.375)
@@ -154,7 +154,7 @@ def test_refined_roofline_from_shape(maxn):
     assert res.time_s[0] == pytest.approx(t)
 
 
-# ================================================================ (b) conv/FC empirical model (seed 002)
+# ================================================================ (b) conv/FC empirical model (Lahmer et al.)
 def test_conv_shape_loads():
     s = ConvShape(224, 3, 64, ksize=3, stride=1)
     # eq. 2 exact: ((224 - 3)/1 + 1)^2 * 3 * 3^2 = 222^2 * 27 = 49284 * 27 = 1,330,668 MACs per kernel
@@ -254,7 +254,7 @@ def test_shapes_from_torch_model():
     assert ConvFCEnergyModel(shapes=shapes).estimate({"name": "3"}).energy_j == pytest.approx(2 * 20480 * 6.2454e-9)
 
 
-# ================================================================ (c) MAC regression (seed 004)
+# ================================================================ (c) MAC regression (SyNERGY)
 @pytest.mark.parametrize("net, macs, published_mj", [
     ("alexNet", 665_784_864, 881.41),        # Table 4 MAC, Table 6 predicted energy
     ("resNet-50", 3_855_925_248, 5104.76),

@@ -172,7 +172,7 @@ READINGS: dict[str, dict[str, tuple[float, float]]] = {
     "orin-nx-16gb": {"VDD_IN": (5048, 1446), "VDD_CPU_GPU_CV": (5040, 253), "VDD_SOC": (5040, 276)},
     "xavier-nx": {"VDD_IN": (5064, 1176), "VDD_CPU_GPU_CV": (5056, 182), "VDD_SOC": (5064, 300)},
 }
-#: the i2c bus the fake puts a module's chips on (hwmon: bus 1, as the seeds' notes have the AGX Orin; JetPack 4's
+#: the i2c bus the fake puts a module's chips on (hwmon: bus 1, as the twin targets (docs/twin-targets.md) have the AGX Orin; JetPack 4's
 #: Xavier NX: bus 7): the fake's choice, the sensor globs it
 _BUS = {"hwmon": "1", "iio": "7"}
 

@@ -68,7 +68,7 @@ CLUSTERS = {"policy0": (0, 1, 2, 3), "policy4": (4, 5, 6, 7), "policy8": (8, 9, 
 
 #: the fake trees the tests run on, one per family and layout: id -> (catalogue key, JetPack)
 TREES: dict[str, tuple[str, int]] = {
-    "orin-agx-jp5": ("orin-agx", 5),  # the seeds' board: 12 cores in 3 clusters, JetPack 5 GPU path
+    "orin-agx-jp5": ("orin-agx", 5),  # the papers' board: 12 cores in 3 clusters, JetPack 5 GPU path
     "orin-agx-jp6": ("orin-agx", 6),  # JetPack 6 GPU path, nvpmodel_clk_cap/emc
     "orin-agx-32gb-jp5": ("orin-agx-32gb", 5),  # 8 of the SoC's cores
     "orin-nx-16gb-jp6": ("orin-nx-16gb", 6),  # 2 clusters of 4

@@ -62,6 +62,37 @@ def test_rows_without_a_forward_time_are_still_skipped(tmp_path):
     assert [s.layer.name for s in got] == ["conv"] and got[0].time_s == pytest.approx(0.5e-3)
 
 
+def test_layers_named_after_the_lightning_modules_attribute_match_the_inner_model(tmp_path):
+    """Issue 31: EnergyProfiler names a LightningModule's layers ``net.conv``; the network inside has ``conv``. Both
+    ways round match, by the prefix that matches the most names."""
+    from torch import nn
+
+    from lightning_edge.latency.measure import match_layer_names
+
+    p = tmp_path / "layers.json"
+    p.write_text(json.dumps(doc({"train": {"layers": [{"layer": "net.conv", "fwd_ms": 0.5},
+                                                       {"layer": "net.pw", "fwd_ms": 0.25},
+                                                       {"layer": "(idle and CPU)", "fwd_ms": 3.0}]}})))
+    got = training_from_layers_json(p, Net().eval(), torch.randn(1, 3, 16, 16))
+    assert sorted(s.layer.name for s in got) == ["conv", "pw"]
+
+    class Wrapper(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.model = Net()
+
+        def forward(self, x):
+            return self.model(x)
+
+    p.write_text(json.dumps(doc({"train": {"layers": [ROW]}})))
+    got = training_from_layers_json(p, Wrapper().eval(), torch.randn(1, 3, 16, 16))
+    assert [s.layer.name for s in got] == ["model.conv"]
+    # no prefix wins a tie; the prefix that matches the most names wins otherwise
+    assert match_layer_names(["a.b", "b"], ["b", "a.b"]) == {"a.b": "a.b", "b": "b"}
+    assert match_layer_names(["m.x", "m.y", "n.x"], ["x", "y"]) == {"m.x": "x", "m.y": "y"}
+    assert match_layer_names(["q"], ["x"]) == {}
+
+
 def test_every_class_builds_its_unit_at_the_ends_of_its_dimensions_and_maps_back_to_it():
     """For each class and box: the representative unit at the lowest and highest value of every dimension is
     built (on the meta device), described like a network's unit, and point_for maps it back to its class and

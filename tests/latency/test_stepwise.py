@@ -1,4 +1,4 @@
-"""Automatic generation of step-wise linear functions (seed 003) from synthetic measurements."""
+"""Automatic generation of step-wise linear functions (Jantsch) from synthetic measurements."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from lightning_edge.latency.stepwise import Dim, Generation, StepFn, fit_step, g
 
 
 def slides_2d(k: int, d_in: int) -> float:
-    """The slides' generated 2D model (seed 003, '2D Example')."""
+    """The slides' generated 2D model (Jantsch, '2D Example')."""
     return 0.1418 + math.floor((d_in - 1) / 8) * 0.0106 + math.floor((k - 1) / 32) * (
         0.044 + math.floor((d_in - 1) / 8) * 0.0121)
 

@@ -11,7 +11,7 @@ import lightning_edge
 from lightning_edge.roofline import Bound, Roofline
 from lightning_edge.roofline.profile import ModeEntry
 
-# Pagoda MAXN (seed 000, sections 5.2.4 and 7.2.1)
+# Pagoda MAXN (sections 5.2.4 and 7.2.1)
 F, B, EF, EM, P0 = 14.7e12, 164.4e9, 3.86e-12, 141.38e-12, 17.9
 
 

@@ -1,4 +1,4 @@
-"""Board files and extrapolation (issue 29 item 3): the seeds' coefficients moved to another module by documented
+"""Board files and extrapolation (issue 29 item 3): the papers' coefficients moved to another module by documented
 hardware ratios (SMs, memory bus width, rated power) whose facts are in the catalogue with their sources; every
 coefficient carries its provenance."""
 

@@ -1,4 +1,4 @@
-"""The twin's roofline reproduces Pagoda's table (seed 000, section 7.2-7.3) and its qualitative facts."""
+"""The twin's roofline reproduces Pagoda's table (sections 7.2-7.3) and its qualitative facts."""
 
 from __future__ import annotations
 

@@ -125,13 +125,13 @@ INA3221_SHUNT_FULL_SCALE_V = 0.16384
 JETSON_DEFAULT_SHUNT_OHM = 0.005
 
 #: a module is believed to draw at most its rated maximum power (catalog.MODULE_MAX_POWER_W) times this margin: MAXN is
-#: uncapped and transients exceed the rating (the AGX Orin rated 60 W peaks at 67 W, shared/spec/orin-agx-twin.md;
-#: the AGX Xavier rated 30 W drew 33 W on its summed rails, shared/spec/jetson-boards.md)
+#: uncapped and transients exceed the rating (the AGX Orin rated 60 W peaks at 67 W, docs/twin-targets.md;
+#: the AGX Xavier rated 30 W drew 33 W on its summed rails, docs/jetson-board-notes.md)
 MODULE_POWER_MARGIN = 1.5
 #: the share of the module's cap one rail may draw, by the rail's role (:func:`rail_role`). The input rail is the whole
 #: module. Every other rail feeds one part of it, and the module always feeds more than that part (memory, always-on
 #: domains, regulator losses): no part draws the whole. The GPU's rail is the largest part (AGX Orin VDD_GPU_SOC:
-#: 40.4 W under a GPU stress at MAXN, 0.67 of the 60 W rating, NVIDIA forum 323456, shared/spec/jetson-boards.md);
+#: 40.4 W under a GPU stress at MAXN, 0.67 of the 60 W rating, NVIDIA forum 323456, docs/jetson-board-notes.md);
 #: a CPU, SOC, CV, memory or system rail gets at most half of the cap. No published per-rail maximum exists: these are
 #: generous on purpose, bounds no real reading reaches that a current scaled x1000 still crosses. A carrier-board rail
 #: (``CVB_*``) powers more than the module: no module cap

@@ -1,5 +1,5 @@
 """``SimulatedOrin``: the twin as a device, like a real board: a mode controller, a power sensor, a mode space; of the
-seeds' AGX Orin by default, of any catalogued module (``board="orin-nano-8gb"``: extrapolated coefficients, labelled
+papers' AGX Orin by default, of any catalogued module (``board="orin-nano-8gb"``: extrapolated coefficients, labelled
 so) or of a board file (``get_board("sim:PATH.json")``: :mod:`lightning_edge.twin.boards`).
 
     >>> from lightning_edge.devices.sim.device import SimulatedOrin
@@ -30,7 +30,7 @@ __all__ = ["SimulatedOrin"]
 
 
 class SimulatedOrin:
-    """A simulated Jetson: ``controller``, ``sensor``, ``space``, ``twin`` (``name``: ``"sim:orin-agx"``, the seeds'
+    """A simulated Jetson: ``controller``, ``sensor``, ``space``, ``twin`` (``name``: ``"sim:orin-agx"``, the papers'
     board, by default).
 
     ``board``: a catalogued module's key (``"orin-nano-8gb"``: its grid and named modes, and the twin's coefficients

@@ -1,5 +1,5 @@
 """A simulated board per catalogued key and per board file (issue 29 item 3): ``get_board("sim:<key>")`` plays the
-module's grid (cores, CPU / GPU / EMC maxima as the catalogue's files say), and every board but the seeds' is
+module's grid (cores, CPU / GPU / EMC maxima as the catalogue's files say), and every board but the papers' is
 labelled **extrapolated** wherever its numbers appear."""
 
 from __future__ import annotations
