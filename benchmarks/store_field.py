@@ -68,13 +68,24 @@ def _victim(url: str) -> None:
     _fit(url, 0.2)
 
 
+def _sim_key() -> str:
+    """The twin's key in the store, as the tuner writes it (OrinTwin.store_key: its model's digest included)."""
+    from lightning_edge.devices.board import get_board
+
+    board = get_board("sim:orin-agx")
+    try:
+        return board.store_key
+    finally:
+        board.close()
+
+
 def kill_and_restart(tmp: Path) -> float:
     url = f"sqlite:///{tmp / 'bench.sqlite3'}"
     proc = mp.get_context("fork").Process(target=_victim, args=(url,), daemon=True)
     proc.start()
     while True:
         if (tmp / "bench.sqlite3").exists():
-            st = ProfileStore(url).study("sim:orin-agx", "bench", "train")
+            st = ProfileStore(url).study(_sim_key(), "bench", "train")
             running = [t for t in st.get_trials(deepcopy=False) if t.state.name == "RUNNING"]
             if running and running[0].system_attrs.get("lightning_edge:claim", {}).get("pid") == proc.pid:
                 break

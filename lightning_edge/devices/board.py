@@ -97,8 +97,11 @@ class Board:
 
     @property
     def store_key(self) -> str:
-        """The board's key in a profile store: its model (``orin-agx``), or ``sim:<key>`` for the twin, so simulated
-        profiles are never mixed with a real board's."""
+        """The board's key in a profile store: its model (``orin-agx``), or for a simulated board its twin's
+        (``sim:<key>@<digest>``: :attr:`~lightning_edge.twin.model.OrinTwin.store_key`), so simulated profiles are
+        never mixed with a real board's, nor with another model of the board."""
+        if self.simulated and hasattr(self.twin, "store_key"):
+            return str(self.twin.store_key)
         space = getattr(self.space, "name", None)
         name = space or getattr(self.controller, "device_id", None) or self.name
         if self.simulated:

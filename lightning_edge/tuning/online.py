@@ -1132,6 +1132,10 @@ def _in_space(space: PowerModeSpace, mode: Any) -> bool:
 
 
 def _device_model(controller: Any, meter: Any) -> str:
+    """The board's key in the store: the twin's own (``OrinTwin.store_key``) on a simulated board."""
+    twin = getattr(meter, "twin", None)
+    if _on_twin(meter) and hasattr(twin, "store_key"):
+        return str(twin.store_key)
     name = getattr(getattr(controller, "space", None), "name", None) or getattr(controller, "device_id", "device")
     return f"sim:{name}" if _on_twin(meter) else str(name)
 

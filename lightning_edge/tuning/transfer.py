@@ -1,7 +1,7 @@
 """Transfer between boards (issue 29 item 5): what one board taught makes the tuner's prior on another.
 
     >>> from lightning_edge.tuning.transfer import transferred_prior, stored_profiles
-    >>> table = stored_profiles(store, "sim:orin-nx-16gb", workload.fingerprint)   # profiles kept for board A
+    >>> table = stored_profiles(store, board_a.store_key, workload.fingerprint)   # profiles kept for board A
     >>> prior = transferred_prior(workload, board_b.space, target=board_b_file, source=calibrated_a, profiles=table)
     >>> OnlineTuner(budget, board_b.controller, meter, prior=prior)                  # or simulate_tuning(..., prior=)
 
@@ -40,7 +40,7 @@ constant ratio."""
 def stored_profiles(store: Any, device_model: str, workload_id: str, kind: str = "train") -> dict[PowerMode,
                                                                                                     tuple[float, float]]:
     """The ``kind`` profiles a profile store keeps for one workload on one board (``device_model``: its store key,
-    ``sim:orin-nx-16gb`` for a simulated one): ``{mode: (time_s, power_w)}``."""
+    ``Board.store_key``: ``sim:orin-nx-16gb@<digest>`` for a simulated one): ``{mode: (time_s, power_w)}``."""
     table = store.bind(device_model, workload_id).table(kind)
     t = table.train_time_s if kind == "train" else table.infer_time_s
     p = table.train_power_w if kind == "train" else table.infer_power_w

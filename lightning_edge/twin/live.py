@@ -47,9 +47,9 @@ class SimWorkload:
 
     @property
     def device_model(self) -> str:
-        """Profiles of the twin are stored apart from those of a real board (``sim:orin-agx``, not ``orin-agx``):
-        never mixed."""
-        return f"sim:{getattr(self.twin.space, 'name', None) or 'orin-agx'}"
+        """The twin's key in a profile store (:attr:`~lightning_edge.twin.model.OrinTwin.store_key`): apart from a
+        real board's, and from another model of the board."""
+        return self.twin.store_key
 
     def __init__(
         self,

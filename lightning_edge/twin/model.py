@@ -28,6 +28,7 @@ noise.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import math
 import threading
@@ -69,6 +70,12 @@ def load_twin_params(path: str | Path | None = None) -> tuple[dict[str, float], 
         raise ValueError(f"twin profile {path or TWIN_PROFILE!r} has no fit.params section: regenerate it with "
                          "`python -m lightning_edge.twin.calibrate`")
     return {k: float(v) for k, v in params.items()}, data
+
+
+#: The version of the twin's workload model (how a workload becomes kernels, and their times and powers): part of a
+#: simulated board's key in a profile store (:attr:`OrinTwin.store_key`), so profiles an older model simulated are
+#: not taken for this one's. Bump it whenever a change moves simulated steps.
+MODEL_VERSION = "27.2"
 
 
 @dataclass(frozen=True)
@@ -208,7 +215,16 @@ class OrinTwin:
         static = self.physics.static_power(*knobs.T)
         return static.reshape(()) if single else static
 
-    # ================================================================== workloads
+    @property
+    def store_key(self) -> str:
+        """This twin's key in a profile store: ``sim:<module>@<digest>``, the digest of :data:`MODEL_VERSION`, its
+        coefficients and its matmul setting. The one home of a simulated board's key (the Board's, the tuner's and
+        the twin workloads'): profiles simulated by another model of the board (an older version, a calibrated or
+        what-if board file) are never mixed with this one's, nor with a real board's (``orin-agx``)."""
+        blob = json.dumps([MODEL_VERSION, bool(self.tf32_matmul), sorted(self.physics.p.items())])
+        digest = hashlib.sha256(blob.encode()).hexdigest()[:8]
+        return f"sim:{getattr(self.space, 'name', None) or 'orin-agx'}@{digest}"
+
     # ================================================================== workloads
     def workload(
         self,

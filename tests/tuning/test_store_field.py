@@ -103,9 +103,20 @@ def _trainer(L, callbacks, **kw):
     return L.Trainer(**args)
 
 
+def _sim_key() -> str:
+    """The twin's key in the store (its model's digest included: OrinTwin.store_key), as the tuner writes it."""
+    from lightning_edge.devices.board import get_board
+
+    board = get_board("sim:orin-agx")
+    try:
+        return board.store_key
+    finally:
+        board.close()
+
+
 def _running(url, wid):
     store = ProfileStore(url)
-    st = store.study("sim:orin-agx", wid, "train")
+    st = store.study(_sim_key(), wid, "train")
     return st, st.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
 
 
@@ -147,7 +158,7 @@ def test_a_fit_killed_mid_profile_does_not_block_the_next_fit(tmp_path):
     t0 = time.monotonic()
     _trainer(L, [cb, Clock()]).fit(module, _loader())
     assert first_profile and first_profile[0] - t0 < 10.0
-    st = ProfileStore(url).study("sim:orin-agx", "kill-me", "train")
+    st = ProfileStore(url).study(_sim_key(), "kill-me", "train")
     trials = {t.number: t for t in st.get_trials()}
     assert trials[killed.number].state == TrialState.FAIL
     assert "has exited" in trials[killed.number].system_attrs["lightning_edge:taken_over"]
@@ -173,7 +184,7 @@ def test_sigterm_ends_a_wait_for_another_process_at_once_and_restores_the_board(
     mode = first.value.args[0]
     url = f"sqlite:///{tmp_path / 'profiles.sqlite3'}"
     store = ProfileStore(url)
-    bound = store.bind("sim:orin-agx", "busy")
+    bound = store.bind(_sim_key(), "busy")
     key = ProfileKey("train", mode, None)
     bound._enqueue(key)
     owner = bound._groups("train")[key][0]

@@ -12,7 +12,8 @@ def test_zoo_name_fingerprint_and_device_model_are_stable():
     a, b = SimWorkload("resnet18", noise=False), SimWorkload("resnet18", noise=False, train_batch_size=32)
     assert a.fingerprint == "resnet18-train-bs16-fp32"
     assert b.fingerprint != a.fingerprint
-    assert a.device_model == "sim:orin-agx"  # never mixed with a real board's profiles
+    assert a.device_model == a.twin.store_key and a.device_model.startswith("sim:orin-agx@")  # never mixed with a
+    # real board's profiles, nor with another model of the board
 
 
 def test_module_with_example_inputs_matches_shapes_not_weights():
@@ -48,3 +49,23 @@ def test_a_module_with_a_layers_attribute_is_a_module_not_a_cost():
     w = SimWorkload(Stack(), example_inputs=(torch.randn(4, 8),), noise=False)
     assert w.train_batch_size == 4 and "p216" in w.fingerprint
     assert w.train(FULCRUM_MIDPOINT).time_s > 0
+
+
+def test_another_model_of_the_board_has_another_store_key():
+    """Profiles simulated by one model of a board (coefficients, the workload model's version) are never read as
+    another's: a calibrated or what-if board, or a newer release of the twin, starts its own studies."""
+    from lightning_edge.twin import model as twin_model
+    from lightning_edge.twin.model import OrinTwin
+
+    a, b = OrinTwin(noise=False, settling=False), OrinTwin(noise=False, settling=False)
+    assert a.store_key == b.store_key and a.store_key.startswith("sim:orin-agx@")
+    name, value = next(iter(a.physics.p.items()))
+    c = OrinTwin(noise=False, settling=False, params={name: value * 1.1 + 1e-3})
+    assert c.store_key != a.store_key
+    key = a.store_key
+    old = twin_model.MODEL_VERSION
+    try:
+        twin_model.MODEL_VERSION = old + "-next"
+        assert a.store_key != key
+    finally:
+        twin_model.MODEL_VERSION = old
