@@ -283,7 +283,8 @@ class WindowSpec:
     seconds instead (0: none). ``warmup_steps``: at least that many minibatches are discarded, settling ones
     included (the first one after a switch is slow: Fulcrum section 6); then between ``min_steps`` and
     ``max_steps`` minibatches are measured, stopping once the relative standard error of the mean time and of
-    the mean power are both <= ``rel_sem``; ``max_settle_steps`` bounds the discarded steps.
+    the mean power are both <= ``rel_sem``; ``max_settle_steps`` bounds the discarded steps once the device's
+    settling time has passed (never before it: with minibatches of a few ms, 200 steps are one time constant).
     """
 
     settle_s: float | None = None
@@ -355,7 +356,10 @@ class ProfileWindow:
             if not settling:
                 self.settled_after_s = max(since, 0.0)
         settling = self.settled_after_s is None
-        if (settling or self.discarded < self.spec.warmup_steps) and self.discarded < self.spec.max_settle_steps:
+        # the step cap never cuts the device's settling time short: minibatches of a few ms would otherwise end it
+        # within one time constant and the window would read the power still rising (or falling) to the mode's
+        if (settling or self.discarded < self.spec.warmup_steps) and (self.discarded < self.spec.max_settle_steps
+                                                                      or since < self.settle_s):
             self.discarded += 1
             self.settling_steps += int(settling)
             return False
@@ -1018,7 +1022,7 @@ class OnlineTuner:
             dts = [r.time_s for r in self.records[-50:]]
             mean_dt = float(np.mean(dts)) if dts else math.nan
             cap = self._settle_s()
-            settle = float(min(math.ceil(cap / mean_dt), spec.max_settle_steps)) if dts and cap > 0 else 0.0
+            settle = float(math.ceil(cap / mean_dt)) if dts and cap > 0 else 0.0
             warm = float(max(spec.warmup_steps - settle, 0))
             meas = float(spec.min_steps)
             estimated = True

@@ -68,9 +68,10 @@ def test_both_callbacks_on_the_twin_report_one_board(tmp_path):
 def test_both_callbacks_on_the_twin_agree_on_the_chosen_modes_power(tmp_path):
     """Issue 26's acceptance, with the tuner's default windows (settling detected): the profiler's layers.json
     reports the tuner's chosen mode for the steps after tuning, at a power within the budget and within 5 % of the
-    tuner's profile (37 s: about 3000 simulated steps of 4 ms, the power settling 2-3 s after each switch)."""
+    tuner's profile (about 8000 simulated steps of 4 ms: each mode waits the power's whole settling time, 2.4 s or
+    some 600 steps; tuning ends between steps 4500 and 6000)."""
     L = pytest.importorskip("lightning.pytorch")
-    tuner, prof = _fit_both(tmp_path, L, None, 3000)
+    tuner, prof = _fit_both(tmp_path, L, None, 8000)
     sol = tuner.solution
     assert sol is not None and sol.power_w <= BUDGET and tuner.tuner.tuned_at_step is not None
     doc, modes = _modes(prof)

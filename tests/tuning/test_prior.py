@@ -122,6 +122,18 @@ def test_settling_is_detected_on_the_power_trace():
     assert fixed.settled_after_s == pytest.approx(2.0, abs=0.051)
 
 
+def test_short_minibatches_wait_the_whole_settling_time():
+    """Minibatches of 4 ms (a small model on the Orin): the step cap (max_settle_steps, 200) is 0.8 s, one time
+    constant; it must not end the settling wait. Was: the window measured the power still rising from idle, 6-10 %
+    under the mode's, and the tuner chose a mode 10 % over its budget (tests/lightning/test_one_board.py, slow)."""
+    spec = WindowSpec()
+    w = _trace_window(spec, 0.8, 0.004, 9.0, 22.0, 0.02, cap=2.4)
+    assert w.discarded > spec.max_settle_steps and w.settled_after_s > 200 * 0.004
+    while w.n < spec.min_steps:
+        w.feed(99.0, 0.004, 22.0)  # settled: the rest of the window measures the mode's power
+    assert float(np.mean(w.powers)) >= 22.0 * 0.97
+
+
 def test_the_settling_curve_lives_in_the_twin():
     twin = OrinTwin(settle_tau_s=0.8)
     assert twin.settling_w(30.0, 20.0, 0.0) == 30.0 and twin.settling_w(30.0, 20.0, 2.4) == pytest.approx(
