@@ -1090,7 +1090,8 @@ def training_from_layers_json(path: str | Path, model: Any, *inputs: Any, stage:
     names = match_layer_names([row["layer"] for row in rows], list(by_name))
     out = []
     for row in rows:
-        d = by_name.get(names.get(row["layer"], ""))
+        matched = names.get(row["layer"])  # an unmatched row ("(other)", a region) is no layer, not the root
+        d = by_name.get(matched) if matched is not None else None
         fwd = row.get("fwd_ms")
         if d is None or fwd is None or not math.isfinite(fwd) or fwd <= 0:
             continue
