@@ -69,14 +69,10 @@ def _victim(url: str) -> None:
 
 
 def _sim_key() -> str:
-    """The twin's key in the store, as the tuner writes it (OrinTwin.store_key: its model's digest included)."""
-    from lightning_edge.devices.board import get_board
+    """The twin's key in the store, as the tuner writes it (its model's digest included)."""
+    from lightning_edge.devices.board import store_key_of
 
-    board = get_board("sim:orin-agx")
-    try:
-        return board.store_key
-    finally:
-        board.close()
+    return store_key_of("sim:orin-agx")
 
 
 def kill_and_restart(tmp: Path) -> float:

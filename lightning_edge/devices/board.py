@@ -39,7 +39,7 @@ from lightning_edge.devices.meter import JETSON_SETTLE_S, SensorMeter, TwinMeter
 from lightning_edge.devices.sensors.base import EmptySensor, PowerSensor
 from lightning_edge.devices.spec import HOST_NAMES, BoardSpec
 
-__all__ = ["Board", "BoardSpec", "get_board", "forget_boards", "ORIN_PROFILE", "JETSON_SETTLE_S", "HOST_NAMES"]
+__all__ = ["Board", "BoardSpec", "get_board", "store_key_of", "forget_boards", "ORIN_PROFILE", "JETSON_SETTLE_S", "HOST_NAMES"]
 
 #: the published roofline profile used for the model energies on real boards (Pagoda's Orin AGX)
 ORIN_PROFILE = "orin-agx-pagoda"
@@ -259,6 +259,16 @@ class Board:
 
 _BOARDS: dict[Any, Board] = {}
 _LOCK = threading.RLock()
+
+
+def store_key_of(spec: Any = "sim:orin-agx", **kw: Any) -> str:
+    """The key under which the board ``spec`` names keeps its profiles in a profile store (:attr:`Board.store_key`:
+    ``sim:orin-agx@<digest>`` for the twin), without holding the board: for reading a store's studies."""
+    board = get_board(spec, **kw)
+    try:
+        return board.store_key
+    finally:
+        board.close()
 
 
 def forget_boards() -> None:

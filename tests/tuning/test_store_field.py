@@ -104,14 +104,10 @@ def _trainer(L, callbacks, **kw):
 
 
 def _sim_key() -> str:
-    """The twin's key in the store (its model's digest included: OrinTwin.store_key), as the tuner writes it."""
-    from lightning_edge.devices.board import get_board
+    """The twin's key in the store, as the tuner writes it (its model's digest included)."""
+    from lightning_edge.devices.board import store_key_of
 
-    board = get_board("sim:orin-agx")
-    try:
-        return board.store_key
-    finally:
-        board.close()
+    return store_key_of("sim:orin-agx")
 
 
 def _running(url, wid):
