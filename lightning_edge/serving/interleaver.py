@@ -77,6 +77,31 @@ def _keyword_inputs(batch: Any) -> dict:
     return {k: v.detach().cpu() for k, v in batch.items() if isinstance(v, torch.Tensor)}
 
 
+def _as_called(batch: Mapping, step: Any, model: Any, infer_model: Any) -> Any:
+    """A dict batch's tensors as the inference model was called with them in the captured training step: the
+    tensor its one positional argument was (matched by shape: ``self(batch["pixel_values"])``), or the keywords it
+    took; None when the step holds no such call (then the batch is taken as keywords, ``model(**batch)``)."""
+    import torch
+
+    if step is None or not step.captured.calls:
+        return None
+    # its own call when the step made it outermost; else the model's (a submodule given as infer_model= runs
+    # inside the step's forward, on what the forward was given: forward(x) -> self.net(x))
+    name = next((n for n, m in model.named_modules() if m is infer_model), None)
+    calls = step.captured.calls
+    call = next((c for c in calls if c.module == name), None) or next((c for c in calls if c.module == ""), calls[0])
+    tensors = {k: v for k, v in batch.items() if isinstance(v, torch.Tensor)}
+    if call.kwargs:
+        got = {k: tensors[k].detach().cpu() for k in call.kwargs if k in tensors}
+        return got or None
+    args = [a for a in call.args if isinstance(a, torch.Tensor)]
+    if len(args) == 1 and len(call.args) == 1:
+        same = [v for v in tensors.values() if tuple(v.shape) == tuple(args[0].shape) and v.dtype == args[0].dtype]
+        if len(same) == 1:
+            return same[0].detach().cpu()
+    return None
+
+
 class InterleaverMixin:
     """The callback's behaviour, independent of the Lightning package (see the module docstring).
 
@@ -132,6 +157,7 @@ class InterleaverMixin:
         self._writer: Any = None
         self._stage: str | None = None
         self._capture: Any = None  # the model's shared capture while it captures the first training step
+        self._train_step: Any = None  # the captured training step (CapturedStep): its cost and how it called
         self._train_cost: Any = None
 
     # ------------------------------------------------------------------------------------------ setup
@@ -153,10 +179,13 @@ class InterleaverMixin:
         dev = self.device or get_board("cpu" if self.device_arg is None else self.device_arg, control="write", seed=self.seed)
         self.device = dev
         infer_model = self.infer_model if self.infer_model is not None else pl_module
-        # i17cost: a dict batch (model(**batch)) serves dict requests; otherwise the batch's first tensor
+        # requests are the inference model's inputs as the training step called it (the shared capture: a dict
+        # batch unpacked by the step, self(batch["pixel_values"])); without such a call, a dict batch is taken as
+        # keywords (model(**batch)) and any other batch by its first tensor
         keyword = isinstance(batch, Mapping)
-        x = (_keyword_inputs(batch) if keyword else _first_tensor(batch).detach().cpu()) \
-            if self.request_inputs is None or dev.simulated else None
+        called = _as_called(batch, self._train_step, pl_module, infer_model) if keyword else None
+        x = (called if called is not None else _keyword_inputs(batch) if keyword
+             else _first_tensor(batch).detach().cpu()) if self.request_inputs is None or dev.simulated else None
         pool = x if self.request_inputs is None else self.request_inputs
         inputs = pool if isinstance(pool, RequestInputs) else RequestInputs(pool)
         bg_wl = in_wl = None
@@ -227,6 +256,7 @@ class InterleaverMixin:
                     home.begin()
                     self._capture = home
                     return
+                self._train_step = known
                 self._train_cost = known.cost()
             self.engine = None
             self.report = None
@@ -246,6 +276,7 @@ class InterleaverMixin:
                 raise CaptureError(f"Interleaver: no call of {type(pl_module).__name__}'s modules was captured in the "
                                    "first training step: the twin needs the training step's cost (pass workload= or "
                                    "solution=)")
+            self._train_step = step
             self._train_cost = step.cost()
             return
         if self.engine is not None and self.engine._bg_start is not None:
