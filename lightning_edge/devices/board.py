@@ -98,7 +98,7 @@ class Board:
     @property
     def store_key(self) -> str:
         """The board's key in a profile store: its model (``orin-agx``), or for a simulated board its twin's
-        (``sim:<key>@<digest>``: :attr:`~lightning_edge.twin.model.OrinTwin.store_key`), so simulated profiles are
+        (``sim:<key>+<digest>``: :attr:`~lightning_edge.twin.model.OrinTwin.store_key`), so simulated profiles are
         never mixed with a real board's, nor with another model of the board."""
         if self.simulated and hasattr(self.twin, "store_key"):
             return str(self.twin.store_key)
@@ -263,7 +263,7 @@ _LOCK = threading.RLock()
 
 def store_key_of(spec: Any = "sim:orin-agx", **kw: Any) -> str:
     """The key under which the board ``spec`` names keeps its profiles in a profile store (:attr:`Board.store_key`:
-    ``sim:orin-agx@<digest>`` for the twin), without holding the board: for reading a store's studies."""
+    ``sim:orin-agx+<digest>`` for the twin), without holding the board: for reading a store's studies."""
     board = get_board(spec, **kw)
     try:
         return board.store_key

@@ -82,8 +82,8 @@ def _find(store: Any, args: argparse.Namespace) -> str:
 
     def ok(name: str) -> bool:
         _, dev, wid, kind = name.split("/")
-        # a simulated board's key carries its model's digest (sim:orin-agx@1a2b3c4d): --device sim:orin-agx names all
-        same = args.device_model is None or dev == args.device_model or dev.split("@")[0] == args.device_model
+        # a simulated board's key carries its model's digest (sim:orin-agx+1a2b3c4d): --device-model sim:orin-agx names all
+        same = args.device_model is None or dev == args.device_model or dev.split("+")[0] == args.device_model
         return same and (args.kind is None or kind == args.kind)
 
     for test in (lambda n: n == want, lambda n: n.split("/")[2] == want, lambda n: want in n):

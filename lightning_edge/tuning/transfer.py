@@ -40,7 +40,7 @@ constant ratio."""
 def stored_profiles(store: Any, device_model: str, workload_id: str, kind: str = "train") -> dict[PowerMode,
                                                                                                     tuple[float, float]]:
     """The ``kind`` profiles a profile store keeps for one workload on one board (``device_model``: its store key,
-    ``Board.store_key``: ``sim:orin-nx-16gb@<digest>`` for a simulated one): ``{mode: (time_s, power_w)}``."""
+    ``Board.store_key``: ``sim:orin-nx-16gb+<digest>`` for a simulated one): ``{mode: (time_s, power_w)}``."""
     table = store.bind(device_model, workload_id).table(kind)
     t = table.train_time_s if kind == "train" else table.infer_time_s
     p = table.train_power_w if kind == "train" else table.infer_power_w

@@ -217,13 +217,13 @@ class OrinTwin:
 
     @property
     def store_key(self) -> str:
-        """This twin's key in a profile store: ``sim:<module>@<digest>``, the digest of :data:`MODEL_VERSION`, its
+        """This twin's key in a profile store: ``sim:<module>+<digest>``, the digest of :data:`MODEL_VERSION`, its
         coefficients and its matmul setting. The one home of a simulated board's key (the Board's, the tuner's and
         the twin workloads'): profiles simulated by another model of the board (an older version, a calibrated or
         what-if board file) are never mixed with this one's, nor with a real board's (``orin-agx``)."""
         blob = json.dumps([MODEL_VERSION, bool(self.tf32_matmul), sorted(self.physics.p.items())])
         digest = hashlib.sha256(blob.encode()).hexdigest()[:8]
-        return f"sim:{getattr(self.space, 'name', None) or 'orin-agx'}@{digest}"
+        return f"sim:{getattr(self.space, 'name', None) or 'orin-agx'}+{digest}"
 
     # ================================================================== workloads
     def workload(

@@ -83,3 +83,18 @@ def test_claims_clear_claims_and_delete(store_path, capsys):
     assert rc == 0 and "deleted" in out
     rc, out, _ = _run(capsys, "list", "--store", store_path)
     assert "no studies" in out
+
+
+def test_a_simulated_boards_key_with_its_model_digest_is_named_by_the_board(tmp_path, capsys):
+    """A twin's studies are keyed sim:<module>+<digest> (OrinTwin.store_key): --device-model sim:orin-agx names
+    them, another module does not."""
+    path = str(tmp_path / "p.sqlite3")
+    GMD().solve(TrainingProblem(25.0), HAND_SPACE, LinearWorkload(), store=path)
+    GMD().solve(TrainingProblem(25.0), HAND_SPACE, LinearWorkload(), store=path, workload_id="twin-v1",
+                device_model="sim:orin-agx+0123abcd")
+    assert "lightning_edge/sim:orin-agx+0123abcd/twin-v1/train" in ProfileStore(path).storage.get_all_studies()[-1] \
+        .study_name  # the key survives the study name as it is
+    rc, out, _ = _run(capsys, "show", "twin-v1", "--device-model", "sim:orin-agx", "--store", path)
+    assert rc == 0 and "4c/300/400/2000" in out
+    rc, _, err = _run(capsys, "show", "twin-v1", "--device-model", "sim:orin-nx-16gb", "--store", path)
+    assert rc == 1 and "no study" in err

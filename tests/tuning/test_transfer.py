@@ -105,7 +105,7 @@ def test_profiles_stored_for_one_board_are_read_back_for_another(tmp_path):
     tuner.close()
     key = board.store_key
     board.close()
-    assert key.startswith("sim:orin-nx-16gb@")  # the twin's model digest: another model's profiles stay apart
+    assert key.startswith("sim:orin-nx-16gb+")  # the twin's model digest: another model's profiles stay apart
     got = stored_profiles(ProfileStore(url), key, wl.fingerprint)
     assert len(got) >= tuner.summary().profiles_used >= 3  # the strategy's profiles, and MAXN's for the summary
     assert all(m in board.space for m in got) and all(t > 0 and p > 0 for t, p in got.values())

@@ -12,7 +12,7 @@ def test_zoo_name_fingerprint_and_device_model_are_stable():
     a, b = SimWorkload("resnet18", noise=False), SimWorkload("resnet18", noise=False, train_batch_size=32)
     assert a.fingerprint == "resnet18-train-bs16-fp32"
     assert b.fingerprint != a.fingerprint
-    assert a.device_model == a.twin.store_key and a.device_model.startswith("sim:orin-agx@")  # never mixed with a
+    assert a.device_model == a.twin.store_key and a.device_model.startswith("sim:orin-agx+")  # never mixed with a
     # real board's profiles, nor with another model of the board
 
 
@@ -58,7 +58,7 @@ def test_another_model_of_the_board_has_another_store_key():
     from lightning_edge.twin.model import OrinTwin
 
     a, b = OrinTwin(noise=False, settling=False), OrinTwin(noise=False, settling=False)
-    assert a.store_key == b.store_key and a.store_key.startswith("sim:orin-agx@")
+    assert a.store_key == b.store_key and a.store_key.startswith("sim:orin-agx+")
     name, value = next(iter(a.physics.p.items()))
     c = OrinTwin(noise=False, settling=False, params={name: value * 1.1 + 1e-3})
     assert c.store_key != a.store_key

@@ -32,7 +32,7 @@ def test_every_catalogued_key_is_a_simulated_board_with_its_modules_grid(key):
     assert b.twin.current_mode() == space.max_mode()  # powered on in MAXN, its own
     expected = "simulated" if key == "orin-agx" else "extrapolated"
     assert b.simulated and b.source == "simulated" and b.label == expected
-    assert b.store_key == b.twin.store_key and b.store_key.startswith(f"sim:{key}@")
+    assert b.store_key == b.twin.store_key and b.store_key.startswith(f"sim:{key}+")
     roof, desc = b.roofline(None)
     assert roof.source == expected and expected in desc
     step = b.twin.workload("lstm", 1, "infer", seq_len=1).step(space.max_mode())
@@ -59,7 +59,7 @@ def test_the_seeds_board_is_the_twin_as_before():
 def test_an_extrapolated_boards_steps_tuner_measurements_and_rooflines_say_so():
     b = get_board("sim:orin-nano-8gb", control="write")
     wl = SimWorkload("resnet18", b.twin, train_batch_size=8, seed=1)
-    assert wl.train(b.space.max_mode()).label == "extrapolated" and wl.device_model.startswith("sim:orin-nano-8gb@")
+    assert wl.train(b.space.max_mode()).label == "extrapolated" and wl.device_model.startswith("sim:orin-nano-8gb+")
     meter = TwinMeter(b.twin, train=wl)
     meter.start()
     assert meter.label == "extrapolated" and meter.stop(b.space.max_mode()).label == "extrapolated"
