@@ -23,10 +23,11 @@ from __future__ import annotations
 import itertools
 import math
 import re
+import typing
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, fields
 from dataclasses import replace as _dc_replace
-from typing import Any
+from typing import Any, Union
 
 import numpy as np
 
@@ -173,7 +174,7 @@ class PowerMode:
         return getattr(self, knob_name(knob))
 
 
-ModeLike = PowerMode | str | Mapping[str, Any] | tuple
+ModeLike = Union[PowerMode, str, typing.Mapping[str, Any], tuple]  # runtime alias: Python 3.8's typing
 
 
 class PowerModeSpace:

@@ -26,6 +26,7 @@ import io
 import re
 import shlex
 import signal
+import subprocess
 import sys
 import textwrap
 import traceback
@@ -259,13 +260,24 @@ def test_a_broken_block_fails(tmp_path, monkeypatch):
 # Paths that exist on the machine the project was written on, not in the repository; and the numbers its papers
 # had there ("seed 003"), which mean nothing to a reader: the papers are named, docs/references.md.
 _OUTSIDE = re.compile(r"shared/(spec|seeds)|\.\./shared|/work/|DESIGN\.md|\bseeds? 0\d\d\b")
-_SKIP_DIRS = {".git", "__pycache__", ".pytest_cache", ".ruff_cache", "build", "dist", ".venv", "venv"}
+_SKIP_DIRS = {".git", "__pycache__", ".pytest_cache", ".ruff_cache", "build", "dist", ".venv", "venv", ".nox", ".tox"}
 _TEXT = {".py", ".md", ".toml", ".json", ".txt", ".cfg", ".ini", ".yaml", ".yml", ".csv", ".rst"}
+
+
+def _repository_files() -> list[Path]:
+    """The repository's files: what git tracks or would add (ignored paths such as the CI matrix's virtual
+    environments in .nox/ are not the repository's); every file under it where git cannot say."""
+    try:
+        out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=REPO,
+                             capture_output=True, check=True, timeout=60).stdout
+        return [REPO / f for f in out.decode("utf-8", "replace").split("\0") if f]
+    except (OSError, subprocess.SubprocessError):
+        return [p for p in REPO.rglob("*") if not _SKIP_DIRS.intersection(p.relative_to(REPO).parts)]
 
 
 def test_no_reference_to_a_file_outside_the_repository():
     offenders = []
-    for path in REPO.rglob("*"):
+    for path in _repository_files():
         if not path.is_file() or path.suffix not in _TEXT or _SKIP_DIRS.intersection(path.relative_to(REPO).parts):
             continue
         if path == Path(__file__).resolve():

@@ -50,7 +50,7 @@ def import_graph() -> dict[str, set[str]]:
     graph: dict[str, set[str]] = {}
     for name, path in mods.items():
         tree = ast.parse(path.read_text(), str(path))
-        skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.dump(node.test)
                 for n in ast.walk(node)}
         graph[name] = {t for node in ast.walk(tree) if isinstance(node, (ast.Import, ast.ImportFrom))
                        and id(node) not in skip for t in _targets(node, name, path.name == "__init__.py", mods)}

@@ -28,7 +28,7 @@ Values that decide control flow are kept: integer and boolean tensors (token ids
 of at most :data:`VALUE_MAX_NUMEL` elements are kept as CPU copies, so code such as ``if mask.all():`` (Hugging
 Face's mask builders) runs on the meta device as it ran for real (see ``counter.py``, "known values").
 
-Tensor trees are walked with ``torch.utils._pytree`` (tuples, lists, dicts, namedtuples, ``ModelOutput`` /
+Tensor trees are walked with ``torch.utils._pytree`` (through ``lightning_edge._torchcompat``: tuples, lists, dicts, namedtuples, ``ModelOutput`` /
 ``BatchEncoding`` where registered); dataclass batches and mappings that are not registered are walked by
 :func:`tree_map_tensors` too.
 """
@@ -45,7 +45,9 @@ from typing import Any
 
 import torch
 from torch import nn
-from torch.utils import _pytree as pytree
+
+from lightning_edge._compat import dtype_name
+from lightning_edge._torchcompat import autocast_dtype, current_autograd_node, is_compiling, tree_children
 
 __all__ = [
     "VALUE_MAX_NUMEL", "Call", "Captured", "CallCapture", "CaptureError", "capture", "to_meta",
@@ -84,9 +86,10 @@ def tree_map_tensors(fn: Callable[[torch.Tensor], Any], obj: Any) -> Any:
     def walk(x: Any) -> Any:
         if isinstance(x, torch.Tensor):
             return fn(x)
-        if not pytree.tree_is_leaf(x):  # a registered container (tuple, list, dict, namedtuple, ModelOutput...)
-            children, spec = pytree.tree_flatten(x, is_leaf=lambda y: y is not x)  # one level
-            return pytree.tree_unflatten([walk(c) for c in children], spec)
+        node = tree_children(x)  # a registered container (tuple, list, dict, namedtuple, ModelOutput...)
+        if node is not None:
+            children, rebuild = node
+            return rebuild([walk(c) for c in children])
         if dataclasses.is_dataclass(x) and not isinstance(x, type):
             try:
                 return dataclasses.replace(x, **{f.name: walk(getattr(x, f.name)) for f in dataclasses.fields(x)
@@ -210,7 +213,7 @@ class Call:
 
 def _describe(x: Any) -> str:
     if isinstance(x, torch.Tensor):
-        return f"{str(x.dtype).removeprefix('torch.')}{list(x.shape)}"
+        return f"{dtype_name(x.dtype)}{list(x.shape)}"
     ts = tensors_of(x)
     if ts:
         return f"{type(x).__name__}({len(ts)} tensors)"
@@ -245,13 +248,8 @@ class Captured:
 
 # ---------------------------------------------------------------------------------------------- capture
 def _autocast_dtype() -> str | None:
-    for dev in ("cuda", "cpu"):
-        try:
-            if torch.is_autocast_enabled(dev):
-                return str(torch.get_autocast_dtype(dev)).removeprefix("torch.")
-        except (RuntimeError, TypeError, AttributeError):  # a device type this build does not know
-            continue
-    return None
+    dt = autocast_dtype()
+    return dtype_name(dt) if dt is not None else None
 
 
 class CallCapture:
@@ -313,7 +311,7 @@ class CallCapture:
         self.stop()
 
     def _pre(self, mod: nn.Module, args: tuple, kwargs: dict) -> None:
-        if torch.compiler.is_compiling():
+        if is_compiling():
             return
         c0 = time.perf_counter_ns()
         try:
@@ -326,7 +324,7 @@ class CallCapture:
         if name is None:
             return
         self.captured.module_calls += 1
-        if getattr(_quiet, "depth", 0) or torch._C._current_autograd_node() is not None:
+        if getattr(_quiet, "depth", 0) or current_autograd_node() is not None:
             # analyze's own meta run (not_captured), or a forward recomputed inside the backward (activation
             # checkpointing): part of the calls already captured, whose analysis counts the recomputation
             self._open.append(False)
@@ -349,7 +347,7 @@ class CallCapture:
                 self._root_open = len(calls) - 1
 
     def _post(self, mod: nn.Module, args: tuple, output: Any) -> None:
-        if torch.compiler.is_compiling():
+        if is_compiling():
             return
         c0 = time.perf_counter_ns()
         if mod in self._names and self._open and self._open.pop() and self._depth > 0:

@@ -56,7 +56,10 @@ def factory_from_spec(spec: str) -> Callable:
                 f"{stem}:{fn_name or 'FACTORY'}" if is_path and _NAME.fullmatch(stem) else "")
         raise ValueError(f"model {spec!r} not understood: expected zoo:NAME (e.g. zoo:resnet50) or "
                          f"module.path:factory (e.g. mypkg.models:build){hint}")
-    sys.path.insert(0, ".")
+    here = os.getcwd()  # the folder the command runs in, by its absolute path: a "." entry's cached listing can
+    if here not in sys.path:  # be another folder's after a chdir (Python 3.8 / 3.10 FileFinder)
+        sys.path.insert(0, here)
+    importlib.invalidate_caches()
     try:
         module = importlib.import_module(mod_name)
     except ModuleNotFoundError as exc:
@@ -234,7 +237,9 @@ def run(args: argparse.Namespace) -> int:
 def _failed_on_inputs(spec: str, inputs: tuple, exc: BaseException) -> str:
     shapes = ", ".join(str(tuple(getattr(x, "shape", ()))) for x in inputs)
     first = (str(exc).strip().splitlines() or [""])[0][:200]
-    ints = re.search(r"scalar types: Long|indices.*(Long|Int)|must be (Long|Int)|expected .*(Long|Int)", str(exc))
+    # the wording varies by torch ("Expected ... scalar types: Long, Int", "indices must be long, int, byte or bool")
+    ints = re.search(r"scalar types: Long|indices.*(Long|Int)|must be (Long|Int)|expected .*(Long|Int)", str(exc),
+                     re.IGNORECASE)
     hint = (" --input-shape gives float inputs by default: a model that looks up token ids (an embedding) needs "
             "--input-dtype long" if ints else " check --input-shape, --input-dtype, --batch-size and --seq-len")
     return f"{spec} could not run on example inputs of shape {shapes} ({type(exc).__name__}: {first}):{hint}"

@@ -27,12 +27,25 @@ from collections import Counter
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.autograd.graph import _engine_run_backward
-from torch.nn.utils.stateless import _reparametrize_module
 from torch.overrides import TorchFunctionMode
-from torch.utils import _pytree as pytree
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from lightning_edge._compat import dtype_name, removeprefix
+from lightning_edge._torchcompat import (
+    TorchDispatchMode,
+    autocast_on_meta,
+    checkpoint_on_meta,
+    current_autograd_node,
+    force_eager,
+    has_aten_op,
+    no_cyclic_gc,
+    no_torch_function,
+    reparametrize,
+    run_backward,
+    tree_flatten,
+    tree_leaves,
+    tree_map,
+    tree_unflatten,
+)
 from lightning_edge.cost import nodes
 from lightning_edge.cost.capture import (
     Captured,
@@ -45,7 +58,7 @@ from lightning_edge.cost.capture import (
 )
 from lightning_edge.cost.formulas import (
     ELEMENTWISE_FLOP,
-    FREE_OPS,
+    is_free,
     numel,
     op_cost,
     op_kernels,
@@ -72,7 +85,7 @@ META = torch.device("meta")
 def resolve_dtype(dtype) -> torch.dtype | None:
     if dtype is None or isinstance(dtype, torch.dtype):
         return dtype
-    key = str(dtype).lower().removeprefix("torch.")
+    key = removeprefix(str(dtype).lower(), "torch.")
     if key not in DTYPES:
         raise ValueError(f"dtype {dtype!r} is not supported: expected one of {sorted(set(DTYPES))} or a torch.dtype")
     return DTYPES[key]
@@ -113,6 +126,8 @@ class _Recorder:
         # what is computed from them alone (masks, positions), so data-dependent Python (``if mask.all():``) runs
         self.values: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.recomputed: set[str] = set()  # layers whose forward ran again inside the backward (checkpointing)
+        # this torch lacks the fused CPU attention op (before 2.2): it is emulated, counted the same
+        self.emulate_attention = not has_aten_op(FUSED_ATTENTION_OP)
 
     # -- module stack -------------------------------------------------------------------
     def layer(self, name: str) -> LayerCost:
@@ -153,14 +168,14 @@ class _Recorder:
             self.recomputed.add(self.stack[-1])
             return self.stack[-1]
         if self.backward:
-            node = torch._C._current_autograd_node()
+            node = current_autograd_node()
             return "" if node is None else self.node_owner.get(id(node), "")
         return self.stack[-1] if self.stack else ""
 
     # -- ops --------------------------------------------------------------------------------
     def record(self, func, args, kwargs, out) -> None:
         name = op_name(func)
-        if name in FREE_OPS or self.suppress:
+        if self.suppress or is_free(name, args):
             return
         where = self.current()
         if not self.backward and self.fold_bn:
@@ -229,14 +244,19 @@ class _CountMode(TorchDispatchMode):
         self.adopted: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # id(real tensor) -> (it, its meta twin)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
+        # below the Python API: the function modes (fused attention, autocast) must not see the ops the meta kernels
+        # and decompositions call (torch 2.1 hands them garbled arguments)
+        with no_torch_function():
+            return self._dispatch(func, args, kwargs or {})
+
+    def _dispatch(self, func, args, kwargs):
         tensors = _arg_tensors(args, kwargs)
         if any(t.device.type != "meta" for t in tensors):
             # a real tensor made inside forward without device= (a causal mask on the default device): it joins the
             # meta world, with its value when small
-            flat, spec = pytree.tree_flatten((args, kwargs))
+            flat, spec = tree_flatten((args, kwargs))
             flat = [self._adopt(x) for x in flat]
-            args, kwargs = pytree.tree_unflatten(flat, spec)
+            args, kwargs = tree_unflatten(flat, spec)
             tensors = _arg_tensors(args, kwargs)
         if self.rec.values:
             known = self._known(func, args, kwargs, tensors)
@@ -270,7 +290,7 @@ class _CountMode(TorchDispatchMode):
             return _UNKNOWN
         else:  # a factory op (arange, ones, full): only small results get a value
             out = self._fast(func, args, kwargs)
-            if not all(isinstance(o, torch.Tensor) and o.numel() <= FACTORY_MAX_NUMEL for o in pytree.tree_leaves(out)):
+            if not all(isinstance(o, torch.Tensor) and o.numel() <= FACTORY_MAX_NUMEL for o in tree_leaves(out)):
                 self.rec.record(func, args, kwargs, out)
                 return out
 
@@ -281,21 +301,21 @@ class _CountMode(TorchDispatchMode):
                 return torch.device("cpu")
             return x
 
-        r_args, r_kwargs = pytree.tree_map(real, (args, kwargs))
+        r_args, r_kwargs = tree_map(real, (args, kwargs))
         try:
             r_out = func(*r_args, **r_kwargs)
         except Exception:  # noqa: BLE001 - the value cannot be had: count the op as usual on the meta device
             return _UNKNOWN
-        r_flat, spec = pytree.tree_flatten(r_out)
+        r_flat, spec = tree_flatten(r_out)
         if not any(isinstance(x, torch.Tensor) for x in r_flat):
             return r_out  # a Python scalar (.item(), equal): the real one
         if func._schema.is_mutable or any(r.alias_info is not None for r in func._schema.returns):
             out = self._fast(func, args, kwargs)  # in-place and views: the meta op keeps aliasing right
-            outs = pytree.tree_leaves(out)
+            outs = tree_leaves(out)
         else:
             outs = [torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=META)
                     if isinstance(x, torch.Tensor) else x for x in r_flat]
-            out = pytree.tree_unflatten(outs, spec)
+            out = tree_unflatten(outs, spec)
         for m, v in zip(outs, r_flat):
             if isinstance(m, torch.Tensor) and isinstance(v, torch.Tensor) and v.numel() <= KNOWN_MAX_NUMEL:
                 values[id(m)] = (m, v)
@@ -361,11 +381,74 @@ def _inplace_elementwise(func) -> bool:
     return name.endswith("_") and name[:-1] in ELEMENTWISE_FLOP
 
 
-def _fused_sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
-                enable_gqa=False):
-    return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(
-        query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
-    )[0]
+#: the fused attention op the cost model counts ``F.scaled_dot_product_attention`` as (the CPU flash kernel; its
+#: formula is the fused kernel's whatever the backend)
+FUSED_ATTENTION_OP = "_scaled_dot_product_flash_attention_for_cpu"
+
+
+def _fused_sdpa(rec: _Recorder, query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None):
+    if not rec.emulate_attention:
+        return getattr(torch.ops.aten, FUSED_ATTENTION_OP)(
+            query, key, value, dropout_p, is_causal, attn_mask=attn_mask, scale=scale
+        )[0]
+    _check_sdpa_shapes(query, key, value, attn_mask)
+    return _EmulatedFusedAttention.apply(rec, query, key, value, attn_mask, float(dropout_p), bool(is_causal), scale)
+
+
+def _check_sdpa_shapes(q, k, v, mask) -> None:
+    """Raise RuntimeError for the shapes the fused kernel refuses (as the real op would)."""
+    ok = (all(isinstance(t, torch.Tensor) and t.dim() == 4 for t in (q, k, v))
+          and q.shape[:2] == k.shape[:2] == v.shape[:2] and k.shape[2] == v.shape[2] and q.shape[3] == k.shape[3])
+    if ok and mask is not None:
+        try:
+            torch.broadcast_shapes(tuple(mask.shape), (q.shape[0], q.shape[1], q.shape[2], k.shape[2]))
+        except RuntimeError:
+            ok = False
+    if not ok:
+        raise RuntimeError("shapes the fused attention kernel does not take")
+
+
+def _like_fused(q: torch.Tensor, last: int) -> torch.Tensor:
+    """An empty (batch, heads, length, ``last``) result laid out as the fused CPU kernel lays out its output: in the
+    query's layout (``empty_like``), or (batch, length, heads, dim) transposed where the query has none to share."""
+    b, h, lq, d = q.shape
+    if last == d:
+        return torch.empty_like(q)
+    return q.new_empty((b, lq, h, last)).transpose(1, 2)
+
+
+class _EmulatedFusedAttention(torch.autograd.Function):
+    """The fused CPU attention op (:data:`FUSED_ATTENTION_OP`) and its backward, emulated where torch lacks it (before
+    torch 2.2): the same op names, arguments and results (shapes, dtypes, layouts) as the real meta kernels, recorded
+    with the same formulas, so that the counts are those of a newer torch. ``tests/cost/test_attention_emulation.py``
+    checks it against the real op on every torch that has one."""
+
+    @staticmethod
+    def forward(ctx, rec, q, k, v, mask, dropout_p, is_causal, scale):
+        out = _like_fused(q, v.shape[-1])
+        lse_dtype = torch.float32 if q.dtype in (torch.float16, torch.bfloat16) else q.dtype
+        # results made from the query (new_empty), never by a factory call: a factory's meta result would get a
+        # known value (counter, "known values") that the real kernel's results do not have
+        lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=lse_dtype).transpose(1, 2)
+        rec.record(f"aten::{FUSED_ATTENTION_OP}", (q, k, v, dropout_p, is_causal),
+                   {"attn_mask": mask, "scale": scale}, (out, lse))
+        ctx.rec, ctx.call = rec, (dropout_p, is_causal, scale)
+        ctx.save_for_backward(q, k, v, mask if mask is not None else q.new_empty(0), out, lse)
+        ctx.has_mask = mask is not None
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, mask, out, lse = ctx.saved_tensors
+        dropout_p, is_causal, scale = ctx.call
+
+        def grad_like(t):  # the CPU kernel's gradient layout: (batch, length, heads, dim), transposed
+            return t.new_empty((t.shape[0], t.shape[2], t.shape[1], t.shape[3])).transpose(1, 2)
+
+        grads = (grad_like(q), grad_like(k), grad_like(v))
+        ctx.rec.record(f"aten::{FUSED_ATTENTION_OP}_backward", (grad_out, q, k, v, out, lse, dropout_p, is_causal),
+                       {"attn_mask": mask if ctx.has_mask else None, "scale": scale}, grads)
+        return (None, *grads, None, None, None, None)
 
 
 class _FusedAttentionMode(TorchFunctionMode):
@@ -394,7 +477,7 @@ class _FusedAttentionMode(TorchFunctionMode):
                     if call.pop("enable_gqa", False):
                         call["key"], call["value"] = self._repeat_kv(q, call["key"], call["value"])
                         self.gqa += 1
-                    return _fused_sdpa(**call)
+                    return _fused_sdpa(self.rec, **call)
                 except (RuntimeError, TypeError, NotImplementedError, KeyError):
                     self.fallbacks += 1  # shapes the fused op does not take: count the math path
         return func(*args, **kwargs)
@@ -453,7 +536,7 @@ class _AutocastMode(TorchFunctionMode):
                         self.rec.internal -= 1
                 return t
 
-            args, kwargs = pytree.tree_map(cast, (args, kwargs))
+            args, kwargs = tree_map(cast, (args, kwargs))
             self.calls += 1
         return func(*args, **kwargs)
 
@@ -545,7 +628,7 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
     handles = []
     attention = _FusedAttentionMode(rec)
     amp_mode = _AutocastMode(amp, rec) if amp is not None else contextlib.nullcontext()
-    eager = torch.compiler.set_stance("force_eager") if opaque else contextlib.nullcontext()
+    eager = force_eager() if opaque else contextlib.nullcontext()
     try:
         model.train(training)
         for m in model.modules():
@@ -554,7 +637,7 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
         cache = _shape_cache()
         # the meta parameters stay in place for the backward too: a checkpointed forward is recomputed in it
         # inference_mode (Lightning's eval loops) skips the decompositions the formulas expect: leave it
-        with _reparametrize_module(model, state, tie_weights=True, strict=False), eager, \
+        with no_cyclic_gc(), reparametrize(model, state), eager, checkpoint_on_meta(), autocast_on_meta(), \
                 torch.inference_mode(False), not_captured():
             with torch.set_grad_enabled(training), attention, amp_mode, _CountMode(rec, cache):
                 out = model(*meta_args, **meta_kwargs)
@@ -568,8 +651,7 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
                 with attention, amp_mode, _CountMode(rec, cache):
                     # the engine directly: torch.autograd.backward would pass through the function modes, which
                     # are switched off while they handle a call, and a recomputed forward needs them on
-                    _engine_run_backward(tuple(outs), tuple(grads), False, False, (), allow_unreachable=True,
-                                         accumulate_grad=True)
+                    run_backward(outs, grads)
     finally:
         for h in handles:
             h.remove()
@@ -612,7 +694,7 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
         notes.append("compiled with torch.compile: " + ", ".join(p or "(root)" for p in opaque)
                      + " counted as one opaque layer each (as the profiler times it)")
     if amp is not None:
-        notes.append(f"autocast {str(amp).removeprefix('torch.')}: matmuls, convolutions and attention counted at "
+        notes.append(f"autocast {dtype_name(amp)}: matmuls, convolutions and attention counted at "
                      f"that dtype ({getattr(amp_mode, 'calls', 0)} call(s), input casts included); other ops at "
                      "their inputs' dtype")
     if fold_bn:
@@ -622,8 +704,8 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
         uncounted=rec.uncounted,
         training=training,
         fold_bn=fold_bn,
-        dtype=str(target or _infer_dtype(model)).removeprefix("torch."),
-        autocast=str(amp).removeprefix("torch.") if amp is not None else None,
+        dtype=dtype_name(target or _infer_dtype(model)),
+        autocast=dtype_name(amp) if amp is not None else None,
         model=type(model).__name__,
         inputs=[tuple(t.shape) for t in tensors_of((example_inputs, example_kwargs))],
         notes=notes,

@@ -19,11 +19,14 @@ Conventions (docs/cost-model.md has them with a worked example):
 from __future__ import annotations
 
 import math
+import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 import torch
 
+from lightning_edge._compat import dtype_name, removesuffix
+from lightning_edge._torchcompat import OpOverload, OpOverloadPacket
 from lightning_edge.cost.ops import ATTENTION_OPS
 from lightning_edge.cost.types import KernelCost
 
@@ -41,7 +44,7 @@ class OpCost:
     bytes_written: int | None = None
 
 
-Formula = Callable[..., OpCost]
+Formula = typing.Callable[..., OpCost]  # runtime alias: Python 3.8's typing
 
 #: qualified op name (``aten::mm``) or one overload of one (``aten::mm.default``) -> formula
 REGISTRY: dict[str, Formula] = {}
@@ -60,6 +63,17 @@ FREE_OPS = frozenset(
     """.split()
 )
 
+def is_free(name: str, args: tuple) -> bool:
+    """Whether one call of ``name`` moves nothing: a view or reshape (:data:`FREE_OPS`), or the gradient of a slice
+    that kept its whole input (``x[:, :n]`` with ``n`` the full length: torch before 2.6 runs ``slice_backward`` for
+    it, a full-size copy; later ones pass the gradient through), so that a model counts the same on every torch."""
+    if name in FREE_OPS:
+        return True
+    if name == "slice_backward" and len(args) > 1 and isinstance(args[0], torch.Tensor):
+        return tuple(args[0].shape) == tuple(int(s) for s in args[1])
+    return False
+
+
 def _split(text: str) -> tuple[str, str, str]:
     """``"ns::name.overload"`` -> (ns, name, overload); a bare ``"name"`` is aten's."""
     ns, _, rest = text.rpartition("::")
@@ -71,10 +85,10 @@ def op_key(op) -> str:
     """The registry key of ``op``: an op overload packet (``torch.ops.aten.mm``, ``torch.ops.mylib.mm``), one
     overload (``torch.ops.aten.mm.default``), or its qualified name (``"aten::mm"``, ``"mylib::mm.default"``; a
     bare name is aten's). Raises ``ValueError`` when torch knows no such op."""
-    if isinstance(op, torch._ops.OpOverload):
+    if isinstance(op, OpOverload):
         ns, name = op._schema.name.split("::", 1)
         return f"{ns}::{name}.{op._overloadname}"
-    if isinstance(op, torch._ops.OpOverloadPacket):
+    if isinstance(op, OpOverloadPacket):
         return op._qualified_op_name
     if not isinstance(op, str) or not op:
         raise ValueError(f"a formula is registered for an op: torch.ops.<namespace>.<name>[.<overload>] or its "
@@ -111,12 +125,28 @@ def register_formula(op, fn: Formula | None = None, *, override: bool = False):
     return deco if fn is None else deco(fn)
 
 
+#: every aten op name a built-in formula is written for, whether or not the running torch has it (tests check
+#: each against the op names of every supported torch: a misspelling is caught there, not at a user's import)
+BUILTIN_OPS: set[str] = set()
+#: built-in formulas for ops the running torch does not have (an op of a newer or older torch), by op name: never
+#: looked up, since this torch cannot dispatch them; ``lightning_edge.analyze`` works the same without them
+ABSENT_OPS: dict[str, Formula] = {}
+
+
 def register(*names: str) -> Callable[[Formula], Formula]:
-    """Register ``fn`` as the formula of the aten ops called ``names`` (the built-in formulas)."""
+    """Register ``fn`` as the formula of the aten ops called ``names`` (the built-in formulas). An op the running
+    torch lacks (``_fused_rms_norm`` before torch 2.8, ``_scaled_dot_product_flash_attention_for_cpu`` before
+    2.2...) is set aside in :data:`ABSENT_OPS`, never an error: the formulas cover every supported torch at once."""
 
     def deco(fn: Formula) -> Formula:
         for n in names:
-            register_formula(n, fn)
+            BUILTIN_OPS.add(n)
+            try:
+                register_formula(n, fn)
+            except ValueError:
+                if f"aten::{n}" in REGISTRY:  # registered twice: a real mistake, whatever torch runs
+                    raise
+                ABSENT_OPS[n] = fn
         return fn
 
     return deco
@@ -124,15 +154,16 @@ def register(*names: str) -> Callable[[Formula], Formula]:
 
 def op_name(func) -> str:
     """How an op is named in costs: ``aten.add_.Tensor`` -> ``add_``; another namespace's op keeps its namespace
-    (``mylib::mm``), so that it is never mistaken for aten's."""
-    name = func._schema.name
+    (``mylib::mm``), so that it is never mistaken for aten's. A qualified name (``"aten::mm"``) is taken as given
+    (an op the counter emulates on a torch that lacks it)."""
+    name = func if isinstance(func, str) else func._schema.name
     return name[6:] if name.startswith("aten::") else name
 
 
 def _keys(op) -> list[str]:
     """Registry keys to try for ``op`` (an OpOverload, or a name as :func:`op_name` gives it), most specific first;
     an in-place ``op_`` falls back to ``op``'s formula."""
-    if isinstance(op, torch._ops.OpOverload):
+    if isinstance(op, OpOverload):
         ns, name = op._schema.name.split("::", 1)
         keys = [f"{ns}::{name}.{op._overloadname}", f"{ns}::{name}"]
     else:
@@ -150,6 +181,9 @@ def lookup(op, formulas: dict[str, Formula] | None = None) -> Formula | None:
         fn = (formulas or {}).get(key) or REGISTRY.get(key)
         if fn is not None:
             return fn
+    if isinstance(op, str):  # an op this torch lacks, emulated by the counter (fused attention before torch 2.2)
+        ns, name, _ = _split(op)
+        return ABSENT_OPS.get(name) if ns == "aten" else None
     return None
 
 
@@ -521,7 +555,7 @@ def inplace_copy_cost(dst, src, *args, out=None, **kwargs) -> OpCost:
 
 @register("fill", "zero", "zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "new_zeros",
           "new_ones", "new_full", "scalar_tensor", "arange", "linspace", "normal", "uniform",
-          "rand", "randn", "randint", "rand_like", "randn_like", "tensor")
+          "rand", "randn", "randint", "rand_like", "randn_like")
 def fill_cost(*args, out=None, **kwargs) -> OpCost:
     # writes its result, reads nothing (a fill_ of a tensor does not read it)
     return OpCost(bytes_read=0)
@@ -563,7 +597,7 @@ def _dtype_of(out, args) -> str:
     """The dtype an op computes in: its first floating result's, else its first floating argument's."""
     for t in (*tensors_in(out), *tensors_in(args)):
         if t.is_floating_point():
-            return str(t.dtype).removeprefix("torch.")
+            return dtype_name(t.dtype)
     return "float32"
 
 
@@ -598,7 +632,7 @@ def op_kernels(op: str, args: tuple, kwargs: dict, out, cost: tuple[int, int, in
         if ks:  # one op dispatched: its first kernel; cuDNN launches the others from C++
             return ks[:1] + [KernelCost(k.op, k.backward, k.flops, k.bytes, k.depth, k.dtype, True) for k in ks[1:]]
     depth = 0.0
-    base = op.removesuffix("_backward")
+    base = removesuffix(op, "_backward")
     if op in ATTENTION_OPS or base in ATTENTION_OPS:
         t = _first_tensor(args)
         depth = float(t.shape[-1]) if t is not None and t.dim() else 0.0

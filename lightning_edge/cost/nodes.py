@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torch._C._autograd import _get_sequence_nr as mark
+from lightning_edge._torchcompat import autograd_sequence_nr as mark
 
 __all__ = ["mark", "claim_nodes"]
 

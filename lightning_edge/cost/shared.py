@@ -25,6 +25,7 @@ from typing import Any
 
 from torch import nn
 
+from lightning_edge._compat import dtype_name
 from lightning_edge.cost.capture import CallCapture, Captured, CaptureError, tensors_of
 from lightning_edge.cost.counter import step_cost
 
@@ -33,7 +34,7 @@ __all__ = ["CapturedStep", "StepCaptures", "shared_capture"]
 
 def _signature(captured: Captured) -> str:
     """The step's call shape: each outermost call's module and its tensors' dtypes and shapes."""
-    return "; ".join(f"{c.shown}(" + ",".join(f"{str(t.dtype).removeprefix('torch.')}{list(t.shape)}"
+    return "; ".join(f"{c.shown}(" + ",".join(f"{dtype_name(t.dtype)}{list(t.shape)}"
                                              for t in tensors_of((c.args, c.kwargs))) + ")" for c in captured.calls)
 
 

@@ -197,14 +197,11 @@ def conv_backend(batch: int, c: int, h: int, w: int, f: int, kh: int, kw: int, s
     im2col and one GEMM per image; ``mkldnn``: oneDNN), asked of PyTorch itself on empty tensors."""
     import torch
 
-    try:
-        x = torch.empty(max(1, batch), max(1, c), max(1, h), max(1, w))
-        wt = torch.empty(max(1, f), max(1, c // max(1, groups)), max(1, kh), max(1, kw))
-        b = torch._C._select_conv_backend(x, wt, None, [stride, stride], list(padding), [dilation, dilation],
-                                          False, [0, 0], groups, None)
-    except Exception:  # noqa: BLE001 - an older torch without the query, or a shape it refuses
-        return "other"
-    name = str(b).rsplit(".", 1)[-1].lower()
+    from lightning_edge._torchcompat import conv_backend_name
+
+    x = torch.empty(max(1, batch), max(1, c), max(1, h), max(1, w))
+    wt = torch.empty(max(1, f), max(1, c // max(1, groups)), max(1, kh), max(1, kw))
+    name = conv_backend_name(x, wt, (stride, stride), padding, (dilation, dilation), groups) or "other"
     return "slow2d" if name == "slow2d" else "mkldnn" if name.startswith("mkldnn") else "other"
 
 

@@ -41,6 +41,7 @@ from typing import Any
 
 import numpy as np
 
+from lightning_edge._compat import dtype_name
 from lightning_edge._jsonfile import one_line, read_json
 from lightning_edge.latency.features import (
     CLASSES,
@@ -447,7 +448,7 @@ class LatencyModel:
 
     def _check_context(self, model: Any, out: ModelLatency) -> None:
         msgs = self.conditions()
-        dt = next((str(p.dtype).removeprefix("torch.") for p in model.parameters() if p.is_floating_point()), None)
+        dt = next((dtype_name(p.dtype) for p in model.parameters() if p.is_floating_point()), None)
         if dt and self.meta.get("dtype") and dt != self.meta["dtype"]:
             msgs.append(f"fitted for {self.meta['dtype']}, the model is {dt}")
         if out.notes:

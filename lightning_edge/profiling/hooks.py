@@ -46,15 +46,16 @@ from __future__ import annotations
 import contextlib
 import re
 import time
+import typing
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
 import torch
 from torch import nn
 from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
-from torch.utils._pytree import tree_flatten
 
+from lightning_edge._torchcompat import is_compiling, tree_flatten
 from lightning_edge.cost.nodes import claim_nodes, mark
 
 __all__ = ["Interval", "LayerSelf", "LayerTimer", "StepTiming", "exclusive_times", "DEFAULT_REGION"]
@@ -273,7 +274,7 @@ class _EventPool:
         self._used.clear()
 
 
-Include = str | re.Pattern | Callable[[str, nn.Module], bool] | None
+Include = Union[str, re.Pattern, typing.Callable[[str, nn.Module], bool], None]  # runtime alias: Python 3.8's typing
 
 
 class LayerTimer:
@@ -505,7 +506,7 @@ class LayerTimer:
 
     # ------------------------------------------------------------------ hooks (hot path)
     def _pre(self, mod: nn.Module, args: Any) -> None:
-        if torch.compiler.is_compiling():  # i17cost: inside torch.compile'd code (the compiled module is timed whole)
+        if is_compiling():  # i17cost: inside torch.compile'd code (the compiled module is timed whole)
             return
         info = self._mods.get(mod)
         if info is None:
@@ -519,7 +520,7 @@ class LayerTimer:
         self._hook_ns += time.perf_counter_ns() - c0
 
     def _post(self, mod: nn.Module, args: Any, output: Any) -> None:
-        if torch.compiler.is_compiling():  # i17cost
+        if is_compiling():  # i17cost
             return
         info = self._mods.get(mod)
         if info is None:

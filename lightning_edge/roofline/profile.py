@@ -35,12 +35,12 @@ import math
 import os
 import re
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from lightning_edge._compat import data_dir
 from lightning_edge._jsonfile import read_json
 from lightning_edge.roofline.model import Roofline
 
@@ -435,8 +435,8 @@ class DeviceProfile:
 
 
 # ---------------------------------------------------------------------------------------------- files
-def _data_dir():
-    return resources.files("lightning_edge") / "data"
+def _data_dir() -> Path:
+    return data_dir()
 
 
 def available_profiles() -> list[str]:

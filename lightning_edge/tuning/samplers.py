@@ -27,6 +27,7 @@ from optuna.study import Study
 from optuna.trial import FrozenTrial, TrialState
 
 from lightning_edge.modes import PowerModeSpace
+from lightning_edge.tuning._optuna import set_constraints
 from lightning_edge.tuning.als import ALS
 from lightning_edge.tuning.backend import ProfileKey
 from lightning_edge.tuning.gmd import GMD
@@ -160,15 +161,13 @@ class StrategySampler(BaseSampler):
                     trial.set_user_attr(f"{name}_time_s", m.time_s)
                     trial.set_user_attr(f"{name}_power_w", m.power_w)
                 trial.set_user_attr("label", mi.label)
-                for name, v in constraint_values(problem, mi.time_s, max(mt.power_w, mi.power_w), bs).items():
-                    trial.set_constraint(name, v)
+                set_constraints(trial, constraint_values(problem, mi.time_s, max(mt.power_w, mi.power_w), bs))
                 return [mt.time_s, max(mt.power_w, mi.power_w)]
             m = as_measurement(workload.train(mode) if kind == "train" else workload.infer(mode, bs))
             trial.set_user_attr("time_s", m.time_s)
             trial.set_user_attr("power_w", m.power_w)
             trial.set_user_attr("label", m.label)
-            for name, v in constraint_values(problem, m.time_s, m.power_w, bs).items():
-                trial.set_constraint(name, v)
+            set_constraints(trial, constraint_values(problem, m.time_s, m.power_w, bs))
             return [m.time_s, m.power_w]
 
         return _objective

@@ -18,7 +18,7 @@ import math
 import weakref
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Union
 
 from lightning_edge.modes import KNOBS, PowerMode, PowerModeSpace
 from lightning_edge.tuning.backend import MemoryStore, ProfileBackend, ProfileKey
@@ -55,7 +55,7 @@ class Point:
         return f"{self.kind}:{self.mode}" + ("" if self.batch_size is None else f":bs{self.batch_size}")
 
 
-Result = Measurement | ConcurrentMeasurement
+Result = Union[Measurement, ConcurrentMeasurement]  # runtime alias: Python 3.8's typing
 
 
 class SearchContext:

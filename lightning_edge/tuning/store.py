@@ -10,7 +10,7 @@ Layout
     holds inference profiles (the same plus ``batch_size``). Objective values ``[time_s, power_w]``
     (both minimised); user attributes ``time_s``, ``power_w``, ``label`` (measured / simulated) and
     ``provenance`` (host, strategy, problem); constraints of the problem that asked for the profile via
-    ``Trial.set_constraint`` (its own ``problem.constraints``: ``power_w``, ``latency_s``, ``keep_up_s``;
+    ``Trial.set_constraint`` (through ``tuning._optuna`` on Optuna < 5; its own ``problem.constraints``: ``power_w``, ``latency_s``, ``keep_up_s``;
     feasible when <= 0). The store implements :class:`~lightning_edge.tuning.backend.ProfileBackend`.
 
 Storage
@@ -78,6 +78,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from lightning_edge.devices.safety import redact_url
 from lightning_edge.modes import KNOBS, PowerMode
+from lightning_edge.tuning._optuna import create_trial, set_constraints
 from lightning_edge.tuning.backend import MemoryStore, ProfileKey
 from lightning_edge.tuning.problems import Measurement
 from lightning_edge.tuning.table import ProfileTable
@@ -908,8 +909,7 @@ class WorkloadProfiles:
         try:
             for name, value in attrs.items():
                 trial.set_user_attr(name, value)
-            for name, value in constraints.items():
-                trial.set_constraint(name, value)
+            set_constraints(trial, constraints)
             study.tell(trial, [m.time_s, m.power_w])
         except (optuna.exceptions.UpdateFinishedTrialError, ValueError, RuntimeError):
             if not self.store.storage.get_trial(tid).state.is_finished():
@@ -919,7 +919,7 @@ class WorkloadProfiles:
             _log.warning("profile store %s: the claim on %s was taken over while it was measured; keeping the "
                          "profile as a new trial", self.store.describe(), key.mode)
             params = key_params(key)
-            study.add_trial(optuna.trial.create_trial(
+            study.add_trial(create_trial(
                 params=params, distributions=distributions(key.kind), values=[m.time_s, m.power_w],
                 user_attrs=attrs, system_attrs={"fixed_params": params}, constraints=constraints))
         self.study(key.kind, label=m.label)

@@ -102,6 +102,7 @@ def _rows(store: Any, name: str) -> list[dict[str, Any]]:
     """Every profile of a study (the store's answer: the owner trial of each point), sorted by mode."""
     from optuna.trial import TrialState
 
+    from lightning_edge.tuning._optuna import constraints_of
     from lightning_edge.tuning.store import trial_measurement
 
     _, dev, wid, kind = name.split("/")
@@ -118,7 +119,7 @@ def _rows(store: Any, name: str) -> list[dict[str, Any]]:
             row["batch_size"] = key.batch_size
         row.update(time_ms=m.time_s * 1e3, power_w=m.power_w, label=m.label, trial=t.number,
                    problem=(t.user_attrs.get("provenance") or {}).get("problem", ""),
-                   constraints=dict(t.constraints))
+                   constraints=constraints_of(t))
         rows.append(row)
     rows.sort(key=lambda r: (r["cores"], r["cpu_mhz"], r["gpu_mhz"], r["mem_mhz"], r.get("batch_size") or 0))
     return rows

@@ -35,13 +35,13 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from lightning_edge import catalog
+from lightning_edge._compat import data_dir
 from lightning_edge.modes import PowerMode, PowerModeSpace
 from lightning_edge.roofline.model import Roofline
 from lightning_edge.twin.physics import Physics
@@ -60,7 +60,7 @@ LABEL = "simulated"
 def load_twin_params(path: str | Path | None = None) -> tuple[dict[str, float], dict]:
     """The fitted coefficients (``fit.params``) and the whole profile dict of the twin's JSON file."""
     if path is None:
-        text = (resources.files("lightning_edge") / "data" / f"{TWIN_PROFILE}.json").read_text()
+        text = (data_dir() / f"{TWIN_PROFILE}.json").read_text()
     else:
         text = Path(path).read_text()
     data = json.loads(text)

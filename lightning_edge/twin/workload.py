@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from lightning_edge._compat import dtype_name, removesuffix
 from lightning_edge.cost.ops import ATTENTION_OPS, CONV_OPS, GEMM_OPS
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -183,7 +184,7 @@ def _rnn_internal(layer: Any, batch_size: int, n_tokens: int) -> int:
 
 
 def _is_half(dtype: str) -> bool:
-    return str(dtype).removeprefix("torch.") in ("float16", "bfloat16", "half")
+    return dtype_name(dtype) in ("float16", "bfloat16", "half")
 
 
 def kernel_unit(op: str, depth: float, depthwise: bool = False) -> str:
@@ -193,7 +194,7 @@ def kernel_unit(op: str, depth: float, depthwise: bool = False) -> str:
     ``elt`` (element-wise, normalisation, reductions, copies: memory-bound kernels)."""
     if op in _CONV_OPS:
         return "dw" if depthwise or 0 < depth < _DEPTHWISE_REDUCTION else "tc"
-    if op in _GEMM_OPS or op.removesuffix("_backward") in ATTENTION_OPS:
+    if op in _GEMM_OPS or removesuffix(op, "_backward") in ATTENTION_OPS:
         return "cuda"
     return "elt"
 

@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from typing import Union
 
 import torch
 from torch import Tensor, nn
 
-DeviceLike = torch.device | str | int | None
+DeviceLike = Union[torch.device, str, int, None]  # runtime alias: Python 3.8's typing
 
 __all__ = ["DeviceLike", "on_device", "finish", "example_float", "example_tokens", "image_inputs", "count_params"]
 

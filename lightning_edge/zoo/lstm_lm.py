@@ -20,6 +20,7 @@ has 13,987,678 parameters, far from 8.6M; pass ``vocab_size=33278`` etc. to buil
 from __future__ import annotations
 
 import math
+from typing import Tuple
 
 import torch
 from torch import Tensor, nn
@@ -42,7 +43,7 @@ LSTM_PARAMS = 8_614_383
 #: what the Fulcrum paper reports (Table 3), rounded there to 8.6M.
 LSTM_REFERENCE_PARAMS = 8_600_000
 
-Hidden = tuple[Tensor, Tensor]
+Hidden = Tuple[Tensor, Tensor]  # runtime alias: Python 3.8's typing
 
 
 class LSTMLanguageModel(nn.Module):

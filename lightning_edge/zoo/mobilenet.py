@@ -323,7 +323,7 @@ def _torchvision_init(model: nn.Module) -> None:
             nn.init.kaiming_normal_(m.weight, mode="fan_out")
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.BatchNorm2d | nn.GroupNorm):
+        elif isinstance(m, (nn.BatchNorm2d, nn.GroupNorm)):
             nn.init.ones_(m.weight)
             nn.init.zeros_(m.bias)
         elif isinstance(m, nn.Linear):

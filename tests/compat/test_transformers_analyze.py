@@ -12,10 +12,11 @@ import logging
 import warnings
 
 import pytest
-import torch
 from torch import nn
 
-transformers = pytest.importorskip("transformers")
+from .hf import transformers_or_skip  # noqa: E402
+
+transformers = transformers_or_skip()
 
 from lightning_edge.cost import analyze  # noqa: E402
 from lightning_edge.cost.capture import CallCapture  # noqa: E402
@@ -24,64 +25,7 @@ from lightning_edge.cost.counter import step_cost  # noqa: E402
 logging.getLogger("transformers").setLevel(logging.ERROR)
 transformers.logging.set_verbosity_error()
 
-B, L, V = 2, 16, 96
-HIDDEN, HEADS = 32, 4
-
-
-def _ids():
-    g = torch.Generator().manual_seed(0)
-    return torch.randint(3, V, (B, L), generator=g)
-
-
-def bert():
-    cfg = transformers.BertConfig(vocab_size=V, hidden_size=HIDDEN, num_hidden_layers=2, num_attention_heads=HEADS,
-                                  intermediate_size=64, num_labels=3, max_position_embeddings=64)
-    ids = _ids()
-    return (transformers.BertForSequenceClassification(cfg),
-            {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": torch.tensor([0, 2])})
-
-
-def gpt2():
-    cfg = transformers.GPT2Config(vocab_size=V, n_embd=HIDDEN, n_layer=2, n_head=HEADS, n_positions=64,
-                                  bos_token_id=0, eos_token_id=0)
-    ids = _ids()
-    return transformers.GPT2LMHeadModel(cfg), {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
-
-
-def llama():
-    cfg = transformers.LlamaConfig(vocab_size=V, hidden_size=HIDDEN, intermediate_size=64, num_hidden_layers=2,
-                                   num_attention_heads=HEADS, num_key_value_heads=2, max_position_embeddings=64,
-                                   attn_implementation="sdpa", bos_token_id=0, eos_token_id=0, pad_token_id=0)
-    ids = _ids()
-    return transformers.LlamaForCausalLM(cfg), {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids}
-
-
-def t5():
-    cfg = transformers.T5Config(vocab_size=V, d_model=HIDDEN, d_ff=64, d_kv=8, num_layers=2, num_heads=HEADS,
-                                decoder_start_token_id=0, pad_token_id=0, eos_token_id=1)
-    ids = _ids()
-    return (transformers.T5ForConditionalGeneration(cfg),
-            {"input_ids": ids, "attention_mask": torch.ones_like(ids), "labels": ids})
-
-
-def vit():
-    cfg = transformers.ViTConfig(image_size=32, patch_size=8, hidden_size=HIDDEN, num_hidden_layers=2,
-                                 num_attention_heads=HEADS, intermediate_size=64, num_labels=3)
-    return (transformers.ViTForImageClassification(cfg),
-            {"pixel_values": torch.randn(B, 3, 32, 32), "labels": torch.tensor([0, 1])})
-
-
-def whisper():
-    cfg = transformers.WhisperConfig(vocab_size=V, d_model=HIDDEN, encoder_layers=1, decoder_layers=1,
-                                     encoder_attention_heads=HEADS, decoder_attention_heads=HEADS, encoder_ffn_dim=64,
-                                     decoder_ffn_dim=64, num_mel_bins=8, max_source_positions=16,
-                                     max_target_positions=32, pad_token_id=0, decoder_start_token_id=1,
-                                     bos_token_id=1, eos_token_id=2)
-    return (transformers.WhisperForConditionalGeneration(cfg),
-            {"input_features": torch.randn(B, 8, 32), "labels": _ids()})
-
-
-MODELS = {"bert": bert, "gpt2": gpt2, "llama": llama, "t5": t5, "vit": vit, "whisper": whisper}
+from .hf import HEADS, HIDDEN, MODELS, B, L, V, bert, gpt2, llama, t5, vit, whisper  # noqa: E402,F401
 
 
 def _linears(model):

@@ -11,12 +11,14 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-transformers = pytest.importorskip("transformers")
+from .hf import transformers_or_skip  # noqa: E402
+
+transformers = transformers_or_skip()
 L = pytest.importorskip("lightning.pytorch")
 
 from lightning_edge.lightning.pytorch import EnergyProfiler, PowerModeTuner  # noqa: E402
 
-from .test_transformers_analyze import HEADS, HIDDEN, B, V, bert, gpt2, llama, vit  # noqa: E402
+from .hf import HEADS, HIDDEN, B, V, bert, gpt2, llama, vit  # noqa: E402
 
 logging.getLogger("transformers").setLevel(logging.ERROR)
 warnings.filterwarnings("ignore", ".*does not have many workers.*")

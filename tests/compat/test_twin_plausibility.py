@@ -26,7 +26,9 @@ import numpy as np
 import pytest
 import torch
 
-transformers = pytest.importorskip("transformers")
+from .hf import transformers_or_skip  # noqa: E402
+
+transformers = transformers_or_skip()
 
 from lightning_edge.cost import analyze  # noqa: E402
 from lightning_edge.twin.model import OrinTwin  # noqa: E402
@@ -34,7 +36,7 @@ from lightning_edge.twin.timeline import IDLE_ROW  # noqa: E402
 from lightning_edge.twin.validation import MAXN  # noqa: E402
 from lightning_edge.twin.workload import UNITS, count_param_tensors  # noqa: E402
 
-from .test_transformers_analyze import B, V, bert, gpt2, llama  # noqa: E402
+from .hf import B, V, bert, gpt2, llama  # noqa: E402
 
 logging.getLogger("transformers").setLevel(logging.ERROR)
 transformers.logging.set_verbosity_error()

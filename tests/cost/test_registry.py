@@ -10,15 +10,11 @@ from torch import nn
 from lightning_edge import analyze, register_formula
 from lightning_edge.cost.formulas import REGISTRY, OpCost, lookup, op_key
 
-
-@torch.library.custom_op("le_test::mm", mutates_args=())
-def _custom_mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    return a @ b
-
-
-@_custom_mm.register_fake
-def _(a, b):
-    return a.new_empty(a.shape[0], b.shape[1])
+# defined with torch.library.Library, which every supported torch has (torch.library.custom_op is 2.4+)
+_LIB = torch.library.Library("le_test", "DEF")
+_LIB.define("mm(Tensor a, Tensor b) -> Tensor")
+_LIB.impl("mm", lambda a, b: a @ b, "CompositeExplicitAutograd")
+_LIB.impl("mm", lambda a, b: a.new_empty(a.shape[0], b.shape[1]), "Meta")
 
 
 class UsesCustomMM(nn.Module):
