@@ -50,7 +50,7 @@ def tree_leaves(tree: Any) -> list:
 def tree_children(node: Any) -> tuple[list, Callable[[list], Any]] | None:
     """One level of a registered pytree container: ``(children, rebuild)`` with ``rebuild(new_children)`` making a
     container of the same kind, or None when ``node`` is a leaf (not a registered container)."""
-    if hasattr(_pytree, "tree_is_leaf"):  # torch >= 2.6: public-ish, is_leaf= supported
+    if hasattr(_pytree, "tree_is_leaf"):  # newer torch (2.13; not 2.5): is_leaf= supported too
         if _pytree.tree_is_leaf(node):
             return None
         children, spec = _pytree.tree_flatten(node, is_leaf=lambda y: y is not node)
@@ -128,7 +128,7 @@ def autograd_sequence_nr() -> int:
 def run_backward(outputs: Sequence[torch.Tensor], grads: Sequence[torch.Tensor]) -> None:
     """Run the autograd engine on ``outputs`` directly, not through ``torch.autograd.backward`` (which passes through
     the active TorchFunctionModes, switched off while they handle a call: a forward recomputed in the backward needs
-    them on). ``torch.autograd.graph._engine_run_backward`` (torch >= 2.4) is a thin wrapper of the engine call
+    them on). ``torch.autograd.graph._engine_run_backward`` (2.3 and later) is a thin wrapper of the engine call
     used before it, ``Variable._execution_engine.run_backward``."""
     fn = getattr(torch.autograd.graph, "_engine_run_backward", None)
     if fn is not None:
@@ -177,7 +177,7 @@ _META_RNG: bool | None = None
 @contextlib.contextmanager
 def checkpoint_on_meta() -> Iterator[None]:
     """A block in which activation checkpointing (``torch.utils.checkpoint``, reentrant or not) runs on meta
-    tensors. Its backward forks the RNG of the inputs' device type; before torch 2.6 ``torch.random.fork_rng`` knows
+    tensors. Its backward forks the RNG of the inputs' device type; on torch 2.1 to 2.5 ``torch.random.fork_rng`` knows
     no ``"meta"`` device ("torch has no module of `meta`"), so inside this block checkpoint's device-type guess
     (``torch.utils.checkpoint._infer_device_type``, a module global in every supported torch) says ``"cpu"`` for
     meta tensors: a meta run has no random state to keep. Nothing changes where fork_rng takes ``"meta"``."""
@@ -244,8 +244,8 @@ def autocast_on_meta() -> Iterator[None]:
 # ------------------------------------------------------------------------------------------------ compile
 def force_eager() -> contextlib.AbstractContextManager:
     """A block in which ``torch.compile``d modules run their Python code eagerly (so the cost model sees their ops):
-    ``torch.compiler.set_stance("force_eager")`` from torch 2.6; before it, ``torch._dynamo.config.disable``, which
-    Dynamo's frame callback reads to leave every frame uncompiled (2.1 to 2.5)."""
+    ``torch.compiler.set_stance("force_eager")`` where it exists (2.13; not 2.5); else ``torch._dynamo.config.disable``,
+    which Dynamo's frame callback reads to leave every frame uncompiled (2.1 to 2.5)."""
     set_stance = getattr(torch.compiler, "set_stance", None)
     if set_stance is not None:
         return set_stance("force_eager")
@@ -265,7 +265,7 @@ def is_compiling() -> bool:
 
 # ------------------------------------------------------------------------------------------------ autocast
 def _autocast_state(device: str) -> tuple[bool, torch.dtype | None]:
-    if hasattr(torch, "get_autocast_dtype"):  # torch >= 2.4: one API for every device type
+    if hasattr(torch, "get_autocast_dtype"):  # 2.5 and later: one API for every device type
         try:
             if torch.is_autocast_enabled(device):
                 return True, torch.get_autocast_dtype(device)
@@ -280,8 +280,8 @@ def _autocast_state(device: str) -> tuple[bool, torch.dtype | None]:
 
 
 def autocast_dtype(devices: Sequence[str] = ("cuda", "cpu")) -> torch.dtype | None:
-    """The dtype of the first of ``devices`` whose autocast is on, or None (``torch.get_autocast_dtype(device)`` from
-    torch 2.4; ``get_autocast_gpu_dtype`` / ``get_autocast_cpu_dtype`` before)."""
+    """The dtype of the first of ``devices`` whose autocast is on, or None (``torch.get_autocast_dtype(device)`` where
+    it exists, 2.5 and later; ``get_autocast_gpu_dtype`` / ``get_autocast_cpu_dtype`` before)."""
     for dev in devices:
         on, dt = _autocast_state(dev)
         if on:
