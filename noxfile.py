@@ -47,12 +47,13 @@ nox.options.sessions = ["tests"]
 STACKS = {
     # JetPack 6.0 (NVIDIA's 2.3.0a0 wheel), with the oldest Lightning and Optuna that pyproject.toml allows;
     # Lightning before 2.4 imports pkg_resources, which setuptools 81 removed (Ubuntu 22.04's venvs have 59)
+    # (and Lightning before 2.5's RichProgressBar breaks on rich 14: "pop from empty list")
     ("3.10", "2.3.1"): ["numpy<2", "pytorch-lightning==2.1.4", "lightning==2.1.4", "optuna==4.5.0", "setuptools<81",
-                        "transformers>=4.46,<5", "peft>=0.13,<0.18"],
+                        "rich<14", "transformers>=4.46,<5", "peft>=0.13,<0.18"],
     # JetPack 6.1 / 6.2 (NVIDIA's 2.5.0a0 wheel)
     ("3.10", "2.5.1"): ["numpy<2", "transformers>=4.46,<5", "peft>=0.13,<0.18"],
     # JetPack 5.1.x, every Xavier (NVIDIA's 2.1.0a0 wheel): Python 3.8, NumPy 1.24, Optuna 4.5, Lightning <= 2.4
-    ("3.8", "2.1.2"): ["numpy>=1.24,<1.25", "optuna==4.5.0", "transformers>=4.46,<5", "peft>=0.13,<0.14"],
+    ("3.8", "2.1.2"): ["numpy>=1.24,<1.25", "optuna==4.5.0", "rich<14", "transformers>=4.46,<5", "peft>=0.13,<0.14"],
 }
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "TorchDispatchMode", "OpOverload", "OpOverloadPacket", "current_autograd_node", "autograd_sequence_nr",
     "run_backward", "reparametrize", "force_eager", "is_compiling", "autocast_dtype", "has_aten_op",
     "conv_backend_name", "checkpoint_on_meta", "autocast_on_meta", "no_torch_function", "no_cyclic_gc",
+    "SDPA_TAKES_GQA",
 ]
 
 
@@ -101,6 +102,23 @@ def no_cyclic_gc() -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+def _sdpa_takes_gqa() -> bool:
+    try:
+        q = torch.empty(1, 2, 1, 4, device="meta")
+        kv = torch.empty(1, 1, 1, 4, device="meta")
+        torch.nn.functional.scaled_dot_product_attention(q, kv, kv, enable_gqa=True)
+    except TypeError:  # "unexpected keyword argument 'enable_gqa'": torch before 2.5
+        return False
+    except RuntimeError:  # the meta kernel refusing the shapes: the keyword itself was taken
+        return True
+    return True
+
+
+#: ``F.scaled_dot_product_attention`` takes ``enable_gqa`` (torch 2.5 and later): before, a grouped-query model
+#: repeats its key/value heads itself (Hugging Face's ``repeat_kv``), and those copies are real work
+SDPA_TAKES_GQA: bool = _sdpa_takes_gqa()
 
 
 def has_aten_op(name: str) -> bool:

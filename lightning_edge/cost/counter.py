@@ -126,6 +126,7 @@ class _Recorder:
         # what is computed from them alone (masks, positions), so data-dependent Python (``if mask.all():``) runs
         self.values: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
         self.recomputed: set[str] = set()  # layers whose forward ran again inside the backward (checkpointing)
+        self.opaque: set[str] = set()  # modules compiled with torch.compile: one layer each, their inside unseen
         # this torch lacks the fused CPU attention op (before 2.2): it is emulated, counted the same
         self.emulate_attention = not has_aten_op(FUSED_ATTENTION_OP)
 
@@ -135,8 +136,10 @@ class _Recorder:
         if lc is None:
             mod = self.modules.get(name)
             kind = type(mod).__name__ if mod is not None else "(functional)"
-            # a tied parameter (shared embedding/decoder) counts once, where first used
-            own = [] if mod is None else [p for p in mod.parameters(recurse=False) if id(p) not in self._seen_params]
+            # a tied parameter (shared embedding/decoder) counts once, where first used; a compiled module is one
+            # opaque layer and holds every parameter inside it
+            own = [] if mod is None else [p for p in mod.parameters(recurse=name in self.opaque)
+                                          if id(p) not in self._seen_params]
             self._seen_params.update(id(p) for p in own)
             lc = self.layers[name] = LayerCost(name=name, kind=kind, params=sum(p.numel() for p in own))
         return lc
@@ -608,6 +611,7 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
 
     rec = _Recorder(model, fold_bn, {op_key(op): fn for op, fn in (formulas or {}).items()}, on_op)
     opaque = [n for n, m in model.named_modules() if is_compiled(m)]  # compiled with torch.compile
+    rec.opaque = set(opaque)
     if opaque:  # the inside of a compiled module is charged to it: one opaque layer
         rec.names = {m: n for m, n in rec.names.items()
                      if not any(n.startswith(p + ".") if p else n != "" for p in opaque)}
@@ -669,6 +673,18 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
             continue
         lc.params += rec.extra_params.get(name, 0)
         layers.append(lc)
+    # a module never called whose weights the model still holds (a parent reads them directly: Whisper's positional
+    # embedding in transformers 4.x): a zero-cost row, so that the layers' parameters add up to the model's
+    uncalled = []
+    for name, mod in model.named_modules():
+        if name in rec.layers or name in rec.folded or any(name.startswith(p + ".") if p else name for p in opaque):
+            continue
+        own = [memo[id(p)] for p in mod.parameters(recurse=False) if id(p) in memo]  # as the run saw them
+        new = [m for m in own if id(m) not in rec._seen_params]  # a tied weight counts once, where first used
+        if new:
+            rec._seen_params.update(id(m) for m in new)
+            layers.append(LayerCost(name=name, kind=type(mod).__name__, params=sum(m.numel() for m in new)))
+            uncalled.append(name)
 
     if rec.uncounted:
         new = sorted(set(rec.uncounted) - _warned)
@@ -699,6 +715,9 @@ def analyze(model: nn.Module, *example_inputs, training: bool = False, fold_bn: 
                      "their inputs' dtype")
     if fold_bn:
         notes.append(f"{len(rec.folded)} BatchNorm layer(s) folded into the preceding convolution")
+    if uncalled:
+        notes.append(f"{len(uncalled)} module(s) never called, their parameters read by other code ("
+                     + ", ".join(uncalled[:3]) + (", ..." if len(uncalled) > 3 else "") + "): listed at zero cost")
     return ModelCost(
         layers=layers,
         uncounted=rec.uncounted,

@@ -258,3 +258,25 @@ def test_inside_inference_mode_everything_is_counted():
         cost = analyze(Net(), torch.randn(2, 3, 8, 8))
     assert not cost.uncounted
     assert cost.layer("fc").macs == 2 * 8 * 4
+
+
+def test_parameters_of_a_module_never_called_still_count():
+    """A parent that reads a child's weight directly (Whisper's positional embedding in transformers 4.x): the
+    child never runs, its parameters are still the model's (they were missing from the total)."""
+
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pos = nn.Embedding(16, 8)
+            self.proj = nn.Linear(8, 8)
+
+        def forward(self, x):
+            return self.proj(x + self.pos.weight[: x.shape[1]])
+
+    model = Encoder()
+    cost = analyze(model, torch.randn(2, 16, 8))
+    assert cost.params == sum(p.numel() for p in model.parameters()) == 16 * 8 + 8 * 8 + 8
+    assert cost.layer("pos").params == 16 * 8 and cost.layer("pos").flops == 0 and cost.layer("pos").calls == 0
+    assert any("never called" in n and "pos" in n for n in cost.notes)
+    # the weight read counts where it is read: the parent's add
+    assert cost.layer("").forward.flops == 2 * 16 * 8

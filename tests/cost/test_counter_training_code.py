@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
+from lightning_edge._torchcompat import SDPA_TAKES_GQA
 from lightning_edge.cost import analyze
 
 
@@ -59,6 +60,8 @@ class Attention(nn.Module):
                                               is_causal=True)
 
 
+@pytest.mark.skipif(not SDPA_TAKES_GQA, reason=f"torch {torch.__version__}'s scaled_dot_product_attention has no "
+                    "enable_gqa (added in torch 2.5): no model can ask it for grouped-query attention")
 def test_grouped_query_sdpa_is_one_fused_causal_kernel():
     # before: MAC 8,454,144 without GQA, 16,777,216 with it (math decomposition, causal pairs not halved), no note
     q, kv = torch.randn(1, 8, 128, 64), torch.randn(1, 2, 128, 64)
@@ -85,6 +88,7 @@ def test_a_torch_compiled_submodule_is_one_opaque_layer():
     cost = analyze(M(), torch.randn(4, 8), training=True)
     assert [lc.name for lc in cost.layers] == ["enc", "head"]
     assert cost.layer("enc").forward.macs == 4 * 8 * 16 and cost.layer("enc").backward.flops > 0
+    assert cost.layer("enc").params == 8 * 16 + 16 and cost.params == 8 * 16 + 16 + 16 * 2 + 2  # its inside's
     assert any("torch.compile" in n and "opaque" in n for n in cost.notes)
 
 

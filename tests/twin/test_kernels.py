@@ -13,6 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from lightning_edge._torchcompat import SDPA_TAKES_GQA
 from lightning_edge.cost import analyze
 from lightning_edge.twin.model import OrinTwin
 from lightning_edge.twin.validation import MAXN
@@ -50,7 +51,11 @@ class RotaryAttention(nn.Module):
         pos = torch.arange(n, device=x.device, dtype=x.dtype)[:, None] / 100.0
         cos, sin = pos.cos(), pos.sin()
         q, k = self.rotate(q, cos, sin), self.rotate(k, cos, sin)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        if SDPA_TAKES_GQA:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
+        else:  # torch < 2.5: the model repeats its key/value heads, as Hugging Face's repeat_kv does
+            g = self.h // self.kv
+            y = F.scaled_dot_product_attention(q, k.repeat_interleave(g, 1), v.repeat_interleave(g, 1), is_causal=True)
         return self.o(y.transpose(1, 2).reshape(b, n, -1))
 
 
