@@ -21,7 +21,7 @@ __all__ = [
     "TorchDispatchMode", "OpOverload", "OpOverloadPacket", "current_autograd_node", "autograd_sequence_nr",
     "run_backward", "reparametrize", "force_eager", "is_compiling", "autocast_dtype", "has_aten_op",
     "conv_backend_name", "checkpoint_on_meta", "autocast_on_meta", "no_torch_function", "no_cyclic_gc",
-    "SDPA_TAKES_GQA",
+    "SDPA_TAKES_GQA", "tensor_version", "optimizer_hooks_fire",
 ]
 
 
@@ -322,3 +322,27 @@ def conv_backend_name(x: torch.Tensor, weight: torch.Tensor, stride: Sequence[in
     except (RuntimeError, TypeError, ValueError):  # a shape it refuses
         return None
     return str(b).rsplit(".", 1)[-1].lower()
+
+
+# ------------------------------------------------------------------------------------------------ optimizers
+def tensor_version(t: torch.Tensor) -> int:
+    """A tensor's version counter (``Tensor._version``, every supported torch): it grows with every in-place change,
+    so an optimizer's update of a parameter shows without any hook."""
+    return int(t._version)
+
+
+def optimizer_hooks_fire() -> bool:
+    """Whether ``torch.optim`` optimizers run their step hooks (global and per instance). torch 2.1's Dynamo, the
+    first time ``torch.compile`` is called in a process, unwraps the step of every ``torch.optim`` class and marks it
+    hooked: from then on no step hook runs. Probed on a one-element SGD each call (it can change as the run goes)."""
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
+    seen = []
+    p = torch.nn.Parameter(torch.zeros(1))
+    p.grad = torch.zeros(1)
+    handle = register_optimizer_step_post_hook(lambda *a: seen.append(1))
+    try:
+        torch.optim.SGD([p], lr=0.0).step()
+    finally:
+        handle.remove()
+    return bool(seen)

@@ -24,6 +24,7 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
+from lightning_edge._torchcompat import tensor_version
 from lightning_edge.twin.timeline import IDLE_ROW as IDLE
 from lightning_edge.twin.timeline import HostCPU
 from lightning_edge.twin.workload import count_param_tensors
@@ -100,6 +101,11 @@ class TwinDriver:
         self._hook = None
         self._optimizer: Any = None  # the OptimizerRun of the optimizer seen stepping (plain loops)
         self._opt_noted: set[str] = set()
+        # the parameters' version counters: an optimizer's in-place update shows there even where torch runs no step
+        # hook (torch 2.1 once torch.compile has been called in the process)
+        self._versions: dict[int, int] = {}
+        self._v_stepped = 0.0  # parameter elements updated in place since the first training batch
+        self._v_updates = 0  # batches in which some parameter was updated
         try:
             from torch.optim.optimizer import register_optimizer_step_post_hook
 
@@ -115,20 +121,46 @@ class TwinDriver:
         self._stepped += float(sum(p.numel() for g in optimizer.param_groups for p in g["params"]
                                    if getattr(p, "grad", None) is not None))
 
+    def _automatic(self) -> bool:
+        """Lightning's automatic optimisation: its Trainer says how often the optimizer steps."""
+        return getattr(self.model, "_trainer", None) is not None and getattr(self.model, "automatic_optimization", True)
+
+    def _trainable(self) -> list:
+        return [p for p in self.model.parameters() if p.requires_grad] if hasattr(self.model, "parameters") else []
+
+    def _scan_versions(self) -> None:
+        """Count the trainable parameters updated in place since the last scan (their version counters)."""
+        changed = 0.0
+        for p in self._trainable():
+            v = tensor_version(p)
+            before = self._versions.get(id(p))
+            if before is not None and v != before:
+                changed += p.numel()
+            self._versions[id(p)] = v
+        if changed:
+            self._v_stepped += changed
+            self._v_updates += 1
+
     def optimizer_steps(self) -> tuple[float, str]:
         """Optimizer steps per training batch and how it was found: ``1 / accumulate_grad_batches`` under
         Lightning's automatic optimisation; else the parameters stepped per batch so far as a share of the trainable
-        parameters (a manual optimisation, a plain loop); one per batch until a step has been seen."""
-        trainer = getattr(self.model, "_trainer", None)
-        if trainer is not None and getattr(self.model, "automatic_optimization", True):
-            k = max(int(getattr(trainer, "accumulate_grad_batches", 1) or 1), 1)
+        parameters (a manual optimisation, a plain loop), from the optimizers' step hook or, where torch runs none,
+        from the parameters' in-place updates; one per batch until a step has been seen."""
+        if self._automatic():
+            k = max(int(getattr(self.model._trainer, "accumulate_grad_batches", 1) or 1), 1)
             return 1.0 / k, f"accumulate_grad_batches={k}"
-        trainable = float(sum(p.numel() for p in self.model.parameters() if p.requires_grad)) \
-            if hasattr(self.model, "parameters") else 0.0
+        trainable = float(sum(p.numel() for p in self._trainable()))
         if self._opt_steps and self._train_batches and trainable > 0:
             share = self._stepped / (trainable * self._train_batches)
             return share, (f"measured: {self._opt_steps} optimizer step(s) in {self._train_batches} batch(es) "
                            f"updated {share:.3g} of the trainable parameters per batch")
+        if self._train_batches and trainable > 0:
+            self._scan_versions()
+            if self._v_updates:
+                share = self._v_stepped / (trainable * self._train_batches)
+                return share, (f"measured: in {self._train_batches} batch(es) {self._v_updates} updated the "
+                               f"parameters in place, {share:.3g} of the trainable parameters per batch (this torch "
+                               "runs no optimizer step hook: torch 2.1 once torch.compile has been called in the process)")
         return 1.0, "no optimizer step seen yet: one per batch assumed"
 
     def optimizer(self) -> Any:
@@ -138,6 +170,9 @@ class TwinDriver:
         opts = list(getattr(trainer, "optimizers", None) or []) if trainer is not None else []
         if opts:
             return optimizer_run(opts[0], "the Trainer's optimizer")
+        if self._optimizer is None and self._v_updates and not self._opt_steps:
+            self._note("the run's optimizer is not known (this torch runs no optimizer step hook: torch 2.1 once "
+                       "torch.compile has been called in the process): the (optimizer) row models the papers' SGD loop")
         return self._optimizer
 
     def _set_run(self, kind: str, host: Any, share: float, how: str) -> None:
@@ -280,6 +315,8 @@ class TwinDriver:
         """A step of the stage begins: switch the board's workload when the stage changes (training <-> inference)
         and its cost is known; count the training batches (the optimizer steps per batch are measured over them)."""
         if training:
+            if not self._opt_steps and not self._automatic():  # no step hook has fired: watch the parameters
+                self._scan_versions()
             self._train_batches += 1
         if self.kind is not None and self.kind != ("train" if training else "infer") and self.main_cost(training):
             self.begin(training, samples)
