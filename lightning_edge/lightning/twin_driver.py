@@ -170,6 +170,8 @@ class TwinDriver:
         opts = list(getattr(trainer, "optimizers", None) or []) if trainer is not None else []
         if opts:
             return optimizer_run(opts[0], "the Trainer's optimizer")
+        if self._optimizer is None and not self._opt_steps and self._train_batches:
+            self._scan_versions()  # stepped since the batch began?
         if self._optimizer is None and self._v_updates and not self._opt_steps:
             self._note("the run's optimizer is not known (this torch runs no optimizer step hook: torch 2.1 once "
                        "torch.compile has been called in the process): the (optimizer) row models the papers' SGD loop")
