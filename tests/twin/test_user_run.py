@@ -70,20 +70,26 @@ def test_the_driver_puts_the_runs_cpu_work_and_accumulation_on_the_twin():
     drv.end()
 
 
-def test_manual_optimisation_steps_are_counted():
-    """Without Lightning's automatic optimisation the optimizer steps per batch are measured: an optimizer stepping
-    every other batch is half a step per batch."""
+def _manual_loop(batches: int, every: int) -> TwinDriver:
+    """A plain loop of ``batches`` training batches whose SGD steps every ``every`` batches, followed by a driver."""
     twin = OrinTwin(noise=False, settling=False)
     module = _net()
     drv = TwinDriver(twin, module, "model", [])
     opt = torch.optim.SGD(module.parameters(), lr=0.1)
+    for i in range(batches):
+        drv.follow(True, 8)  # a training batch begins
+        module(X).sum().backward()
+        if i % every == every - 1:
+            opt.step()
+        opt.zero_grad()
+    return drv
+
+
+def test_manual_optimisation_steps_are_counted():
+    """Without Lightning's automatic optimisation the optimizer steps per batch are measured: an optimizer stepping
+    every other batch is half a step per batch."""
+    drv = _manual_loop(6, every=2)
     try:
-        for i in range(6):
-            drv.follow(True, 8)  # a training batch begins
-            module(X).sum().backward()
-            if i % 2 == 1:
-                opt.step()
-            opt.zero_grad()
         share, how = drv.optimizer_steps()
         assert share == pytest.approx(0.5) and "measured" in how
     finally:
@@ -145,23 +151,14 @@ def test_a_plain_loops_optimizer_is_seen_at_its_first_step():
 
 
 def test_steps_are_counted_where_torch_runs_no_step_hook(monkeypatch):
-    """torch 2.1's Dynamo, once torch.compile is called, silences every optimizer step hook: the steps per batch are read from
-    the parameters' in-place updates (their version counters), and the driver says how."""
+    """torch 2.1's Dynamo, once torch.compile is called, silences every optimizer step hook: the steps per batch are
+    read from the parameters' in-place updates (their version counters), and the driver says how."""
     import torch.optim.optimizer as optim_mod
     from torch.utils.hooks import RemovableHandle
 
     monkeypatch.setattr(optim_mod, "register_optimizer_step_post_hook", lambda hook: RemovableHandle({}))
-    twin = OrinTwin(noise=False, settling=False)
-    module = _net()
-    drv = TwinDriver(twin, module, "model", [])
-    opt = torch.optim.SGD(module.parameters(), lr=0.1)
+    drv = _manual_loop(6, every=3)
     try:
-        for i in range(6):
-            drv.follow(True, 8)
-            module(X).sum().backward()
-            if i % 3 == 2:
-                opt.step()
-            opt.zero_grad()
         share, how = drv.optimizer_steps()
         assert share == pytest.approx(2 / 6) and "in place" in how and "no optimizer step hook" in how
         assert drv.optimizer() is None and any("optimizer is not known" in n for n in drv.notes)
