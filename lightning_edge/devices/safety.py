@@ -40,7 +40,6 @@ import errno
 import json
 import os
 import re
-import secrets
 import signal
 import stat
 import sys
@@ -50,6 +49,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
+from lightning_edge._jsonfile import replace_in_folder
 from lightning_edge.devices.controllers.errors import BoardBusyError
 
 try:  # pragma: no cover - fcntl exists on every POSIX system; Windows gets no locking
@@ -454,38 +454,12 @@ class StateFile:
     def write(self, data: dict[str, Any]) -> None:
         payload = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
         with open_state_dir(self.path.parent) as sd:
-            for _ in range(100):
-                tmp = f".{self.path.name}.{secrets.token_hex(8)}.tmp"
-                try:
-                    fd = _open_nofollow(sd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-                    break
-                except FileExistsError:
-                    continue
-            else:  # pragma: no cover - 100 collisions of 64 random bits
-                raise StateDirError(f"cannot create a temporary file next to {self.path}")
             try:
-                try:
-                    view = memoryview(payload)
-                    while view:
-                        view = view[os.write(fd, view):]
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                # replaces a planted link itself, never its target
-                try:
-                    os.replace(tmp, self.path.name, src_dir_fd=sd.fd, dst_dir_fd=sd.fd)
-                except IsADirectoryError:
-                    raise _not_a_plain_file(self.path, "a directory") from None
-            except BaseException:
-                try:
-                    os.unlink(tmp, dir_fd=sd.fd)
-                except OSError:
-                    pass
-                raise
-            try:  # make the rename itself durable (power loss right after a write)
-                os.fsync(sd.fd)
-            except OSError:  # pragma: no cover
-                pass
+                # a new private file (random name, O_EXCL|O_NOFOLLOW), fsynced, renamed over the state file (which
+                # replaces a planted link itself, never its target), the directory fsynced: the one atomic writer
+                replace_in_folder(sd.fd, self.path.name, payload, mode=FILE_MODE)
+            except IsADirectoryError:
+                raise _not_a_plain_file(self.path, "a directory") from None
 
     def remove(self) -> None:
         try:
