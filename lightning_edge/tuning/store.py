@@ -996,8 +996,17 @@ class WorkloadProfiles:
     def _record(self, study: optuna.Study, trial: optuna.trial.Trial, tid: int, key: ProfileKey,
                 m: Measurement) -> Measurement:
         """Complete our claimed trial ``tid`` with profile ``m`` (or, when the claim was taken over meanwhile, add it
-        as a completed trial of its own)."""
+        as a completed trial of its own). An untrusted profile (partial readings: no power a budget can be checked
+        against) is closed as ``FAIL`` with its label and ``untrusted`` set: never a profile a later solve reuses,
+        measured again by the next one."""
         attrs, constraints = self._attrs(key, m)
+        if not (m.trusted and m.has_power):
+            with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError, ValueError, RuntimeError):
+                for name, value in {**attrs, "power_w": None,
+                                    "untrusted": "partial or rejected power readings"}.items():
+                    trial.set_user_attr(name, value)
+                study.tell(trial, state=TrialState.FAIL)
+            return m
         try:
             for name, value in attrs.items():
                 trial.set_user_attr(name, value)
@@ -1030,6 +1039,8 @@ class WorkloadProfiles:
         """Write a profile kept in memory during an outage, once: nothing when the point has a completed trial
         already (another process saved it meanwhile), our claimed trial completed when it is still running, else a
         new completed trial. True when a row was written."""
+        if not (m.trusted and m.has_power):
+            return False  # partial readings: never saved as a profile (measured again next time)
         groups = self._groups(key.kind)
         g = groups.get(key) or []
         if any(t.state == TrialState.COMPLETE for t in g):
