@@ -559,6 +559,7 @@ class EnergyReporter:
         steps = {stage: [p.energy for p in lst] for stage, lst in profiled.items() if lst or all_totals.get(stage)}
         costs = {stage: s.costs_for(stage == "train") for stage in steps}
         totals = {}
+        mode_notes: list[str] = []
         for stage, lst in all_totals.items():
             if not lst:
                 continue
@@ -569,6 +570,17 @@ class EnergyReporter:
                              "label": "/".join(sorted(labels)) if labels else "",
                              "min_batches": s.schedule.warmup_steps + 1}
             need = s.schedule.stages[stage].min_batches if stage in s.schedule.stages else 0
+            sst = s.schedule.stages.get(stage)
+            if sst is not None and sst.mode_blocked and not profiled.get(stage) and not need and \
+                    len(lst) > s.schedule.warmup_steps:
+                # not a short run: the power mode kept changing (a tuner profiling modes), so no step had the warm-up
+                # steps in one mode and the settled power a profiled step needs
+                totals[stage]["min_batches"] = None
+                mode_notes.append(
+                    f"[{stage}] 0 of {len(lst)} batches profiled per layer, not because the run is short: the power "
+                    f"mode changed while they ran ({sst.mode_blocked} steps due for profiling came right after a "
+                    f"change; a profiled step needs {s.schedule.warmup_steps} steps in one mode and its power "
+                    "settled). Profile in a fixed mode, or after the tuner has chosen one")
             if need:
                 totals[stage].update(min_batches=need, min_reason="to pay for one profiled step within the overhead "
                                      "budget: see the notes")
@@ -587,7 +599,7 @@ class EnergyReporter:
                       if e.readings is not None else {})}
                   for e in s.epochs[e0:]]
         dev = s.device
-        notes = list(dict.fromkeys([*(dev.notes if dev else []), *s.cost_notes, *s.notes]))
+        notes = list(dict.fromkeys([*(dev.notes if dev else []), *s.cost_notes, *s.notes, *mode_notes]))
         mode = s.mode
         roof_desc = s.roofline(mode)[1] if dev is not None else s.roofline_desc
         return ProfileReport.build(steps, costs=costs, totals=totals, epochs=epochs,

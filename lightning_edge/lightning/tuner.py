@@ -51,8 +51,12 @@ __all__ = ["PowerModeTunerMixin", "format_summary"]
 
 def _describe(board: Any) -> str:
     if board.simulated:
-        return ("simulated: Jetson AGX Orin twin (minibatch time and power are the twin's for this model on the "
-                "Orin; the training itself ran on this machine)")
+        # the board the twin plays: the papers' AGX Orin, another catalogued module, or a board file's (issue 36)
+        bf = getattr(board.twin, "board", None)
+        what = str(getattr(bf, "name", "") or "Jetson AGX Orin")
+        src = f", board file {bf.path}" if getattr(bf, "path", None) else ""
+        return (f"{board.label}: twin of the {what}{src} (minibatch time and power are the twin's for this model on "
+                "that board; the training itself ran on this machine)")
     return f"measured: {board.name}"
 
 

@@ -84,3 +84,42 @@ def test_ctrl_c_mid_fit_writes_the_layers_measured_so_far_as_a_partial_run(tmp_p
     doc = json.loads((tmp_path / "logs" / "layers.json").read_text())
     assert any("PARTIAL RUN" in n and "Ctrl-C" in n for n in doc["notes"])
     assert doc["stages"]["train"]["layers"]
+
+
+# ---------------------------------------------------------------- issue 36, low: what the summaries say
+def test_profiling_held_back_by_mode_changes_is_not_called_a_short_run(tmp_path):
+    """Was: '0 of 40 batches profiled ... too short' when a tuner's mode changes, not the run's length, blocked it."""
+    L, _, EnergyProfiler = _pkg("lightning.pytorch")
+    from lightning_edge.devices import get_board
+
+    board = get_board("sim:orin-agx", control="write")
+    modes = ["8c/1344/727/2133", "12c/2201.6/1300.5/3199"]
+
+    class Switcher(L.Callback):  # what a tuner profiling modes does: a new mode every few batches
+        def on_train_batch_start(self, trainer, pl_module, batch, i):
+            board.controller.apply(modes[i % 2])
+
+    cb = EnergyProfiler(device=board, every_n_steps=1, warmup_steps=1, print_summary=False, trace=False,
+                        figure=False, log_dir=str(tmp_path / "logs"))
+    _trainer(L, tmp_path, [Switcher(), cb], max_steps=30).fit(_module(L), _loader(n=240))
+    text = cb.summary_text
+    assert "0 of 30 batches profiled per layer" in text
+    assert "too short" not in text and "the power mode changed while they ran" in text, text
+    board.controller.restore()
+    board.close()
+
+
+def test_the_tuner_summary_names_the_board_the_twin_plays(tmp_path):
+    """Was: 'Jetson AGX Orin twin' for any board file."""
+    from lightning_edge.devices import get_board
+    from lightning_edge.lightning.tuner import _describe
+    from lightning_edge.twin.boards import board_file
+
+    path = board_file("orin-nano-8gb").save(tmp_path / "nano.json")
+    b = get_board(f"sim:{path}")
+    text = _describe(b)
+    assert "Orin Nano 8GB" in text and str(path) in text and "AGX" not in text and text.startswith("extrapolated")
+    b.close()
+    seed = get_board("sim:orin-agx")
+    assert "AGX Orin" in _describe(seed) and _describe(seed).startswith("simulated")
+    seed.close()
