@@ -77,8 +77,10 @@ def test_ctrl_c_mid_fit_writes_the_layers_measured_so_far_as_a_partial_run(tmp_p
 
     old = signal.getsignal(signal.SIGINT)
     try:
-        with pytest.raises(SystemExit):  # Lightning ends the process after a KeyboardInterrupt
+        try:  # newer Lightning ends the process after a KeyboardInterrupt (SystemExit), older returns from fit
             _trainer(L, tmp_path, [cb, CtrlC()], max_steps=20).fit(_module(L), _loader(n=160))
+        except SystemExit:
+            pass
     finally:
         signal.signal(signal.SIGINT, old)  # Lightning sets SIG_IGN for its shutdown
     doc = json.loads((tmp_path / "logs" / "layers.json").read_text())
