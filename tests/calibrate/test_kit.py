@@ -66,25 +66,30 @@ def test_calibrating_a_simulated_board_writes_a_simulated_board_file_and_restore
     again.close()
 
 
-def test_an_interrupted_calibration_restores_the_board_and_resumes(tmp_path, monkeypatch):
-    b = get_board("sim:orin-nano-4gb", control="write")
-    before = b.controller.current()
+def _interrupt_at(monkeypatch, b, out: Path, at: int, modes: int) -> None:
+    """Run a calibration of ``modes`` modes that a Ctrl-C stops at the ``at``-th reference step measured."""
     real = kit.TwinStepper.measure
     calls = []
 
     def flaky(self, mode):
         calls.append(str(mode))
-        if len(calls) == 3:
+        if len(calls) == at:
             raise KeyboardInterrupt
         return real(self, mode)
 
     monkeypatch.setattr(kit.TwinStepper, "measure", flaky)
     with pytest.raises(KeyboardInterrupt):
-        _run(b, tmp_path / "n4.json", modes=4)
+        _run(b, out, modes=modes)
+    monkeypatch.setattr(kit.TwinStepper, "measure", real)
+
+
+def test_an_interrupted_calibration_restores_the_board_and_resumes(tmp_path, monkeypatch):
+    b = get_board("sim:orin-nano-4gb", control="write")
+    before = b.controller.current()
+    _interrupt_at(monkeypatch, b, tmp_path / "n4.json", at=3, modes=4)
     assert b.controller.current() == before  # restored on the way out
     partial = json.loads((tmp_path / "n4.json.partial").read_text())
     assert len(partial["done"]) == 2 and not (tmp_path / "n4.json").exists()
-    monkeypatch.setattr(kit.TwinStepper, "measure", real)
     measured = []
     res = _run(b, tmp_path / "n4.json", modes=4, log=measured.append)
     assert res.resumed == 2 and len(res.modes) == 4 and any("resuming" in m for m in measured)
@@ -225,19 +230,7 @@ def test_planted_links_at_the_old_fixed_temporary_names_are_never_followed(tmp_p
 def _interrupted(tmp_path, monkeypatch) -> tuple[object, Path, dict]:
     """A calibration stopped after its first mode: the board, its partial file and that file's document."""
     b = get_board("sim:orin-nano-4gb", control="write")
-    real = kit.TwinStepper.measure
-    calls = []
-
-    def flaky(self, mode):
-        calls.append(mode)
-        if len(calls) == 2:
-            raise KeyboardInterrupt
-        return real(self, mode)
-
-    monkeypatch.setattr(kit.TwinStepper, "measure", flaky)
-    with pytest.raises(KeyboardInterrupt):
-        _run(b, tmp_path / "n4.json", modes=3)
-    monkeypatch.setattr(kit.TwinStepper, "measure", real)
+    _interrupt_at(monkeypatch, b, tmp_path / "n4.json", at=2, modes=3)
     partial = tmp_path / "n4.json.partial"
     return b, partial, json.loads(partial.read_text())
 
