@@ -731,10 +731,10 @@ class ProfileStore:
         try:
             self.storage.get_all_studies()
             for (dm, wid, key), (m, ctx) in list(self._unsaved.items()):
-                WorkloadProfiles(self, dm, wid, problem=ctx.get("problem"), strategy=ctx.get("strategy", "")
-                                 ).save_kept(key, m)
+                wrote = WorkloadProfiles(self, dm, wid, problem=ctx.get("problem"), strategy=ctx.get("strategy", "")
+                                         ).save_kept(key, m)
                 self._unsaved.pop((dm, wid, key), None)
-                self.written_after_outage += 1
+                self.written_after_outage += int(wrote)  # not the ones another process saved meanwhile
         except Exception as exc:  # noqa: BLE001
             if _fault(exc) is None:
                 raise

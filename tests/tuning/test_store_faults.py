@@ -534,3 +534,36 @@ def PowerModeOf(t):  # noqa: N802 - a trial's mode, as the workload saw it
 
     p = t.params
     return PowerMode(p["cores"], p["cpu_mhz"], p["gpu_mhz"], p["mem_mhz"])
+
+
+def test_an_outage_longer_than_the_retries_is_written_once_the_server_is_back(postgres_restartable):
+    """Issue 36 item 7: an outage past ``outage_retry_s`` degrades the store to memory, not for good: once the server
+    answers again the profiles kept in memory are written, once each (a mode another worker saved meanwhile is not
+    written again), and the store is read and written as before."""
+    from optuna.trial import TrialState
+
+    url, stop, start = postgres_restartable
+    store = ProfileStore(url, outage_retry_s=0.3, probe_every_s=0.1)
+    w = _StopsTheServer(stop)
+    w.fingerprint = "long-outage-v1"
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = GMD().run(TrainingProblem(29.5), HAND_SPACE, w, store=store)
+    assert store.fault is not None and "written to the store once it answers again" in str(caught[-1].message)
+    kept = dict(store._unsaved)
+    assert kept  # measured while the server was away
+    assert start().returncode == 0
+    # meanwhile another worker saved one of those modes (its row wins: ours is not written again)
+    (dm, wid, key), (m, _) = next(iter(kept.items()))
+    other = ProfileStore(url).bind(dm, wid)
+    other.fetch_or_measure_many([key], lambda k: m)
+    again = LinearWorkload()
+    again.fingerprint = "long-outage-v1"
+    res2 = GMD().run(TrainingProblem(29.5), HAND_SPACE, again, store=store)  # probes, writes, reads as before
+    assert store.fault is None and not store._unsaved and store.written_after_outage == len(kept) - 1
+    assert res2.solution.mode == res.solution.mode and sum(again.calls.values()) == 0  # nothing measured twice
+    trials = store.study(dm, wid, "train").get_trials()
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    keys = [tuple(sorted(t.params.items())) for t in complete]
+    assert len(keys) == len(set(keys)) == sum(w.calls.values())  # every measured mode saved exactly once
+    assert not [t for t in trials if t.state == TrialState.FAIL and "duplicate_of" not in t.user_attrs]
