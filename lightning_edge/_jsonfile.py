@@ -1,23 +1,38 @@
-"""Reading a JSON file a user named, within limits: every file the command line reads from a user-supplied path
-(latency models, device profiles, ``layers.json``) goes through :func:`read_json`.
+"""Reading a JSON file a user named, within limits, and writing every file the tool writes without losing or
+clobbering anything: every file the command line reads from a user-supplied path (latency models, device profiles,
+board files, partial calibrations, ``layers.json``) goes through :func:`read_json`; every file it writes to a path a
+user named (``--out``, ``--json PATH``, board files, partial calibrations) through :func:`write_file` /
+:func:`write_json`, and the state files of ``devices/safety.py`` through :func:`replace_in_folder`.
 
 Refused, each with one line passed to the caller's ``fail`` (so that it becomes the caller's own error type): a
 path that is not a regular file (a folder; a FIFO or a device, without blocking on it), a file larger than
 ``limit`` bytes (before it is read), text that is not UTF-8 or not JSON, lists and objects nested deeper than
 ``max_depth``, numbers Python will not convert (more than 4300 digits). What the values mean (types, ranges,
 finite numbers: ``NaN`` and ``Infinity`` parse as floats) is the caller's check.
+
+Writing (:func:`write_file`): the target must be absent, a regular file the caller recognises as its own (``ours``:
+a board file, a partial calibration, an earlier JSON result), or the user said ``--force`` (``force=True``); a
+symbolic link, a folder, a FIFO, a device or a socket is refused whatever ``force`` says (one line, through
+``fail``). The data goes to a new temporary file in the same folder (a random name opened ``O_CREAT | O_EXCL |
+O_NOFOLLOW``: never an existing file, never through a link), is fsynced, then renamed over the target (the rename
+replaces a link planted meanwhile, never its target) and the folder fsynced: a reader sees the old file or the new
+one, never half of one, and two writers never share a temporary file. A failed write (a full or read-only disk)
+leaves the target as it was and removes the temporary file.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import secrets
 import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "read_json", "one_line"]
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "read_json", "one_line", "write_file", "write_json", "check_target",
+           "replace_in_folder", "json_schema_is"]
 
 #: the default size limit: far above any file this package writes, far below what would take long to read
 MAX_BYTES = 16 << 20
@@ -106,3 +121,137 @@ def _deeper_than(doc: Any, max_depth: int) -> bool:
 
 def _size(n: int) -> str:
     return f"{n / (1 << 20):.3g} MiB" if n >= 1 << 20 else f"{n} bytes"
+
+
+# ============================================================================================ writing
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISLNK(mode):
+        return "a symbolic link"
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def check_target(path: str | os.PathLike, fail: Callable[[str], Exception], *,
+                 ours: Callable[[Path], bool] | None = None, force: bool = False, what: str = "file") -> None:
+    """Whether :func:`write_file` may replace ``path`` (module docstring); raises ``fail(reason)`` when not. Call it
+    before long work too, so a wrong ``--out`` fails at once, not after it."""
+    p = Path(path)
+    try:
+        st = os.lstat(p)
+    except FileNotFoundError:
+        folder = p.parent if str(p.parent) else Path(".")
+        if not folder.is_dir():
+            raise fail(f"its folder {folder} does not exist; give a file in an existing folder") from None
+        return
+    except OSError as exc:
+        raise fail(f"cannot be checked ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise fail(f"is {_kind(st.st_mode)}, not a regular file: refused (lightning_edge writes a new file and "
+                   f"never follows a link nor writes into a device); give the path of a {what} to create")
+    if force:
+        return
+    if ours is None or not ours(p):
+        raise fail(f"exists and is not a {what} lightning_edge wrote: not replaced; give another name, remove it, "
+                   "or pass --force to replace it")
+
+
+def json_schema_is(schema: str) -> Callable[[Path], bool]:
+    """An ``ours`` test for :func:`write_file`: the file is a JSON object whose ``schema`` is ``schema``."""
+    def ours(p: Path) -> bool:
+        try:
+            doc = read_json(p, ValueError, limit=MAX_BYTES)
+        except (OSError, ValueError):
+            return False
+        return isinstance(doc, dict) and doc.get("schema") == schema
+    return ours
+
+
+def is_json_file(p: Path) -> bool:
+    """An ``ours`` test for :func:`write_file`: any JSON document (an earlier ``--json`` result)."""
+    try:
+        read_json(p, ValueError)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
+def replace_in_folder(dir_fd: int, name: str, data: bytes, *, mode: int = 0o666) -> None:
+    """Write ``data`` as ``name`` in the folder open at ``dir_fd``, atomically: a new temporary file (random name,
+    ``O_CREAT | O_EXCL | O_NOFOLLOW``, ``mode`` less the umask), written, fsynced, renamed over ``name`` (a link there
+    is replaced, never followed), then the folder fsynced. Raises ``OSError`` as the system does (``ENOSPC``,
+    ``EROFS``, ``EISDIR`` when ``name`` is a folder); the temporary file never stays."""
+    for _ in range(100):
+        tmp = f".{name}.{secrets.token_hex(8)}.tmp"
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _O_NOFOLLOW | _O_CLOEXEC, mode, dir_fd=dir_fd)
+            break
+        except FileExistsError:
+            continue
+    else:  # pragma: no cover - 100 collisions of 64 random bits
+        raise FileExistsError(errno.EEXIST, "cannot create a temporary file", name)
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
+    try:  # make the rename itself durable (power loss right after a write)
+        os.fsync(dir_fd)
+    except OSError:  # pragma: no cover
+        pass
+
+
+def write_file(path: str | os.PathLike, data: bytes | str, fail: Callable[[str], Exception], *,
+               ours: Callable[[Path], bool] | None = None, force: bool = False, what: str = "file") -> Path:
+    """Write ``data`` to ``path`` without losing or clobbering anything (module docstring): :func:`check_target`,
+    then :func:`replace_in_folder` in the folder opened once. ``fail(reason)`` for a target that is refused and for
+    a write the system refuses (a full or read-only disk: the target is left as it was)."""
+    p = Path(path)
+    check_target(p, fail, ours=ours, force=force, what=what)
+    payload = data.encode() if isinstance(data, str) else bytes(data)
+    folder = p.parent if str(p.parent) else Path(".")
+    try:
+        dfd = os.open(folder, os.O_RDONLY | _O_DIRECTORY | _O_CLOEXEC)
+    except OSError as exc:
+        raise fail(f"its folder {folder} cannot be opened ({exc.strerror or exc})") from None
+    try:
+        replace_in_folder(dfd, p.name, payload)
+    except IsADirectoryError:
+        raise fail("is a folder, not a regular file: refused; give the path of a file to create") from None
+    except OSError as exc:
+        raise fail(f"cannot be written ({exc.strerror or exc}; nothing was changed there)") from None
+    finally:
+        os.close(dfd)
+    return p
+
+
+def write_json(path: str | os.PathLike, doc: Any, fail: Callable[[str], Exception], *, indent: int | None = 2,
+               ours: Callable[[Path], bool] | None = None, force: bool = False, what: str = "file",
+               default: Callable[[Any], Any] | None = None, allow_nan: bool = True) -> Path:
+    """:func:`write_file` of ``doc`` as JSON text (``allow_nan=False``: a number that is not finite is refused)."""
+    try:
+        text = json.dumps(doc, indent=indent, default=default, allow_nan=allow_nan) + "\n"
+    except ValueError as exc:
+        raise fail(f"not written: {exc} (a number that is not finite)") from None
+    return write_file(path, text, fail, ours=ours, force=force, what=what)

@@ -112,6 +112,10 @@ def check_output_paths(args: argparse.Namespace) -> None:
         folder = os.path.dirname(os.path.abspath(dest))
         if os.path.isdir(dest):
             raise ValueError(f"--{opt} {dest}: is a folder; give a file name in it")
+        if os.path.lexists(dest):  # a link, a device, a FIFO: refused before any work (what the writer refuses)
+            from lightning_edge._jsonfile import check_target
+
+            check_target(dest, lambda why, o=opt, d=dest: ValueError(f"--{o} {d}: {why}"), ours=lambda _p: True)
         if not os.path.isdir(folder) or not os.access(folder, os.W_OK | os.X_OK):
             why = "does not exist" if not os.path.exists(folder) else "is not a writable folder"
             raise ValueError(f"--{opt} {dest}: {folder} {why}; give a file in an existing, writable folder")
@@ -133,12 +137,11 @@ def write_json(data, dest: str) -> None:
     if dest == "-":
         sys.stdout.write(text if text.endswith("\n") else text + "\n")
         return
-    try:
-        with open(dest, "w", newline="") as fh:
-            fh.write(text)
-    except OSError as exc:
-        raise ValueError(f"--json {dest}: cannot write it ({exc.strerror or exc}); give a file in an existing, "
-                         "writable folder, or '-' for stdout") from None
+    from lightning_edge._jsonfile import is_json_file, write_file
+
+    # atomically (a new temporary file, renamed), never through a link, into a device or over a file that is not JSON
+    write_file(dest, text, lambda why: ValueError(f"--json {dest}: {why}; give a file in an existing, writable folder, "
+                                                  "or '-' for stdout"), ours=is_json_file, what="JSON file")
     print(f"wrote {dest}", file=sys.stderr)
 
 

@@ -42,3 +42,30 @@ def test_a_folder_option_in_a_read_only_place_is_refused(tmp_path):
             check_output_paths(_ns(out=str(ro / "demo"), folder_outputs=("out",)))
     finally:
         ro.chmod(0o700)
+
+
+def test_json_at_a_device_a_link_or_an_unrelated_file_is_refused_before_any_work(tmp_path, capsys):
+    """Issue 36 item 3: every file the tool writes goes through one writer; --json PATH at a character device, a
+    symbolic link or a file that is not JSON is refused in one line (was: written into, followed, overwritten)."""
+    import os
+    import stat
+
+    from lightning_edge.cli import main as cli_main
+
+    dev = tmp_path / "null"
+    os.mknod(dev, stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    link = tmp_path / "out.json"
+    link.symlink_to(victim)
+    notes = tmp_path / "notes.json"
+    notes.write_text("my notes")
+    for dest, what in ((dev, "is a device"), (link, "is a symbolic link"), (notes, "is not a JSON file")):
+        assert cli_main(["mode", "list", "--device", "sim:orin-agx", "--json", str(dest)]) == 1
+        err = capsys.readouterr().err
+        assert what in err and len(err.strip().splitlines()) == 1, err
+    assert stat.S_ISCHR(os.lstat(dev).st_mode) and link.is_symlink() and victim.read_text() == "precious"
+    assert notes.read_text() == "my notes"
+    good = tmp_path / "modes.json"
+    assert cli_main(["mode", "list", "--device", "sim:orin-agx", "--json", str(good)]) == 0
+    assert cli_main(["mode", "list", "--device", "sim:orin-agx", "--json", str(good)]) == 0  # its own file: replaced

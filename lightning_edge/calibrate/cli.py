@@ -30,6 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--minutes", type=float, default=None, metavar="M",
                         help="the time budget (default 30): about 1.5 minutes per mode on a Jetson")
     parser.add_argument("--seed", type=int, default=0, help="the design's (and a simulated board's noise) seed")
+    parser.add_argument("--force", action="store_true",
+                        help="replace --out even when it is a file that is not a board file (a link, a device, a FIFO "
+                             "or a folder is refused all the same)")
     parser.add_argument("--restart", action="store_true",
                         help="ignore a partial calibration left by an interrupted run (FILE.json.partial)")
     parser.add_argument("--no-install", action="store_true",
@@ -53,11 +56,17 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--minutes {args.minutes}: give a positive time budget")
     if spec.startswith("sim") and args.torch_device:
         raise ValueError(f"--device {args.device}: a simulated board runs its steps on the twin; drop --torch-device")
+    from lightning_edge._jsonfile import check_target, json_schema_is
+    from lightning_edge.twin.boards import SCHEMA
+
+    # before the board is opened (and minutes of measuring): --out must take a board file
+    check_target(args.out, lambda why: ValueError(f"--out {args.out}: {why}"), ours=json_schema_is(SCHEMA),
+                 force=args.force, what="board file")
     board = get_board(spec, control="write", seed=args.seed)
     try:
         quiet = args.json == "-"
         res = calibrate(board, args.out, modes=args.modes, minutes=args.minutes or DEFAULT_MINUTES, seed=args.seed,
-                        restart=args.restart, install=False if args.no_install else None,
+                        restart=args.restart, install=False if args.no_install else None, force=args.force,
                         torch_device=args.torch_device, progress=not quiet, max_nfev=max(args.fit_iterations, 1),
                         log=(lambda m: print(m, file=sys.stderr)))
     finally:

@@ -13,10 +13,16 @@ What :func:`calibrate` does, through the board's own meter:
    byte) and a few reference steps (:data:`REFERENCE_STEPS`: zoo models on synthetic inputs, training and
    inference; their mean time and the board's power over a window of steps);
 3. **keeps a partial file** (``FILE.json.partial``) after every mode: an interrupted run resumes where it stopped
-   (the same board and plan; ``--restart`` starts afresh);
+   (the same board and plan; ``--restart`` starts afresh). The partial file is read within limits and every
+   measurement in it checked before it is fitted (shape, types, finite numbers, powers in [0, 1000] W: one line naming
+   the field);
 4. **fits** the twin's coefficients (:func:`lightning_edge.twin.fit.fit_board`: pure math, in the twin package) from
    the catalogue's board of the module, and writes the board file labelled ``measured`` (``simulated`` when the
-   board is a twin: the measurements were simulated), installed for the module on a real board
+   board is a twin: the measurements were simulated); ``--out`` must be absent or a board file already
+   (``--force``: any regular file; a link, a device, a FIFO or a folder never), checked before anything is measured,
+   and every file is written atomically (a new temporary file of a random name in the same folder, ``O_EXCL |
+   O_NOFOLLOW``, fsynced, renamed: :func:`lightning_edge._jsonfile.write_file`); installed for the module on a real
+   board
    (:func:`~lightning_edge.twin.boards.install_board_file`) so the tuner's prior and the profiler's estimates use it.
 
 On a simulated board (``--device sim:orin-nano-8gb``, ``sim:FILE.json``) the same code runs: the microbenchmarks run
@@ -25,7 +31,6 @@ on the twin's kernels, the steps on the twin's meter (noise, power settling); on
 
 from __future__ import annotations
 
-import json
 import math
 import sys
 import time
@@ -37,8 +42,10 @@ from typing import Any, TextIO
 import numpy as np
 
 from lightning_edge import catalog
+from lightning_edge._jsonfile import check_target, json_schema_is, read_json, write_json
 from lightning_edge.modes import PowerMode, PowerModeSpace
-from lightning_edge.twin.fit import Observation, WorkloadSpec, fit_board, fitted_label
+from lightning_edge.twin.boards import SCHEMA as BOARD_SCHEMA
+from lightning_edge.twin.fit import Observation, WorkloadSpec, fit_board, fitted_label, observation_problem
 
 __all__ = ["REFERENCE_STEPS", "MODE_COST_S", "DEFAULT_MINUTES", "CalibrationResult", "calibrate", "design_modes",
            "modes_for_budget", "PARTIAL_SCHEMA", "TwinStepper", "TorchStepper", "Progress"]
@@ -311,15 +318,24 @@ def calibrate(board: Any, out: str | Path, *, modes: int | None = None, minutes:
               seed: int = 0, steps: Sequence[WorkloadSpec] = REFERENCE_STEPS, restart: bool = False,
               install: bool | None = None, torch_device: str | None = None, microbench: Any = None,
               max_nfev: int = 30, progress: Progress | bool | None = True,
-              log: Callable[[str], None] | None = None) -> CalibrationResult:
+              log: Callable[[str], None] | None = None, force: bool = False) -> CalibrationResult:
     """Calibrate ``board`` (a :class:`~lightning_edge.devices.board.Board` opened with ``control="write"``) and
     write its board file to ``out`` (module docstring). ``modes``: how many (default: what ``minutes`` allows);
     ``steps``: the reference steps; ``microbench``: a :class:`~lightning_edge.calibrate.microbench.SweepConfig`
-    (default: the quick sweeps); ``install``: install the file as the board's model (default: on a real board)."""
+    (default: the quick sweeps); ``install``: install the file as the board's model (default: on a real board);
+    ``force``: replace ``out`` even when it is a regular file that is not a board file."""
     from lightning_edge.calibrate.microbench import run_microbench
 
     log = log or (lambda _m: None)
     out = Path(out)
+    partial = out.with_name(out.name + ".partial")
+    # before anything is measured: where the results go must take them
+    check_target(out, lambda why: ValueError(f"--out {out}: {why}"), ours=json_schema_is(BOARD_SCHEMA), force=force,
+                 what="board file")
+    # FILE.json.partial is this tool's name: a regular file there is read (and refused saying what is wrong with it)
+    # or, with --restart, replaced; a link, a device, a FIFO or a folder never
+    check_target(partial, lambda why: ValueError(f"{partial} (the partial calibration): {why}"),
+                 ours=_any_file, what="partial calibration")
     if board.controller is None:
         raise ValueError(f"{board.name}: calibration switches power modes and this board has no mode controller "
                          "(run it on a Jetson: --device jetson, or a simulated board: --device sim:<key>)")
@@ -338,19 +354,11 @@ def calibrate(board: Any, out: str | Path, *, modes: int | None = None, minutes:
     plan_modes = design_modes(space, n, seed)
     plan = {"board": board.name, "key": space.name, "modes": [str(m) for m in plan_modes],
             "steps": [s.to_dict() for s in steps], "seed": seed, "simulated": simulated}
-    partial = out.with_name(out.name + ".partial")
     done: dict[str, dict] = {}
-    if partial.exists() and not restart:
-        try:
-            saved = json.loads(partial.read_text())
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{partial}: an unreadable partial calibration ({exc}); delete it or pass --restart") from None
-        if saved.get("schema") != PARTIAL_SCHEMA or saved.get("plan") != plan:
-            raise ValueError(f"{partial} is the partial calibration of another plan (board "
-                             f"{saved.get('plan', {}).get('board')!r}, {len(saved.get('plan', {}).get('modes', []))} "
-                             "modes): resume it with the same --device/--modes/--seed, or pass --restart")
-        done = dict(saved.get("done") or {})
-        log(f"resuming {partial}: {len(done)} of {len(plan_modes)} modes already measured")
+    if not restart:
+        done = _read_partial(partial, plan)
+        if done:
+            log(f"resuming {partial}: {len(done)} of {len(plan_modes)} modes already measured")
     resumed = len(done)
     steppers = [TwinStepper(board, s, seed=None if seed is None else seed + i) if simulated
                 else TorchStepper(board, s, torch_device, seed) for i, s in enumerate(steps)]
@@ -385,8 +393,8 @@ def calibrate(board: Any, out: str | Path, *, modes: int | None = None, minutes:
             for st in steppers:
                 obs.steps[st.spec.id] = st.measure(mode)
             done[label] = obs.to_dict()
-            _write_json(partial, {"schema": PARTIAL_SCHEMA, "plan": plan, "done": done,
-                                  "label": steppers[0].label if steppers else board.label})
+            _write_partial(partial, {"schema": PARTIAL_SCHEMA, "plan": plan, "done": done,
+                                     "label": steppers[0].label if steppers else board.label})
         if bar is not None:
             bar.show(len(done), "fitting the twin's coefficients")
             bar.end()
@@ -395,7 +403,7 @@ def calibrate(board: Any, out: str | Path, *, modes: int | None = None, minutes:
             ctl.restore()
         except Exception as exc:  # noqa: BLE001 - say so; the controller's exit handlers try again at exit
             log(f"restoring the board's mode failed: {exc} (`lightning-edge mode restore` puts it back)")
-    observations = [Observation.from_dict(done[m]) for m in plan["modes"] if m in done]
+    observations = [Observation.from_dict(done[m], f"{partial}: done.{m}") for m in plan["modes"] if m in done]
     start = _start_board(board)
     result = fit_board(start, observations, list(steps), max_nfev=max_nfev, log=log)
     label = fitted_label(simulated)
@@ -405,7 +413,7 @@ def calibrate(board: Any, out: str | Path, *, modes: int | None = None, minutes:
         "modes_measured": [m for m in plan["modes"] if m in done], "steps": plan["steps"],
         "microbenchmarks": {"precisions": precs, "sweeps": "quick" if microbench is None else "custom"},
         "seed": seed, "measured_from": how})
-    bf.save(out)
+    bf.save(out, force=force)
     installed = None
     if install if install is not None else not simulated:
         from lightning_edge.twin.boards import install_board_file
@@ -415,7 +423,54 @@ def calibrate(board: Any, out: str | Path, *, modes: int | None = None, minutes:
     return CalibrationResult(bf, out, [m for m in plan["modes"] if m in done], resumed, installed, notes)
 
 
-def _write_json(path: Path, data: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=float))
-    tmp.replace(path)
+#: the largest partial calibration read (60 modes of measurements are about 100 KiB)
+MAX_PARTIAL_BYTES = 8 << 20
+
+
+def _read_partial(partial: Path, plan: dict[str, Any]) -> dict[str, dict]:
+    """The modes measured by an interrupted run of ``plan`` (``{}`` when there is no partial file), every one checked
+    (:func:`~lightning_edge.twin.fit.observation_problem`); ``ValueError``, one line naming the field and how to go on,
+    for a file that cannot be believed or is another plan's."""
+    def bad(why: str) -> ValueError:
+        return ValueError(f"{partial}: {why}; delete it or pass --restart to measure afresh")
+
+    try:
+        saved = read_json(partial, bad, limit=MAX_PARTIAL_BYTES)
+    except FileNotFoundError:
+        return {}
+    if not isinstance(saved, dict):
+        raise bad(f"holds a JSON {type(saved).__name__}, not a partial calibration (an object)")
+    if saved.get("schema") != PARTIAL_SCHEMA:
+        raise bad(f"not a partial calibration (schema {saved.get('schema')!r:.40}, expected {PARTIAL_SCHEMA!r})")
+    if saved.get("plan") != plan:
+        other = saved.get("plan") if isinstance(saved.get("plan"), dict) else {}
+        modes = other.get("modes") if isinstance(other.get("modes"), list) else []
+        raise ValueError(f"{partial} is the partial calibration of another plan (board {other.get('board')!r:.60}, "
+                         f"{len(modes)} modes): resume it with the same --device/--modes/--seed, or pass --restart")
+    done = saved.get("done")
+    if not isinstance(done, dict):
+        raise bad(f"done: expected an object (mode -> its measurements), got a JSON {type(done).__name__}")
+    step_ids = {WorkloadSpec.from_dict(s).id for s in plan["steps"]}
+    for label, obs in done.items():
+        if label not in plan["modes"]:
+            raise bad(f"done.{label:.40}: not a mode of this plan")
+        why = observation_problem(obs, f"done.{label}")
+        if why:
+            raise bad(why)
+        o = Observation.from_dict(obs)
+        if PowerMode(*o.mode) != PowerMode.parse(label):
+            raise bad(f"done.{label}.mode: {list(o.mode)} is not the mode {label}")
+        if set(o.steps) != step_ids:
+            raise bad(f"done.{label}.steps: expected the plan's steps {sorted(step_ids)}, got {sorted(o.steps)}")
+    return dict(done)
+
+
+def _write_partial(path: Path, data: dict) -> None:
+    """The partial calibration, written atomically (:func:`lightning_edge._jsonfile.write_json`)."""
+    write_json(path, data, lambda why: ValueError(f"{path} (the partial calibration): {why}"), indent=1,
+               default=float, ours=_any_file, what="partial calibration")
+
+
+def _any_file(_path: Path) -> bool:
+    """FILE.json.partial is named by this tool: any regular file there may be replaced."""
+    return True

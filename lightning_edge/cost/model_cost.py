@@ -128,6 +128,8 @@ class ModelCost(Totals):
 
     def to_json(self, path: str | Path | None = None, indent: int = 1) -> str:
         text = json.dumps(self.to_dict(), indent=indent)
-        if path is not None:
-            Path(path).write_text(text)
+        if path is not None:  # atomically, never through a link nor over a file that is not JSON (issue 36)
+            from lightning_edge._jsonfile import is_json_file, write_file
+
+            write_file(path, text, lambda why: ValueError(f"{path}: {why}"), ours=is_json_file, what="JSON file")
         return text

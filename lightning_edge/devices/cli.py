@@ -87,10 +87,10 @@ def _controller(args: argparse.Namespace):
     if spec.kind == "sim":
         state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
         name = spec.arg
-        if name.endswith(".json"):  # a board file: its state file is named by the file's absolute path
-            import hashlib
+        if name.endswith(".json"):  # a board file: its simulated mode is its own (named by the file's absolute path)
+            from lightning_edge.devices.sim.controller import file_board_digest
 
-            name = "file-" + hashlib.sha1(str(Path(name).resolve()).encode()).hexdigest()[:12]
+            name = "file-" + file_board_digest(name)
         kwargs.update(state_dir=state_dir, board_file=state_dir / f"sim_{name}.board.json")
     elif getattr(args, "_root", "/") != "/":
         kwargs["root"] = args._root

@@ -16,6 +16,12 @@
   A signal the process ignores (``SIG_IGN``: e.g. SIGINT of a job started with ``&`` or ``nohup`` from a
   script) gets no handler: it cannot end the process, so restoring on it would only put the board back
   under a run that goes on.
+- **A session belongs to the process that opened it.** A forked child (a DataLoader worker, any helper a library
+  forks) inherits the controllers, the handlers and the lock's open file description; after the fork
+  (``os.register_at_fork``) the child drops every session without restoring, unlocking or writing anything (the lock
+  file's descriptor is closed, which leaves the parent's ``flock`` held), its signal handlers are the ones it had
+  before ours, and every handler checks the pid as well: one Ctrl-C sent to the trainer and its workers restores
+  once, in the trainer.
 
 The state directory is ``$LIGHTNING_EDGE_STATE_DIR`` if set, else platformdirs' user state dir for
 ``lightning_edge`` (``~/.local/state/lightning_edge`` on Linux; ``/root/.local/state/...`` under sudo). It must be a
@@ -34,15 +40,16 @@ import errno
 import json
 import os
 import re
-import secrets
 import signal
 import stat
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
+from lightning_edge._jsonfile import replace_in_folder
 from lightning_edge.devices.controllers.errors import BoardBusyError
 
 try:  # pragma: no cover - fcntl exists on every POSIX system; Windows gets no locking
@@ -447,38 +454,12 @@ class StateFile:
     def write(self, data: dict[str, Any]) -> None:
         payload = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
         with open_state_dir(self.path.parent) as sd:
-            for _ in range(100):
-                tmp = f".{self.path.name}.{secrets.token_hex(8)}.tmp"
-                try:
-                    fd = _open_nofollow(sd, tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-                    break
-                except FileExistsError:
-                    continue
-            else:  # pragma: no cover - 100 collisions of 64 random bits
-                raise StateDirError(f"cannot create a temporary file next to {self.path}")
             try:
-                try:
-                    view = memoryview(payload)
-                    while view:
-                        view = view[os.write(fd, view):]
-                    os.fsync(fd)
-                finally:
-                    os.close(fd)
-                # replaces a planted link itself, never its target
-                try:
-                    os.replace(tmp, self.path.name, src_dir_fd=sd.fd, dst_dir_fd=sd.fd)
-                except IsADirectoryError:
-                    raise _not_a_plain_file(self.path, "a directory") from None
-            except BaseException:
-                try:
-                    os.unlink(tmp, dir_fd=sd.fd)
-                except OSError:
-                    pass
-                raise
-            try:  # make the rename itself durable (power loss right after a write)
-                os.fsync(sd.fd)
-            except OSError:  # pragma: no cover
-                pass
+                # a new private file (random name, O_EXCL|O_NOFOLLOW), fsynced, renamed over the state file (which
+                # replaces a planted link itself, never its target), the directory fsynced: the one atomic writer
+                replace_in_folder(sd.fd, self.path.name, payload, mode=FILE_MODE)
+            except IsADirectoryError:
+                raise _not_a_plain_file(self.path, "a directory") from None
 
     def remove(self) -> None:
         try:
@@ -506,10 +487,11 @@ class BoardLock:
         self.path = Path(path)
         self.device_id = device_id
         self._fd: int | None = None
+        self._pid: int | None = None  # the process that took the lock: only it may release it
 
     @property
     def held(self) -> bool:
-        return self._fd is not None
+        return self._fd is not None and self._pid == os.getpid()
 
     def holder_pid(self) -> int | None:
         try:
@@ -524,6 +506,8 @@ class BoardLock:
 
     def acquire(self) -> None:
         """Take the lock or raise :class:`BoardBusyError` naming the pid that holds it."""
+        if self._fd is not None and self._pid != os.getpid():
+            self.forget()  # inherited through a fork: the parent's lock, never ours to use
         if self._fd is not None:
             return
         with open_state_dir(self.path.parent) as sd:
@@ -555,10 +539,24 @@ class BoardLock:
                 ) from None
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
-        self._fd = fd
+        self._fd, self._pid = fd, os.getpid()
+
+    def forget(self) -> None:
+        """In a forked child: close the inherited descriptor without touching the lock. ``flock`` belongs to the
+        open file description the parent shares, so unlocking (or truncating the pid) here would free the parent's
+        board; closing this descriptor leaves the parent's lock held."""
+        fd, self._fd, self._pid = self._fd, None, None
+        if fd is not None:
+            try:
+                os.close(fd)
+            except OSError:  # pragma: no cover
+                pass
 
     def release(self) -> None:
-        fd, self._fd = self._fd, None
+        if self._fd is not None and self._pid != os.getpid():
+            self.forget()  # a forked child: the lock is its parent's
+            return
+        fd, self._fd, self._pid = self._fd, None, None
         if fd is None:
             return
         try:
@@ -629,6 +627,9 @@ class BoardSafety:
 # --------------------------------------------------------------------------- exit and signal handlers
 _ACTIVE: list = []  # controllers with a changed board, in the order they started
 _REG_LOCK = threading.RLock()
+#: every controller holding a session (with or without exit handlers): a forked child drops them all
+_SESSIONS: weakref.WeakSet = weakref.WeakSet()
+_HANDLER_PID: int | None = None  # the process that installed our signal handlers
 _ATEXIT_DONE = False
 _PREVIOUS: dict[int, Any] = {}
 #: the signals that end a run and restore the board first: SIGTERM (kill, systemd, a scheduler), SIGINT (Ctrl-C),
@@ -637,9 +638,19 @@ _PREVIOUS: dict[int, Any] = {}
 HANDLED_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT") if hasattr(signal, n))
 
 
+def track_session(controller) -> None:
+    """``controller`` holds a session of this process (a forked child drops it: :func:`_after_fork_in_child`)."""
+    _SESSIONS.add(controller)
+
+
+def untrack_session(controller) -> None:
+    _SESSIONS.discard(controller)
+
+
 def register(controller) -> None:
     """Restore ``controller`` at interpreter exit or on SIGTERM/SIGINT, until :func:`unregister`."""
     global _ATEXIT_DONE
+    track_session(controller)
     with _REG_LOCK:
         if controller not in _ACTIVE:
             _ACTIVE.append(controller)
@@ -668,6 +679,9 @@ def _restore_all(reason: str, release: bool = False) -> None:
     with _REG_LOCK:
         todo = list(reversed(_ACTIVE))
     for ctl in todo:
+        if not ctl_is_ours(ctl):  # a forked child's copy: the parent restores its own board
+            unregister(ctl)
+            continue
         if release:
             ctl.released = reason
         try:
@@ -735,7 +749,18 @@ def _deliver_deferred() -> None:
 _NO_HANDLER = object()
 
 
+def ctl_is_ours(ctl) -> bool:
+    """Whether ``ctl``'s session (if any) was opened by this process (not inherited through a fork)."""
+    owner = getattr(ctl, "session_pid", None)
+    return owner is None or owner == os.getpid()
+
+
 def _on_signal(signum: int, frame, prev: Any = _NO_HANDLER) -> None:
+    if _HANDLER_PID is not None and _HANDLER_PID != os.getpid():
+        # a forked child that still runs our handler (forked where the at-fork hook could not reset it): the signal
+        # is the child's own business; the board is its parent's
+        _chain_in_child(signum, frame, _PREVIOUS.get(signum, signal.SIG_DFL) if prev is _NO_HANDLER else prev)
+        return
     if _IN_SIGNAL_RESTORE:
         # a second signal (Ctrl-C pressed twice) while the board is being put back: a nested restore would run
         # inside the first and break it off; it is held and acted on once the restore is done
@@ -776,9 +801,23 @@ def _on_signal(signum: int, frame, prev: Any = _NO_HANDLER) -> None:
         os.kill(os.getpid(), signum)
 
 
+def _chain_in_child(signum: int, frame, prev: Any) -> None:
+    """What the signal would have done in a forked child without us."""
+    if callable(prev):
+        prev(signum, frame)
+    elif prev != signal.SIG_IGN:
+        try:
+            signal.signal(signum, signal.SIG_DFL)
+        except (ValueError, OSError):  # pragma: no cover - not the main thread
+            os._exit(128 + signum)
+        os.kill(os.getpid(), signum)
+
+
 def _install_signal_handlers() -> None:
+    global _HANDLER_PID
     if threading.current_thread() is not threading.main_thread():
         return  # signal.signal only works in the main thread; atexit still covers normal exits
+    _HANDLER_PID = os.getpid()
     for sig in HANDLED_SIGNALS:
         if sig in _PREVIOUS:
             continue
@@ -802,3 +841,35 @@ def _uninstall_signal_handlers() -> None:
         except (ValueError, OSError):  # pragma: no cover
             pass
         _PREVIOUS.pop(sig, None)
+
+
+def _after_fork_in_child() -> None:
+    """Run in every child forked by this process (``os.register_at_fork``): the boards are the parent's. Each
+    inherited session is dropped without a restore, an unlock or a write (:meth:`ModeController.forget_session`),
+    our signal handlers give way to the ones the process had before them, and the module's locks are new (a lock
+    another thread of the parent held at the fork would otherwise never be released here: a worker's exit hung)."""
+    global _REG_LOCK, _CRITICAL_LOCK, _CRITICAL, _SESSIONS
+    _REG_LOCK = threading.RLock()
+    _CRITICAL_LOCK = threading.RLock()
+    _CRITICAL = threading.local()
+    _DEFERRED.clear()
+    _IN_SIGNAL_RESTORE.clear()
+    _PENDING.clear()
+    for ctl in list(_SESSIONS) + list(_ACTIVE):
+        try:
+            ctl.forget_session(f"a fork (this process is a child of pid {os.getppid()}, which owns the board)")
+        except Exception:  # noqa: BLE001 - a child must start whatever a controller does here  # pragma: no cover
+            pass
+    _ACTIVE.clear()
+    _SESSIONS = weakref.WeakSet()
+    for sig, prev in list(_PREVIOUS.items()):
+        try:
+            if signal.getsignal(sig) is _on_signal:
+                signal.signal(sig, prev if prev is not None else signal.SIG_DFL)
+                _PREVIOUS.pop(sig, None)
+        except (ValueError, OSError):  # pragma: no cover - forked from another thread: _on_signal checks the pid
+            pass
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

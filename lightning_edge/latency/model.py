@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from lightning_edge._compat import dtype_name
-from lightning_edge._jsonfile import one_line, read_json
+from lightning_edge._jsonfile import is_json_file, one_line, read_json, write_file
 from lightning_edge.latency.features import (
     CLASSES,
     FEATURE_NAMES,
@@ -590,10 +590,8 @@ class LatencyModel:
         text = json.dumps(d, separators=(",", ":"), allow_nan=False)
         if len(text) > MAX_FILE_BYTES:
             raise ValueError(f"the model is {len(text)} bytes as JSON, more than a file may hold ({MAX_FILE_BYTES})")
-        tmp = p.with_name(p.name + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(p)
-        return p
+        # atomically, never through a link nor over a file that is not JSON (issue 36): _jsonfile.write_file
+        return write_file(p, text, lambda why: ValueError(f"{p}: {why}"), ours=is_json_file, what="latency model")
 
     @classmethod
     def load(cls, path: str | Path) -> LatencyModel:

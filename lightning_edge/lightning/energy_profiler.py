@@ -318,8 +318,17 @@ class EnergyProfilerMixin:
             r.close()
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
-        if self.reporter is not None:
-            self.reporter.abort()
+        """An exception or Ctrl-C: every layer measured so far is written (layers.csv, layers.json, the summary),
+        labelled a partial run; writing never raises over the run's own exception."""
+        r = self.reporter
+        if r is None:
+            return
+        reason = ("Ctrl-C (KeyboardInterrupt)" if isinstance(exception, KeyboardInterrupt)
+                  else f"{type(exception).__name__}: {str(exception).splitlines()[0][:120] if str(exception) else ''}")
+        try:
+            r.abort(reason if r.rank_zero else None)
+        finally:
+            r.close()
 
     # ------------------------------------------------------------------ epochs: DDP's totals over ranks
     def _epoch_end(self, stage: str, trainer: Any) -> None:

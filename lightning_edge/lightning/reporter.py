@@ -29,6 +29,7 @@ import math
 import os
 import re
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +39,12 @@ from lightning_edge.lightning.tb import TrainerWriter
 from lightning_edge.profiling.attribution import DEFAULT_K
 from lightning_edge.profiling.report import RunOverhead
 
-__all__ = ["EnergyReporter", "TB_LAYERS", "region_tag", "write_scalars"]
+__all__ = ["EnergyReporter", "ReportWriteWarning", "TB_LAYERS", "region_tag", "write_scalars"]
+
+
+class ReportWriteWarning(UserWarning):
+    """A report file or the TensorBoard run could not be written (a full or read-only disk): the run went on, the
+    report is kept in memory (``EnergyProfiler.report``)."""
 
 #: per-layer scalars go to TensorBoard for this many layers per stage (the top ones by energy in the stage's first
 #: profiled step); every layer is in the markdown table and layers.csv
@@ -134,6 +140,10 @@ class EnergyReporter:
         self._described: set[str] = set()
         self._layout_written: str | None = None
         self._call: dict[str, Any] | None = None
+        self.write_errors: list[str] = []  # files (or the TensorBoard run) that could not be written, and why
+        self.partial_run: str | None = None  # what stopped the run early (an exception, Ctrl-C), when one did
+        self._warned_write = False
+        self._tb_failed = False
 
     @property
     def model(self) -> Any:
@@ -214,10 +224,43 @@ class EnergyReporter:
             self._log_epoch(stage, tot)
             return tot
 
-    def abort(self) -> None:
-        """An exception in the run: the step in progress is dropped, hooks removed, the device released."""
+    def abort(self, reason: str | None = None) -> Any:
+        """An exception in the run (Ctrl-C included): the step in progress is dropped; with ``reason`` every step
+        measured so far is reported (layers.csv, layers.json, the summary), labelled a partial run (a note saying
+        what stopped it); then hooks are removed and the device released. Returns that report (None without
+        ``reason``, or when nothing was measured). Never raises: the run's own exception is what the user sees."""
         self.session.abort_step()
+        report = None
+        if reason:
+            self.partial_run = reason
+            self.session.notes.append(f"PARTIAL RUN: stopped by {reason}; the layers and totals are those of the "
+                                      "steps measured before it")
+            try:
+                report = self.finish()
+            except Exception as exc:  # noqa: BLE001 - the run's own exception matters more than its report
+                warnings.warn(f"lightning_edge EnergyProfiler: the partial report of the run stopped by {reason} "
+                              f"could not be made ({type(exc).__name__}: {exc})", ReportWriteWarning, stacklevel=2)
         self.session.close()
+        return report
+
+    def _write_failed(self, path: Any, exc: BaseException) -> None:
+        """A report file or the TensorBoard run could not be written: one warning for the run (naming the path and
+        why), the report kept in memory; never an error out of the user's run."""
+        why = getattr(exc, "strerror", None) or str(exc)
+        self.write_errors.append(f"{path}: {why}")
+        self.note(f"could not write {path} ({why}): kept in memory (EnergyProfiler.report)")
+        if self._warned_write:
+            return
+        self._warned_write = True
+        warnings.warn(f"lightning_edge EnergyProfiler: could not write {path} ({why}); training goes on and the "
+                      "energy report is kept in memory: EnergyProfiler.report (.write_csv(path), .write_json(path) "
+                      "save it elsewhere), or pass log_dir= on a disk with room", ReportWriteWarning, stacklevel=2)
+
+    def _save(self, path: Path, write: Any) -> None:
+        try:
+            write(path)
+        except OSError as exc:
+            self._write_failed(path, exc)
 
     def close(self) -> None:
         """Release the device and close an own TensorBoard writer (results stay available)."""
@@ -232,6 +275,9 @@ class EnergyReporter:
             return None
         w = self._tbw.get(self._host)
         self._writer, self.log_dir = w, self._tbw.log_dir or self.log_dir
+        if w is None and self._tbw.error is not None and not self._tb_failed:
+            self._tb_failed = True
+            self._write_failed(self._tbw.error[0], self._tbw.error[1])
         if w is not None and self._layout_written != self.log_dir:
             self._write_layout(w)
         return w
@@ -513,6 +559,7 @@ class EnergyReporter:
         steps = {stage: [p.energy for p in lst] for stage, lst in profiled.items() if lst or all_totals.get(stage)}
         costs = {stage: s.costs_for(stage == "train") for stage in steps}
         totals = {}
+        mode_notes: list[str] = []
         for stage, lst in all_totals.items():
             if not lst:
                 continue
@@ -523,6 +570,17 @@ class EnergyReporter:
                              "label": "/".join(sorted(labels)) if labels else "",
                              "min_batches": s.schedule.warmup_steps + 1}
             need = s.schedule.stages[stage].min_batches if stage in s.schedule.stages else 0
+            sst = s.schedule.stages.get(stage)
+            if sst is not None and sst.mode_blocked and not profiled.get(stage) and not need and \
+                    len(lst) > s.schedule.warmup_steps:
+                # not a short run: the power mode kept changing (a tuner profiling modes), so no step had the warm-up
+                # steps in one mode and the settled power a profiled step needs
+                totals[stage]["min_batches"] = None
+                mode_notes.append(
+                    f"[{stage}] 0 of {len(lst)} batches profiled per layer, not because the run is short: the power "
+                    f"mode changed while they ran ({sst.mode_blocked} steps due for profiling came right after a "
+                    f"change; a profiled step needs {s.schedule.warmup_steps} steps in one mode and its power "
+                    "settled). Profile in a fixed mode, or after the tuner has chosen one")
             if need:
                 totals[stage].update(min_batches=need, min_reason="to pay for one profiled step within the overhead "
                                      "budget: see the notes")
@@ -541,7 +599,7 @@ class EnergyReporter:
                       if e.readings is not None else {})}
                   for e in s.epochs[e0:]]
         dev = s.device
-        notes = list(dict.fromkeys([*(dev.notes if dev else []), *s.cost_notes, *s.notes]))
+        notes = list(dict.fromkeys([*(dev.notes if dev else []), *s.cost_notes, *s.notes, *mode_notes]))
         mode = s.mode
         roof_desc = s.roofline(mode)[1] if dev is not None else s.roofline_desc
         return ProfileReport.build(steps, costs=costs, totals=totals, epochs=epochs,
@@ -592,18 +650,21 @@ class EnergyReporter:
                          or call.get("epochs"))
             report = self.report = self.call_report if first else self._build_report()
             if self.write_report:
-                report.write_csv(log_dir / "layers.csv")
+                self._save(log_dir / "layers.csv", report.write_csv)
             essentials_s = (b.clock_ns() - r0) / 1e9
             # what the budget leaves room for, most useful first
             if w is not None:
                 self._figures(w, self.call_report, stages, step)
             if self.trace:
-                self._write_trace(log_dir)
+                self._save(log_dir, self._write_trace)
             r1 = b.clock_ns()
             for r in {id(self.call_report): self.call_report, id(report): report}.values():  # the notes above
                 r.notes = list(dict.fromkeys([*r.notes, *s.notes]))
             if self._writer is not None:
-                self._writer.flush()
+                try:
+                    self._writer.flush()
+                except OSError as exc:
+                    self._write_failed(self.log_dir, exc)
             self.summary_text = self.call_report.summary(self.top, stages)
             essentials_s += (b.clock_ns() - r1) / 1e9
             b.learn("reports", essentials_s)
@@ -613,7 +674,7 @@ class EnergyReporter:
         self.call_report.overhead = self.overhead
         report.overhead = self.overhead
         if self.write_report:
-            report.write_json(log_dir / "layers.json")
+            self._save(log_dir / "layers.json", report.write_json)
         if self.print_summary:
             print(self.summary_text)
         return self.call_report

@@ -38,6 +38,7 @@ class StageState:
     n_profiled: int = 0
     captured: bool = False
     min_batches: int = 0  # batches this run would need to afford one profiled step (0: it can, or not known)
+    mode_blocked: int = 0  # steps due for profiling that a recent power-mode change held back (this run)
     first: bool | None = None  # this run's verdict on a first profiled step (None: not decided yet)
     epoch: int = 0
     epoch_t0: int | None = None
@@ -109,7 +110,10 @@ class StepScheduler:
             return False
         if not st.n_profiled and self.auto and not self._first_affordable(stage, calls, owed_s, notes):
             return False
-        return self.mode_ok(device, [] if notes is None else notes)
+        ok = self.mode_ok(device, [] if notes is None else notes)
+        if not ok:
+            st.mode_blocked += 1  # the mode, not the run's length, held this step back (the summary says so)
+        return ok
 
     def _first_affordable(self, stage: str, calls: int, owed_s: float, notes: list[str] | None) -> bool:
         """Whether the run's budget pays for a first profiled step of ``stage`` and the reports. Decided once per
@@ -150,6 +154,7 @@ class StepScheduler:
         for st in self.stages.values():
             st.min_batches = 0
             st.first = None
+            st.mode_blocked = 0
 
     def plain_step(self, stage: str, dur_ns: int) -> None:
         self.stages[stage].since_profiled += 1

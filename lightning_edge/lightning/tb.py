@@ -32,6 +32,8 @@ class TrainerWriter:
         self.log_dir: str | None = None
         self.own = False
         self._own_dir: str | None = None
+        #: ``(folder, OSError)`` when an own writer could not be opened there (read-only or full disk): not retried
+        self.error: tuple[str, OSError] | None = None
 
     def get(self, trainer: Any) -> Any:
         if self.writer is not None or not bool(getattr(trainer, "is_global_zero", True)):
@@ -47,8 +49,14 @@ class TrainerWriter:
         root = self.log_dir_arg or self._own_dir or next_version(
             os.path.join(str(getattr(trainer, "default_root_dir", ".") or "."), "lightning_logs", self.name))
         self._own_dir = root
-        os.makedirs(root, exist_ok=True)
-        self.writer, self.log_dir, self.own = SummaryWriter(root), root, True
+        if self.error is not None:
+            return None
+        try:
+            os.makedirs(root, exist_ok=True)
+            self.writer, self.log_dir, self.own = SummaryWriter(root), root, True
+        except OSError as exc:  # a read-only or full disk: no TensorBoard, the run goes on (the caller warns)
+            self.error, self.log_dir = (root, exc), root
+            return None
         return self.writer
 
     def flush(self) -> None:

@@ -51,8 +51,12 @@ __all__ = ["PowerModeTunerMixin", "format_summary"]
 
 def _describe(board: Any) -> str:
     if board.simulated:
-        return ("simulated: Jetson AGX Orin twin (minibatch time and power are the twin's for this model on the "
-                "Orin; the training itself ran on this machine)")
+        # the board the twin plays: the papers' AGX Orin, another catalogued module, or a board file's (issue 36)
+        bf = getattr(board.twin, "board", None)
+        what = str(getattr(bf, "name", "") or "Jetson AGX Orin")
+        src = f", board file {bf.path}" if getattr(bf, "path", None) else ""
+        return (f"{board.label}: twin of the {what}{src} (minibatch time and power are the twin's for this model on "
+                "that board; the training itself ran on this machine)")
     return f"measured: {board.name}"
 
 
@@ -100,7 +104,8 @@ def format_summary(s: TuningSummary, device_text: str) -> str:
                      f"(profiling windows: {cost})")
     lines.extend(_progress_lines(s.progress))
     if s.mode:
-        lines.append(f"  chosen mode {s.mode}: {s.time_s * 1e3:.1f} ms/minibatch, {s.power_w:.1f} W (profile, {lab})")
+        lines.append(f"  chosen mode {s.mode}: {s.time_s * 1e3:.1f} ms/minibatch, {s.power_w:.1f} W (profile, "
+                     f"{s.mode_label or lab})")
         lines.append(f"  (a mode reads CORESc/CPU/GPU/MEMORY: online CPU cores, then the CPU, GPU and memory clock caps "
                      f"in MHz; {s.mode} = {_describe_mode(s.mode)})")
         if s.measured_tuned_time_s is not None:
@@ -110,6 +115,9 @@ def format_summary(s: TuningSummary, device_text: str) -> str:
                          f"{s.measured_tuned_time_s * 1e3:.1f} ms/minibatch, {s.measured_tuned_power_w:.1f} W ({lab})")
     elif s.phase == "infeasible":
         lines.append("  no profiled mode meets the budget: trained in the lowest-power mode profiled")
+    if s.maxn_time_s is None and s.maxn_label and s.mode:
+        lines.append(f"  vs MAXN: no comparison (MAXN's profile is {s.maxn_label}: its readings missed a rail, and a "
+                     "full reading is never compared with a partial one)")
     if s.maxn_time_s is not None and s.mode:
         thr, en = s.throughput_vs_maxn, s.energy_vs_maxn
         lines.append(f"  vs MAXN ({s.maxn_time_s * 1e3:.1f} ms, {s.maxn_power_w:.1f} W): throughput "

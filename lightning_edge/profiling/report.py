@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lightning_edge._jsonfile import write_file
 from lightning_edge.profiling.attribution import LayerStats, StepEnergy, StepStats, aggregate, aggregate_steps
 
 __all__ = ["ProfileReport", "StageReport", "CSV_FIELDS", "simulated_statement", "bar_chart"]
@@ -185,14 +186,18 @@ class ProfileReport:
         return list(rows)
 
     def write_csv(self, path: str | Path) -> Path:
+        """Write ``layers.csv`` atomically (:func:`lightning_edge._jsonfile.write_file`: a full or read-only disk
+        leaves an earlier file whole, never an empty one); ``OSError`` naming the path when it cannot."""
+        import io
+
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
-        with open(p, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
-            w.writeheader()
-            for r in self.rows():
-                w.writerow({k: ("" if v is None else v) for k, v in r.items()})
-        return p
+        f = io.StringIO(newline="")
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
+        w.writeheader()
+        for r in self.rows():
+            w.writerow({k: ("" if v is None else v) for k, v in r.items()})
+        return _write(p, f.getvalue())
 
     def to_dict(self) -> dict:
         stages = {}
@@ -222,9 +227,8 @@ class ProfileReport:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         # compact: json's C encoder (indent= selects the pure-Python one, a few ms per run); python -m json.tool reads it
-        p.write_text(json.dumps(_clean(self.to_dict()), separators=(",", ":"), allow_nan=False,
-                                default=_json_default))
-        return p
+        return _write(p, json.dumps(_clean(self.to_dict()), separators=(",", ":"), allow_nan=False,
+                                    default=_json_default))
 
     def method_line(self) -> str:
         if self.source == "model":
@@ -478,3 +482,9 @@ def _json_default(o: Any) -> Any:
     except ImportError:  # pragma: no cover
         pass
     return str(o)
+
+
+def _write(p: Path, text: str) -> Path:
+    """A report file, written atomically over an earlier one (a link, a device or a folder there is refused);
+    ``OSError`` naming the path and why (a full or read-only disk) when it cannot be written."""
+    return write_file(p, text, lambda why: OSError(f"{p} {why}"), ours=lambda _p: True, what="report")

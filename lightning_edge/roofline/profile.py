@@ -41,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from lightning_edge._compat import data_dir
-from lightning_edge._jsonfile import read_json
+from lightning_edge._jsonfile import is_json_file, read_json, write_file
 from lightning_edge.roofline.model import Roofline
 
 __all__ = [
@@ -499,8 +499,9 @@ def save_profile(profile: DeviceProfile | dict, path: str | os.PathLike) -> Path
     path = Path(path)
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(data, indent=2, default=_json_default) + "\n")
-    return path
+    # atomically, never through a link nor over a file that is not JSON (issue 36): _jsonfile.write_file
+    return write_file(path, json.dumps(data, indent=2, default=_json_default) + "\n",
+                      lambda why: ValueError(f"{path}: {why}"), ours=is_json_file, what="device profile")
 
 
 def _json_default(o):

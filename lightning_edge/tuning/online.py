@@ -176,6 +176,8 @@ class TuningSummary:
     maxn_energy_per_step_j: float | None = None
     throughput_vs_maxn: float | None = None
     energy_vs_maxn: float | None = None
+    mode_label: str | None = None  # how the chosen mode's profile was obtained (measured, simulated...)
+    maxn_label: str | None = None  # how MAXN's was ("... (partial)": no comparison is made)
     capture_steps: int = 0  # PowerModeTuner: minibatches before tuning started (the cost model's capture step)
     restored: str | None = None  # the mode the board was put back to at the end
 
@@ -260,6 +262,7 @@ class StepRecord:
     label: str
     window: int | None = None  # index of the profile window it belongs to, None outside windows
     discarded: bool = False  # a settling or warm-up step of a window
+    trusted: bool = True  # False: the step's power rests on partial or rejected readings (a rail missing)
 
     @property
     def energy_j(self) -> float:
@@ -340,7 +343,8 @@ class ProfileWindow:
     def feed(self, t_end_s: float, time_s: float, power_w: float, trusted: bool = True) -> bool:
         """Add a step; True when the step was measured (not discarded). A step whose power rests on partial or
         rejected readings (``trusted=False``) is re-measured by the next step, up to ``max_steps`` times; after
-        that it is kept and the profile's label says ``(partial)``."""
+        that it is kept, and the profile (:meth:`result`) is untrusted: labelled ``(partial)``, with no power, so
+        it never decides (the strategy leaves the mode out)."""
         if not math.isfinite(power_w):
             trusted = False
         self.cost_s += time_s
@@ -413,8 +417,11 @@ class ProfileWindow:
 
     def result(self, label: str) -> Measurement:
         t, p = np.asarray(self.times), np.asarray(self.powers)
-        if self.partial:  # built on readings that missed a rail or had one rejected: not a plain measurement
-            label = f"{label} (partial)"
+        if self.partial:
+            # built on readings that missed a rail or had one rejected (a rail unplugged, labels swapped): the power
+            # is not the board's. Never a number a budget is checked against: no power, untrusted, labelled so (the
+            # strategy leaves the mode out; the store keeps the row's label and measures it again next time)
+            return Measurement(float(t.mean()), math.nan, f"{label} (partial)", trusted=False)
         return Measurement(float(t.mean()), float((t * p).sum() / t.sum()), label)
 
 
@@ -559,6 +566,7 @@ class OnlineTuner:
         self._restored: Any = None
         self._switched_s = -math.inf
         self._drift_buf: list[StepRecord] = []
+        self._quality_retuned = False  # re-tuned on partial readings in the chosen mode (once per episode)
         self._known: dict = {}  # every point any solve of this tuner profiled or found in the store
 
     # ------------------------------------------------------------------ lifecycle
@@ -667,7 +675,8 @@ class OnlineTuner:
             if self._known:  # a re-tune: everything profiled so far corrects the prediction too
                 seen = {}
                 for point, m in self._known.items():
-                    if getattr(point, "kind", None) == "train" and _in_space(self.space, point.mode):
+                    if getattr(point, "kind", None) == "train" and _in_space(self.space, point.mode) and \
+                            getattr(m, "trusted", True) and math.isfinite(m.power_w):
                         seen[self.space.index(self.space.coerce(point.mode))] = (m.time_s, m.power_w)
                 prior = prior.with_measured(seen)
             strategy = strategy.with_prior(prior, self.thorough)
@@ -792,7 +801,8 @@ class OnlineTuner:
         reading = self.meter.stop(mode)
         dt, power = reading.time_s, reading.power_w
         end_s = self.meter.now_s()
-        rec = StepRecord(self.step, mode, dt, power, self.phase, self.label)
+        rec = StepRecord(self.step, mode, dt, power, self.phase, self.label,
+                         trusted=bool(getattr(reading, "trusted", True)) and math.isfinite(power))
         self.step += 1
         win = self._window
         if win is not None and self._pending_mode is None:
@@ -822,7 +832,8 @@ class OnlineTuner:
                 "steps": win.n, "discarded": win.discarded, "settling_steps": win.settling_steps,
                 "settled_after_s": win.settled_after_s, "cost_s": win.cost_s, "cost_j": win.cost_j,
                 "remeasured": win.remeasured, "partial_steps": win.partial, "foreign_steps": win.foreign,
-                "reason": win.reason, "within_budget": m.power_w <= self.problem.power_budget_w}
+                "reason": win.reason, "within_budget": m.power_w <= self.problem.power_budget_w,
+                "trusted": m.trusted}
         self.profiles.append(info)
         self._window = None
         self.emit(Event.PROFILE, info)
@@ -861,8 +872,9 @@ class OnlineTuner:
 
     @staticmethod
     def _lowest_power_mode(res: Any) -> PowerMode | None:
-        results = (getattr(res, "results", None) or {}).items()
-        best = min(results, key=lambda item: getattr(item[1], "power_w", math.inf), default=None)
+        results = [(k, m) for k, m in (getattr(res, "results", None) or {}).items()
+                   if getattr(m, "trusted", True) and math.isfinite(getattr(m, "power_w", math.nan))]
+        best = min(results, key=lambda item: item[1].power_w, default=None)
         return None if best is None else best[0].mode
 
     # ------------------------------------------------------------------ re-tuning
@@ -891,10 +903,25 @@ class OnlineTuner:
         if len(self._drift_buf) < n:
             return
         recent, self._drift_buf = self._drift_buf, []
+        budget = self.problem.power_budget_w
+        good = [r for r in recent if r.trusted]
+        if len(good) * 2 < len(recent):
+            # the readings in the chosen mode turned partial (a rail unplugged, relabelled): its power can no longer be
+            # checked against the budget, and a partial reading would always look within it. Re-tuned once per such
+            # episode: what is measured from now on is checked again (an untrusted profile never decides)
+            self._drift_hits = 0
+            if not self._quality_retuned:
+                self._quality_retuned = True
+                info = {"reason": "drift", "quality": "partial", "mode": rec.mode, "budget_w": budget,
+                        "untrusted_steps": len(recent) - len(good), "steps": len(recent),
+                        "scale": self.drift_scale}
+                self._retune(Event.DRIFT, info)
+            return
+        self._quality_retuned = False
+        recent = good
         t = np.array([r.time_s for r in recent])
         p = np.array([r.power_w for r in recent])
         mean_p = float((t * p).sum() / t.sum())
-        budget = self.problem.power_budget_w
         if mean_p <= budget * (1.0 + self.drift_tolerance):
             self._drift_hits = 0
             return
@@ -990,8 +1017,15 @@ class OnlineTuner:
             kw.update(measured_tuned_time_s=tuned["time_s"] / tuned["steps"], measured_tuned_steps=int(tuned["steps"]),
                       measured_tuned_power_w=tuned["energy_j"] / tuned["time_s"])
         b = self.baseline_profile
+        if sol is not None:
+            kw.update(mode_label=str(getattr(sol, "label", "") or self.label))
+        if b is not None and not (b.trusted and b.has_power):
+            # MAXN's readings were partial: a full reading is never compared with a partial one
+            kw.update(maxn_label=str(b.label))
+            b = None
         if b is not None:
-            kw.update(maxn_time_s=b.time_s, maxn_power_w=b.power_w, maxn_energy_per_step_j=b.time_s * b.power_w)
+            kw.update(maxn_time_s=b.time_s, maxn_power_w=b.power_w, maxn_energy_per_step_j=b.time_s * b.power_w,
+                      maxn_label=str(b.label))
             if sol is not None:
                 kw.update(throughput_vs_maxn=b.time_s / sol.time_s,
                           energy_vs_maxn=(sol.time_s * sol.power_w) / (b.time_s * b.power_w))

@@ -48,9 +48,17 @@ Errors
     SQLite store. A store the process may not write (a read-only file or directory) is opened read-only:
     its profiles answer, new profiles are kept in memory only, with a one-time note. A path that is not a
     regular file (a FIFO, a device) is refused; a server URL is checked before any network access; no
-    message shows a password. A storage fault during a run (a full disk, an I/O error, a lost server, the
-    claims lock held past ``wait_timeout_s``) makes the store read-only for the process, with one
-    :class:`StoreFaultWarning` naming the root cause: the run goes on, its new profiles kept in memory.
+    message shows a password. A storage fault during a run (a full disk, an I/O error, the claims lock held past
+    ``wait_timeout_s``) makes the store read-only for the process, with one :class:`StoreFaultWarning` naming the
+    root cause: the run goes on, its new profiles kept in memory.
+
+Outages (a server restarted, a lost network, an SQLite file locked by another process: :data:`TRANSIENT_FAULTS`)
+    are waited out: the operation is retried with backoff for at most ``outage_retry_s`` (default 10 s), and a
+    profile measured meanwhile is never measured again (its own claimed trial is finished when the store answers: no
+    trial is left ``FAIL`` by an outage, and claim heartbeats go on trying). An outage longer than that degrades the
+    store as above, but not for good: every later request probes it again (at most every ``probe_every_s``), and
+    once it answers the profiles kept in memory are written (once each: a point another process saved meanwhile is
+    not written again, and its row is used), the store is writable again and other processes' new rows are read.
 """
 
 from __future__ import annotations
@@ -240,6 +248,10 @@ class StoreReadOnlyWarning(UserWarning):
     """The profile store can be read but not written: new profiles are not saved."""
 
 
+#: faults that pass (a server restarted or unreachable for a while, an SQLite file locked by another process): retried
+TRANSIENT_FAULTS = ("server error", "locked")
+
+
 class StoreFaultWarning(UserWarning):
     """The profile store failed during a run (disk full, I/O error, server gone, lock held): its profiles still
     answer while it can be read, new profiles of the run are kept in memory and not saved."""
@@ -398,7 +410,9 @@ def _fault(exc: BaseException, path: str | None = None) -> _Fault | None:
     if isinstance(exc, StoreLockTimeout):
         return _Fault("claims lock", exc.why, exc.advice)
     top = exc.__cause__ if isinstance(exc, optuna.exceptions.StorageInternalError) else exc
-    if not (isinstance(top, (sa.OperationalError, sa.InterfaceError, sqlite3.OperationalError))
+    # PendingRollbackError: a session whose connection the server dropped (a restart) mid-transaction
+    if not (isinstance(top, (sa.OperationalError, sa.InterfaceError, sa.PendingRollbackError,
+                             sqlite3.OperationalError))
             or type(top) in (sa.DatabaseError, sqlite3.DatabaseError)
             or (isinstance(top, OSError) and not isinstance(top, TimeoutError))):
         return None
@@ -579,7 +593,8 @@ def open_storage(spec: str | os.PathLike[str] | BaseStorage | None, *, heartbeat
     _check_server(url, given)
     kwargs: dict[str, Any] = {}
     if url.startswith("postgresql"):
-        kwargs["engine_kwargs"] = {"connect_args": {"connect_timeout": 10}}
+        # pool_pre_ping: a pooled connection the server dropped (a restart) is replaced before use, not failed on
+        kwargs["engine_kwargs"] = {"connect_args": {"connect_timeout": 10}, "pool_pre_ping": True}
     for attempt in range(5):  # a server store: several boards may create the schema at once; retry that only
         try:
             with warnings.catch_warnings():
@@ -607,7 +622,7 @@ class ProfileStore:
     def __init__(self, storage: str | os.PathLike[str] | BaseStorage | None = "default", *,
                  poll_interval_s: float = 0.05, wait_timeout_s: float = 600.0,
                  heartbeat_interval_s: int | None | object = _DEFAULT, grace_period_s: int | None = None,
-                 progress_every_s: float = 10.0) -> None:
+                 progress_every_s: float = 10.0, outage_retry_s: float = 10.0, probe_every_s: float = 2.0) -> None:
         """``storage``: ``"default"``, a plain path (an SQLite file), an Optuna storage URL or a
         :class:`BaseStorage`. Raises :class:`StoreError` (one line) when it cannot be used.
 
@@ -615,7 +630,9 @@ class ProfileStore:
         5 s on an RDB URL; ``None``: no Optuna heartbeat), and take over other processes' claims not renewed for
         ``grace_period_s`` (default twice the interval), so that their points are profiled again. A claim whose
         owner is dead on this host is taken over at once, heartbeat or not. ``wait_timeout_s`` bounds the wait
-        for points other live processes are measuring (TimeoutError after it)."""
+        for points other live processes are measuring (TimeoutError after it). ``outage_retry_s``: how long a
+        transient fault (:data:`TRANSIENT_FAULTS`) is retried before the store degrades to memory; ``probe_every_s``:
+        how often a degraded store is probed again (module docstring, "Outages")."""
         explicit = heartbeat_interval_s is not _DEFAULT
         if explicit and heartbeat_interval_s is not None and int(heartbeat_interval_s) < 1:  # type: ignore[call-overload]
             raise ValueError(f"heartbeat_interval_s must be a whole number of seconds >= 1, got {heartbeat_interval_s!r}")
@@ -650,6 +667,15 @@ class ProfileStore:
         self._warned_read_only = False
         self.fault: str | None = None  # why this store stopped being written in this process (a storage fault)
         self._readable = True  # False once a read failed after a fault: then this process's profiles only
+        self.outage_retry_s = float(outage_retry_s)
+        self.probe_every_s = float(probe_every_s)
+        self._was_read_only = self.read_only
+        self._transient = False  # the fault is an outage: probed again, and what was kept is written once it ends
+        self._unsaved: dict[tuple[str, str, ProfileKey], tuple[Measurement, dict[str, Any]]] = {}
+        self._last_probe = 0.0
+        self._warned_outage = False
+        self.outages = 0  # outages waited out or recovered from (for reports and tests)
+        self.written_after_outage = 0  # profiles kept in memory during an outage and written once it ended
 
     def describe(self) -> str:
         """The store for messages: its file, or its URL without a password."""
@@ -664,8 +690,60 @@ class ProfileStore:
             return False
         if self.fault is None:
             self.fault, self.read_only = fault.text, True
-            warnings.warn(f"profile store {self.describe()}: {fault.text}; profiles of this run are kept in memory "
-                          f"and not saved; to save them next time: {fault.advice}", StoreFaultWarning, stacklevel=4)
+            self._transient = fault.kind in TRANSIENT_FAULTS
+            self._last_probe = time.monotonic()
+            if self._transient:
+                warnings.warn(f"profile store {self.describe()}: {fault.text} for more than {self.outage_retry_s:g} s; "
+                              "profiles of this run are kept in memory and written to the store once it answers "
+                              f"again (checked every {self.probe_every_s:g} s); {fault.advice}", StoreFaultWarning,
+                              stacklevel=4)
+            else:
+                warnings.warn(f"profile store {self.describe()}: {fault.text}; profiles of this run are kept in "
+                              f"memory and not saved; to save them next time: {fault.advice}", StoreFaultWarning,
+                              stacklevel=4)
+        return True
+
+    def transient_fault(self, exc: BaseException) -> _Fault | None:
+        """The fault ``exc`` is when it is an outage worth waiting out (:data:`TRANSIENT_FAULTS`), else None."""
+        fault = _fault(exc)
+        return fault if fault is not None and fault.kind in TRANSIENT_FAULTS else None
+
+    def note_outage(self, fault: _Fault) -> None:
+        """Say once (a log line, not a warning: nothing is lost yet) that the store is being waited for."""
+        if not self._warned_outage:
+            self._warned_outage = True
+            self.outages += 1
+            _log.warning("profile store %s: %s; retrying for up to %g s (what is measured meanwhile is kept)",
+                         self.describe(), fault.text, self.outage_retry_s)
+
+    def recover(self, force: bool = False) -> bool:
+        """After an outage (a transient fault): whether the store answers again; if so the profiles kept in memory
+        are written (each once: a point saved meanwhile by another process is not written again) and the store is
+        used as before (writable, read again). Probes at most every ``probe_every_s`` unless ``force``."""
+        if self.fault is None:
+            return True
+        if not self._transient:
+            return False
+        now = time.monotonic()
+        if not force and now - self._last_probe < self.probe_every_s:
+            return False
+        self._last_probe = now
+        try:
+            self.storage.get_all_studies()
+            for (dm, wid, key), (m, ctx) in list(self._unsaved.items()):
+                wrote = WorkloadProfiles(self, dm, wid, problem=ctx.get("problem"), strategy=ctx.get("strategy", "")
+                                         ).save_kept(key, m)
+                self._unsaved.pop((dm, wid, key), None)
+                self.written_after_outage += int(wrote)  # not the ones another process saved meanwhile
+        except Exception as exc:  # noqa: BLE001
+            if _fault(exc) is None:
+                raise
+            return False
+        _log.warning("profile store %s is back: %d profile(s) kept in memory during the outage written",
+                     self.describe(), self.written_after_outage)
+        self.fault, self._transient, self._readable = None, False, True
+        self.read_only = self._was_read_only
+        self._warned_outage = False
         return True
 
     def _note_read_only(self) -> None:
@@ -832,10 +910,14 @@ class WorkloadProfiles:
 
     def _close_duplicate(self, kind: str, t: FrozenTrial, owner: FrozenTrial) -> None:
         storage = self.store.storage
-        if not self._claim(t):
-            return
+        tid = self._tid(t)
+        if t.state == TrialState.WAITING:
+            # marked first: a duplicate an outage leaves claimed (RUNNING) is still known as one, and closed later
+            with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
+                storage.set_trial_user_attr(tid, "duplicate_of", owner.number)
+            if not self._claim(t):
+                return
         with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError):
-            tid = self._tid(t)
             storage.set_trial_user_attr(tid, "duplicate_of", owner.number)
             storage.set_trial_state_values(tid, TrialState.FAIL)
 
@@ -896,16 +978,35 @@ class WorkloadProfiles:
         try:
             suggest(trial, key.kind)  # the fixed params of the queued trial
             m = measure(key)
-        except BaseException:
-            with contextlib.suppress(Exception):  # a failing store must not hide the measurement's own error
-                study.tell(trial, state=TrialState.FAIL)
+        except BaseException as exc:
+            if not (isinstance(exc, Exception) and _fault(exc) is not None):  # an outage fails no trial: ours to finish
+                with contextlib.suppress(Exception):  # a failing store must not hide the measurement's own error
+                    study.tell(trial, state=TrialState.FAIL)
             raise
         finally:
             beat.stop()
+        return self._record(study, trial, tid, key, m)
+
+    def _attrs(self, key: ProfileKey, m: Measurement) -> tuple[dict[str, Any], dict[str, float]]:
         attrs = {"time_s": m.time_s, "power_w": m.power_w, "label": m.label,
                  "provenance": {"host": self.host, "strategy": self.strategy,
                                 "problem": self.problem.describe() if self.problem is not None else ""}}
-        constraints = constraint_values(self.problem, m.time_s, m.power_w, key.batch_size)
+        return attrs, constraint_values(self.problem, m.time_s, m.power_w, key.batch_size)
+
+    def _record(self, study: optuna.Study, trial: optuna.trial.Trial, tid: int, key: ProfileKey,
+                m: Measurement) -> Measurement:
+        """Complete our claimed trial ``tid`` with profile ``m`` (or, when the claim was taken over meanwhile, add it
+        as a completed trial of its own). An untrusted profile (partial readings: no power a budget can be checked
+        against) is closed as ``FAIL`` with its label and ``untrusted`` set: never a profile a later solve reuses,
+        measured again by the next one."""
+        attrs, constraints = self._attrs(key, m)
+        if not (m.trusted and m.has_power):
+            with contextlib.suppress(optuna.exceptions.UpdateFinishedTrialError, ValueError, RuntimeError):
+                for name, value in {**attrs, "power_w": None,
+                                    "untrusted": "partial or rejected power readings"}.items():
+                    trial.set_user_attr(name, value)
+                study.tell(trial, state=TrialState.FAIL)
+            return m
         try:
             for name, value in attrs.items():
                 trial.set_user_attr(name, value)
@@ -924,6 +1025,45 @@ class WorkloadProfiles:
                 user_attrs=attrs, system_attrs={"fixed_params": params}, constraints=constraints))
         self.study(key.kind, label=m.label)
         return m
+
+    def _ours(self, t: FrozenTrial) -> bool:
+        """Whether running trial ``t`` is claimed by this very process (an outage interrupted its measurement or its
+        write: this process finishes it, nobody else may)."""
+        claim = t.system_attrs.get(CLAIM_ATTR)
+        if not isinstance(claim, dict):
+            return False
+        me = process_identity()
+        return all(claim.get(k) == me.get(k) for k in ("host", "boot", "pidns", "pid", "start"))
+
+    def save_kept(self, key: ProfileKey, m: Measurement) -> bool:
+        """Write a profile kept in memory during an outage, once: nothing when the point has a completed trial
+        already (another process saved it meanwhile), our claimed trial completed when it is still running, else a
+        new completed trial. True when a row was written."""
+        if not (m.trusted and m.has_power):
+            return False  # partial readings: never saved as a profile (measured again next time)
+        groups = self._groups(key.kind)
+        g = groups.get(key) or []
+        if any(t.state == TrialState.COMPLETE for t in g):
+            return False
+        study = self.study(key.kind, label=m.label)
+        mine = [t for t in g if t.state == TrialState.RUNNING and self._ours(t)]
+        if mine:
+            tid = self._tid(mine[0])
+            trial = optuna.trial.Trial(study, tid)  # type: ignore[arg-type]
+            suggest(trial, key.kind)
+            self._record(study, trial, tid, key, m)  # type: ignore[arg-type]
+        else:
+            attrs, constraints = self._attrs(key, m)
+            params = key_params(key)
+            study.add_trial(create_trial(  # type: ignore[union-attr]
+                params=params, distributions=distributions(key.kind), values=[m.time_s, m.power_w],
+                user_attrs=attrs, system_attrs={"fixed_params": params}, constraints=constraints))
+        for t in g:  # our queued trials of the point: closed as duplicates of the row just written
+            if t.state == TrialState.WAITING:
+                owner = self._groups(key.kind).get(key, [t])[0]
+                if owner.number != t.number:
+                    self._close_duplicate(key.kind, t, owner)
+        return True
 
     def _wait_message(self, waiting: dict[ProfileKey, FrozenTrial], waited_s: float) -> str:
         now = time.time()
@@ -952,8 +1092,11 @@ class WorkloadProfiles:
         cause): what was measured is kept, in memory, and the run goes on without saving."""
         measured: dict[ProfileKey, Measurement] = {}
         failed: list[BaseException] = []
+        context = context or {}
 
         def keep(key: ProfileKey) -> Measurement:
+            if key in measured:  # measured before an outage interrupted its write: never measured again
+                return measured[key]
             try:
                 m = measured[key] = measure(key)
             except BaseException as exc:
@@ -961,20 +1104,47 @@ class WorkloadProfiles:
                 raise
             return m
 
+        if self.store.fault is not None:
+            self.store.recover()  # an outage that has ended: what was kept is written, the store read again
         if not self.store.read_only:
-            try:
-                got = self._fetch_or_claim_many(keys, keep, context or {})
-            except Exception as exc:
-                if failed or not self.store._degrade(exc):  # the measurement's own error (a cancel) is no fault
-                    raise
-                for key, m in measured.items():  # measured before the fault: kept, not measured again
-                    self.store._kept[self._kept_key(key)] = m
-            else:
-                for key, (m, _) in zip(keys, got):  # kept in memory too: a store that fails later still has them
-                    self.store._kept[self._kept_key(key)] = m
-                return got
+            deadline = time.monotonic() + self.store.outage_retry_s
+            delay = 0.1
+            while True:
+                try:
+                    got = self._fetch_or_claim_many(keys, keep, context)
+                except Exception as exc:
+                    if failed:  # the measurement's own error (a cancel) is no fault
+                        raise
+                    fault = self.store.transient_fault(exc)
+                    if fault is not None and time.monotonic() + delay < deadline:
+                        self.store.note_outage(fault)  # a server restarting: wait it out, measured profiles kept
+                        time.sleep(delay)
+                        delay = min(2.0 * delay, 1.0)
+                        if context.get("check") is not None:
+                            context["check"]()
+                        continue
+                    if not self.store._degrade(exc):
+                        raise
+                    for key, m in measured.items():  # measured before the fault: kept, not measured again
+                        self.store._kept[self._kept_key(key)] = m
+                        self._keep_unsaved(key, m)
+                    break
+                else:
+                    for key, (m, _) in zip(keys, got):  # kept in memory too: a store that fails later still has them
+                        self.store._kept[self._kept_key(key)] = m
+                    self.store._warned_outage = False
+                    return got
         got = self._fetch_or_measure_read_only(keys, keep)
+        for k, (m, new) in zip(keys, got):
+            if new or k in measured:
+                self._keep_unsaved(k, m)
         return [(m, new or k in measured) for k, (m, new) in zip(keys, got)]
+
+    def _keep_unsaved(self, key: ProfileKey, m: Measurement) -> None:
+        """A profile measured while the store was out: written once it is back (:meth:`ProfileStore.recover`)."""
+        if self.store._transient:
+            self.store._unsaved.setdefault(self._kept_key(key), (m, {"problem": self.problem,
+                                                                     "strategy": self.strategy}))
 
     def _fetch_or_claim_many(self, keys: Sequence[ProfileKey], measure: Callable[[ProfileKey], Measurement],
                              context: dict) -> list[tuple[Measurement, bool]]:
@@ -1003,11 +1173,18 @@ class WorkloadProfiles:
                         continue
                     owner = g[0]
                     for dup in g[1:]:
-                        if dup.state == TrialState.WAITING:
+                        if dup.state == TrialState.WAITING or (dup.state == TrialState.RUNNING
+                                                               and "duplicate_of" in dup.user_attrs):
                             self._close_duplicate(kind, dup, owner)
                     if owner.state == TrialState.COMPLETE:
                         out[key] = (trial_measurement(owner), False)
                         progressed = True
+                    elif owner.state == TrialState.RUNNING and self._ours(owner):
+                        # claimed by this process before an outage broke off its measurement or its write: finished
+                        # here (a profile already measured is not measured again: ``measure`` keeps it)
+                        out[key] = (self._measure_claimed(self.study(kind), owner, key, measure), True)  # type: ignore[arg-type]
+                        progressed = True
+                        groups = self._groups(kind)
                     elif owner.state == TrialState.WAITING and self._claim(owner, heartbeat=True, context=context):
                         out[key] = (self._measure_claimed(self.study(kind), owner, key, measure), True)  # type: ignore[arg-type]
                         progressed = True
@@ -1094,7 +1271,10 @@ class _Heartbeat:
             except optuna.exceptions.UpdateFinishedTrialError:
                 return  # taken over (we were presumed dead) or finished
             except Exception as exc:  # a lost beat only risks a re-profile
-                if _fault(exc) is not None:
+                fault = _fault(exc)
+                if fault is not None and fault.kind in TRANSIENT_FAULTS:
+                    continue  # an outage: beat again at the next interval (the claim must outlive a server restart)
+                if fault is not None:
                     return  # the store failed (a full disk...): the measurement's own write reports it, once
                 _log.warning("could not renew the claim of trial %s", self.trial_id, exc_info=True)  # pragma: no cover
 

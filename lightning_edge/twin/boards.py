@@ -42,9 +42,10 @@ from pathlib import Path
 from typing import Any
 
 from lightning_edge import catalog
+from lightning_edge._jsonfile import json_schema_is, one_line, read_json, write_json
 from lightning_edge.catalog.hardware import HARDWARE, hardware_of
 from lightning_edge.modes import PowerModeSpace
-from lightning_edge.twin.physics import DEFAULT_PARAMS, PARAM_DOCS
+from lightning_edge.twin.physics import DEFAULT_PARAMS, PARAM_DOCS, param_problem
 
 __all__ = ["PROVENANCE", "SCHEMA", "RULES", "SEED_KEY", "BOARDS_ENV", "BoardFile", "board_file", "seed_board",
            "extrapolate", "load_board_file", "prior_board", "board_label", "board_model", "installed_board_file",
@@ -123,8 +124,9 @@ class BoardFile:
             raise ValueError(f"board file for {self.key!r}: provenance must be one of {', '.join(PROVENANCE)}, "
                              f"got {bad}")
         for k, v in self.params.items():
-            if not (isinstance(v, (int, float)) and math.isfinite(float(v))):
-                raise ValueError(f"board file for {self.key!r}: parameter {k} = {v!r} is not a finite number")
+            why = param_problem(k, v)
+            if why:
+                raise ValueError(f"board file for {self.key!r}: params.{k}: {why}")
         self.params = {k: float(v) for k, v in self.params.items()}
         if self.label not in PROVENANCE:
             raise ValueError(f"board file for {self.key!r}: label must be one of {', '.join(PROVENANCE)}, "
@@ -190,54 +192,138 @@ class BoardFile:
             "model": "lightning_edge.twin.physics/1 (docs/twin.md)",
         }
 
-    def save(self, path: str | Path) -> Path:
-        """Write the file (atomically: a temporary file renamed over it)."""
+    def save(self, path: str | Path, *, force: bool = False) -> Path:
+        """Write the file atomically (a new temporary file in the same folder, fsynced, renamed over it:
+        :func:`lightning_edge._jsonfile.write_file`). ``path`` must be absent or a board file already (``force``:
+        any regular file); a link, a device, a FIFO or a folder is refused (``ValueError``, one line)."""
         path = Path(path)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
-        tmp.replace(path)
+        write_json(path, self.to_dict(), lambda why: ValueError(f"board file {path}: {why}"),
+                   ours=json_schema_is(SCHEMA), force=force, what="board file")
         self.path = str(path)
         return path
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any], path: str | None = None) -> BoardFile:
+    def from_dict(cls, data: Any, path: str | None = None) -> BoardFile:
+        """A board file from its JSON document, every field checked (``ValueError``, one line naming the field and
+        what was expected: :func:`board_file_problem`)."""
         where = path or "board file"
-        if data.get("schema") != SCHEMA:
-            raise ValueError(f"{where}: not a lightning_edge board file (schema {data.get('schema')!r}, expected "
-                             f"{SCHEMA!r}); write one with `lightning-edge calibrate --out FILE.json`")
-        if int(data.get("version", 0)) > VERSION:
-            raise ValueError(f"{where}: board-file version {data.get('version')} is newer than this lightning_edge "
-                             f"reads ({VERSION}); upgrade lightning_edge")
-        key = str(data.get("key", ""))
-        if key not in catalog.BOARDS and not data.get("mode_space"):
-            raise ValueError(f"{where}: board {key!r} is not catalogued ({', '.join(catalog.BOARDS)}) and the file "
-                             "has no mode_space")
-        params = data.get("params")
-        if not isinstance(params, Mapping) or not params:
-            raise ValueError(f"{where}: no params section")
-        unknown = sorted(set(params) - set(DEFAULT_PARAMS))
-        if unknown:
-            raise ValueError(f"{where}: unknown twin parameter(s) {unknown}; known: {sorted(DEFAULT_PARAMS)}")
-        prov = dict(data.get("provenance") or {})
-        missing = [k for k in params if k not in prov]
-        if missing:
-            raise ValueError(f"{where}: coefficient(s) {missing[:5]} have no provenance label ({', '.join(PROVENANCE)})")
-        return cls(key=key, params=dict(params), provenance=prov, label=str(data.get("label", "simulated")),
-                   name=str(data.get("name", "")), mode_space=data.get("mode_space"),
+        why = board_file_problem(data)
+        if why:
+            raise ValueError(f"{where}: {why}")
+        key = data["key"]
+        return cls(key=key, params=dict(data["params"]), provenance=dict(data["provenance"]),
+                   label=data.get("label", "simulated"), name=data.get("name", ""),
+                   mode_space={k: list(v) for k, v in data["mode_space"].items()} if data.get("mode_space") else None,
                    extrapolation=data.get("extrapolation"), calibration=data.get("calibration"),
                    notes=list(data.get("notes") or []), created=str(data.get("created", "")), path=path)
+
+
+#: the largest board file read (a calibrated one is tens of KiB)
+MAX_BOARD_FILE_BYTES = 4 << 20
+_GRID_LIMITS = {"cores": (1, 1024), "cpu_mhz": (1.0, 10000.0), "gpu_mhz": (1.0, 10000.0), "mem_mhz": (1.0, 20000.0)}
+_MAX_GRID = 512  # values of one knob: a real table has tens
+
+
+def _typename(v: Any) -> str:
+    return "null" if v is None else {"dict": "an object", "list": "a list", "str": "a text", "bool": "true/false",
+                                      "int": "a number", "float": "a number"}.get(type(v).__name__,
+                                                                                  type(v).__name__)
+
+
+def grid_problem(ms: Any, where: str = "mode_space") -> str | None:
+    """Why ``ms`` is not a board's grid (``None``: it is): an object with ``cores`` (whole numbers 1..1024) and
+    ``cpu_mhz``, ``gpu_mhz``, ``mem_mhz`` (MHz within what a Jetson clocks), each a non-empty list sorted ascending
+    without repeats, of at most 512 values."""
+    if not isinstance(ms, Mapping):
+        return f"{where}: expected an object {{cores, cpu_mhz, gpu_mhz, mem_mhz}}, got {_typename(ms)}"
+    for knob, (lo, hi) in _GRID_LIMITS.items():
+        vals = ms.get(knob)
+        at = f"{where}.{knob}"
+        if not isinstance(vals, list) or not vals:
+            return f"{at}: expected a non-empty list of numbers, got {_typename(vals)}"
+        if len(vals) > _MAX_GRID:
+            return f"{at}: {len(vals)} values (a board lists at most {_MAX_GRID})"
+        for i, v in enumerate(vals):
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
+                return f"{at}[{i}]: expected a finite number, got {one_line(repr(v), 40)}"
+            if knob == "cores" and float(v) != int(v):
+                return f"{at}[{i}]: {v!r} is not a whole number of cores"
+            if not lo <= float(v) <= hi:
+                return f"{at}[{i}]: {v!r} is outside {lo:g}..{hi:g}" + (" MHz" if knob != "cores" else "")
+        if any(b <= a for a, b in zip(vals, vals[1:])):
+            return f"{at}: expected values sorted ascending without repeats, got {one_line(repr(vals), 60)}"
+    extra = sorted(set(ms) - set(_GRID_LIMITS))
+    if extra:
+        return f"{where}: unknown knob(s) {one_line(', '.join(map(str, extra)), 60)} (cores, cpu_mhz, gpu_mhz, mem_mhz)"
+    return None
+
+
+def board_file_problem(data: Any) -> str | None:
+    """Why ``data`` (a parsed JSON document) is not a board file this version reads (``None``: it is); one line
+    naming the field and what was expected."""
+    if not isinstance(data, Mapping):
+        return (f"holds {_typename(data)}, not a board file (a JSON object with schema {SCHEMA!r}; "
+                "`lightning-edge calibrate --out FILE.json` writes one)")
+    if data.get("schema") != SCHEMA:
+        return (f"not a lightning_edge board file (schema {one_line(repr(data.get('schema')), 60)}, expected "
+                f"{SCHEMA!r}); write one with `lightning-edge calibrate --out FILE.json`")
+    version = data.get("version", 1)
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        return f"version: expected a whole number >= 1, got {one_line(repr(version), 40)}"
+    if version > VERSION:
+        return f"board-file version {version} is newer than this lightning_edge reads ({VERSION}); upgrade lightning_edge"
+    for name in ("key", "name", "label", "created"):
+        if name in data and not isinstance(data[name], str):
+            return f"{name}: expected a text, got {_typename(data[name])}"
+    key = data.get("key")
+    if not isinstance(key, str) or not key:
+        return "key: expected the catalogued module's key (a text, e.g. 'orin-nano-8gb')"
+    if data.get("mode_space") is not None:
+        why = grid_problem(data["mode_space"])
+        if why:
+            return why
+    elif key not in catalog.BOARDS:
+        return (f"board {one_line(repr(key), 40)} is not catalogued ({', '.join(catalog.BOARDS)}) and the file has "
+                "no mode_space")
+    if data.get("label", "simulated") not in PROVENANCE:
+        return f"label: expected one of {', '.join(PROVENANCE)}, got {one_line(repr(data.get('label')), 40)}"
+    params = data.get("params")
+    if not isinstance(params, Mapping) or not params:
+        return f"params: expected an object of the twin's coefficients, got {_typename(params)}"
+    unknown = sorted(set(params) - set(DEFAULT_PARAMS))
+    if unknown:
+        return f"params: unknown twin parameter(s) {one_line(', '.join(unknown), 80)}"
+    for k, v in params.items():
+        why = param_problem(k, v)
+        if why:
+            return f"params.{k}: {why}"
+    prov = data.get("provenance")
+    if not isinstance(prov, Mapping):
+        return f"provenance: expected an object (coefficient -> {', '.join(PROVENANCE)}), got {_typename(prov)}"
+    missing = [k for k in params if k not in prov]
+    if missing:
+        return f"provenance: coefficient(s) {', '.join(missing[:5])} have no provenance label ({', '.join(PROVENANCE)})"
+    for k, v in prov.items():
+        if v not in PROVENANCE:
+            return (f"provenance.{one_line(str(k), 40)}: provenance must be one of {', '.join(PROVENANCE)}, got "
+                    f"{one_line(repr(v), 40)}")
+    notes = data.get("notes")
+    if notes is not None and (not isinstance(notes, list) or not all(isinstance(n, str) for n in notes)):
+        return f"notes: expected a list of texts, got {_typename(notes)}"
+    for name in ("extrapolation", "calibration", "board"):
+        if data.get(name) is not None and not isinstance(data[name], Mapping):
+            return f"{name}: expected an object, got {_typename(data[name])}"
+    return None
 
 
 def load_board_file(path: str | Path) -> BoardFile:
     """Read a board file (``ValueError`` saying what is wrong with it; ``FileNotFoundError`` when it is not there)."""
     path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"board file {path} not found (write one with `lightning-edge calibrate --out "
-                                f"{path.name}`, or name a catalogued board: sim:{SEED_KEY})")
     try:
-        data = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"board file {path}: not JSON ({exc})") from None
+        data = read_json(path, lambda why: ValueError(f"board file {path}: {why}"), limit=MAX_BOARD_FILE_BYTES)
+    except FileNotFoundError:
+        raise FileNotFoundError(f"board file {path} not found (write one with `lightning-edge calibrate --out "
+                                f"{path.name}`, or name a catalogued board: sim:{SEED_KEY})") from None
     return BoardFile.from_dict(data, str(path))
 
 

@@ -100,9 +100,67 @@ class Observation:
                 "steps": self.steps}
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any]) -> Observation:
-        return cls(tuple(float(x) for x in d["mode"]), dict(d.get("rooflines") or {}),  # type: ignore[arg-type]
-                   d.get("static_power_w"), dict(d.get("steps") or {}))
+    def from_dict(cls, d: Any, where: str = "observation") -> Observation:
+        """An observation from its JSON form, every field checked first (``ValueError``, one line naming the field:
+        :func:`observation_problem`)."""
+        why = observation_problem(d, where)
+        if why:
+            raise ValueError(why)
+        return cls(tuple(float(x) for x in d["mode"]), {k: dict(v) for k, v in (d.get("rooflines") or {}).items()},
+                   None if d.get("static_power_w") is None else float(d["static_power_w"]),
+                   {k: dict(v) for k, v in (d.get("steps") or {}).items()})
+
+
+#: no Jetson draws this much (the AGX Thor is rated 130 W): a power above it is not a reading of a board
+MAX_BOARD_POWER_W = 1000.0
+_ROOF_QUANTITIES = ("peak_flops", "bandwidth", "eps_flop", "eps_mop")
+
+
+def _in_range(v: Any, lo: float, hi: float, strict_lo: bool = False) -> bool:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(float(v)):
+        return False
+    return (float(v) > lo if strict_lo else float(v) >= lo) and float(v) <= hi
+
+
+def observation_problem(d: Any, where: str = "observation") -> str | None:
+    """Why ``d`` is not one mode's measurements (``None``: it is): ``mode`` four positive numbers; ``rooflines``
+    precision -> {peak_flops, bandwidth, eps_flop, eps_mop: finite > 0}; ``static_power_w`` null or a power in
+    [0, 1000] W; ``steps`` id -> {time_s > 0, power_w in [0, 1000] W, n >= 1 whole}."""
+    if not isinstance(d, Mapping):
+        return f"{where}: expected an object (mode, rooflines, static_power_w, steps), got a JSON {type(d).__name__}"
+    mode = d.get("mode")
+    if not isinstance(mode, list) or len(mode) != 4 or not all(_in_range(x, 0.0, 1e5, True) for x in mode):
+        return f"{where}.mode: expected [cores, cpu_mhz, gpu_mhz, mem_mhz], four positive numbers, got {mode!r:.60}"
+    roofs = d.get("rooflines") or {}
+    if not isinstance(roofs, Mapping):
+        return f"{where}.rooflines: expected an object (precision -> its roofline), got {roofs!r:.40}"
+    for prec, entry in roofs.items():
+        if not isinstance(entry, Mapping):
+            return f"{where}.rooflines.{prec}: expected an object, got {entry!r:.40}"
+        for q, v in entry.items():
+            if q not in _ROOF_QUANTITIES:
+                return f"{where}.rooflines.{prec}.{q}: unknown quantity ({', '.join(_ROOF_QUANTITIES)})"
+            if not _in_range(v, 0.0, 1e30, True):
+                return f"{where}.rooflines.{prec}.{q}: expected a finite number > 0, got {v!r:.40}"
+    sp = d.get("static_power_w")
+    if sp is not None and not _in_range(sp, 0.0, MAX_BOARD_POWER_W):
+        return (f"{where}.static_power_w: expected a power in [0, {MAX_BOARD_POWER_W:g}] W (or null), got "
+                f"{sp!r:.40}")
+    steps = d.get("steps") or {}
+    if not isinstance(steps, Mapping):
+        return f"{where}.steps: expected an object (step id -> time_s, power_w, n), got {steps!r:.40}"
+    for sid, st in steps.items():
+        at = f"{where}.steps.{sid}"
+        if not isinstance(st, Mapping):
+            return f"{at}: expected an object (time_s, power_w, n), got {st!r:.40}"
+        if not _in_range(st.get("time_s"), 0.0, 1e6, True):
+            return f"{at}.time_s: expected a finite time > 0 s, got {st.get('time_s')!r:.40}"
+        if not _in_range(st.get("power_w"), 0.0, MAX_BOARD_POWER_W):
+            return f"{at}.power_w: expected a power in [0, {MAX_BOARD_POWER_W:g}] W, got {st.get('power_w')!r:.40}"
+        n = st.get("n", 1)
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            return f"{at}.n: expected a whole number of steps >= 1, got {n!r:.40}"
+    return None
 
 
 @dataclass

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
-__all__ = ["DEFAULT_PARAMS", "PARAM_DOCS", "Physics", "F_CPU_MAX", "F_GPU_MAX", "F_MEM_MAX", "DRAM_PEAK_BPS",
+__all__ = ["DEFAULT_PARAMS", "PARAM_DOCS", "POSITIVE_PARAMS", "FRACTION_PARAMS", "param_problem", "Physics", "F_CPU_MAX", "F_GPU_MAX", "F_MEM_MAX", "DRAM_PEAK_BPS",
            "GPU_SMS"]
 
 F_CPU_MAX = 2201.6
@@ -115,6 +115,40 @@ DEFAULT_PARAMS: dict[str, float] = {
     "loader_workers": 4.0, "t_decode_train_ms_per_mpix": 80.0, "t_decode_infer_ms_per_mpix": 50.0,
     "t_token_sample_us": 20.0, "t_fetch_ms_per_mb": 0.5,
 }
+
+POSITIVE_PARAMS = frozenset({
+    "peak_core_tflops_per_ghz", "peak_mem_tflops", "peak_mem_exp", "peak_softmin_k", "bw_gpu_gbs_per_ghz",
+    "bw_dram_eff", "bw_mem_exp", "bw_softmin_k", "dram_bus_bits", "fp16_peak_ratio", "fp16_bw_ratio",
+    "cuda_fp32_ratio", "gpu_v_min", "gpu_v_knee_mhz", "cpu_v_min", "cpu_v_knee_mhz", "p_base_w", "p_cap_w",
+    "eff_tc", "eff_cuda", "eff_dw", "eff_elt", "eff_mem", "loader_workers", "t_op_us", "t_sync_us",
+    "k_overhead_us"})
+"""Coefficients the physics divides by or raises to (peaks, bandwidths, efficiencies, exponents, voltage floors):
+zero or less makes every prediction NaN or infinite. Every other coefficient is a cost that may be 0, never < 0."""
+
+FRACTION_PARAMS = frozenset({"bw_dram_eff", "gpu_v_min", "cpu_v_min", "eff_tc", "eff_cuda", "eff_dw", "eff_elt",
+                             "eff_mem", "gpu_stall_frac", "spin_util"})
+"""Coefficients that are fractions: at most 1."""
+
+_PARAM_MAX = 1e6  # no coefficient of the physics comes near this in its unit (W, pJ, us, MHz, TFLOP/s)
+
+
+def param_problem(name: str, value: object) -> str | None:
+    """Why ``value`` cannot be coefficient ``name`` of the physics (``None``: it can): a finite number, >= 0 (> 0 for
+    :data:`POSITIVE_PARAMS`), at most 1 for :data:`FRACTION_PARAMS`, below 1e6."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return f"expected a number, got {type(value).__name__}"
+    v = float(value)
+    if v != v or v in (float("inf"), float("-inf")):
+        return f"{value!r} is not a finite number"
+    if name in POSITIVE_PARAMS and v <= 0:
+        return f"{v:g} is not > 0 (the physics divides by it or raises to it: every prediction would be NaN)"
+    if v < 0:
+        return f"{v:g} is negative (a time, an energy, a power or a count: >= 0)"
+    if name in FRACTION_PARAMS and v > 1:
+        return f"{v:g} is a fraction above 1"
+    if v > _PARAM_MAX:
+        return f"{v:.3g} is implausibly large (at most {_PARAM_MAX:g} in its unit)"
+    return None
 
 
 def _softmin(a, b, k):

@@ -66,25 +66,30 @@ def test_calibrating_a_simulated_board_writes_a_simulated_board_file_and_restore
     again.close()
 
 
-def test_an_interrupted_calibration_restores_the_board_and_resumes(tmp_path, monkeypatch):
-    b = get_board("sim:orin-nano-4gb", control="write")
-    before = b.controller.current()
+def _interrupt_at(monkeypatch, b, out: Path, at: int, modes: int) -> None:
+    """Run a calibration of ``modes`` modes that a Ctrl-C stops at the ``at``-th reference step measured."""
     real = kit.TwinStepper.measure
     calls = []
 
     def flaky(self, mode):
         calls.append(str(mode))
-        if len(calls) == 3:
+        if len(calls) == at:
             raise KeyboardInterrupt
         return real(self, mode)
 
     monkeypatch.setattr(kit.TwinStepper, "measure", flaky)
     with pytest.raises(KeyboardInterrupt):
-        _run(b, tmp_path / "n4.json", modes=4)
+        _run(b, out, modes=modes)
+    monkeypatch.setattr(kit.TwinStepper, "measure", real)
+
+
+def test_an_interrupted_calibration_restores_the_board_and_resumes(tmp_path, monkeypatch):
+    b = get_board("sim:orin-nano-4gb", control="write")
+    before = b.controller.current()
+    _interrupt_at(monkeypatch, b, tmp_path / "n4.json", at=3, modes=4)
     assert b.controller.current() == before  # restored on the way out
     partial = json.loads((tmp_path / "n4.json.partial").read_text())
     assert len(partial["done"]) == 2 and not (tmp_path / "n4.json").exists()
-    monkeypatch.setattr(kit.TwinStepper, "measure", real)
     measured = []
     res = _run(b, tmp_path / "n4.json", modes=4, log=measured.append)
     assert res.resumed == 2 and len(res.modes) == 4 and any("resuming" in m for m in measured)
@@ -161,3 +166,115 @@ def test_on_a_real_board_a_reference_step_runs_in_torch_and_its_power_is_the_sen
     assert got["n"] >= kit.MIN_STEPS and got["time_s"] > 0 and step.label == "measured"
     assert got["power_w"] == pytest.approx(ina.power_w("VDD_IN"), rel=0.02)
     board.close()
+
+
+# ---------------------------------------------------------------- issue 36: what calibrate writes and reads back
+def _device(path: Path) -> Path:
+    import os
+    import stat
+
+    os.mknod(path, stat.S_IFCHR | 0o666, os.makedev(1, 3))  # /dev/null's numbers, in a test folder
+    return path
+
+
+@pytest.mark.parametrize("force", [False, True])
+def test_out_at_a_character_device_is_refused_before_anything_is_measured(tmp_path, capsys, force):
+    import os
+    import stat
+
+    dev = _device(tmp_path / "null")
+    argv = ["calibrate", "--device", "sim:orin-nano-8gb", "--out", str(dev), "--modes", "2", "--fit-iterations", "1"]
+    assert main(argv + (["--force"] if force else [])) == 1
+    err = capsys.readouterr().err
+    assert "is a device, not a regular file" in err and len(err.strip().splitlines()) == 1
+    assert stat.S_ISCHR(os.lstat(dev).st_mode)
+    assert not (tmp_path / "null.partial").exists()
+
+
+def test_out_at_a_symbolic_link_is_refused_and_its_target_untouched(tmp_path, capsys):
+    victim = tmp_path / "victim.json"
+    victim.write_text("precious")
+    link = tmp_path / "board.json"
+    link.symlink_to(victim)
+    assert main(["calibrate", "--device", "sim:orin-nano-8gb", "--out", str(link), "--modes", "2",
+                 "--fit-iterations", "1", "--force"]) == 1
+    assert "is a symbolic link" in capsys.readouterr().err
+    assert link.is_symlink() and victim.read_text() == "precious"
+
+
+def test_an_unrelated_file_at_out_is_kept_unless_forced(tmp_path):
+    b = get_board("sim:orin-nano-4gb", control="write")
+    out = tmp_path / "thesis.json"
+    out.write_text("three years of work")
+    with pytest.raises(ValueError, match="exists and is not a board file.*--force"):
+        _run(b, out, modes=2)
+    assert out.read_text() == "three years of work"
+    res = _run(b, out, modes=2, force=True)
+    assert load_board_file(out).key == "orin-nano-4gb" and res.path == out
+    _run(b, out, modes=2)  # a board file now: replaced without --force
+    b.close()
+
+
+def test_planted_links_at_the_old_fixed_temporary_names_are_never_followed(tmp_path):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    for name in ("n.json.tmp", "n.json.partial.tmp"):
+        (tmp_path / name).symlink_to(victim)
+    b = get_board("sim:orin-nano-4gb", control="write")
+    _run(b, tmp_path / "n.json", modes=2)
+    b.close()
+    assert victim.read_text() == "precious"
+    assert load_board_file(tmp_path / "n.json").key == "orin-nano-4gb"
+
+
+def _interrupted(tmp_path, monkeypatch) -> tuple[object, Path, dict]:
+    """A calibration stopped after its first mode: the board, its partial file and that file's document."""
+    b = get_board("sim:orin-nano-4gb", control="write")
+    _interrupt_at(monkeypatch, b, tmp_path / "n4.json", at=2, modes=3)
+    partial = tmp_path / "n4.json.partial"
+    return b, partial, json.loads(partial.read_text())
+
+
+def _first(doc):
+    return next(iter(doc["done"].values()))
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda d: [], "holds a JSON list, not a partial calibration"),
+    (lambda d: None, "holds a JSON NoneType"),
+    (lambda d: {**d, "done": []}, "done: expected an object"),
+    (lambda d: {**d, "done": {k: 5 for k in d["done"]}}, r"done\..*: expected an object"),
+    (lambda d: {**d, "done": {k: {**v, "mode": "fast"} for k, v in d["done"].items()}}, r"\.mode: expected"),
+    (lambda d: {**d, "done": {k: {**v, "steps": {s: {**x, "time_s": "1"} for s, x in v["steps"].items()}}
+                              for k, v in d["done"].items()}}, r"\.time_s: expected a finite time"),
+    (lambda d: {**d, "done": {k: {**v, "steps": {s: {**x, "power_w": float("nan")} for s, x in v["steps"].items()}}
+                              for k, v in d["done"].items()}}, r"\.power_w: expected a power"),
+    (lambda d: {**d, "done": {k: {**v, "static_power_w": -50} for k, v in d["done"].items()}},
+     r"static_power_w: expected a power in \[0, 1000\] W"),
+    (lambda d: {**d, "done": {"1c/1/1/1": _first(d)}}, "not a mode of this plan"),
+    (lambda d: {**d, "plan": []}, "another plan"),
+])
+def test_a_hostile_partial_file_is_refused_in_one_line_naming_the_field(tmp_path, monkeypatch, edit, match):
+    b, partial, doc = _interrupted(tmp_path, monkeypatch)
+    partial.write_text(json.dumps(edit(doc)))
+    with pytest.raises(ValueError, match=match) as exc:
+        _run(b, tmp_path / "n4.json", modes=3)
+    assert "\n" not in str(exc.value)
+    assert not (tmp_path / "n4.json").exists()  # nothing fitted, nothing written
+    assert _run(b, tmp_path / "n4.json", modes=3, restart=True).resumed == 0  # --restart goes on
+    b.close()
+
+
+def test_a_partial_file_that_is_a_fifo_or_huge_is_refused_without_reading_it(tmp_path, monkeypatch):
+    import os
+
+    b = get_board("sim:orin-nano-4gb", control="write")
+    os.mkfifo(tmp_path / "f.json.partial")
+    with pytest.raises(ValueError, match="is a FIFO"):
+        _run(b, tmp_path / "f.json", modes=2)
+    big = tmp_path / "g.json.partial"
+    with open(big, "wb") as fh:
+        fh.truncate(kit.MAX_PARTIAL_BYTES + 1)  # sparse: no disk used
+    with pytest.raises(ValueError, match="not a partial calibration|larger than"):
+        _run(b, tmp_path / "g.json", modes=2)
+    b.close()

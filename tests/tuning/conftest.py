@@ -37,7 +37,7 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def _postgres_server():
+def _postgres_server(restartable: bool = False):
     """A throw-away PostgreSQL server on a free localhost port: ``(url, stop)``; ``stop()`` shuts it down at once
     (``pg_ctl stop -m immediate``, as a crash would).
 
@@ -77,8 +77,11 @@ def _postgres_server():
     r = run([str(bindir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "--no-sync"])
     if r.returncode:
         pytest.skip(f"initdb failed: {r.stderr.strip()[:300]}")
-    r = run([str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "60", "-o",
-             f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off", "start"])
+    def start() -> subprocess.CompletedProcess:
+        return run([str(bindir / "pg_ctl"), "-D", str(data), "-l", str(log), "-w", "-t", "60", "-o",
+                    f"-p {port} -k {root} -c listen_addresses=127.0.0.1 -c fsync=off", "start"])
+
+    r = start()
     if r.returncode:
         pytest.skip(f"pg_ctl start failed: {r.stderr.strip()[:300]} {log.read_text()[-300:] if log.exists() else ''}")
     url = f"postgresql+psycopg2://postgres@127.0.0.1:{port}/postgres"
@@ -98,7 +101,7 @@ def _postgres_server():
         run([str(bindir / "pg_ctl"), "-D", str(data), "-m", "immediate", "stop"])
 
     try:
-        yield url, stop
+        yield (url, stop, start) if restartable else (url, stop)
     finally:
         stop()
         shutil.rmtree(root, ignore_errors=True)
@@ -115,4 +118,12 @@ def postgres_url():
 def postgres_server():
     """A PostgreSQL server of this test alone, ``(url, stop)``: the test may stop it."""
     with _postgres_server() as server:
+        yield server
+
+
+@pytest.fixture
+def postgres_restartable():
+    """A PostgreSQL server of this test alone, ``(url, stop, start)``: the test may stop it and start it again on the
+    same port and data (a restart)."""
+    with _postgres_server(restartable=True) as server:
         yield server

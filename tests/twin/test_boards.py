@@ -126,3 +126,81 @@ def test_the_docs_table_of_hardware_facts_is_the_catalogues():
     assert hardware_table() in doc
     for k, (ratio, _why) in RULES.items():
         assert f"| `{k}` | {ratio} |" in doc
+
+
+# ---------------------------------------------------------------- issue 36 item 5: a board file is checked before use
+import json  # noqa: E402
+import os  # noqa: E402
+
+from lightning_edge.twin.boards import load_board_file  # noqa: E402
+
+
+def _doc():
+    return board_file("orin-nano-8gb").to_dict()
+
+
+def _zero_all(d):
+    d["params"] = {k: 0.0 for k in d["params"]}
+    return d
+
+
+@pytest.mark.parametrize("edit, match", [
+    (lambda d: [], "holds a list, not a board file"),
+    (lambda d: None, "holds null, not a board file"),
+    (lambda d: 5, "holds a number, not a board file"),
+    (lambda d: {**d, "mode_space": [1, 2]}, "mode_space: expected an object"),
+    (lambda d: {**d, "mode_space": {"cores": [4, 8], "gpu_mhz": [300.0], "mem_mhz": [2133.0]}},
+     r"mode_space\.cpu_mhz: expected a non-empty list"),
+    (lambda d: {**d, "mode_space": {"cores": [4.7, 1e20], "cpu_mhz": [729.6], "gpu_mhz": [306.0],
+                                    "mem_mhz": [3199.0]}}, r"mode_space\.cores\[0\]: 4\.7 is not a whole number"),
+    (lambda d: {**d, "mode_space": {"cores": [4, 1e20], "cpu_mhz": [729.6], "gpu_mhz": [306.0],
+                                    "mem_mhz": [3199.0]}}, r"mode_space\.cores\[1\]: .* is outside 1\.\.1024"),
+    (lambda d: {**d, "mode_space": {"cores": [8, 4], "cpu_mhz": [729.6], "gpu_mhz": [306.0], "mem_mhz": [3199.0]}},
+     "sorted ascending"),
+    (lambda d: {**d, "notes": 5}, "notes: expected a list of texts"),
+    (lambda d: {**d, "version": [1]}, "version: expected a whole number"),
+    (lambda d: {**d, "key": 7}, "key: expected a text"),
+    (lambda d: {**d, "params": {**d["params"], "eff_tc": 0.0}}, r"params\.eff_tc: 0 is not > 0"),
+    (lambda d: {**d, "params": {**d["params"], "e_byte_pj": -3.0}}, r"params\.e_byte_pj: -3 is negative"),
+    (lambda d: {**d, "params": {**d["params"], "eff_mem": 4.0}}, r"params\.eff_mem: 4 is a fraction above 1"),
+    (lambda d: {**d, "params": {**d["params"], "t_op_us": True}}, r"params\.t_op_us: expected a number"),
+    (_zero_all, r"params\..*: 0 is not > 0"),
+    (lambda d: {**d, "provenance": ["measured"]}, "provenance: expected an object"),
+])
+def test_a_hostile_board_file_is_refused_in_one_line_naming_the_field(tmp_path, edit, match):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps(edit(_doc())))
+    with pytest.raises(ValueError, match=match) as exc:
+        load_board_file(path)
+    assert "\n" not in str(exc.value) and str(path) in str(exc.value)
+
+
+def test_a_fifo_a_device_a_folder_and_a_huge_file_are_not_board_files(tmp_path):
+    import stat
+
+    os.mkfifo(tmp_path / "fifo.json")
+    with pytest.raises(ValueError, match="not a regular file"):
+        load_board_file(tmp_path / "fifo.json")  # never blocks waiting for a writer
+    os.mknod(tmp_path / "zero.json", stat.S_IFCHR | 0o666, os.makedev(1, 5))  # /dev/zero's numbers
+    with pytest.raises(ValueError, match="not a regular file"):
+        load_board_file(tmp_path / "zero.json")
+    (tmp_path / "dir.json").mkdir()
+    with pytest.raises(ValueError, match="is a folder"):
+        load_board_file(tmp_path / "dir.json")
+    big = tmp_path / "big.json"
+    with open(big, "wb") as fh:
+        fh.truncate(200 << 20)  # 200 MB, sparse: refused by its size, never read
+    with pytest.raises(ValueError, match="is larger than"):
+        load_board_file(big)
+    from lightning_edge.twin.boards import MAX_BOARD_FILE_BYTES
+
+    assert MAX_BOARD_FILE_BYTES < 200 << 20
+
+
+def test_a_board_file_with_zero_coefficients_never_reaches_the_tuner(tmp_path):
+    from lightning_edge.devices import get_board
+
+    path = tmp_path / "zeros.json"
+    path.write_text(json.dumps(_zero_all(_doc())))
+    with pytest.raises(ValueError, match="is not > 0"):
+        get_board(f"sim:{path}", control="write")

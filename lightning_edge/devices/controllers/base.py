@@ -111,6 +111,7 @@ class ModeController(Backend, ABC):
         self.recovered: AppliedMode | None = None
         #: why this controller makes no further change (the board was put back on a termination signal), or None
         self.released: str | None = None
+        self._inherited = False  # a session inherited through a fork was dropped: this copy never writes the board
         if self._safety is not None and recover:
             self.recovered = self.recover()
 
@@ -157,8 +158,32 @@ class ModeController(Backend, ABC):
 
     @property
     def active(self) -> bool:
-        """True while this controller holds the board and will restore it."""
+        """True while this controller holds the board and will restore it (in this process)."""
+        self._drop_if_inherited()
         return self._session is not None
+
+    @property
+    def session_pid(self) -> int | None:
+        """The process that opened this controller's session (None: no session)."""
+        return self._session.get("pid") if self._session is not None else None
+
+    def forget_session(self, reason: str) -> None:
+        """Drop a session this process did not open (inherited through a fork): nothing is restored, unlocked or
+        written (the parent owns the board, its lock and its state file), and this copy of the controller makes no
+        further change (:class:`BoardReleasedError` names ``reason``)."""
+        if self._session is None:
+            return
+        self._session = None
+        self._inherited = True
+        self.released = self.released or reason
+        if self._safety is not None:
+            self._safety.lock.forget()
+
+    def _drop_if_inherited(self) -> None:
+        """A session opened by another process (this one is a forked child) is never acted on: dropped here."""
+        if self._session is not None and self._session.get("pid") != os.getpid():
+            self.forget_session(f"a fork (this process, {os.getpid()}, is a child of pid {self._session.get('pid')}, "
+                                "which owns the board)")
 
     @property
     def original(self) -> PowerMode | None:
@@ -181,6 +206,7 @@ class ModeController(Backend, ABC):
         next controller to start if this process dies. Returns the requested and settled mode.
         """
         target = self._space.coerce(mode)
+        self._drop_if_inherited()
         if self.dry_run:
             self._say(
                 f"# dry run: {self.name} would switch {self.device_id} to {target} ({target.describe()})"
@@ -222,6 +248,7 @@ class ModeController(Backend, ABC):
 
         Called by :meth:`apply` and ``__enter__``; a no-op when already taken or in a dry run.
         """
+        self._drop_if_inherited()
         if self._session is not None or self.dry_run:
             return
         with _safety.critical():
@@ -248,7 +275,9 @@ class ModeController(Backend, ABC):
             "snapshot": snap,
             "original_mode": self._mode_of_snapshot(snap),
             "kept_state": prior,
+            "pid": os.getpid(),
         }
+        _safety.track_session(self)
         self._write_state(phase="started", applied=None)
         if self.handle_exit:
             _safety.register(self)
@@ -260,6 +289,9 @@ class ModeController(Backend, ABC):
         the original recorded in the board's state file, if there is one. A signal that arrives meanwhile is acted
         on once the restore is complete.
         """
+        self._drop_if_inherited()
+        if self._inherited:
+            return None  # a forked child's copy: the board, its state file and its lock are the parent's
         with _safety.critical():
             return self._restore()
 
@@ -313,6 +345,7 @@ class ModeController(Backend, ABC):
         The state file stays, owned by nobody, so ``lightning-edge mode restore`` can still put
         back the mode found before the first lightning_edge change.
         """
+        self._drop_if_inherited()
         with _safety.critical():
             self._keep()
 
@@ -330,7 +363,8 @@ class ModeController(Backend, ABC):
         self._end_session()
 
     def close(self) -> None:
-        """Restore the board if this controller changed it."""
+        """Restore the board if this controller changed it (in this process)."""
+        self._drop_if_inherited()
         if self._session is not None:
             self.restore()
 
@@ -339,6 +373,7 @@ class ModeController(Backend, ABC):
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        self._drop_if_inherited()
         if self._session is None:
             return
         try:
@@ -358,6 +393,9 @@ class ModeController(Backend, ABC):
         """
         if self._safety is None:
             return None
+        self._drop_if_inherited()
+        if self._inherited:
+            return None  # a forked child never recovers its parent's board
         state = self._safety.read()
         if not state or state.get("pid") is None:
             return None
@@ -441,6 +479,11 @@ class ModeController(Backend, ABC):
         """Raise :class:`BoardReleasedError` once the board was put back on a termination signal."""
         if self.released is None:
             return
+        if self._inherited:
+            raise BoardReleasedError(
+                f"{self.device_id}: this controller's session was opened by another process and this one is its "
+                f"forked child ({self.released}): a child never switches, restores or unlocks its parent's board. "
+                "Open a new controller in the child if it must change modes (it then waits for the parent's lock).")
         what = f"the switch to {undone} was undone: " if undone is not None else ""
         raise BoardReleasedError(
             f"{self.device_id}: {what}the board was put back to its original mode on {self.released}, and this "
@@ -495,11 +538,13 @@ class ModeController(Backend, ABC):
 
     def _end_session(self) -> None:
         self._session = None
+        _safety.untrack_session(self)
         _safety.unregister(self)
         if self._safety is not None:
             self._safety.lock.release()
 
     def _restore_on_exit(self, reason: str) -> None:
+        self._drop_if_inherited()
         if self._session is not None:
             self._notice(f"lightning_edge: restoring {self.device_id} on {reason}")
             self.restore()
@@ -507,7 +552,7 @@ class ModeController(Backend, ABC):
     def _write_state(
         self, *, phase: str, applied: PowerMode | None, settled: PowerMode | None = None
     ) -> None:
-        if self._safety is None or self._session is None:
+        if self._safety is None or self._session is None or self._session.get("pid") != os.getpid():
             return
         old = self._safety.read() or {}
         rec = self._new_record(self._session["snapshot"], self._session["original_mode"], phase=phase, kept=False,

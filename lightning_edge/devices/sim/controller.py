@@ -30,6 +30,20 @@ from lightning_edge.devices.safety import StateFile
 from lightning_edge.modes import KNOBS, PowerMode, PowerModeSpace
 
 
+def file_board_id(path: str | os.PathLike, key: str) -> str:
+    """The identity of the board a board file describes (``sim:PATH.json``): its module key and its file's absolute
+    path (hashed), so a file board never shares a state file, a lock or a simulated mode with the catalogue's board of
+    its key (``sim:orin-nano-8gb``), nor with another file of the same key."""
+    return f"{key}@file-{file_board_digest(path)}"
+
+
+def file_board_digest(path: str | os.PathLike) -> str:
+    """A short digest of a board file's absolute path (what names its simulated mode's file in the state dir)."""
+    import hashlib
+
+    return hashlib.sha1(str(Path(path).resolve()).encode()).hexdigest()[:12]
+
+
 def _sim_boards() -> dict[str, tuple[Callable[[], PowerModeSpace], PowerMode]]:
     out: dict[str, tuple[Callable[[], PowerModeSpace], PowerMode]] = {
         "orin-agx": (catalog.orin_agx_space, catalog.ORIN_AGX_MAXN)}
@@ -52,7 +66,9 @@ class SimModeController(ModeController):
     - ``initial``: the mode of a fresh board (default MAXN);
     - ``board_file``: JSON file holding the simulated mode across processes (default: in memory);
     - ``clock``: seconds, for ``last_change_s`` (inject a fake clock in tests);
-    - ``on_step(knob, old, new)``: called before each knob changes (a test seam, e.g. to die mid-change).
+    - ``on_step(knob, old, new)``: called before each knob changes (a test seam, e.g. to die mid-change);
+    - ``identity``: the board's identity when it is not the catalogue's board of ``board`` (a board file's:
+      :func:`file_board_id`): its device id, state file and lock are its own.
 
     Without ``board_file`` the state file and lock are off by default (nothing outlives the
     process); pass ``safety=True`` and ``state_dir`` to turn them on.
@@ -76,6 +92,7 @@ class SimModeController(ModeController):
         safety: bool | None = None,
         handle_exit: bool | None = None,
         out: TextIO | None = None,
+        identity: str | None = None,
         **common: Any,
     ) -> None:
         if board not in SIM_BOARDS and space is None:
@@ -101,7 +118,7 @@ class SimModeController(ModeController):
             handle_exit = board_file is not None
         super().__init__(
             space=space,
-            device_id=f"sim:{board}",
+            device_id=f"sim:{identity or board}",
             dry_run=dry_run,
             state_dir=state_dir,
             safety=safety,
@@ -124,7 +141,8 @@ class SimModeController(ModeController):
             from lightning_edge.twin.boards import load_board_file
 
             bf = load_board_file(board)
-            ctl = cls(bf.key, **{**opts, "space": opts.get("space") or bf.space()})
+            ctl = cls(bf.key, **{**opts, "space": opts.get("space") or bf.space(),
+                                 "identity": opts.get("identity") or file_board_id(board, bf.key)})
             ctl.spec_arg = str(board)
             return ctl
         return cls(board, **opts)

@@ -63,7 +63,11 @@ class SimulatedOrin:
         self.board = bf.key
         space = bf.space()
         if controller is None:
+            from lightning_edge.devices.sim.controller import file_board_id
+
+            identity = file_board_id(bf.path, bf.key) if bf.path else None
             controller = SimModeController(bf.key, space=space, initial=initial, board_file=board_file, clock=clock,
+                                           identity=identity,
                                            safety=False if board_file is None else None,
                                            handle_exit=False if board_file is None else None)
         self.controller = controller

@@ -128,3 +128,26 @@ def test_an_unknown_key_or_a_missing_file_says_what_exists(tmp_path):
         get_board("sim:orin-mega")
     with pytest.raises(FileNotFoundError, match="lightning-edge calibrate"):
         get_board(f"sim:{tmp_path / 'none.json'}")
+
+
+def test_a_board_file_and_its_catalogue_key_have_a_state_file_each(tmp_path, capsys):
+    """Issue 36 item 4: ``sim:FILE.json`` and ``sim:<its key>`` shared one state file: restoring the catalogue board
+    deleted the state of the file board, whose own restore then found nothing."""
+    from lightning_edge.cli import main
+
+    path = board_file("orin-nano-8gb").save(tmp_path / "nano.json")
+    sd = tmp_path / "state"
+    low = "4c/729.6/306/2133"
+    for device in (f"sim:{path}", "sim:orin-nano-8gb"):
+        assert main(["mode", "set", low, "--device", device, "--state-dir", str(sd)]) == 0
+    capsys.readouterr()
+    assert main(["mode", "restore", "--device", "sim:orin-nano-8gb", "--state-dir", str(sd)]) == 0
+    assert "restored" in capsys.readouterr().out.lower()
+    # the file board is still in its mode, with its own state file, and its own restore puts it back
+    assert main(["mode", "show", "--device", f"sim:{path}", "--state-dir", str(sd), "--json", "-"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["mode"] == low and shown["state_file"]
+    assert main(["mode", "restore", "--device", f"sim:{path}", "--state-dir", str(sd)]) == 0
+    assert "nothing to restore" not in capsys.readouterr().out
+    assert main(["mode", "show", "--device", f"sim:{path}", "--state-dir", str(sd), "--json", "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["mode"] != low
