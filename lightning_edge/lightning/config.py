@@ -47,7 +47,7 @@ class ProfilerConfig:
             time on a board with a controller; on the twin, simulated seconds).
         sampler_rate_hz, cuda: the power sampler's rate; whether to time CUDA (default: when the model is on it).
         host_cpu_s: on the twin, the CPU work outside the layers per batch on this machine (s), stated; ``None``:
-            measured (this thread's CPU time between steps, the median of the first gaps: not moved by other
+            measured (this thread's CPU time between steps, the least of the first gaps: not moved by other
             processes' load).
     What it may cost:
         overhead_target: the fraction of the run profiling may add (default 5 %; every run may spend 1 s whatever

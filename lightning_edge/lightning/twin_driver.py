@@ -12,9 +12,10 @@ tuner's steps on the same board model the same workload, ``OrinTwin.set_run``):
 
 - the CPU work outside the layers (fetching and collating the next batch, the training loop's Python between
   steps), which the twin runs on the board's CPU (``twin.timeline.HostCPU``): stated (``host_cpu_s``), or measured as
-  this thread's CPU time between consecutive steps of the stage, the median of the first :data:`HOST_GAPS` gaps
-  (CPU time, not wall time, and a median: neither another process on this machine's cores nor a one-off pause such
-  as the cost analysis moves it); kept for the rest of the run once known, the steps before it modelled without it;
+  this thread's CPU time between consecutive steps of the stage, the least of the first :data:`HOST_GAPS` gaps
+  (CPU time, not wall time: the time another process holds the core does not count; and the least: load and one-off
+  work such as the cost analysis only add to a gap); kept for the rest of the run once known, the steps before it
+  modelled without it;
 - the optimizer steps per batch: ``1 / accumulate_grad_batches`` under Lightning's automatic optimisation, else
   measured (the parameters the optimizers stepped per training batch, as a share of the trainable ones);
 - the optimizer: the Trainer's, else the first one seen stepping (:func:`~lightning_edge.twin.workload.optimizer_run`).
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import math
 import re
-import statistics
 from typing import Any
 
 from lightning_edge.twin.timeline import IDLE_ROW as IDLE
@@ -34,7 +34,7 @@ from lightning_edge.twin.workload import count_param_tensors, optimizer_run
 __all__ = ["TwinDriver", "host_cpu_mhz", "host_cpu_from_gaps", "HOST_GAPS"]
 
 HOST_GAPS = 8
-"""Gaps between a stage's first steps whose median is its CPU work outside the layers per batch."""
+"""Gaps between a stage's first steps whose least CPU time is its CPU work outside the layers per batch."""
 
 
 def host_cpu_mhz() -> float | None:
@@ -55,13 +55,17 @@ def host_cpu_mhz() -> float | None:
 
 def host_cpu_from_gaps(gaps_s: list[float], host_mhz: float | None = None) -> HostCPU | None:
     """The CPU work outside the layers per batch from this thread's CPU time in the gaps between a stage's steps
-    (seconds each): their median (one-off costs of the first steps, such as the cost analysis or a logger's set-up,
-    stay out of it). None without a gap."""
-    gaps = sorted(float(g) for g in gaps_s if g >= 0 and math.isfinite(g))
+    (seconds each): the least of them. Each gap does the same work (fetching and collating a batch, the loop's
+    Python); another process's load only adds to a gap's CPU time (a shared core, its caches), one-off work (the cost
+    analysis after the first step, a logger's set-up) only adds to one gap, so the least is the work itself: over
+    the first 8 gaps of a small CNN's fit on a 2-core VM, 0.47-0.59 ms alone and beside one to three CPU-bound
+    processes, where their median moved 0.74-1.18 ms (and the wall time of the smallest of two gaps, before issue 37,
+    9 ms once). None without a gap."""
+    gaps = [float(g) for g in gaps_s if g >= 0 and math.isfinite(g)]
     if not gaps:
         return None
-    return HostCPU(statistics.median(gaps), host_mhz,
-                   f"the median of this thread's CPU time in {len(gaps)} gap(s) between steps on this machine")
+    return HostCPU(min(gaps), host_mhz,
+                   f"the least of this thread's CPU time in {len(gaps)} gap(s) between steps on this machine")
 
 
 class TwinDriver:

@@ -1,5 +1,5 @@
 """A simulated step does not move with this machine's load (issue 37): the twin's CPU row is this thread's CPU time
-between steps (a median of the first gaps), not the wall time of the smallest of two early gaps, so a loop whose
+between steps (the least of the first gaps), not the wall time of the smallest of two early gaps, so a loop whose
 thread is kept off the CPU between steps (by another process, here by a sleep) gets the same simulated steps, and
 one gap of one-off work (an analysis, a logger's set-up) does not move it either."""
 

@@ -25,12 +25,12 @@ def _net() -> nn.Module:
     return nn.Sequential(nn.Linear(32, 64), nn.ReLU(), nn.Linear(64, 10))
 
 
-def test_host_cpu_is_the_median_of_the_first_gaps():
-    """The first gap after the capture holds the cost analysis, another one a logger's set-up: the median of the
-    first gaps is the loop's own work."""
-    h = host_cpu_from_gaps([0.9, 0.003, 0.0031, 0.0029, 0.05, 0.003, 0.0032, 0.003], 2600.0)
-    assert h.cpu_s == pytest.approx(0.003, abs=1e-4) and h.orin_s == pytest.approx(h.cpu_s * 2600 / 2201.6)
-    assert "median of this thread's CPU time in 8 gap(s)" in h.describe()
+def test_host_cpu_is_the_least_of_the_first_gaps():
+    """The first gap after the capture holds the cost analysis, another one a logger's set-up, others ran slower on
+    a shared core: the least of the first gaps is the loop's own work."""
+    h = host_cpu_from_gaps([0.9, 0.0036, 0.0031, 0.0029, 0.05, 0.0045, 0.0032, 0.003], 2600.0)
+    assert h.cpu_s == pytest.approx(0.0029) and h.orin_s == pytest.approx(h.cpu_s * 2600 / 2201.6)
+    assert "least of this thread's CPU time in 8 gap(s)" in h.describe()
     assert host_cpu_from_gaps([], 2600.0) is None
 
 
@@ -47,7 +47,7 @@ def test_the_driver_puts_the_runs_cpu_work_and_accumulation_on_the_twin():
     assert run.optimizer_steps == 0.25 and run.host is None  # not enough gaps yet
     assert any("apportioned" in n and "accumulate_grad_batches=4" in n for n in drv.notes)
     before = drv.layer_model(True, str(MAXN), 8)[0]
-    for g in [0.002] * (HOST_GAPS - 2) + [0.0025]:
+    for g in [0.0025] + [0.002] * (HOST_GAPS - 2):
         drv.add_gap("train", g)
     lt, _ = drv.layer_model(True, str(MAXN), 8)
     run = twin.runs["train"]
