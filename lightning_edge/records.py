@@ -39,17 +39,26 @@ __all__ = ["Measurement", "LABELS", "merge", "settled", "over_budget", "OverBudg
 LABELS = ("measured", "apportioned", "estimated", "simulated", "extrapolated")
 
 
+_PARSED: dict[str, Any] = {}  # mode text -> its PowerMode (immutable): a run has a handful of modes, every step one
+
+
 def _mode(mode: Any) -> Any:
     """A mode as a :class:`~lightning_edge.modes.PowerMode` (a string in the notation parsed; anything else, such as
     a controller's own mode name, kept as it is)."""
     if mode is None or not isinstance(mode, str):
         return mode
+    hit = _PARSED.get(mode)
+    if hit is not None:
+        return hit
     from lightning_edge.modes import PowerMode
 
     try:
-        return PowerMode.parse(mode)
+        out: Any = PowerMode.parse(mode)
     except Exception:  # noqa: BLE001 - a mode name outside the notation (NVML's, a fake's): kept as given
-        return mode
+        out = mode
+    if len(_PARSED) < 4096:
+        _PARSED[mode] = out
+    return out
 
 
 @dataclass(frozen=True)

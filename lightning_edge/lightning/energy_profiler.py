@@ -131,7 +131,6 @@ class EnergyProfilerMixin:
         self.device = device
         self.budget = budget if budget is not None else OverheadBudget(self.config.overhead_target)
         self.overhead_target = self.budget.fraction
-        self.trace = self.config.trace
         self.reporter: EnergyReporter | None = None
         self._fn: str | None = None
         self._loop: Any = None
@@ -204,7 +203,7 @@ class EnergyProfilerMixin:
             running = bool(getattr(tap, "_is_profiler_enabled", False))
         except Exception:  # noqa: BLE001
             running = False
-        if running and type(getattr(trainer, "profiler", None)).__name__ != "PyTorchProfiler" and self.trace:
+        if running and type(getattr(trainer, "profiler", None)).__name__ != "PyTorchProfiler" and self.config.trace:
             self.reporter.note("a torch.profiler is running: after exporting its trace, call "
                                "EnergyProfiler.merge_into_trace(path) to add the layers' FLOP, bytes, energy and the "
                                "power tracks")
@@ -297,10 +296,10 @@ class EnergyProfilerMixin:
         if r is None:
             return
         try:
-            if r.print_summary and r.rank_zero:
+            if r.config.print_summary and r.rank_zero:
                 end_progress_bar(trainer)  # the summary prints below the bar, not inside a stale bar line
             r.finish(self._fn or stage, int(getattr(trainer, "global_step", 0) or 0))
-            if self.trace and r.rank_zero:
+            if self.config.trace and r.rank_zero:
                 self._merge_profiler_traces(trainer, later=True)
         finally:
             r.close()

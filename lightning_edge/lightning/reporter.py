@@ -96,17 +96,6 @@ class EnergyReporter:
         self.budget = budget if budget is not None else OverheadBudget(cfg.overhead_target, **clock)
         self.session = EnergySession(model, device, cfg, budget=self.budget, **clock)
         self.session.subscribe(on_step=self._on_step, on_profiled=self._log_profiled)
-        self.log_layers = cfg.log_layers
-        self.tb_layers = int(cfg.tb_layers)
-        self.layer_power = bool(cfg.layer_power)
-        self.figure = cfg.figure
-        self.table = cfg.table
-        self.trace = cfg.trace
-        self.trace_steps = int(cfg.trace_steps)
-        self.write_report = cfg.report
-        self.print_summary = cfg.print_summary
-        self.top = int(cfg.top)
-        self.log_dir_arg = cfg.log_dir
         self.log_dir: str | None = None
         self.report: Any = None
         self.call_report: Any = None
@@ -292,7 +281,7 @@ class EnergyReporter:
         """The per-layer scalars of attributed profiled steps (their step totals go with :meth:`_on_step`): the
         top ``tb_layers`` layers of the stage (``..._layer/<stage>/<layer>``) and every row outside the layers
         (``..._region/<stage>/(optimizer)``), each under its own name."""
-        if not done or not self.log_layers:
+        if not done or not self.config.log_layers:
             return
         w = self._tb()
         if w is None:
@@ -307,7 +296,7 @@ class EnergyReporter:
                                 if math.isfinite(le.energy_j) else 0.0)
                 layers = [le.name for le in ranked if le.time_s > 0 and not _is_region(le)]
                 regions = [le.name for le in ranked if le.time_s > 0 and _is_region(le)]
-                names = self._tb_names[st] = [*layers[: None if self.log_layers == "all" else self.tb_layers],
+                names = self._tb_names[st] = [*layers[: None if self.config.log_layers == "all" else self.config.tb_layers],
                                               *regions]
             items: list[tuple[str, float, str]] = []
             for name in names:
@@ -321,7 +310,7 @@ class EnergyReporter:
                               f"self time of {name} per step, ms ({what})"))
                 items.append((f"energy_j{ep}{k}/{st}/{leaf}", le.energy_j,
                               f"energy of {name} per step, J ({what})"))
-                if self.layer_power:
+                if self.config.layer_power:
                     items.append((f"power_w{ep}{k}/{st}/{leaf}", le.power_w, f"mean power of {name}, W"))
                 # this machine's time of a row the twin models alone ((loss), (idle and CPU)) is 0: not written
                 if s.twin_times and le.host_s is not None and math.isfinite(le.host_s) and le.host_s > 0:
@@ -393,7 +382,7 @@ class EnergyReporter:
         """Whether the ``option`` setting (``figure`` or ``trace``) lets ``what`` (``n`` of ``kind``) be made now:
         always (True), never (False), or ``"auto"``: when its expected cost fits what is left of the run's budget,
         the reports kept; a note says why not."""
-        setting = getattr(self, option)
+        setting = getattr(self.config, option)
         if setting is not True and setting != "auto":
             return False
         b = self.budget
@@ -411,7 +400,7 @@ class EnergyReporter:
         """Each stage's layer bar chart (Pillow, some 20 ms) and roofline figure (matplotlib, about 0.5 s, more
         the first time in a process), when ``figure`` allows (see :meth:`_extra`); the bar chart first."""
         todo = [st for st in stages if report.stages.get(st) is not None and report.stages[st].layers]
-        if not self.figure or not todo:
+        if not self.config.figure or not todo:
             return
         b = self.budget
         # the bar chart (some 20-40 ms) is part of what the budget keeps for the reports (OverheadBudget.need_s):
@@ -481,7 +470,7 @@ class EnergyReporter:
                 f"mode {mode}: the mean of {st.steps.steps} profiled step(s)"
             img = energy_chart(rows, title=f"{stage}: where a step's energy goes, {kind}",
                                subtitle=f"per step in {how}; energy {kind}; times {tkind}",
-                               top=max(self.top, 15))
+                               top=max(self.config.top, 15))
             w.add_image(f"layers/{stage}", np.asarray(img), epoch, dataformats="HWC")
         except Exception as exc:  # noqa: BLE001
             self.note(f"layer bar chart failed: {type(exc).__name__}: {exc}")
@@ -517,9 +506,8 @@ class EnergyReporter:
             if call is not None and stage == "train" and global_step is not None:
                 totals[stage]["optimizer_steps"] = int(global_step) - (call.get("gstep0") or 0)
             modes[stage] = self._modes(stage, t0.get(stage, 0), lst, profiled.get(stage, []), costs.get(stage))
-            if budget_w is not None:
-                totals[stage]["over_budget"] = over_budget(
-                    lst, budget_w, windows=sum(1 for mr in modes[stage] if mr.window and mr.power_w > budget_w))
+            if budget_w is not None:  # (the windows whose profile was over it: the tuner's summary says)
+                totals[stage]["over_budget"] = over_budget(lst, budget_w)
         epochs = [{"stage": e.stage, "epoch": e.epoch, "energy_j": e.energy_j, "time_s": e.time_s,
                    "steps": e.steps, "samples": e.samples, "j_per_sample": e.j_per_sample, "method": e.label,
                    **({"host_time_s": e.total.host_time_s} if e.total.simulated else {}),
@@ -611,9 +599,9 @@ class EnergyReporter:
             stages = [st for st in FN_STAGES.get(str(fn), tuple(s.totals)) if st in s.totals]
             self.call_report = self._build_report(call, global_step)
             w = self._tb()
-            log_dir = Path(self.log_dir or self.log_dir_arg or ".")
+            log_dir = Path(self.log_dir or self.config.log_dir or ".")
             step = int(global_step or 0)
-            if w is not None and self.table:
+            if w is not None and self.config.table:
                 for st in stages:
                     if st in self.call_report.stages:
                         w.add_text(f"energy/{st}_layers", self.call_report.markdown(st), step)
@@ -621,20 +609,20 @@ class EnergyReporter:
             first = not (any(call.get("profiled", {}).values()) or any(call.get("totals", {}).values())
                          or call.get("epochs"))
             report = self.report = self.call_report if first else self._build_report()
-            if self.write_report:
+            if self.config.report:
                 report.write_csv(log_dir / "layers.csv")
             essentials_s = (b.clock_ns() - r0) / 1e9
             # what the budget leaves room for, most useful first
             if w is not None:
                 self._figures(w, self.call_report, stages, step)
-            if self.trace:
+            if self.config.trace:
                 self._write_trace(log_dir)
             r1 = b.clock_ns()
             for r in {id(self.call_report): self.call_report, id(report): report}.values():  # the notes above
                 r.notes = list(dict.fromkeys([*r.notes, *s.notes]))
             if self._writer is not None:
                 self._writer.flush()
-            self.summary_text = self.call_report.summary(self.top, stages)
+            self.summary_text = self.call_report.summary(self.config.top, stages)
             essentials_s += (b.clock_ns() - r1) / 1e9
             b.learn("reports", essentials_s)
         # the whole run's overhead, measured: everything charged to the budget (every hook, the profiled steps'
@@ -642,9 +630,9 @@ class EnergyReporter:
         self.overhead = self._overhead()
         self.call_report.overhead = self.overhead
         report.overhead = self.overhead
-        if self.write_report:
+        if self.config.report:
             report.write_json(log_dir / "layers.json")
-        if self.print_summary:
+        if self.config.print_summary:
             print(self.summary_text)
         return self.call_report
 
@@ -653,7 +641,7 @@ class EnergyReporter:
         s = self.session
         chosen = []
         for lst in s.profiled.values():
-            chosen += [p for p in lst if p.timing.modules or p.timing.nodes][-self.trace_steps:]
+            chosen += [p for p in lst if p.timing.modules or p.timing.nodes][-self.config.trace_steps:]
         chosen.sort(key=lambda p: p.timing.t0_ns)
         return chosen
 

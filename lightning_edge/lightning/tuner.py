@@ -200,21 +200,6 @@ class PowerModeTunerMixin:
         cfg = self.config = configure(config, TunerConfig, **options)
         self.power_budget_w = budget
         self.device = device
-        self.strategy = cfg.strategy
-        self.store = cfg.store
-        self.space = cfg.space
-        self.window = cfg.window
-        self.switch_at = cfg.switch_at
-        self.baseline = cfg.baseline
-        self.drift = dict(drift_window=cfg.drift_window, drift_tolerance=cfg.drift_tolerance,
-                          drift_patience=cfg.drift_patience)
-        self.workload_id = cfg.workload_id
-        self.precision = cfg.precision
-        self.seed = cfg.seed
-        self.log_every_n_steps = int(cfg.log_every_n_steps)
-        self.print_summary = cfg.print_summary
-        self.prior = cfg.prior
-        self.thorough = cfg.thorough
         self.tuner: OnlineTuner | None = None
         self.board: Any = None  # the devices.Board tuned
         self.summary_text: str | None = None
@@ -249,6 +234,11 @@ class PowerModeTunerMixin:
             self.tuner.set_power_budget(budget)
 
     @property
+    def window(self) -> Any:
+        """The profiling window's settings (:class:`~lightning_edge.tuning.online.WindowSpec`; None: the defaults)."""
+        return self.config.window
+
+    @property
     def solution(self) -> Any:
         return None if self.tuner is None else self.tuner.solution
 
@@ -274,8 +264,9 @@ class PowerModeTunerMixin:
                 "and switch its own board's power mode from its own measurements, and the ranks would diverge. Tune "
                 "on one device (Trainer(devices=1, ...) with PowerModeTuner), then give every board the tuned mode "
                 "(PowerModeTuner.solution.mode; on each board: lightning-edge mode set <mode>).")
-        prec = _precision_of(trainer, self.precision)
-        self.board = board = get_board(self.device, control="write", seed=self.seed)
+        c = self.config
+        prec = _precision_of(trainer, c.precision)
+        self.board = board = get_board(self.device, control="write", seed=c.seed)
         if board.controller is None:
             raise TypeError(f"device {board.name!r}: PowerModeTuner needs a board whose power mode it can switch (a "
                             "mode controller): 'sim:orin-agx', 'auto', 'jetson', 'nvpmodel', 'nvml', a SimulatedOrin, "
@@ -284,14 +275,14 @@ class PowerModeTunerMixin:
         self._module = pl_module
         self._loop = shared_loop(pl_module)
         self._loop.attach(self._driver, TUNER)
-        meter = self._loop.twin_meter(board, seed=self.seed, precision=prec) if board.twin is not None \
+        meter = self._loop.twin_meter(board, seed=c.seed, precision=prec) if board.twin is not None \
             else board.meter()
         self.tuner = OnlineTuner(
-            self.power_budget_w, board.controller, meter, strategy=self.strategy, space=self.space,
-            store=self.store, fingerprint=self.workload_id, device_model=board.store_key, window=self.window,
-            switch_at=self.switch_at,
-            baseline=self.baseline, on_event=self._on_event, prior="auto" if self.prior is True else self.prior,
-            thorough=_planned_long(trainer) if self.thorough is None else bool(self.thorough), **self.drift)
+            self.power_budget_w, board.controller, meter, strategy=c.strategy, space=c.space, store=c.store,
+            fingerprint=c.workload_id, device_model=board.store_key, window=c.window, switch_at=c.switch_at,
+            baseline=c.baseline, on_event=self._on_event, prior="auto" if c.prior is True else c.prior,
+            thorough=_planned_long(trainer) if c.thorough is None else bool(c.thorough),
+            drift_window=c.drift_window, drift_tolerance=c.drift_tolerance, drift_patience=c.drift_patience)
         # issue 18 (store): a SIGTERM the Trainer caught ends a wait for other processes' profiles at once
         self.tuner.interrupted = lambda: bool(getattr(trainer, "received_sigterm", False))
         if self._pending_state:
@@ -343,8 +334,8 @@ class PowerModeTunerMixin:
                 return  # the twin could not model this workload: said in capture_notes, nothing is tuned
             if board_prior and self.workload_cost is not None:
                 t.bind_model(self.workload_cost, batch_size=_batch_size_of(batch, self.workload_cost))
-            prec = _precision_of(trainer, self.precision)
-            t.bind(self.workload_id or module_fingerprint(pl_module, batch, prec))
+            prec = _precision_of(trainer, self.config.precision)
+            t.bind(self.config.workload_id or module_fingerprint(pl_module, batch, prec))
             t.start()
         t.before_step()
 
@@ -373,7 +364,7 @@ class PowerModeTunerMixin:
             self._epoch["energy_j"] += rec.energy_j
         self._epoch["time_s"] += rec.time_s
         self._epoch["steps"] += 1
-        if rec.step % self.log_every_n_steps == 0:
+        if rec.step % self.config.log_every_n_steps == 0:
             self._log_step(trainer, rec)
 
     def _bind_twin(self, pl_module: Any, batch: Any) -> None:
@@ -497,7 +488,7 @@ class PowerModeTunerMixin:
         if w is not None:
             w.add_text("tuner/summary", "    " + self.summary_text.replace("\n", "\n    "), t.step)
             self._tbw.flush()
-        if self.print_summary and reason == "end":
+        if self.config.print_summary and reason == "end":
             end_progress_bar(trainer)
             print(self.summary_text)
 
