@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
-__all__ = ["Measurement", "LABELS", "merge", "settled", "over_budget", "OverBudget"]
+__all__ = ["Measurement", "LABELS", "merge", "settled", "over_budget", "OverBudget", "OVER_BLOCK"]
 
 #: how a number was obtained
 LABELS = ("measured", "apportioned", "estimated", "simulated", "extrapolated")
@@ -190,8 +190,9 @@ def settled(ms: Iterable[Measurement]) -> tuple[Measurement, bool]:
 
 @dataclass(frozen=True)
 class OverBudget:
-    """What ran over a power budget: ``steps`` (of ``of_steps``), their ``time_s``, the ``worst_w`` power among
-    them (``nan``: none), and ``windows`` (a tuner's profiling windows whose profile was over it)."""
+    """What ran over a power budget (:func:`over_budget`): ``steps`` (of ``of_steps``), their ``time_s``, the
+    ``worst_w`` power of a block of them (``nan``: none), and ``windows`` (a tuner's profiling windows whose profile
+    was over it)."""
 
     budget_w: float
     steps: int
@@ -212,9 +213,36 @@ class OverBudget:
                 f"budget, {self.time_s:.3g} s, worst {self.worst_w:.1f} W{win}")
 
 
-def over_budget(ms: Iterable[Measurement], budget_w: float, windows: int = 0) -> OverBudget:
-    """The steps of ``ms`` whose power was over ``budget_w`` (a reading without power is not counted over)."""
+#: steps averaged before a power is compared with a budget (a reading's noise averages out, a settling does not)
+OVER_BLOCK = 20
+
+
+def over_budget(ms: Iterable[Measurement], budget_w: float, windows: int = 0, block: int = OVER_BLOCK) -> OverBudget:
+    """What of ``ms`` (steps, in order) ran over ``budget_w``: the steps of every block of up to ``block`` consecutive
+    steps in one mode (and one settling state) whose time-weighted mean power was over it, so that a reading's noise
+    (2 % per step on the twin) averages out while the power's settling after a change, seconds long, does not;
+    ``worst_w`` is the highest such block's power. A step without power is not counted over."""
     ms = list(ms)
-    over = [m for m in ms if m.has_power and m.power_w > budget_w]
+    over: list[Measurement] = []
+    worst = math.nan
+    run: list[Measurement] = []
+
+    def close(run: list[Measurement]) -> None:
+        nonlocal worst
+        with_p = [m for m in run if m.has_power]
+        if not with_p:
+            return
+        p = merge(with_p).power_w
+        if p > budget_w:
+            over.extend(with_p)
+            worst = p if math.isnan(worst) else max(worst, p)
+
+    for m in ms:
+        if run and (len(run) >= block or str(m.mode) != str(run[-1].mode) or m.settled != run[-1].settled):
+            close(run)
+            run = []
+        run.append(m)
+    if run:
+        close(run)
     return OverBudget(float(budget_w), sum(m.steps for m in over), sum(m.steps for m in ms),
-                      math.fsum(m.time_s for m in over), max((m.power_w for m in over), default=math.nan), windows)
+                      math.fsum(m.time_s for m in over), worst, windows)

@@ -56,11 +56,17 @@ def test_a_modes_figure_leaves_out_the_steps_whose_power_still_settled():
     assert not merge(moving + steady).settled
 
 
-def test_over_budget_counts_steps_time_and_the_worst_power():
-    ms = [Measurement(0.01, p, mode=MODE) for p in (19.0, 21.0, 25.0, 18.0)]
-    ob = over_budget(ms, 20.0, windows=1)
-    assert (ob.steps, ob.of_steps, ob.windows) == (2, 4, 1)
-    assert ob.time_s == pytest.approx(0.02) and ob.worst_w == 25.0 and ob.fraction == 0.5
-    assert "2 of 4 minibatches (50.0 %) over the 20 W budget" in ob.describe()
-    none = over_budget(ms, 30.0)
-    assert none.steps == 0 and math.isnan(none.worst_w) and "no minibatches over" in none.describe()
+def test_over_budget_counts_blocks_of_steps_whose_mean_power_was_over():
+    """A reading's noise averages out over a block of steps in one mode, a settling does not: steps of a mode at
+    19.8 W whose readings scatter over 20 W are not over a 20 W budget, a settling from 26 W and a 21 W mode are."""
+    rng = [0.0, 1.5, -1.5, 2.0, -2.0, 1.0, -1.0] * 6
+    steady = [Measurement(0.01, 19.8 * (1 + 0.02 * z), mode=MODE) for z in rng]  # some readings over 20 W
+    assert sum(m.power_w > 20.0 for m in steady) > 10
+    settling = [Measurement(0.01, 26.0 - 0.3 * i, mode=MODE, settled=False) for i in range(20)]
+    hot = [Measurement(0.01, 21.0, mode="12c/2201.6/1300.5/3199") for _ in range(5)]
+    ob = over_budget(steady, 20.0)
+    assert ob.steps == 0 and math.isnan(ob.worst_w) and "no minibatches over" in ob.describe()
+    ob = over_budget(settling + steady + hot, 20.0, windows=1)
+    assert (ob.steps, ob.of_steps, ob.windows) == (25, 67, 1)
+    assert ob.time_s == pytest.approx(0.25) and ob.worst_w == pytest.approx(26.0 - 0.3 * 9.5)
+    assert "25 of 67 minibatches (37.3 %) over the 20 W budget" in ob.describe() and ob.fraction == 25 / 67

@@ -33,6 +33,7 @@ ask too, so a step is captured and analysed once.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import statistics
 import sys
@@ -616,7 +617,7 @@ class EnergySession:
         if not ready:
             return done
         profiled = any(p.timing is not None for p in ready)
-        with self.budget.spend("attribution") if profiled else _nothing():
+        with self.budget.spend("attribution") if profiled else contextlib.nullcontext():
             steps = self._measure(ready, wait)
             for p, m in steps:
                 prof = None
@@ -762,14 +763,6 @@ class EnergySession:
     def _note(self, msg: str) -> None:
         if msg not in self.notes:
             self.notes.append(msg)
-
-
-class _nothing:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
 
 
 def _strip(t: StepTiming) -> StepTiming:

@@ -319,6 +319,8 @@ def test_the_budget_holds_while_tuning_no_maxn_window_for_the_comparison():
     """Issue 37: MAXN was run (about 40 % over a 20 W budget) only to print "vs MAXN". Now it is never run: its figure
     is the prior's prediction, corrected by the run's profiles and labelled so, or its profile in the store; what ran
     over the budget while tuning is counted (minibatches, seconds, the worst power, the windows over it)."""
+    from lightning_edge.records import over_budget
+
     budget = 14.0
     t, board = make(budget, store=None)
     t.start()
@@ -332,12 +334,11 @@ def test_the_budget_holds_while_tuning_no_maxn_window_for_the_comparison():
     assert sm.maxn_source.startswith("the prior's prediction, corrected by this run's profiles")
     ob = sm.over_budget
     tuning = [r for r in t.records if r.step < t.tuned_at_step]
-    over = [r for r in tuning if r.power_w > budget]
-    assert (ob.steps, ob.of_steps) == (len(over), len(tuning))
-    assert ob.time_s == pytest.approx(sum(r.time_s for r in over))
+    assert ob == over_budget([r.m for r in tuning], budget, windows=ob.windows) and ob.of_steps == len(tuning)
+    assert ob.steps <= sum(1 for r in tuning if r.power_w > budget)  # blocks of steps: a reading's noise averages out
     assert ob.windows == sum(1 for p in t.profiles if p["power_w"] > budget)
-    if over:
-        assert ob.worst_w == max(r.power_w for r in over)
+    # the mode trained in keeps the budget by more than its profile's noise (the strategy solves for 2 % less)
+    assert t.solution.power_w <= budget / 1.02 + 1e-9
     t.close()
     # a MAXN profile in the store (another run measured it): that one, labelled so
     from lightning_edge.records import Measurement
