@@ -70,3 +70,7 @@ def test_over_budget_counts_blocks_of_steps_whose_mean_power_was_over():
     assert (ob.steps, ob.of_steps, ob.windows) == (25, 67, 1)
     assert ob.time_s == pytest.approx(0.25) and ob.worst_w == pytest.approx(26.0 - 0.3 * 9.5)
     assert "25 of 67 minibatches (37.3 %) over the 20 W budget" in ob.describe() and ob.fraction == 25 / 67
+    # a mode 1 % over reads within a power measurement's tolerance (2 %); 3 % over does not
+    near = [Measurement(0.01, 20.2, mode=MODE) for _ in range(20)]
+    assert over_budget(near, 20.0).steps == 0 and over_budget(near, 20.0, tolerance=0.0).steps == 20
+    assert over_budget([m.scaled(power_w=20.6) for m in near], 20.0).steps == 20

@@ -26,9 +26,8 @@ How it works
     reused"). Training goes on in the chosen mode.
 
 The budget is a promise
-    The strategy solves for the budget less the profiles' own noise (twice :attr:`WindowSpec.rel_sem`, 2 % by
-    default), so a mode whose profile is within its noise of the budget is not chosen; MAXN is never run for the
-    summary's comparison; :meth:`summary` reports what ran over the budget while tuning.
+    MAXN is never run for the summary's comparison; the prior's picks leave room for its own error
+    (:mod:`lightning_edge.tuning.prior`); :meth:`summary` reports what ran over the budget while tuning.
 
 Re-tuning
     ``set_power_budget(w)`` solves again for the new budget (stored profiles are free). Power drift (thermal,
@@ -718,11 +717,10 @@ class OnlineTuner:
         self._thread.start()
 
     def _solve_budget_w(self, budget_w: float) -> float:
-        """The budget the strategy solves for: the user's, divided by the drift factor, less the profiles' own noise
-        (twice the windows' relative standard error): a mode whose profile is within its noise of the budget is not
-        chosen, so the mode trained in keeps the budget (issue 37: a 10-step profile at 19.94 W chose a mode that
-        settled at 20.26 W under a 20 W budget)."""
-        return budget_w / self.drift_scale / (1.0 + 2.0 * self.window_spec.rel_sem)
+        """The budget the strategy solves for: the user's, divided by the drift factor (no margin for a profile's
+        noise: 1 or 2 % of margin made the chosen modes 3-5 % slower at the median, BENCHMARKS.md; a chosen mode may
+        so draw up to a profile's error over the budget, within the measurement tolerance of the drift check)."""
+        return budget_w / self.drift_scale
 
     def _baseline(self) -> tuple[Measurement | None, str | None]:
         """MAXN's figure for the summary's comparison, never run (MAXN is over most budgets): its profile in the

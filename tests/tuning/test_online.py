@@ -337,8 +337,6 @@ def test_the_budget_holds_while_tuning_no_maxn_window_for_the_comparison():
     assert ob == over_budget([r.m for r in tuning], budget, windows=ob.windows) and ob.of_steps == len(tuning)
     assert ob.steps <= sum(1 for r in tuning if r.power_w > budget)  # blocks of steps: a reading's noise averages out
     assert ob.windows == sum(1 for p in t.profiles if p["power_w"] > budget)
-    # the mode trained in keeps the budget by more than its profile's noise (the strategy solves for 2 % less)
-    assert t.solution.power_w <= budget / 1.02 + 1e-9
     t.close()
     # a MAXN profile in the store (another run measured it): that one, labelled so
     from lightning_edge.records import Measurement
