@@ -3,10 +3,12 @@
 What it shows, end to end, on the embedded defaults (the twin, an SQLite profile store in the user cache dir):
 
 * ``PowerModeTuner`` profiles power modes of a simulated Jetson AGX Orin on the real training minibatches (GMD
-  started from the modes' predicted time and power, at most 4 profiles), then trains on in the fastest profiled
-  mode within the power budget; the board is restored at the end. The summary says how many minibatches tuning
-  took, beside a dry run of the settings before (no prior, a fixed settling wait). Run it twice: the second run
-  finds every profile in the store and is in the chosen mode from its second minibatch.
+  started from the modes' predicted time and power, at most 4 profiles, each within the budget by the prediction's
+  own error), then trains on in the fastest profiled mode within the power budget; the board is restored at the
+  end. The summary says how many minibatches tuning took and how many ran over the budget, beside a dry run of the
+  settings before (no prior, a fixed settling wait); its "vs MAXN" figure comes from the store or the prior
+  (labelled so), never from a MAXN window run over the budget. Run it twice: the second run finds every profile in
+  the store and is in the chosen mode from its second minibatch.
 * ``EnergyProfiler`` shows every layer's time and energy on the Orin in the current mode, from the twin's per-layer
   model of the workload it captured (this CPU's layer times are kept apart as ``host_time``).
 * TensorBoard logs (scalars, the profiled modes, the chosen mode, per-layer energy, a roofline) and a summary.
@@ -174,6 +176,6 @@ def _tuning_comparison(tuner: Any, args: argparse.Namespace) -> None:
               f"{s.progress.more_steps_needed} more minibatches needed); the settings before (no prior, a fixed 2.4 s "
               f"settling wait per profile) need {then} in all (simulated dry run)")
         return
-    how = "found in the store" if not t.profiles else f"{len(t.profiles)} profiles measured, MAXN included"
+    how = "found in the store" if not t.profiles else f"{len(t.profiles)} profiles measured"
     print(f"tuning took {took} minibatches ({how}); the settings before (no prior, a fixed 2.4 s settling wait "
           f"per profile) take {then} for the same model and budget (simulated dry run on the twin)")

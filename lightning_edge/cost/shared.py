@@ -15,6 +15,12 @@ whether it trained, its batch size, its signature) and its cost is analysed once
     cost = step.cost()                        # step_cost(model, step.captured), analysed once
 
 A caller that finds a step of the kind it needs already kept (``home.known(training)``) uses it without capturing.
+:class:`FirstStep` is that routine, once, for every caller (the profiler's session, the tuner and the interleaver)::
+
+    first = FirstStep(model)                  # the training step
+    step = first.begin()                      # at the step's start: the kept step, or None (this one is captured)
+    ...the step...
+    step = step or first.end()                # at its end
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ from lightning_edge._compat import dtype_name
 from lightning_edge.cost.capture import CallCapture, Captured, CaptureError, tensors_of
 from lightning_edge.cost.counter import step_cost
 
-__all__ = ["CapturedStep", "StepCaptures", "shared_capture"]
+__all__ = ["CapturedStep", "StepCaptures", "shared_capture", "FirstStep"]
 
 
 def _signature(captured: Captured) -> str:
@@ -161,3 +167,34 @@ def shared_capture(model: nn.Module) -> StepCaptures:
     if home is None:
         home = _HOMES[model] = StepCaptures(model)
     return home
+
+
+class FirstStep:
+    """One caller's first step of a kind (``training``) from the model's shared capture: :meth:`begin` at a step's
+    start returns the step already kept (captured by another callback of the Trainer, or an earlier run: nothing is
+    hooked), else starts capturing this step and returns None; :meth:`end` at its end returns the captured step (the
+    same object for every caller; None when this caller began no capture or the step called none of the model's
+    modules); :meth:`abort` drops a capture this caller began (an exception in the step)."""
+
+    def __init__(self, model: nn.Module, training: bool = True) -> None:
+        self.home = shared_capture(model)
+        self.training = bool(training)
+        self.capturing = False
+
+    def begin(self) -> CapturedStep | None:
+        known = self.home.known(self.training)
+        if known is not None:
+            return known
+        self.capturing = self.home.begin()
+        return None
+
+    def end(self) -> CapturedStep | None:
+        if not self.capturing:
+            return None
+        self.capturing = False
+        return self.home.end()
+
+    def abort(self) -> None:
+        if self.capturing:
+            self.capturing = False
+            self.home.abort()

@@ -88,6 +88,7 @@ class TwinMeter:
         self._change_s = 0.0
         self._from_w: float | None = None  # None before the first step: it starts from the idle board
         self._target_w: float | None = None
+        self._kind: str | None = None  # the workload of the last step
 
     # ------------------------------------------------------------------ workloads
     @property
@@ -149,9 +150,14 @@ class TwinMeter:
         return self._t0
 
     def stop(self, mode: Any, kind: str = "train", batch_size: int | None = None) -> Measurement:
-        """The step: the twin's time and power at ``mode``; the clock advances by its time."""
+        """The step: the twin's time and power at ``mode``; the clock advances by its time. ``settled``: the step
+        started at least :attr:`settle_s` after the last mode change, workload change or start."""
         dt, power, clean = self.draw(kind, mode, batch_size)
+        settled = True
         if self.settling:
+            if kind != self._kind and self._kind is not None:
+                self.mode_changed(mode)  # another workload (training <-> validation): the power moves to its level
+            self._kind = kind
             if self._target_w is None:
                 self._target_w = clean
                 if self._from_w is None:  # the board was idle before the first step
@@ -160,8 +166,9 @@ class TwinMeter:
             a, b = self.clock_s - self._change_s, self.clock_s + dt - self._change_s
             # the mean of the twin's settling curve over the step, times this step's noise
             power = self.twin.settling_w(self._from_w, self._target_w, a, b) * (power / clean)
+            settled = a >= self.settle_s
         self.clock_s += dt
-        return Measurement(dt, float(power), self.label, mode=mode)
+        return Measurement(dt, float(power), self.label, mode=mode, settled=settled)
 
     def mode_changed(self, mode: Any) -> None:
         """The mode changed now: the power moves from its level now to the new mode's along the twin's curve."""

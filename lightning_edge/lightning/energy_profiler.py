@@ -61,19 +61,21 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from lightning_edge.lightning.budget import FRACTION, OverheadBudget
+from lightning_edge.lightning.budget import OverheadBudget
+from lightning_edge.lightning.config import ProfilerConfig, configure
 from lightning_edge.lightning.console import end_progress_bar
-from lightning_edge.lightning.reporter import TB_LAYERS, EnergyReporter, write_scalars
-from lightning_edge.lightning.session import EnergySession, EpochTotals
-from lightning_edge.profiling.attribution import DEFAULT_K
+from lightning_edge.lightning.reporter import EnergyReporter, write_scalars
+from lightning_edge.lightning.session import EnergySession, Epoch
+from lightning_edge.lightning.steps import SESSION, TUNER, shared_loop
 from lightning_edge.profiling.report import RunOverhead
+from lightning_edge.records import Measurement
 
 __all__ = ["EnergyProfilerMixin", "SHORT_STAGE", "write_scalars", "combine_rank_totals", "expected_batches"]
 
 SHORT_STAGE = {"train": "", "validate": "val", "test": "test", "predict": "predict"}
 
 
-def combine_rank_totals(tot: EpochTotals, parts: list[tuple[str, float, float, int]]) -> EpochTotals:
+def combine_rank_totals(ep: Epoch, parts: list[tuple[str, float, float, int]]) -> Epoch:
     """One epoch's totals over DDP ranks from every rank's ``(energy domain, energy_j, time_s, samples)``.
 
     Samples add up. Energy adds up over *energy domains*, not ranks: ranks that read one sensor (every rank on a
@@ -85,9 +87,11 @@ def combine_rank_totals(tot: EpochTotals, parts: list[tuple[str, float, float, i
         known = [e for e in (by_domain.get(domain, math.nan), float(energy_j)) if math.isfinite(e)]
         by_domain[domain] = max(known) if known else math.nan
     energy = sum(by_domain.values())  # nan if a domain has no energy at all: the total is then unknown
-    return EpochTotals(tot.stage, tot.epoch, float(energy), max(float(p[2]) for p in parts), tot.steps,
-                       int(sum(int(p[3]) for p in parts)), tot.label, ranks=len(parts), domains=len(by_domain),
-                       readings=tot.readings, host_time_s=tot.host_time_s)
+    time_s = max(float(p[2]) for p in parts)
+    t = ep.total
+    total = Measurement(time_s, float(energy) / time_s, t.label, t.trusted and math.isfinite(energy), t.mode,
+                        t.t0_ns, t.t1_ns, t.host_time_s, t.steps, int(sum(int(p[3]) for p in parts)), t.readings)
+    return Epoch(ep.stage, ep.epoch, total, ep.runs, ranks=len(parts), domains=len(by_domain))
 
 
 def expected_batches(trainer: Any, stage: str) -> int | None:
@@ -113,58 +117,24 @@ class EnergyProfilerMixin:
     Args:
         device: ``"auto"`` (Jetson sysfs > jtop > NVML > RAPL > none), a name (``"sim:orin-agx"``, ``"jetson"``,
             ``"rapl"``, ``"nvml:0"``, ``"none"``), a device object with a ``.sensor`` (``SimulatedOrin``), or a sensor.
-        every_n_steps: profile every N-th step per layer; ``"auto"`` profiles a stage's first step after the warm-up
-            and then adapts N to the overhead budget.
-        warmup_steps: never profile the first steps of a stage, nor the steps right after a power-mode change.
-        depth, include: which modules are timed (see :class:`~lightning_edge.profiling.hooks.LayerTimer`).
-        k: a layer is measured on its own when its self time spans ``k`` sensor periods, else apportioned.
-        roofline: the roofline whose energy model apportions/estimates (default: the twin's in the current mode, else
-            the published Orin AGX profile).
-        cost: a precomputed ``ModelCost`` (names relative to the LightningModule); ``analyze``: run the cost model on
-            the model's calls captured at the first step (shared with a ``PowerModeTuner`` or ``Interleaver`` of the
-            same Trainer: analysed once): ``True`` always, ``False`` never, ``"auto"`` (default) when its expected
-            cost fits the run's overhead budget (a run too short for it gets a note, and layers apportioned by time);
-            on the twin always (its numbers are its model of the analysed workload).
-        overhead_target: the fraction of the run profiling may add (default 5 %; every run may spend 1 s whatever
-            its length); ``budget``: an :class:`~lightning_edge.lightning.budget.OverheadBudget` instead (its own
+        config: a :class:`~lightning_edge.lightning.config.ProfilerConfig`; its fields may also be given as keyword
+            arguments (``EnergyProfiler(every_n_steps=5, log_dir="runs")``): the config's docstring says what each
+            does (the steps profiled per layer, the cost model, the overhead target, what is written where).
+        budget: an :class:`~lightning_edge.lightning.budget.OverheadBudget` instead of ``overhead_target`` (its own
             fraction and floor; kept across this callback's Trainer calls, with what it measured work to cost).
-        log_layers: log per-layer scalars to TensorBoard; ``figure``/``table``: the roofline figure and the markdown
-            table per Trainer call; ``trace``: write the Chrome/Perfetto trace (``trace_steps`` profiled steps at
-            most): ``True`` always, ``False`` never, ``"auto"`` (default) when its expected cost fits what is left of
-            the run's overhead budget, like ``figure`` (the traces of Lightning's ``PyTorchProfiler`` get the layers in
-            any case but ``False``);
-            ``report``: write ``layers.csv``/``layers.json``; ``print_summary``: print the summary (``top`` layers).
-        log_dir: where the own SummaryWriter, reports and trace go when the Trainer has no TensorBoardLogger.
     """
 
-    def __init__(self, device: Any = "auto", *, every_n_steps: int | str = "auto", warmup_steps: int = 2,
-                 depth: int | None = None, include: Any = None, k: float = DEFAULT_K, roofline: Any = None,
-                 cost: Any = None, analyze: bool | str = "auto", overhead_target: float = FRACTION,
-                 settle_s: float | None = None, budget: OverheadBudget | None = None,
-                 log_layers: bool | str = True, tb_layers: int = TB_LAYERS, layer_power: bool = False,
-                 figure: bool | str = "auto", table: bool = True, trace: bool | str = "auto",
-                 trace_steps: int = 20, report: bool = True, print_summary: bool = True, top: int = 5,
-                 log_dir: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, device: Any = "auto", config: ProfilerConfig | None = None, *,
+                 budget: OverheadBudget | None = None, **options: Any) -> None:
         super().__init__()
-        if every_n_steps != "auto" and (not isinstance(every_n_steps, int) or every_n_steps < 1):
-            raise ValueError(f"every_n_steps must be 'auto' or an integer >= 1, got {every_n_steps!r}")
-        for opt, val in (("figure", figure), ("trace", trace)):
-            if val not in (True, False, "auto"):
-                raise ValueError(f"{opt} must be True (always), False (never) or 'auto' (when the overhead budget "
-                                 f"allows), got {val!r}")
-        if log_layers not in (True, False, "all"):
-            raise ValueError(f"log_layers must be True (the top tb_layers layers), 'all' or False, got {log_layers!r}")
+        self.config = configure(config, ProfilerConfig, **options)
         self.device = device
-        self.budget = budget if budget is not None else OverheadBudget(overhead_target)
+        self.budget = budget if budget is not None else OverheadBudget(self.config.overhead_target)
         self.overhead_target = self.budget.fraction
-        self.trace = trace
-        self._kw = dict(every_n_steps=every_n_steps, warmup_steps=warmup_steps, depth=depth, include=include, k=k,
-                        roofline=roofline, cost=cost, analyze=analyze, settle_s=settle_s, log_layers=log_layers,
-                        tb_layers=tb_layers, layer_power=layer_power, figure=figure, table=table, trace=trace,
-                        trace_steps=trace_steps, report=report, print_summary=print_summary, top=top,
-                        log_dir=log_dir)
         self.reporter: EnergyReporter | None = None
         self._fn: str | None = None
+        self._loop: Any = None
+        self._driver = _Driver(self)
 
     # ------------------------------------------------------------------ what the reporter found
     @property
@@ -216,8 +186,10 @@ class EnergyProfilerMixin:
         if self.reporter is None or self.reporter.model is not pl_module:
             if self.reporter is not None:
                 self.reporter.close()
-            self.reporter = EnergyReporter(pl_module, self.device, budget=self.budget, **self._kw)
+            self.reporter = EnergyReporter(pl_module, self.device, self.config, budget=self.budget)
         self._fn = stage
+        self._loop = shared_loop(pl_module)
+        self._loop.attach(self._driver, SESSION)
         self.reporter.begin_run(stage, trainer, rank_zero=bool(getattr(trainer, "is_global_zero", True)),
                                 log_every_n_steps=int(getattr(trainer, "log_every_n_steps", 50) or 0))
         self._note_torch_profiler(trainer)
@@ -231,24 +203,39 @@ class EnergyProfilerMixin:
             running = bool(getattr(tap, "_is_profiler_enabled", False))
         except Exception:  # noqa: BLE001
             running = False
-        if running and type(getattr(trainer, "profiler", None)).__name__ != "PyTorchProfiler" and self.trace:
+        if running and type(getattr(trainer, "profiler", None)).__name__ != "PyTorchProfiler" and self.config.trace:
             self.reporter.note("a torch.profiler is running: after exporting its trace, call "
                                "EnergyProfiler.merge_into_trace(path) to add the layers' FLOP, bytes, energy and the "
                                "power tracks")
 
     def _begin(self, stage: str, trainer: Any, batch: Any) -> None:
+        if self.reporter is not None and self._loop is not None and not getattr(trainer, "sanity_checking", False):
+            self._loop.begin(stage, trainer, batch)  # the model's steps, begun once for every callback
+
+    def _end(self, stage: str, trainer: Any) -> None:
+        if self.reporter is not None and self._loop is not None and not getattr(trainer, "sanity_checking", False):
+            self._loop.end(stage, trainer)
+
+    def _step_begin(self, stage: str, trainer: Any, batch: Any) -> None:
+        """The step's start as the model's step loop runs it (after a tuner's mode switch)."""
         r = self.reporter
-        if r is None or getattr(trainer, "sanity_checking", False):
+        if r is None:
             return
         if not r.expects(stage):  # once per stage and Trainer call (setup starts a new run)
             r.expect(stage, expected_batches(trainer, stage))
         r.step_begin(stage, batch, getattr(trainer, "global_step", None) if stage == "train" else None)
 
-    def _end(self, stage: str, trainer: Any) -> None:
+    def _step_end(self, stage: str, trainer: Any) -> None:
+        """The step's end as the model's step loop runs it: measured once; a tuner of the same model is handed the
+        measurement (the session resolves it at once when one is attached)."""
         r = self.reporter
-        if r is None or getattr(trainer, "sanity_checking", False):
+        if r is None:
             return
-        r.step_end(stage, getattr(trainer, "global_step", None) if stage == "train" else None)
+        r.session.sync = bool(self._loop is not None and self._loop.attached(TUNER))
+        m = r.step_end(stage, getattr(trainer, "global_step", None) if stage == "train" else None)
+        if self._loop is not None:
+            self._loop.measured = m
+            self._loop.measured_index = None if m is None else len(r.session.totals[stage]) - 1
 
     def _mark(self, region: str, phase: str) -> None:
         if self.reporter is not None:
@@ -309,17 +296,21 @@ class EnergyProfilerMixin:
         if r is None:
             return
         try:
-            if r.print_summary and r.rank_zero:
+            if r.config.print_summary and r.rank_zero:
                 end_progress_bar(trainer)  # the summary prints below the bar, not inside a stale bar line
             r.finish(self._fn or stage, int(getattr(trainer, "global_step", 0) or 0))
-            if self.trace and r.rank_zero:
+            if self.config.trace and r.rank_zero:
                 self._merge_profiler_traces(trainer, later=True)
         finally:
             r.close()
+            if self._loop is not None:
+                self._loop.detach(self._driver)
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
         """An exception or Ctrl-C: every layer measured so far is written (layers.csv, layers.json, the summary),
         labelled a partial run; writing never raises over the run's own exception."""
+        if self._loop is not None:
+            self._loop.abort()
         r = self.reporter
         if r is None:
             return
@@ -336,7 +327,7 @@ class EnergyProfilerMixin:
         if self.reporter is not None:
             self.reporter.epoch_end(stage, combine=lambda tot: self._reduce(trainer, tot))
 
-    def _reduce(self, trainer: Any, tot: EpochTotals) -> EpochTotals:
+    def _reduce(self, trainer: Any, tot: Epoch) -> Epoch:
         """The epoch's totals over DDP ranks (a collective: every rank calls it): see :func:`combine_rank_totals`."""
         world = int(getattr(trainer, "world_size", 1) or 1)
         if world <= 1:
@@ -397,3 +388,20 @@ class EnergyProfilerMixin:
 
             describe_then_merge._lightning_edge = True  # type: ignore[attr-defined]
             prof.describe = describe_then_merge
+
+
+class _Driver:
+    """The profiler's place in the model's step loop (:class:`~lightning_edge.lightning.steps.StepLoop`)."""
+
+    def __init__(self, cb: EnergyProfilerMixin) -> None:
+        self.cb = cb
+
+    def begin(self, stage: str, trainer: Any, batch: Any) -> None:
+        self.cb._step_begin(stage, trainer, batch)
+
+    def end(self, stage: str, trainer: Any) -> None:
+        self.cb._step_end(stage, trainer)
+
+    @property
+    def session(self) -> Any:
+        return self.cb.session

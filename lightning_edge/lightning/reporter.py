@@ -16,9 +16,12 @@ A plain loop drives it the way the callback does::
     report = rep.finish("fit")          # TensorBoard, layers.csv/json, the trace, the printed summary
     rep.close()
 
-It owns the :class:`~lightning_edge.lightning.session.EnergySession` (steps, attribution), the TensorBoard writer
+It owns the :class:`~lightning_edge.lightning.session.EnergySession` (steps, attribution) and subscribes to it: every
+resolved step and every closed epoch goes to TensorBoard and to the Trainer's other loggers
 (:class:`~lightning_edge.lightning.tb.TrainerWriter`: the host's ``TensorBoardLogger`` when ``begin_run`` is given a
-Trainer, else its own ``SummaryWriter`` under ``log_dir``), the reports and the overhead budget it spends
+Trainer, else its own ``SummaryWriter`` under ``log_dir``; ``CSVLogger``, W&B, MLflow through their
+``log_metrics``), every attributed profiled step's layers to TensorBoard. It makes the reports (one section per power
+mode: the mode the run ended in first) and owns the overhead budget it spends
 (:class:`~lightning_edge.lightning.budget.OverheadBudget`, one object handed to the session and its scheduler;
 every method of the reporter charges its own time to it, so the overhead it reports is measured, all of it).
 """
@@ -33,11 +36,13 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from lightning_edge.lightning.budget import FRACTION, OverheadBudget
-from lightning_edge.lightning.session import EnergySession, EpochTotals, ProfiledStep, StepTotal
+from lightning_edge.lightning.budget import OverheadBudget
+from lightning_edge.lightning.config import TB_LAYERS, ProfilerConfig, configure
+from lightning_edge.lightning.session import EnergySession, Epoch, ProfiledStep
+from lightning_edge.lightning.steps import TUNER
 from lightning_edge.lightning.tb import TrainerWriter
-from lightning_edge.profiling.attribution import DEFAULT_K
-from lightning_edge.profiling.report import RunOverhead
+from lightning_edge.profiling.report import ENDED_IN, TRAINED_IN, RunOverhead, mode_report
+from lightning_edge.records import Measurement, merge, over_budget
 
 __all__ = ["EnergyReporter", "ReportWriteWarning", "TB_LAYERS", "region_tag", "write_scalars"]
 
@@ -45,10 +50,6 @@ __all__ = ["EnergyReporter", "ReportWriteWarning", "TB_LAYERS", "region_tag", "w
 class ReportWriteWarning(UserWarning):
     """A report file or the TensorBoard run could not be written (a full or read-only disk): the run went on, the
     report is kept in memory (``EnergyProfiler.report``)."""
-
-#: per-layer scalars go to TensorBoard for this many layers per stage (the top ones by energy in the stage's first
-#: profiled step); every layer is in the markdown table and layers.csv
-TB_LAYERS = 10
 #: the stages a Trainer entry point runs (for the end-of-run summary)
 FN_STAGES = {"fit": ("train", "validate"), "validate": ("validate",), "test": ("test",), "predict": ("predict",)}
 
@@ -94,36 +95,13 @@ class EnergyReporter:
     ``overhead`` (the last run's, measured), ``log_dir``, ``trace_file``, ``session``.
     """
 
-    def __init__(self, model: Any, device: Any = "auto", *, every_n_steps: int | str = "auto", warmup_steps: int = 2,
-                 depth: int | None = None, include: Any = None, k: float = DEFAULT_K, roofline: Any = None,
-                 cost: Any = None, analyze: bool | str = "auto", overhead_target: float = FRACTION,
-                 settle_s: float | None = None, budget: OverheadBudget | None = None,
-                 log_layers: bool | str = True, tb_layers: int = TB_LAYERS, layer_power: bool = False,
-                 figure: bool | str = "auto", table: bool = True, trace: bool | str = "auto",
-                 trace_steps: int = 20, report: bool = True, print_summary: bool = True, top: int = 5,
-                 log_dir: str | os.PathLike[str] | None = None, **session_kw: Any) -> None:
-        for opt, val in (("figure", figure), ("trace", trace)):
-            if val not in (True, False, "auto"):
-                raise ValueError(f"{opt} must be True (always), False (never) or 'auto' (when the overhead budget "
-                                 f"allows), got {val!r}")
-        if log_layers not in (True, False, "all"):
-            raise ValueError(f"log_layers must be True (the top tb_layers layers), 'all' or False, got {log_layers!r}")
-        self.budget = budget if budget is not None else OverheadBudget(
-            overhead_target, **({"clock_ns": session_kw["clock_ns"]} if "clock_ns" in session_kw else {}))
-        self.session = EnergySession(model, device, every_n_steps=every_n_steps, warmup_steps=warmup_steps,
-                                     depth=depth, include=include, k=k, roofline=roofline, cost=cost, analyze=analyze,
-                                     settle_s=settle_s, keep_timings=trace_steps, budget=self.budget, **session_kw)
-        self.log_layers = log_layers
-        self.tb_layers = int(tb_layers)
-        self.layer_power = bool(layer_power)
-        self.figure = figure
-        self.table = table
-        self.trace = trace
-        self.trace_steps = int(trace_steps)
-        self.write_report = report
-        self.print_summary = print_summary
-        self.top = int(top)
-        self.log_dir_arg = None if log_dir is None else str(log_dir)
+    def __init__(self, model: Any, device: Any = "auto", config: ProfilerConfig | None = None, *,
+                 budget: OverheadBudget | None = None, **options: Any) -> None:
+        clock = {"clock_ns": options.pop("clock_ns")} if "clock_ns" in options else {}
+        cfg = self.config = configure(config, ProfilerConfig, **options)
+        self.budget = budget if budget is not None else OverheadBudget(cfg.overhead_target, **clock)
+        self.session = EnergySession(model, device, cfg, budget=self.budget, **clock)
+        self.session.subscribe(on_step=self._on_step, on_profiled=self._log_profiled)
         self.log_dir: str | None = None
         self.report: Any = None
         self.call_report: Any = None
@@ -131,11 +109,12 @@ class EnergyReporter:
         self.summary_text: str | None = None
         self.overhead = RunOverhead()  # the last run's, measured at its end
         self.rank_zero = True  # only rank 0 writes (the glue says which rank this is)
-        self.log_every_n_steps = 50  # a plain step's totals go to TensorBoard every N batches (the Trainer's own)
-        self._host: Any = None  # what TrainerWriter looks in for a TensorBoard logger (a Trainer), or None
-        self._tbw = TrainerWriter("energy", log_dir)
+        self.log_every_n_steps = 50  # a plain step's totals are logged every N batches (the Trainer's own)
+        self._host: Any = None  # where TrainerWriter looks for loggers (a Trainer), or None
+        self._tbw = TrainerWriter("energy", cfg.log_dir)
         self._writer: Any = None
-        self._logged_totals: dict[str, tuple[int, float]] = {}  # stage -> (totals read, their energy)
+        self._cum_j: dict[str, float] = {}  # stage -> the energy of its steps so far (cumulative scalar)
+        self._last_gstep: dict[str, int] = {}
         self._tb_names: dict[str, list[str]] = {}  # stage -> the layers with per-layer scalars
         self._described: set[str] = set()
         self._layout_written: str | None = None
@@ -144,6 +123,7 @@ class EnergyReporter:
         self.partial_run: str | None = None  # what stopped the run early (an exception, Ctrl-C), when one did
         self._warned_write = False
         self._tb_failed = False
+        self._budget_w: float | None = None  # the power budget of a tuner of the same model, as last seen
 
     @property
     def model(self) -> Any:
@@ -198,31 +178,26 @@ class EnergyReporter:
             with self.budget.spend("steps"):
                 s.mark(region, phase)
 
-    def step_end(self, stage: str, global_step: int | None = None) -> StepTotal | None:
-        """The step ends: its total is recorded, attributed profiled steps are logged (their logging is part of
-        what a profiled step costs), and the step totals due are written."""
-        s = self.session
+    def step_end(self, stage: str, global_step: int | None = None) -> Measurement | None:
+        """The step ends: the session measures it and publishes it (to TensorBoard and the loggers, through this
+        reporter's subscription) as soon as its numbers are known; returns its Measurement when that is now."""
         with self.budget.spend("steps"):
-            total = s.step_end(stage, global_step)
-            s.flush(log=self._log_profiled)
-            self._log_totals()
-            return total
+            return self.session.step_end(stage, global_step)
 
-    def epoch_end(self, stage: str, combine: Any = None) -> EpochTotals | None:
+    def epoch_end(self, stage: str, combine: Any = None) -> Epoch | None:
         """Close the stage's epoch and log its totals; ``combine``: a function of the epoch's
-        :class:`~lightning_edge.lightning.session.EpochTotals` returning the totals over DDP ranks (the glue's)."""
+        :class:`~lightning_edge.lightning.session.Epoch` returning the totals over DDP ranks (the glue's)."""
         s = self.session
         with self.budget.spend("steps"):
-            tot = s.epoch_end(stage, log=self._log_profiled)
-            if tot is None:
+            ep = s.epoch_end(stage)
+            if ep is None:
                 return None
             if combine is not None:
-                tot = combine(tot)
-                if tot.ranks > 1 and s.epochs and s.epochs[-1].stage == stage:
-                    s.epochs[-1] = tot  # the reports (layers.json) show the totals over ranks too
-            self._log_totals()
-            self._log_epoch(stage, tot)
-            return tot
+                ep = combine(ep)
+                if ep.ranks > 1 and s.epochs and s.epochs[-1].stage == stage:
+                    s.epochs[-1] = ep  # the reports (layers.json) show the totals over ranks too
+            self._log_epoch(stage, ep)
+            return ep
 
     def abort(self, reason: str | None = None) -> Any:
         """An exception in the run (Ctrl-C included): the step in progress is dropped; with ``reason`` every step
@@ -349,10 +324,10 @@ class EnergyReporter:
             self.note(f"TensorBoard custom scalars layout not written: {exc}")
 
     def _log_profiled(self, done: list[ProfiledStep]) -> None:
-        """The per-layer scalars of attributed profiled steps (their step totals go with :meth:`_log_totals`): the
+        """The per-layer scalars of attributed profiled steps (their step totals go with :meth:`_on_step`): the
         top ``tb_layers`` layers of the stage (``..._layer/<stage>/<layer>``) and every row outside the layers
         (``..._region/<stage>/(optimizer)``), each under its own name."""
-        if not done or not self.log_layers:
+        if not done or not self.config.log_layers:
             return
         w = self._tb()
         if w is None:
@@ -367,7 +342,7 @@ class EnergyReporter:
                                 if math.isfinite(le.energy_j) else 0.0)
                 layers = [le.name for le in ranked if le.time_s > 0 and not _is_region(le)]
                 regions = [le.name for le in ranked if le.time_s > 0 and _is_region(le)]
-                names = self._tb_names[st] = [*layers[: None if self.log_layers == "all" else self.tb_layers],
+                names = self._tb_names[st] = [*layers[: None if self.config.log_layers == "all" else self.config.tb_layers],
                                               *regions]
             items: list[tuple[str, float, str]] = []
             for name in names:
@@ -381,7 +356,7 @@ class EnergyReporter:
                               f"self time of {name} per step, ms ({what})"))
                 items.append((f"energy_j{ep}{k}/{st}/{leaf}", le.energy_j,
                               f"energy of {name} per step, J ({what})"))
-                if self.layer_power:
+                if self.config.layer_power:
                     items.append((f"power_w{ep}{k}/{st}/{leaf}", le.power_w, f"mean power of {name}, W"))
                 # this machine's time of a row the twin models alone ((loss), (idle and CPU)) is 0: not written
                 if s.twin_times and le.host_s is not None and math.isfinite(le.host_s) and le.host_s > 0:
@@ -389,54 +364,51 @@ class EnergyReporter:
                                   f"self time of {name} on this machine, ms"))
             self._scalars(w, items, step.global_step)
 
-    def _log_totals(self) -> None:
-        """The step totals resolved since the last call: a profiled step's always, a plain step's every
-        ``log_every_n_steps`` batches (as the Trainer writes its own metrics), with the stage's energy so far
-        (``.../cumulative``: a line from the first logged step on, where the epoch's total is one point)."""
-        s = self.session
+    def _on_step(self, stage: str, index: int, global_step: int, m: Measurement, profiled: Any) -> None:
+        """A resolved step (the session's subscription): a profiled step's totals always, a plain step's every
+        ``log_every_n_steps`` batches (as the Trainer writes its own metrics), to TensorBoard and to the Trainer's
+        other loggers, with the stage's energy so far (``.../cumulative``)."""
+        if stage == "train":
+            self._power_budget_w()
+        run_j = self._cum_j.get(stage, 0.0) + (m.energy_j if m.has_power else 0.0)
+        self._cum_j[stage] = run_j
+        self._last_gstep[stage] = int(global_step)
         every = self.log_every_n_steps
-        rows: list[tuple[StepTotal, float]] = []
-        for stage, totals in s.totals.items():
-            i, run_j = self._logged_totals.get(stage, (0, 0.0))
-            while i < len(totals) and math.isfinite(totals[i].energy_j):
-                t = totals[i]
-                i += 1
-                run_j += t.energy_j
-                if t.profiled or (every > 0 and (t.index + 1) % every == 0):
-                    rows.append((t, run_j))
-            self._logged_totals[stage] = (i, run_j)
-        if not rows:
-            return
-        w = self._tb()
-        if w is None:
+        if not (profiled is not None or (every > 0 and (index + 1) % every == 0)) or not self.rank_zero:
             return
         tp, ep, _ = self._labels()
-        for t, run_j in rows:
-            stage = t.stage
-            items = [(f"energy_j{ep}/{stage}/step", t.energy_j, f"{stage} step energy, J"),
-                     (f"energy_j{ep}/{stage}/cumulative", run_j,
-                      f"{stage} energy of every step so far in this session, J"),
-                     (f"time_ms{tp}/{stage}/step", t.time_s * 1e3, f"{stage} step time, ms"),
-                     (f"power_w{ep}/{stage}/step", t.energy_j / t.time_s if t.time_s > 0 else math.nan,
-                      f"{stage} step mean power, W")]
-            if t.sim_time_s is not None and t.host_time_s > 0:
-                items.append((f"time_ms_host/{stage}/step", t.host_time_s * 1e3,
-                              f"{stage} step time on this machine, ms"))
-            self._scalars(w, items, t.global_step)
+        items = [(f"energy_j{ep}/{stage}/step", m.energy_j, f"{stage} step energy, J"),
+                 (f"energy_j{ep}/{stage}/cumulative", run_j,
+                  f"{stage} energy of every step so far in this session, J"),
+                 (f"time_ms{tp}/{stage}/step", m.time_s * 1e3, f"{stage} step time, ms"),
+                 (f"power_w{ep}/{stage}/step", m.power_w, f"{stage} step mean power, W")]
+        if m.simulated and m.host_time_s:
+            items.append((f"time_ms_host/{stage}/step", m.host_time_s * 1e3, f"{stage} step time on this machine, ms"))
+        self._write(items, int(global_step))
 
-    def _log_epoch(self, stage: str, tot: EpochTotals) -> None:
-        w = self._tb()
-        if w is None:
+    def _write(self, items: list[tuple[str, float, str]], step: int, tb_step: int | None = None) -> None:
+        """Scalars to TensorBoard (with their descriptions, at ``tb_step``, default ``step``) and through the
+        Trainer's other loggers (at ``step``)."""
+        if not self.rank_zero:
             return
+        if self.config.loggers and self._host is not None:
+            self._tbw.log_metrics(self._host, {t: v for t, v, _ in items}, step)
+        w = self._tb()
+        if w is not None:
+            self._scalars(w, items, step if tb_step is None else tb_step)
+
+    def _log_epoch(self, stage: str, ep_: Epoch) -> None:
+        """The epoch's totals: energy, energy per sample, time, mean power (over every mode it ran in: an epoch is a
+        total), what the readings were worth; TensorBoard at the epoch's index, the loggers at its last step."""
         s = self.session
         tp, ep, _ = self._labels()
+        tot = ep_.total
         items = [(f"energy_j{ep}/{stage}/epoch", tot.energy_j, f"{stage} epoch energy, J"),
-                 (f"energy_j{ep}/{stage}/per_sample", tot.j_per_sample, f"{stage} energy per sample, J"),
+                 (f"energy_j{ep}/{stage}/per_sample", ep_.j_per_sample, f"{stage} energy per sample, J"),
                  (f"time_ms{tp}/{stage}/epoch", tot.time_s * 1e3, f"{stage} epoch time, ms"),
-                 (f"power_w{ep}/{stage}/epoch", tot.energy_j / tot.time_s if tot.time_s > 0 else math.nan,
-                  f"{stage} epoch mean power, W")]
-        if tot.ranks > 1:
-            items.append((f"energy_j{ep}/{stage}/epoch_domains", float(tot.domains),
+                 (f"power_w{ep}/{stage}/epoch", tot.power_w, f"{stage} epoch mean power, W")]
+        if ep_.ranks > 1:
+            items.append((f"energy_j{ep}/{stage}/epoch_domains", float(ep_.domains),
                           "energy domains summed in the epoch's energy (count)"))
         q = tot.readings  # what the readings were worth: partial ones, rejected rail values, failed reads
         if q is not None:
@@ -446,17 +418,17 @@ class EnergyReporter:
                        f"{stage}: rail values rejected as implausible (count)"),
                       (f"readings/{stage}/epoch_failed", float(q.failed), f"{stage}: failed sensor reads (count)"),
                       (f"readings/{stage}/epoch_samples", float(q.samples), f"{stage}: power readings (count)")]
-        if s.twin_times and math.isfinite(tot.host_time_s) and tot.host_time_s > 0:
+        if s.twin_times and tot.host_time_s:
             items.append((f"time_ms_host/{stage}/epoch", tot.host_time_s * 1e3,
                           f"{stage} epoch time on this machine, ms"))
-        self._scalars(w, items, tot.epoch)
+        self._write(items, self._last_gstep.get(stage, ep_.epoch), tb_step=ep_.epoch)
 
     # ------------------------------------------------------------------ extras, within the budget
     def _extra(self, option: str, kind: str, n: int, what: str, keep_reports: bool = True) -> bool:
         """Whether the ``option`` setting (``figure`` or ``trace``) lets ``what`` (``n`` of ``kind``) be made now:
         always (True), never (False), or ``"auto"``: when its expected cost fits what is left of the run's budget,
         the reports kept; a note says why not."""
-        setting = getattr(self, option)
+        setting = getattr(self.config, option)
         if setting is not True and setting != "auto":
             return False
         b = self.budget
@@ -474,7 +446,7 @@ class EnergyReporter:
         """Each stage's layer bar chart (Pillow, some 20 ms) and roofline figure (matplotlib, about 0.5 s, more
         the first time in a process), when ``figure`` allows (see :meth:`_extra`); the bar chart first."""
         todo = [st for st in stages if report.stages.get(st) is not None and report.stages[st].layers]
-        if not self.figure or not todo:
+        if not self.config.figure or not todo:
             return
         b = self.budget
         # the bar chart (some 20-40 ms) is part of what the budget keeps for the reports (OverheadBudget.need_s):
@@ -499,7 +471,7 @@ class EnergyReporter:
 
     def _add_figure(self, w: Any, stage: str, st: Any, epoch: int) -> None:
         s = self.session
-        roof, desc = s.roofline(s.mode)
+        roof, desc = s.roofline(st.headline.mode if st.headline is not None else s.mode)
         if roof is None:
             return
         total_t = sum(ls.time_s for ls in st.layers.values() if math.isfinite(ls.time_s))
@@ -537,17 +509,22 @@ class EnergyReporter:
                     "model": "ESTIMATED (roofline model, no sensor)"}.get(s.source, "measured")
             tkind = "SIMULATED (Orin twin)" if s.twin_times else "measured on this machine"
             rows = [(ls.name, _is_region(ls), ls.energy_j, ls.time_s * 1e3) for ls in st.layers.values()]
+            m0 = st.headline
+            mode = m0.mode if m0 is not None else s.mode
+            how = (f"{m0.role} mode {mode}: the mean of {m0.profiled.steps} profiled step(s)"
+                   + (" scaled to the mode's step" if m0.scaled else "")) if m0 is not None else \
+                f"mode {mode}: the mean of {st.steps.steps} profiled step(s)"
             img = energy_chart(rows, title=f"{stage}: where a step's energy goes, {kind}",
-                               subtitle=f"per step: the mean of {st.steps.steps} profiled step(s); energy {kind}, "
-                                        f"mode {s.mode}; times {tkind}",
-                               top=max(self.top, 15))
+                               subtitle=f"per step in {how}; energy {kind}; times {tkind}",
+                               top=max(self.config.top, 15))
             w.add_image(f"layers/{stage}", np.asarray(img), epoch, dataformats="HWC")
         except Exception as exc:  # noqa: BLE001
             self.note(f"layer bar chart failed: {type(exc).__name__}: {exc}")
 
     # ------------------------------------------------------------------ the end of the run
     def _build_report(self, call: dict[str, Any] | None = None, global_step: int | None = None) -> Any:
-        """The report over the whole session, or (``call``: a mark from :meth:`begin_run`) over one run."""
+        """The report over the whole session, or (``call``: a mark from :meth:`begin_run`) over one run: per stage,
+        one section per power mode (:meth:`_modes`), totals over every step, the epochs."""
         from lightning_edge.profiling.report import ProfileReport
 
         s = self.session
@@ -558,15 +535,15 @@ class EnergyReporter:
         all_totals = {stage: lst[t0.get(stage, 0):] for stage, lst in s.totals.items()}
         steps = {stage: [p.energy for p in lst] for stage, lst in profiled.items() if lst or all_totals.get(stage)}
         costs = {stage: s.costs_for(stage == "train") for stage in steps}
-        totals = {}
+        budget_w = self._power_budget_w()
+        totals, modes = {}, {}
         mode_notes: list[str] = []
         for stage, lst in all_totals.items():
             if not lst:
                 continue
-            vals = [t.energy_j for t in lst if math.isfinite(t.energy_j)]
-            labels = {t.label for t in lst if math.isfinite(t.energy_j)}
-            totals[stage] = {"steps": len(lst), "energy_j": sum(vals) * len(lst) / len(vals) if vals else math.nan,
-                             "time_s": sum(t.time_s for t in lst), "samples": sum(t.samples or 0 for t in lst),
+            m = merge(lst, mode=None)
+            labels = {t.shown_label for t in lst if t.has_power}
+            totals[stage] = {"steps": m.steps, "energy_j": m.energy_j, "time_s": m.time_s, "samples": m.samples or 0,
                              "label": "/".join(sorted(labels)) if labels else "",
                              "min_batches": s.schedule.warmup_steps + 1}
             need = s.schedule.stages[stage].min_batches if stage in s.schedule.stages else 0
@@ -586,10 +563,13 @@ class EnergyReporter:
                                      "budget: see the notes")
             if call is not None and stage == "train" and global_step is not None:
                 totals[stage]["optimizer_steps"] = int(global_step) - (call.get("gstep0") or 0)
+            modes[stage] = self._modes(stage, t0.get(stage, 0), lst, profiled.get(stage, []), costs.get(stage))
+            if budget_w is not None:  # (the windows whose profile was over it: the tuner's summary says)
+                totals[stage]["over_budget"] = over_budget(lst, budget_w)
         epochs = [{"stage": e.stage, "epoch": e.epoch, "energy_j": e.energy_j, "time_s": e.time_s,
                    "steps": e.steps, "samples": e.samples, "j_per_sample": e.j_per_sample, "method": e.label,
-                   **({"host_time_s": e.host_time_s} if e.label == "simulated" else {}),
-                   "modes": e.modes,
+                   **({"host_time_s": e.total.host_time_s} if e.total.simulated else {}),
+                   "modes": [{k: v for k, v in r.items() if k != "measurement"} for r in e.runs],
                    **({"ranks": e.ranks, "energy_domains": e.domains} if e.ranks > 1 else {}),
                    **({"readings": {"samples": e.readings.samples, "partial": e.readings.partial,
                                     "rejected": e.readings.rejected, "failed": e.readings.failed,
@@ -602,10 +582,49 @@ class EnergyReporter:
         notes = list(dict.fromkeys([*(dev.notes if dev else []), *s.cost_notes, *s.notes, *mode_notes]))
         mode = s.mode
         roof_desc = s.roofline(mode)[1] if dev is not None else s.roofline_desc
-        return ProfileReport.build(steps, costs=costs, totals=totals, epochs=epochs,
+        return ProfileReport.build(steps, costs=costs, totals=totals, epochs=epochs, modes=modes,
                                    device=dev.describe() if dev else "", source=s.source, mode=mode,
                                    roofline=roof_desc, overhead=self._overhead(), notes=notes,
                                    twin_times=s.twin_times)
+
+    def _modes(self, stage: str, first: int, steps: list[Measurement], profiled: list[ProfiledStep],
+               costs: Any) -> list[Any]:
+        """The stage's steps by power mode: every step of a mode outside a tuner's profiling windows is one group
+        (``trained in``), each window its own; the group of the last step first (``ended in``), then the modes
+        trained in, then the windows. Each group's layers are its profiled steps' (on the twin scaled to the group's
+        mean step: the twin's model of that mode). Never a mean over modes."""
+        windows = self.session.windows.get(stage, {})
+        groups: dict[tuple, dict] = {}
+        for i, m in enumerate(steps, start=first):
+            key = (str(m.mode) if m.mode is not None else "unknown", windows.get(i))
+            groups.setdefault(key, {"first": i, "ms": [], "prof": []})["ms"].append(m)
+        for p in profiled:
+            key = (p.mode or "unknown", windows.get(p.index))
+            if key in groups:
+                groups[key]["prof"].append(p.energy)
+        if not groups:
+            return []
+        last = next((k for k in reversed(list(groups)) if k[1] is None), None)
+        last_step = (str(steps[-1].mode) if steps[-1].mode is not None else "unknown",
+                     windows.get(first + len(steps) - 1))
+        head = last_step if last_step[1] is not None else last
+        order = [head] + [k for k in groups if k != head and k[1] is None] + [k for k in groups
+                                                                              if k != head and k[1] is not None]
+        out = []
+        for k in order:
+            g = groups[k]
+            role = (ENDED_IN if k[1] is None else f"{k[1]}, ended in") if k == head else (k[1] or TRAINED_IN)
+            out.append(mode_report(k[0], role, g["first"], g["ms"], g["prof"], costs,
+                                   scale=all(m.simulated for m in g["ms"])))
+        return out
+
+    def _power_budget_w(self) -> float | None:
+        """The power budget a tuner of the same model keeps, or kept at the run's last step (None: no tuner)."""
+        for t in self.session.loop.attached(TUNER):
+            w = getattr(t, "power_budget_w", None)
+            if w is not None:
+                self._budget_w = float(w)
+        return self._budget_w
 
     def _overhead(self) -> RunOverhead:
         """What this run spent, measured, from the budget (every part charges it)."""
@@ -629,8 +648,7 @@ class EnergyReporter:
         s, b = self.session, self.budget
         with b.spend("reports"):
             r0 = b.clock_ns()
-            s.flush(wait=True, log=self._log_profiled)
-            self._log_totals()
+            s.flush(wait=True)
             call = self._call or {}
             ran = any(len(v) > call.get("totals", {}).get(k, 0) for k, v in s.totals.items())
             if not self.rank_zero or not ran:
@@ -639,9 +657,9 @@ class EnergyReporter:
             stages = [st for st in FN_STAGES.get(str(fn), tuple(s.totals)) if st in s.totals]
             self.call_report = self._build_report(call, global_step)
             w = self._tb()
-            log_dir = Path(self.log_dir or self.log_dir_arg or ".")
+            log_dir = Path(self.log_dir or self.config.log_dir or ".")
             step = int(global_step or 0)
-            if w is not None and self.table:
+            if w is not None and self.config.table:
                 for st in stages:
                     if st in self.call_report.stages:
                         w.add_text(f"energy/{st}_layers", self.call_report.markdown(st), step)
@@ -649,13 +667,13 @@ class EnergyReporter:
             first = not (any(call.get("profiled", {}).values()) or any(call.get("totals", {}).values())
                          or call.get("epochs"))
             report = self.report = self.call_report if first else self._build_report()
-            if self.write_report:
+            if self.config.report:
                 self._save(log_dir / "layers.csv", report.write_csv)
             essentials_s = (b.clock_ns() - r0) / 1e9
             # what the budget leaves room for, most useful first
             if w is not None:
                 self._figures(w, self.call_report, stages, step)
-            if self.trace:
+            if self.config.trace:
                 self._save(log_dir, self._write_trace)
             r1 = b.clock_ns()
             for r in {id(self.call_report): self.call_report, id(report): report}.values():  # the notes above
@@ -665,7 +683,7 @@ class EnergyReporter:
                     self._writer.flush()
                 except OSError as exc:
                     self._write_failed(self.log_dir, exc)
-            self.summary_text = self.call_report.summary(self.top, stages)
+            self.summary_text = self.call_report.summary(self.config.top, stages)
             essentials_s += (b.clock_ns() - r1) / 1e9
             b.learn("reports", essentials_s)
         # the whole run's overhead, measured: everything charged to the budget (every hook, the profiled steps'
@@ -673,9 +691,9 @@ class EnergyReporter:
         self.overhead = self._overhead()
         self.call_report.overhead = self.overhead
         report.overhead = self.overhead
-        if self.write_report:
+        if self.config.report:
             self._save(log_dir / "layers.json", report.write_json)
-        if self.print_summary:
+        if self.config.print_summary:
             print(self.summary_text)
         return self.call_report
 
@@ -684,7 +702,7 @@ class EnergyReporter:
         s = self.session
         chosen = []
         for lst in s.profiled.values():
-            chosen += [p for p in lst if p.timing.modules or p.timing.nodes][-self.trace_steps:]
+            chosen += [p for p in lst if p.timing.modules or p.timing.nodes][-self.config.trace_steps:]
         chosen.sort(key=lambda p: p.timing.t0_ns)
         return chosen
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
 
 from lightning_edge.lightning.budget import DISPATCH_FACTOR, OverheadBudget
 
@@ -81,11 +80,11 @@ class StepScheduler:
             st = self.stages[stage] = StageState()
         return st
 
-    def mode_ok(self, device: Any, notes: list[str]) -> bool:
-        """False when the board's mode changed recently (in steps or in seconds); tracks the mode."""
-        if device is None or device.controller is None:
+    def mode_ok(self, mode: str | None, since_change_s: float | None, notes: list[str]) -> bool:
+        """False when the board's mode changed recently (in steps, or within ``settle_s`` seconds of the change:
+        ``since_change_s``, simulated seconds on the twin; None when the board cannot say); tracks the mode."""
+        if mode is None:
             return True
-        mode = device.mode()
         if mode != self.mode:
             self.mode = mode
             self._mode_change_at = self.steps
@@ -94,14 +93,17 @@ class StepScheduler:
             return False
         if self._mode_change_at is not None and self.steps - self._mode_change_at <= self.warmup_steps:
             return False
-        since = device.seconds_since_mode_change()
-        return not (since is not None and self.settle_s and since < self.settle_s)
+        return not (since_change_s is not None and self.settle_s and since_change_s < self.settle_s)
 
-    def should_profile(self, stage: str, device: Any = None, notes: list[str] | None = None, calls: int = 0,
-                       owed_s: float = 0.0) -> bool:
-        """Whether the next step of ``stage`` is profiled per layer (``calls``: the model's module calls per step;
-        ``owed_s``: work still owed before the first profiled step, e.g. a cost analysis not yet run)."""
+    def should_profile(self, stage: str, mode: str | None = None, since_change_s: float | None = None,
+                       notes: list[str] | None = None, calls: int = 0, owed_s: float = 0.0) -> bool:
+        """Whether the next step of ``stage`` is profiled per layer (``mode``: the board's mode as it starts;
+        ``since_change_s``: seconds since that mode was set; ``calls``: the model's module calls per step;
+        ``owed_s``: work still owed before the first profiled step, e.g. a cost analysis not yet run). The mode is
+        tracked at every step, profiled or not."""
         st = self.stage(stage)
+        notes = [] if notes is None else notes
+        ok = self.mode_ok(mode, since_change_s, notes)
         if st.batches < self.warmup_steps or st.first is False:
             return False
         if self.auto and self._learnt != self.budget.learnt:
@@ -110,7 +112,6 @@ class StepScheduler:
             return False
         if not st.n_profiled and self.auto and not self._first_affordable(stage, calls, owed_s, notes):
             return False
-        ok = self.mode_ok(device, [] if notes is None else notes)
         if not ok:
             st.mode_blocked += 1  # the mode, not the run's length, held this step back (the summary says so)
         return ok

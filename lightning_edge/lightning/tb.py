@@ -1,15 +1,23 @@
-"""Where a callback writes TensorBoard: the Trainer's ``TensorBoardLogger`` run, else its own ``SummaryWriter``.
+"""Where a callback writes: the Trainer's loggers, and TensorBoard on top.
 
-Shared by :class:`~lightning_edge.lightning.energy_profiler.EnergyProfilerMixin` and the power-mode tuner, so
-both land in the same TensorBoard run when the Trainer has a TensorBoard logger.
+:class:`TrainerWriter` is shared by :class:`~lightning_edge.lightning.energy_profiler.EnergyProfilerMixin` and the
+power-mode tuner:
+
+* ``get(trainer)``: the TensorBoard writer for charts, tables and images: the Trainer's ``TensorBoardLogger`` run
+  (both callbacks land in it), else an own ``SummaryWriter``;
+* ``log_metrics(trainer, metrics, step)``: plain numbers (step and epoch energy, power, time) through every other
+  logger of the Trainer (``trainer.loggers``: ``CSVLogger``'s ``metrics.csv``, W&B, MLflow, any ``Logger``), with
+  the logger's own ``log_metrics``; TensorBoard gets them from the writer, with its descriptions, so they are not
+  written twice.
 """
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
-__all__ = ["TrainerWriter", "next_version"]
+__all__ = ["TrainerWriter", "next_version", "is_tensorboard"]
 
 
 def next_version(root: str) -> str:
@@ -20,10 +28,16 @@ def next_version(root: str) -> str:
     return os.path.join(root, f"version_{n}")
 
 
+def is_tensorboard(logger: Any) -> bool:
+    """A TensorBoard logger of either Lightning package (its experiment is a ``SummaryWriter``)."""
+    return any(c.__name__ == "TensorBoardLogger" for c in type(logger).__mro__)
+
+
 class TrainerWriter:
     """``get(trainer)``: the Trainer's TensorBoardLogger experiment, else an own ``SummaryWriter`` under
     ``log_dir`` or ``<default_root_dir>/lightning_logs/<name>/version_N`` (the same directory for every later
-    call, so fit then test is one run); ``None`` on ranks other than 0."""
+    call, so fit then test is one run); ``None`` on ranks other than 0. ``log_metrics``: the Trainer's other
+    loggers (see the module docstring)."""
 
     def __init__(self, name: str, log_dir: str | os.PathLike[str] | None = None) -> None:
         self.name = name
@@ -39,7 +53,7 @@ class TrainerWriter:
         if self.writer is not None or not bool(getattr(trainer, "is_global_zero", True)):
             return self.writer
         for lg in getattr(trainer, "loggers", None) or []:
-            if type(lg).__name__ == "TensorBoardLogger":
+            if is_tensorboard(lg):
                 exp = lg.experiment
                 if hasattr(exp, "add_scalar"):
                     self.writer, self.log_dir, self.own = exp, str(lg.log_dir), False
@@ -58,6 +72,21 @@ class TrainerWriter:
             self.error, self.log_dir = (root, exc), root
             return None
         return self.writer
+
+    @staticmethod
+    def loggers(trainer: Any) -> list[Any]:
+        """The Trainer's loggers other than TensorBoard's, on rank 0 (none elsewhere)."""
+        if trainer is None or not bool(getattr(trainer, "is_global_zero", True)):
+            return []
+        return [lg for lg in (getattr(trainer, "loggers", None) or []) if not is_tensorboard(lg)]
+
+    def log_metrics(self, trainer: Any, metrics: dict[str, float], step: int) -> None:
+        """``metrics`` (finite values only) through each of the Trainer's other loggers, at ``step``."""
+        out = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
+        if not out:
+            return
+        for lg in self.loggers(trainer):
+            lg.log_metrics(out, step=int(step))
 
     def flush(self) -> None:
         if self.writer is not None:

@@ -12,9 +12,12 @@
 
 The behaviour lives in :class:`PowerModeTunerMixin` (no Lightning import) and in the engine,
 :class:`~lightning_edge.tuning.online.OnlineTuner` (profiling windows, the strategy thread, re-tuning, restore).
-This module adds the Lightning plumbing: the device, the workload key from the module and the first batch,
-TensorBoard, the printed summary, checkpoint state, and restoring the board at the end, on an exception and
-on an interrupt (``KeyboardInterrupt`` reaches ``on_exception``). A process killed outright leaves the
+This module adds the Lightning plumbing: the device, the workload key from the module and the first batch, the
+model's step loop (:mod:`lightning_edge.lightning.steps`: with an ``EnergyProfiler`` in the same Trainer the tuner
+switches modes before the profiler's step starts and trains its windows on the profiler's measurement of each step,
+read from the board's one meter; it tags its windows so the profiler reports them apart), TensorBoard and the
+Trainer's other loggers, the printed summary, checkpoint state, and restoring the board at the end, on an exception
+and on an interrupt (``KeyboardInterrupt`` reaches ``on_exception``). A process killed outright leaves the
 controller's state file, and the next controller of that board to start restores the original mode.
 
 TensorBoard tags (``<label>`` is ``simulated`` on the twin, ``measured`` on a board):
@@ -28,12 +31,13 @@ index); ``tuner/<label>/epoch_time_s`` and ``tuner/<label>/epoch_energy_j`` per 
 from __future__ import annotations
 
 import math
-import os
-from dataclasses import fields, replace
+from dataclasses import replace
 from typing import Any
 
 from lightning_edge.devices.board import get_board
+from lightning_edge.lightning.config import TunerConfig, configure
 from lightning_edge.lightning.console import end_progress_bar
+from lightning_edge.lightning.steps import TUNER, shared_loop
 from lightning_edge.lightning.tb import TrainerWriter
 from lightning_edge.tuning.online import (
     PHASES,
@@ -41,7 +45,6 @@ from lightning_edge.tuning.online import (
     OnlineTuner,
     TuningProgress,
     TuningSummary,
-    WindowSpec,
     module_fingerprint,
 )
 from lightning_edge.twin.workload import count_param_tensors
@@ -97,12 +100,15 @@ def format_summary(s: TuningSummary, device_text: str) -> str:
     cost = f"{s.profiling_steps} minibatches, {s.profiling_time_s:.1f} s, {s.profiling_energy_j:.0f} J {lab}"
     if s.profiles_used or s.new_profiles:
         lines.append(f"  budget {s.budget_w:g} W, strategy {s.strategy}: the search used {s.profiles_used} profiles "
-                     f"(from the store or measured); {s.new_profiles} were measured in this run, the MAXN baseline of "
-                     f"the comparison below included ({cost})")
+                     f"(from the store or measured); {s.new_profiles} were measured in this run ({cost})")
     else:
         lines.append(f"  budget {s.budget_w:g} W, strategy {s.strategy}: no search finished in this run "
                      f"(profiling windows: {cost})")
     lines.extend(_progress_lines(s.progress))
+    ob = s.over_budget
+    if ob is not None:
+        lines.append(f"  while tuning: {ob.describe('minibatches')}; at MAXN after tuning began: {s.maxn_steps} "
+                     "minibatches (MAXN is never run for a comparison)")
     if s.mode:
         lines.append(f"  chosen mode {s.mode}: {s.time_s * 1e3:.1f} ms/minibatch, {s.power_w:.1f} W (profile, "
                      f"{s.mode_label or lab})")
@@ -111,7 +117,9 @@ def format_summary(s: TuningSummary, device_text: str) -> str:
         if s.measured_tuned_time_s is not None:
             n = s.measured_tuned_steps
             what = f"{n} minibatches" if n else "minibatches"
-            lines.append(f"  while training in it ({what}, the power settling after the switch included): "
+            how = ("settled: the settling after the switch left out" if s.measured_tuned_settled else
+                   "none settled yet: the power still moved after the switch")
+            lines.append(f"  while training in it ({what}, {how}): "
                          f"{s.measured_tuned_time_s * 1e3:.1f} ms/minibatch, {s.measured_tuned_power_w:.1f} W ({lab})")
     elif s.phase == "infeasible":
         lines.append("  no profiled mode meets the budget: trained in the lowest-power mode profiled")
@@ -120,8 +128,8 @@ def format_summary(s: TuningSummary, device_text: str) -> str:
                      "full reading is never compared with a partial one)")
     if s.maxn_time_s is not None and s.mode:
         thr, en = s.throughput_vs_maxn, s.energy_vs_maxn
-        lines.append(f"  vs MAXN ({s.maxn_time_s * 1e3:.1f} ms, {s.maxn_power_w:.1f} W): throughput "
-                     f"x{thr:.2f} ({(thr - 1) * 100:+.1f} %), energy per minibatch {(en - 1) * 100:+.1f} %")
+        lines.append(f"  vs MAXN ({s.maxn_time_s * 1e3:.1f} ms, {s.maxn_power_w:.1f} W: {s.maxn_source}; not run): "
+                     f"throughput x{thr:.2f} ({(thr - 1) * 100:+.1f} %), energy per minibatch {(en - 1) * 100:+.1f} %")
     if s.retunes:
         lines.append(f"  re-tuned {s.retunes} time(s) (budget changes or power drift; drift scale x{s.drift_scale:.3f})")
     if s.restored:
@@ -143,8 +151,7 @@ def _progress_lines(p: TuningProgress) -> list[str]:
     est = " (estimated from the step times)" if p.per_profile_estimated else ""
     per = (f"{p.minibatches_per_profile:.0f} minibatches per profile{est}: {p.settle_steps:.0f} while the "
            f"power settles, {p.warmup_steps:.0f} warm-up, {p.window_steps:.0f} measured")
-    maxn = ", MAXN included" if p.baseline else ""
-    out = [f"  tuning: {p.profiles_done} profiles done of {p.profiles_planned} planned (at most{maxn}); {per}"]
+    out = [f"  tuning: {p.profiles_done} profiles done of {p.profiles_planned} planned (at most); {per}"]
     if p.tuning_steps is not None:
         out.append(f"  tuning took {p.tuning_steps} minibatches, then training went on in the chosen mode")
     elif p.more_steps_needed:
@@ -173,7 +180,8 @@ class PowerModeTunerMixin:
         window: a :class:`~lightning_edge.tuning.online.WindowSpec` or a dict of its fields (settling time,
             warm-up minibatches, min/max measured minibatches, stability target).
         switch_at: ``"window"`` (modes change between profiling windows, inside epochs) or ``"epoch"``.
-        baseline: profile MAXN too (once per store) for the summary's comparison.
+        baseline: compare the chosen mode with MAXN in the summary: MAXN's profile from the store, else the prior's
+            prediction (labelled so). MAXN is never run for it: a budget holds while tuning.
         drift_window, drift_tolerance, drift_patience: re-tune when the mean power of ``drift_window`` steps in
             the chosen mode exceeds the budget by ``drift_tolerance`` ``drift_patience`` times in a row.
         workload_id: the workload's key in the store (default: module class, parameter count, batch shapes,
@@ -193,49 +201,25 @@ class PowerModeTunerMixin:
             (``trainer.estimated_stepping_batches``), where a slightly slower mode costs more than the profiles.
     """
 
-    def __init__(self, power_budget_w: float, *, strategy: Any = "gmd", device: Any = "auto", store: Any = "default",
-                 space: Any = None, window: WindowSpec | dict | None = None, switch_at: str = "window",
-                 baseline: bool = True, drift_window: int = 20, drift_tolerance: float = 0.03,
-                 drift_patience: int = 2, workload_id: str | None = None, precision: str | None = None,
-                 seed: int | None = 0, log_every_n_steps: int = 10, print_summary: bool = True,
-                 log_dir: str | os.PathLike[str] | None = None, prior: Any = True,
-                 thorough: bool | None = None, cost: Any = None) -> None:
+    def __init__(self, power_budget_w: float, config: TunerConfig | None = None, *, device: Any = "auto",
+                 **options: Any) -> None:
         super().__init__()
         budget = _budget_w(power_budget_w)
-        if switch_at not in ("window", "epoch"):
-            raise ValueError(f"switch_at must be 'window' or 'epoch', got {switch_at!r}")
-        if isinstance(window, dict):
-            names = [f.name for f in fields(WindowSpec)]
-            unknown = sorted(set(window) - set(names))
-            if unknown:
-                raise ValueError(f"window: unknown setting(s) {unknown}; a profiling window takes {names}")
-            window = WindowSpec(**window)
-        if log_every_n_steps < 1:
-            raise ValueError(f"log_every_n_steps must be >= 1, got {log_every_n_steps}")
+        cfg = self.config = configure(config, TunerConfig, **options)
         self.power_budget_w = budget
-        self.strategy = strategy
         self.device = device
-        self.store = store
-        self.space = space
-        self.window = window
-        self.switch_at = switch_at
-        self.baseline = baseline
-        self.drift = dict(drift_window=drift_window, drift_tolerance=drift_tolerance, drift_patience=drift_patience)
-        self.workload_id = workload_id
-        self.precision = precision
-        self.seed = seed
-        self.log_every_n_steps = int(log_every_n_steps)
-        self.print_summary = print_summary
-        self.prior = prior
-        self.thorough = thorough
         self.tuner: OnlineTuner | None = None
         self.board: Any = None  # the devices.Board tuned
         self.summary_text: str | None = None
-        self._tbw = TrainerWriter("tuner", log_dir)
+        self._tbw = TrainerWriter("tuner", cfg.log_dir)
         self._trainer: Any = None
+        self._module: Any = None
+        self._loop: Any = None
+        self._batch: Any = None
+        self._driver = _Driver(self)
         # i17cost: the workload's cost model, from the shared capture of the first training step
         # (lightning_edge.cost.capture) or given as cost=; notes say what could not be modelled
-        self.workload_cost: Any = cost
+        self.workload_cost: Any = cfg.cost
         self.capture_notes: list[str] = []
         self._capture: Any = None
         self._pre_steps = 0  # minibatches trained before the tuner started (the capture step)
@@ -256,6 +240,11 @@ class PowerModeTunerMixin:
         self.power_budget_w = budget
         if self.tuner is not None:
             self.tuner.set_power_budget(budget)
+
+    @property
+    def window(self) -> Any:
+        """The profiling window's settings (:class:`~lightning_edge.tuning.online.WindowSpec`; None: the defaults)."""
+        return self.config.window
 
     @property
     def solution(self) -> Any:
@@ -283,19 +272,25 @@ class PowerModeTunerMixin:
                 "and switch its own board's power mode from its own measurements, and the ranks would diverge. Tune "
                 "on one device (Trainer(devices=1, ...) with PowerModeTuner), then give every board the tuned mode "
                 "(PowerModeTuner.solution.mode; on each board: lightning-edge mode set <mode>).")
-        prec = _precision_of(trainer, self.precision)
-        self.board = board = get_board(self.device, control="write", seed=self.seed)
+        c = self.config
+        prec = _precision_of(trainer, c.precision)
+        self.board = board = get_board(self.device, control="write", seed=c.seed)
         if board.controller is None:
             raise TypeError(f"device {board.name!r}: PowerModeTuner needs a board whose power mode it can switch (a "
                             "mode controller): 'sim:orin-agx', 'auto', 'jetson', 'nvpmodel', 'nvml', a SimulatedOrin, "
                             "or an object with .controller and .sensor")
-        meter = board.meter(precision=prec, seed=self.seed) if board.twin is not None else board.meter()
+        # the model's step loop: the profiler of the same Trainer measures each step once, from the same meter
+        self._module = pl_module
+        self._loop = shared_loop(pl_module)
+        self._loop.attach(self._driver, TUNER)
+        meter = self._loop.twin_meter(board, seed=c.seed, precision=prec) if board.twin is not None \
+            else board.meter()
         self.tuner = OnlineTuner(
-            self.power_budget_w, board.controller, meter, strategy=self.strategy, space=self.space,
-            store=self.store, fingerprint=self.workload_id, device_model=board.store_key, window=self.window,
-            switch_at=self.switch_at,
-            baseline=self.baseline, on_event=self._on_event, prior="auto" if self.prior is True else self.prior,
-            thorough=_planned_long(trainer) if self.thorough is None else bool(self.thorough), **self.drift)
+            self.power_budget_w, board.controller, meter, strategy=c.strategy, space=c.space, store=c.store,
+            fingerprint=c.workload_id, device_model=board.store_key, window=c.window, switch_at=c.switch_at,
+            baseline=c.baseline, on_event=self._on_event, prior="auto" if c.prior is True else c.prior,
+            thorough=_planned_long(trainer) if c.thorough is None else bool(c.thorough),
+            drift_window=c.drift_window, drift_tolerance=c.drift_tolerance, drift_patience=c.drift_patience)
         # issue 18 (store): a SIGTERM the Trainer caught ends a wait for other processes' profiles at once
         self.tuner.interrupted = lambda: bool(getattr(trainer, "received_sigterm", False))
         if self._pending_state:
@@ -304,8 +299,19 @@ class PowerModeTunerMixin:
 
     # ------------------------------------------------------------------ steps
     def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+        if self._loop is not None and not getattr(trainer, "sanity_checking", False):
+            self._loop.begin("train", trainer, batch)  # the model's steps, begun once for every callback
+
+    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self._loop is not None and not getattr(trainer, "sanity_checking", False):
+            self._loop.end("train", trainer)
+
+    def _before(self, trainer: Any, batch: Any) -> None:
+        """Before the step (and before a profiler of the same model starts its clock): the mode may switch."""
         t = self.tuner
-        if t is None or getattr(trainer, "sanity_checking", False) or t.phase == "closed":
+        self._batch = batch
+        pl_module = self._module
+        if t is None or t.phase == "closed":
             return
         if not t.started:
             # i17cost: the first training step is captured for the cost model, by the model's shared capture (one
@@ -313,15 +319,14 @@ class PowerModeTunerMixin:
             # on the twin, and with Lazy modules, tuning starts at the next step
             sim = t.meter.simulated
             if self._capture is None and self.workload_cost is None and not self.capture_notes:
-                from lightning_edge.cost.shared import shared_capture
+                from lightning_edge.cost.shared import FirstStep
 
-                home = shared_capture(pl_module)
-                known = home.known(True)
+                first = FirstStep(pl_module)
+                known = first.begin()
                 if known is not None:
                     self._use_step(known, batch, pl_module)
                 else:
-                    home.begin()
-                    self._capture = home
+                    self._capture = first
             if sim and not t.meter.bound and self.workload_cost is not None:
                 t.meter.bind_cost(self.workload_cost, _batch_size_of(batch, self.workload_cost),
                                   param_tensors=count_param_tensors(pl_module))
@@ -337,29 +342,37 @@ class PowerModeTunerMixin:
                 return  # the twin could not model this workload: said in capture_notes, nothing is tuned
             if board_prior and self.workload_cost is not None:
                 t.bind_model(self.workload_cost, batch_size=_batch_size_of(batch, self.workload_cost))
-            prec = _precision_of(trainer, self.precision)
-            t.bind(self.workload_id or module_fingerprint(pl_module, batch, prec))
+            prec = _precision_of(trainer, self.config.precision)
+            t.bind(self.config.workload_id or module_fingerprint(pl_module, batch, prec))
             t.start()
         t.before_step()
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def _after(self, trainer: Any) -> None:
+        """After the step (and after a profiler of the same model measured it): the step goes to the tuner."""
         t = self.tuner
-        if t is None or getattr(trainer, "sanity_checking", False):
+        pl_module, batch = self._module, self._batch
+        if t is None:
             return
         if self._capture is not None and not t.started:
             self._bind_twin(pl_module, batch)
         if not t.started:
             return
-        rec = t.after_step()
+        loop = self._loop
+        session = loop.session if loop is not None else None
+        reading = loop.measured if session is not None else None
+        rec = t.after_step(reading)
         if self._capture is not None:  # a real board tuned from step 0: analysed after the step's measurement
             self._bind_twin(pl_module, batch)
         if rec is None:
             return
-        self._energy_j += rec.energy_j
+        if rec.window is not None and session is not None and loop.measured_index is not None:
+            session.session.tag_window("train", loop.measured_index, f"tuning window {rec.window + 1}")
+        if rec.m.has_power:
+            self._energy_j += rec.energy_j
+            self._epoch["energy_j"] += rec.energy_j
         self._epoch["time_s"] += rec.time_s
-        self._epoch["energy_j"] += rec.energy_j
         self._epoch["steps"] += 1
-        if rec.step % self.log_every_n_steps == 0:
+        if rec.step % self.config.log_every_n_steps == 0:
             self._log_step(trainer, rec)
 
     def _bind_twin(self, pl_module: Any, batch: Any) -> None:
@@ -402,29 +415,34 @@ class PowerModeTunerMixin:
         if t is None or not t.started:
             return
         t.epoch_boundary()
-        w = self._tbw.get(trainer)
-        if w is not None and self._epoch["steps"]:
+        if self._epoch["steps"]:
             lab = t.label
             ep = int(getattr(trainer, "current_epoch", 0))
-            w.add_scalar(f"tuner/{lab}/epoch_time_s", self._epoch["time_s"], ep)
-            w.add_scalar(f"tuner/{lab}/epoch_energy_j", self._epoch["energy_j"], ep)
+            items = {f"tuner/{lab}/epoch_time_s": self._epoch["time_s"],
+                     f"tuner/{lab}/epoch_energy_j": self._epoch["energy_j"]}
+            self._tbw.log_metrics(trainer, items, int(getattr(trainer, "global_step", 0) or 0))
+            w = self._tbw.get(trainer)
+            if w is not None:
+                for k, v in items.items():
+                    w.add_scalar(k, v, ep)
         self._epoch = {"time_s": 0.0, "energy_j": 0.0, "steps": 0}
 
     # ------------------------------------------------------------------ logging
     def _log_step(self, trainer: Any, rec: Any) -> None:
-        w = self._tbw.get(trainer)
-        if w is None:
-            return
-        from lightning_edge.lightning.energy_profiler import write_scalars
+        from lightning_edge.lightning.reporter import write_scalars
 
         lab = rec.label
         m = rec.mode
-        write_scalars(w, [
+        items = [
             (f"tuner/{lab}/step_time_ms", rec.time_s * 1e3), (f"tuner/{lab}/power_w", rec.power_w),
             (f"tuner/{lab}/energy_j", self._energy_j), ("tuner/power_budget_w", self.tuner.problem.power_budget_w),
             ("tuner/mode/cores", m.cores), ("tuner/mode/cpu_mhz", m.cpu_mhz), ("tuner/mode/gpu_mhz", m.gpu_mhz),
             ("tuner/mode/mem_mhz", m.mem_mhz), ("tuner/phase", PHASES.index(rec.phase) if rec.phase in PHASES else -1),
-        ], rec.step)
+        ]
+        self._tbw.log_metrics(trainer, dict(items), rec.step)
+        w = self._tbw.get(trainer)
+        if w is not None:
+            write_scalars(w, items, rec.step)
 
     def _on_event(self, kind: str, info: dict) -> None:
         self._events.append((kind, info))
@@ -478,7 +496,7 @@ class PowerModeTunerMixin:
         if w is not None:
             w.add_text("tuner/summary", "    " + self.summary_text.replace("\n", "\n    "), t.step)
             self._tbw.flush()
-        if self.print_summary and reason == "end":
+        if self.config.print_summary and reason == "end":
             end_progress_bar(trainer)
             print(self.summary_text)
 
@@ -486,12 +504,16 @@ class PowerModeTunerMixin:
         self._close(trainer, "end")
 
     def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+        if self._loop is not None:
+            self._loop.abort()
         self._close(trainer, f"{type(exception).__name__}")
 
     def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
         if stage == "fit":
             self._close(trainer, "end")
             self._tbw.close()
+            if self._loop is not None:
+                self._loop.detach(self._driver)
 
     # ------------------------------------------------------------------ checkpoints
     def state_dict(self) -> dict[str, Any]:
@@ -506,3 +528,24 @@ class PowerModeTunerMixin:
             self.tuner.load_state_dict(state_dict)
         else:
             self._pending_state = dict(state_dict)
+
+
+class _Driver:
+    """The tuner's place in the model's step loop (:class:`~lightning_edge.lightning.steps.StepLoop`): training
+    steps only."""
+
+    def __init__(self, cb: PowerModeTunerMixin) -> None:
+        self.cb = cb
+
+    def begin(self, stage: str, trainer: Any, batch: Any) -> None:
+        if stage == "train":
+            self.cb._before(trainer, batch)
+
+    def end(self, stage: str, trainer: Any) -> None:
+        if stage == "train":
+            self.cb._after(trainer)
+
+    @property
+    def power_budget_w(self) -> float:
+        """The budget a profiler of the same model checks the steps against."""
+        return self.cb.power_budget_w

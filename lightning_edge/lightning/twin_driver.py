@@ -1,38 +1,41 @@
-"""Driving the Orin twin from a profiling session: one job of
-:class:`~lightning_edge.lightning.session.EnergySession`.
+"""Driving the twin from a profiling session: one job of :class:`~lightning_edge.lightning.session.EnergySession`.
 
 The captured step's cost becomes the workload's one model on the twin (:meth:`TwinDriver.workload`, a
-:class:`~lightning_edge.twin.timeline.TwinWorkload`: the same object, and so the same numbers, that the tuner's meter,
-its prior and serving ask for the same cost): the simulated board runs it (its sensor's power follows it), and its
-per-layer table (``TwinWorkload.layers``) gives every layer's and step's time and energy on the Orin in a power mode,
-named as the profiler names the model's layers. The table's rows sum to the step.
+:class:`~lightning_edge.twin.timeline.TwinWorkload`: the same object, and so the same numbers, that the board's step
+meter, the tuner's prior and serving ask for the same cost): the simulated board runs it (its sensor's power follows
+it), the board's step meter gives each step's simulated time and power from it (:meth:`TwinDriver.bind_meter`), and
+its per-layer table (``TwinWorkload.layers``) splits a profiled step into the model's layers, named as the profiler
+names them. The table's rows sum to the step.
 
 What the twin takes from the user's own run on this machine (:meth:`TwinDriver.add_cost` sets it on the twin, so the
 tuner's steps on the same board model the same workload, ``OrinTwin.set_run``):
 
-- the CPU work outside the layers: the smallest of the first gaps between consecutive steps of the stage (fetching
-  and collating the next batch, the training loop's Python between steps), this machine's seconds, which the twin
-  runs on the Orin's CPU (``twin.timeline.HostCPU``); kept for the rest of the run once measured;
+- the CPU work outside the layers (fetching and collating the next batch, the training loop's Python between
+  steps), which the twin runs on the board's CPU (``twin.timeline.HostCPU``): stated (``host_cpu_s``), or measured as
+  this thread's CPU time between consecutive steps of the stage, the least of the first :data:`HOST_GAPS` gaps
+  (CPU time, not wall time: the time another process holds the core does not count; and the least: load and one-off
+  work such as the cost analysis only add to a gap); kept for the rest of the run once known, the steps before it
+  modelled without it;
 - the optimizer steps per batch: ``1 / accumulate_grad_batches`` under Lightning's automatic optimisation, else
-  measured (the parameters the optimizers stepped per training batch, as a share of the trainable ones).
+  measured (the parameters the optimizers stepped per training batch, as a share of the trainable ones);
+- the optimizer: the Trainer's, else the first one seen stepping (:func:`~lightning_edge.twin.workload.optimizer_run`).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from collections.abc import Sequence
 from typing import Any
 
 from lightning_edge._torchcompat import tensor_version
 from lightning_edge.twin.timeline import IDLE_ROW as IDLE
 from lightning_edge.twin.timeline import HostCPU
-from lightning_edge.twin.workload import count_param_tensors
+from lightning_edge.twin.workload import count_param_tensors, optimizer_run
 
-__all__ = ["TwinDriver", "host_cpu_mhz", "host_cpu_between", "HOST_GAPS"]
+__all__ = ["TwinDriver", "host_cpu_mhz", "host_cpu_from_gaps", "HOST_GAPS"]
 
-HOST_GAPS = 2
-"""Gaps between a stage's first steps that measure its CPU work outside the layers (their smallest)."""
+HOST_GAPS = 8
+"""Gaps between a stage's first steps whose least CPU time is its CPU work outside the layers per batch."""
 
 
 def host_cpu_mhz() -> float | None:
@@ -51,39 +54,27 @@ def host_cpu_mhz() -> float | None:
         return None
 
 
-def host_cpu_between(steps: list[tuple[int, int]], host_mhz: float | None = None) -> HostCPU | None:
-    """The CPU work outside the layers per batch, from a stage's steps on this machine (``(t0_ns, t1_ns)`` each, in
-    order): the smallest gap from one step's end to the next one's start (fetching and collating the batch, the
-    loop's Python; the smallest, so one-off costs of the first steps such as a logger's setup stay out). None
-    without two steps."""
-    gaps = [(b0 - a1) / 1e9 for (_, a1), (b0, _) in zip(steps, steps[1:]) if b0 >= a1]
+def host_cpu_from_gaps(gaps_s: list[float], host_mhz: float | None = None) -> HostCPU | None:
+    """The CPU work outside the layers per batch from this thread's CPU time in the gaps between a stage's steps
+    (seconds each): the least of them. Each gap does the same work (fetching and collating a batch, the loop's
+    Python); another process's load only adds to a gap's CPU time (a shared core, its caches), one-off work (the cost
+    analysis after the first step, a logger's set-up) only adds to one gap, so the least is the work itself: over
+    the first 8 gaps of a small CNN's fit on a 2-core VM, 0.47-0.59 ms alone and beside one to three CPU-bound
+    processes, where their median moved 0.74-1.18 ms (and the wall time of the smallest of two gaps, before issue 37,
+    9 ms once). None without a gap."""
+    gaps = [float(g) for g in gaps_s if g >= 0 and math.isfinite(g)]
     if not gaps:
         return None
-    return HostCPU(min(gaps), host_mhz, f"the smallest of {len(gaps)} gap(s) between steps on this machine")
-
-
-def optimizer_run(optimizer: Any, how: str = "") -> Any:
-    """A torch optimizer as the twin models it (:class:`~lightning_edge.twin.workload.OptimizerRun`): SGD (with or
-    without momentum) or Adam-like (Adam, AdamW and any other), its implementation as PyTorch picks it for CUDA
-    tensors on the board (``fused=True``: fused; ``foreach=False``: the single-tensor loop; else foreach, PyTorch
-    2.x's default), gradients set to None by ``zero_grad`` (PyTorch 2.x)."""
-    from lightning_edge.twin.workload import OptimizerRun
-
-    inner = getattr(optimizer, "optimizer", optimizer)  # Lightning's LightningOptimizer wraps the torch one
-    d = dict(getattr(inner, "defaults", {}) or {})
-    cls = type(inner).__name__
-    if cls == "SGD":
-        name = "sgd-momentum" if float(d.get("momentum", 0) or 0) > 0 else "sgd"
-    else:
-        name = "adam"
-    impl = "fused" if d.get("fused") else ("loop" if d.get("foreach") is False else "foreach")
-    return OptimizerRun(name, impl, False, f"{cls}{', ' + how if how else ''}")
+    return HostCPU(min(gaps), host_mhz,
+                   f"the least of this thread's CPU time in {len(gaps)} gap(s) between steps on this machine")
 
 
 class TwinDriver:
-    """The twin of a session's device, fed with the session's analysed costs."""
+    """The twin of a session's device, fed with the session's analysed costs. ``host_cpu_s``: the CPU work outside
+    the layers per batch on this machine, stated (None: measured from the gaps between steps, :meth:`add_gap`)."""
 
-    def __init__(self, twin: Any, model: Any, root_name: str, notes: list[str]) -> None:
+    def __init__(self, twin: Any, model: Any, root_name: str, notes: list[str],
+                 host_cpu_s: float | None = None) -> None:
         self.twin = twin
         self.model = model
         self.root_name = root_name
@@ -92,12 +83,12 @@ class TwinDriver:
         self.kind: str | None = None  # the workload the twin runs now ("train" / "infer")
         self._cache: dict[tuple, Any] = {}  # (training, mode, batch, cost, run) -> (LayerTimes, names) or None
         self.host_mhz = host_cpu_mhz()
+        self.host_cpu_s = host_cpu_s
         self._train_batches = 0  # training batches begun (follow), for the measured optimizer steps per batch
         self._stepped = 0.0  # parameter elements the optimizers stepped (their step hook)
         self._opt_steps = 0
-        self._steps: dict[str, Sequence[Any]] = {}  # kind -> the stage's steps (the session's list, growing)
-        self._host_done: set[str] = set()
-        self._host_from: dict[str, float] = {}  # kind -> the first step index modelled with the CPU row measured
+        self._gaps: dict[str, list[float]] = {}  # kind -> this thread's CPU time between consecutive steps (s)
+        self._host: dict[str, HostCPU | None] = {}  # kind -> the CPU work outside the layers, once known
         self._hook = None
         self._optimizer: Any = None  # the OptimizerRun of the optimizer seen stepping (plain loops)
         self._opt_noted: set[str] = set()
@@ -184,48 +175,45 @@ class TwinDriver:
             self._opt_noted.add(opt.describe())
             self._note(f"the twin's (optimizer) row models {opt.describe()}")
 
-    def add_cost(self, cost: Any, training: bool, qual: str = "", steps: Sequence[Any] | None = None) -> None:
-        """The stage's captured cost. ``steps``: the stage's steps on this machine, read as the run goes on (objects
-        with ``t0_ns`` and ``t1_ns``, in order: the session's own list): their gaps are the CPU work outside the
-        layers that the twin runs on the Orin's CPU (:meth:`host_cpu`)."""
+    def add_cost(self, cost: Any, training: bool, qual: str = "") -> None:
+        """The stage's captured cost: the twin's run of that kind gets its optimizer steps, optimizer and (stated
+        or once measured) CPU work outside the layers."""
         self.costs[(qual, training)] = cost
         kind = "train" if training else "infer"
-        if steps is not None:
-            self._steps[kind] = steps
         share, how = self.optimizer_steps() if training else (1.0, "")
-        run = self.twin.runs.get(kind)
-        self._set_run(kind, run.host if run is not None else None, share, how)
+        self._set_run(kind, self.host_cpu(kind), share, how)
         if training and share != 1.0:
             self._note(f"the twin's (optimizer) row: one optimizer step's kernels apportioned over the batches "
                        f"between steps, {share:.3g} of a step per batch ({how})")
-        self.host_cpu(kind)
+
+    def add_gap(self, kind: str, seconds: float) -> None:
+        """This thread's CPU time between two consecutive steps of ``kind``; the :data:`HOST_GAPS`-th sets the CPU
+        work outside the layers (their median) for the rest of the run."""
+        if kind in self._host or self.host_cpu_s is not None:
+            return
+        gaps = self._gaps.setdefault(kind, [])
+        gaps.append(float(seconds))
+        if len(gaps) >= HOST_GAPS:
+            host = self._host[kind] = host_cpu_from_gaps(gaps, self.host_mhz)
+            run = self.twin.runs.get(kind)
+            if run is not None:
+                self._set_run(kind, host, run.optimizer_steps, run.how)
+            self._note_host(kind, host, f"from the {len(gaps) + 2}th step on (the steps before it: without it)")
 
     def host_cpu(self, kind: str) -> HostCPU | None:
-        """The CPU work outside the layers per ``kind`` batch on this machine, once measured: the smallest of the
-        first :data:`HOST_GAPS` gaps between the stage's steps (the first gap, after the capture step, holds the
-        cost analysis: the smallest leaves it out), then kept for the rest of the run so that every step after it is
-        modelled alike; the steps it was measured on, and any before them, are modelled without it whenever they are
-        asked for (:meth:`workload`'s ``step``), so each step's total and layers stay one model."""
-        run = self.twin.runs.get(kind)
-        if kind in self._host_done:
-            return run.host if run is not None else None
-        steps = self._steps.get(kind)
-        if steps is None:
-            return None
-        pairs = [(int(t.t0_ns), int(t.t1_ns)) for t in list(steps)[:HOST_GAPS + 1]]
-        if len(pairs) < HOST_GAPS + 1:
-            return None
-        host = host_cpu_between(pairs, self.host_mhz)
-        self._host_done.add(kind)
-        # the steps it was measured on (and any step before them) keep the model without it
-        self._host_from[kind] = int(getattr(list(steps)[HOST_GAPS], "index", HOST_GAPS)) + 1
-        self._set_run(kind, host, run.optimizer_steps if run is not None else 1.0, run.how if run is not None else "")
+        """The CPU work outside the layers per ``kind`` batch on this machine: stated, or measured (None until the
+        first :data:`HOST_GAPS` gaps are in)."""
+        if self.host_cpu_s is not None and kind not in self._host:
+            self._host[kind] = HostCPU(float(self.host_cpu_s), self.host_mhz, "stated: host_cpu_s")
+            self._note_host(kind, self._host[kind], "for every step")
+        return self._host.get(kind)
+
+    def _note_host(self, kind: str, host: HostCPU | None, when: str) -> None:
         self._note(f"the twin's {IDLE} row ({kind}): the time after the GPU's last kernel of a step (its "
                    "synchronisation, the CPU finishing its dispatch) plus "
                    + (host.describe() if host is not None else "no CPU work outside the layers")
-                   + f", from step {self._host_from[kind]:.0f} on (the steps before it: without it); no image decoding is modelled (TwinWorkload("
-                   "dataloader='decode') models Fulcrum's loader)")
-        return host
+                   + f", {when}; no image decoding is modelled (TwinWorkload(dataloader='decode') models Fulcrum's "
+                   "loader)")
 
     def _refresh_run(self, training: bool) -> None:
         """A manual optimisation's measured steps per batch, updated on the twin when they have moved."""
@@ -242,43 +230,53 @@ class TwinDriver:
         mc = [(c, key[0]) for key, c in self.costs.items() if key[1] == training]
         return max(mc, key=lambda x: x[0].flops) if mc else None
 
-    def workload(self, training: bool, batch: int | None, step: int | None = None) -> Any:
+    def workload(self, training: bool, batch: int | None) -> Any:
         """The twin's one model of the captured workload (the largest analysed module's cost, its optimizer's
-        parameter tensors counted from that module), or None when nothing was analysed for ``training``. ``step``:
-        the stage's step index it models; a step before the CPU work outside the layers was measured
-        (:meth:`host_cpu`) is modelled without it, whenever it is asked for, so that a step's total and its layers
-        are always the same model."""
+        parameter tensors counted from that module), or None when nothing was analysed for ``training``."""
         main = self.main_cost(training)
         if main is None:
             return None
         cost, qual = main
-        try:
-            n_tensors = count_param_tensors(self.model.get_submodule(qual))
-        except Exception:  # noqa: BLE001 - not a module: the twin guesses from the layers
-            n_tensors = None
-        kind = "train" if training else "infer"
-        before = step is not None and step < self._host_from.get(kind, math.inf)
-        return self.twin.workload(cost, batch, kind, param_tensors=n_tensors, host=False if before else None)
+        return self.twin.workload(cost, batch, "train" if training else "infer", param_tensors=self._tensors(qual))
 
-    def layer_model(self, training: bool, mode: str | None, batch: int | None,
-                    step: int | None = None) -> tuple[Any, dict[str, str]] | None:
-        """The twin's per-layer model of the captured workload in ``mode`` (None: the current one) for the stage's
-        step ``step`` (None: the latest model): ``(LayerTimes, {twin row name: profiler layer name})``, or None when
-        there is no cost or it cannot be modelled (a note says why)."""
+    def _tensors(self, qual: str) -> int | None:
+        try:
+            return count_param_tensors(self.model.get_submodule(qual))
+        except Exception:  # noqa: BLE001 - not a module: the twin guesses from the layers
+            return None
+
+    def bind_meter(self, meter: Any, kind: str, batch: int | None) -> bool:
+        """Let the board's step meter time this session's ``kind`` steps (``"train"`` / ``"infer"``) with the
+        workload's one model (the same object as :meth:`workload`); False when nothing is analysed for it."""
+        main = self.main_cost(kind == "train")
+        if main is None or not batch:
+            return False
+        cost, qual = main
+        if kind == "train":
+            meter.bind_cost(cost, int(batch), param_tensors=self._tensors(qual))
+        else:
+            from lightning_edge.twin.live import SimWorkload
+
+            meter.workloads["infer"] = SimWorkload(cost, self.twin, train_batch_size=int(batch), seed=meter.seed,
+                                                   param_tensors=self._tensors(qual))
+        return True
+
+    def layer_model(self, training: bool, mode: str | None, batch: int | None) -> tuple[Any, dict[str, str]] | None:
+        """The twin's per-layer model of the captured workload in ``mode`` (None: the current one):
+        ``(LayerTimes, {twin row name: profiler layer name})``, or None when there is no cost or it cannot be
+        modelled (a note says why)."""
         main = self.main_cost(training)
         if main is None:
             return None
         cost, qual = main
         kind = "train" if training else "infer"
         self._refresh_run(training)
-        self.host_cpu(kind)
-        before = step is not None and step < self._host_from.get(kind, math.inf)
-        key = (training, mode, batch, id(cost), None if before else self.twin.runs.get(kind))
+        key = (training, mode, batch, id(cost), self.twin.runs.get(kind))
         if key in self._cache:
             return self._cache[key]
         out = None
         try:
-            lt = self.workload(training, batch, step).layers(mode)
+            lt = self.workload(training, batch).layers(mode)
             root = qual or self.root_name
             if lt.wait_s is not None and float(lt.wait_s.sum()) > 0:
                 self._note("the twin's layer times include the time the GPU waited for the CPU to launch their "

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
@@ -48,6 +48,7 @@ from lightning_edge.energy.base import (
     label_of,
     layer_attr,
 )
+from lightning_edge.records import Measurement
 from lightning_edge.roofline.model import pagoda_energy
 from lightning_edge.twin.timeline import IDLE_ROW
 
@@ -73,98 +74,110 @@ class _Trace(Protocol):
     def energy_j_intervals(self, t0_ns: Any, t1_ns: Any) -> np.ndarray: ...
 
 
-class PowerTrace:
-    """A power trace given as arrays (``t_ns``, ``power_w`` in W), integrated like the ``PowerSampler``:
-    the exact integral of the piecewise-linear power between samples, the edge power held up to ``hold_ns``
-    beyond the first/last sample (``nan`` further out). Use it for recorded or synthetic traces; a running
-    :class:`~lightning_edge.devices.sampler.PowerSampler` offers the same two methods."""
+class _Recorded:
+    """A recorded trace as the sampler sees a sensor: available, one update per sample period."""
 
-    def __init__(self, t_ns: Sequence[int] | np.ndarray, power_w: Sequence[float] | np.ndarray,
-                 hold_ns: int | None = None) -> None:
-        t = np.asarray(t_ns, dtype=np.int64).ravel()
-        p = np.asarray(power_w, dtype=np.float64).ravel()
-        if t.shape != p.shape:
-            raise ValueError(f"t_ns and power_w must have the same length, got {t.size} and {p.size}")
-        order = np.argsort(t, kind="stable")
-        t, p = t[order], p[order]
-        ok = np.isfinite(p)
-        self.t_ns, self.power_w = t[ok], p[ok]
-        if hold_ns is None:
-            hold_ns = int(2 * np.median(np.diff(self.t_ns))) if self.t_ns.size > 1 else 0
-        self.hold_ns = int(hold_ns)
-        x = (self.t_ns - (self.t_ns[0] if self.t_ns.size else 0)).astype(np.float64) / 1e9
-        self._x = x
-        c = np.zeros(x.size)
-        if x.size > 1:
-            c[1:] = np.cumsum(np.diff(x) * (self.power_w[1:] + self.power_w[:-1]) / 2.0)
-        self._c = c
+    name = "recorded trace"
+    available = True
+    rails: tuple[str, ...] = ()
+    is_energy_counter = False
+    dated_readings = False
+    source = MEASURED
 
-    def _cum(self, q_ns: np.ndarray) -> np.ndarray:
-        x, p, c = self._x, self.power_w, self._c
-        q = (q_ns - self.t_ns[0]).astype(np.float64) / 1e9
-        if x.size == 1:
-            return (q - x[0]) * p[0]
-        i = np.clip(np.searchsorted(x, q, side="right") - 1, 0, x.size - 2)
-        dx = x[i + 1] - x[i]
-        frac = np.where(dx > 0, (q - x[i]) / np.where(dx > 0, dx, 1.0), 0.0)
-        pq = p[i] + frac * (p[i + 1] - p[i])
-        out = c[i] + (q - x[i]) * (p[i] + pq) / 2.0
-        before, after = q < x[0], q > x[-1]
-        out[before] = c[0] - (x[0] - q[before]) * p[0]
-        out[after] = c[-1] + (q[after] - x[-1]) * p[-1]
-        return out
-
-    def energy_j_intervals(self, t0_ns: Any, t1_ns: Any) -> np.ndarray:
-        a = np.asarray(t0_ns, dtype=np.int64).ravel()
-        b = np.asarray(t1_ns, dtype=np.int64).ravel()
-        out = np.full(a.shape, np.nan)
-        if a.size == 0 or self.t_ns.size == 0:
-            return out
-        ok = (a >= self.t_ns[0] - self.hold_ns) & (b <= self.t_ns[-1] + self.hold_ns)
-        e = self._cum(b) - self._cum(a)
-        out[ok] = e[ok]
-        return out
-
-    def energy_j(self, t0_ns: int, t1_ns: int) -> float:
-        return float(self.energy_j_intervals([t0_ns], [t1_ns])[0])
-
-    def power_at(self, t_ns: int) -> float:
-        if self.t_ns.size == 0:
-            return math.nan
-        return float(np.interp(t_ns, self.t_ns, self.power_w))
+    def __init__(self, period_s: float) -> None:
+        self.update_period_s = period_s
 
 
-@dataclass
+def PowerTrace(t_ns: Sequence[int] | np.ndarray, power_w: Sequence[float] | np.ndarray,  # noqa: N802 - a factory
+               hold_ns: int | None = None) -> Any:
+    """A recorded or synthetic power trace (``t_ns``, ``power_w`` in W) as a
+    :class:`~lightning_edge.devices.sampler.PowerSampler` holding those samples (no thread, no sensor read): energy is
+    integrated by the sampler's one integrator, with its rules (the piecewise-linear power between samples, the edge
+    power held up to ``hold_ns`` beyond the first and last sample, default two median sample periods; a gap without
+    readings longer than the sampler's ``max_gap_s`` is not bridged). Non-finite powers are dropped."""
+    from lightning_edge.devices.sampler import PowerSampler
+
+    t = np.asarray(t_ns, dtype=np.int64).ravel()
+    p = np.asarray(power_w, dtype=np.float64).ravel()
+    if t.shape != p.shape:
+        raise ValueError(f"t_ns and power_w must have the same length, got {t.size} and {p.size}")
+    order = np.argsort(t, kind="stable")
+    t, p = t[order], p[order]
+    ok = np.isfinite(p)
+    t, p = t[ok], p[ok]
+    period_s = float(np.median(np.diff(t))) / 1e9 if t.size > 1 else 1e-3
+    period_s = period_s if period_s > 0 else 1e-3
+    hold_s = (2.0 * period_s) if hold_ns is None else int(hold_ns) / 1e9
+    sampler = PowerSampler(_Recorded(period_s), rate_hz=1.0 / period_s, capacity=max(int(t.size), 2), hold_s=hold_s)
+    for ti, pi in zip(t.tolist(), p.tolist()):
+        sampler.record(ti, pi)
+    return sampler
+
+
 class StepEnergy:
-    """One step's energy and its layers (``layers`` sums to ``energy_j``).
+    """One window's per-layer split (``layers`` sums to its energy); its totals are one
+    :class:`~lightning_edge.records.Measurement` (``step``: time, power, energy, label, trust, window, samples).
 
-    ``method``: ``measured`` (integrated from the trace) or ``estimated`` (no sensor or no coverage: the sum of the
-    layers' model energies); ``resolved``: the step itself spans at least ``k`` sensor periods; ``notes``: why a
-    fallback happened."""
+    ``method``: ``measured`` (integrated from the trace), ``estimated`` (no sensor or no coverage: the sum of the
+    layers' model energies) or ``simulated``; ``source``: the sensor's; ``resolved``: the step itself spans at least
+    ``k`` sensor periods; ``notes``: why a fallback happened. ``StepEnergy(t0_ns, t1_ns, energy_j, method, source,
+    layers, update_period_s=None, k=DEFAULT_K, resolved=True, notes=None, samples=None, partial=False,
+    sim_time_s=None, mode=None)``: ``sim_time_s`` is the window's time on the simulated device (None: timed where it
+    ran)."""
 
-    t0_ns: int
-    t1_ns: int
-    energy_j: float
-    method: str
-    source: str
-    layers: dict[str, LayerEnergy]
-    update_period_s: float | None = None
-    k: float = DEFAULT_K
-    resolved: bool = True
-    notes: list[str] = field(default_factory=list)
-    samples: int | None = None
-    partial: bool = False  # the readings over the step missed a rail or a read (the trace's ``quality``)
-    #: the step's time on the simulated device (the twin's model); ``None``: the step was timed where it ran
-    sim_time_s: float | None = None
+    def __init__(self, t0_ns: int, t1_ns: int, energy_j: float, method: str, source: str,
+                 layers: dict[str, LayerEnergy], update_period_s: float | None = None, k: float = DEFAULT_K,
+                 resolved: bool = True, notes: list[str] | None = None, samples: int | None = None,
+                 partial: bool = False, sim_time_s: float | None = None, mode: Any = None) -> None:
+        self.method = str(method)
+        self.source = str(source)
+        self.layers = layers
+        self.update_period_s = update_period_s
+        self.k = k
+        self.resolved = resolved
+        self.notes = list(notes or [])
+        host_s = max((int(t1_ns) - int(t0_ns)) / 1e9, 1e-12)
+        time_s = host_s if sim_time_s is None else float(sim_time_s)
+        e = float(energy_j)
+        self.step = Measurement(time_s, e / time_s if math.isfinite(e) else math.nan,
+                                label_of(self.method, self.source, partial), not partial and math.isfinite(e), mode,
+                                int(t0_ns), int(t1_ns), host_s, samples=samples)
+        self._energy_j = e  # as given: the layers sum to it exactly
+
+    @property
+    def t0_ns(self) -> int:
+        return int(self.step.t0_ns)
+
+    @property
+    def t1_ns(self) -> int:
+        return int(self.step.t1_ns)
+
+    @property
+    def energy_j(self) -> float:
+        return self._energy_j
+
+    @property
+    def samples(self) -> int | None:
+        return self.step.samples
+
+    @property
+    def partial(self) -> bool:
+        """The readings over the window missed a rail or a read (the trace's ``quality``)."""
+        return self.label.endswith(f"({PARTIAL})")
+
+    @property
+    def sim_time_s(self) -> float | None:
+        """The window's time on the simulated device (the twin's); None when it was timed where it ran."""
+        return self.step.time_s if self.method == SIMULATED else None
 
     @property
     def host_time_s(self) -> float:
-        """The step's wall time on this machine."""
-        return (self.t1_ns - self.t0_ns) / 1e9
+        """The window's wall time on this machine."""
+        return float(self.step.host_time_s)
 
     @property
     def time_s(self) -> float:
-        return self.host_time_s if self.sim_time_s is None else float(self.sim_time_s)
+        return self.step.time_s
 
     @property
     def power_w(self) -> float:
@@ -172,7 +185,7 @@ class StepEnergy:
 
     @property
     def label(self) -> str:
-        return label_of(self.method, self.source, self.partial)
+        return self.step.label
 
     def method_counts(self) -> Counter:
         return Counter(le.label for le in self.layers.values())
@@ -353,7 +366,7 @@ TWIN_REST = IDLE_ROW
 
 def simulated_step(selfs: Mapping[str, Any], t0_ns: int, t1_ns: int, twin_layers: Any,
                    name_of: Mapping[str, str] | None = None, *, samples: int | None = None,
-                   training: bool = True) -> StepEnergy:
+                   training: bool = True, reading: Measurement | None = None) -> StepEnergy:
     """One step as the simulated device runs it: every layer's time and energy from the twin's per-layer table of
     the workload (``twin_layers``: a :class:`~lightning_edge.twin.timeline.LayerTimes`), whose rows sum to the twin's
     step by construction, so the layers sum to the step's energy (``time_s * power_w``) and the step lasts the
@@ -361,7 +374,10 @@ def simulated_step(selfs: Mapping[str, Any], t0_ns: int, t1_ns: int, twin_layers
     and calls; a layer the twin does not model gets zero time and energy. ``name_of`` maps the twin's row names to
     the profiler's layer names (default: same). A layer's time is its kernels' GPU time plus the GPU's wait for their
     launches; what follows the GPU's last kernel (the synchronisation, the CPU work outside the layers) is the twin's
-    row :data:`TWIN_REST`, and ``twin_layers.notes`` say how it was formed."""
+    row :data:`TWIN_REST`, and ``twin_layers.notes`` say how it was formed. ``reading``: the step as the board's
+    step meter gave it (the twin's time and power with its measurement noise and the power's settling after a mode
+    change): every row's time is scaled by ``reading.time_s / model time`` and its energy by ``reading.energy_j /
+    model energy``, so the layers sum to that one number of the step."""
     name_of = dict(name_of or {})
     rows: dict[str, list[float]] = {}  # name -> [time s, energy j, fwd s, bwd s]
     for n, ph, w, e in zip(twin_layers.names, twin_layers.phase, np.asarray(twin_layers.wall_s, dtype=float),
@@ -376,6 +392,10 @@ def simulated_step(selfs: Mapping[str, Any], t0_ns: int, t1_ns: int, twin_layers
             r[3 if ph == "backward" else 2] += float(w)
     step_t = float(twin_layers.time_s)
     step_e = step_t * float(twin_layers.power_w)
+    if reading is not None and reading.has_power and step_t > 0 and step_e > 0:
+        rt, re_ = reading.time_s / step_t, reading.energy_j / step_e
+        rows = {n: [r[0] * rt, r[1] * re_, r[2] * rt, r[3] * rt] for n, r in rows.items()}
+        step_t, step_e = reading.time_s, reading.energy_j
     layers: dict[str, LayerEnergy] = {}
     for n, sel in selfs.items():
         r = rows.pop(n, None)
@@ -385,7 +405,7 @@ def simulated_step(selfs: Mapping[str, Any], t0_ns: int, t1_ns: int, twin_layers
     for n, (g, e, f, b) in rows.items():  # twin rows without a timed module: input copy, loss, the rest
         layers[n] = LayerEnergy(e, g, SIMULATED, n, SIMULATED, "region", math.nan, f, b, 0, host_time_s=0.0)
     return StepEnergy(int(t0_ns), int(t1_ns), step_e, SIMULATED, SIMULATED, layers, None, DEFAULT_K, True, [],
-                      samples, sim_time_s=step_t)
+                      samples, sim_time_s=step_t, mode=None if reading is None else reading.mode)
 
 
 # ---------------------------------------------------------------------- aggregation over steps

@@ -8,6 +8,11 @@ Pure Python over the attribution results (no torch, no Lightning)::
     print(report.summary())                     # top layers by energy, total, methods, overhead
     report.markdown("train", top=20)            # for TensorBoard's add_text
 
+Every figure describes one power mode: a stage's report is a :class:`ModeReport` per mode it ran in (``modes``:
+the mode the run ended in first, the other modes it trained in, a tuner's profiling windows apart), each with its
+step (the mean over the mode's steps) and its layers (from its profiled steps); the stage's headline (``step``,
+``layers``) is the mode it ended in. Only totals (energy and time over every step) span modes, and say so.
+
 Every row says how its energy was obtained (``method``: ``measured``, ``apportioned``, ``estimated``,
 ``simulated-measured``, ``simulated-apportioned``, ``simulated``; `` (partial)`` appended when the power readings
 behind a number missed a rail, had a rail value rejected from the total, or a read failed); with the twin the report
@@ -29,10 +34,15 @@ from typing import Any
 
 from lightning_edge._jsonfile import write_file
 from lightning_edge.profiling.attribution import LayerStats, StepEnergy, StepStats, aggregate, aggregate_steps
+from lightning_edge.records import Measurement, settled
 
-__all__ = ["ProfileReport", "StageReport", "CSV_FIELDS", "simulated_statement", "bar_chart"]
+__all__ = ["ProfileReport", "StageReport", "ModeReport", "CSV_FIELDS", "simulated_statement", "bar_chart",
+           "ENDED_IN", "TRAINED_IN"]
 
-CSV_FIELDS = ("stage", "layer", "kind", "method", "steps", "calls", "time_ms", "time_ms_std", "fwd_ms", "bwd_ms",
+#: a mode's role in a stage's report
+ENDED_IN, TRAINED_IN = "ended in", "trained in"
+
+CSV_FIELDS = ("stage", "mode", "role", "layer", "kind", "method", "steps", "calls", "time_ms", "time_ms_std", "fwd_ms", "bwd_ms",
               "energy_mj", "energy_mj_std", "power_w", "power_w_std", "energy_share", "model_energy_mj",
               "flops", "bytes", "intensity", "host_time_ms")
 
@@ -46,9 +56,94 @@ def simulated_statement(mode: str | None, twin_times: bool = False) -> str:
 
 
 @dataclass
+class ModeReport:
+    """One power mode of a stage (or one profiling window of a tuner): ``total`` (the steps its figure is over,
+    merged: one :class:`~lightning_edge.records.Measurement`; per step: ``step_time_s``, ``step_energy_j``,
+    ``power_w``): its settled steps (``settled``), or all of them when none had settled (a run shorter than the
+    power's settling after a change); ``all_steps``: every step it ran; ``layers`` (per-layer statistics over its
+    ``profiled`` steps; ``scaled``: the twin's rows scaled to this mode's step, so they sum to it), its ``role``
+    (``ended in``, ``trained in``, or the window's name) and first step."""
+
+    mode: str
+    role: str
+    first_step: int
+    total: Measurement
+    layers: dict[str, LayerStats]
+    profiled: StepStats
+    scaled: bool = False
+    all_steps: int = 0
+    settled: bool = True
+
+    @property
+    def steps(self) -> int:
+        """The steps the figure is over."""
+        return self.total.steps
+
+    @property
+    def step_time_s(self) -> float:
+        return self.total.time_per_step_s
+
+    @property
+    def step_energy_j(self) -> float:
+        return self.total.energy_per_step_j
+
+    @property
+    def power_w(self) -> float:
+        return self.total.power_w
+
+    @property
+    def label(self) -> str:
+        return self.total.shown_label
+
+    @property
+    def window(self) -> bool:
+        return self.role not in (ENDED_IN, TRAINED_IN)
+
+    def ranked(self, key: str = "energy_j") -> list[LayerStats]:
+        return sorted(self.layers.values(), key=lambda s: -_nz(getattr(s, key)))
+
+    def to_dict(self) -> dict:
+        t = self.total
+        return {"mode": self.mode, "role": self.role, "first_step": self.first_step,
+                "steps": self.all_steps or self.steps, "settled_steps": self.steps if self.settled else 0,
+                "step": {"time_s": _f(self.step_time_s), "energy_j": _f(self.step_energy_j),
+                         "power_w": _f(self.power_w), "method": self.label,
+                         "host_time_s": _f(t.host_time_s / t.steps if t.host_time_s is not None else None)},
+                "profiled_steps": self.profiled.steps, "layers_scaled_to_step": self.scaled}
+
+
+def mode_report(mode: str, role: str, first_step: int, steps: list[Measurement], profiled: list[StepEnergy],
+                costs: Mapping[str, Any] | None = None, scale: bool = False) -> ModeReport:
+    """A :class:`ModeReport` from the mode's steps (its figure: the settled ones, :func:`~lightning_edge.records.
+    settled`) and its profiled steps; ``scale``: scale the layers' time and energy (and their spread) so that they
+    sum to the mode's mean step (the twin's model of the mode, whose level is the step's)."""
+    total, ok = settled(steps)
+    layers = aggregate(profiled, costs)
+    stats = aggregate_steps(profiled)
+    scaled = False
+    if scale and profiled and layers:
+        lt = math.fsum(_nz(x.time_s) for x in layers.values())
+        le = math.fsum(_nz(x.energy_j) for x in layers.values())
+        if lt > 0 and le > 0 and total.has_power:
+            rt, re_ = total.time_per_step_s / lt, total.energy_per_step_j / le
+            layers = {n: _scaled(x, rt, re_) for n, x in layers.items()}
+            scaled = True
+    return ModeReport(mode, role, int(first_step), total, layers, stats, scaled, sum(m.steps for m in steps), ok)
+
+
+def _scaled(x: LayerStats, rt: float, re_: float) -> LayerStats:
+    from dataclasses import replace
+
+    return replace(x, time_s=x.time_s * rt, time_s_std=x.time_s_std * rt, energy_j=x.energy_j * re_,
+                   energy_j_std=x.energy_j_std * re_, power_w=(x.energy_j * re_) / (x.time_s * rt)
+                   if x.time_s > 0 and rt > 0 else x.power_w, fwd_s=x.fwd_s * rt, bwd_s=x.bwd_s * rt)
+
+
+@dataclass
 class StageReport:
-    """One stage (train, validate, test, predict): per-layer statistics over its profiled steps, its step totals,
-    its epochs."""
+    """One stage (train, validate, test, predict): its modes (:class:`ModeReport`, the one it ended in first), the
+    headline's per-layer statistics and profiled-step statistics (``layers``, ``steps``: the mode it ended in, or
+    every profiled step when the report was built without modes), its step totals over every mode, its epochs."""
 
     stage: str
     layers: dict[str, LayerStats]
@@ -62,19 +157,27 @@ class StageReport:
     optimizer_steps: int | None = None  # the Trainer's optimizer steps in these batches (when known)
     min_batches: int | None = None  # batches a stage needs before one is profiled per layer
     min_reason: str | None = None  # why, when not the warm-up (the overhead budget)
+    modes: list[ModeReport] = field(default_factory=list)
+    over_budget: Any = None  # records.OverBudget of its steps, when a power budget was set (a tuner's)
+
+    @property
+    def headline(self) -> ModeReport | None:
+        """The mode the stage ended in (None: built without modes)."""
+        return self.modes[0] if self.modes else None
 
     @property
     def profiled_steps(self) -> int:
-        return self.steps.steps
+        return sum(m.profiled.steps for m in self.modes) if self.modes else self.steps.steps
 
     def ranked(self, key: str = "energy_j") -> list[LayerStats]:
         return sorted(self.layers.values(), key=lambda s: -_nz(getattr(s, key)))
 
     def method_counts(self) -> Counter:
-        """Layer-steps per label over the stage's profiled steps."""
+        """Layer-steps per label over the stage's profiled steps (every mode's)."""
         c: Counter = Counter()
-        for s in self.layers.values():
-            c.update(s.labels)
+        for layers in ([m.layers for m in self.modes] if self.modes else [self.layers]):
+            for s in layers.values():
+                c.update(s.labels)
         return c
 
 
@@ -133,11 +236,13 @@ class ProfileReport:
     @classmethod
     def build(cls, steps: Mapping[str, Iterable[StepEnergy]], *, costs: Mapping[str, Mapping[str, Any]] | None = None,
               totals: Mapping[str, Mapping[str, Any]] | None = None, epochs: Iterable[Mapping] = (),
-              **kw: Any) -> ProfileReport:
-        """From each stage's attributed steps (and optional ``{stage: {layer: LayerCost}}`` costs, and
-        ``{stage: {"steps", "energy_j", "time_s", "samples", "label"}}`` totals over every step)."""
+              modes: Mapping[str, list[ModeReport]] | None = None, **kw: Any) -> ProfileReport:
+        """From each stage's attributed steps (and optional ``{stage: {layer: LayerCost}}`` costs,
+        ``{stage: {"steps", "energy_j", "time_s", "samples", "label"}}`` totals over every step, and
+        ``{stage: [ModeReport, ...]}``: its modes, the one it ended in first, whose layers are the headline's)."""
         costs = costs or {}
         totals = totals or {}
+        modes = modes or {}
         epochs = list(epochs)
         out: dict[str, StageReport] = {}
         for stage, lst in steps.items():
@@ -145,12 +250,16 @@ class ProfileReport:
             if not lst and stage not in totals:
                 continue
             tot = totals.get(stage, {})
+            ms = list(modes.get(stage) or [])
+            layers, stats = (ms[0].layers, ms[0].profiled) if ms else (aggregate(lst, costs.get(stage)),
+                                                                        aggregate_steps(lst))
             out[stage] = StageReport(
-                stage, aggregate(lst, costs.get(stage)), aggregate_steps(lst),
+                stage, layers, stats,
                 int(tot.get("steps", len(lst))), float(tot.get("energy_j", math.nan)),
                 float(tot.get("time_s", math.nan)), int(tot.get("samples", 0) or 0), str(tot.get("label", "")),
                 [dict(e) for e in epochs if e.get("stage") == stage],
-                tot.get("optimizer_steps"), tot.get("min_batches"), tot.get("min_reason"),
+                tot.get("optimizer_steps"), tot.get("min_batches"), tot.get("min_reason"), ms,
+                tot.get("over_budget"),
             )
         return cls(out, **kw)
 
@@ -159,20 +268,38 @@ class ProfileReport:
     def simulated(self) -> bool:
         return self.source == "simulated"
 
-    def rows(self, stage: str | None = None) -> list[dict]:
-        """One dict per (stage, layer), ranked by energy (fields: :data:`CSV_FIELDS`)."""
+    def rows(self, stage: str | None = None, every_mode: bool = False) -> list[dict]:
+        """One dict per (stage, layer) of the stage's headline (the mode it ended in), ranked by energy (fields:
+        :data:`CSV_FIELDS`); ``every_mode``: every mode's rows, the headline's first."""
         if stage is None:
-            return [r for name in self.stages for r in self.rows(name)]
-        hit = self._rows.get(stage)
+            return [r for name in self.stages for r in self.rows(name, every_mode)]
+        st = self.stages.get(stage)
+        if st is None:
+            return []
+        if every_mode and st.modes:
+            return [r for i in range(len(st.modes)) for r in self._mode_rows(st, i)]
+        return self._mode_rows(st, 0 if st.modes else None)
+
+    def mode_rows(self, stage: str, i: int) -> list[dict]:
+        """The layer rows of the stage's ``i``-th mode (0: the one it ended in)."""
+        st = self.stages.get(stage)
+        return [] if st is None else self._mode_rows(st, i)
+
+    def _mode_rows(self, st: StageReport, i: int | None) -> list[dict]:
+        key = f"{st.stage}#{i}"
+        hit = self._rows.get(key)
         if hit is not None:
             return list(hit)
         rows: list[dict] = []
-        st = self.stages.get(stage)
-        if st is not None:
-            total = sum(_nz(s.energy_j) for s in st.layers.values())
-            for s in st.ranked():
+        mr = st.modes[i] if i is not None else None
+        layers = mr.layers if mr is not None else st.layers
+        mode = mr.mode if mr is not None else (self.mode or "")
+        role = mr.role if mr is not None else ""
+        if layers:
+            total = sum(_nz(s.energy_j) for s in layers.values())
+            for s in sorted(layers.values(), key=lambda x: -_nz(x.energy_j)):
                 rows.append({
-                    "stage": st.stage, "layer": s.name, "kind": s.kind, "method": s.label, "steps": s.steps,
+                    "stage": st.stage, "mode": mode, "role": role, "layer": s.name, "kind": s.kind, "method": s.label, "steps": s.steps,
                     "calls": _f(s.calls, nd=3), "time_ms": _f(s.time_s, 1e3), "time_ms_std": _f(s.time_s_std, 1e3),
                     "fwd_ms": _f(s.fwd_s, 1e3), "bwd_ms": _f(s.bwd_s, 1e3),
                     "energy_mj": _f(s.energy_j, 1e3), "energy_mj_std": _f(s.energy_j_std, 1e3),
@@ -182,7 +309,7 @@ class ProfileReport:
                     "flops": s.flops, "bytes": s.bytes, "intensity": _f(s.intensity, nd=4),
                     "host_time_ms": _f(s.host_time_s, 1e3),
                 })
-        self._rows[stage] = rows
+        self._rows[key] = rows
         return list(rows)
 
     def write_csv(self, path: str | Path) -> Path:
@@ -195,29 +322,40 @@ class ProfileReport:
         f = io.StringIO(newline="")
         w = csv.DictWriter(f, fieldnames=CSV_FIELDS)
         w.writeheader()
-        for r in self.rows():
+        for r in self.rows(every_mode=True):
             w.writerow({k: ("" if v is None else v) for k, v in r.items()})
         return _write(p, f.getvalue())
 
     def to_dict(self) -> dict:
         stages = {}
         for name, st in self.stages.items():
+            head = st.headline
+            if head is not None:  # the mode the stage ended in: every step of it
+                step = {**head.to_dict()["step"], "mode": head.mode, "role": head.role, "steps": head.steps,
+                        "profiled_steps": head.profiled.steps}
+            else:
+                step = {"time_s": _f(st.steps.time_s), "time_s_std": _f(st.steps.time_s_std),
+                        "host_time_s": _f(st.steps.host_time_s), "energy_j": _f(st.steps.energy_j),
+                        "energy_j_std": _f(st.steps.energy_j_std), "power_w": _f(st.steps.power_w),
+                        "method": st.steps.label}
+            ob = st.over_budget
             stages[name] = {
                 "profiled_steps": st.profiled_steps, "total_steps": st.total_steps,
                 "optimizer_steps": st.optimizer_steps,
-                "step": {"time_s": _f(st.steps.time_s), "time_s_std": _f(st.steps.time_s_std),
-                         "host_time_s": _f(st.steps.host_time_s),
-                         "energy_j": _f(st.steps.energy_j), "energy_j_std": _f(st.steps.energy_j_std),
-                         "power_w": _f(st.steps.power_w), "method": st.steps.label},
+                "step": step,
                 "total": {"energy_j": _f(st.total_energy_j), "time_s": _f(st.total_time_s),
-                          "samples": st.total_samples, "method": st.total_label,
+                          "samples": st.total_samples, "method": st.total_label, "modes": len(st.modes) or None,
                           "j_per_sample": _f(st.total_energy_j / st.total_samples if st.total_samples else None)},
+                "modes": [{**m.to_dict(), "layers": self.mode_rows(name, i)} for i, m in enumerate(st.modes)],
+                "over_budget": None if ob is None else {
+                    "budget_w": ob.budget_w, "steps": ob.steps, "of_steps": ob.of_steps, "time_s": _f(ob.time_s),
+                    "worst_w": _f(ob.worst_w)},
                 "epochs": st.epochs,
                 "methods": dict(st.method_counts()),
                 "layers": self.rows(name),
             }
         return {
-            "schema": "lightning_edge.energy_profile", "version": 1,
+            "schema": "lightning_edge.energy_profile", "version": 2,
             "device": self.device, "source": self.source, "mode": self.mode, "roofline": self.roofline,
             "statement": simulated_statement(self.mode, self.twin_times) if self.simulated else None,
             "overhead": self.overhead.to_dict(), "notes": list(self.notes), "stages": stages,
@@ -239,13 +377,20 @@ class ProfileReport:
         return f"measured with {self.device}; layers shorter than the sensor resolves are apportioned"
 
     def markdown(self, stage: str, top: int | None = 30) -> str:
-        """A markdown table of the stage's layers (TensorBoard's text plugin renders it)."""
+        """The stage in markdown (TensorBoard's text plugin renders it): the mode it ended in and its layers, then a
+        table of every mode (the tuning windows apart)."""
         st = self.stages.get(stage)
         if st is None:
             return f"no profiled {stage} steps"
         head = [f"**{stage}**: {st.profiled_steps} profiled steps of {st.total_steps}. "
                 f"**Energy: {self.method_line()}.**", ""]
-        if st.steps.steps:
+        m0 = st.headline
+        if m0 is not None:
+            head.append(f"Ended in mode **{m0.mode}**: {m0.all_steps} steps, {m0.step_time_s * 1e3:.3g} ms, "
+                        f"{m0.step_energy_j:.4g} J, {m0.power_w:.3g} W per step [{m0.label}] ({_over(m0)}); layers from "
+                        f"{m0.profiled.steps} profiled step(s)" + (", scaled to the mode's step" if m0.scaled else ""))
+            head.append("")
+        elif st.steps.steps:
             head.append(f"Step: {st.steps.time_s * 1e3:.2f} ms, {st.steps.energy_j:.4g} J "
                         f"(sd {st.steps.energy_j_std:.2g} J), {st.steps.power_w:.3g} W [{st.steps.label}]")
             head.append("")
@@ -262,6 +407,15 @@ class ProfileReport:
             ]) + " |")
         if top and len(rows) > top:
             lines.append(f"\n{len(rows) - top} more layers in layers.csv")
+        if len(st.modes) > 1:
+            lines += ["", "**Every mode** (the one it ended in first; a tuner's profiling windows apart; each row one "
+                      "mode, never a mean over modes)", "",
+                      "| mode | role | steps | ms/step | J/step | W | method | profiled |", "|---|---|---|---|---|---|---|---|"]
+            for m in st.modes:
+                lines.append(f"| {m.mode} | {m.role} | {m.all_steps} | {_s(m.step_time_s * 1e3)} | {_s(m.step_energy_j)} "
+                             f"| {_s(m.power_w)} | {m.label}, {_over(m)} | {m.profiled.steps} |")
+        if st.over_budget is not None:
+            lines += ["", st.over_budget.describe("steps")]
         return "\n".join(head + lines)
 
     def summary(self, top: int = 5, stages: Iterable[str] | None = None) -> str:
@@ -285,9 +439,16 @@ class ProfileReport:
             if math.isfinite(st.total_energy_j):
                 per = (f", {st.total_energy_j / st.total_samples * 1e3:.3g} mJ/sample"
                        if st.total_samples else "")
-                out.append(f"    total energy {st.total_energy_j:.4g} J over {st.total_time_s:.3g} s{per} "
+                every = f", every mode ({len(st.modes)})" if len(st.modes) > 1 else ""
+                out.append(f"    total energy {st.total_energy_j:.4g} J over {st.total_time_s:.3g} s{per}{every} "
                            f"[{st.total_label}]")
-            if st.steps.steps:
+            m0 = st.headline
+            if m0 is not None:
+                host = (f" (this machine: {m0.total.host_time_s / m0.steps * 1e3:.3g} ms)" if self.twin_times and
+                        m0.total.host_time_s is not None else "")
+                out.append(f"    {m0.role} mode {m0.mode}: {m0.all_steps} batches, per batch {m0.step_time_s * 1e3:.3g} ms"
+                           f"{host}, {m0.step_energy_j:.4g} J, {m0.power_w:.3g} W [{m0.label}] ({_over(m0)})")
+            elif st.steps.steps:
                 host = (f" (this machine: {st.steps.host_time_s * 1e3:.3g} ms)" if self.twin_times and
                         math.isfinite(st.steps.host_time_s) else "")
                 out.append(f"    per profiled batch: {st.steps.time_s * 1e3:.3g} ms{host}, {st.steps.energy_j:.4g} J, "
@@ -295,12 +456,26 @@ class ProfileReport:
             total = sum(_nz(s.energy_j) for s in st.layers.values())
             ranked = [s for s in st.ranked() if _nz(s.energy_j) > 0][:top]
             if ranked:
-                out.append(f"    top {len(ranked)} layers by energy (mean per step):")
+                of = ""
+                if m0 is not None:
+                    of = (f" in {m0.mode}, from {m0.profiled.steps} profiled batch(es)"
+                          + (", scaled to its batch" if m0.scaled else ""))
+                out.append(f"    top {len(ranked)} layers by energy (mean per step{of}):")
                 w = max(len(s.name) for s in ranked)
                 for s in ranked:
                     share = 100 * s.energy_j / total if total > 0 else math.nan
                     out.append(f"      {s.name:<{w}}  {s.kind:<12} {s.time_s * 1e3:8.3f} ms  "
                                f"{s.energy_j * 1e3:9.3f} mJ  {share:5.1f} %  {s.label}")
+            others = [m for m in st.modes[1:] if not m.window]
+            windows = [m for m in st.modes[1:] if m.window]
+            for title, ms in (("also trained in", others), ("tuning windows (each apart)", windows)):
+                if ms:
+                    out.append(f"    {title}:")
+                    for m in ms:
+                        out.append(f"      {m.mode:<24} {m.role:<18} {m.all_steps:6d} batches  {m.step_time_s * 1e3:8.3f} ms  "
+                                   f"{m.power_w:6.2f} W  [{m.label}] ({_over(m)})")
+            if st.over_budget is not None:
+                out.append(f"    power budget: {st.over_budget.describe('batches')}")
             counts = st.method_counts()
             if counts:
                 out.append("    methods (layer-steps): " + ", ".join(f"{n} {k}" for k, n in counts.most_common()))
@@ -452,6 +627,14 @@ def energy_chart(rows: list[tuple[str, bool, float, float]], title: str, subtitl
     d.text((pad, height - 26), "lightning_edge EnergyProfiler: layers.csv and the Text tab's table have every row",
            fill="#666666", font=f_small)
     return img
+
+
+def _over(m: ModeReport) -> str:
+    """Which of the mode's steps its figure is over."""
+    if not m.settled:
+        return "none settled: the power still moved after the start or a mode change"
+    left = m.all_steps - m.steps
+    return f"over its {m.steps} settled steps" + (f", {left} while the power settled left out" if left else "")
 
 
 def _s(x: float | None, nd: int = 4) -> str:

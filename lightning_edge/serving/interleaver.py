@@ -248,13 +248,12 @@ class InterleaverMixin:
                 # the twin's training workload is the training step as it ran, from the model's shared capture (one
                 # capture and one analysis for every callback of the Trainer): a step it already holds is used at
                 # once, else this step is captured and interleaving starts at the next one
-                from lightning_edge.cost.shared import shared_capture
+                from lightning_edge.cost.shared import FirstStep
 
-                home = shared_capture(pl_module)
-                known = home.known(True)
+                first = FirstStep(pl_module)
+                known = first.begin()
                 if known is None:
-                    home.begin()
-                    self._capture = home
+                    self._capture = first
                     return
                 self._train_step = known
                 self._train_cost = known.cost()

@@ -25,6 +25,10 @@ How it works
     gets its answer without profiling (Fulcrum section 5.1: "once a power mode has been profiled it can be
     reused"). Training goes on in the chosen mode.
 
+The budget is a promise
+    MAXN is never run for the summary's comparison; the prior's picks leave room for its own error
+    (:mod:`lightning_edge.tuning.prior`); :meth:`summary` reports what ran over the budget while tuning.
+
 Re-tuning
     ``set_power_budget(w)`` solves again for the new budget (stored profiles are free). Power drift (thermal,
     a workload change): when the mean power of ``drift_window`` steps in the chosen mode exceeds the budget by
@@ -64,12 +68,11 @@ from lightning_edge import catalog
 from lightning_edge.devices.controllers.errors import BoardReleasedError
 from lightning_edge.devices.meter import JETSON_SETTLE_S, TwinMeter
 from lightning_edge.modes import KNOBS, PowerMode, PowerModeSpace
+from lightning_edge.records import OverBudget, over_budget, settled
 from lightning_edge.tuning.problems import Measurement, Solution, TrainingProblem
 from lightning_edge.tuning.search import (
     MemoryStore,
-    Point,
     ProfileKey,
-    Profiler,
     open_backend,
     strategy_named,
 )
@@ -146,7 +149,12 @@ class TuningProgress:
 class TuningSummary:
     """What a tuning run did and chose (:meth:`OnlineTuner.summary`); every time, power and energy is labelled by
     ``label`` (``simulated`` on the twin, ``measured`` on a board). The chosen mode's fields are None until a mode is
-    chosen; the MAXN comparison's when MAXN was not profiled; ``measured_tuned_*`` before training ran in it."""
+    chosen; ``measured_tuned_*`` before training ran in it (they are over its settled steps when it has any:
+    ``measured_tuned_settled``). The MAXN comparison's (``maxn_*``) are None without a figure for MAXN: MAXN is never
+    run for it (it would break the budget); its figure is a profile in the store or the prior's prediction
+    (``maxn_source`` says which). ``over_budget``: the steps over the budget while tuning (before training ran in the
+    chosen mode), with their time, the worst power and the profiling windows over it; ``maxn_steps``: steps run at
+    MAXN after tuning began."""
 
     label: str
     budget_w: float
@@ -180,6 +188,10 @@ class TuningSummary:
     maxn_label: str | None = None  # how MAXN's was ("... (partial)": no comparison is made)
     capture_steps: int = 0  # PowerModeTuner: minibatches before tuning started (the cost model's capture step)
     restored: str | None = None  # the mode the board was put back to at the end
+    measured_tuned_settled: bool = True
+    maxn_source: str | None = None
+    over_budget: OverBudget | None = None
+    maxn_steps: int = 0
 
     @property
     def tuning_steps(self) -> int | None:
@@ -250,23 +262,43 @@ def module_fingerprint(module: Any, batch: Any, precision: str = "fp32", extra: 
 
 
 # ============================================================================================ steps
-@dataclass
+@dataclass(frozen=True)
 class StepRecord:
-    """One training step as the meter saw it (``label``: measured / simulated)."""
+    """One training step as the tuner saw it: its :class:`~lightning_edge.records.Measurement` (``m``: the one record
+    of the step; its time, power, mode, label and whether its power had settled) and where it stood in tuning:
+    ``phase``, ``window`` (the profiling window it belongs to, None outside windows), ``discarded`` (a settling or
+    warm-up step of a window)."""
 
     step: int
-    mode: PowerMode
-    time_s: float
-    power_w: float
+    m: Measurement
     phase: str
-    label: str
     window: int | None = None  # index of the profile window it belongs to, None outside windows
     discarded: bool = False  # a settling or warm-up step of a window
-    trusted: bool = True  # False: the step's power rests on partial or rejected readings (a rail missing)
+
+    @property
+    def mode(self) -> Any:
+        return self.m.mode
+
+    @property
+    def time_s(self) -> float:
+        return self.m.time_s
+
+    @property
+    def power_w(self) -> float:
+        return self.m.power_w
+
+    @property
+    def trusted(self) -> bool:
+        """False: the step's power rests on partial or rejected readings (a rail missing), or there is none."""
+        return self.m.trusted and math.isfinite(self.m.power_w)
 
     @property
     def energy_j(self) -> float:
-        return self.time_s * self.power_w
+        return self.m.energy_j
+
+    @property
+    def label(self) -> str:
+        return self.m.label
 
 
 # ============================================================================================ windows
@@ -474,7 +506,8 @@ class OnlineTuner:
         window: a :class:`WindowSpec`.
         switch_at: ``"window"`` (switch between profiling windows, the default) or ``"epoch"`` (one profile per
             epoch: a new mode is applied only at an epoch boundary).
-        baseline: also profile MAXN (once per store) so the summary can compare against it.
+        baseline: compare the chosen mode with MAXN in the summary, from MAXN's profile in the store or, without
+            one, the prior's prediction corrected by this run's profiles (labelled so); MAXN is never run for it.
         drift_window, drift_tolerance, drift_patience: power-drift detection in the chosen mode (see module doc);
             ``drift_window=0`` turns it off.
         on_event: ``f(kind, info: dict)`` for ``"profile"``, ``"solution"``, ``"infeasible"``, ``"retune"``,
@@ -547,7 +580,8 @@ class OnlineTuner:
         self.original_mode: PowerMode | None = None
         self.solution: Solution | None = None
         self.result: Any = None
-        self.baseline_profile: Measurement | None = None
+        self.baseline_profile: Measurement | None = None  # MAXN's figure (never run): stored, or the prior's
+        self.baseline_source: str | None = None
         self.profiles: list[dict] = []  # every window measured in this run
         self.records: list[StepRecord] = []
         self.retunes: list[dict] = []
@@ -667,7 +701,7 @@ class OnlineTuner:
         self._requests = queue.Queue()
         self._replies = queue.Queue()
         self._workload = workload = _OnlineWorkload(self, self.fingerprint or "online", self.device_model)
-        scaled = problem if self.drift_scale == 1.0 else TrainingProblem(problem.power_budget_w / self.drift_scale)
+        scaled = TrainingProblem(self._solve_budget_w(problem.power_budget_w))
         self.phase = Phase.WAITING
         strategy = self.strategy
         if self.prior is not None and hasattr(strategy, "with_prior"):
@@ -680,16 +714,13 @@ class OnlineTuner:
                         seen[self.space.index(self.space.coerce(point.mode))] = (m.time_s, m.power_w)
                 prior = prior.with_measured(seen)
             strategy = strategy.with_prior(prior, self.thorough)
-        self.planned_profiles = _planned(strategy, scaled, self.space, self.prior) + int(self.baseline)
+        self.planned_profiles = _planned(strategy, scaled, self.space, self.prior)
 
         def work() -> None:
             try:
                 res = strategy.run(scaled, self.space, workload, store=self.store,
-                                        workload_id=self.fingerprint, device_model=self.device_model)
-                base = None
-                if self.baseline:
-                    base = self._profile_baseline(workload)
-                self._requests.put((_DONE, (res, base, reason)))
+                                   workload_id=self.fingerprint, device_model=self.device_model)
+                self._requests.put((_DONE, (res, reason)))
             except TuningCancelled:
                 self._requests.put((_CANCEL, None))
             except BaseException as exc:  # noqa: BLE001 - handed to the training thread
@@ -698,11 +729,31 @@ class OnlineTuner:
         self._thread = threading.Thread(target=work, name="lightning-edge-tuner", daemon=True)
         self._thread.start()
 
-    def _profile_baseline(self, workload: _OnlineWorkload) -> Measurement | None:
+    def _solve_budget_w(self, budget_w: float) -> float:
+        """The budget the strategy solves for: the user's, divided by the drift factor (no margin for a profile's
+        noise: 1 or 2 % of margin made the chosen modes 3-5 % slower at the median, BENCHMARKS.md; a chosen mode may
+        so draw up to a profile's error over the budget, within the measurement tolerance of the drift check)."""
+        return budget_w / self.drift_scale
+
+    def _baseline(self) -> tuple[Measurement | None, str | None]:
+        """MAXN's figure for the summary's comparison, never run (MAXN is over most budgets): its profile in the
+        store (one another run measured), else the prior's prediction corrected by this run's profiles."""
         maxn = PowerMode(*(self.space.values(k)[-1] for k in KNOBS))  # every knob at its top: MAXN
-        prof = Profiler(workload, self.store, workload_id=self.fingerprint, device_model=self.device_model,
-                        problem=self.problem)
-        return prof.resolve_many([Point("train", maxn)])[0]
+        try:
+            src = self.store.profiles(self._workload, workload_id=self.fingerprint, device_model=self.device_model)
+            hit = src.lookup(ProfileKey("train", maxn, None))
+        except Exception:  # noqa: BLE001 - a store that cannot say: the prior's figure, or none
+            hit = None
+        if hit is not None:
+            return hit, "a stored profile"
+        if self.prior is None or not _in_space(self.space, maxn):
+            return None, None
+        seen = {self.space.index(self.space.coerce(p.mode)): (m.time_s, m.power_w) for p, m in self._known.items()
+                if getattr(p, "kind", None) == "train" and _in_space(self.space, p.mode)}
+        t, pw = self.prior.corrected(seen)
+        i = self.space.index(maxn)
+        how = "the prior's prediction" + (", corrected by this run's profiles" if seen else "")
+        return Measurement(float(t[i]), float(pw[i]), "estimated", mode=maxn), f"{how} ({self.prior.source})"
 
     # the strategy thread ----------------------------------------------------------
     def _request(self, mode: PowerMode) -> Measurement:
@@ -793,31 +844,40 @@ class OnlineTuner:
         settle = self.window_spec.settle_s
         return float(getattr(self.meter, "settle_s", JETSON_SETTLE_S)) if settle is None else settle
 
-    def after_step(self) -> StepRecord | None:
-        """Call after each training step: measures it, feeds the window, hands finished profiles back."""
+    def after_step(self, reading: Measurement | None = None) -> StepRecord | None:
+        """Call after each training step: measures it (or takes ``reading``, the step as another component measured
+        it: the profiler of the same Trainer, from the same meter), feeds the window, hands finished profiles back."""
         if self._closed or not self.started:
             return None
         mode = self.controller.current()
-        reading = self.meter.stop(mode)
+        given = reading is not None
+        if reading is None:
+            reading = self.meter.stop(mode)
         dt, power = reading.time_s, reading.power_w
         end_s = self.meter.now_s()
-        rec = StepRecord(self.step, mode, dt, power, self.phase, self.label,
-                         trusted=bool(getattr(reading, "trusted", True)) and math.isfinite(power))
+        after_switch = end_s - dt - self._switched_s >= self._settle_s()
+        # the step's one record: a given one as it is (whoever measured it said whether its power had settled); the
+        # meter's own, settled only when not within the settling time of the tuner's last switch either
+        m = reading if given or reading.settled == (reading.settled and after_switch) else \
+            reading.scaled(settled=False)
+        step = self.step
         self.step += 1
         win = self._window
+        window, discarded = None, False
         if win is not None and self._pending_mode is None:
-            rec.window = win.index
+            window = win.index
             if mode != win.mode:
                 # measured in another mode than the window's (something else moved the board): never fed to the
                 # window, whose profile would hold another mode's numbers; switched back at the next step
-                rec.discarded = True
+                discarded = True
                 win.foreign += 1
                 self._pending_mode = win.mode
             else:
-                rec.discarded = not win.feed(end_s, dt, power, trusted=reading.trusted)
-                if win.complete:
-                    self._close_window(win)
-        elif self.phase in ("tuned", "infeasible") and end_s - dt - self._switched_s >= self._settle_s():
+                discarded = not win.feed(end_s, dt, power, trusted=reading.trusted)
+        rec = StepRecord(step, m, str(self.phase), window, discarded)
+        if win is not None and window is not None and not discarded and win.complete:
+            self._close_window(win)
+        elif window is None and self.phase in ("tuned", "infeasible") and after_switch:
             self._check_drift(rec)  # only settled steps: the power after a switch is still moving
         if self.tuned_at_step is None and self.phase in ("tuned", "infeasible") and self._pending_mode is None:
             self.tuned_at_step = rec.step
@@ -840,15 +900,15 @@ class OnlineTuner:
         self.phase = Phase.WAITING
         self._replies.put(m)
 
-    def _finish(self, res: Any, base: Any, reason: str) -> None:
+    def _finish(self, res: Any, reason: str) -> None:
         self.result = res
-        if base is not None:
-            self.baseline_profile = base
         self._known.update(getattr(res, "results", None) or {})
+        if self.baseline:
+            self.baseline_profile, self.baseline_source = self._baseline()
         sol = res.solution
         if reason != "start" and self._known:
             # a re-tune: every mode profiled so far is a candidate too (Fulcrum 5.4 reuses its history)
-            budget = self.problem.power_budget_w / self.drift_scale
+            budget = self._solve_budget_w(self.problem.power_budget_w)
             table = ProfileTable.from_results("train", self._known, strategy=f"{res.solution.strategy if sol else ''}"
                                               "+history", profiles_used=getattr(res, "profiles_used", 0))
             hist = table.solve(TrainingProblem(budget)) if len(table) else None
@@ -1012,10 +1072,12 @@ class OnlineTuner:
         if sol is not None:
             kw.update(mode=str(sol.mode), time_s=sol.time_s, power_w=sol.power_w,
                       energy_per_step_j=sol.time_s * sol.power_w, throughput_steps_s=1.0 / sol.time_s)
-        tuned = tot.get("tuned")
-        if tuned and tuned["steps"]:
-            kw.update(measured_tuned_time_s=tuned["time_s"] / tuned["steps"], measured_tuned_steps=int(tuned["steps"]),
-                      measured_tuned_power_w=tuned["energy_j"] / tuned["time_s"])
+        tuned = [r.m for r in self.records if r.window is None and r.phase in ("tuned", "infeasible")
+                 and (sol is None or str(r.mode) == str(sol.mode))]
+        if tuned:
+            m, ok = settled(tuned)  # the mode's own figure: its settled steps (the settling after the switch apart)
+            kw.update(measured_tuned_time_s=m.time_per_step_s, measured_tuned_steps=m.steps,
+                      measured_tuned_power_w=m.power_w, measured_tuned_settled=ok)
         b = self.baseline_profile
         if sol is not None:
             kw.update(mode_label=str(getattr(sol, "label", "") or self.label))
@@ -1025,12 +1087,22 @@ class OnlineTuner:
             b = None
         if b is not None:
             kw.update(maxn_time_s=b.time_s, maxn_power_w=b.power_w, maxn_energy_per_step_j=b.time_s * b.power_w,
-                      maxn_label=str(b.label))
+                      maxn_label=str(b.label), maxn_source=self.baseline_source)
             if sol is not None:
                 kw.update(throughput_vs_maxn=b.time_s / sol.time_s,
                           energy_vs_maxn=(sol.time_s * sol.power_w) / (b.time_s * b.power_w))
+        budget = self.problem.power_budget_w
+        upto = self.tuned_at_step if self.tuned_at_step is not None else self.step
+        tuning = [r.m for r in self.records if r.step < upto]
+        if tuning:
+            kw["over_budget"] = over_budget(tuning, budget, windows=sum(
+                1 for p in self.profiles if not p.get("resumed") and p["power_w"] > budget))
+        began = next((r.step for r in self.records if r.window is not None), None)
+        if began is not None:
+            maxn = PowerMode(*(self.space.values(k)[-1] for k in KNOBS))
+            kw["maxn_steps"] = sum(1 for r in self.records if r.step >= began and str(r.mode) == str(maxn))
         return TuningSummary(
-            label=self.label, budget_w=self.problem.power_budget_w, phase=str(self.phase),
+            label=self.label, budget_w=budget, phase=str(self.phase),
             strategy=getattr(self.strategy, "name", type(self.strategy).__name__),
             original_mode=str(self.original_mode) if self.original_mode is not None else None,
             profiles_used=getattr(self.result, "profiles_used", 0) if self.result is not None else 0,

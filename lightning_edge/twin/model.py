@@ -33,6 +33,7 @@ import json
 import math
 import threading
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +47,14 @@ from lightning_edge.modes import PowerMode, PowerModeSpace
 from lightning_edge.roofline.model import Roofline
 from lightning_edge.twin.physics import Physics
 from lightning_edge.twin.timeline import HostCPU, LayerTimes, Prediction, TwinWorkload, as_knobs
-from lightning_edge.twin.workload import WorkloadProfile, count_param_tensors, is_cost, precision_of
+from lightning_edge.twin.workload import (
+    FULCRUM_OPTIMIZER,
+    WorkloadProfile,
+    count_param_tensors,
+    is_cost,
+    optimizer_run,
+    precision_of,
+)
 
 __all__ = ["OrinTwin", "Prediction", "LayerTimes", "TwinWorkload", "Activity", "TWIN_PROFILE", "load_twin_params",
            "UserRun"]
@@ -329,17 +337,36 @@ class OrinTwin:
         *,
         precision: str | None = None,
         param_tensors: int | None = None,
+        optimizer: Any = None,
         detail: bool = False,
     ) -> Prediction:
         """``workload(cost, ...).step(modes)``: minibatch time and average power of ``cost`` (a ModelCost or
         WorkloadProfile) on ``modes`` (``None``: all 18,096; a PowerMode or label, a list, an (M, 4) array or a
         PowerModeSpace). ``kind``: ``"train"`` or ``"infer"`` (default: from the cost). ``dataloader``: ``"decode"``
         (or True) adds Fulcrum's image-decoding data loader (4 workers) to the minibatch time and CPU power; default
-        off for a cost (:meth:`workload` says where its CPU work outside the layers comes from). ``detail=True`` with one mode adds the
-        per-layer table (``Prediction.layers``, :meth:`TwinWorkload.layers`)."""
+        off for a cost (:meth:`workload` says where its CPU work outside the layers comes from). ``optimizer`` (a
+        training step): the optimizer it steps: a torch optimizer, a name (``"adamw"``, ``"sgd"``,
+        ``"sgd-momentum"``, ``"fulcrum"``) or an :class:`~lightning_edge.twin.workload.OptimizerRun`
+        (:func:`~lightning_edge.twin.workload.optimizer_run`); not given, the run's on this twin (:meth:`set_run`),
+        else the papers' (PyTorch 1.12's SGD loop), and ``Prediction.notes`` (and a warning) say so. ``detail=True``
+        with one mode adds the per-layer table (``Prediction.layers``, :meth:`TwinWorkload.layers`)."""
+        opt = None if optimizer is None else optimizer_run(optimizer)
         wl = self.workload(cost, batch_size, kind, precision=precision, param_tensors=param_tensors,
-                           dataloader=dataloader)
-        return self._detailed(wl, modes, detail)
+                           dataloader=dataloader, optimizer=opt)
+        pred = self._detailed(wl, modes, detail)
+        if wl.kind == "train":
+            used = wl.profile.optimizer or FULCRUM_OPTIMIZER
+            if opt is not None:
+                pred.notes.append(f"optimizer: {used.describe()} (given)")
+            elif wl.profile.optimizer is not None:
+                pred.notes.append(f"optimizer: {used.describe()} (the run's on this twin, OrinTwin.set_run)")
+            else:
+                text = (f"optimizer not given: {used.describe()} assumed (a kernel per op per parameter tensor; "
+                        "PyTorch 2.x's multi-tensor optimizers launch far fewer): pass predict(..., optimizer=) (a "
+                        "torch optimizer, 'adamw', 'sgd', ...)")
+                pred.notes.append(text)
+                warnings.warn(f"OrinTwin.predict: {text}", UserWarning, stacklevel=2)
+        return pred
 
     @staticmethod
     def _detailed(wl: TwinWorkload, modes: Any, detail: bool) -> Prediction:

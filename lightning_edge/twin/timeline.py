@@ -80,7 +80,8 @@ class Prediction:
     ``parts``: the energy split (:data:`ENERGY_PARTS`, summing to ``energy_j``) and where the GPU's idle time goes
     (``wait_s``: waiting for the CPU's launches between rows, ``tail_s``: after its last row (sync, the CPU's rest,
     the batch fetch), ``loader_s``: waiting for the data loader; ``gpu_s + wait_s + tail_s + loader_s = time_s``).
-    ``layers`` holds the per-layer table when one mode was asked for with ``detail=True``.
+    ``layers`` holds the per-layer table when one mode was asked for with ``detail=True``; ``notes`` what it assumed
+    where it was not told (``OrinTwin.predict``: a training step's optimizer).
     """
 
     time_s: np.ndarray
@@ -99,6 +100,7 @@ class Prediction:
     label: str = LABEL
     layers: LayerTimes | None = None
     parts: dict[str, np.ndarray] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)  # what the prediction assumed (OrinTwin.predict: the optimizer)
 
     @property
     def throughput(self) -> np.ndarray:

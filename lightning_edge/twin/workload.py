@@ -33,7 +33,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from lightning_edge.cost import ModelCost
 
 __all__ = [
-    "UNITS", "WorkloadProfile", "OptimizerRun", "FULCRUM_OPTIMIZER", "compile_workload", "classify_layer", "reduction_depth", "count_param_tensors",
+    "UNITS", "WorkloadProfile", "OptimizerRun", "FULCRUM_OPTIMIZER", "optimizer_run", "compile_workload", "classify_layer", "reduction_depth", "count_param_tensors",
     "precision_of", "is_cost",
 ]
 
@@ -297,6 +297,35 @@ class OptimizerRun:
 #: Fulcrum's optimizer (PyTorch 1.12: SGD with momentum, a kernel per op per tensor, zero_grad by kernels): the
 #: twin's default for the papers' workloads and whenever the run's optimizer is not known
 FULCRUM_OPTIMIZER = OptimizerRun("sgd-momentum-wd", "loop", True, "the papers' PyTorch 1.12 SGD with momentum")
+
+
+def optimizer_run(optimizer: Any, how: str = "") -> OptimizerRun:
+    """An optimizer as the twin models it: an :class:`OptimizerRun` as it is; a name (``"sgd"``,
+    ``"sgd-momentum"``, ``"sgd-momentum-wd"``, ``"adam"``, ``"adamw"``, ``"fulcrum"`` for :data:`FULCRUM_OPTIMIZER`;
+    PyTorch 2.x's multi-tensor kernels); or a torch optimizer (Lightning's wrapper too): SGD with or without momentum,
+    Adam-like (Adam, AdamW and any other), its implementation as PyTorch picks it for CUDA tensors on the board
+    (``fused=True``: fused; ``foreach=False``: the single-tensor loop; else foreach, PyTorch 2.x's default),
+    gradients set to None by ``zero_grad`` (PyTorch 2.x)."""
+    if isinstance(optimizer, OptimizerRun):
+        return optimizer
+    if isinstance(optimizer, str):
+        key = optimizer.strip().lower()
+        if key == "fulcrum":
+            return FULCRUM_OPTIMIZER
+        name = {"adamw": "adam", "sgd-nesterov": "sgd-momentum"}.get(key, key)
+        if name not in OPTIMIZER_OPS:
+            raise ValueError(f"optimizer {optimizer!r}: expected one of {sorted([*OPTIMIZER_OPS, 'adamw', 'fulcrum'])}, "
+                             "an OptimizerRun or a torch optimizer")
+        return OptimizerRun(name, "foreach", False, how or f"{optimizer}, PyTorch 2.x multi-tensor kernels")
+    inner = getattr(optimizer, "optimizer", optimizer)  # Lightning's LightningOptimizer wraps the torch one
+    d = dict(getattr(inner, "defaults", {}) or {})
+    cls = type(inner).__name__
+    if cls == "SGD":
+        name = "sgd-momentum" if float(d.get("momentum", 0) or 0) > 0 else "sgd"
+    else:
+        name = "adam"
+    impl = "fused" if d.get("fused") else ("loop" if d.get("foreach") is False else "foreach")
+    return OptimizerRun(name, impl, False, f"{cls}{', ' + how if how else ''}")
 
 
 def compile_workload(

@@ -281,7 +281,8 @@ class Lit(L.LightningModule):
 
 ctl = SimModeController(board_file=sys.argv[1], on_step=on_step)
 board = SimulatedOrin(controller=ctl, settling=False)
-tuner = PowerModeTuner(16.0, device=board, store=None, window=dict(settle_s=0, min_steps=3, max_steps=5))
+# prior=False: GMD's own search switches modes for window after window (with the prior it may need a single one)
+tuner = PowerModeTuner(16.0, device=board, store=None, window=dict(settle_s=0, min_steps=3, max_steps=5), prior=False)
 ds = TensorDataset(torch.randn(64, 3, 16, 16), torch.randint(0, 10, (64,)))
 L.Trainer(max_steps=400, logger=False, enable_checkpointing=False, enable_progress_bar=False,
           callbacks=[tuner]).fit(Lit(), DataLoader(ds, batch_size=8))

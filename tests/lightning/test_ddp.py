@@ -21,13 +21,14 @@ from lightning_edge.devices.sensors.ina3221 import INA3221Sensor
 from lightning_edge.devices.sensors.nvml import NvmlSensor
 from lightning_edge.devices.sim.device import SimulatedOrin
 from lightning_edge.lightning.energy_profiler import combine_rank_totals
-from lightning_edge.lightning.session import EpochTotals
+from lightning_edge.lightning.session import Epoch
+from lightning_edge.records import Measurement
 from tests.fakes.ina3221 import build_orin_agx_ina
 from tests.fakes.nvml_power import FakeNvmlPower
 
 
 def _tot(energy_j=10.0, time_s=2.0, samples=24):
-    return EpochTotals("train", 0, energy_j, time_s, 3, samples, "measured")
+    return Epoch("train", 0, Measurement(time_s, energy_j / time_s, "measured", steps=3, samples=samples))
 
 
 def test_ranks_reading_one_board_count_its_energy_once():

@@ -323,14 +323,18 @@ def test_power_and_layer_energy_go_into_lightnings_pytorch_profiler_trace(tmp_pa
     assert prof.describe.__func__ is type(prof).describe  # its own method given back
 
 
-def test_on_the_twin_the_fit_reports_what_the_twin_predicts_and_the_tuner_sees(tmp_path):
-    """Issue 17 item 2: on the twin the per-layer table sums to the twin's step energy, and step time, step energy,
-    epoch energy and J/sample are the twin's prediction for the workload in the mode, the same numbers
-    PowerModeTuner's simulated workload gives (noise off), not this CPU's time x the Orin's power."""
+def test_on_the_twin_the_fit_reports_the_boards_one_meter(tmp_path):
+    """Issue 37 (item 5; it was issue 17's noise-free twin, a second story beside the tuner's): on the twin a step has
+    one number, the board's step meter's (the twin's model of the workload in the step's mode, with the meter's noise
+    and the power settling from the idle board), the meter a PowerModeTuner of the model reads too; step time, step
+    energy, epoch energy and J/sample are those readings, the per-layer table sums to them, and the headline is the
+    mode's figure over them; not this CPU's time x the Orin's power."""
     L = pytest.importorskip("lightning.pytorch")
+    from lightning_edge.devices.meter import TwinMeter
     from lightning_edge.devices.sim.device import SimulatedOrin
     from lightning_edge.lightning.pytorch import EnergyProfiler
-    from lightning_edge.twin.live import SimWorkload
+    from lightning_edge.lightning.steps import shared_loop
+    from lightning_edge.twin.workload import count_param_tensors
 
     dev = SimulatedOrin(noise=False)
     cb = EnergyProfiler(device=dev, every_n_steps=1, warmup_steps=1, print_summary=False, figure=False,
@@ -338,41 +342,41 @@ def test_on_the_twin_the_fit_reports_what_the_twin_predicts_and_the_tuner_sees(t
     model = _module(L)
     trainer = _trainer(L, tmp_path, [cb], max_steps=6)
     trainer.fit(model, _loader(n=48))
-    wl = SimWorkload(model, dev.twin, example_inputs=(torch.randn(8, 3, 16, 16),), noise=False)
-    t_s, p_w = wl.expected("train", dev.twin.current_mode(), 8)
-    # the first steps measure the CPU work outside the layers (the gaps between steps, issue 27): the twin models
-    # them without it (host=False), every later step with it; the tuner's workload is the latter
-    from lightning_edge.lightning.twin_driver import HOST_GAPS
-
-    assert dev.twin.runs["train"].host is not None
-    early = HOST_GAPS + 1
-    post = wl.twin_workload("train", 8)
-    pre = dev.twin.workload(post.cost, 8, "train", param_tensors=post.param_tensors,
-                            host=False).step(dev.twin.current_mode())
-    t0_s, p0_w = float(pre.time_s), float(pre.power_w)
-    assert t0_s < t_s
+    s = cb.session
+    assert s.meter is shared_loop(model).twin_meter(s.device)
+    replay = TwinMeter(dev.twin, seed=0)  # the same meter, replayed: same seed, workload and mode
+    replay.bind_cost(s.twin.main_cost(True)[0], 8, param_tensors=count_param_tensors(model))
+    want = []
+    for _ in range(6):
+        replay.start()
+        want.append(replay.stop(dev.twin.current_mode(), "train", 8))
+    got = s.totals["train"]
+    assert [m.time_s for m in got] == pytest.approx([w.time_s for w in want], rel=1e-12)
+    assert [m.energy_j for m in got] == pytest.approx([w.energy_j for w in want], rel=1e-12)
     doc = json.load(open(os.path.join(cb.log_dir, "layers.json")))
     train = doc["stages"]["train"]
     st = cb.report.stages["train"]
-    prof_idx = [p.index for p in cb.session.profiled["train"]]
-    n_pre = sum(1 for i in prof_idx if i < early)
-    mean_t = (n_pre * t0_s + (len(prof_idx) - n_pre) * t_s) / len(prof_idx)
-    mean_e = (n_pre * t0_s * p0_w + (len(prof_idx) - n_pre) * t_s * p_w) / len(prof_idx)
-    assert st.steps.time_s == pytest.approx(mean_t, rel=1e-9) and st.steps.energy_j == pytest.approx(mean_e, rel=1e-9)
-    assert train["step"]["time_s"] == pytest.approx(mean_t, abs=1e-6)  # the file (rounded to 1e-6)
-    assert train["step"]["energy_j"] == pytest.approx(mean_e, abs=1e-6)
+    head = st.headline
+    assert head.role == "ended in" and head.mode == str(dev.twin.current_mode()) and head.all_steps == 6
+    t_s = sum(w.time_s for w in want) / 6  # 6 steps of a few ms: none settled, the figure is over all of them
+    p_w = sum(w.energy_j for w in want) / sum(w.time_s for w in want)
+    assert not head.settled and head.step_time_s == pytest.approx(t_s, rel=1e-9)
+    assert head.power_w == pytest.approx(p_w, rel=1e-9)
+    assert train["step"]["time_s"] == pytest.approx(t_s, abs=1e-6)  # the file (rounded to 1e-6)
+    assert train["step"]["power_w"] == pytest.approx(p_w, abs=1e-6) and train["step"]["mode"] == head.mode
     assert train["step"]["host_time_s"] > 0
-    assert sum(ls.energy_j for ls in st.layers.values()) == pytest.approx(mean_e, rel=1e-9)
-    assert sum(ls.time_s for ls in st.layers.values()) == pytest.approx(mean_t, rel=1e-9)
+    # the layers: the twin's model of the mode, scaled to the mode's step
+    assert sum(ls.energy_j for ls in st.layers.values()) == pytest.approx(t_s * p_w, rel=1e-9)
+    assert sum(ls.time_s for ls in st.layers.values()) == pytest.approx(t_s, rel=1e-9)
     assert all(r["host_time_ms"] is not None for r in train["layers"] if r["layer"].startswith("net."))
-    for p in cb.session.profiled["train"]:  # every profiled step: the twin's step, its layers summing to it
-        t_exp, e_exp = (t0_s, t0_s * p0_w) if p.index < early else (t_s, t_s * p_w)
-        assert p.energy.sim_time_s == pytest.approx(t_exp, rel=1e-9)
-        assert p.energy.energy_j == pytest.approx(e_exp, rel=1e-9)
+    for p in s.profiled["train"]:  # every profiled step: the meter's step, its layers summing to it
+        assert p.step is got[p.index]
+        assert p.energy.sim_time_s == pytest.approx(want[p.index].time_s, rel=1e-12)
+        assert p.energy.layer_sum_j == pytest.approx(want[p.index].energy_j, rel=1e-9)
     (ep,) = train["epochs"]
-    e_ep = early * t0_s * p0_w + (6 - early) * t_s * p_w
+    e_ep = sum(w.energy_j for w in want)
     assert ep["energy_j"] == pytest.approx(e_ep, rel=1e-9)
-    assert ep["time_s"] == pytest.approx(early * t0_s + (6 - early) * t_s)
+    assert ep["time_s"] == pytest.approx(sum(w.time_s for w in want))
     assert ep["j_per_sample"] == pytest.approx(e_ep / 48, rel=1e-9) and ep["method"] == "simulated"
     opt = next(r for r in train["layers"] if r["layer"] == "(optimizer)")
     assert opt["time_ms"] / 1e3 < t_s  # the Orin's optimizer step, not this machine's
@@ -476,10 +480,11 @@ def test_step_totals_follow_the_trainers_log_every_n_steps(tmp_path):
     trainer.fit(_module(L), _loader(n=96))
     acc = _events(logger.log_dir)
     logged = sorted(ev.step for ev in acc.Scalars("energy_j_estimated/train/step"))
-    totals = cb.session.totals["train"]
-    profiled = {t.global_step for t in totals if t.profiled}
-    every_5th = {t.global_step for t in totals if t.index in (4, 9)}  # batches 5 and 10
-    assert profiled and len(every_5th) == 2
+    prof = cb.session.profiled["train"]
+    profiled = {p.global_step for p in prof}
+    offset = prof[0].global_step - prof[0].index  # the Trainer's global step at a batch's end: its index + 1
+    every_5th = {i + offset for i in (4, 9)}  # batches 5 and 10
+    assert profiled and len(every_5th) == 2 and offset == 1
     assert logged == sorted(profiled | every_5th)
 
 

@@ -281,3 +281,16 @@ def test_end_to_end_from_layer_timer_intervals():
     assert e.layers["1"].method == APPORTIONED
     for n in watts:
         assert e.layers[n].energy_j == pytest.approx(truth[n], rel=0.05), n
+
+
+def test_a_recorded_trace_is_integrated_once_by_the_samplers_integrator_with_its_gap_rules():
+    """Issue 37: ``PowerTrace`` integrated recorded readings a second time, its own way, bridging any gap between two
+    readings with a straight line. It is now the sampler holding those readings: one integrator, one set of rules (a
+    gap without readings longer than the sampler's ``max_gap_s`` has no energy; its edges are held for ``hold_s``)."""
+    ts = [T0 + i * MS for i in range(10)] + [T0 + 1000 * MS + i * MS for i in range(10)]  # a 1 s gap
+    ps = [10.0] * 10 + [30.0] * 10
+    tr = PowerTrace(ts, ps)
+    assert isinstance(tr, PowerSampler)
+    assert tr.energy_j(T0, T0 + 9 * MS) == pytest.approx(10.0 * 9e-3)
+    assert math.isnan(tr.energy_j(T0 + 400 * MS, T0 + 500 * MS))  # nothing was read then: no energy, not a line
+    assert tr.quality(T0, T0 + 1009 * MS).coverage < 1.0  # and a window across the gap says it was partly unread

@@ -174,3 +174,36 @@ def test_the_callback_tunes_thoroughly_when_the_trainer_plans_a_long_run():
     assert not _planned_long(SimpleNamespace(estimated_stepping_batches=96))
     assert not _planned_long(SimpleNamespace(estimated_stepping_batches=float("inf")))
     assert not _planned_long(Unknown())
+
+
+@pytest.mark.parametrize("budget", [20.0, 25.0, 30.0])
+def test_a_calibrated_prior_runs_at_most_one_window_over_the_budget(budget):
+    """Issue 37: a budget holds while tuning. A calibrated prior (a real board's twin: here the twin's own model of the
+    workload, its power off by up to its declared error, 10 %, mode by mode) runs at most one profiling window over
+    the budget; the first pick leaves room for the declared error, a corrected one for what the last correction
+    missed by. (Before: the first pick sat at the budget's edge and the corrections could miss again.)"""
+    from lightning_edge.tuning.online import simulate_tuning
+    from lightning_edge.tuning.prior import CALIBRATED_ERROR
+
+    wl = SimWorkload("mobilenet_v3_large", train_batch_size=16, seed=0)
+    exact = prior_for_twin(wl, SPACE, simulated=False)  # the calibrated model of the board: the twin's own
+    assert exact.power_error == CALIBRATED_ERROR
+    rng = np.random.default_rng(7)
+    low = exact.power_w * rng.uniform(1.0 - 0.9 * CALIBRATED_ERROR, 1.0, exact.power_w.shape)  # 0-9 % low
+    prior = Prior(SPACE, exact.time_s, low, "calibrated, 0-9 % low", power_error=CALIBRATED_ERROR)
+    t = simulate_tuning(wl, budget, prior=prior, seed=0)
+    sm = t.summary()
+    assert t.solution is not None and sm.over_budget.windows <= 1, [(str(p["mode"]), p["power_w"]) for p in t.profiles]
+    assert t.solution.power_w <= budget and sm.maxn_steps == 0
+    # without the declared error (the first pick at the budget's edge) the same prior runs a window over
+    if budget == 20.0:
+        bare = simulate_tuning(wl, budget, prior=Prior(SPACE, exact.time_s, low, "no error declared"), seed=0)
+        assert bare.summary().over_budget.windows >= 1
+
+
+def test_the_twins_priors_declare_their_error():
+    from lightning_edge.tuning.prior import CALIBRATED_ERROR, UNCALIBRATED_ERROR
+
+    wl = SimWorkload("resnet18", train_batch_size=16, noise=False)
+    assert prior_for_twin(wl, SPACE, simulated=True).power_error == UNCALIBRATED_ERROR
+    assert prior_for_twin(wl, SPACE, simulated=False).power_error == CALIBRATED_ERROR
