@@ -10,19 +10,22 @@ What :func:`calibrate` does, through the board's own meter:
 2. **measures each mode**: the controller switches to it (the board's safety restores the original mode on every
    exit path), the power settles, then the Pagoda microbenchmarks (:func:`~lightning_edge.calibrate.microbench.
    run_microbench`, quick sweeps: peak FLOP/s and bandwidth per precision, the idle power, energy per FLOP and per
-   byte) and a few reference steps (:data:`REFERENCE_STEPS`: zoo models on synthetic inputs, training and
-   inference; their mean time and the board's power over a window of steps);
+   byte) and half of the reference steps (:data:`REFERENCE_STEPS`: zoo models on synthetic inputs covering batch
+   size, depthwise, attention, precision, training and inference; :data:`STEPS_PER_MODE` of them at each mode,
+   :func:`step_schedule`; their mean time and the board's power over a window of steps);
 3. **keeps a partial file** (``FILE.json.partial``) after every mode: an interrupted run resumes where it stopped
    (the same board and plan; ``--restart`` starts afresh). The partial file is read within limits and every
    measurement in it checked before it is fitted (shape, types, finite numbers, powers in [0, 1000] W: one line naming
    the field);
 4. **fits** the twin's coefficients (:func:`lightning_edge.twin.fit.fit_board`: pure math, in the twin package) from
-   the catalogue's board of the module, and writes the board file labelled ``measured`` (``simulated`` when the
-   board is a twin: the measurements were simulated); ``--out`` must be absent or a board file already
-   (``--force``: any regular file; a link, a device, a FIFO or a folder never), checked before anything is measured,
-   and every file is written atomically (a new temporary file of a random name in the same folder, ``O_EXCL |
-   O_NOFOLLOW``, fsynced, renamed: :func:`lightning_edge._jsonfile.write_file`); installed for the module on a real
-   board
+   the catalogue's board of the module (what the measurements cannot separate held there, and said), estimates its
+   own errors (:func:`~lightning_edge.twin.fit.validate`: refits without each reference step and without each fold
+   of the modes) and whether the twin explains the board at all (:func:`~lightning_edge.twin.fit.verdict`), and
+   writes the board file labelled ``measured`` (``simulated`` when the board is a twin: the measurements were
+   simulated) with both; ``--out`` must be absent or a board file already (``--force``: any regular file; a link, a
+   device, a FIFO or a folder never), checked before anything is measured, and every file is written atomically (a
+   new temporary file of a random name in the same folder, ``O_EXCL | O_NOFOLLOW``, fsynced, renamed:
+   :func:`lightning_edge._jsonfile.write_file`); installed for the module on a real board when the twin explains it
    (:func:`~lightning_edge.twin.boards.install_board_file`) so the tuner's prior and the profiler's estimates use it.
 
 On a simulated board (``--device sim:orin-nano-8gb``, ``sim:FILE.json``) the same code runs: the microbenchmarks run
@@ -45,22 +48,45 @@ from lightning_edge import catalog
 from lightning_edge._jsonfile import check_target, json_schema_is, read_json, write_json
 from lightning_edge.modes import PowerMode, PowerModeSpace
 from lightning_edge.twin.boards import SCHEMA as BOARD_SCHEMA
-from lightning_edge.twin.fit import Observation, WorkloadSpec, fit_board, fitted_label, observation_problem
+from lightning_edge.twin.fit import (
+    Observation,
+    WorkloadSpec,
+    fit_board,
+    fitted_label,
+    observation_problem,
+    validate,
+    verdict,
+)
 
-__all__ = ["REFERENCE_STEPS", "MODE_COST_S", "DEFAULT_MINUTES", "CalibrationResult", "calibrate", "design_modes",
-           "modes_for_budget", "PARTIAL_SCHEMA", "TwinStepper", "TorchStepper", "Progress"]
+__all__ = ["REFERENCE_STEPS", "STEPS_PER_MODE", "MODE_COST_S", "DEFAULT_MINUTES", "CalibrationResult", "calibrate",
+           "design_modes", "step_schedule", "modes_for_budget", "PARTIAL_SCHEMA", "TwinStepper", "TorchStepper",
+           "Progress"]
 
 REFERENCE_STEPS: tuple[WorkloadSpec, ...] = (
-    WorkloadSpec("resnet18", "train", 16),               # convolutions on tensor cores, the optimizer
-    WorkloadSpec("mobilenet_v3_large", "infer", 1),      # depthwise and small kernels: launch- and CPU-bound
-    WorkloadSpec("bert_base", "train", 8, 128),          # FP32 matmuls on CUDA cores
-    WorkloadSpec("lstm", "infer", 1, 1),                 # one token: dispatch-bound (cuDNN's internal launches)
+    # consecutive steps are measured at alternate modes (step_schedule): each pair covers one thing a user's workload
+    # varies, so every one of them is seen at every other mode and a left-out step has a sibling (leave-one-out)
+    WorkloadSpec("resnet18", "train", 16),                          # TF32 tensor-core convolutions, backward, SGD
+    WorkloadSpec("resnet18", "infer", 32, precision="fp16"),        # FP16 tensor cores, a larger batch, inference
+    WorkloadSpec("mobilenet_v3_large", "train", 32),                # depthwise and element-wise at scale, training
+    WorkloadSpec("mobilenet_v3_large", "infer", 32, precision="fp16"),  # depthwise in FP16, inference
+    WorkloadSpec("bert_base", "train", 8, 128),                     # FP32 matmuls on CUDA cores, attention, training
+    WorkloadSpec("bert_base", "infer", 8, 128, precision="fp16"),   # FP16 attention and matmuls, inference
+    WorkloadSpec("bert_base", "infer", 8, 128),                     # FP32 matmuls, inference (no backward)
+    WorkloadSpec("mobilenet_v3_large", "infer", 1),                 # batch 1: small kernels, launch- and CPU-bound
+    WorkloadSpec("lstm", "infer", 1, 1),                            # one token: dispatch-bound (cuDNN's launches)
+    WorkloadSpec("resnet18", "infer", 1),                           # batch 1 convolutions: kernel fill, launches
 )
-"""The reference steps measured at every mode (synthetic inputs, no DataLoader)."""
+"""The reference steps (synthetic inputs, no DataLoader): what a user's workload varies (batch size, depthwise,
+attention, precision, training and inference), each covered by two steps. Each mode measures
+:data:`STEPS_PER_MODE` of them (:func:`step_schedule`), so the time a mode takes stays what four steps took."""
+
+STEPS_PER_MODE = 5
+"""Reference steps measured at each mode (the others at the next mode): the measurement time per mode."""
 
 MODE_COST_S = 90.0
 """About what measuring one mode takes on a Jetson: the power settling, quick microbenchmark sweeps (~15 s), warm-up
-and a window of steps of each reference workload. A budget of M minutes measures M x 60 / MODE_COST_S modes."""
+and a window of steps of each of the mode's :data:`STEPS_PER_MODE` reference steps. A budget of M minutes measures
+M x 60 / MODE_COST_S modes."""
 
 DEFAULT_MINUTES = 30.0
 MIN_MODES, MAX_MODES = 6, 60
@@ -74,6 +100,15 @@ MAX_STEP_S = 20.0        # one step slower than this ends the window (the slowes
 def modes_for_budget(minutes: float) -> int:
     """How many modes a budget of ``minutes`` measures (:data:`MODE_COST_S` each), within [6, 60]."""
     return int(min(max(round(float(minutes) * 60.0 / MODE_COST_S), MIN_MODES), MAX_MODES))
+
+
+def step_schedule(n_modes: int, n_steps: int, per_mode: int = STEPS_PER_MODE) -> list[list[int]]:
+    """Which reference steps each of ``n_modes`` modes measures: all of them when there are at most ``per_mode``,
+    else every ``k``-th (``k = ceil(n_steps / per_mode)``), step ``i`` at the modes ``j`` with ``i = j (mod k)``:
+    consecutive steps at consecutive modes, every step at every ``k``-th mode of the design."""
+    n_steps, per_mode = int(n_steps), max(int(per_mode), 1)
+    k = max(math.ceil(n_steps / per_mode), 1)
+    return [[i for i in range(n_steps) if i % k == j % k] for j in range(int(n_modes))]
 
 
 def design_modes(space: PowerModeSpace, n: int, seed: int = 0, tries: int = 300) -> list[PowerMode]:
@@ -130,14 +165,14 @@ class TwinStepper:
 
         self.spec = spec
         wl = SimWorkload(spec.model, board.twin, train_batch_size=spec.batch_size, seq_len=spec.seq_len, seed=seed,
-                         dataloader=spec.dataloader)
+                         dataloader=spec.dataloader, precision=spec.precision)
         self.meter = TwinMeter(board.twin, seed=seed, **{spec.kind: wl})
         self.label = self.meter.label
 
     def measure(self, mode: PowerMode) -> dict[str, float]:
         m = self.meter
         m.mode_changed(mode)
-        t0 = m.now_s()
+        t0 = start = m.now_s()
         n = 0  # warm-up: the power settles to the workload's level at this mode (as on a board: 2-3 s)
         while n < WARMUP_STEPS or (m.now_s() - t0 < WARMUP_SETTLES * m.settle_s and n < MAX_STEPS):
             m.start()
@@ -152,7 +187,8 @@ class TwinStepper:
             if r.time_s > MAX_STEP_S:
                 break
         t = np.asarray(times)
-        return {"time_s": float(t.mean()), "power_w": float(np.dot(t, powers) / t.sum()), "n": len(times)}
+        return {"time_s": float(t.mean()), "power_w": float(np.dot(t, powers) / t.sum()), "n": len(times),
+                "elapsed_s": m.now_s() - start}
 
 
 class TorchStepper:
@@ -176,6 +212,9 @@ class TorchStepper:
         model = entry.build(device=self.device)
         kw = {"seq_len": self.spec.seq_len} if self.spec.seq_len is not None else {}
         inputs = entry.inputs(batch_size=self.spec.batch_size, device=self.device, **kw)
+        if self.spec.precision == "fp16":  # the model in half precision (its floating-point inputs too)
+            model = model.half()
+            inputs = tuple(x.half() if x.is_floating_point() else x for x in inputs)
         if self.spec.kind == "train":
             model.train()
             opt = torch.optim.SGD(model.parameters(), lr=1e-4)
@@ -218,7 +257,7 @@ class TorchStepper:
             t1 = t0 + r.time_s
             energy = meter.energy_j(t0, t1)
             power = float(energy) / r.time_s if energy is not None and math.isfinite(float(energy)) else r.power_w
-            return {"time_s": r.time_s / n, "power_w": float(power), "n": n}
+            return {"time_s": r.time_s / n, "power_w": float(power), "n": n, "elapsed_s": meter.now_s() - w0}
         finally:
             meter.close()
 
@@ -266,6 +305,11 @@ class CalibrationResult:
     installed: Path | None = None
     notes: list[str] = field(default_factory=list)
 
+    @property
+    def trusted(self) -> bool:
+        """Whether the twin explains the board (the calibration's verdict is not ``poorly explained``)."""
+        return (self.board_file.calibration or {}).get("verdict") != "poorly explained"
+
     def summary(self) -> str:
         bf = self.board_file
         cal = bf.calibration or {}
@@ -275,11 +319,43 @@ class CalibrationResult:
                  f"  label {bf.label}; {len(cal.get('fitted', []))} coefficients fitted, {len(cal.get('held', []))} "
                  f"held; {len(self.modes)} modes ({self.resumed} from an earlier run)",
                  f"  fit residuals (RMS): largest {worst[0]} {worst[1]:.2f} %"]
+        lost = cal.get("unidentified") or {}
+        if lost:
+            lines.append("  not separable by these measurements, held at the start's: " + ", ".join(
+                f"{k} (from {v['with']})" if v.get("with") else k for k, v in lost.items()))
+        lines += _estimate_lines(cal.get("error_estimate") or {})
+        if cal.get("verdict") == "poorly explained":
+            lines.append("  WARNING: the twin does not explain this board: do not trust this file's predictions")
+            lines += [f"    - {r}" for r in cal.get("unexplained", [])]
+        elif cal.get("verdict"):
+            lines.append("  the twin explains this board (fit residuals within the measurements' noise)")
         if self.installed is not None:
             lines.append(f"  installed as this board's model: {self.installed} (the tuner's prior and the profiler's "
                          "estimates use it)")
         lines.append(f"  what-if on it: --device sim:{self.path}")
         return "\n".join(lines + [f"  note: {n}" for n in self.notes])
+
+
+def _estimate_lines(est: dict) -> list[str]:
+    """The calibration's own error estimate, as the summary prints it."""
+    def pct(v: Any) -> str:
+        return "-" if v is None else f"{v:.1f} %"
+
+    lines = []
+    if est.get("time_percent") is not None:
+        lines.append(f"  expected error on a workload it did not measure: time {pct(est['time_percent'])}, power "
+                     f"{pct(est.get('power_percent'))} (leave-one-workload-out, the median over "
+                     f"{len(est.get('leave_one_workload_out') or {})} reference steps)")
+        worst = est.get("worst") or {}
+        if worst.get("workload"):
+            lines.append(f"  on a workload unlike the reference steps up to: time {pct(worst.get('time_percent'))}, "
+                         f"power {pct(worst.get('power_percent'))} (without {worst['workload']})")
+    if est.get("modes_time_percent") is not None:
+        lines.append(f"  expected error at a mode it did not measure: time {pct(est['modes_time_percent'])}, power "
+                     f"{pct(est.get('modes_power_percent'))} (leave-modes-out, {len(est.get('leave_modes_out') or [])} "
+                     "folds)")
+    lines += [f"  note: {n}" for n in est.get("notes", [])]
+    return lines
 
 
 def _start_board(board: Any) -> Any:
@@ -317,12 +393,14 @@ def _precisions(board: Any, torch_device: str) -> dict[str, str]:
 def calibrate(board: Any, out: str | Path, *, modes: int | None = None, minutes: float = DEFAULT_MINUTES,
               seed: int = 0, steps: Sequence[WorkloadSpec] = REFERENCE_STEPS, restart: bool = False,
               install: bool | None = None, torch_device: str | None = None, microbench: Any = None,
-              max_nfev: int = 30, progress: Progress | bool | None = True,
+              max_nfev: int = 30, progress: Progress | bool | None = True, check: bool = True,
               log: Callable[[str], None] | None = None, force: bool = False) -> CalibrationResult:
     """Calibrate ``board`` (a :class:`~lightning_edge.devices.board.Board` opened with ``control="write"``) and
     write its board file to ``out`` (module docstring). ``modes``: how many (default: what ``minutes`` allows);
     ``steps``: the reference steps; ``microbench``: a :class:`~lightning_edge.calibrate.microbench.SweepConfig`
-    (default: the quick sweeps); ``install``: install the file as the board's model (default: on a real board);
+    (default: the quick sweeps); ``install``: install the file as the board's model (default: on a real board, when
+    the twin explains it); ``check``: estimate the fitted file's errors by refits that leave a reference step, then a
+    fold of the modes, out (:func:`~lightning_edge.twin.fit.validate`: printed and written into the file);
     ``force``: replace ``out`` even when it is a regular file that is not a board file."""
     from lightning_edge.calibrate.microbench import run_microbench
 
@@ -352,8 +430,9 @@ def calibrate(board: Any, out: str | Path, *, modes: int | None = None, minutes:
     space = board.space
     n = modes if modes is not None else modes_for_budget(minutes)
     plan_modes = design_modes(space, n, seed)
+    schedule = step_schedule(len(plan_modes), len(steps))
     plan = {"board": board.name, "key": space.name, "modes": [str(m) for m in plan_modes],
-            "steps": [s.to_dict() for s in steps], "seed": seed, "simulated": simulated}
+            "steps": [s.to_dict() for s in steps], "schedule": schedule, "seed": seed, "simulated": simulated}
     done: dict[str, dict] = {}
     if not restart:
         done = _read_partial(partial, plan)
@@ -390,8 +469,8 @@ def calibrate(board: Any, out: str | Path, *, modes: int | None = None, minutes:
             for prec, entry in mb.precisions.items():
                 obs.rooflines[precs[prec]] = {q: float(entry[q]) for q in ("peak_flops", "bandwidth", "eps_flop",
                                                                            "eps_mop") if entry.get(q) is not None}
-            for st in steppers:
-                obs.steps[st.spec.id] = st.measure(mode)
+            for i in schedule[k]:
+                obs.steps[steppers[i].spec.id] = steppers[i].measure(mode)
             done[label] = obs.to_dict()
             _write_partial(partial, {"schema": PARTIAL_SCHEMA, "plan": plan, "done": done,
                                      "label": steppers[0].label if steppers else board.label})
@@ -406,19 +485,34 @@ def calibrate(board: Any, out: str | Path, *, modes: int | None = None, minutes:
     observations = [Observation.from_dict(done[m], f"{partial}: done.{m}") for m in plan["modes"] if m in done]
     start = _start_board(board)
     result = fit_board(start, observations, list(steps), max_nfev=max_nfev, log=log)
+    check_res = validate(result, observations, list(steps), max_nfev=max_nfev, seed=seed or 0, log=log) if check \
+        else None
+    trust, reasons = verdict(result.diagnosis, check_res)
     label = fitted_label(simulated)
     how = ("SIMULATED measurements: the twin of " + board.name) if simulated else f"measurements of {board.name}"
+    spent = [sum(float(s.get("elapsed_s", 0.0)) for s in o.steps.values()) for o in observations]
     bf = result.board(label=label, calibration={
         "board": board.name, "method": "lightning-edge calibrate", "modes": len(observations),
         "modes_measured": [m for m in plan["modes"] if m in done], "steps": plan["steps"],
+        "schedule": plan["schedule"], "steps_s_per_mode": round(float(np.mean(spent)), 1) if spent else None,
         "microbenchmarks": {"precisions": precs, "sweeps": "quick" if microbench is None else "custom"},
-        "seed": seed, "measured_from": how})
+        "seed": seed, "measured_from": how,
+        "error_estimate": check_res.to_dict() if check_res is not None else None,
+        "verdict": trust, "unexplained": reasons},
+        notes=([f"the twin does not explain this board: {'; '.join(reasons)}"] if reasons else []))
+    for line in [f"calibration: the twin {'does not explain' if reasons else 'explains'} this board"] + reasons:
+        log(line)
     bf.save(out, force=force)
     installed = None
-    if install if install is not None else not simulated:
+    if install if install is not None else (not simulated and not reasons):
         from lightning_edge.twin.boards import install_board_file
 
         installed = install_board_file(bf)
+    elif reasons and install is None and not simulated:
+        from lightning_edge.twin.boards import user_board_dir
+
+        notes.append(f"not installed as this board's model: the twin does not explain it (to use it anyway, copy it to "
+                     f"{user_board_dir() / (bf.key + '.json')})")
     partial.unlink(missing_ok=True)
     return CalibrationResult(bf, out, [m for m in plan["modes"] if m in done], resumed, installed, notes)
 
@@ -450,18 +544,19 @@ def _read_partial(partial: Path, plan: dict[str, Any]) -> dict[str, dict]:
     done = saved.get("done")
     if not isinstance(done, dict):
         raise bad(f"done: expected an object (mode -> its measurements), got a JSON {type(done).__name__}")
-    step_ids = {WorkloadSpec.from_dict(s).id for s in plan["steps"]}
+    step_ids = [WorkloadSpec.from_dict(s).id for s in plan["steps"]]
     for label, obs in done.items():
         if label not in plan["modes"]:
             raise bad(f"done.{label:.40}: not a mode of this plan")
+        want = {step_ids[i] for i in plan["schedule"][plan["modes"].index(label)]}
         why = observation_problem(obs, f"done.{label}")
         if why:
             raise bad(why)
         o = Observation.from_dict(obs)
         if PowerMode(*o.mode) != PowerMode.parse(label):
             raise bad(f"done.{label}.mode: {list(o.mode)} is not the mode {label}")
-        if set(o.steps) != step_ids:
-            raise bad(f"done.{label}.steps: expected the plan's steps {sorted(step_ids)}, got {sorted(o.steps)}")
+        if set(o.steps) != want:
+            raise bad(f"done.{label}.steps: expected the plan's steps at this mode {sorted(want)}, got {sorted(o.steps)}")
     return dict(done)
 
 

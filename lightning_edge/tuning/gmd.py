@@ -61,7 +61,8 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from lightning_edge.modes import PowerModeSpace
-from lightning_edge.tuning.prior import DEFAULT_PRIOR_PROFILES, prior_search
+from lightning_edge.tuning.pareto import best_index
+from lightning_edge.tuning.prior import DEFAULT_PRIOR_PROFILES, POWER_GUARD, guarded, prior_search
 from lightning_edge.tuning.problems import (
     ConcurrentMeasurement,
     ConcurrentProblem,
@@ -361,6 +362,9 @@ class GMD(Strategy):
       within the budget it goes on with Algorithm 1 and its full budget (so at most ``prior_profiles`` + 10
       training profiles in all), and so it does after them with ``prior_then_search=True`` (for long runs: the
       answer is the best of everything profiled). ``with_prior(prior)`` is a copy.
+    - ``power_guard``: with a prior, a profile counts as within the budget (for the search and the answer) when it is
+      this much (relative) under it (:data:`~lightning_edge.tuning.prior.POWER_GUARD`); the answer falls back to one
+      within the budget as measured when none is.
     """
 
     name = "GMD"
@@ -368,7 +372,8 @@ class GMD(Strategy):
     def __init__(self, *, max_profiles: int | dict | None = None, search_profiles: int | dict = 10,
                  power_eps_w: float = 0.5, latency_tie: float = 0.02, inference_bound: bool = True,
                  descend_min_rho: bool = False, finish_line: bool = True, stall_aware: bool = True,
-                 prior: Any = None, prior_profiles: int | None = None, prior_then_search: bool = False) -> None:
+                 prior: Any = None, prior_profiles: int | None = None, prior_then_search: bool = False,
+                 power_guard: float = POWER_GUARD) -> None:
         mp = dict(DEFAULT_MAX_PROFILES)
         if isinstance(max_profiles, dict):
             mp.update(max_profiles)
@@ -388,6 +393,9 @@ class GMD(Strategy):
         self.prior_profiles = int(DEFAULT_PRIOR_PROFILES if prior_profiles is None else prior_profiles)
         if self.prior_profiles < 1:
             raise ValueError(f"prior_profiles must be >= 1, got {prior_profiles!r}")
+        self.power_guard = float(power_guard)
+        if not 0.0 <= self.power_guard < 0.5:
+            raise ValueError(f"power_guard is a fraction of the budget in [0, 0.5), got {power_guard!r}")
         self.last_trace: list = []
 
     def with_prior(self, prior: Any, then_search: bool | None = None) -> GMD:
@@ -413,6 +421,18 @@ class GMD(Strategy):
         extra = self.prior_profiles if self.prior is not None and isinstance(problem, TrainingProblem) else 0
         return int(self.max_profiles[problem.kind]) + extra  # with a prior: its profiles, then Algorithm 1's
 
+    def answer(self, ctx: SearchContext, problem: Any, space: PowerModeSpace, new_profiles: int) -> SearchResult:
+        """The best profiled point (:meth:`Strategy.answer`); with a prior, training's answer is the fastest profile
+        at least ``power_guard`` under the budget when there is one (a prior aims at the budget's edge, where a
+        profile's noise decides), else the fastest within it as measured."""
+        res = super().answer(ctx, problem, space, new_profiles)
+        if self.prior is None or not isinstance(problem, TrainingProblem) or res.table is None or not len(res.table):
+            return res
+        i = best_index(res.table.assess(TrainingProblem(guarded(problem.power_budget_w, self.power_guard))))
+        if i is not None:
+            res.solution = res.table.solution_at(problem, i)
+        return res
+
     def search(self, ctx: SearchContext, problem: Any, space: PowerModeSpace, seed: int | None = None) -> Generator:
         grid = Grid.of(space)
         self.last_trace = trace = []
@@ -422,7 +442,7 @@ class GMD(Strategy):
             prior = self.prior
             if prior is not None and prior.space.size == space.size:
                 yield from prior_search(ctx, grid, lambda i: Point("train", grid.mode(i)), problem.power_budget_w,
-                                        prior, min(limit, self.prior_profiles), trace=trace)
+                                        prior, min(limit, self.prior_profiles), trace=trace, guard=self.power_guard)
                 if _any_feasible(ctx, problem) and not self.prior_then_search:
                     return
                 trace.append(("prior-then-search", ctx.used))  # Algorithm 1 in full: nothing within the budget

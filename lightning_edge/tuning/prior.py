@@ -6,13 +6,15 @@ mode's prediction is scaled by ``measured / predicted`` of the nearest profiled 
 a model that is 20 % off in power still ranks the modes around the profiled ones. A predicted value is never an
 answer: a mode is chosen only from profiles that show it within the budget (``ProfileTable.solve``).
 
-A budget holds while tuning too (issue 37): a mode is profiled only when its predicted power, raised by the
-prediction's own error, is within the budget. Before any profile that error is the prior's declared one
-(:attr:`Prior.power_error`: what its source is known to be off by); once the prior is corrected by a profile, what
-the last corrected prediction profiled missed the measured power by (at least :data:`MARGIN_FLOOR`, a profile's own
-noise). So the first window is within the budget unless the prior is off by more than it says, and after a miss the
-next pick leaves room for it: a calibrated prior runs at most one window over the budget (tests/tuning/test_prior.py;
-BENCHMARKS.md, "Short fine-tunes", counts the minibatches and windows over the budget while tuning).
+The budget holds while tuning too: a mode is profiled only when its predicted power, raised by
+:data:`FIRST_Z` times the prediction's own error, is within the budget. Before any profile that error is the
+prior's declared one (:attr:`Prior.power_error`, a model's bias; :attr:`Prior.power_sd`, its scatter mode by mode);
+once the prior is corrected by profiles, the scatter shrinks near the profiled modes (:meth:`Prior.uncertainty`) but
+never below what the last corrected prediction profiled missed the measured power by (at least
+:data:`MARGIN_FLOOR`, a profile's own noise). So the first window is within the budget unless the prior is off
+by more than it says, and after a miss the next pick leaves room for it: a calibrated prior runs at most one window
+over the budget (tests/tuning/test_prior.py; BENCHMARKS.md, "Short fine-tunes", counts the minibatches and windows
+over the budget while tuning).
 
 Where the prediction comes from (:func:`prior_for_twin`, :func:`prior_from_rooflines`):
 
@@ -30,6 +32,7 @@ Where the prediction comes from (:func:`prior_for_twin`, :func:`prior_from_roofl
 
 from __future__ import annotations
 
+import math
 from collections.abc import Generator
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -39,17 +42,47 @@ import numpy as np
 from lightning_edge.modes import PowerModeSpace
 from lightning_edge.tuning.pareto import pareto_front
 
-__all__ = ["Prior", "prior_search", "prior_for_twin", "prior_from_rooflines", "DEFAULT_PRIOR_PROFILES", "MARGIN_FLOOR",
-           "CALIBRATED_ERROR", "UNCALIBRATED_ERROR"]
+__all__ = ["Prior", "prior_search", "prior_for_twin", "prior_from_rooflines", "DEFAULT_PRIOR_PROFILES", "guarded",
+           "POWER_GUARD", "PROFILE_SD", "FIRST_Z", "EXPECTED_GAIN", "SPREAD_DISTANCE", "MARGIN_FLOOR", "CALIBRATED_ERROR",
+           "UNCALIBRATED_ERROR"]
 
 DEFAULT_PRIOR_PROFILES = 4
 """Profiles a prior-guided GMD spends before it stops (or, with nothing within the budget yet, falls back to
 Algorithm 1 with the rest of its budget)."""
 
-MARGIN_FLOOR = 0.02
-"""The least margin a corrected prediction's power gets: a profile's own noise (the twin's meter: 2 % per step)."""
+PROFILE_SD = 0.003
+"""Relative standard error of a profile's power: the mean of 40 minibatches (Fulcrum's window;
+``WindowSpec(rel_sem=0.004)`` measures that many) whose readings scatter by about 2 %. The default window stops at
+10 minibatches once both standard errors are under 1 % (~0.7 %): a budget at its edge needs the longer one
+(docs/tuning.md)."""
 
-#: what each source of a prior declares as its power error (relative; the search's margin before any profile): the
+POWER_GUARD = PROFILE_SD
+"""A prior aims at the budget's edge, where a profile's noise decides: a prior-guided search counts a profile as
+within the budget, and answers with it, only when it is at least this much (relative) under the budget (one
+standard error, :data:`PROFILE_SD`), so that a mode whose true power is just over the budget is not taken for one
+within it. ``GMD(power_guard=)`` takes another."""
+
+FIRST_Z = 1.0
+"""Until a profile is within the budget, the search profiles the predicted fastest mode whose predicted power plus
+this many of the prediction's standard deviations (:attr:`Prior.power_sd`) is within it: a first profile that is
+likely within the budget."""
+
+EXPECTED_GAIN = 0.002
+"""Once a profile is within the budget, the search profiles the mode of the largest expected gain: the expected
+shortening of the best time within the budget (relative, over the prediction's uncertainty of the mode's time)
+times the probability that the mode is within the budget (over the uncertainty of its power); it stops when the
+largest is below this (0.2 %)."""
+
+SPREAD_DISTANCE = 1.0
+"""A profile's correction (``measured / predicted``) is exact at the profiled mode (up to :data:`PROFILE_SD`) and
+tells less about modes farther from it: the prediction's standard deviation grows back to the prior's own over this
+distance in scaled knob indices (each knob over [0, 1])."""
+
+MARGIN_FLOOR = 0.02
+"""The least error a corrected prediction's power is given before it is profiled (a profile's own noise: the twin's
+meter, 2 % per step, over the default window)."""
+
+#: what each source of a prior declares as its power error (:attr:`Prior.power_error`, relative; before any profile): the
 #: twin's calibration is validated within 10 % of the published figures (BENCHMARKS.md); the uncalibrated twin model
 #: (the prior on the twin itself) is 26 % low in power at the median of the Fulcrum workloads (docs/tuning.md)
 CALIBRATED_ERROR = 0.10
@@ -59,8 +92,7 @@ UNCALIBRATED_ERROR = 0.26
 @dataclass
 class Prior:
     """Predicted ``time_s`` and ``power_w`` of one workload on every mode of ``space`` (space order; ``label``
-    ``predicted``). ``source`` says which model made them (printed in the tuner's summary); ``power_error``: how far
-    off its power predictions are known to be (relative; 0: not known), the search's margin before a profile."""
+    ``predicted``). ``source`` says which model made them (printed in the tuner's summary)."""
 
     space: PowerModeSpace
     time_s: np.ndarray
@@ -70,7 +102,17 @@ class Prior:
     label: str = "predicted"
     measured: dict = field(default_factory=dict)  # {space index: (time_s, power_w)} profiled earlier (a re-tune)
     _coords: np.ndarray | None = field(default=None, repr=False)
+    time_sd: Any = None
+    """How far off the predicted times may be before any profile on this board: the relative standard deviation of
+    their logs, one number or one per mode (``None``: not said; the search then takes the prediction at its word)."""
+    power_sd: Any = None
+    """The same for the predicted powers (:func:`~lightning_edge.tuning.transfer.transferred_prior` says it): a
+    scatter mode by mode, which a profile's correction removes only near the profiled mode."""
     power_error: float = 0.0
+    """How far off the power predictions may be as a whole before any profile (relative; 0: not known): a model's
+    bias, which the first profile's correction removes (the twin's model declares :data:`CALIBRATED_ERROR` or
+    :data:`UNCALIBRATED_ERROR`). The first profile leaves room for it; after it, what a corrected prediction missed
+    by takes its place (:func:`prior_search`)."""
 
     def __post_init__(self) -> None:
         self.time_s = np.asarray(self.time_s, dtype=float).reshape(-1)
@@ -82,6 +124,13 @@ class Prior:
         if not (np.all(np.isfinite(self.time_s)) and np.all(self.time_s > 0) and np.all(np.isfinite(self.power_w))
                 and np.all(self.power_w > 0)):
             raise ValueError(f"Prior ({self.source}): every predicted time and power must be finite and > 0")
+        for name in ("time_sd", "power_sd"):
+            v = getattr(self, name)
+            if v is not None:
+                a = np.asarray(v, dtype=float)
+                if a.ndim > 1 or (a.ndim == 1 and a.shape != (n,)) or not np.all(np.isfinite(a)) or np.any(a < 0):
+                    raise ValueError(f"Prior ({self.source}): {name} is one relative standard deviation >= 0 or one "
+                                     f"per mode ({n}), got {v!r}")
 
     def __len__(self) -> int:
         return self.space.size
@@ -106,6 +155,21 @@ class Prior:
         near = np.argmin(d, axis=1)
         return self.time_s * rt[near], self.power_w * rp[near]
 
+    def uncertainty(self, measured: dict[int, tuple[float, float]]) -> tuple[np.ndarray, np.ndarray]:
+        """Relative standard deviations of the corrected predictions (:meth:`corrected`) of every mode: the prior's
+        own (:attr:`time_sd`, :attr:`power_sd`; 0 where not said) before any profile; after, a profile's noise
+        (:data:`PROFILE_SD`) at the profiled modes, growing back to the prior's own with the distance to the
+        nearest profile (:data:`SPREAD_DISTANCE`)."""
+        n = self.space.size
+        base = [np.broadcast_to(np.asarray(0.0 if v is None else v, dtype=float), (n,)) for v in (self.time_sd,
+                                                                                                   self.power_sd)]
+        if not measured:
+            return base[0].copy(), base[1].copy()
+        idx = np.fromiter(measured, dtype=np.int64)
+        d = np.linalg.norm(self.coords[:, None, :] - self.coords[idx][None, :, :], axis=2).min(axis=1)
+        f = np.minimum(d / SPREAD_DISTANCE, 1.0)
+        return tuple(np.sqrt(PROFILE_SD ** 2 + (b * f) ** 2) for b in base)  # type: ignore[return-value]
+
     def with_measured(self, measured: dict[int, tuple[float, float]]) -> Prior:
         """A copy whose corrections start from profiles measured earlier (``{space index: (time_s, power_w)}``,
         e.g. a re-tune's history): they correct the prediction but are not counted or returned by a search."""
@@ -117,57 +181,96 @@ class Prior:
 
 
 def prior_search(ctx: Any, grid: Any, point_at: Any, p_hat: float, prior: Prior, limit: int,
-                 min_gain: float = 0.0, trace: list | None = None) -> Generator:
-    """Profile the predicted fastest mode within ``p_hat`` (every prediction corrected by the profiles so far),
-    then the next one predicted faster than the best profiled mode within the budget by more than ``min_gain``
-    (relative), until none is left or ``limit`` points were profiled in ``ctx``. Returns the number profiled."""
+                 min_gain: float = 0.0, trace: list | None = None, guard: float = POWER_GUARD) -> Generator:
+    """Profile the predicted fastest mode within ``p_hat`` (every prediction corrected by the profiles so far; until
+    one is within the budget, with :data:`FIRST_Z` times the prediction's own error to spare: the prior's declared
+    :attr:`Prior.power_error` or :attr:`Prior.power_sd` before any profile, after one its scatter near the profiles
+    but never less than what the last corrected prediction missed by), then, among the modes predicted within the
+    budget, the mode of the largest expected gain over the best profiled mode within it (:data:`EXPECTED_GAIN`; a gain
+    counts beyond ``min_gain``, relative), until none is left or ``limit`` points were profiled in ``ctx``. "Within
+    the budget" is ``guard`` (:data:`POWER_GUARD`, relative) under it. Without a stated uncertainty every prediction
+    is taken at its word: the fastest mode predicted within the budget and faster than the best one. Returns the
+    number profiled."""
     trace = [] if trace is None else trace
     measured: dict[int, tuple[float, float]] = dict(prior.measured)
     for p, r in ctx.results.items():  # anything this search already knows corrects the prediction too
         if p.kind == "train":
             measured[grid.flat(grid.index(p.mode))] = (r.time_s, r.power_w)
-    best_t = min((t for t, pw in measured.values() if pw <= p_hat), default=np.inf)
-    raw_error = max(float(getattr(prior, "power_error", 0.0) or 0.0), 0.0)
-    missed: list[float] = []  # how much each corrected prediction profiled was low in power (relative)
-
-    def margin(corrected: bool) -> float:
-        """The prediction's own error: the prior's declared one before any profile; once corrected by a profile,
-        what the last corrected prediction profiled missed by (at least MARGIN_FLOOR)."""
-        if not corrected:
-            return raw_error
-        return max(missed[-1], MARGIN_FLOOR) if missed else MARGIN_FLOOR
-
+    limit_w = guarded(p_hat, guard)
+    best_t = min((t for t, pw in measured.values() if pw <= limit_w), default=np.inf)
+    missed = 0.0  # how much the last corrected prediction profiled was low in power (relative)
     n = 0
     while ctx.used < limit:
         t, p = prior.corrected(measured)
-        corrected = bool(measured)
-        k = 1.0 + margin(corrected)
-        ok = p * k <= p_hat
+        sd_t, sd_p = prior.uncertainty(measured)
+        done = np.zeros(len(t), dtype=bool)
         if measured:
-            ok[np.fromiter(measured, dtype=np.int64)] = False
-        ok &= t < best_t * (1.0 - min_gain)
-        if not ok.any():
+            done[np.fromiter(measured, dtype=np.int64)] = True
+            # a corrected prediction is off by what the last one missed, and at least by a profile's own noise
+            err_p = np.where(done, sd_p, np.maximum(sd_p, max(missed, MARGIN_FLOOR)))
+        else:
+            err_p = np.maximum(sd_p, max(float(prior.power_error or 0.0), 0.0))  # the model's bias, not yet corrected
+        # the budget holds while tuning: no mode the prediction puts over it beyond its own error is profiled
+        high_w = p * np.exp(FIRST_Z * err_p)
+        safe = (high_w <= limit_w) & ~done
+        if np.isfinite(best_t):  # the largest expected gain over the best within the budget
+            # (among the modes predicted within it: a mode predicted over is never profiled for a gain)
+            gain = _expected_gain(t, sd_t, best_t * (1.0 - min_gain)) * _probability_within(p, sd_p, limit_w)
+            gain[(p > limit_w) | done] = 0.0
+            j = int(np.argmax(gain))
+            ok = gain[j] > (EXPECTED_GAIN if prior.power_sd is not None or prior.time_sd is not None else 0.0)
+        else:  # first a mode likely within the budget: the fastest predicted within it with FIRST_Z sd to spare
+            j = int(np.argmin(np.where(safe, t, np.inf)))
+            ok = bool(safe.any())
+        if not ok:
             # no mode is predicted faster: with profiles left, step one value up along one knob from the best
             # mode within the budget (the model may miss what that knob does), the least predicted time first
-            j = _climb(grid, measured, p_hat, t, p * k) if np.isfinite(best_t) else \
-                _least_power(measured, p_hat, p)
+            j = _climb(grid, measured, limit_w, t, high_w) if np.isfinite(best_t) else \
+                _least_power(measured, limit_w, p)
             if j is None:
                 trace.append(("prior-done", len(measured)))
                 break
             trace.append(("prior-climb", grid.unflat(j)))
-        else:
-            j = int(np.argmin(np.where(ok, t, np.inf)))
         r = yield from ctx.profile(point_at(grid.unflat(j)))
         n += 1
-        if corrected and p[j] > 0:
-            missed.append(max(r.power_w / float(p[j]) - 1.0, 0.0))
+        if measured and p[j] > 0:
+            missed = max(r.power_w / float(p[j]) - 1.0, 0.0)
         measured[j] = (r.time_s, r.power_w)
-        within = r.power_w <= p_hat * (1.0 + 1e-12) + 1e-15
+        within = r.power_w <= limit_w
         if within:
             best_t = min(best_t, r.time_s)
         trace.append(("prior", grid.unflat(j), "within" if within else "over", float(t[j]), float(p[j]),
-                      round(k - 1.0, 4)))
+                      round(float(high_w[j] / p[j]) - 1.0, 4)))
     return n
+
+
+def _probability_within(p: np.ndarray, sd: np.ndarray, limit_w: float) -> np.ndarray:
+    """P(a mode's power <= ``limit_w``) with its log normal around the prediction ``p`` (relative sd ``sd``; a step
+    at the limit where ``sd`` is 0)."""
+    from scipy.special import ndtr
+
+    sd = np.asarray(sd, dtype=float)
+    z = np.log(limit_w / p) / np.where(sd > 0, sd, 1.0)
+    return np.where(sd > 0, ndtr(z), (p <= limit_w).astype(float))
+
+
+def _expected_gain(t: np.ndarray, sd: np.ndarray, best_t: float) -> np.ndarray:
+    """E[max(0, log(best_t / T))] with log T normal around log ``t`` (sd ``sd``): the expected relative shortening of
+    the best time (the gain itself where ``sd`` is 0)."""
+    from scipy.special import ndtr
+
+    mu = np.log(best_t / t)
+    sd = np.asarray(sd, dtype=float)
+    safe = np.where(sd > 0, sd, 1.0)
+    z = mu / safe
+    ei = safe * np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi) + mu * ndtr(z)
+    return np.where(sd > 0, ei, np.maximum(mu, 0.0))
+
+
+def guarded(p_hat: float, guard: float = POWER_GUARD) -> float:
+    """The power a prior-guided search's profile must be under to count as within the budget ``p_hat``
+    (``guard``: :data:`POWER_GUARD`)."""
+    return p_hat * (1.0 - guard)
 
 
 def _least_power(measured: dict[int, tuple[float, float]], p_hat: float, p: np.ndarray,
@@ -185,7 +288,7 @@ def _climb(grid: Any, measured: dict[int, tuple[float, float]], p_hat: float, t:
            p: np.ndarray) -> int | None:
     """An unprofiled neighbour one value up along one knob of the fastest profiled mode within ``p_hat`` whose
     corrected predicted power is within it too: the least predicted time, then the least predicted power."""
-    within = [(v[0], i) for i, v in measured.items() if v[1] <= p_hat]
+    within = [(v[0], i) for i, v in measured.items() if v[1] <= p_hat]  # p_hat: the guarded budget
     if not within:
         return None
     base = grid.unflat(min(within)[1])

@@ -11,10 +11,18 @@ Two things carry over from board A (the *source*) to board B (the *target*):
    the hardware ratios (:func:`lightning_edge.twin.boards.extrapolate`: SMs, memory bus, rated power), unless B has
    a calibrated file of its own (then B's). The silicon's efficiencies, CPU costs and energies per FLOP measured on A
    replace the papers' published-figure ones;
-2. **the workload's profiles stored for A** (a profile store, or any ``{mode: (time_s, power_w)}``): their errors
-   against A's model, ``log(measured / predicted)`` of time and of power, are this workload's own (what the model
-   misses about it, on the same silicon); fitted as a ridge regression on the mode's position in its grid (each knob
-   over its board's maximum: cores, CPU, GPU and memory clocks), they correct B's prediction at B's modes.
+2. **the workload's profiles stored for A** (a profile store, or any ``{mode: (time_s, power_w)}``): what A's
+   calibration could not measure and this workload depends on (its data loader's costs: the reference steps run on
+   synthetic inputs) is fitted to them first (:func:`fit_to_profiles`, the calibration's own fit over those
+   coefficients only: the same CPU on both modules, so they carry to B); then their remaining errors against that
+   model, ``log(measured / predicted)`` of time and of power, are this workload's own (what the model still misses
+   about it, on the same silicon); fitted as a ridge regression on the mode's position in its grid (each knob over
+   its board's maximum: cores, CPU, GPU and memory clocks), they correct B's prediction at B's modes.
+
+The prior says how far off it may be (``time_sd``, ``power_sd``: the relative standard deviations the search uses to
+choose its first profiles, :mod:`lightning_edge.tuning.prior`): what A's profiles still scatter by around the
+corrected model (their residuals' RMS), and, on another module than A, what moving to it adds (:data:`MODULE_SD`:
+another module's power figures, regulators and board).
 
 The prior is a prediction, never an answer: the tuner profiles on B and corrects it (:mod:`lightning_edge.tuning.
 prior`). Its ``source`` says what it was built from.
@@ -30,11 +38,22 @@ import numpy as np
 from lightning_edge.modes import PowerMode, PowerModeSpace
 from lightning_edge.tuning.prior import Prior
 
-__all__ = ["transferred_prior", "stored_profiles", "target_model", "RIDGE"]
+__all__ = ["transferred_prior", "stored_profiles", "target_model", "fit_to_profiles", "RIDGE", "MODULE_SD",
+           "UNCORRECTED_SD"]
 
 RIDGE = 1.0
 """Ridge penalty of the correction's slopes (per knob): with few profiles on A, the correction stays near a
 constant ratio."""
+
+MODULE_SD = (0.02, 0.05)
+"""What moving a prediction from one module to another of the same silicon adds to its error, relative standard
+deviation of (time, power): the hardware ratios carry the time (SMs, memory bus), but another module has its own
+power figures (board, regulators, binning), not measured until it is profiled. An assumption, not a measurement:
+``transferred_prior(..., module_sd=)`` takes another."""
+
+UNCORRECTED_SD = (0.05, 0.05)
+"""The error assumed of a prediction no profile of the workload has corrected (time, power): what a calibration
+leaves on a workload it did not measure (BENCHMARKS.md, calibration: within 5 % time, 3 % power)."""
 
 
 def stored_profiles(store: Any, device_model: str, workload_id: str, kind: str = "train") -> dict[PowerMode,
@@ -59,6 +78,39 @@ def target_model(target: Any, source: Any | None) -> Any:
     return extrapolate(source, target.key)
 
 
+def fit_to_profiles(source: Any, workload: Any, profiles: Mapping[Any, tuple[float, float]], space: PowerModeSpace,
+                    max_nfev: int = 30) -> Any:
+    """``source`` (A's calibrated board file) with the coefficients its calibration held because the reference steps
+    do not measure them (``calibration["held"]`` but neither hardware facts nor ``unidentified``: the data loader's
+    costs) fitted to the workload's profiles on A (``{mode of space: (time_s, power_w)}``;
+    ``workload``: its :class:`~lightning_edge.twin.timeline.TwinWorkload`), by the calibration's own fit
+    (:func:`~lightning_edge.twin.fit.fit_board`: what the profiles cannot separate stays). ``source`` itself when
+    there is nothing to fit or fewer than three profiles."""
+    from lightning_edge.twin.fit import HELD, Observation, fit_board
+    from lightning_edge.twin.physics import DEFAULT_PARAMS
+
+    cal = source.calibration or {}
+    free = set(cal.get("held", [])) - set(HELD) - set(cal.get("unidentified") or {})
+    if not free or len(profiles) < 3:
+        return source
+    obs = []
+    for m, (t, pw) in profiles.items():
+        mode = space.coerce(m)
+        obs.append(Observation(mode.as_tuple(), steps={"workload": {"time_s": float(t), "power_w": float(pw),
+                                                                    "n": 10}}))
+    res = fit_board(source, obs, {"workload": workload}, held=frozenset(set(DEFAULT_PARAMS) - free),
+                    max_nfev=max_nfev)
+    if not res.fitted:
+        return source
+    label = source.label if source.label in ("measured", "simulated") else "simulated"
+    bf = res.board(label=label, calibration=dict(source.calibration or {}),
+                   notes=[f"{', '.join(res.fitted)} fitted to {len(obs)} profiles of one workload on this board"])
+    bf.calibration["fitted"] = sorted(set(source.calibration.get("fitted", [])) | set(res.fitted))
+    bf.calibration["held"] = sorted(set(DEFAULT_PARAMS) - set(bf.calibration["fitted"]))
+    bf.calibration["fitted_to_workload"] = sorted(res.fitted)
+    return bf
+
+
 def _features(knobs: np.ndarray, space: PowerModeSpace) -> np.ndarray:
     top = np.array([space.cores[-1], space.cpu_mhz[-1], space.gpu_mhz[-1], space.mem_mhz[-1]], dtype=float)
     return np.asarray(knobs, dtype=float) / top
@@ -74,24 +126,30 @@ def _ridge(x: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:
 
 def transferred_prior(workload: Any, space: PowerModeSpace, *, target: Any, source: Any | None = None,
                       profiles: Mapping[Any, tuple[float, float]] | None = None, source_space: PowerModeSpace | None
-                      = None, ridge: float = RIDGE) -> Prior:
+                      = None, ridge: float = RIDGE, module_sd: tuple[float, float] = MODULE_SD) -> Prior:
     """The prior of ``workload`` (a :class:`~lightning_edge.twin.live.SimWorkload`: a zoo name, a captured cost, or a
     module with its inputs) over ``space`` of board B, from what board A taught (module docstring). ``target``: B's
     board file (its catalogue's, or a calibrated one); ``source``: A's calibrated board file; ``profiles``: the
     workload's profiles stored for A (``{mode: (time_s, power_w)}``, modes of A's grid ``source_space``, default
-    A's file's grid)."""
+    A's file's grid); ``module_sd``: what another module adds to the prediction's error (:data:`MODULE_SD`)."""
     from lightning_edge.twin.model import OrinTwin
 
+    wl = workload.twin_workload("train")
+    a_space = source_space or (source.space() if source is not None else None)
+    if profiles and source is not None and source.calibration is not None:
+        source = fit_to_profiles(source, wl, profiles, a_space)
     model = target_model(target, source)
     twin_b = OrinTwin(board=model, space=space, noise=False, settling=False)
-    wl = workload.twin_workload("train")
     pred = wl.on(twin_b).step(space.to_numpy())
     t_b, p_b = np.asarray(pred.time_s, dtype=float), np.asarray(pred.power_w, dtype=float)
     how = [f"{model.label} twin model of {model.key}"
            + (f" (extrapolated from the calibrated {source.key})" if model is not target and model is not source
               else "")]
+    spread = np.array(UNCORRECTED_SD, dtype=float)
+    fitted = (source.calibration or {}).get("fitted_to_workload") if source is not None else None
+    if fitted:
+        how.append(f"{', '.join(fitted)} fitted to the workload's profiles on {source.key}")
     if profiles and source is not None:
-        a_space = source_space or source.space()
         twin_a = OrinTwin(board=source, space=a_space, noise=False, settling=False)
         modes = [a_space.coerce(m) for m in profiles]
         knobs = np.array([m.as_tuple() for m in modes], dtype=float)
@@ -102,7 +160,14 @@ def transferred_prior(workload: Any, space: PowerModeSpace, *, target: Any, sour
         coef = _ridge(xa, y, ridge) if len(modes) >= 2 else np.vstack([y.mean(0), np.zeros((4, 2))])
         corr = np.hstack([np.ones((len(xb), 1)), xb]) @ coef
         t_b, p_b = t_b * np.exp(corr[:, 0]), p_b * np.exp(corr[:, 1])
+        if len(modes) >= 2:  # what the profiles still scatter by around the corrected model (RMS, per degree left)
+            res = y - np.hstack([np.ones((len(xa), 1)), xa]) @ coef
+            spread = np.sqrt(np.sum(res ** 2, axis=0) / max(len(modes) - 2, 1))
         how.append(f"corrected by {len(modes)} profiles of the workload stored for {source.key} (their ratio to "
                    f"its calibrated model: time x{np.exp(y[:, 0].mean()):.3f}, power x{np.exp(y[:, 1].mean()):.3f} "
                    "on average)")
-    return Prior(space, t_b, p_b, "transferred: " + "; ".join(how) + ", of the analyze cost")
+    other = source is not None and source.key != space.name and model is not source
+    sd = np.sqrt(spread ** 2 + (np.asarray(module_sd, dtype=float) ** 2 if other else 0.0))
+    how.append(f"uncertain by {100 * sd[0]:.1f} % in time, {100 * sd[1]:.1f} % in power (one standard deviation)")
+    return Prior(space, t_b, p_b, "transferred: " + "; ".join(how) + ", of the analyze cost", time_sd=float(sd[0]),
+                 power_sd=float(sd[1]))

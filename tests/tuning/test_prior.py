@@ -12,7 +12,16 @@ from lightning_edge.devices import fulcrum_space
 from lightning_edge.tuning import GMD, Exhaustive, TrainingProblem
 from lightning_edge.tuning.als import ALS
 from lightning_edge.tuning.online import ProfileWindow, WindowSpec
-from lightning_edge.tuning.prior import Prior, prior_for_twin, prior_from_rooflines
+from lightning_edge.tuning.prior import (
+    FIRST_Z,
+    POWER_GUARD,
+    PROFILE_SD,
+    SPREAD_DISTANCE,
+    Prior,
+    guarded,
+    prior_for_twin,
+    prior_from_rooflines,
+)
 from lightning_edge.twin.live import SimWorkload
 from lightning_edge.twin.model import OrinTwin
 
@@ -207,3 +216,52 @@ def test_the_twins_priors_declare_their_error():
     wl = SimWorkload("resnet18", train_batch_size=16, noise=False)
     assert prior_for_twin(wl, SPACE, simulated=True).power_error == UNCALIBRATED_ERROR
     assert prior_for_twin(wl, SPACE, simulated=False).power_error == CALIBRATED_ERROR
+
+
+def test_a_prior_says_how_far_off_it_may_be_and_profiles_narrow_it():
+    n = SPACE.size
+    prior = Prior(SPACE, np.ones(n), np.linspace(10, 30, n), "test", time_sd=0.02, power_sd=0.05)
+    sd_t, sd_p = prior.uncertainty({})
+    assert np.allclose(sd_t, 0.02) and np.allclose(sd_p, 0.05)
+    sd_t, sd_p = prior.uncertainty({0: (1.0, 10.0)})
+    assert sd_p[0] == pytest.approx(PROFILE_SD) and sd_t[0] == pytest.approx(PROFILE_SD)
+    far = np.linalg.norm(prior.coords - prior.coords[0], axis=1) >= SPREAD_DISTANCE
+    assert np.allclose(sd_p[far], np.hypot(PROFILE_SD, 0.05)) and np.all(np.diff(sd_p[np.argsort(np.linalg.norm(
+        prior.coords - prior.coords[0], axis=1))]) >= -1e-12)  # growing with the distance to the profile
+    plain = Prior(SPACE, np.ones(n), np.linspace(10, 30, n), "no uncertainty said")
+    assert np.all(plain.uncertainty({})[1] == 0.0)
+    with pytest.raises(ValueError, match="power_sd"):
+        Prior(SPACE, np.ones(n), np.ones(n), "bad", power_sd=-0.1)
+
+
+def test_an_uncertain_prior_secures_a_mode_within_the_budget_first(bert):
+    """Issue 38: the prior's uncertainty chooses the first profile: the fastest mode predicted within the budget with
+    one standard deviation to spare, not the fastest predicted at the budget's edge."""
+    truth = bert.sweep("train", modes=SPACE.to_numpy())
+    t, p = np.asarray(truth.time_s), np.asarray(truth.power_w)
+    budget = float(p[int(np.argmin(np.where(p <= 27.0, t, np.inf)))]) * 1.004  # that mode just within the guard
+    sure = Prior(SPACE, t, p, "the truth, said to be 5 % uncertain", time_sd=0.01, power_sd=0.05)
+    g = GMD(prior=sure)
+    g.run(TrainingProblem(budget), SPACE, bert, store=None)
+    first = g.last_trace[0]
+    assert first[0] == "prior" and first[4] * np.exp(FIRST_Z * 0.05) <= guarded(budget)
+    edge = GMD(prior=Prior(SPACE, t, p, "the truth, taken at its word"))
+    edge.run(TrainingProblem(budget), SPACE, bert, store=None)
+    assert edge.last_trace[0][4] > first[4]  # without it: the fastest at the edge
+
+
+def test_a_prior_guided_answer_keeps_its_distance_from_the_budget(bert):
+    """A budget is a promise: with a prior, the answer is a profile at least POWER_GUARD under the budget when one
+    is, not the one a profile's noise puts just under it; the priorless GMD is as published."""
+    truth = bert.sweep("train", modes=SPACE.to_numpy())
+    t, p = np.asarray(truth.time_s), np.asarray(truth.power_w)
+    i = int(np.argmin(np.where(p <= 27.0, t, np.inf)))
+    budget = float(p[i]) * (1 + POWER_GUARD / 3)  # the fastest mode within it sits inside the guard
+    low = Prior(SPACE, t, p * 0.99, "1 % low: it aims at that mode first")
+    res = GMD(prior=low).run(TrainingProblem(budget), SPACE, bert, store=None)
+    assert any(pt.mode == SPACE.coerce(SPACE.to_numpy()[i].tolist()) for pt in res.visited)  # it was profiled
+    assert res.solution is not None and res.solution.power_w <= guarded(budget)
+    assert res.solution.problem.power_budget_w == budget
+    assert GMD().power_guard == POWER_GUARD
+    with pytest.raises(ValueError, match="power_guard"):
+        GMD(power_guard=0.7)

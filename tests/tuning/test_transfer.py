@@ -16,7 +16,13 @@ from lightning_edge.devices.meter import TwinMeter
 from lightning_edge.devices.sim.device import SimulatedOrin
 from lightning_edge.tuning.online import OnlineTuner, WindowSpec, simulate_tuning
 from lightning_edge.tuning.store import ProfileStore
-from lightning_edge.tuning.transfer import stored_profiles, target_model, transferred_prior
+from lightning_edge.tuning.transfer import (
+    MODULE_SD,
+    fit_to_profiles,
+    stored_profiles,
+    target_model,
+    transferred_prior,
+)
 from lightning_edge.twin.boards import board_file, extrapolate, install_board_file, seed_board
 from lightning_edge.twin.live import SimWorkload
 from lightning_edge.twin.model import OrinTwin
@@ -92,6 +98,62 @@ def test_a_transferred_prior_knows_b_better_than_the_catalogue():
     assert t_cat > 10 and t_tr < 3 and p_tr < p_cat, (t_cat, p_cat, t_tr, p_tr)
 
 
+def test_what_a_calibration_cannot_measure_is_fitted_to_the_workloads_profiles_on_a():
+    """Issue 38: the reference steps run on synthetic inputs, so a calibrated file holds the data loader's costs at
+    the catalogue's; A's profiles of the workload (its own loader) fit them, and only them (what the calibration
+    could not separate stays), and B's prior carries them: its times within 1 %, where the calibrated file alone
+    is several per cent off."""
+    a_cal = board_file("orin-nx-16gb")
+    a_cal.calibration = {"label": "simulated", "modes": 15, "unidentified": {"p_gpu_idle_leak_w": {}},
+                         "held": ["t_decode_train_ms_per_mpix", "t_fetch_ms_per_mb", "p_gpu_idle_leak_w",
+                                  "loader_workers", "dram_bus_bits"], "fitted": ["eff_tc"]}
+    a_cal.label = "simulated"
+    a_truth = board_file("orin-nx-16gb")
+    a_truth.params.update(t_decode_train_ms_per_mpix=a_truth.full_params["t_decode_train_ms_per_mpix"] * 1.35,
+                          t_fetch_ms_per_mb=a_truth.full_params["t_fetch_ms_per_mb"] * 0.8)
+    twin_a = OrinTwin(board=a_truth, noise=False, settling=False)
+    wl_a = SimWorkload("resnet18", twin_a, train_batch_size=16)
+    rng = np.random.default_rng(1)
+    modes = [twin_a.space.coerce(tuple(k)) for k in twin_a.space.to_numpy()[rng.choice(twin_a.space.size, 10,
+                                                                                         replace=False)]]
+    profiles = {m: wl_a.expected("train", m) for m in modes}
+    fitted = fit_to_profiles(a_cal, wl_a.twin_workload("train"), profiles, twin_a.space)
+    assert fitted.calibration["fitted_to_workload"] and "p_gpu_idle_leak_w" not in fitted.calibration[
+        "fitted_to_workload"]
+    assert fitted.params["t_decode_train_ms_per_mpix"] == pytest.approx(
+        a_truth.params["t_decode_train_ms_per_mpix"], rel=0.05)
+    assert fitted.params["p_gpu_idle_leak_w"] == a_cal.full_params["p_gpu_idle_leak_w"]
+    assert fit_to_profiles(a_cal, wl_a.twin_workload("train"), dict(list(profiles.items())[:2]), twin_a.space) is a_cal
+    b_truth = extrapolate(a_truth, "orin-nano-8gb")
+    b_twin = OrinTwin(board=b_truth, noise=False, settling=False)
+    truth = SimWorkload("resnet18", b_twin, train_batch_size=16).sweep("train", modes=b_twin.space)
+    wl_b = SimWorkload("resnet18", b_twin, train_batch_size=16)
+    prior = transferred_prior(wl_b, b_twin.space, target=board_file("orin-nano-8gb"), source=a_cal, profiles=profiles)
+    plain = transferred_prior(wl_b, b_twin.space, target=board_file("orin-nano-8gb"), source=a_cal)
+    assert _mape(prior, truth)[0] < 1.0 < _mape(plain, truth)[0]
+    assert "fitted to the workload's profiles" in prior.source
+
+
+def test_a_transferred_prior_says_how_far_off_it_may_be():
+    """The prior's uncertainty (what the search uses to choose its first profiles): what A's profiles still scatter
+    by, plus what another module adds (MODULE_SD); on A's own module only the first."""
+    a = _calibrated(board_file("orin-nx-16gb"))
+    twin_a = OrinTwin(board=a, noise=False, settling=False)
+    wl_a = SimWorkload("mobilenet_v2", twin_a, train_batch_size=8)
+    rng = np.random.default_rng(0)
+    modes = [twin_a.space.coerce(tuple(k)) for k in twin_a.space.to_numpy()[rng.choice(twin_a.space.size, 6,
+                                                                                         replace=False)]]
+    noisy = {m: (wl_a.expected("train", m)[0], wl_a.expected("train", m)[1] * (1 + 0.02 * (-1) ** i))
+             for i, m in enumerate(modes)}
+    b_space = board_file("orin-nano-8gb").space()
+    wl_b = SimWorkload("mobilenet_v2", OrinTwin(board=board_file("orin-nano-8gb"), noise=False), train_batch_size=8)
+    other = transferred_prior(wl_b, b_space, target=board_file("orin-nano-8gb"), source=a, profiles=noisy)
+    assert other.power_sd >= MODULE_SD[1] and other.time_sd >= MODULE_SD[0]
+    assert other.power_sd > np.hypot(MODULE_SD[1], 0.015)  # A's profiles scatter by 2 % around its model
+    same = transferred_prior(wl_a, twin_a.space, target=a, source=a, profiles=noisy)
+    assert same.power_sd < other.power_sd and "uncertain by" in same.source
+
+
 def test_profiles_stored_for_one_board_are_read_back_for_another(tmp_path):
     url = f"sqlite:///{tmp_path}/p.db"
     board = get_board("sim:orin-nx-16gb", control="write")
@@ -157,9 +219,10 @@ def test_on_a_real_board_the_prior_and_the_profilers_roofline_come_from_its_inst
 
 @pytest.mark.slow
 def test_the_tuner_with_a_transferred_prior_lands_within_3_percent_of_the_oracle(tmp_path):
-    """The acceptance of issue 29 item 5 on one pair (benchmarks/transfer.py runs several): A calibrated from 15 modes,
-    the workload tuned on A into a store, then on B with the prior transferred: the median over budgets within 3 %
-    of the oracle, with fewer profiles than without a prior."""
+    """The acceptance of issue 29 item 5 and issue 38 part 3 on one pair (benchmarks/transfer.py runs several): A
+    calibrated from 15 modes, the workload tuned on A into a store, then on B with the prior transferred: the median
+    over budgets within 3 % of the oracle, with fewer profiles than without a prior; every run within 3 % and none
+    over the budget."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import transfer as bench
 
@@ -169,6 +232,7 @@ def test_the_tuner_with_a_transferred_prior_lands_within_3_percent_of_the_oracle
     none = [r for r in rows if r["setting"] == "no prior"]
     assert np.median([r["excess"] for r in tr]) <= 3.0
     assert np.median([r["profiles"] for r in tr]) < np.median([r["profiles"] for r in none])
+    assert not any(r["over"] for r in tr) and all(r["excess"] <= 3.0 for r in tr)
 
 
 def test_a_simulated_board_file_tunes_with_its_catalogues_prior(tmp_path):
