@@ -211,7 +211,7 @@ def prior_search(ctx: Any, grid: Any, point_at: Any, p_hat: float, prior: Prior,
         else:
             err_p = np.maximum(sd_p, max(float(prior.power_error or 0.0), 0.0))  # the model's bias, not yet corrected
         # the budget holds while tuning: no mode the prediction puts over it beyond its own error is profiled
-        high_w = p * np.exp(FIRST_Z * err_p)
+        high_w = p * (1.0 + FIRST_Z * err_p)
         safe = (high_w <= limit_w) & ~done
         if np.isfinite(best_t):  # the largest expected gain over the best within the budget
             # (among the modes predicted within it: a mode predicted over is never profiled for a gain)
