@@ -203,8 +203,7 @@ def merge_into(path: str | os.PathLike[str], steps: Iterable[tuple[Any, Any, str
         return 0
     evs.extend(added)
     text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
-    with (gzip.open(p, "wt") if gz else open(p, "w")) as f:
-        f.write(text)
+    _write(p, gzip.compress(text.encode()) if gz else text)  # the profiler's file replaced whole, or left as it was
     return len(added)
 
 
@@ -217,10 +216,16 @@ def _num(x: Any) -> float | None:
 
 
 def write_trace(doc: Mapping, path: str | os.PathLike[str]) -> Path:
-    """Write the trace (creating the directories); returns the path."""
+    """Write the trace (creating the directories) atomically (:func:`_write`); returns the path."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    text = json.dumps(doc, separators=(",", ":"), allow_nan=False)  # the C encoder: json.dump's is Python's
-    with open(p, "w") as f:
-        f.write(text)
-    return p
+    return _write(p, json.dumps(doc, separators=(",", ":"), allow_nan=False))  # the C encoder: json.dump's is Python's
+
+
+def _write(p: Path, data: str | bytes) -> Path:
+    """A trace file written atomically over an earlier one (:func:`lightning_edge._jsonfile.write_file`: a full or
+    read-only disk leaves the earlier file whole; a link, a device or a folder there is refused); ``OSError`` naming
+    the path and why when it cannot be written."""
+    from lightning_edge._jsonfile import write_file
+
+    return write_file(p, data, lambda why: OSError(f"{p} {why}"), ours=lambda _p: True, what="trace")

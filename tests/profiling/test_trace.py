@@ -148,3 +148,35 @@ def test_merge_into_a_torch_profiler_trace(tmp_path):
     lin = [x for x in theirs if x["name"] in ("aten::linear", "aten::addmm")]
     assert lin and any(abs(x["ts"] - layer["ts"]) < 5_000 for x in lin), (layer["ts"], [x["ts"] for x in lin])
     assert merge_into(path, [(t, e, "again")], epoch_offset_ns=0) == 0  # merged once only
+
+
+def test_a_trace_is_written_whole_or_not_at_all_and_never_through_a_link(tmp_path, monkeypatch):
+    """Issue 36's rule for every file the tool writes: a link at the trace's path is refused (its target untouched);
+    a write the disk refuses (ENOSPC) leaves the earlier trace whole, not truncated, and no temporary file behind."""
+    import errno
+
+    import pytest
+
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    link = tmp_path / "linked.pt.trace.json"
+    link.symlink_to(victim)
+    doc = chrome_trace([])
+    with pytest.raises(OSError, match="symbolic link"):
+        write_trace(doc, link)
+    assert victim.read_text() == "precious" and link.is_symlink()
+
+    path = write_trace(doc, tmp_path / "run.pt.trace.json")
+    before = path.read_text()
+    real_write = os.write
+
+    def full_disk(fd, data):
+        real_write(fd, bytes(data)[:10])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "write", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        write_trace({"traceEvents": [{"ph": "M", "name": "x" * 1000}]}, path)
+    monkeypatch.undo()
+    assert path.read_text() == before and json.loads(before)["traceEvents"] == doc["traceEvents"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["linked.pt.trace.json", "run.pt.trace.json", "victim.txt"]

@@ -109,16 +109,24 @@ class ReplaySensor(PowerSensor):
         return cls(trace.t_s, trace.power_w, trace.rails_w, **kw)
 
     def save_csv(self, path: str | os.PathLike[str], comment: str | None = None) -> None:
-        """Write the trace as CSV (``t_s, power_w, rails...``), readable by :meth:`from_csv`."""
-        with open(path, "w", newline="") as f:
-            if comment:
-                for line in comment.splitlines():
-                    f.write(f"# {line}\n")
-            w = csv.writer(f)
-            w.writerow(["t_s", "power_w", *self.rails])
-            for i in range(self.t_ns.size):
-                w.writerow([f"{self.t_ns[i] / 1e9:.6f}", f"{self.power_w[i]:.4f}",
-                            *(f"{v:.4f}" for v in self.rails_w[i])])
+        """Write the trace as CSV (``t_s, power_w, rails...``), readable by :meth:`from_csv`, atomically
+        (:func:`lightning_edge._jsonfile.write_file`: a full disk leaves an earlier file whole; a link or a device at
+        ``path`` is refused); ``OSError`` naming the path when it cannot be written."""
+        import io
+
+        from lightning_edge._jsonfile import write_file
+
+        f = io.StringIO(newline="")
+        if comment:
+            for line in comment.splitlines():
+                f.write(f"# {line}\n")
+        w = csv.writer(f)
+        w.writerow(["t_s", "power_w", *self.rails])
+        for i in range(self.t_ns.size):
+            w.writerow([f"{self.t_ns[i] / 1e9:.6f}", f"{self.power_w[i]:.4f}",
+                        *(f"{v:.4f}" for v in self.rails_w[i])])
+        write_file(path, f.getvalue(), lambda why: OSError(f"{path} {why}"), ours=lambda _p: True,
+                   what="power trace")
 
     # ------------------------------------------------------------------ playback
     def restart(self) -> None:

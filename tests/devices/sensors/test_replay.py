@@ -133,3 +133,15 @@ def test_an_absurd_recorded_value_is_rejected():
     s = ReplaySensor([0.0, 0.1], [4.95e5, 4.95e5], {"X": [4.95e5, 4.95e5]}, clock_ns=Clock())
     r = s.read()
     assert r.rejected == ("X",) and not r.ok
+
+
+def test_save_csv_never_writes_through_a_link(tmp_path):
+    """A link at save_csv's path is refused with the path named; its target is untouched (issue 36: every file the
+    tool writes is a new file renamed into place)."""
+    s = ReplaySensor.from_csv(TRACES / "orin_agx_steps_200hz.csv")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    (tmp_path / "trace.csv").symlink_to(victim)
+    with pytest.raises(OSError, match=r"trace\.csv is a symbolic link"):
+        s.save_csv(tmp_path / "trace.csv")
+    assert victim.read_text() == "precious"
