@@ -23,8 +23,8 @@ import tempfile
 
 def board(url: str, seed: int, queue) -> None:
     from lightning_edge.devices import fulcrum_space
-    from lightning_edge.twin.live import SimWorkload
     from lightning_edge.tuning import ALS
+    from lightning_edge.twin.live import SimWorkload
 
     workload = SimWorkload("resnet18", train_batch_size=16, seed=seed)   # the twin plays this board
     table = ALS().explore(fulcrum_space(), workload, kind="train", store=url)
@@ -91,9 +91,9 @@ def main():
         from optuna.trial import TrialState
 
         from lightning_edge.devices import fulcrum_space
-        from lightning_edge.twin.live import SimWorkload
         from lightning_edge.tuning import ALS, ProfileStore, TrainingProblem
         from lightning_edge.tuning.store import trial_key
+        from lightning_edge.twin.live import SimWorkload
 
         # the store itself: how many measurements were recorded, and for how many distinct modes
         profiles = ProfileStore(url).profiles(SimWorkload("resnet18", train_batch_size=16))
