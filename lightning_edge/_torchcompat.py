@@ -21,7 +21,7 @@ __all__ = [
     "TorchDispatchMode", "OpOverload", "OpOverloadPacket", "current_autograd_node", "autograd_sequence_nr",
     "run_backward", "reparametrize", "force_eager", "is_compiling", "autocast_dtype", "has_aten_op",
     "conv_backend_name", "checkpoint_on_meta", "autocast_on_meta", "no_torch_function", "no_cyclic_gc",
-    "SDPA_TAKES_GQA", "tensor_version", "optimizer_hooks_fire",
+    "SDPA_TAKES_GQA", "tensor_version", "optimizer_hooks_fire", "META_ARG_CHECKS",
 ]
 
 
@@ -128,6 +128,29 @@ def has_aten_op(name: str) -> bool:
     except (AttributeError, RuntimeError):
         return False
     return True
+
+
+# ------------------------------------------------------------------------------------------------ meta kernels
+def _embedding_indices(weight: torch.Tensor, indices: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+    if indices.dtype not in (torch.long, torch.int32):
+        raise RuntimeError("Expected tensor for argument #1 'indices' to have one of the following scalar types: "
+                           f"Long, Int; but got {indices.dtype} instead")
+
+
+def _meta_embedding_checks_indices() -> bool:
+    try:
+        torch.ops.aten.embedding(torch.empty(2, 2, device="meta"), torch.empty(1, device="meta"))
+    except RuntimeError:  # "Expected tensor for argument #1 'indices' to have one of the following scalar types"
+        return True
+    return False
+
+
+#: the argument checks of the CPU and CUDA kernels that this torch's meta kernels skip, by op (``OpOverloadPacket``):
+#: the cost model runs them before the meta kernel, so that a model given inputs it could not run fails as it would
+#: on a device. torch 2.8's meta kernel of ``aten::embedding`` (Python, new in 2.8) took float indices, where 2.1 to
+#: 2.5 (the C++ kernel's check) and 2.13 refuse them (probed: empty where the meta kernel refuses them itself)
+META_ARG_CHECKS: dict[Any, Callable[..., None]] = (
+    {} if _meta_embedding_checks_indices() else {torch.ops.aten.embedding: _embedding_indices})
 
 
 # ------------------------------------------------------------------------------------------------ autograd

@@ -80,6 +80,20 @@ def test_analyze_leaves_tied_weights_tied(training):
     assert cost.params == 40 == sum(p.numel() for p in model.parameters())
 
 
+@pytest.mark.parametrize("training", [False, True])
+def test_an_embedding_refuses_float_indices_on_meta_as_on_the_cpu(training):
+    # torch 2.8's meta kernel of aten::embedding took float indices: a language model analysed with float inputs
+    # (``--input-shape`` without ``--input-dtype long``) was counted, its embedding reading nothing
+    emb = nn.Embedding(10, 4)
+    with pytest.raises(RuntimeError, match="scalar types: Long, Int"):
+        emb(torch.zeros(2, 3))  # the CPU kernel
+    with pytest.raises(RuntimeError, match="scalar types: Long, Int"):
+        analyze(emb, torch.zeros(2, 3), training=training)
+    for dt in (torch.long, torch.int32):
+        assert analyze(emb, torch.zeros(2, 3, dtype=dt), training=training).bytes > 0
+    assert (torch.ops.aten.embedding in tc.META_ARG_CHECKS) is not tc._meta_embedding_checks_indices()
+
+
 def test_run_backward_fallback_counts_the_same(monkeypatch):
     model = nn.Sequential(nn.Linear(8, 8), nn.ReLU(), nn.Linear(8, 2))
     x = torch.randn(3, 8)

@@ -31,6 +31,7 @@ from torch.overrides import TorchFunctionMode
 
 from lightning_edge._compat import dtype_name, removeprefix
 from lightning_edge._torchcompat import (
+    META_ARG_CHECKS,
     TorchDispatchMode,
     autocast_on_meta,
     checkpoint_on_meta,
@@ -261,6 +262,10 @@ class _CountMode(TorchDispatchMode):
             flat = [self._adopt(x) for x in flat]
             args, kwargs = tree_unflatten(flat, spec)
             tensors = _arg_tensors(args, kwargs)
+        if META_ARG_CHECKS:  # a check this torch's meta kernel skips (torch 2.8: an embedding's float indices)
+            check = META_ARG_CHECKS.get(func.overloadpacket)
+            if check is not None:
+                check(*args, **kwargs)
         if self.rec.values:
             known = self._known(func, args, kwargs, tensors)
             if known is not _UNKNOWN:
