@@ -67,7 +67,7 @@ def is_free(name: str, args: tuple) -> bool:
     """Whether one call of ``name`` moves nothing: a view or reshape (:data:`FREE_OPS`), or the gradient of a slice
     that kept its whole input (``x[:, :n]`` with ``n`` the full length: torch before 2.6 runs ``slice_backward`` for
     it, a full-size copy; later ones pass the gradient through), so that a model counts the same on every torch."""
-    if name in FREE_OPS:
+    if name in FREE_OPS or name.startswith("profiler::"):  # record_function's markers (Lightning's PyTorchProfiler)
         return True
     if name == "slice_backward" and len(args) > 1 and isinstance(args[0], torch.Tensor):
         return tuple(args[0].shape) == tuple(int(s) for s in args[1])

@@ -280,3 +280,37 @@ def test_parameters_of_a_module_never_called_still_count():
     assert any("never called" in n and "pos" in n for n in cost.notes)
     # the weight read counts where it is read: the parent's add
     assert cost.layer("").forward.flops == 2 * 16 * 8
+
+
+def test_record_function_markers_cost_nothing_and_raise_no_warning():
+    """A model that marks its regions with torch.profiler.record_function (as Lightning's PyTorchProfiler does
+    around every hook) counts the same as without them, and analyze says nothing about 'profiler::' ops."""
+    import warnings
+
+    from lightning_edge.cost import analyze
+
+    class Marked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(16, 8)
+
+        def forward(self, x):
+            with torch.profiler.record_function("my_region"):
+                return self.fc(x)
+
+    class Plain(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = nn.Linear(16, 8)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    x = torch.randn(4, 16)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        marked = analyze(Marked(), x, training=True)
+    assert not [w for w in seen if "profiler::" in str(w.message)]
+    plain = analyze(Plain(), x, training=True)
+    assert marked.flops == plain.flops and marked.bytes == plain.bytes
+    assert not any(k.startswith("profiler::") for k in marked.uncounted)
