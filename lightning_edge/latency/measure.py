@@ -450,8 +450,9 @@ def time_unit(fn: Callable, args: tuple, device: str = "cpu", repeats: int = 7, 
     alone (on a shared machine the other work slows some calls, even on the thread clock, through the caches and
     memory it shares; the fastest call is the one it disturbed least). A call the OS preempted (``switches``: another
     process ran on this CPU meanwhile and evicted the caches) is rejected and the unit called again, within the
-    ``4 x repeats`` calls; a unit none of whose calls ran through (longer than the other process's time slices) is
-    the least call divided by the disturbance factor of a pass that long (``use_disturbance``). ``context``:
+    ``4 x repeats`` calls; a unit none of whose first ``repeats`` calls ran through (longer than the other process's
+    time slices) is not called again: it is the least call divided by the disturbance factor of a pass that long
+    (``use_disturbance``). ``context``:
     before each call, the network context (``_Context``: other ops' code, a sweep through twice the L2 cache) and
     the producer writing the floating-point inputs; False: a hot loop (what a layer costs when nothing else runs).
     CPU: the ``use_clock`` clock minus its own overhead; CUDA: events around the call. ``cold``: the weights come
@@ -488,7 +489,9 @@ def time_unit(fn: Callable, args: tuple, device: str = "cpu", repeats: int = 7, 
         while True:
             i += 1
             done = i - max(0, warmup)
-            if done >= repeats and (done >= 4 * repeats or (len(clean) >= repeats
+            # enough calls that ran through; or none of `repeats` did (a unit longer than the other process's time
+            # slice: calling it 4 x repeats times would not change that, and overran the fit's budget)
+            if done >= repeats and (done >= 4 * repeats or ((len(clean) >= repeats or not clean)
                                                             and time.perf_counter() - t_start >= min_span_s)):
                 break
             if context:

@@ -178,7 +178,9 @@ def test_a_call_the_os_preempted_is_rejected_and_a_unit_never_left_alone_is_a_pa
             time.sleep(2e-3)
             return x
 
+    n0 = state["n"]
     plain = measure.time_unit(Long(), (torch.zeros(1),), repeats=3, warmup=0, context=False, min_span_s=0)
+    assert state["n"] - n0 == 3            # none of its first 3 calls ran through: not called 4 x 3 times
     try:
         measure.use_disturbance([1e-4, 1.0], [2.0, 2.0])
         halved = measure.time_unit(Long(), (torch.zeros(1),), repeats=3, warmup=0, context=False, min_span_s=0)
