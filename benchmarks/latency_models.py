@@ -12,11 +12,15 @@ ResNeXt-like grouped convolutions, a small ViT) at batch 1 and 8, one thread:
 
 Runs: each seed is fitted ``quiet`` (as the machine is) and ``loaded`` (with a competing process pinned to the
 same CPU as this one: a 1-thread matmul and a 32 MB copy in a loop). The whole benchmark is pinned to one CPU,
-and the machine's load average (other users) is recorded before and after every step. The networks' reference
-times are measured quiet, in rounds spread over the run (the least of each round's passes; the least round
-counts); under load they are measured once more, for comparison.
+and the machine's load average (other users) is recorded before and after every step. Each condition has its own
+reference, measured under that condition (issue 38: fitted and evaluated under a competing process): rounds of
+the least of ``--repeats`` passes on the thread clock, measured just before, between and just after each seed's
+two fits (loaded: with the loader running). A run's reference is the median of its own three rounds (the
+machine's speed drifts over the run); the median of all the condition's rounds is reported beside it. A model
+is scored against the reference of the condition it was fitted under.
 
-Reported: network MAPE per kind and condition, fit times (wall and CPU), APE per network, and errors per unit
+Reported: network MAPE per kind and condition, fit times (wall and CPU), what each fit measured of the machine
+(its disturbance factors, preemptions, unit calls rejected as preempted), APE per network, and errors per unit
 class (in-network LayerTimer self times against the predictions, summed over the networks). Then the measurements
 behind the models: the in-network context effect per class (hot loop, ``time_unit``'s context, in the network),
 and the batch-8 1x1 convolution of ResNet-50 alone, with its own shape and with the batch folded into one map.
@@ -47,7 +51,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 SECTION = "# Latency models (Jantsch) on this machine"
 KINDS = ("roofline", "refined", "statistical", "mixed", "stepwise")
-TARGET = {"stepwise": 10.0, "mixed": 10.0}
+#: issue 38: network MAPE on the held-out networks, quiet and with a competing process beside the fit and the
+#: evaluation; every fit within 5 minutes
+TARGET = {"quiet": 5.0, "loaded": 10.0}
+TARGET_KINDS = ("stepwise", "mixed")
 
 LOADER = """
 import time, torch
@@ -153,16 +160,17 @@ def main(argv=None) -> int:
             x = torch.rand(b, 3, size, size)
             descs, containers = describe(model, x)
             cases.append((name, b, model, x, descs, containers))
-    ref: dict[tuple, float] = {}
-    loaded_net: dict[tuple, float] = {}
+    # the reference of each condition: rounds of the least of `repeats` passes, spread over that condition's fits
+    # (quiet: before and after every fit; loaded: under the loader, before, between and after each seed's fits);
+    # the median of the rounds counts
+    rounds: dict[str, dict[tuple, list[float]]] = {"quiet": defaultdict(list), "loaded": defaultdict(list)}
 
-    def measure_round(store: dict, what: str) -> None:
+    def measure_round(cond: str, what: str) -> None:
         for name, b, model, x, _d, _c in cases:
-            t = measure.time_network(model, (x,), repeats=repeats)
-            store[(name, b)] = min(store.get((name, b), math.inf), t)
-        log(f"networks measured ({what})")
+            rounds[cond][(name, b)].append(measure.time_network(model, (x,), repeats=repeats))
+        log(f"networks measured ({cond}, {what})")
 
-    measure_round(ref, "quiet, round 1")
+    measure_round("quiet", "round 1")
     per_layer = {(name, b): measure.time_layers(model, (x,), steps=max(3, repeats // 2))
                  for name, b, model, x, _d, _c in cases}
     log("per-layer LayerTimer times measured")
@@ -175,11 +183,18 @@ def main(argv=None) -> int:
             if ctx:
                 ctx.__enter__()
             try:
+                first = len(next(iter(rounds[cond].values()), []))   # this run's rounds: before, between, after
+                if cond == "loaded" or seed != seeds[0]:
+                    measure_round(cond, f"before the seed {seed} fits")
+                else:  # the quiet round just measured is the one before
+                    first -= 1
                 before = loadavg()
+                calls0 = measure.preemption_counts()
                 log(f"fit stepwise ({cond}, seed {seed})")
                 t0, c0 = time.monotonic(), time.process_time()
                 step = LatencyModel.fit("stepwise", "cpu", budget_s=budget, threads=1, clock="thread", seed=seed)
                 step_wall, step_cpu = time.monotonic() - t0, time.process_time() - c0
+                measure_round(cond, f"after the seed {seed} stepwise fit")
                 log(f"fit mixed + statistical ({cond}, seed {seed})")
                 t0, c0 = time.monotonic(), time.process_time()
                 mixed = LatencyModel.fit("mixed", "cpu", budget_s=budget, threads=1, clock="thread", seed=seed)
@@ -187,8 +202,8 @@ def main(argv=None) -> int:
                 t0, c0 = time.monotonic(), time.process_time()
                 stat = mixed.with_samples([], kind="statistical")   # the same sweep, trained for the other target
                 train_wall, train_cpu = time.monotonic() - t0, time.process_time() - c0
-                if cond == "loaded":
-                    measure_round(loaded_net, f"loaded, seed {seed}")
+                calls1 = measure.preemption_counts()
+                measure_round(cond, f"after the seed {seed} fits")
             finally:
                 if ctx:
                     ctx.__exit__(None, None, None)
@@ -206,13 +221,24 @@ def main(argv=None) -> int:
                         "roofline": (step.fit_cost.get("microbench_s", 0), None, "microbench"),
                         "refined": (step.fit_cost.get("microbench_s", 0), None, "microbench")},
                 "llc": step.meta.get("llc_bytes"),
+                "calls": (calls1["preempted"] - calls0["preempted"], calls1["timed"] - calls0["timed"]),
+                "ref": {k: statistics.median(v[first:]) for k, v in rounds[cond].items()},
+                "dist": {k: (m.meta.get("disturbance_pass_s"), m.meta.get("disturbance_factor"),
+                             m.meta.get("preempt_hz")) for k, m in (("stepwise", step), ("mixed", mixed))},
             })
             if args.save_models:
                 d = Path(args.save_models)
                 d.mkdir(parents=True, exist_ok=True)
                 for k in ("stepwise", "mixed"):
                     runs[-1]["models"][k].save(d / f"{k}-{cond}-seed{seed}.json")
-            measure_round(ref, f"quiet, after the {cond} seed {seed} fits")
+            if cond == "loaded":
+                measure_round("quiet", f"after the {cond} seed {seed} fits")
+    ref_of = {cond: {k: statistics.median(v) for k, v in rounds[cond].items()} for cond in rounds if rounds[cond]}
+    if args.save_models:
+        import json
+
+        (Path(args.save_models) / "references.json").write_text(json.dumps(
+            {cond: {f"{k[0]} b{k[1]}": v for k, v in rounds[cond].items()} for cond in rounds}, indent=1))
 
     # ---------------------------------------------------------------- predictions
     for run in runs:
@@ -229,7 +255,7 @@ def main(argv=None) -> int:
     alloc_rows = allocator_effect()
     total_min = (time.monotonic() - t_start) / 60
 
-    text = report(args, runs, cases, ref, loaded_net, per_layer, context_rows, fold_rows, seeds, conditions, budget,
+    text = report(args, runs, cases, ref_of, rounds, per_layer, context_rows, fold_rows, seeds, conditions, budget,
                   repeats, cpu, total_min) + allocator_report(alloc_rows, kept)
     print(text)
     out = Path(args.out)
@@ -363,59 +389,93 @@ def _pct(p: float, m: float) -> float:
     return abs(p - m) / m * 100
 
 
-def report(args, runs, cases, ref, loaded_net, per_layer, context_rows, fold_rows, seeds, conditions, budget,
+def report(args, runs, cases, ref_of, rounds, per_layer, context_rows, fold_rows, seeds, conditions, budget,
            repeats, cpu, total_min) -> str:
     keys = [(c[0], c[1]) for c in cases]
+    n_rounds = {c: len(next(iter(rounds[c].values()), [])) for c in rounds if rounds[c]}
+
+    def spread(cond: str) -> float:   # how far the rounds of one condition lie apart: the reference's own noise
+        return statistics.mean((max(v) / min(v) - 1) * 100 for v in rounds[cond].values())
+
     lines = [
         SECTION,
         "",
         f"Machine: {machine()}; device cpu, 1 torch thread, fp32, clock: thread (the thread's CPU time), pinned to "
-        f"CPU {cpu}. Effective last-level cache measured by each fit: "
+        f"CPU {cpu} (CPU 0 ran other work: test suites of this repository, which share the last-level cache). "
+        "Effective last-level cache measured by each fit: "
         + ", ".join(sorted({f'{r["llc"] / 2 ** 20:.0f} MB' for r in runs if r.get('llc')})) + " (nominal "
         f"{runs[0]['models']['stepwise'].meta.get('llc_nominal_bytes', 0) / 2 ** 20:.0f} MB).",
         "Load average (1, 5, 15 min; 2 CPUs shared with other users) while fitting: "
         + "; ".join(f"{r['cond']} seed {r['seed']}: {r['load'][0]} -> {r['load'][1]}" for r in runs) + ".",
         f"Networks (held out: not in the zoo, never fitted on; benchmarks/heldout_nets.py): "
-        f"{', '.join(sorted({k[0] for k in keys}))}, batch 1 and 8. Reference time: the least of {repeats} passes "
-        f"per round, least of {1 + len(runs)} quiet rounds spread over the run. Every model was fitted from this "
-        f"device's microbenchmarks alone, within a {budget:.0f} s wall budget each (statistical and mixed share one "
-        "sweep). Loaded: a competing 1-thread process (matmul, 32 MB copies, a convolution) on the same CPU.",
+        f"{', '.join(sorted({k[0] for k in keys}))}, batch 1 and 8. Every model was fitted from this device's "
+        f"microbenchmarks alone, within a {budget:.0f} s wall budget each (statistical and mixed share one sweep). "
+        "Loaded: a competing 1-thread process (matmul, 32 MB copies, a convolution) on the same CPU during the fit "
+        "and during the loaded reference's rounds.",
+        "References, measured under the condition the model was fitted under (loaded: with the loader running): "
+        f"rounds of the least of {repeats} passes per network (thread clock). A run's reference is the median of "
+        "its own rounds, measured just before, between and just after its two fits (the machine's speed drifts "
+        "over the run: other virtual machines, CPU 0's work); 'MAPE, all rounds' scores the same predictions "
+        "against the median of all the condition's rounds ("
+        + ", ".join(f"{c}: {n}" for c, n in n_rounds.items()) + "). The rounds of one condition lie "
+        + ", ".join(f"{spread(c):.1f} % ({c})" for c in n_rounds)
+        + " apart on average (largest over least round per network): the reference's own noise.",
         f"Command: `python benchmarks/latency_models.py{' --quick' if args.quick else ''} --seeds "
         f"{','.join(map(str, seeds))} --conditions {','.join(conditions)} --budget-s {budget:.0f}` "
         f"({total_min:.0f} min in all).",
         "",
-        "| kind | condition | seed | network MAPE % | max APE % | fit wall s | fit CPU s | fit points / units |",
-        "|---|---|---:|---:|---:|---:|---:|---:|",
+        "| kind | condition | seed | network MAPE % | max APE % | MAPE, all rounds % | fit wall s | fit CPU s | "
+        "fit points / units |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
     mape = defaultdict(list)
     for k in KINDS:
         for r in runs:
-            apes = [_pct(p.total_s, ref[key]) for p, key in zip(r["pred"][k], keys)]
+            apes = [_pct(p.total_s, r["ref"][key]) for p, key in zip(r["pred"][k], keys)]
+            pooled = statistics.mean(_pct(p.total_s, ref_of[r["cond"]][key]) for p, key in zip(r["pred"][k], keys))
             m = statistics.mean(apes)
             mape[(k, r["cond"])].append(m)
             wall, cpu_s, pts = r["fit"][k]
-            lines.append(f"| {k} | {r['cond']} | {r['seed']} | {m:.1f} | {max(apes):.0f} | {wall:.0f} | "
+            lines.append(f"| {k} | {r['cond']} | {r['seed']} | {m:.1f} | {max(apes):.0f} | {pooled:.1f} | {wall:.0f} | "
                          f"{'' if cpu_s is None else f'{cpu_s:.0f}'} | {pts} |")
-    lines += ["", "Targets (issue 30): step-wise and mixed network MAPE <= 10 % on the held-out networks, batch 1 and "
-              "8, each fitted within 5 minutes on this CPU."]
-    for k, tgt in TARGET.items():
+    lines += ["", "Targets (issue 38): step-wise and mixed network MAPE on the held-out networks, batch 1 and 8, "
+              "<= 5 % quiet and <= 10 % with a CPU-bound process beside the fit and the evaluation; each fit within "
+              "5 minutes on this CPU."]
+    for k in TARGET_KINDS:
         for cond in conditions:
+            tgt = TARGET[cond]
             vals = mape[(k, cond)]
             walls = [r["fit"][k][0] for r in runs if r["cond"] == cond]
             ok = all(v <= tgt for v in vals) and all(w <= 300 for w in walls)
-            lines.append(f"- {k}, {cond}: MAPE {', '.join(f'{v:.1f}' for v in vals)} % (seeds {seeds}), fit "
-                         f"{max(walls):.0f} s at most: " + ("met." if ok else "NOT met."))
+            lines.append(f"- {k}, {cond}: MAPE {', '.join(f'{v:.1f}' for v in vals)} % (seeds {seeds}; target "
+                         f"{tgt:.0f} %), fit {max(walls):.0f} s at most: " + ("met." if ok else "NOT met."))
+    # the busy machine: what each fit measured of it
+    lines += ["", "What each fit measured of the machine (`measure.disturbance`: a network-like probe's passes, "
+              "timed as the references are, over as many undisturbed segments; the factor multiplies a prediction "
+              "by the length of its pass), and the unit calls the OS preempted (rejected; `time_unit` takes the "
+              "least of the others):", "",
+              "| condition | seed | kind | preemptions / CPU s (before, after) | factor at 1, 4, 15, 45 ms | "
+              "unit calls preempted |", "|---|---:|---|---|---|---:|"]
+    from lightning_edge.latency.measure import disturbance_factor
+
+    for r in runs:
+        for k, (ps, fs, hz) in r["dist"].items():
+            fac = ", ".join(f"{disturbance_factor(t, ps, fs):.3f}" for t in (1e-3, 4e-3, 15e-3, 45e-3)) if ps else ""
+            pre, tot = r["calls"]
+            lines.append(f"| {r['cond']} | {r['seed']} | {k} | {', '.join(f'{h:.0f}' for h in hz or [])} | {fac} | "
+                         + (f"{pre} of {tot} ({100 * pre / max(tot, 1):.1f} %)" if k == "stepwise" else "") + " |")
     # per network
-    lines += ["", "Per network: reference ms quiet (and under the loader), then each kind's APE % per run "
-              "(" + ", ".join(f"{r['cond'][0]}{r['seed']}" for r in runs) + ": q = quiet, l = loaded, digit = seed).",
+    lines += ["", "Per network: reference ms quiet and loaded (the median of all the condition's rounds), then each "
+              "kind's APE % per run against the run's own reference (" + ", ".join(f"{r['cond'][0]}{r['seed']}" for r in runs)
+              + ": q = quiet, l = loaded, digit = seed).",
               "", "| network | batch | ms quiet | ms loaded | " + " | ".join(KINDS) + " |",
               "|---|---:|---:|---:|" + "---|" * len(KINDS)]
     for i, key in enumerate(keys):
         cells = []
         for k in KINDS:
-            cells.append(" / ".join(f"{_pct(r['pred'][k][i].total_s, ref[key]):.0f}" for r in runs))
-        ld = f"{loaded_net[key] * 1e3:.2f}" if key in loaded_net else ""
-        lines.append(f"| {key[0]} | {key[1]} | {ref[key] * 1e3:.2f} | {ld} | " + " | ".join(cells) + " |")
+            cells.append(" / ".join(f"{_pct(r['pred'][k][i].total_s, r['ref'][key]):.0f}" for r in runs))
+        ld = f"{ref_of['loaded'][key] * 1e3:.2f}" if key in ref_of.get("loaded", {}) else ""
+        lines.append(f"| {key[0]} | {key[1]} | {ref_of['quiet'][key] * 1e3:.2f} | {ld} | " + " | ".join(cells) + " |")
     # per class
     lines += ["", "Per unit class, over every network and batch (ms; in network = LayerTimer self times, least of "
               "its passes, which include its hooks' own time in containers' rows; predictions of the first quiet "

@@ -41,7 +41,8 @@ from lightning_edge.latency.stepwise import WIDTHS, Dim
 __all__ = ["clock", "use_clock", "ClassSpec", "SPECS", "cache_sizes", "time_unit", "measure_point", "build_unit",
            "unit_desc_for", "point_for", "sample_units", "time_network", "time_layers", "training_from_layers_json",
            "Sample", "host_meta", "call_overheads", "loadavg", "effective_llc", "page_faults", "network_page_faults",
-           "page_fault_s", "keep_freed_memory"]
+           "page_fault_s", "keep_freed_memory", "switches", "preemption_counts", "disturbance", "use_disturbance",
+           "disturbance_factor"]
 
 
 _CLOCK = {"name": "wall"}
@@ -81,6 +82,146 @@ def loadavg() -> tuple[float, float, float] | None:
         return None
 
 
+# ------------------------------------------------------------------------------------------ a busy machine
+def switches() -> int | None:
+    """Involuntary context switches of the calling thread so far (Linux: the OS took the CPU away to run another
+    process), else None. A call during which this count moved was preempted: on the thread clock it pays for the
+    caches the other process evicted, on the wall clock for the other process's time slice as well."""
+    try:
+        import resource
+
+        return int(resource.getrusage(resource.RUSAGE_THREAD).ru_nivcsw)
+    except (ImportError, AttributeError, OSError, ValueError):
+        return None
+
+
+#: calls ``time_unit`` timed, and those it rejected as preempted (since the process started)
+_PREEMPTED = {"timed": 0, "preempted": 0}
+
+
+def preemption_counts() -> dict[str, int]:
+    """``{"timed": calls, "preempted": calls}``: the unit calls ``time_unit`` timed so far and how many of them the
+    OS preempted (rejected; the least of the others counts)."""
+    return dict(_PREEMPTED)
+
+
+#: the disturbance of the machine as it is (``use_disturbance``): ([pass seconds], [factor]); none: quiet
+_DISTURBANCE: dict[str, tuple[list[float], list[float]] | None] = {"curve": None}
+
+
+def use_disturbance(pass_s: Sequence[float] | None, factor: Sequence[float] | None = None) -> None:
+    """Set the disturbance curve ``disturbance`` measured (None: none). ``time_unit`` divides a unit that every
+    call of which was preempted (a unit longer than the other process's time slices) by it."""
+    if not pass_s:
+        _DISTURBANCE["curve"] = None
+        return
+    if factor is None or len(factor) != len(pass_s):
+        raise ValueError("use_disturbance: a factor for every pass length")
+    _DISTURBANCE["curve"] = ([float(v) for v in pass_s], [float(v) for v in factor])
+
+
+def disturbance_factor(t: float, pass_s: Sequence[float] | None = None, factor: Sequence[float] | None = None) -> float:
+    """The disturbance factor of a pass of ``t`` undisturbed seconds: the curve (``pass_s``, ``factor``; default the
+    one ``use_disturbance`` set) interpolated in log time, held at its ends; 1 without a curve."""
+    if pass_s is None:
+        cur = _DISTURBANCE["curve"]
+        if cur is None:
+            return 1.0
+        pass_s, factor = cur
+    if not pass_s or factor is None:
+        return 1.0
+    pts = sorted(zip(pass_s, factor))
+    if t <= pts[0][0]:
+        return float(pts[0][1])
+    if t >= pts[-1][0]:
+        return float(pts[-1][1])
+    for (t0, f0), (t1, f1) in zip(pts, pts[1:]):
+        if t0 <= t <= t1:
+            w = math.log(t / t0) / math.log(t1 / t0) if t1 > t0 else 0.0
+            return float(f0 + w * (f1 - f0))
+    return float(pts[-1][1])
+
+
+class _Probe:
+    """A network-like chain for ``disturbance``: ``n`` blocks (3x3 convolution, BatchNorm, ReLU on 64 channels of a
+    16x16 map), each with weights of its own (6 MB together, more than one core's L2, as a network's), called in
+    sequence; a pass continues where the one before ended, so that short and long passes meet the same caches."""
+
+    def __init__(self, device: str, n: int = 40):
+        import torch
+        from torch import nn
+
+        gen = torch.Generator().manual_seed(0)
+        self.blocks = []
+        for _ in range(n):
+            conv = nn.Conv2d(64, 64, 3, padding=1, bias=False)
+            with torch.no_grad():
+                conv.weight.copy_(torch.randn(conv.weight.shape, generator=gen) * 0.05)
+            self.blocks.append(nn.Sequential(conv, nn.BatchNorm2d(64), nn.ReLU(inplace=True)).to(device).eval())
+        self.x = torch.randn(1, 64, 16, 16, generator=gen).to(device)
+        self.at = 0
+
+    def run(self, length: int) -> None:
+        x = self.x
+        for _ in range(length):
+            x = self.blocks[self.at](x)
+            self.at = (self.at + 1) % len(self.blocks)
+
+
+def disturbance(device: str = "cpu", lengths: Sequence[int] = (4, 16, 64, 192), rounds: int = 5,
+                passes: int = 7, segment: int = 4) -> dict:
+    """How much longer a pass of a network takes on the machine as it is than its undisturbed parts add up to,
+    both measured as the benchmark measures a network's reference. A probe chain (``_Probe``) is timed in passes of
+    each of ``lengths`` blocks, and in segments of ``segment`` blocks that no other process interrupted (calls the
+    OS preempted rejected, as ``time_unit`` rejects them): per round the least of ``passes`` passes of each, over
+    ``rounds`` interleaved rounds the median. The factor of a pass length is its pass time over as many undisturbed
+    segments: about 1 on a quiet machine. With another process on the same CPU every pass longer than the time
+    slice is preempted, and after each preemption the pass reads again what that process evicted from the caches:
+    here 4-15 % more CPU time for the held-out networks. Returns ``{"pass_s": [...], "factor": [...],
+    "preempt_hz": ...}``: the undisturbed pass seconds, the factors, and the preemptions per CPU second. CUDA:
+    factor 1 (events time the GPU)."""
+    import time
+
+    import torch
+
+    if device.startswith("cuda"):
+        return {"pass_s": [], "factor": [], "preempt_hz": 0.0}
+    clk = _clock_ns()
+    probe = _Probe(device)
+    seg_rounds: list[float] = []
+    per_len: dict[int, list[float]] = {n: [] for n in lengths}
+    sw0, cpu0 = switches(), time.thread_time_ns()
+    with torch.inference_mode():
+        probe.run(len(probe.blocks))  # warm-up
+        for _ in range(max(1, rounds)):
+            clean, every = [], []
+            for _ in range(4 * passes):
+                if len(clean) >= passes:
+                    break
+                s0 = switches()
+                t0 = clk()
+                probe.run(segment)
+                t = (clk() - t0) * 1e-9
+                every.append(t)
+                if s0 is None or switches() == s0:
+                    clean.append(t)
+            seg_rounds.append(min(clean or every))
+            for n in lengths:
+                best = math.inf
+                for _ in range(passes):
+                    t0 = clk()
+                    probe.run(n)
+                    best = min(best, (clk() - t0) * 1e-9)
+                per_len[n].append(best)
+    sw1, cpu1 = switches(), time.thread_time_ns()
+    seg = statistics.median(seg_rounds) / segment
+    pass_s = [n * seg for n in lengths]
+    factor = [max(0.5, statistics.median(per_len[n]) / (n * seg)) for n in lengths]
+    hz = ((sw1 - sw0) / max(1e-9, (cpu1 - cpu0) * 1e-9)) if sw0 is not None and sw1 is not None else 0.0
+    return {"pass_s": [round(v, 7) for v in pass_s], "factor": [round(v, 4) for v in factor],
+            "preempt_hz": round(hz, 2)}
+
+
 # ------------------------------------------------------------------------------------------ caches
 def cache_sizes(device: str = "cpu") -> dict[str, int]:
     """``{"l2": bytes, "llc": bytes}`` of the device: one core's L2 and the last-level cache (CPU: sysfs of cpu0;
@@ -117,7 +258,9 @@ def effective_llc(device: str = "cpu", nominal: int | None = None) -> int:
     """The last-level cache this process gets, measured: the largest buffer (0.5 MB to twice the nominal size)
     that is read at least at the geometric mean of the in-cache and the in-memory bandwidth. On a shared machine
     it is smaller than the nominal size: other cores (other virtual machines, on a cloud host) use the same cache.
-    Here: 12 MB of a nominal 32 MB under load. CUDA: the GPU's L2."""
+    Here: 12 MB of a nominal 32 MB under load (an AMD EPYC host), 16 MB of a nominal 480 MB (an Intel Xeon host).
+    The in-cache rate is the last level's: that of buffers larger than twice the L2. Reads are timed on the
+    thread's clock, those another process preempted rejected (``_read_bandwidths``). CUDA: the GPU's L2."""
     import torch
 
     nominal = nominal or cache_sizes(device)["llc"]
@@ -134,14 +277,20 @@ def effective_llc(device: str = "cpu", nominal: int | None = None) -> int:
     finally:
         torch.set_num_threads(prev)
     mem = bw[max(bw)]
-    in_cache = max(v for k, v in bw.items() if k <= nominal // 4 or k == sizes[0])
+    # the last level's own bandwidth: buffers larger than twice one core's L2 (on a core with a 2 MB L2 the L2 is
+    # read at 4-5 times the L3's rate, and a cut between the L2's and the memory's rate fell at the L2)
+    l2 = cache_sizes(device)["l2"]
+    beyond = [v for k, v in bw.items() if 2 * l2 <= k <= nominal // 4]
+    in_cache = max(beyond) if beyond else max(v for k, v in bw.items() if k <= nominal // 4 or k == sizes[0])
     cut = math.sqrt(in_cache * mem)
     fit = [k for k in sizes if bw[k] >= cut]
     return int(max(fit)) if fit else int(sizes[0])
 
 
 def _read_bandwidths(sizes: list[int]) -> dict[int, float]:
-    """Bytes per ns reading a buffer of each size (``sum``), the best of three reads after a first one."""
+    """Bytes per ns reading a buffer of each size (``sum``), the best of three reads after a first one, on the
+    thread's CPU clock (another process's time slices left out), reads the OS preempted rejected where others
+    ran through (after a preemption the buffer is read again from wherever the other process left it)."""
     import time
 
     import torch
@@ -151,12 +300,16 @@ def _read_bandwidths(sizes: list[int]) -> dict[int, float]:
         for size in sizes:
             buf = torch.ones(size // 4)
             buf.sum()
-            best = math.inf
+            best, best_clean = math.inf, math.inf
             for _ in range(3):
-                t0 = time.perf_counter_ns()
+                s0 = switches()
+                t0 = time.thread_time_ns()
                 buf.sum()
-                best = min(best, time.perf_counter_ns() - t0)
-            bw[size] = size / max(best, 1)
+                t = time.thread_time_ns() - t0
+                best = min(best, t)
+                if s0 is not None and switches() == s0:
+                    best_clean = min(best_clean, t)
+            bw[size] = size / max(best_clean if best_clean < math.inf else best, 1)
             del buf
     return bw
 
@@ -295,7 +448,11 @@ def time_unit(fn: Callable, args: tuple, device: str = "cpu", repeats: int = 7, 
               context: bool = True, cold: bool = False, min_span_s: float = 0.02) -> float:
     """Seconds of one call ``fn(*args)`` under ``torch.inference_mode``: the least of ``repeats`` calls, each timed
     alone (on a shared machine the other work slows some calls, even on the thread clock, through the caches and
-    memory it shares; the fastest call is the one it disturbed least). ``context``:
+    memory it shares; the fastest call is the one it disturbed least). A call the OS preempted (``switches``: another
+    process ran on this CPU meanwhile and evicted the caches) is rejected and the unit called again, within the
+    ``4 x repeats`` calls; a unit none of whose first ``repeats`` calls ran through (longer than the other process's
+    time slices) is not called again: it is the least call divided by the disturbance factor of a pass that long
+    (``use_disturbance``). ``context``:
     before each call, the network context (``_Context``: other ops' code, a sweep through twice the L2 cache) and
     the producer writing the floating-point inputs; False: a hot loop (what a layer costs when nothing else runs).
     CPU: the ``use_clock`` clock minus its own overhead; CUDA: events around the call. ``cold``: the weights come
@@ -322,7 +479,8 @@ def time_unit(fn: Callable, args: tuple, device: str = "cpu", repeats: int = 7, 
             fns += [copy.deepcopy(fn) for _ in range(n - 1)]
     with torch.inference_mode():
         ctx = _context(device)
-        times = []
+        times: list[float] = []
+        clean: list[float] = []
         if cuda:
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         clk = _clock_ns()
@@ -330,8 +488,11 @@ def time_unit(fn: Callable, args: tuple, device: str = "cpu", repeats: int = 7, 
         i = -1
         while True:
             i += 1
-            if i >= max(0, warmup) + repeats and (i >= max(0, warmup) + 4 * repeats
-                                                  or time.perf_counter() - t_start >= min_span_s):
+            done = i - max(0, warmup)
+            # enough calls that ran through; or none of `repeats` did (a unit longer than the other process's time
+            # slice: calling it 4 x repeats times would not change that, and overran the fit's budget)
+            if done >= repeats and (done >= 4 * repeats or ((len(clean) >= repeats or not clean)
+                                                            and time.perf_counter() - t_start >= min_span_s)):
                 break
             if context:
                 ctx.run()
@@ -343,13 +504,25 @@ def time_unit(fn: Callable, args: tuple, device: str = "cpu", repeats: int = 7, 
                 end.record()
                 end.synchronize()
                 t = start.elapsed_time(end) / 1e3
+                preempted = False
             else:
+                s0 = switches()
                 t0 = clk()
                 f(*args)
                 t = max(0.0, (clk() - t0 - ctx.overhead_ns) * 1e-9)
+                preempted = s0 is not None and switches() != s0
             if i >= warmup:
                 times.append(t)
-    return float(min(times))
+                _PREEMPTED["timed"] += 1
+                if preempted:
+                    _PREEMPTED["preempted"] += 1
+                else:
+                    clean.append(t)
+    if clean:
+        return float(min(clean))
+    # every call was preempted (a unit longer than the other process's time slice): as a pass, less its disturbance
+    best = float(min(times))
+    return best / disturbance_factor(best)
 
 
 #: weights smaller than this are not read cold (``time_unit(cold=True)``): their read is lost in the call

@@ -54,7 +54,15 @@ from lightning_edge.latency.features import (
     units_of,
 )
 from lightning_edge.latency.forest import Forest, check_forest
-from lightning_edge.latency.measure import COLD_MIN_BYTES, SPECS, Sample, host_meta, loadavg, point_for
+from lightning_edge.latency.measure import (
+    COLD_MIN_BYTES,
+    SPECS,
+    Sample,
+    disturbance_factor,
+    host_meta,
+    loadavg,
+    point_for,
+)
 from lightning_edge.latency.stepwise import Generation
 
 __all__ = ["KINDS", "LatencyModel", "LatencyModelError", "ModelLatency", "LayerLatency", "MAX_SAMPLES"]
@@ -363,6 +371,10 @@ class LatencyModel:
                 rows.append(LayerLatency("(containers)", "Python calls", n * self.container_s,
                                          f"{n} container module calls x {self.container_s * 1e6:.1f} us (measured)",
                                          "call", n))
+            k = self.disturbance(sum(r.time_s for r in rows))
+            if k != 1.0:  # the machine as it was fitted: a pass that long is k times its undisturbed parts
+                for r in rows:
+                    r.time_s *= k
         notes = []
         if outside:
             notes.append(f"{len(outside)} layer(s) outside the fitted points (extrapolated): "
@@ -417,6 +429,17 @@ class LatencyModel:
 
         # the smallest box that holds the point; else, of those it leaves in the fewest dimensions, the largest
         return min(boxes, key=lambda g: (outside(g), g.full_sweep_points if outside(g) == 0 else -g.full_sweep_points))
+
+    def disturbance(self, t: float) -> float:
+        """The factor by which a pass of ``t`` undisturbed seconds was longer on the machine as it was fitted
+        (``measure.disturbance``: about 1 quiet; another process on the same CPU preempts every pass longer than its
+        time slice, and the pass reads again what that process evicted from the caches). 1 where the model has no
+        curve (fitted before it was measured)."""
+        m = self.meta
+        dp, df = m.get("disturbance_pass_s"), m.get("disturbance_factor")
+        if not dp or not df or len(dp) != len(df):
+            return 1.0
+        return disturbance_factor(t, dp, df)
 
     def dram_share(self, descs: list[LayerDesc]) -> float:
         """The share of a network's weights read from memory rather than the last-level cache: 0 while its
@@ -499,6 +522,8 @@ class LatencyModel:
         t0 = time.monotonic()
         cpu0 = time.process_time()
         deadline = t0 + budget_s
+        calls0 = measure.preemption_counts()
+        prev_dist = measure._DISTURBANCE["curve"]
         try:
             if threads is not None:
                 if threads < 1:
@@ -507,6 +532,14 @@ class LatencyModel:
             if clock is not None:
                 measure.use_clock(clock)
             meta = host_meta(device)
+            # the machine as it is (another process on this CPU?), before and after the measurements (below); the
+            # second probe's time is kept out of the measurements' share of the budget
+            probe = ({} if budget_s >= 60 else {"lengths": (4, 16, 64), "rounds": 1, "passes": 3} if budget_s >= 10
+                     else {"lengths": (4, 16, 48), "rounds": 1, "passes": 2})
+            p0 = time.monotonic()
+            dist0 = measure.disturbance(device, **probe)
+            measure.use_disturbance(dist0["pass_s"], dist0["factor"])
+            deadline -= time.monotonic() - p0
             if base is not None:
                 peak, bw = base.peak_flops, base.bandwidth
                 container_s, module_s = base.container_s, base.module_s
@@ -546,10 +579,15 @@ class LatencyModel:
                 cost.update({"points": len(own), "extra_samples": len(train) - len(own), "seed": seed})
             la = loadavg()
             meta["load_after"] = [round(v, 2) for v in la] if la else None
+            dist1 = measure.disturbance(device, **probe)
+            meta.update(_disturbance_meta(dist0, dist1))
+            done = measure.preemption_counts()
+            meta["unit_calls_preempted"] = [done["preempted"] - calls0["preempted"], done["timed"] - calls0["timed"]]
             cost["measure_elapsed_s"] = round(time.monotonic() - t0, 2)
         finally:
             torch.set_num_threads(prev_threads)
             measure._CLOCK["name"] = prev_clock
+            measure._DISTURBANCE["curve"] = prev_dist
         lm = cls(kind, meta, peak, bw, tile=tile, container_s=container_s, module_s=module_s, stepwise=gens,
                  samples=train, fit_cost=cost)
         lm.fit_cost["elapsed_s"] = round(time.monotonic() - t0, 2)
@@ -642,6 +680,16 @@ class LatencyModel:
         if self.fit_cost:
             lines.append(f"  fit cost: {self.fit_cost}")
         return "\n".join(lines)
+
+
+def _disturbance_meta(a: dict, b: dict) -> dict:
+    """The disturbance measured before and after a fit's measurements, for the model file: the pass lengths of the
+    first, the mean of both factors (the conditions over the fit), the preemption rate of each."""
+    pass_s = list(a.get("pass_s") or [])
+    fa, fb = list(a.get("factor") or []), list(b.get("factor") or [])
+    factor = [round((x + y) / 2, 4) for x, y in zip(fa, fb)] if len(fa) == len(fb) else fa
+    return {"disturbance_pass_s": pass_s, "disturbance_factor": factor,
+            "preempt_hz": [a.get("preempt_hz"), b.get("preempt_hz")]}
 
 
 def _holds(gen: Generation, point: Sequence[int]) -> bool:
@@ -758,6 +806,16 @@ class _ModelFile:
             self.integer(meta["threads"], "meta.threads", 1, 4096, "a number of threads")
         for k in ("device", "device_name", "clock", "dtype", "torch"):
             self.text(meta.get(k), f"meta.{k}", null=True)
+        dp, df = meta.get("disturbance_pass_s"), meta.get("disturbance_factor")
+        if dp is not None or df is not None:
+            dp = self.lst(dp, "meta.disturbance_pass_s", 16, "a list of pass seconds")
+            df = self.lst(df, "meta.disturbance_factor", 16, "a list of factors")
+            if len(dp) != len(df):
+                raise self.fail("meta.disturbance_factor", f"a factor for each of the {len(dp)} pass lengths", df)
+            for i, v in enumerate(dp):
+                self.num(v, f"meta.disturbance_pass_s[{i}]", 1e-9, 1e3, "a number of seconds")
+            for i, v in enumerate(df):
+                self.num(v, f"meta.disturbance_factor[{i}]", 0.5, 20.0, "a factor between 0.5 and 20")
         self.num(d.get("peak_flops", _MISSING), "peak_flops", 1e3, 1e18, "a number of FLOP/s")
         self.num(d.get("bandwidth", _MISSING), "bandwidth", 1e3, 1e16, "a number of bytes/s")
         if d.get("tile") is not None:

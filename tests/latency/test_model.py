@@ -352,6 +352,12 @@ def test_tiny_real_fit_measures_this_machine(tmp_path):
     assert torch.get_num_threads() == prev and measure.clock() == "wall"   # threads and clock restored
     assert sorted(lm.stepwise) == ["relu", "relu/small"]
     assert lm.meta["threads"] == 1 and lm.meta["clock"] == "thread" and lm.meta["llc_bytes"] > 0
+    # the machine as it was: a factor per pass length (about 1 quiet), the unit calls the OS preempted
+    assert len(lm.meta["disturbance_factor"]) == len(lm.meta["disturbance_pass_s"]) >= 3
+    assert all(0.5 <= f < 3 for f in lm.meta["disturbance_factor"])
+    pre, timed = lm.meta["unit_calls_preempted"]
+    assert 0 <= pre <= timed and timed > 0
+    assert measure._DISTURBANCE["curve"] is None                          # not left set for others
     assert lm.fit_cost["points"] == sum(g.n_points for g in lm.stepwise.values()) >= 6
     y = lm.stepwise["relu"]((64 * 16 * 16,))
     assert 0 < y < 0.1
@@ -366,6 +372,27 @@ def test_tiny_real_fit_measures_this_machine(tmp_path):
     with pytest.raises(ValueError, match="thread clock needs torch.set_num_threads"):
         LatencyModel.fit("stepwise", "cpu", budget_s=1, threads=2, classes=["relu"], base=base, clock="thread")
     assert torch.get_num_threads() == prev and measure.clock() == "wall"
+
+
+def test_a_model_fitted_on_a_busy_machine_predicts_its_passes_as_long_as_they_were_there(sw, tmp_path):
+    """The disturbance curve the fit measured (``measure.disturbance``) multiplies a prediction by the factor of its
+    pass's length, every layer alike; a model without one (quiet, or older) predicts as before; the curve is kept in
+    the file."""
+    model, x = Net().eval(), torch.randn(2, 3, 16, 16)
+    quiet = sw.predict(model, x)
+    t = quiet.total_s
+    busy = stepwise_model(disturbance_pass_s=[t / 10, t, 10 * t], disturbance_factor=[1.0, 1.2, 1.5])
+    got = busy.predict(model, x)
+    assert got.total_s == pytest.approx(1.2 * t, rel=1e-9)
+    for a, b in zip(quiet.layers, got.layers):
+        assert b.time_s == pytest.approx(1.2 * a.time_s, rel=1e-9)
+    assert busy.disturbance(t * math.sqrt(10)) == pytest.approx(1.35)    # interpolated in log time
+    assert busy.disturbance(1e3) == pytest.approx(1.5) and busy.disturbance(1e-9) == pytest.approx(1.0)
+    back = LatencyModel.load(busy.save(tmp_path / "busy.json"))
+    assert back.predict(model, x).total_s == pytest.approx(got.total_s, rel=1e-9)
+    bound = LatencyModel("roofline", busy.meta, 5e10, 1e10)        # a bound stays a bound
+    assert bound.predict(model, x).total_s == pytest.approx(
+        LatencyModel("roofline", META, 5e10, 1e10).predict(model, x).total_s)
 
 
 # ------------------------------------------------------------------ boxes
