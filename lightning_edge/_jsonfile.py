@@ -31,8 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "read_json", "one_line", "write_file", "write_json", "check_target",
-           "replace_in_folder", "json_schema_is"]
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "read_json", "one_line", "write_file", "write_json", "write_output",
+           "check_target", "replace_in_folder", "json_schema_is"]
 
 #: the default size limit: far above any file this package writes, far below what would take long to read
 MAX_BYTES = 16 << 20
@@ -244,6 +244,13 @@ def write_file(path: str | os.PathLike, data: bytes | str, fail: Callable[[str],
     finally:
         os.close(dfd)
     return p
+
+
+def write_output(path: str | os.PathLike, data: bytes | str, what: str = "file") -> Path:
+    """A file the tool writes again on every run (a report, a trace, a recorded power trace): :func:`write_file`
+    over any earlier regular file (never a link, a device or a folder); ``OSError`` naming the path and why."""
+    p = Path(path)
+    return write_file(p, data, lambda why: OSError(f"{p} {why}"), ours=lambda _p: True, what=what)
 
 
 def write_json(path: str | os.PathLike, doc: Any, fail: Callable[[str], Exception], *, indent: int | None = 2,

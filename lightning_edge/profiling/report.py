@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lightning_edge._jsonfile import write_file
+from lightning_edge._jsonfile import write_output
 from lightning_edge.profiling.attribution import LayerStats, StepEnergy, StepStats, aggregate, aggregate_steps
 from lightning_edge.records import Measurement, settled
 
@@ -324,7 +324,7 @@ class ProfileReport:
         w.writeheader()
         for r in self.rows(every_mode=True):
             w.writerow({k: ("" if v is None else v) for k, v in r.items()})
-        return _write(p, f.getvalue())
+        return write_output(p, f.getvalue(), what="report")
 
     def to_dict(self) -> dict:
         stages = {}
@@ -365,8 +365,8 @@ class ProfileReport:
         p = Path(path)
         p.parent.mkdir(parents=True, exist_ok=True)
         # compact: json's C encoder (indent= selects the pure-Python one, a few ms per run); python -m json.tool reads it
-        return _write(p, json.dumps(_clean(self.to_dict()), separators=(",", ":"), allow_nan=False,
-                                    default=_json_default))
+        return write_output(p, json.dumps(_clean(self.to_dict()), separators=(",", ":"), allow_nan=False,
+                                          default=_json_default), what="report")
 
     def method_line(self) -> str:
         if self.source == "model":
@@ -666,8 +666,3 @@ def _json_default(o: Any) -> Any:
         pass
     return str(o)
 
-
-def _write(p: Path, text: str) -> Path:
-    """A report file, written atomically over an earlier one (a link, a device or a folder there is refused);
-    ``OSError`` naming the path and why (a full or read-only disk) when it cannot be written."""
-    return write_file(p, text, lambda why: OSError(f"{p} {why}"), ours=lambda _p: True, what="report")

@@ -34,6 +34,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from lightning_edge._jsonfile import write_output
+
 __all__ = ["chrome_trace", "trace_path", "write_trace", "nest_lanes", "merge_into", "TRACE_SUFFIX", "MERGED_PID"]
 
 TRACE_SUFFIX = ".pt.trace.json"
@@ -203,7 +205,7 @@ def merge_into(path: str | os.PathLike[str], steps: Iterable[tuple[Any, Any, str
         return 0
     evs.extend(added)
     text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
-    _write(p, gzip.compress(text.encode()) if gz else text)  # the profiler's file replaced whole, or left as it was
+    write_output(p, gzip.compress(text.encode()) if gz else text, what="trace")  # replaced whole, or left as it was
     return len(added)
 
 
@@ -216,16 +218,11 @@ def _num(x: Any) -> float | None:
 
 
 def write_trace(doc: Mapping, path: str | os.PathLike[str]) -> Path:
-    """Write the trace (creating the directories) atomically (:func:`_write`); returns the path."""
+    """Write the trace (creating the directories) atomically (:func:`lightning_edge._jsonfile.write_output`: a full
+    or read-only disk leaves an earlier file whole; a link, a device or a folder there is refused); ``OSError`` naming
+    the path and why when it cannot be written. Returns the path."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    return _write(p, json.dumps(doc, separators=(",", ":"), allow_nan=False))  # the C encoder: json.dump's is Python's
+    # the C encoder: json.dump's is Python's
+    return write_output(p, json.dumps(doc, separators=(",", ":"), allow_nan=False), what="trace")
 
-
-def _write(p: Path, data: str | bytes) -> Path:
-    """A trace file written atomically over an earlier one (:func:`lightning_edge._jsonfile.write_file`: a full or
-    read-only disk leaves the earlier file whole; a link, a device or a folder there is refused); ``OSError`` naming
-    the path and why when it cannot be written."""
-    from lightning_edge._jsonfile import write_file
-
-    return write_file(p, data, lambda why: OSError(f"{p} {why}"), ours=lambda _p: True, what="trace")

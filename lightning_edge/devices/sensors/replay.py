@@ -114,7 +114,7 @@ class ReplaySensor(PowerSensor):
         ``path`` is refused); ``OSError`` naming the path when it cannot be written."""
         import io
 
-        from lightning_edge._jsonfile import write_file
+        from lightning_edge._jsonfile import write_output
 
         f = io.StringIO(newline="")
         if comment:
@@ -125,8 +125,7 @@ class ReplaySensor(PowerSensor):
         for i in range(self.t_ns.size):
             w.writerow([f"{self.t_ns[i] / 1e9:.6f}", f"{self.power_w[i]:.4f}",
                         *(f"{v:.4f}" for v in self.rails_w[i])])
-        write_file(path, f.getvalue(), lambda why: OSError(f"{path} {why}"), ours=lambda _p: True,
-                   what="power trace")
+        write_output(path, f.getvalue(), what="power trace")
 
     # ------------------------------------------------------------------ playback
     def restart(self) -> None:
