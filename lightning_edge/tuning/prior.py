@@ -6,9 +6,10 @@ mode's prediction is scaled by ``measured / predicted`` of the nearest profiled 
 a model that is 20 % off in power still ranks the modes around the profiled ones. A predicted value is never an
 answer: a mode is chosen only from profiles that show it within the budget (``ProfileTable.solve``).
 
-The budget holds while tuning too: a mode is profiled only when its predicted power, raised by
-:data:`FIRST_Z` times the prediction's own error, is within the budget. Before any profile that error is the
-prior's declared one (:attr:`Prior.power_error`, a model's bias; :attr:`Prior.power_sd`, its scatter mode by mode);
+The budget holds while tuning too: until a profile is within the budget, and when climbing a knob from the best
+one, a mode is profiled only when its predicted power, raised by :data:`FIRST_Z` times the prediction's own error,
+is within the budget; a mode picked for its expected gain must be predicted within it. Before any profile that error
+is the prior's declared one (:attr:`Prior.power_error`, a model's bias; :attr:`Prior.power_sd`, its scatter mode by mode);
 once the prior is corrected by profiles, the scatter shrinks near the profiled modes (:meth:`Prior.uncertainty`) but
 never below what the last corrected prediction profiled missed the measured power by (at least
 :data:`MARGIN_FLOOR`, a profile's own noise). So the first window is within the budget unless the prior is off
@@ -63,9 +64,10 @@ standard error, :data:`PROFILE_SD`), so that a mode whose true power is just ove
 within it. ``GMD(power_guard=)`` takes another."""
 
 FIRST_Z = 1.0
-"""Until a profile is within the budget, the search profiles the predicted fastest mode whose predicted power plus
-this many of the prediction's standard deviations (:attr:`Prior.power_sd`) is within it: a first profile that is
-likely within the budget."""
+"""Until a profile is within the budget, the search profiles the predicted fastest mode whose predicted power raised
+by this many times the prediction's own error (:attr:`Prior.power_error`, :attr:`Prior.power_sd`, after a profile
+what the last corrected prediction missed by) is within it: a first profile that is likely within the budget; the
+same room when climbing a knob."""
 
 EXPECTED_GAIN = 0.002
 """Once a profile is within the budget, the search profiles the mode of the largest expected gain: the expected
@@ -321,7 +323,8 @@ def prior_for_twin(workload: Any, space: PowerModeSpace, *, simulated: bool, boa
         model = board if board is not None else seed_board()
     model_twin = OrinTwin(board=model, space=space, noise=False, settling=False)
     pred = workload.twin_workload("train").on(model_twin).step(space.to_numpy())
-    calibrated = not simulated or bool(getattr(model, "calibration", None))
+    # calibrated: a board file the kit fitted (simulated or measured), or the papers' calibrated twin on a real AGX
+    calibrated = bool(getattr(model, "calibration", None)) or (not simulated and model.label == "simulated")
     if simulated and model.key == "orin-agx" and model.label == "simulated" and not model.calibration:
         src = "twin model, uncalibrated coefficients (not the simulated truth), of the analyze cost"
     elif simulated:
@@ -330,8 +333,7 @@ def prior_for_twin(workload: Any, space: PowerModeSpace, *, simulated: bool, boa
         src = "Orin AGX twin model of the analyze cost"
     else:
         src = f"{model.label} twin model of {model.key} ({model.describe()}), of the analyze cost"
-    err = CALIBRATED_ERROR if calibrated and getattr(model, "label", "simulated") == "simulated" else \
-        UNCALIBRATED_ERROR
+    err = CALIBRATED_ERROR if calibrated else UNCALIBRATED_ERROR
     return Prior(space, np.asarray(pred.time_s), np.asarray(pred.power_w), src, power_error=err)
 
 

@@ -218,6 +218,21 @@ def test_the_twins_priors_declare_their_error():
     assert prior_for_twin(wl, SPACE, simulated=False).power_error == CALIBRATED_ERROR
 
 
+def test_a_real_boards_own_calibrated_file_declares_the_calibrated_error():
+    """Was: a board file calibrated on the user's board (labelled measured) declared the uncalibrated model's 26 %,
+    so its first profile kept to a quarter below the budget; an extrapolated catalogue board still declares it."""
+    from dataclasses import replace
+
+    from lightning_edge.tuning.prior import CALIBRATED_ERROR, UNCALIBRATED_ERROR
+    from lightning_edge.twin.boards import seed_board
+
+    wl = SimWorkload("resnet18", train_batch_size=16, noise=False)
+    own = replace(seed_board(), label="measured", calibration={"method": "lightning-edge calibrate", "modes": 15})
+    assert prior_for_twin(wl, SPACE, simulated=False, board=own).power_error == CALIBRATED_ERROR
+    guess = replace(seed_board(), label="extrapolated")
+    assert prior_for_twin(wl, SPACE, simulated=False, board=guess).power_error == UNCALIBRATED_ERROR
+
+
 def test_a_prior_says_how_far_off_it_may_be_and_profiles_narrow_it():
     n = SPACE.size
     prior = Prior(SPACE, np.ones(n), np.linspace(10, 30, n), "test", time_sd=0.02, power_sd=0.05)
