@@ -675,6 +675,9 @@ class ProfileStore:
         self._last_probe = 0.0
         self._warned_outage = False
         self.outages = 0  # outages waited out or recovered from (for reports and tests)
+        # (pid, trial id) of claims whose state change may have committed while their owner was not recorded (an
+        # outage between the two writes): this process's own, finished by it once the store answers
+        self._unrecorded_claims: set[tuple[int, int]] = set()
         self.written_after_outage = 0  # profiles kept in memory during an outage and written once it ended
 
     def describe(self) -> str:
@@ -928,15 +931,24 @@ class WorkloadProfiles:
         with _file_lock(self.store._claim_lock, store=self.store.describe(), wait_s=self.store.wait_timeout_s,
                         progress_every_s=self.store.progress_every_s, on_wait=context.get("on_wait"),
                         check=context.get("check")):
+            pending = (os.getpid(), tid)
+            self.store._unrecorded_claims.add(pending)  # a fault from here on may leave the trial ours, unrecorded
             try:
                 ok = bool(storage.set_trial_state_values(tid, TrialState.RUNNING))
             except optuna.exceptions.UpdateFinishedTrialError:
+                self.store._unrecorded_claims.discard(pending)
                 return False
             if ok:
-                storage.set_trial_system_attr(tid, CLAIM_ATTR, {**process_identity(), "since": time.time()})
+                self._record_owner(tid)
                 if heartbeat and self.store.heartbeat:
                     storage.record_heartbeat(tid)  # type: ignore[attr-defined]
+            self.store._unrecorded_claims.discard(pending)
             return ok
+
+    def _record_owner(self, tid: int) -> None:
+        """Write this process as the owner of claimed trial ``tid``."""
+        self.store.storage.set_trial_system_attr(tid, CLAIM_ATTR, {**process_identity(), "since": time.time()})
+        self.store._unrecorded_claims.discard((os.getpid(), tid))
 
     def _take_over_dead_claims(self, owners: Sequence[FrozenTrial]) -> list[str]:
         """Fail the RUNNING claims among ``owners`` whose owner is provably dead on this host, or (without
@@ -948,6 +960,8 @@ class WorkloadProfiles:
                 continue
             claim = t.system_attrs.get(CLAIM_ATTR)
             why = owner_dead(claim) if isinstance(claim, dict) else None
+            if why is None and not self._ours(t):
+                why = unrecorded_claim(t, self.store.grace_period_s, now)
             if why is None and not self.store.heartbeat:
                 renewed = t.system_attrs.get(RENEWED_ATTR) or (claim or {}).get("since")
                 if renewed is None and t.datetime_start is not None:
@@ -1030,6 +1044,8 @@ class WorkloadProfiles:
         """Whether running trial ``t`` is claimed by this very process (an outage interrupted its measurement or its
         write: this process finishes it, nobody else may)."""
         claim = t.system_attrs.get(CLAIM_ATTR)
+        if claim is None:  # our claim's state change committed, its owner record did not (an outage between them)
+            return (os.getpid(), self._tid(t)) in self.store._unrecorded_claims
         if not isinstance(claim, dict):
             return False
         me = process_identity()
@@ -1182,6 +1198,8 @@ class WorkloadProfiles:
                     elif owner.state == TrialState.RUNNING and self._ours(owner):
                         # claimed by this process before an outage broke off its measurement or its write: finished
                         # here (a profile already measured is not measured again: ``measure`` keeps it)
+                        if owner.system_attrs.get(CLAIM_ATTR) is None:
+                            self._record_owner(self._tid(owner))  # the write the outage interrupted
                         out[key] = (self._measure_claimed(self.study(kind), owner, key, measure), True)  # type: ignore[arg-type]
                         progressed = True
                         groups = self._groups(kind)
@@ -1231,6 +1249,16 @@ class WorkloadProfiles:
             self.store._kept[self._kept_key(key)] = m
             out.append((m, True))
         return out
+
+
+def unrecorded_claim(t: FrozenTrial, grace_period_s: float, now: float | None = None) -> str | None:
+    """Why RUNNING trial ``t`` is a claim to take over when its owner was never recorded (its process was lost
+    between the claim's state change and its owner record: nothing renews it, and Optuna counts no trial without a
+    heartbeat as stale) and it is older than ``grace_period_s``; else ``None``."""
+    if t.system_attrs.get(CLAIM_ATTR) is not None or t.datetime_start is None:
+        return None
+    age = (time.time() if now is None else now) - t.datetime_start.timestamp()
+    return f"claimed {age:.0f} s ago and its owner never recorded" if age > grace_period_s else None
 
 
 def fail_claim(storage: BaseStorage, study_name: str, t: FrozenTrial, why: str) -> bool:

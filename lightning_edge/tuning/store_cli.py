@@ -138,7 +138,7 @@ def _claims(store: Any) -> list[dict[str, Any]]:
     import optuna
     from optuna.trial import TrialState
 
-    from lightning_edge.tuning.store import CLAIM_ATTR, RENEWED_ATTR, owner_dead
+    from lightning_edge.tuning.store import CLAIM_ATTR, RENEWED_ATTR, owner_dead, unrecorded_claim
 
     out = []
     now = time.time()
@@ -148,7 +148,7 @@ def _claims(store: Any) -> list[dict[str, Any]]:
             claim = t.system_attrs.get(CLAIM_ATTR) or {}
             since = claim.get("since") or (t.datetime_start.timestamp() if t.datetime_start else None)
             renewed = t.system_attrs.get(RENEWED_ATTR)
-            dead = owner_dead(claim) if claim else None
+            dead = owner_dead(claim) if claim else unrecorded_claim(t, store.grace_period_s, now)
             out.append({"study": name, "trial": t.number, "mode": _mode_text(t),
                         "host": claim.get("host", "?"), "pid": claim.get("pid"),
                         "age_s": None if since is None else now - float(since),

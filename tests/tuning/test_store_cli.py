@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import sqlite3
 import subprocess
 import sys
 
@@ -83,6 +84,29 @@ def test_claims_clear_claims_and_delete(store_path, capsys):
     assert rc == 0 and "deleted" in out
     rc, out, _ = _run(capsys, "list", "--store", store_path)
     assert "no studies" in out
+
+
+def test_a_claim_whose_owner_was_never_recorded_is_listed_and_cleared(store_path, capsys):
+    """A process lost between a claim's state change and its owner record: ``claims`` names it and ``clear-claims``
+    clears it once it is older than the grace period (was: an owner 'unknown' claim nothing could clear short of
+    --force, and Optuna's heartbeat never counts it as stale)."""
+    from optuna.trial import TrialState
+
+    store = ProfileStore(store_path)
+    bound = store.bind("unknown-device", "linear-v1")
+    mode = HAND_SPACE.coerce("2c/100/100/1000")
+    bound._enqueue(ProfileKey("train", mode, None))
+    owner = bound._groups("train")[ProfileKey("train", mode, None)][0]
+    assert store.storage.set_trial_state_values(owner._trial_id, TrialState.RUNNING)  # the owner write never came
+    rc, out, _ = _run(capsys, "claims", "--store", store_path)
+    assert rc == 0 and str(mode) in out and "never recorded" not in out  # younger than the grace period: left alone
+    with sqlite3.connect(store_path) as db:  # the claim has aged past the grace period
+        db.execute("UPDATE trials SET datetime_start = datetime(datetime_start, '-60 seconds') WHERE trial_id = ?",
+                   (owner._trial_id,))
+    rc, out, _ = _run(capsys, "claims", "--store", store_path)
+    assert rc == 0 and "never recorded" in out and "dead" in out, out
+    rc, out, _ = _run(capsys, "clear-claims", "--store", store_path)
+    assert rc == 0 and "1 claim(s) cleared; 0 still open" in out, out
 
 
 def test_a_simulated_boards_key_with_its_model_digest_is_named_by_the_board(tmp_path, capsys):

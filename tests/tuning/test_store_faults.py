@@ -567,3 +567,88 @@ def test_an_outage_longer_than_the_retries_is_written_once_the_server_is_back(po
     keys = [tuple(sorted(t.params.items())) for t in complete]
     assert len(keys) == len(set(keys)) == sum(w.calls.values())  # every measured mode saved exactly once
     assert not [t for t in trials if t.state == TrialState.FAIL and "duplicate_of" not in t.user_attrs]
+
+
+# ------------------------------------------- a restart between a claim and the record of its owner (stop 41's CI)
+def _dies_after_the_claim(store: ProfileStore, then) -> list:
+    """The real storage of ``store``, made to run ``then()`` at the worst instant of a claim: after its WAITING ->
+    RUNNING change has committed, before its owner is recorded (the owner write then meets what ``then`` did)."""
+    from lightning_edge.tuning.store import CLAIM_ATTR
+
+    real = store.storage.set_trial_system_attr
+    hit: list = []
+
+    def set_trial_system_attr(trial_id, key, value):
+        if key == CLAIM_ATTR and not hit:
+            hit.append(trial_id)
+            then()
+        return real(trial_id, key, value)
+
+    store.storage.set_trial_system_attr = set_trial_system_attr  # type: ignore[method-assign]
+    return hit
+
+
+def test_a_restart_between_a_claim_and_its_owner_record_leaves_no_orphan_claim(postgres_restartable):
+    """Stop 41's CI: a fleet worker waited 120 s and failed. The server restarted after a claim's state change had
+    committed and before its owner was written: a RUNNING trial with no owner and no heartbeat, which nobody
+    measured (the claimant did not know it as its own) and nobody took over (Optuna counts no trial without a
+    heartbeat as stale). Now the claimant finishes its own claim once the server is back."""
+    from optuna.trial import TrialState
+
+    url, stop, start = postgres_restartable
+    store = ProfileStore(url, wait_timeout_s=20)
+    restarted: list = []
+
+    def restart_in_1_s() -> None:
+        stop()
+        threading.Timer(1.0, lambda: restarted.append(start().returncode)).start()
+
+    hit = _dies_after_the_claim(store, restart_in_1_s)
+    w = LinearWorkload()
+    w.fingerprint = "orphan-claim-v1"
+    expected = GMD().run(TrainingProblem(29.5), HAND_SPACE, LinearWorkload(), store=None)
+    status, res = _in_thread(lambda: GMD().run(TrainingProblem(29.5), HAND_SPACE, w, store=store), 60.0)
+    assert hit and restarted == [0], restarted
+    assert status == "ok", (status, res)
+    assert res.solution.mode == expected.solution.mode
+    assert all(n == 1 for n in w.calls.values())  # nothing measured twice
+    trials = ProfileStore(url).study("unknown-device", w.fingerprint, "train").get_trials()
+    assert not [t for t in trials if t.state == TrialState.RUNNING], trials
+    assert sum(t.state == TrialState.COMPLETE for t in trials) == sum(w.calls.values())
+
+
+def _claims_and_dies(url: str, fingerprint: str) -> None:
+    store = ProfileStore(url)
+    _dies_after_the_claim(store, lambda: os._exit(0))  # killed after the state change, before the owner record
+    w = LinearWorkload()
+    w.fingerprint = fingerprint
+    GMD().run(TrainingProblem(29.5), HAND_SPACE, w, store=store)
+
+
+def test_a_claim_whose_process_died_before_recording_its_owner_is_taken_over(postgres_url):
+    """A process killed between a claim's state change and its owner record leaves a RUNNING trial with no owner and
+    no heartbeat: another process takes it over once it is older than the grace period (was: waited for it until
+    its wait bound, then TimeoutError)."""
+    import multiprocessing as mp
+    import uuid
+
+    from optuna.trial import TrialState
+
+    fp = f"orphan-{uuid.uuid4().hex[:8]}"
+    child = mp.get_context("fork").Process(target=_claims_and_dies, args=(postgres_url, fp))
+    child.start()
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    store = ProfileStore(postgres_url, heartbeat_interval_s=1, wait_timeout_s=20)
+    orphans = [t for t in store.study("unknown-device", fp, "train").get_trials() if t.state == TrialState.RUNNING]
+    assert len(orphans) == 1 and not orphans[0].system_attrs.get("lightning_edge:claim"), orphans
+    w = LinearWorkload()
+    w.fingerprint = fp
+    t0 = time.monotonic()
+    status, res = _in_thread(lambda: GMD().run(TrainingProblem(29.5), HAND_SPACE, w, store=store), 40.0)
+    assert status == "ok", (status, res)
+    assert time.monotonic() - t0 < 15
+    expected = GMD().run(TrainingProblem(29.5), HAND_SPACE, LinearWorkload(), store=None)
+    assert res.solution.mode == expected.solution.mode
+    trials = store.study("unknown-device", fp, "train").get_trials()
+    assert not [t for t in trials if t.state == TrialState.RUNNING], trials
