@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lightning_edge.devices.cli import main
+from lightning_edge.cli.mode import main
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -104,7 +104,7 @@ def test_set_show_restore_across_processes(state_dir):
             [
                 sys.executable,
                 "-m",
-                "lightning_edge.devices.cli",
+                "lightning_edge.cli.mode",
                 *argv,
                 "--device",
                 "sim:orin-agx",
@@ -175,7 +175,7 @@ def test_there_is_no_root_option(capsys, orin5, state_dir):
     """A hidden ``--root`` let a sudoers user point root at a tree of symbolic links (issue 15)."""
     import argparse
 
-    from lightning_edge.devices.cli import add_arguments
+    from lightning_edge.cli.mode import add_arguments
 
     parser = argparse.ArgumentParser()
     add_arguments(parser)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from lightning_edge.cli.mode import main as mode_main
 from lightning_edge.devices import (
     ORIN_AGX_MAXN,
     BoardBusyError,
@@ -25,7 +26,6 @@ from lightning_edge.devices import (
     SimModeController,
     safety,
 )
-from lightning_edge.devices.cli import main as mode_main
 from tests.fakes.jetson_sysfs import FakeBoardWriter
 
 LOW = "4c/422/115/665"

@@ -147,7 +147,7 @@ def _forge(orin, state_dir, **snap):
 def test_a_forged_state_file_cannot_name_a_file_for_root_to_write(orin5, tmp_path, capsys):
     """``sudo lightning-edge mode restore --state-dir <a user's dir>`` reads a state file the user could write: its
     nvpmodel snapshot named the file to put back (``conf_path``) and its content, and root wrote it."""
-    from lightning_edge.devices.cli import main as mode_main
+    from lightning_edge.cli.mode import main as mode_main
 
     target = _secret(tmp_path)
     d = _state_dir(tmp_path)
@@ -161,7 +161,7 @@ def test_a_forged_state_file_cannot_name_a_file_for_root_to_write(orin5, tmp_pat
 def test_root_takes_no_nvpmodel_configuration_from_a_users_state_dir(orin5, tmp_path, capsys, monkeypatch):
     """The board's own nvpmodel.conf, but the text comes from a user's state dir (``sudo ... --state-dir``):
     nvpmodel.conf says which files nvpmodel writes, so root does not take it from there."""
-    from lightning_edge.devices.cli import main as mode_main
+    from lightning_edge.cli.mode import main as mode_main
 
     d = _state_dir(tmp_path)
     conf = orin5.root / "etc" / "nvpmodel.conf"

@@ -9,8 +9,8 @@ import os
 
 import pytest
 
+from lightning_edge.cli.mode import main as mode_main
 from lightning_edge.devices import JetsonSysfsController, RecoveryError, safety
-from lightning_edge.devices.cli import main as mode_main
 from lightning_edge.devices.safety import StateDirError
 
 LOW = "4c/422/115/665"

@@ -15,8 +15,8 @@ import subprocess
 
 import pytest
 
+from lightning_edge.cli.mode import main
 from lightning_edge.devices import JetsonSysfsController, NvpmodelController, PowerMode, orin_agx_space
-from lightning_edge.devices.cli import main
 from tests.fakes.nvpmodel import install_fake_nvpmodel
 
 

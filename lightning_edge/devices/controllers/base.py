@@ -147,7 +147,7 @@ class ModeController(Backend, ABC):
     def cli_args(self) -> list[str]:
         """Arguments of ``lightning-edge mode ...`` that select this board (for printed commands). Never a --root:
         a root process must not be pointed at another tree; a fake root is reached through the API only
-        (``lightning_edge.devices.cli.main(argv, root=...)``)."""
+        (``lightning_edge.cli.mode.main(argv, root=...)``)."""
         return ["--device", self.name]
 
     # ------------------------------------------------------------------ public API

@@ -78,7 +78,7 @@ def load(spec: str, batch_size: int, image_size: int | None, seq_len: int | None
     """(model, inputs) on ``device`` (``meta``: nothing allocated); zoo vision models at ``image_size``."""
     import torch
 
-    from lightning_edge.cost.cli import load_model
+    from lightning_edge.cli.analyze import load_model
 
     if batch_size < 1:
         raise ValueError(f"--batch-size must be >= 1, got {batch_size}")

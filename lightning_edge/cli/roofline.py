@@ -180,10 +180,10 @@ def _compare_with_the_twin(board, result, mode: str, log) -> None:
 
 # ------------------------------------------------------------------------------------------ models
 def _model_layers(spec: str, batch_size: int | None):
-    """Build the model named by ``spec`` (the one loader of every command, ``cost.cli.load_model``) and return its
+    """Build the model named by ``spec`` (the one loader of every command, ``cli.analyze.load_model``) and return its
     LayerCost list from ``lightning_edge.analyze``."""
     from lightning_edge import analyze
-    from lightning_edge.cost.cli import load_model
+    from lightning_edge.cli.analyze import load_model
 
     model, args, kwargs = load_model(spec, batch_size, None)
     model.eval()

@@ -14,13 +14,13 @@ import sys
 
 # sub-command name -> module implementing it
 COMMANDS: dict[str, str] = {
-    "analyze": "lightning_edge.cost.cli",
-    "mode": "lightning_edge.devices.cli",
-    "roofline": "lightning_edge.roofline.cli",
-    "latency": "lightning_edge.latency.cli",
-    "demo": "lightning_edge.demo",
-    "store": "lightning_edge.tuning.store_cli",
-    "calibrate": "lightning_edge.calibrate.cli",
+    "analyze": "lightning_edge.cli.analyze",
+    "mode": "lightning_edge.cli.mode",
+    "roofline": "lightning_edge.cli.roofline",
+    "latency": "lightning_edge.cli.latency",
+    "demo": "lightning_edge.cli.demo",
+    "store": "lightning_edge.cli.store",
+    "calibrate": "lightning_edge.cli.calibrate",
 }
 
 
@@ -65,10 +65,19 @@ def run_command(run, args: argparse.Namespace, prog: str) -> int:
     """Run a sub-command; errors we raise are written to be read by a person: show them without a traceback."""
     try:
         check_output_paths(args)
-        return int(run(args) or 0)
+        rc = int(run(args) or 0)
+        sys.stdout.flush()  # a closed pipe is found here, not by the interpreter's last flush at exit
+        return rc
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (``lightning-edge mode list | head``): no traceback, and none at exit either, when
+        # Python flushes a stdout nobody reads
+        import os
+
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # what a shell reports for a command killed by SIGPIPE
     except (ValueError, FileNotFoundError, PermissionError, RuntimeError) as exc:
         print(f"{prog}: error: {exc}", file=sys.stderr)
         return 1

@@ -69,3 +69,18 @@ def test_json_at_a_device_a_link_or_an_unrelated_file_is_refused_before_any_work
     good = tmp_path / "modes.json"
     assert cli_main(["mode", "list", "--device", "sim:orin-agx", "--json", str(good)]) == 0
     assert cli_main(["mode", "list", "--device", "sim:orin-agx", "--json", str(good)]) == 0  # its own file: replaced
+
+
+def test_a_reader_that_goes_away_early_gets_no_traceback():
+    """``lightning-edge mode list | head -2``: the pipe closes while the command still writes; it ends quietly, with
+    the shell's status for a closed pipe (was: a BrokenPipeError traceback)."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-c", "import sys; from lightning_edge.cli import main; sys.exit(main())",
+           "mode", "list", "--device", "sim:orin-agx"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # the reader goes away before the command writes
+    err = proc.stderr.read().decode()
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == 141 and "Traceback" not in err and "BrokenPipe" not in err, err

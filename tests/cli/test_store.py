@@ -15,8 +15,7 @@ from lightning_edge.cli import main
 from lightning_edge.tuning import GMD, TrainingProblem
 from lightning_edge.tuning.search import ProfileKey
 from lightning_edge.tuning.store import CLAIM_ATTR, ProfileStore, process_identity
-
-from .workloads import HAND_SPACE, LinearWorkload
+from tests.tuning.workloads import HAND_SPACE, LinearWorkload
 
 
 @pytest.fixture
