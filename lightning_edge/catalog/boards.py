@@ -416,6 +416,16 @@ def fulcrum_space() -> PowerModeSpace:
     )
 
 
+def tuning_space(space: PowerModeSpace | None) -> PowerModeSpace | None:
+    """The modes a tuner searches on a board whose power-mode space is ``space``: Fulcrum's 441-mode subset on an
+    Orin AGX, real or simulated (the grid the papers tuned on: a 18,096-mode search would profile for hours), else
+    the board's whole space (another module's grid does not hold the AGX's subset). The one rule of the Board, the
+    tuner and serving."""
+    if space is None:
+        return None
+    return fulcrum_space() if space.name == "orin-agx" else space
+
+
 SPACES = {"orin-agx": orin_agx_space, "fulcrum": fulcrum_space}
 """Named spaces: ``named_space("fulcrum")``."""
 

@@ -23,10 +23,13 @@ import io
 import json
 import time
 import warnings
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning_edge.cli import add_json_argument, write_json
 from lightning_edge.tuning.problems import InferenceProblem, TrainingProblem
+
+if TYPE_CHECKING:
+    from lightning_edge.tuning.store import StudyName
 
 HELP = "list, show, query, export and tidy the profile store (studies, profiles, claims)"
 
@@ -70,9 +73,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 # ------------------------------------------------------------------------------------------------ helpers
 def _studies(store: Any) -> list[str]:
     """The name of every profile study in the store."""
-    from lightning_edge.tuning.store import STUDY_PREFIX
+    return [w.text for w in store.workloads()]
 
-    return ["/".join((STUDY_PREFIX, *w)) for w in store.workloads()]
+
+def _parts(name: str) -> StudyName:
+    from lightning_edge.tuning.store import StudyName
+
+    parts = StudyName.parse(name)
+    if parts is None:
+        raise ValueError(f"{name!r} is not a profile study's name (lightning_edge/<device>/<workload>/<kind>)")
+    return parts
 
 
 def _find(store: Any, args: argparse.Namespace) -> str:
@@ -81,12 +91,12 @@ def _find(store: Any, args: argparse.Namespace) -> str:
     want = args.workload
 
     def ok(name: str) -> bool:
-        _, dev, wid, kind = name.split("/")
+        dev, _, kind = _parts(name)
         # a simulated board's key carries its model's digest (sim:orin-agx+1a2b3c4d): --device-model sim:orin-agx names all
-        same = args.device_model is None or dev == args.device_model or dev.split("+")[0] == args.device_model
+        same = args.device_model is None or dev.names(args.device_model)
         return same and (args.kind is None or kind == args.kind)
 
-    for test in (lambda n: n == want, lambda n: n.split("/")[2] == want, lambda n: want in n):
+    for test in (lambda n: n == want, lambda n: _parts(n).workload_id == want, lambda n: want in n):
         found = [n for n in names if test(n) and ok(n)]
         if len(found) == 1:
             return found[0]
@@ -105,7 +115,7 @@ def _rows(store: Any, name: str) -> list[dict[str, Any]]:
     from lightning_edge.tuning._optuna import constraints_of
     from lightning_edge.tuning.store import trial_measurement
 
-    _, dev, wid, kind = name.split("/")
+    dev, wid, kind = _parts(name)
     wp = store.bind(dev, wid)
     rows = []
     for key, g in wp._groups(kind).items():
@@ -183,7 +193,7 @@ def _do_list(store: Any, args: argparse.Namespace) -> int:
 
     rows = []
     for name in _studies(store):
-        _, dev, wid, kind = name.split("/")
+        dev, wid, kind = _parts(name)
         st = store.study(dev, wid, kind)
         trials = st.get_trials(deepcopy=False) if st is not None else []
         rows.append({"study": name, "device": dev, "workload": wid, "kind": kind,
@@ -217,13 +227,13 @@ def _do_show(store: Any, args: argparse.Namespace) -> int:
         write_json(json.dumps({"study": name, "profiles": rows}, indent=2), args.json)
         return 0
     print(f"{name}: {len(rows)} profiles ({store.describe()})")
-    print(_table(rows, _profile_cols(name.split("/")[3])))
+    print(_table(rows, _profile_cols(_parts(name).kind)))
     return 0
 
 
 def _do_best(store: Any, args: argparse.Namespace) -> int:
     name = _find(store, args)
-    _, dev, wid, kind = name.split("/")
+    dev, wid, kind = _parts(name)
     table = store.bind(dev, wid).table(kind)
     if kind == "train":
         problem: Any = TrainingProblem(args.budget)
@@ -291,7 +301,7 @@ def _do_clear_claims(store: Any, args: argparse.Namespace) -> int:
         if not why and silent and not store.heartbeat:
             why = f"not renewed for {store.grace_period_s:.0f} s"
         if not why and store.heartbeat:
-            _, dev, wid, kind = r["study"].split("/")
+            dev, wid, kind = _parts(r["study"])
             store.bind(dev, wid)._fail_stale(kind)  # Optuna's heartbeat: stale ones fail here
             continue
         if why and fail_claim(store.storage, r["study"], r["_trial"], why):

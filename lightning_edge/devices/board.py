@@ -35,11 +35,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
+from lightning_edge.catalog.boards import tuning_space
+from lightning_edge.catalog.storekey import StoreKey
 from lightning_edge.devices.meter import JETSON_SETTLE_S, SensorMeter, TwinMeter
 from lightning_edge.devices.sensors.base import EmptySensor, PowerSensor
 from lightning_edge.devices.spec import HOST_NAMES, BoardSpec
 
-__all__ = ["Board", "BoardSpec", "get_board", "store_key_of", "forget_boards", "ORIN_PROFILE", "JETSON_SETTLE_S", "HOST_NAMES"]
+__all__ = ["Board", "BoardSpec", "get_board", "store_key_for", "store_key_of", "forget_boards", "ORIN_PROFILE", "JETSON_SETTLE_S", "HOST_NAMES"]
 
 #: the published roofline profile used for the model energies on real boards (Pagoda's Orin AGX)
 ORIN_PROFILE = "orin-agx-pagoda"
@@ -96,17 +98,16 @@ class Board:
         return getattr(self.controller, "space", None)
 
     @property
-    def store_key(self) -> str:
-        """The board's key in a profile store: its model (``orin-agx``), or for a simulated board its twin's
-        (``sim:<key>+<digest>``: :attr:`~lightning_edge.twin.model.OrinTwin.store_key`), so simulated profiles are
-        never mixed with a real board's, nor with another model of the board."""
-        if self.simulated and hasattr(self.twin, "store_key"):
-            return str(self.twin.store_key)
-        space = getattr(self.space, "name", None)
-        name = space or getattr(self.controller, "device_id", None) or self.name
-        if self.simulated:
-            return name if str(name).startswith("sim:") else f"sim:{name}"
-        return str(name)
+    def tuning_space(self) -> Any:
+        """The modes a tuner searches on this board (:func:`lightning_edge.catalog.tuning_space`: Fulcrum's 441 on an
+        Orin AGX, else the whole space; None without a controller)."""
+        return tuning_space(self.space)
+
+    @property
+    def store_key(self) -> StoreKey:
+        """The board's key in a profile store (:func:`store_key_for`)."""
+        return store_key_for(self.controller, self.twin if self.simulated else None, simulated=self.simulated,
+                             name=self.name)
 
     @property
     def update_period_s(self) -> float:
@@ -261,7 +262,22 @@ _BOARDS: dict[Any, Board] = {}
 _LOCK = threading.RLock()
 
 
-def store_key_of(spec: Any = "sim:orin-agx", **kw: Any) -> str:
+def store_key_for(controller: Any, twin: Any = None, *, simulated: bool = False, name: str = "device") -> StoreKey:
+    """The key a board's profiles are kept under in a profile store: its model (``orin-agx``: its mode space's
+    name, else its controller's device id, else ``name``), or for a simulated board its twin's (``sim:<key>+<digest>``:
+    :attr:`~lightning_edge.twin.model.OrinTwin.store_key`), so simulated profiles are never mixed with a real board's,
+    nor with another model of the board. The one place a board's key is made (the Board's, and the tuner's when it
+    is handed a controller and a meter instead of a Board)."""
+    twin_key = getattr(twin, "store_key", None) if simulated else None
+    if isinstance(twin_key, str):
+        return StoreKey.parse(twin_key)
+    space = getattr(controller, "space", None)
+    label = getattr(space, "name", None) or getattr(controller, "device_id", None) or name
+    key = StoreKey.parse(str(label))
+    return key if key.simulated or not simulated else StoreKey(key.module, simulated=True)
+
+
+def store_key_of(spec: Any = "sim:orin-agx", **kw: Any) -> StoreKey:
     """The key under which the board ``spec`` names keeps its profiles in a profile store (:attr:`Board.store_key`:
     ``sim:orin-agx+<digest>`` for the twin), without holding the board: for reading a store's studies."""
     board = get_board(spec, **kw)

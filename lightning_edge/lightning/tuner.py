@@ -286,7 +286,8 @@ class PowerModeTunerMixin:
         meter = self._loop.twin_meter(board, seed=c.seed, precision=prec) if board.twin is not None \
             else board.meter()
         self.tuner = OnlineTuner(
-            self.power_budget_w, board.controller, meter, strategy=c.strategy, space=c.space, store=c.store,
+            self.power_budget_w, board.controller, meter, strategy=c.strategy, space=c.space if c.space is not None else board.tuning_space,
+            store=c.store,
             fingerprint=c.workload_id, device_model=board.store_key, window=c.window, switch_at=c.switch_at,
             baseline=c.baseline, on_event=self._on_event, prior="auto" if c.prior is True else c.prior,
             thorough=_planned_long(trainer) if c.thorough is None else bool(c.thorough),

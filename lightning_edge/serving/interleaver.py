@@ -44,7 +44,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from lightning_edge.catalog import fulcrum_space
 from lightning_edge.cost.capture import tensors_of
 from lightning_edge.devices.board import get_board
 from lightning_edge.serving.arrivals import ArrivalProcess, ConstantArrivals
@@ -217,7 +216,7 @@ class InterleaverMixin:
                                  "workload= (something that measures both models at a mode) to tune")
             space = self.space
             if space is None:
-                space = fulcrum_space() if dev.simulated else dev.space
+                space = dev.tuning_space
             sol, self.new_profiles = Retuner(self.tuner, space, workload, store=self.store, seed=self.seed).solve(
                 self.problem)
             if sol is None:

@@ -36,7 +36,6 @@ from typing import Any
 
 import numpy as np
 
-from lightning_edge.catalog import fulcrum_space
 from lightning_edge.devices.board import get_board
 from lightning_edge.serving.arrivals import ArrivalProcess, ConstantArrivals, RateEstimator
 from lightning_edge.serving.engine import (
@@ -219,7 +218,7 @@ class InferenceRunner:
                 raise ValueError(f"tuner={tuner!r} on {self.device.name} needs workload= (something that measures "
                                  "the real model at a mode); or pass a fixed Solution/Plan as tuner")
             if space is None:
-                space = fulcrum_space() if self.device.simulated else self.device.space
+                space = self.device.tuning_space
             self.retuner = Retuner(tuner, space, workload, store=store, seed=seed,
                                    als_latency_range_s=als_latency_range_s, als_rate_range_rps=als_rate_range_rps)
         self.workload = workload

@@ -65,6 +65,7 @@ from typing import Any
 import numpy as np
 
 from lightning_edge import catalog
+from lightning_edge.devices.board import store_key_for
 from lightning_edge.devices.controllers.errors import BoardReleasedError
 from lightning_edge.devices.meter import JETSON_SETTLE_S, TwinMeter
 from lightning_edge.modes import KNOBS, PowerMode, PowerModeSpace
@@ -497,7 +498,8 @@ class OnlineTuner:
         meter: a :class:`~lightning_edge.devices.meter.StepMeter` (``board.meter()``: ``SensorMeter`` with a sensor,
             ``TwinMeter`` on the twin).
         strategy: ``"gmd"`` (default), ``"als"`` or a :class:`~lightning_edge.tuning.search.Strategy`.
-        space: the modes to search (default: ``fulcrum_space()``, Fulcrum's 441 modes).
+        space: the modes to search (default: :func:`lightning_edge.catalog.tuning_space` of the controller's: Fulcrum's
+            441 modes on an Orin AGX, else the board's whole space).
         store: the profile store (``"default"``: SQLite in the user cache directory; a URL such as
             ``postgresql://...`` for a fleet; ``None``: in memory, nothing kept).
         fingerprint: the workload key in the store (set by :meth:`bind` from the module and batch if not given).
@@ -546,14 +548,15 @@ class OnlineTuner:
         self.meter = meter
         self.strategy = _strategy(strategy)
         if space is None:
-            space = catalog.fulcrum_space() if _is_orin(controller) else controller.space
+            space = catalog.tuning_space(controller.space)
         self.space = space
         # opened now: a store that cannot be used fails before training; None: in memory, but shared by every solve
         # of this tuner (re-tunes reuse it)
         self.store = open_backend(store)
         self.interrupted: Callable[[], bool] | None = None  # e.g. "the Trainer got SIGTERM": stop waiting
         self.fingerprint = fingerprint
-        self.device_model = device_model or _device_model(controller, meter)
+        self.device_model = device_model or store_key_for(controller, getattr(meter, "twin", None),
+                                                          simulated=_on_twin(meter))
         self.window_spec = window or WindowSpec()
         self.switch_at = switch_at
         self.baseline = bool(baseline)
@@ -1109,7 +1112,8 @@ class OnlineTuner:
             new_profiles=len([p for p in self.profiles if p["reason"] == "strategy" and not p.get("resumed")]),
             profiling_steps=int(prof.get("steps", 0)), profiling_time_s=float(prof.get("time_s", 0.0)),
             profiling_energy_j=float(prof.get("energy_j", 0.0)), retunes=len(self.retunes),
-            drift_scale=self.drift_scale, fingerprint=self.fingerprint, device_model=self.device_model,
+            drift_scale=self.drift_scale, fingerprint=self.fingerprint,
+            device_model=None if self.device_model is None else str(self.device_model),
             progress=self.progress(), **kw)
 
     def progress(self) -> TuningProgress:
@@ -1148,7 +1152,8 @@ class OnlineTuner:
     def state_dict(self) -> dict[str, Any]:
         sol = self.solution
         return {"budget_w": self.problem.power_budget_w, "phase": str(self.phase), "fingerprint": self.fingerprint,
-                "device_model": self.device_model, "drift_scale": self.drift_scale,
+                "device_model": None if self.device_model is None else str(self.device_model),  # plain data
+                "drift_scale": self.drift_scale,
                 "original_mode": str(self.original_mode) if self.original_mode is not None else None,
                 "mode": str(sol.mode) if sol is not None else None,
                 "profiles": [{k: (str(v) if isinstance(v, PowerMode) else v) for k, v in p.items()}
@@ -1221,10 +1226,6 @@ def _planned(strategy: Any, problem: Any, space: PowerModeSpace, prior: Any) -> 
     return int(budget) if budget else 0
 
 
-def _is_orin(controller: Any) -> bool:
-    return getattr(getattr(controller, "space", None), "name", "") == "orin-agx"
-
-
 def _has_model(controller: Any) -> bool:
     """A real board the twin has a model of: a catalogued module (its calibrated file when one is installed, else
     the catalogue's board file: the papers' twin for the AGX Orin, an extrapolated one for the others)."""
@@ -1239,15 +1240,6 @@ def _in_space(space: PowerModeSpace, mode: Any) -> bool:
         return True
     except Exception:  # noqa: BLE001
         return False
-
-
-def _device_model(controller: Any, meter: Any) -> str:
-    """The board's key in the store: the twin's own (``OrinTwin.store_key``) on a simulated board."""
-    twin = getattr(meter, "twin", None)
-    if _on_twin(meter) and hasattr(twin, "store_key"):
-        return str(twin.store_key)
-    name = getattr(getattr(controller, "space", None), "name", None) or getattr(controller, "device_id", "device")
-    return f"sim:{name}" if _on_twin(meter) else str(name)
 
 
 def _on_twin(meter: Any) -> bool:

@@ -84,6 +84,7 @@ from optuna.samplers import RandomSampler
 from optuna.storages import BaseStorage
 from optuna.trial import FrozenTrial, TrialState
 
+from lightning_edge.catalog.storekey import StoreKey
 from lightning_edge.devices.safety import redact_url
 from lightning_edge.modes import KNOBS, PowerMode
 from lightning_edge.tuning._optuna import create_trial, set_constraints
@@ -95,6 +96,27 @@ _log = logging.getLogger(__name__)
 
 ENV_STORE = "LIGHTNING_EDGE_PROFILE_STORE"
 STUDY_PREFIX = "lightning_edge"
+
+
+class StudyName(NamedTuple):
+    """Which profiles a study holds: ``lightning_edge/<device model>/<workload>/<kind>`` (:attr:`text`), made and read
+    back here only."""
+
+    device_model: StoreKey
+    workload_id: str
+    kind: str
+
+    @property
+    def text(self) -> str:
+        return f"{STUDY_PREFIX}/{_slug(self.device_model)}/{_slug(self.workload_id)}/{self.kind}"
+
+    @classmethod
+    def parse(cls, name: str) -> StudyName | None:
+        """The parts of study ``name``; ``None`` for a study that is no profile study of ours."""
+        parts = str(name).split("/")
+        if len(parts) != 4 or parts[0] != STUDY_PREFIX or parts[3] not in ("train", "infer"):
+            return None
+        return cls(StoreKey.parse(parts[1]), parts[2], parts[3])
 DIRECTIONS = ("minimize", "minimize")  # time_s, power_w
 
 PARAM_DISTRIBUTIONS = {
@@ -763,7 +785,7 @@ class ProfileStore:
 
     @staticmethod
     def study_name(device_model: str, workload_id: str, kind: str) -> str:
-        return f"{STUDY_PREFIX}/{_slug(device_model)}/{_slug(workload_id)}/{kind}"
+        return StudyName(StoreKey.parse(device_model), workload_id, kind).text
 
     def study(self, device_model: str, workload_id: str, kind: str, label: str | None = None) -> optuna.Study | None:
         """The study of one (device model, workload, kind); created on first use (``None``: a read-only store
@@ -822,14 +844,11 @@ class ProfileStore:
             return mem
         return self.bind(device_key(workload, device_model), wid, problem=problem, strategy=strategy)
 
-    def workloads(self) -> list[tuple[str, str, str]]:
+    def workloads(self) -> list[StudyName]:
         """``(device model, workload, kind)`` of every profile study in the storage."""
-        out = []
-        for s in optuna.get_all_study_summaries(self.storage, include_best_trial=False):
-            parts = s.study_name.split("/")
-            if len(parts) == 4 and parts[0] == STUDY_PREFIX:
-                out.append((parts[1], parts[2], parts[3]))
-        return out
+        names = (StudyName.parse(s.study_name)
+                 for s in optuna.get_all_study_summaries(self.storage, include_best_trial=False))
+        return [n for n in names if n is not None]
 
 
 CLAIM_ATTR = "lightning_edge:claim"

@@ -43,6 +43,7 @@ import numpy as np
 
 from lightning_edge import catalog
 from lightning_edge._compat import data_dir
+from lightning_edge.catalog.storekey import StoreKey
 from lightning_edge.modes import PowerMode, PowerModeSpace
 from lightning_edge.roofline.model import Roofline
 from lightning_edge.twin.physics import Physics
@@ -224,14 +225,14 @@ class OrinTwin:
         return static.reshape(()) if single else static
 
     @property
-    def store_key(self) -> str:
+    def store_key(self) -> StoreKey:
         """This twin's key in a profile store: ``sim:<module>+<digest>``, the digest of :data:`MODEL_VERSION`, its
         coefficients and its matmul setting. The one home of a simulated board's key (the Board's, the tuner's and
         the twin workloads'): profiles simulated by another model of the board (an older version, a calibrated or
         what-if board file) are never mixed with this one's, nor with a real board's (``orin-agx``)."""
         blob = json.dumps([MODEL_VERSION, bool(self.tf32_matmul), sorted(self.physics.p.items())])
         digest = hashlib.sha256(blob.encode()).hexdigest()[:8]
-        return f"sim:{getattr(self.space, 'name', None) or 'orin-agx'}+{digest}"
+        return StoreKey(self.space.name or "orin-agx", simulated=True, digest=digest)
 
     # ================================================================== workloads
     def workload(
