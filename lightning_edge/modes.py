@@ -51,7 +51,7 @@ _KNOB_ALIASES = {alias: knob for knob, aliases in (
 
 SNAP_TOLERANCE_MHZ = 1.0
 """How far a given frequency may be from a grid value and still name it (truncated or rounded MHz, as in papers and
-labels written before issue 16)."""
+labels written by older versions)."""
 
 _EXACT_TOL = 5e-4  # half of the 1 kHz canonical resolution
 

@@ -244,7 +244,7 @@ BOARDS: dict[str, BoardInfo] = {b.key: b for b in (
             "the developer kit's table (the same SoC; the caps of nvpmodel_p3701_0004.conf, 1113.6, 1497.6 and "
             "1728 MHz, are on it)", SEEDS)),
         gpu=Table(ORIN_AGX_GPU_HZ[:9], derived(
-            "the developer kit's GPU table up to 930.75 MHz: 'GPU about 930 MHz' (issue 29), 'GPU max per "
+            "the developer kit's GPU table up to 930.75 MHz: 'GPU about 930 MHz', 'GPU max per "
             "datasheet ~930 MHz' (docs/jetson-board-notes.md); one TPC gated in every mode (TPC_PG_MASK 128 in "
             "MAXN)", SEEDS, SPEC_NOTES)),
         emc=_ORIN_EMC, nvpmodel_clusters=_A78[:2], named_modes=_P3701_0004, rails=_AGX_RAILS_OTHER,

@@ -1,4 +1,4 @@
-"""The hardware facts a board's twin is extrapolated by (issue 29 item 3): per module, its GPU's SMs and tensor cores,
+"""The hardware facts a board's twin is extrapolated by: per module, its GPU's SMs and tensor cores,
 its memory bus width, its CPU cores' architecture, each with its source (the module's clocks, cores and rated power
 are in its :class:`~lightning_edge.catalog.facts.BoardInfo`). A fact not found in a source read here is ``None`` and
 its source says **unknown**; an extrapolation that needs it assumes the papers' board's value and says so.

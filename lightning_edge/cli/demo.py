@@ -154,7 +154,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _tuning_comparison(tuner: Any, args: argparse.Namespace) -> None:
-    """How many minibatches tuning took, and how many the settings before issue 18 (no prior, a fixed 2.4 s
+    """How many minibatches tuning took, and how many the naive settings (no prior, a fixed 2.4 s
     settling wait per profile) take for the same model and budget: a dry run of the engine on a fresh twin
     (simulated steps only, about a second)."""
     from lightning_edge.tuning.online import WindowSpec, simulate_tuning

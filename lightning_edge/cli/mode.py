@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 from lightning_edge.cli import add_json_argument, write_json
 
@@ -73,30 +72,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _controller(args: argparse.Namespace):
-    from lightning_edge.devices.controllers import get_controller
+    """The mode controller of the board ``--device`` names: the process's one Board's writer (``get_board``)."""
+    from lightning_edge.devices.board import ControlOptions, get_board
     from lightning_edge.devices.safety import default_state_dir
     from lightning_edge.devices.spec import BoardSpec
 
     # the file-system root is never a command-line option: with sudo, root would follow a user's tree of
     # symbolic links. Python callers (tests on fake trees) pass it to main(argv, root=...) / run(args, root=...),
     # and the fake board's writer (the kernel's side of the tree) with writer=....
-
-    kwargs: dict = {"dry_run": bool(getattr(args, "dry_run", False)), "state_dir": args.state_dir}
     spec = BoardSpec.parse(args.device, host_cpu=False)
-    device = spec.key
-    if spec.kind == "sim":
-        state_dir = Path(args.state_dir) if args.state_dir else default_state_dir()
-        name = spec.arg
-        if name.endswith(".json"):  # a board file: its simulated mode is its own (named by the file's absolute path)
-            from lightning_edge.devices.sim.controller import file_board_digest
-
-            name = "file-" + file_board_digest(name)
-        kwargs.update(state_dir=state_dir, board_file=state_dir / f"sim_{name}.board.json")
-    elif getattr(args, "_root", "/") != "/":
-        kwargs["root"] = args._root
-    if getattr(args, "_writer", None) is not None:
-        kwargs["writer"] = args._writer
-    return get_controller(device, **kwargs)
+    state_dir = args.state_dir
+    if spec.kind == "sim" and state_dir is None:  # a simulated mode outlives the command, as a board's does
+        state_dir = default_state_dir()
+    options = ControlOptions(dry_run=bool(getattr(args, "dry_run", False)),
+                             state_dir=None if state_dir is None else str(state_dir),
+                             writer=getattr(args, "_writer", None))
+    root = getattr(args, "_root", "/")
+    board = get_board(spec, control="write", root=None if spec.kind == "sim" or root == "/" else root,
+                      options=options)
+    return board.controller
 
 
 def _describe_device(ctl) -> str:

@@ -128,7 +128,7 @@ class ModelCost(Totals):
 
     def to_json(self, path: str | Path | None = None, indent: int = 1) -> str:
         text = json.dumps(self.to_dict(), indent=indent)
-        if path is not None:  # atomically, never through a link nor over a file that is not JSON (issue 36)
+        if path is not None:  # atomically, never through a link nor over a file that is not JSON (a crash mid-write keeps the old file)
             from lightning_edge._jsonfile import is_json_file, write_file
 
             write_file(path, text, lambda why: ValueError(f"{path}: {why}"), ours=is_json_file, what="JSON file")

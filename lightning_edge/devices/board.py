@@ -31,8 +31,10 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import threading
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from lightning_edge.catalog.boards import tuning_space
@@ -41,7 +43,7 @@ from lightning_edge.devices.meter import JETSON_SETTLE_S, SensorMeter, TwinMeter
 from lightning_edge.devices.sensors.base import EmptySensor, PowerSensor
 from lightning_edge.devices.spec import HOST_NAMES, BoardSpec
 
-__all__ = ["Board", "BoardSpec", "get_board", "store_key_for", "store_key_of", "forget_boards", "ORIN_PROFILE", "JETSON_SETTLE_S", "HOST_NAMES"]
+__all__ = ["Board", "BoardSpec", "ControlOptions", "get_board", "store_key_for", "store_key_of", "forget_boards", "ORIN_PROFILE", "JETSON_SETTLE_S", "HOST_NAMES"]
 
 #: the published roofline profile used for the model energies on real boards (Pagoda's Orin AGX)
 ORIN_PROFILE = "orin-agx-pagoda"
@@ -63,6 +65,7 @@ class Board:
     spec: BoardSpec | None = None
     root: Any = None
     writable: bool = False  # the controller is the board's writer (state file, lock, restore handlers)
+    options: ControlOptions = field(default_factory=lambda: ControlOptions())
     _users: int = 0
     _key: Any = None
     _sampler: Any = None
@@ -76,7 +79,7 @@ class Board:
     @property
     def label(self) -> str:
         """``measured`` (a real board), ``simulated`` (a twin), or ``extrapolated`` (the twin of a board whose
-        coefficients are extrapolated from another's: issue 29); :attr:`source` says ``simulated`` for both."""
+        coefficients are extrapolated from another's); :attr:`source` says ``simulated`` for both."""
         if self.twin is not None:
             return str(getattr(self.twin, "label", "simulated"))
         return "simulated" if self.simulated else "measured"
@@ -253,7 +256,8 @@ class Board:
 
         kind = self.spec.kind
         kw = {"root": self.root} if self.root is not None else {}
-        self.controller = get_controller("auto" if kind in ("auto", "jtop") else self.spec.key, **kw)
+        self.controller = get_controller("auto" if kind in ("auto", "jtop") else self.spec.key, **kw,
+                                         **self.options.controller_kwargs())
         self.notes[:] = [n for n in self.notes if not n.startswith("no mode controller")]
         self.writable = True
 
@@ -298,12 +302,52 @@ def forget_boards() -> None:
         b.close()
 
 
-def get_board(spec: Any = "auto", *, control: str = "read", seed: int | None = 0, root: Any = None) -> Board:
+@dataclass(frozen=True)
+class ControlOptions:
+    """How a board's writer (its mode controller) is opened, beyond its spec: ``dry_run`` (say what would be
+    written, write nothing), ``state_dir`` (where its state file and lock live; for a simulated board also where its
+    mode is kept across processes, as ``lightning-edge mode`` needs: ``sim_<key>.board.json``), ``writer`` (the
+    sysfs writer its files go through: a fake board's in tests; a Python argument only). Boards opened with other
+    options are other boards."""
+
+    dry_run: bool = False
+    state_dir: str | None = None
+    writer: Any = None
+
+    def controller_kwargs(self) -> dict[str, Any]:
+        kw: dict[str, Any] = {}
+        if self.dry_run:
+            kw["dry_run"] = True
+        if self.state_dir is not None:
+            kw["state_dir"] = self.state_dir
+        if self.writer is not None:
+            kw["writer"] = self.writer
+        return kw
+
+    def key(self) -> tuple:
+        return (self.dry_run, self.state_dir, None if self.writer is None else id(self.writer))
+
+
+def persisted_sim_board_file(spec: BoardSpec, state_dir: str | os.PathLike) -> Path:
+    """The file that keeps a simulated board's mode across processes in ``state_dir``: ``sim_<key>.board.json``,
+    or for a board file ``sim_file-<digest of its absolute path>.board.json`` (its own, never the catalogue's)."""
+    name = spec.arg
+    if name.endswith(".json"):
+        from lightning_edge.devices.sim.controller import file_board_digest
+
+        name = "file-" + file_board_digest(name)
+    return Path(state_dir) / f"sim_{name}.board.json"
+
+
+def get_board(spec: Any = "auto", *, control: str = "read", seed: int | None = 0, root: Any = None,
+              options: ControlOptions | None = None) -> Board:
     """The process's :class:`Board` for ``spec`` (see the module docstring): the same one for the same spec.
     ``seed`` seeds a new twin's noise (the first opener's wins); ``root``: the file-system root of a board (a fake
-    sysfs tree in tests; a Python argument only, never a command-line option)."""
+    sysfs tree in tests; a Python argument only, never a command-line option); ``options``: how its writer is
+    opened (:class:`ControlOptions`: ``lightning-edge mode``'s dry run and state directory)."""
     if control not in ("read", "write"):
         raise ValueError(f"control must be 'read' or 'write', got {control!r}")
+    options = options or ControlOptions()
     if isinstance(spec, Board):
         board = spec
         with _LOCK:
@@ -315,12 +359,14 @@ def get_board(spec: Any = "auto", *, control: str = "read", seed: int | None = 0
                             "'none', a PowerSensor, or an object with .sensor and/or .controller attributes "
                             f"(SimulatedOrin); got {type(spec).__name__}")
         parsed = BoardSpec.parse(spec) if spec is None or isinstance(spec, (str, BoardSpec)) else None
-        key = (parsed.key, str(root) if root is not None else None) if parsed is not None else ("object", id(spec))
+        key = (parsed.key, str(root) if root is not None else None, options.key()) if parsed is not None \
+            else ("object", id(spec))
         with _LOCK:
             board = _BOARDS.get(key)
             if board is None or board.closed:
-                board = _open(spec, parsed, control, seed, root)
+                board = _open(spec, parsed, control, seed, root, options)
                 board._key = key
+                board.options = options
                 board._pin = spec  # an object spec stays alive while its board is cached (its id is the key)
                 _BOARDS[key] = board
             board._users += 1
@@ -333,7 +379,8 @@ def get_board(spec: Any = "auto", *, control: str = "read", seed: int | None = 0
     return board
 
 
-def _open(spec: Any, parsed: BoardSpec | None, control: str, seed: int | None, root: Any) -> Board:
+def _open(spec: Any, parsed: BoardSpec | None, control: str, seed: int | None, root: Any,
+          options: ControlOptions) -> Board:
     if isinstance(spec, PowerSensor):
         return Board(getattr(spec, "name", "sensor"), spec, owner=spec)
     if parsed is None:  # a device object (SimulatedOrin, or anything with .sensor / .controller)
@@ -345,20 +392,26 @@ def _open(spec: Any, parsed: BoardSpec | None, control: str, seed: int | None, r
     if kind == "sim":
         from lightning_edge.devices.sim.device import SimulatedOrin
 
-        sim = SimulatedOrin.from_name(parsed.key, seed=seed)
+        ctl = None
+        if options.state_dir is not None:  # its mode kept in the state directory, across processes
+            from lightning_edge.devices.controllers import get_controller
+
+            ctl = get_controller(parsed.key, board_file=persisted_sim_board_file(parsed, options.state_dir),
+                                 **options.controller_kwargs())
+        sim = SimulatedOrin.from_name(parsed.key, seed=seed, controller=ctl)
         return Board(parsed.key, sim.sensor, sim.controller, sim.twin, owner=sim, spec=parsed, writable=True,
                      notes=list(getattr(sim, "notes", [])) if sim.label != "simulated" or sim.board != "orin-agx"
                      else [])
     from lightning_edge.devices.sensors import get_sensor
 
-    kw = {"root": root} if root is not None else {}
+    kw: dict[str, Any] = {"root": root} if root is not None else {}
     if kind == "host":
         sensor = get_sensor("none")
         return Board(parsed.key, sensor, owner=sensor, spec=parsed, root=root)
     from lightning_edge.devices.controllers import get_controller
 
     if control == "write":  # raises saying why there is no controllable board here
-        ctl = get_controller("auto" if kind in ("auto", "jtop") else parsed.key, **kw)
+        ctl = get_controller("auto" if kind in ("auto", "jtop") else parsed.key, **kw, **options.controller_kwargs())
         sensor = get_sensor("auto" if kind in ("auto", "jetson", "nvpmodel") else parsed.key, **kw)
         return Board(parsed.key, sensor, ctl, owner=sensor, spec=parsed, root=root, writable=True)
     sensor = get_sensor("auto" if kind == "nvpmodel" else parsed.key, **kw)

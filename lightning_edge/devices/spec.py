@@ -54,7 +54,7 @@ class BoardSpec:
             if arg:
                 raise ValueError(f"device {text!r}: {kind!r} takes no argument")
             return cls("host")
-        if kind == "sim":  # a board key is lower case; a board file's path (issue 29) keeps its case
+        if kind == "sim":  # a board key is lower case; a board file's path keeps its case (file systems are case-sensitive)
             return cls("sim", arg if arg.endswith(".json") else (arg.lower() or SIM_DEFAULT))
         if kind == "auto" and arg:
             raise ValueError(f"device {text!r}: 'auto' takes no argument")

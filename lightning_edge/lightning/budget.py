@@ -1,6 +1,6 @@
 """The profiler's overhead budget: one object that says what a run can afford and records what it spent.
 
-The rule (issue 28): the wall time profiling adds to a run is at most ``fraction`` (5 %) of the run or ``floor_s``
+The rule: the wall time profiling adds to a run is at most ``fraction`` (5 %) of the run or ``floor_s``
 (1 s), whichever is larger. Within it, in this order: the step totals (always: two clock reads a step), the cost
 analysis, one profiled step per stage with its per-layer table and the reports; then, as what is left allows, more
 profiled steps, the layer bar chart, the Chrome trace and the roofline figure. A budget is met by doing the work

@@ -54,7 +54,7 @@ __all__ = ["PowerModeTunerMixin", "format_summary"]
 
 def _describe(board: Any) -> str:
     if board.simulated:
-        # the board the twin plays: the papers' AGX Orin, another catalogued module, or a board file's (issue 36)
+        # the board the twin plays: the papers' AGX Orin, another catalogued module, or a board file's
         bf = getattr(board.twin, "board", None)
         what = str(getattr(bf, "name", "") or "Jetson AGX Orin")
         src = f", board file {bf.path}" if getattr(bf, "path", None) else ""
@@ -217,7 +217,7 @@ class PowerModeTunerMixin:
         self._loop: Any = None
         self._batch: Any = None
         self._driver = _Driver(self)
-        # i17cost: the workload's cost model, from the shared capture of the first training step
+        # the workload's cost model, from the shared capture of the first training step
         # (lightning_edge.cost.capture) or given as cost=; notes say what could not be modelled
         self.workload_cost: Any = cfg.cost
         self.capture_notes: list[str] = []
@@ -292,7 +292,7 @@ class PowerModeTunerMixin:
             baseline=c.baseline, on_event=self._on_event, prior="auto" if c.prior is True else c.prior,
             thorough=_planned_long(trainer) if c.thorough is None else bool(c.thorough),
             drift_window=c.drift_window, drift_tolerance=c.drift_tolerance, drift_patience=c.drift_patience)
-        # issue 18 (store): a SIGTERM the Trainer caught ends a wait for other processes' profiles at once
+        # a SIGTERM the Trainer caught ends a wait for other processes' profiles at once
         self.tuner.interrupted = lambda: bool(getattr(trainer, "received_sigterm", False))
         if self._pending_state:
             self.tuner.load_state_dict(self._pending_state)
@@ -315,7 +315,7 @@ class PowerModeTunerMixin:
         if t is None or t.phase == "closed":
             return
         if not t.started:
-            # i17cost: the first training step is captured for the cost model, by the model's shared capture (one
+            # the first training step is captured for the cost model, by the model's shared capture (one
             # capture and one analysis for every callback of the Trainer; a step it already holds is used at once);
             # on the twin, and with Lazy modules, tuning starts at the next step
             sim = t.meter.simulated
@@ -377,7 +377,7 @@ class PowerModeTunerMixin:
             self._log_step(trainer, rec)
 
     def _bind_twin(self, pl_module: Any, batch: Any) -> None:
-        """i17cost: the captured first step -> the workload's cost model (shared capture); the twin's meter is bound
+        """The captured first step -> the workload's cost model (shared capture); the twin's meter is bound
         to it. What cannot be modelled is said (``capture_notes``, the summary) instead of raised."""
         home, self._capture = self._capture, None
         self._use_step(home.end(), batch, pl_module)
@@ -480,7 +480,7 @@ class PowerModeTunerMixin:
         t = self.tuner
         if t is None or t.phase == "closed":
             return
-        if self._capture is not None:  # i17cost: a capture this callback began and no step ended
+        if self._capture is not None:  # a capture this callback began and no step ended
             self._capture.abort()
             self._capture = None
         try:
@@ -491,7 +491,7 @@ class PowerModeTunerMixin:
         if restored is not None or t.original_mode is not None:
             self._restored = str(t.original_mode)
         self.summary_text = format_summary(self.summary(), _describe(self.board))
-        if self.capture_notes:  # i17cost: what the cost model could not see, or how it counted
+        if self.capture_notes:  # what the cost model could not see, or how it counted
             self.summary_text += "".join(f"\n  note: {n}" for n in self.capture_notes)
         w = self._tbw.get(trainer) if trainer is not None else None
         if w is not None:

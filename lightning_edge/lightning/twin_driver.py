@@ -60,7 +60,7 @@ def host_cpu_from_gaps(gaps_s: list[float], host_mhz: float | None = None) -> Ho
     Python); another process's load only adds to a gap's CPU time (a shared core, its caches), one-off work (the cost
     analysis after the first step, a logger's set-up) only adds to one gap, so the least is the work itself: over
     the first 8 gaps of a small CNN's fit on a 2-core VM, 0.47-0.59 ms alone and beside one to three CPU-bound
-    processes, where their median moved 0.74-1.18 ms (and the wall time of the smallest of two gaps, before issue 37,
+    processes, where their median moved 0.74-1.18 ms (and the wall time of the smallest of two gaps, the rule before this one,
     9 ms once). None without a gap."""
     gaps = [float(g) for g in gaps_s if g >= 0 and math.isfinite(g)]
     if not gaps:

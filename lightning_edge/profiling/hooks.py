@@ -137,7 +137,7 @@ class StepTiming:
     depths: dict[str, int] = field(default_factory=dict)
     qualified: dict[str, str] = field(default_factory=dict)
     device: str = "cpu"
-    captured: Any = None  # i17cost: the step's outermost calls (lightning_edge.cost.capture.Captured) when captured
+    captured: Any = None  # the step's outermost calls (lightning_edge.cost.capture.Captured) when captured
     hook_calls: int = 0
     hook_ns: int = 0  # wall time spent inside the timer's hooks and its start/stop (the timer's own cost)
     _exclusive: dict[str, LayerSelf] | None = field(default=None, repr=False)
@@ -356,7 +356,7 @@ class LayerTimer:
         self._open: dict[int, list[int]] = {}
         self._regions: list[list] = []  # [name, phase, t0]
         self._inputs: dict[str, tuple] = {}
-        self._capture: Any = None  # i17cost: a CallCapture while capture_inputs
+        self._capture: Any = None  # a CallCapture while capture_inputs
         self._hook_calls = 0
         self._hook_ns = 0
         self._t0: Any = None
@@ -390,7 +390,7 @@ class LayerTimer:
         try:
             self._handles.append(register_module_forward_pre_hook(self._pre))
             self._handles.append(register_module_forward_hook(self._post, always_call=True))
-            if self.capture_inputs:  # i17cost: the one shared capture (keyword arguments, no-forward modules)
+            if self.capture_inputs:  # the one shared capture (keyword arguments, no-forward modules)
                 from lightning_edge.cost.capture import CallCapture
 
                 self._capture = CallCapture(self.model).start()
@@ -448,7 +448,7 @@ class LayerTimer:
         handle.timing = self.stop_step()
 
     def _remove_hooks(self) -> None:
-        if self._capture is not None:  # i17cost
+        if self._capture is not None:  # the shared capture of the step's inputs ends with the step
             self._capture.stop()
         for h in self._handles:
             h.remove()
@@ -496,7 +496,7 @@ class LayerTimer:
         qualified = {name: q for name, _d, q in self._mods.values()}
         calls = {k: v + 1 for k, v in self._calls.items()}
         captured = None
-        if self._capture is not None:  # i17cost: inputs by reported name, from the shared capture
+        if self._capture is not None:  # inputs by reported name, from the shared capture
             captured = self._capture.stop()
             self._capture = None
             for c in captured.calls:
@@ -506,7 +506,7 @@ class LayerTimer:
 
     # ------------------------------------------------------------------ hooks (hot path)
     def _pre(self, mod: nn.Module, args: Any) -> None:
-        if is_compiling():  # i17cost: inside torch.compile'd code (the compiled module is timed whole)
+        if is_compiling():  # inside torch.compile'd code (the compiled module is timed whole)
             return
         info = self._mods.get(mod)
         if info is None:
@@ -520,7 +520,7 @@ class LayerTimer:
         self._hook_ns += time.perf_counter_ns() - c0
 
     def _post(self, mod: nn.Module, args: Any, output: Any) -> None:
-        if is_compiling():  # i17cost
+        if is_compiling():  # inside torch.compile'd code: the compiled module is timed whole
             return
         info = self._mods.get(mod)
         if info is None:

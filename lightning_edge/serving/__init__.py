@@ -31,8 +31,8 @@ from lightning_edge.serving.stats import LatencySummary, summarize_latencies
 _LAZY = {
     "InferenceRunner": "lightning_edge.serving.runner",
     "ServingReport": "lightning_edge.serving.runner",
-    "InterleavingEngine": "lightning_edge.serving.interleave",
-    "InterleavingReport": "lightning_edge.serving.interleave",
+    "InterleavingEngine": "lightning_edge.serving.interleaving_engine",
+    "InterleavingReport": "lightning_edge.serving.interleaving_engine",
     "InterleaverMixin": "lightning_edge.serving.interleaver",
     "Plan": "lightning_edge.serving.engine",
     "ConcurrentWorkload": "lightning_edge.serving.engine",

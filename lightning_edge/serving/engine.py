@@ -140,7 +140,7 @@ class RequestInputs:
 
         from lightning_edge.cost.capture import tensors_of
 
-        if isinstance(pool, Mapping):  # i17cost: keyword inputs
+        if isinstance(pool, Mapping):  # keyword inputs
             pool = {k: v.detach() if isinstance(v, torch.Tensor) else v for k, v in pool.items()}
             lead = {int(t.shape[0]) for t in tensors_of(pool) if t.dim() >= 1}
             if len(lead) != 1 or not all(isinstance(v, torch.Tensor) and v.dim() >= 1 for v in pool.values()):

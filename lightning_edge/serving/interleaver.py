@@ -16,7 +16,7 @@ At the first training batch the callback tunes the power mode, the inference min
 (training minibatches per inference minibatch) for the :class:`~lightning_edge.tuning.ConcurrentProblem` with GMD
 (``tuner="gmd"``, 15 profiles at most), ALS (``"als"``), the oracle (``"exhaustive"``), a ``ProfileTable`` or a
 given ``solution=``; applies the mode; then before every training step serves the inference minibatches the
-schedule calls for (:class:`~lightning_edge.serving.interleave.InterleavingEngine`): the model runs in eval mode
+schedule calls for (:class:`~lightning_edge.serving.interleaving_engine.InterleavingEngine`): the model runs in eval mode
 under ``torch.no_grad()`` on real request tensors, then goes back to training mode.
 
 On the twin (``device="sim:orin-agx"``): training steps really run on this CPU, but the schedule's clock is
@@ -54,7 +54,7 @@ from lightning_edge.serving.engine import (
     Plan,
     RequestInputs,
 )
-from lightning_edge.serving.interleave import InterleavingEngine, InterleavingReport
+from lightning_edge.serving.interleaving_engine import InterleavingEngine, InterleavingReport
 from lightning_edge.serving.tune import Retuner
 
 __all__ = ["InterleaverMixin"]
@@ -70,7 +70,7 @@ def _first_tensor(batch: Any) -> Any:
 
 
 def _keyword_inputs(batch: Any) -> dict:
-    """i17cost: the tensors of a dict batch (``model(**batch)``), on the CPU."""
+    """the tensors of a dict batch (``model(**batch)``), on the CPU."""
     import torch
 
     return {k: v.detach().cpu() for k, v in batch.items() if isinstance(v, torch.Tensor)}
@@ -163,13 +163,13 @@ class InterleaverMixin:
     def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
         from lightning_edge.cost.capture import has_forward
 
-        if self.infer_model is None and not has_forward(pl_module):  # i17cost: said before training starts
+        if self.infer_model is None and not has_forward(pl_module):  # said before training starts
             raise TypeError(f"Interleaver: {type(pl_module).__name__} has no forward, so it cannot serve requests: "
                             "pass infer_model= (the module that serves them, e.g. Interleaver(..., "
                             "infer_model=model.net))")
         if self.device is None:
             self.device = get_board("cpu" if self.device_arg is None else self.device_arg, control="write", seed=self.seed)
-        if self.store is not None:  # issue 18: a store that cannot be used fails here, in one line, before the run
+        if self.store is not None:  # a store that cannot be used fails here, in one line, before the run
             from lightning_edge.tuning.search import open_backend
 
             self.store = open_backend(self.store)

@@ -31,7 +31,7 @@ from lightning_edge.devices.meter import SensorMeter, TwinMeter
 from lightning_edge.records import Measurement
 from lightning_edge.serving.arrivals import ArrivalProcess
 from lightning_edge.serving.engine import BatchServer, ModelRunner, Plan, RequestQueue
-from lightning_edge.serving.interleave import InterleavingReport
+from lightning_edge.serving.interleaving_engine import InterleavingReport
 from lightning_edge.serving.stats import summarize_latencies
 
 __all__ = ["run_native_threads", "simulate_native_twin", "NativeTwinMeter"]

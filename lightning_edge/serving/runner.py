@@ -66,7 +66,7 @@ def twin_workload(model: Any, twin: Any, example: Any = None, *, seed: int | Non
                          "request's tensor) or request_inputs=, or use a zoo model name such as 'resnet18'")
     from collections.abc import Mapping
 
-    # i17cost: a dict example is one keyword call, model(**example)
+    # a dict example is one keyword call, model(**example)
     example_inputs = example if isinstance(example, Mapping) else (example,)
     return SimWorkload(model, twin, example_inputs=example_inputs, seed=seed, train_batch_size=train_batch_size)
 
@@ -192,7 +192,7 @@ class InferenceRunner:
         is_module = callable(model) and not isinstance(model, str) and not hasattr(model, "sweep")
         from lightning_edge.cost.capture import has_forward
 
-        if is_module and not has_forward(model):  # i17cost: said before anything runs
+        if is_module and not has_forward(model):  # said before anything runs
             raise TypeError(f"InferenceRunner: {type(model).__name__} has no forward, so it cannot serve requests; "
                             "pass the module that does (e.g. InferenceRunner(model.net, ...))")
         if run_model is None:
@@ -231,7 +231,7 @@ class InferenceRunner:
             return request_inputs
         if request_inputs is not None:
             return RequestInputs(request_inputs)
-        if isinstance(example_input, dict):  # i17cost: one request's keyword inputs (no batch dimension)
+        if isinstance(example_input, dict):  # one request's keyword inputs (no batch dimension)
             return RequestInputs({k: v.unsqueeze(0) for k, v in example_input.items()})
         if example_input is not None:
             shape = tuple(example_input.shape)

@@ -258,7 +258,7 @@ def module_fingerprint(module: Any, batch: Any, precision: str = "fp32", extra: 
     bs, sig = batch_signature(batch)
     from lightning_edge.tuning.store import model_name
 
-    name = model_name(module)  # the model, not the LightningModule wrapping it (issue 18)
+    name = model_name(module)  # the model, not the LightningModule wrapping it: profiles are keyed by what runs
     return "-".join(x for x in (name, f"p{n_params}", f"bs{bs}", sig, precision, extra) if x)
 
 
@@ -475,7 +475,7 @@ class _OnlineWorkload:
         raise TypeError("the power-mode tuner profiles training minibatches only: use a TrainingProblem "
                         "(inference batch size and latency: lightning_edge.serving)")
 
-    # --- issue 18 (store): waiting for other processes' profiles is cancellable and reported
+    # --- the store: waiting for other processes' profiles is cancellable and reported
     def check_cancelled(self) -> None:
         if self.cancel.is_set():
             raise TuningCancelled("the tuner was closed while waiting for another process's profile")

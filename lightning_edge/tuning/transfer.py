@@ -1,4 +1,4 @@
-"""Transfer between boards (issue 29 item 5): what one board taught makes the tuner's prior on another.
+"""Transfer between boards: what one board taught makes the tuner's prior on another.
 
     >>> from lightning_edge.tuning.transfer import transferred_prior, stored_profiles
     >>> table = stored_profiles(store, board_a.store_key, workload.fingerprint)   # profiles kept for board A

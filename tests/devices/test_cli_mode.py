@@ -276,3 +276,19 @@ def test_list_on_a_jetson_shows_the_named_modes_of_its_own_conf(capsys, jetson_c
     for m in conf_models(jetson_conf.path("etc/nvpmodel.conf").read_text()).values():
         assert any(ln.split()[:1] == [m["name"]] for ln in out.splitlines())
     assert "grid: the catalogue's tables" not in out  # a board's grid is read from it, not from the catalogue
+
+
+def test_the_mode_command_switches_the_processs_one_board(capsys, state_dir):
+    """``mode set`` goes through ``get_board``: the board a profiler or a tuner of the same process opens with the same
+    options is the one the command switched (was: the command built a controller of its own beside the Board)."""
+    from lightning_edge.devices.board import ControlOptions, get_board
+
+    rc, out, _ = run(capsys, "set", "4c/422.4/114.75/665.6", "--device", "sim:orin-agx", "--state-dir", state_dir)
+    assert rc == 0, out
+    board = get_board("sim:orin-agx", control="write", options=ControlOptions(state_dir=str(state_dir)))
+    try:
+        assert str(board.controller.current()) == "4c/422.4/114.75/665.6"
+    finally:
+        board.close()
+    rc, out, _ = run(capsys, "restore", "--device", "sim:orin-agx", "--state-dir", state_dir)
+    assert rc == 0 and "restored 12c/2201.6/1300.5/3199" in out, out
