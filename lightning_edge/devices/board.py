@@ -256,13 +256,14 @@ class Board:
 
         kind = self.spec.kind
         kw = {"root": self.root} if self.root is not None else {}
-        self.controller = get_controller("auto" if kind in ("auto", "jtop") else self.spec.key, **kw,
+        self.controller = get_controller(_AUTO if kind in ("auto", "jtop") else self.spec, **kw,
                                          **self.options.controller_kwargs())
         self.notes[:] = [n for n in self.notes if not n.startswith("no mode controller")]
         self.writable = True
 
 
 _BOARDS: dict[Any, Board] = {}
+_AUTO = BoardSpec("auto")  # the backends' own choice (a spec parsed once: get_board hands the backends BoardSpecs)
 _LOCK = threading.RLock()
 
 
@@ -396,9 +397,9 @@ def _open(spec: Any, parsed: BoardSpec | None, control: str, seed: int | None, r
         if options.state_dir is not None:  # its mode kept in the state directory, across processes
             from lightning_edge.devices.controllers import get_controller
 
-            ctl = get_controller(parsed.key, board_file=persisted_sim_board_file(parsed, options.state_dir),
+            ctl = get_controller(parsed, board_file=persisted_sim_board_file(parsed, options.state_dir),
                                  **options.controller_kwargs())
-        sim = SimulatedOrin.from_name(parsed.key, seed=seed, controller=ctl)
+        sim = SimulatedOrin.from_name(parsed, seed=seed, controller=ctl)
         return Board(parsed.key, sim.sensor, sim.controller, sim.twin, owner=sim, spec=parsed, writable=True,
                      notes=list(getattr(sim, "notes", [])) if sim.label != "simulated" or sim.board != "orin-agx"
                      else [])
@@ -411,14 +412,14 @@ def _open(spec: Any, parsed: BoardSpec | None, control: str, seed: int | None, r
     from lightning_edge.devices.controllers import get_controller
 
     if control == "write":  # raises saying why there is no controllable board here
-        ctl = get_controller("auto" if kind in ("auto", "jtop") else parsed.key, **kw, **options.controller_kwargs())
-        sensor = get_sensor("auto" if kind in ("auto", "jetson", "nvpmodel") else parsed.key, **kw)
+        ctl = get_controller(_AUTO if kind in ("auto", "jtop") else parsed, **kw, **options.controller_kwargs())
+        sensor = get_sensor(_AUTO if kind in ("auto", "jetson", "nvpmodel") else parsed, **kw)
         return Board(parsed.key, sensor, ctl, owner=sensor, spec=parsed, root=root, writable=True)
-    sensor = get_sensor("auto" if kind == "nvpmodel" else parsed.key, **kw)
+    sensor = get_sensor(_AUTO if kind == "nvpmodel" else parsed, **kw)
     ctl, notes = None, []
     if kind != "rapl" and not isinstance(sensor, EmptySensor):
         try:  # read only: never restore anything at exit, never recover someone else's leftover state
-            ctl = get_controller("auto" if kind in ("auto", "jetson", "jtop") else parsed.key, handle_exit=False,
+            ctl = get_controller(_AUTO if kind in ("auto", "jetson", "jtop") else parsed, handle_exit=False,
                                  recover=False, safety=False, **kw)
         except Exception as exc:  # noqa: BLE001 - no controller: no mode tracking, still profiling
             notes.append(f"no mode controller ({str(exc).splitlines()[0]}): power-mode changes are not tracked")

@@ -58,7 +58,7 @@ def _open(kind: str, arg: str, kwargs: dict[str, Any]) -> ModeController:
     return cls.open(arg, **kwargs)
 
 
-def get_controller(device: str = "auto", *, allow_nvml: bool = False, **kwargs: Any) -> ModeController:
+def get_controller(device: str | BoardSpec = "auto", *, allow_nvml: bool = False, **kwargs: Any) -> ModeController:
     """The power-mode controller for ``device``; raises :class:`ControllerUnavailableError` saying why not.
 
     ``device``: ``"auto"`` (a Jetson if there is one; NVML only with ``allow_nvml=True``), ``"jetson"``,
@@ -67,6 +67,7 @@ def get_controller(device: str = "auto", *, allow_nvml: bool = False, **kwargs: 
     ``state_dir=``, ``board_file=`` for the twin...); each backend receives only those its constructor takes.
     """
     spec = BoardSpec.parse(device)
+    device = spec.key  # for messages: the spec as a person writes it
     kind, arg = spec.kind, spec.arg
     if kind == "host":
         raise ControllerUnavailableError(f"device {device!r} is this machine without a board: no power-mode "

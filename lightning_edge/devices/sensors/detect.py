@@ -55,7 +55,7 @@ def _open(kind: str, arg: str, kw: dict[str, Any]) -> PowerSensor:
     return _backend(kind).open(arg, **kw)
 
 
-def get_sensor(device: str = "auto", *, root: str | os.PathLike[str] = "/", strict: bool = False,
+def get_sensor(device: str | BoardSpec = "auto", *, root: str | os.PathLike[str] = "/", strict: bool = False,
                clock_ns: Callable[[], int] = time.perf_counter_ns, **kwargs: Any) -> PowerSensor:
     """The power sensor for ``device`` (one of :data:`SENSORS_HELP`).
 
@@ -72,6 +72,7 @@ def get_sensor(device: str = "auto", *, root: str | os.PathLike[str] = "/", stri
     (``torch.cuda`` or a stand-in, for the GPU lookup).
     """
     spec = BoardSpec.parse(device)
+    device = spec.key  # for messages: the spec as a person writes it
     kind, arg = SENSORS.aliases.get(spec.kind, spec.kind), spec.arg
     kw = {"root": root, "clock_ns": clock_ns, **kwargs}
     if kind == "host":

@@ -22,6 +22,7 @@ from typing import Any
 
 from lightning_edge.devices.sim.controller import SimModeController
 from lightning_edge.devices.sim.sensor import SimPowerSensor
+from lightning_edge.devices.spec import BoardSpec
 from lightning_edge.modes import PowerModeSpace
 from lightning_edge.twin.live import SimWorkload
 from lightning_edge.twin.model import OrinTwin
@@ -82,14 +83,14 @@ class SimulatedOrin:
         self.notes = [bf.describe()]
 
     @classmethod
-    def from_name(cls, device: str, **kwargs: Any) -> SimulatedOrin:
+    def from_name(cls, device: str | BoardSpec, **kwargs: Any) -> SimulatedOrin:
         """A new simulated board for a device name: ``"sim"`` / ``"sim:<key>"`` (a catalogued module:
         :data:`lightning_edge.catalog.BOARDS`) or ``"sim:PATH.json"`` (a board file)."""
         from lightning_edge import catalog
-        from lightning_edge.devices.spec import BoardSpec
         from lightning_edge.twin.boards import load_board_file
 
         spec = BoardSpec.parse(device)
+        device = spec.key  # for messages: the spec as a person writes it
         if spec.kind != "sim":
             raise ValueError(f"device {device!r}: not a simulated board (sim:<key> or sim:PATH.json)")
         if spec.arg.endswith(".json"):
