@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple, Protocol, runtime_checkable
+from typing import Any, ClassVar, NamedTuple, Protocol, Union, runtime_checkable
 
 import numpy as np
 
@@ -296,8 +296,13 @@ def check_kind(kind: str) -> str:
     return aliases[k]
 
 
+Problem = Union["TrainingProblem", "InferenceProblem", "ConcurrentProblem"]  # runtime alias: Python 3.8's typing
+"""Any of the three problems a tuner solves (Fulcrum's training, inference and concurrent problems)."""
+
+
 # ----------------------------------------------------------------------------------------- solutions
 @dataclass(frozen=True)
+
 class Solution:
     """What a tuner returns: a profiled (mode, batch size) that meets every constraint of ``problem``.
 
