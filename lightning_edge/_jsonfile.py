@@ -1,13 +1,18 @@
 """Reading a JSON file a user named, within limits, and writing every file the tool writes without losing or
-clobbering anything: every file the command line reads from a user-supplied path (latency models, device profiles,
-board files, partial calibrations, ``layers.json``) goes through :func:`read_json`; every file it writes to a path a
-user named (``--out``, ``--json PATH``, board files, partial calibrations) through :func:`write_file` /
-:func:`write_json`, and the state files of ``devices/safety.py`` through :func:`replace_in_folder`.
+clobbering anything: every JSON document the package reads, from a path a user gave (latency models, device
+profiles, board files, twin profiles, partial calibrations, ``layers.json``, a ``torch.profiler`` trace to merge
+into), from its own state files (``devices/safety.py``, which opens them itself and hands the bytes over) or from
+its own ``data/`` folder, goes through :func:`read_json` (a path) or :func:`parse_json` (bytes already read);
+every file it writes to a path a user named (``--out``, ``--json PATH``, board files, partial calibrations)
+through :func:`write_file` / :func:`write_json`, and the state files of ``devices/safety.py`` through
+:func:`replace_in_folder`.
 
-Refused, each with one line passed to the caller's ``fail`` (so that it becomes the caller's own error type): a
-path that is not a regular file (a folder; a FIFO or a device, without blocking on it), a file larger than
-``limit`` bytes (before it is read), text that is not UTF-8 or not JSON, lists and objects nested deeper than
-``max_depth``, numbers Python will not convert (more than 4300 digits). What the values mean (types, ranges,
+Refused, each with one line passed to the caller's ``fail`` (so that it becomes the caller's own error type, and no
+traceback from the parser follows it): a path that is not a regular file (a folder; a FIFO or a device, without
+blocking on it), a symbolic link where the caller replaces the file afterwards (``follow_symlinks=False``), a file
+larger than ``limit`` bytes (before it is read; a gzipped one, also once inflated), text that is not UTF-8 or not
+JSON, lists and objects nested deeper than ``max_depth``, numbers Python will not convert (more than 4300 digits),
+a document whose top level is not the kind the caller expects (``expect``). What the values mean (types, ranges,
 finite numbers: ``NaN`` and ``Infinity`` parse as floats) is the caller's check.
 
 Writing (:func:`write_file`): the target must be absent, a regular file the caller recognises as its own (``ours``:
@@ -27,12 +32,13 @@ import json
 import os
 import secrets
 import stat
+import zlib
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Tuple, Union
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "read_json", "one_line", "write_file", "write_json", "write_output",
-           "check_target", "replace_in_folder", "json_schema_is"]
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "read_json", "parse_json", "kind_of", "one_line", "write_file", "write_json",
+           "write_output", "check_target", "replace_in_folder", "json_schema_is"]
 
 #: the default size limit: far above any file this package writes, far below what would take long to read
 MAX_BYTES = 16 << 20
@@ -40,22 +46,39 @@ MAX_BYTES = 16 << 20
 #: the default nesting limit: the deepest file this package writes nests about 8 levels
 MAX_DEPTH = 32
 
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # absent on Windows
+_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
+_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
+
+#: what ``expect`` may name: the Python type (or types) json gives the top level
+Expect = Union[type, Tuple[type, ...], None]
+
+_KINDS = {dict: "an object", list: "a list", str: "a text", bool: "true or false", int: "a number",
+          float: "a number", type(None): "null"}
+
 
 def read_json(path: str | os.PathLike, fail: Callable[[str], Exception], *, limit: int = MAX_BYTES,
-              max_depth: int = MAX_DEPTH) -> Any:
+              max_depth: int = MAX_DEPTH, expect: Expect = None, follow_symlinks: bool = True,
+              gzipped: bool = False) -> Any:
     """The JSON document in ``path``. Raises ``FileNotFoundError`` when there is no such file, else
-    ``fail(reason)`` for a file that is not a regular file, is larger than ``limit`` bytes, is not UTF-8 text, is
-    not JSON, nests deeper than ``max_depth`` or holds a number with too many digits (``reason`` does not repeat
-    the path)."""
+    ``fail(reason)`` for a file that is not a regular file, is a symbolic link (``follow_symlinks=False``), is
+    larger than ``limit`` bytes, is not UTF-8 text, is not JSON, nests deeper than ``max_depth``, holds a number with
+    too many digits or whose top level is not ``expect`` (:func:`parse_json`); ``reason`` does not repeat the path.
+    ``gzipped``: the file is gzip-compressed (a ``.json.gz``); ``limit`` bounds it and its inflated text."""
     p = Path(path)
+    nofollow = 0 if follow_symlinks else _O_NOFOLLOW
+    if not follow_symlinks and not nofollow and os.path.islink(p):  # pragma: no cover - a system without O_NOFOLLOW
+        raise fail(_LINK_REFUSED)
     try:
         # O_NONBLOCK: opening a FIFO for reading does not wait for a writer (a regular file ignores the flag)
-        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | _O_CLOEXEC | nofollow)
     except FileNotFoundError:
         raise
     except IsADirectoryError:
         raise fail("is a folder; give the file in it") from None
     except OSError as exc:
+        if nofollow and exc.errno == errno.ELOOP:
+            raise fail(_LINK_REFUSED) from None
         raise fail(f"cannot be read ({exc.strerror or exc})") from None
     try:
         st = os.fstat(fd)
@@ -64,17 +87,37 @@ def read_json(path: str | os.PathLike, fail: Callable[[str], Exception], *, limi
         if not stat.S_ISREG(st.st_mode):
             raise fail("is not a regular file (a FIFO, a device or a socket); give a JSON file")
         if st.st_size > limit:
-            raise fail(f"is larger than {_size(limit)} ({_size(st.st_size)}): not a file this tool writes")
+            raise fail(f"is larger than {_size(limit)} ({_size(st.st_size)}), more than such a file holds")
         data = _read(fd, limit)
         if data is None:
-            raise fail(f"is larger than {_size(limit)}: not a file this tool writes")
+            raise fail(f"is larger than {_size(limit)}, more than such a file holds")
     finally:
         os.close(fd)
+    if gzipped:
+        data = _gunzip(data, limit, fail)
+    return parse_json(data, fail, max_depth=max_depth, expect=expect)
+
+
+_LINK_REFUSED = ("is a symbolic link: refused (lightning_edge replaces this file in place and never through a "
+                 "link); give the file itself")
+
+
+def parse_json(data: bytes | str, fail: Callable[[str], Exception], *, max_depth: int = MAX_DEPTH,
+               expect: Expect = None) -> Any:
+    """The JSON document in ``data`` (a file's bytes, read by a caller that opens the file itself, such as the state
+    files of ``devices/safety.py``); ``fail(reason)`` for bytes that are not UTF-8, text that is not JSON, lists and
+    objects nested deeper than ``max_depth``, a number with too many digits, or a top level that is not of type
+    ``expect`` (``dict``: an object; a tuple of types: any of them). The size limit is the caller's, on what it
+    reads. ``reason`` reads after the file's name: "is not valid JSON (...)"."""
+    if isinstance(data, (bytes, bytearray)):
+        try:
+            text = bytes(data).decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise fail(f"is not a JSON text file (byte {exc.start} is not UTF-8)") from None
+    else:
+        text = data
     try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise fail(f"is not a JSON text file (byte {exc.start} is not UTF-8)") from None
-    try:
+        # the package's one parser: every other module reads JSON through this function
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
         raise fail(f"is not valid JSON ({exc})") from None
@@ -84,7 +127,44 @@ def read_json(path: str | os.PathLike, fail: Callable[[str], Exception], *, limi
         raise fail(f"holds a number with too many digits ({str(exc).split(':')[0]})") from None
     if _deeper_than(doc, max_depth):
         raise fail(f"is nested more than the {max_depth} levels such a file may have")
+    if expect is not None and (isinstance(doc, bool) and bool not in _types(expect)
+                               or not isinstance(doc, expect)):
+        want = " or ".join(dict.fromkeys(_KINDS.get(t, t.__name__) for t in _types(expect)))
+        raise fail(f"holds {kind_of(doc)} where {want} is expected (at the top level)")
     return doc
+
+
+def kind_of(value: object) -> str:
+    """What a JSON value is, in words: "an object", "a list", "a text", "a number", "true or false", "null"."""
+    return _KINDS.get(type(value), f"a {type(value).__name__}")
+
+
+def _types(expect: type | tuple) -> tuple:
+    return expect if isinstance(expect, tuple) else (expect,)
+
+
+def _gunzip(data: bytes, limit: int, fail: Callable[[str], Exception]) -> bytes:
+    """The inflated bytes of a gzip file (every member), at most ``limit`` of them: a small file that inflates to
+    gigabytes is refused once ``limit`` is passed, never inflated whole."""
+    out = bytearray()
+    buf = data
+    try:
+        while True:
+            d = zlib.decompressobj(16 + zlib.MAX_WBITS)  # 16: the gzip header and trailer
+            while True:
+                out += d.decompress(buf, limit + 1 - len(out))
+                if len(out) > limit:
+                    raise fail(f"inflates to more than {_size(limit)}, more than such a file holds")
+                if d.eof:
+                    break
+                buf = d.unconsumed_tail
+                if not buf:
+                    raise fail("is a gzip file cut short (its end is missing)")
+            buf = d.unused_data
+            if not buf.strip(b"\0"):  # the end, or the zero padding gzip itself ignores
+                return bytes(out)
+    except zlib.error as exc:
+        raise fail(f"is not a gzip file ({exc})") from None
 
 
 def one_line(text: str, limit: int = 120) -> str:
@@ -106,7 +186,7 @@ def _read(fd: int, limit: int) -> bytes | None:
             return None
 
 
-def _deeper_than(doc: Any, max_depth: int) -> bool:
+def _deeper_than(doc: object, max_depth: int) -> bool:
     """Whether lists and objects nest more than ``max_depth`` levels (without recursion: whatever reads the document
     afterwards, a copy, a repr, a check, may recurse into it)."""
     stack = [(doc, 1)] if isinstance(doc, (dict, list)) else []
@@ -124,9 +204,6 @@ def _size(n: int) -> str:
 
 
 # ============================================================================================ writing
-_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
-_O_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
-_O_DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 
 
 def _kind(mode: int) -> str:
@@ -253,7 +330,7 @@ def write_output(path: str | os.PathLike, data: bytes | str, what: str = "file")
     return write_file(p, data, lambda why: OSError(f"{p} {why}"), ours=lambda _p: True, what=what)
 
 
-def write_json(path: str | os.PathLike, doc: Any, fail: Callable[[str], Exception], *, indent: int | None = 2,
+def write_json(path: str | os.PathLike, doc: object, fail: Callable[[str], Exception], *, indent: int | None = 2,
                ours: Callable[[Path], bool] | None = None, force: bool = False, what: str = "file",
                default: Callable[[Any], Any] | None = None, allow_nan: bool = True) -> Path:
     """:func:`write_file` of ``doc`` as JSON text (``allow_nan=False``: a number that is not finite is refused)."""

@@ -529,7 +529,8 @@ def _read_partial(partial: Path, plan: dict[str, Any]) -> dict[str, dict]:
         return ValueError(f"{partial}: {why}; delete it or pass --restart to measure afresh")
 
     try:
-        saved = read_json(partial, bad, limit=MAX_PARTIAL_BYTES)
+        # replaced after every mode: a link planted there since the check before the run is refused, not followed
+        saved = read_json(partial, bad, limit=MAX_PARTIAL_BYTES, follow_symlinks=False)
     except FileNotFoundError:
         return {}
     if not isinstance(saved, dict):

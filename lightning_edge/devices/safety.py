@@ -49,7 +49,7 @@ import weakref
 from pathlib import Path
 from typing import Any
 
-from lightning_edge._jsonfile import replace_in_folder
+from lightning_edge._jsonfile import parse_json, replace_in_folder
 from lightning_edge.devices.controllers.errors import BoardBusyError
 
 try:  # pragma: no cover - fcntl exists on every POSIX system; Windows gets no locking
@@ -279,20 +279,24 @@ def _check_own_file(fd: int, path: Path) -> None:
         fcntl.fcntl(fd, fcntl.F_SETFL, fl & ~_O_NONBLOCK)
 
 
-def _read_nofollow(sd: _StateDir, name: str, limit: int = 1 << 20) -> str:
+def _read_nofollow(sd: _StateDir, name: str, limit: int = 1 << 20) -> bytes:
+    """The bytes of ``name`` in the opened state dir (never through a link; a plain file of its own), at most
+    ``limit`` of them (:class:`StateDirError` for a larger file)."""
     path = sd.path / name
     fd = _open_nofollow(sd, name, os.O_RDONLY)
     try:
         _check_own_file(fd, path)
         chunks = []
+        n = 0
         while True:
             b = os.read(fd, 65536)
             if not b:
                 break
             chunks.append(b)
-            if sum(map(len, chunks)) > limit:
+            n += len(b)
+            if n > limit:
                 raise StateDirError(f"{path} is larger than {limit} bytes: not a lightning_edge state file")
-        return b"".join(chunks).decode("utf-8", "replace")
+        return b"".join(chunks)
     finally:
         os.close(fd)
 
@@ -334,6 +338,10 @@ def redact_argv(argv: list[str]) -> str:
         m = _URL_START.search(a)  # also inside an option: --store=postgresql://user:pw@host/db
         out.append(a[:m.start()] + redact_url(a[m.start():]) if m else a)
     return " ".join(out)
+
+
+class _Unbelievable(ValueError):
+    """Why a state file's bytes are not a JSON object (:func:`~lightning_edge._jsonfile.parse_json`'s reason)."""
 
 
 def corrupt_record(path: Path, reason: str) -> dict[str, Any]:
@@ -438,18 +446,17 @@ class StateFile:
         self.last_read_root_only = None
         try:
             with open_state_dir(self.path.parent, create=False) as sd:
-                text = _read_nofollow(sd, self.path.name)
+                data = _read_nofollow(sd, self.path.name)
                 self.last_read_root_only = sd.root_only
         except FileNotFoundError:
             return None
         try:
-            data = json.loads(text)
-        except (json.JSONDecodeError, RecursionError) as exc:
+            # [] or null is not "no state" (it would be overwritten): the top level must be an object
+            rec: dict[str, Any] = parse_json(data, _Unbelievable, expect=dict)
+        except _Unbelievable as exc:
             # a torn write cannot happen (rename is atomic); this is a file someone edited by hand
-            return corrupt_record(self.path, f"it is not JSON ({type(exc).__name__})")
-        if not isinstance(data, dict):  # [] or null is not "no state": it would be overwritten
-            return corrupt_record(self.path, f"it holds a JSON {type(data).__name__}, not an object")
-        return data
+            return corrupt_record(self.path, f"it is not JSON that lightning_edge wrote: the file {exc}")
+        return rec
 
     def write(self, data: dict[str, Any]) -> None:
         payload = (json.dumps(data, indent=2, sort_keys=True) + "\n").encode()
@@ -496,7 +503,7 @@ class BoardLock:
     def holder_pid(self) -> int | None:
         try:
             with open_state_dir(self.path.parent, create=False) as sd:
-                text = _read_nofollow(sd, self.path.name, limit=4096).strip()
+                text = _read_nofollow(sd, self.path.name, limit=4096).decode("ascii", "replace").strip()
         except OSError:
             return None
         try:

@@ -34,7 +34,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from lightning_edge._jsonfile import write_output
+from lightning_edge._jsonfile import one_line, read_json, write_output
 
 __all__ = ["chrome_trace", "trace_path", "write_trace", "nest_lanes", "merge_into", "TRACE_SUFFIX", "MERGED_PID"]
 
@@ -42,6 +42,10 @@ TRACE_SUFFIX = ".pt.trace.json"
 _TID_STEP, _TID_FWD, _TID_BWD = 1, 10, 100
 #: the process id lightning_edge's events get inside another profiler's trace (a process of their own there)
 MERGED_PID = 7_000_000
+#: the largest trace merged into (inflated, for a ``.gz``): ``torch.profiler`` writes tens of MB for a few steps
+MAX_TRACE_BYTES = 1 << 30
+#: beyond any time a trace holds (microseconds or nanoseconds since 1970: about 1.7e15 and 1.7e18)
+_MAX_TIME = 1e19
 
 
 def trace_path(log_dir: str | os.PathLike[str], run: str = "energy", worker: str | None = None) -> Path:
@@ -181,19 +185,27 @@ def merge_into(path: str | os.PathLike[str], steps: Iterable[tuple[Any, Any, str
 
     p = Path(path)
     gz = p.name.endswith(".gz")
-    with (gzip.open(p, "rt") if gz else open(p)) as f:
-        doc = json.load(f)
+    # the file is replaced afterwards, so a link there is refused (the writer refuses it too), before any work
+    doc = read_json(p, lambda why: ValueError(f"{p} {why}; expected a Chrome trace written by torch.profiler"),
+                    limit=MAX_TRACE_BYTES, expect=dict, follow_symlinks=False, gzipped=gz)
     evs = doc.get("traceEvents")
     if not isinstance(evs, list):
         raise ValueError(f"{p}: not a Chrome trace (no traceEvents list)")
     if any(e.get("pid") == MERGED_PID for e in evs if isinstance(e, dict)):
         return 0  # merged already
-    base = int(doc.get("baseTimeNanoseconds", 0) or 0)
-    spans = [e for e in evs if isinstance(e, dict) and e.get("ph") == "X" and "ts" in e]
+    base = doc.get("baseTimeNanoseconds", 0) or 0
+    if isinstance(base, bool) or not isinstance(base, (int, float)) or not -_MAX_TIME < base < _MAX_TIME:  # NaN too
+        raise ValueError(f"{p}: baseTimeNanoseconds: expected a number of nanoseconds, got {one_line(repr(base), 40)}")
+    spans: list[tuple[float, float]] = []  # (ts, dur) of every complete event with a time
+    for e in evs:
+        t = _num(e.get("ts")) if isinstance(e, dict) and e.get("ph") == "X" else None
+        if t is not None and abs(t) < _MAX_TIME:
+            d = _num(e.get("dur")) or 0.0
+            spans.append((t, d if abs(d) < _MAX_TIME else 0.0))
     if not spans:
         return 0
-    lo = min(float(e["ts"]) for e in spans)
-    hi = max(float(e["ts"]) + float(e.get("dur", 0) or 0) for e in spans)
+    lo = min(t for t, _ in spans)
+    hi = max(t + d for t, d in spans)
     off_us = (int(epoch_offset_ns) - base) / 1000.0
     window = (int((lo - off_us) * 1000), int((hi - off_us) * 1000))  # on our clock
     inside = [st for st in steps if st[0].t1_ns >= window[0] and st[0].t0_ns <= window[1]]

@@ -446,7 +446,7 @@ def available_profiles() -> list[str]:
         for p in _data_dir().iterdir():
             if p.name.endswith(".json"):
                 try:
-                    d = json.loads(p.read_text())
+                    d = read_json(p, ValueError)
                 except (OSError, ValueError):
                     continue
                 if isinstance(d, dict) and d.get("schema") == SCHEMA:
@@ -461,10 +461,7 @@ def load_profile(path_or_name: str | os.PathLike) -> DeviceProfile:
     (``"orin-agx-pagoda"``). Raises ``FileNotFoundError`` naming the choices, or ``ProfileError``."""
     p = Path(path_or_name)
     if p.is_file():  # a user's file: read within limits (size, nesting), every value checked by from_dict
-        where = str(p)
-        data = read_json(p, lambda why: ProfileError([f"the file {why}; expected a device profile written by "
-                                                      "`lightning-edge roofline --out`"], where))
-        return DeviceProfile.from_dict(data, where)
+        return _read_profile(p, str(p))
     name = str(path_or_name)
     name = name[:-5] if name.endswith(".json") else name
     res = _data_dir() / f"{name}.json"
@@ -474,22 +471,15 @@ def load_profile(path_or_name: str | os.PathLike) -> DeviceProfile:
             f"(shipped: {', '.join(available_profiles()) or 'none'}); "
             "measure one with `lightning-edge roofline --out profile.json`"
         )
-    where = f"'{name}' ({res})"
-    text = _read_text(res, where)
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ProfileError([f"not valid JSON: {exc}"], where) from None
+    return _read_profile(res, f"'{name}' ({res})")
+
+
+def _read_profile(path: Path, where: str) -> DeviceProfile:
+    """The profile in ``path`` (a user's file or a shipped one), read within limits (size, nesting), every value
+    checked by :meth:`DeviceProfile.from_dict`; :class:`ProfileError` naming ``where``."""
+    data = read_json(path, lambda why: ProfileError([f"the file {why}; expected a device profile written by "
+                                                     "`lightning-edge roofline --out`"], where))
     return DeviceProfile.from_dict(data, where)
-
-
-def _read_text(path: Any, where: str) -> str:
-    """The file's text, or a :class:`ProfileError` naming it when it is not UTF-8 text (random bytes...)."""
-    try:
-        return path.read_bytes().decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ProfileError([f"not a JSON text file (byte {exc.start} is not UTF-8); expected a device profile "
-                            "written by `lightning-edge roofline --out`"], where) from None
 
 
 def save_profile(profile: DeviceProfile | dict, path: str | os.PathLike) -> Path:

@@ -32,8 +32,8 @@ A twin built from a file labelled ``extrapolated`` labels everything it computes
 
 from __future__ import annotations
 
+import copy
 import datetime as _dt
-import json
 import math
 import os
 from collections.abc import Mapping
@@ -435,8 +435,8 @@ def board_model(key: str) -> BoardFile:
 def _copy(bf: BoardFile) -> BoardFile:
     return BoardFile(bf.key, dict(bf.params), dict(bf.provenance), bf.label, bf.name,
                      None if bf.mode_space is None else {k: list(v) for k, v in bf.mode_space.items()},
-                     json.loads(json.dumps(bf.extrapolation)) if bf.extrapolation else None,
-                     json.loads(json.dumps(bf.calibration)) if bf.calibration else None, list(bf.notes), bf.created,
+                     copy.deepcopy(bf.extrapolation) if bf.extrapolation else None,
+                     copy.deepcopy(bf.calibration) if bf.calibration else None, list(bf.notes), bf.created,
                      bf.path)
 
 

@@ -43,6 +43,7 @@ import numpy as np
 
 from lightning_edge import catalog
 from lightning_edge._compat import data_dir
+from lightning_edge._jsonfile import kind_of, one_line, read_json
 from lightning_edge.catalog.storekey import StoreKey
 from lightning_edge.modes import PowerMode, PowerModeSpace
 from lightning_edge.roofline.model import Roofline
@@ -66,18 +67,22 @@ TWIN_PROFILE = "orin-agx-twin"
 LABEL = "simulated"
 
 
-def load_twin_params(path: str | Path | None = None) -> tuple[dict[str, float], dict]:
-    """The fitted coefficients (``fit.params``) and the whole profile dict of the twin's JSON file."""
-    if path is None:
-        text = (data_dir() / f"{TWIN_PROFILE}.json").read_text()
-    else:
-        text = Path(path).read_text()
-    data = json.loads(text)
-    fit = data.get("fit") or {}
-    params = fit.get("params")
+def load_twin_params(path: str | Path | None = None) -> tuple[dict[str, float], dict[str, Any]]:
+    """The fitted coefficients (``fit.params``) and the whole profile dict of the twin's JSON file (the shipped one
+    when ``path`` is None). ``FileNotFoundError`` when there is no such file; ``ValueError``, one line naming the file,
+    for one that is not a twin profile."""
+    where = f"twin profile {str(path) if path is not None else TWIN_PROFILE!r}"
+    regen = "regenerate it with `python -m lightning_edge.twin.calibrate`"
+    file = data_dir() / f"{TWIN_PROFILE}.json" if path is None else Path(path)
+    data = read_json(file, lambda why: ValueError(f"{where}: the file {why}; {regen}"), expect=dict)
+    fit = data.get("fit")
+    params = fit.get("params") if isinstance(fit, dict) else None
     if not isinstance(params, dict):
-        raise ValueError(f"twin profile {path or TWIN_PROFILE!r} has no fit.params section: regenerate it with "
-                         "`python -m lightning_edge.twin.calibrate`")
+        raise ValueError(f"{where} has no fit.params section: {regen}")
+    bad = next((k for k, v in params.items() if isinstance(v, bool) or not isinstance(v, (int, float))), None)
+    if bad is not None:
+        raise ValueError(f"{where}: fit.params.{one_line(str(bad), 40)}: expected a number, got "
+                         f"{kind_of(params[bad])}; {regen}")
     return {k: float(v) for k, v in params.items()}, data
 
 

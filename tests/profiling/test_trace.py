@@ -180,3 +180,20 @@ def test_a_trace_is_written_whole_or_not_at_all_and_never_through_a_link(tmp_pat
     monkeypatch.undo()
     assert path.read_text() == before and json.loads(before)["traceEvents"] == doc["traceEvents"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["linked.pt.trace.json", "run.pt.trace.json", "victim.txt"]
+
+
+def test_a_trace_with_odd_values_is_refused_in_one_line_or_its_odd_events_skipped(tmp_path):
+    """Someone else's file: a start time that is not a number is one line naming the file; events whose time is
+    not a number (text, null, 1e308) are not taken for the trace's window."""
+    import pytest
+
+    from lightning_edge.profiling.trace import merge_into
+
+    path = tmp_path / "host_1.123.pt.trace.json"
+    events = [{"ph": "X", "ts": t, "dur": 1, "pid": 1} for t in ("abc", None, 1e308, [1])]
+    path.write_text(json.dumps({"traceEvents": events, "baseTimeNanoseconds": 10 ** 400}))
+    with pytest.raises(ValueError, match="baseTimeNanoseconds: expected a number of nanoseconds") as exc:
+        merge_into(path, [], epoch_offset_ns=0)
+    assert str(path) in str(exc.value) and "\n" not in str(exc.value)
+    path.write_text(json.dumps({"traceEvents": events, "baseTimeNanoseconds": 5}))
+    assert merge_into(path, [], epoch_offset_ns=0) == 0  # no span with a usable time: nothing to add
