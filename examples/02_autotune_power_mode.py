@@ -20,6 +20,7 @@ from torch.utils.data import DataLoader
 
 import lightning_edge
 from lightning_edge import zoo
+from lightning_edge.tuning import STRATEGIES
 from lightning_edge.zoo.data import synthetic_images
 
 
@@ -55,7 +56,8 @@ def main():
     ap.add_argument("--budget", type=float, default=20.0)
     ap.add_argument("--lower-to", type=float, default=None, help="lower the budget to this halfway through")
     ap.add_argument("--device", default="sim:orin-agx")
-    ap.add_argument("--strategy", default="gmd", choices=("gmd", "als"))
+    ap.add_argument("--strategy", default="gmd", choices=tuple(STRATEGIES), type=str.lower,
+                    help="a registered tuning strategy (lightning_edge.tuning.STRATEGIES)")
     ap.add_argument("--steps", type=int, default=600)
     ap.add_argument("--store", default="default", help="'default' (SQLite in the cache dir), a URL, or 'memory'")
     args = ap.parse_args()

@@ -24,9 +24,20 @@ import os
 import time
 from typing import Any
 
+from lightning_edge._lazy import UnknownName
+from lightning_edge.tuning.search import STRATEGIES
+
 HELP = "fine-tune a zoo model on CPU with EnergyProfiler + PowerModeTuner on the simulated Orin (the main demo)"
 
 MODELS = ("mobilenet_v3_large", "mobilenet_v2", "resnet18")
+
+
+def _strategy_name(text: str) -> str:
+    """``--strategy``: any spelling the registry takes (case, aliases), as its registered name."""
+    try:
+        return STRATEGIES.canonical(text)
+    except UnknownName as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -38,7 +49,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", choices=MODELS, default="mobilenet_v3_large", help="zoo model (random initial weights)")
     p.add_argument("--image-size", type=int, default=32, help="synthetic image side in pixels (default 32)")
     p.add_argument("--batch-size", type=int, default=16, help="training minibatch size (default 16)")
-    p.add_argument("--strategy", choices=("gmd", "als"), default="gmd", help="tuning strategy (default gmd)")
+    p.add_argument("--strategy", type=_strategy_name, choices=tuple(STRATEGIES), default="gmd",
+                   help="tuning strategy, a name registered in lightning_edge.tuning.search.STRATEGIES (default gmd)")
     p.add_argument("--store", default="default",
                    help="profile store: 'default' (SQLite in the user cache dir), a file path (SQLite), an Optuna storage "
                         "URL (postgresql://...), or 'memory'")

@@ -11,10 +11,13 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, fields, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning_edge.lightning.budget import FRACTION
 from lightning_edge.profiling.attribution import DEFAULT_K
+
+if TYPE_CHECKING:
+    from lightning_edge.tuning.search import Strategy
 
 __all__ = ["ProfilerConfig", "TunerConfig", "TB_LAYERS", "configure"]
 
@@ -117,7 +120,7 @@ class TunerConfig:
     """The options of :class:`~lightning_edge.lightning.PowerModeTuner` besides its budget and board (the
     callback's docstring says what each does)."""
 
-    strategy: Any = "gmd"
+    strategy: str | Strategy = "gmd"
     store: Any = "default"
     baseline: bool = True
     space: Any = None
@@ -138,7 +141,13 @@ class TunerConfig:
 
     def __post_init__(self) -> None:
         from lightning_edge.tuning.online import WindowSpec
+        from lightning_edge.tuning.search import STRATEGIES, strategy_named
 
+        # a name is checked here, when the callback is made, not at the Trainer's set-up
+        if isinstance(self.strategy, str):
+            object.__setattr__(self, "strategy", STRATEGIES.canonical(self.strategy))
+        else:
+            strategy_named(self.strategy)  # a TypeError for anything that is not a strategy
         if self.switch_at not in ("window", "epoch"):
             raise ValueError(f"switch_at must be 'window' or 'epoch', got {self.switch_at!r}")
         if isinstance(self.window, dict):

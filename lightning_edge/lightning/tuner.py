@@ -171,7 +171,8 @@ class PowerModeTunerMixin:
     Args:
         power_budget_w: the power budget (W): the chosen mode's profiled power stays within it.
         strategy: ``"gmd"`` (Fulcrum's GMD: at most 4 profiles from the prior, 10 without one, 14 with
-            ``thorough``), ``"als"`` (at most 50) or a Strategy instance.
+            ``thorough``), ``"als"`` (at most 50), another name registered in
+            :data:`~lightning_edge.tuning.search.STRATEGIES` (the baselines) or a Strategy instance.
         device: ``"auto"`` (a Jetson), ``"sim:orin-agx"`` (the twin), a ``SimulatedOrin`` (share one board with
             an ``EnergyProfiler``), ``"nvml"``, or an object with ``controller`` and ``sensor``.
         store: the profile store: ``"default"`` (SQLite in the user cache dir), an Optuna storage URL

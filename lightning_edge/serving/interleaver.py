@@ -55,7 +55,9 @@ from lightning_edge.serving.engine import (
     RequestInputs,
 )
 from lightning_edge.serving.interleaving_engine import InterleavingEngine, InterleavingReport
-from lightning_edge.serving.tune import Retuner
+from lightning_edge.serving.tune import Retuner, tuner_name
+from lightning_edge.tuning.search import Strategy
+from lightning_edge.tuning.table import ProfileTable
 
 __all__ = ["InterleaverMixin"]
 
@@ -108,7 +110,8 @@ class InterleaverMixin:
         problem: a :class:`~lightning_edge.tuning.ConcurrentProblem` (power budget, latency budget, arrival rate,
             candidate batch sizes). Optional when ``solution`` carries one.
         solution: a concurrent ``Solution`` or a :class:`~lightning_edge.serving.engine.Plan`: skip tuning.
-        tuner: ``"gmd"`` (default), ``"als"``, ``"exhaustive"``, a ``ProfileTable`` or a tuning ``Strategy``.
+        tuner: ``"gmd"`` (default), ``"als"``, ``"exhaustive"`` or any other name
+            :func:`~lightning_edge.serving.tune.tuner_names` lists, a ``ProfileTable`` or a tuning ``Strategy``.
         device: ``"sim:orin-agx"`` (default), a ``SimulatedOrin``, ``"cpu"``, ``"jetson"`` or a device object.
         arrivals: the urgent requests' arrival process (default: constant at ``problem.arrival_rps``).
         infer_model: the model serving requests (default: the LightningModule being trained/predicted).
@@ -121,10 +124,10 @@ class InterleaverMixin:
         print_summary: print the report at the end of the run.
     """
 
-    def __init__(self, problem: Any = None, *, solution: Any = None, tuner: Any = "gmd", device: Any = "sim:orin-agx",
-                 arrivals: ArrivalProcess | None = None, infer_model: Any = None, request_inputs: Any = None,
-                 workload: Any = None, space: Any = None, store: Any = None, safety: float = 0.05,
-                 restore: bool = True, print_summary: bool = False, seed: int | None = 0) -> None:
+    def __init__(self, problem: Any = None, *, solution: Any = None, tuner: str | Strategy | ProfileTable = "gmd",
+                 device: Any = "sim:orin-agx", arrivals: ArrivalProcess | None = None, infer_model: Any = None,
+                 request_inputs: Any = None, workload: Any = None, space: Any = None, store: Any = None,
+                 safety: float = 0.05, restore: bool = True, print_summary: bool = False, seed: int | None = 0) -> None:
         super().__init__()
         if solution is not None and problem is None:
             problem = getattr(solution, "problem", None) or getattr(getattr(solution, "solution", None), "problem", None)
@@ -133,7 +136,7 @@ class InterleaverMixin:
                             f"{type(problem).__name__}")
         self.problem = problem
         self.solution = solution
-        self.tuner = tuner
+        self.tuner = tuner_name(tuner) if isinstance(tuner, str) else tuner  # a misspelt name fails here
         self.device_arg = device
         self.arrivals = arrivals if arrivals is not None else ConstantArrivals(problem.arrival_rps)
         if not isinstance(self.arrivals, ArrivalProcess):

@@ -142,8 +142,9 @@ class InferenceRunner:
         problem: power budget, latency budget, the initial arrival rate and the candidate batch sizes.
         device: ``"sim:orin-agx"`` (default), a ``SimulatedOrin``, ``"cpu"``, ``"jetson"`` or a device object.
         arrivals: an :class:`~lightning_edge.serving.arrivals.ArrivalProcess` (default: constant at the problem's rate).
-        tuner: ``"dynamic"`` (default), ``"gmd"``, ``"als"``, ``"exhaustive"``, a ``ProfileTable``, a ``Strategy``,
-            or a fixed ``Solution``/``Plan`` (required on a device without a mode controller, e.g. ``"cpu"``).
+        tuner: ``"dynamic"`` (default), ``"gmd"``, ``"als"``, ``"exhaustive"`` or any other registered strategy's
+            name (:func:`~lightning_edge.serving.tune.tuner_names`), a ``ProfileTable``, a ``Strategy``, or a fixed
+            ``Solution``/``Plan`` (required on a device without a mode controller, e.g. ``"cpu"``).
         workload: what the tuner profiles (default on the twin: a ``SimWorkload`` of ``model``; on real boards give
             one that measures the real model at a mode).
         example_input: one request's input tensor (no batch dimension), or a dict of them for a model called with

@@ -7,13 +7,16 @@ table = ALS().explore(space, workload, kind="infer")   # profile once, then tabl
 ```
 
 See docs/tuning.md. The core talks to a profile backend (``tuning/backend.py``); the Optuna-backed pieces
-(``ProfileStore``, the samplers) load lazily.
+(``ProfileStore``, the samplers) load lazily. The strategies load with the package: each registers its name in
+``search.STRATEGIES`` when its class is defined, so every name resolves once this package is imported.
 """
 
 from __future__ import annotations
 
 from lightning_edge._lazy import lazy_getattr
+from lightning_edge.tuning.als import ALS
 from lightning_edge.tuning.backend import MemoryStore, ProfileBackend
+from lightning_edge.tuning.baselines import BinarySearch, Exhaustive, NeuralBaseline, RandomSampling
 from lightning_edge.tuning.gmd import GMD, DynamicGMD
 from lightning_edge.tuning.problems import (
     DEFAULT_BATCH_SIZES,
@@ -26,20 +29,17 @@ from lightning_edge.tuning.problems import (
     Workload,
 )
 from lightning_edge.tuning.search import (
+    STRATEGIES,
     BudgetExhausted,
     ExploreSpec,
     Point,
     SearchResult,
     Strategy,
+    strategy_named,
 )
 from lightning_edge.tuning.table import ProfileTable
 
 _LAZY = {
-    "ALS": "lightning_edge.tuning.als",
-    "RandomSampling": "lightning_edge.tuning.baselines",
-    "NeuralBaseline": "lightning_edge.tuning.baselines",
-    "BinarySearch": "lightning_edge.tuning.baselines",
-    "Exhaustive": "lightning_edge.tuning.baselines",
     "ProfileStore": "lightning_edge.tuning.store",
     "StrategySampler": "lightning_edge.tuning.samplers",
     "GMDSampler": "lightning_edge.tuning.samplers",
@@ -51,7 +51,8 @@ __all__ = [
     "TrainingProblem", "InferenceProblem", "ConcurrentProblem", "Measurement", "ConcurrentMeasurement",
     "Solution", "Workload", "DEFAULT_BATCH_SIZES", "Point", "ExploreSpec", "MemoryStore", "ProfileBackend",
     "SearchResult",
-    "Strategy", "BudgetExhausted", "ProfileTable", "ProfileStore", "StrategySampler", "GMDSampler", "ALSSampler",
+    "Strategy", "STRATEGIES", "strategy_named", "BudgetExhausted", "ProfileTable", "ProfileStore", "StrategySampler",
+    "GMDSampler", "ALSSampler",
 ]
 
 

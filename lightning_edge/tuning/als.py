@@ -185,6 +185,7 @@ class ALS(ExploringStrategy):
                       "anchor_maxn": False, "anchor_minn": False, "fill": False, **kw})
 
     name = "ALS"
+    strategy_name = "als"
 
     def __init__(self, *, init_profiles: int | None = None, per_round: int | None = None, rounds: int | None = None,
                  epochs: int = 1000, finetune_epochs: int = 200, hidden: Sequence[int] = (256, 128, 64),

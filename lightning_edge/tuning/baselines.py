@@ -78,6 +78,9 @@ class _RandomPoints(ExploringStrategy):
 class RandomSampling(_RandomPoints):
     """RND-N: ``RandomSampling(n_profiles=50)``; ``explore`` profiles, ``table.solve(problem)`` looks up."""
 
+    strategy_name = "rnd"
+    strategy_aliases = ("randomsampling",)
+
     def __init__(self, n_profiles: int = 50) -> None:
         if int(n_profiles) < 1:
             raise ValueError(f"RandomSampling needs n_profiles >= 1, got {n_profiles!r}")
@@ -92,6 +95,7 @@ class Exhaustive(ExploringStrategy):
     """Every mode of the space (at every batch size): the oracle over that space."""
 
     name = "Exhaustive"
+    strategy_name = "exhaustive"
 
     def budget_for(self, spec: ExploreSpec, space: PowerModeSpace) -> int:
         return space.size * _per_mode(spec)
@@ -102,6 +106,9 @@ class Exhaustive(ExploringStrategy):
 
 class NeuralBaseline(_RandomPoints):
     """NN-N: ``NeuralBaseline(n_profiles=250)``. See the module docstring for ``verify``."""
+
+    strategy_name = "nn"
+    strategy_aliases = ("neuralbaseline",)
 
     def __init__(self, n_profiles: int = 250, *, epochs: int = 1000, hidden: Sequence[int] = (256, 128, 64),
                  lr: float = 1e-3, under_penalty: float = 4.0, batch_size: int = 32, verify: bool = True,
@@ -201,6 +208,8 @@ class BinarySearch(Strategy):
     """The simple binary search of Fig. 6a (round-robin over the knobs, halving by power)."""
 
     name = "BinarySearch"
+    strategy_name = "binary-search"
+    strategy_aliases = ("binarysearch",)
 
     def _per_bs(self, space: PowerModeSpace) -> int:
         return sum(math.ceil(math.log2(n)) for n in space.shape if n > 1) + 1

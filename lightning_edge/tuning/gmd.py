@@ -368,6 +368,7 @@ class GMD(Strategy):
     """
 
     name = "GMD"
+    strategy_name = "gmd"
 
     def __init__(self, *, max_profiles: int | dict | None = None, search_profiles: int | dict = 10,
                  power_eps_w: float = 0.5, latency_tie: float = 0.02, inference_bound: bool = True,

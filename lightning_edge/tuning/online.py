@@ -74,6 +74,7 @@ from lightning_edge.tuning.problems import Measurement, Solution, TrainingProble
 from lightning_edge.tuning.search import (
     MemoryStore,
     ProfileKey,
+    Strategy,
     open_backend,
     strategy_named,
 )
@@ -497,7 +498,8 @@ class OnlineTuner:
         controller: the board's mode controller (``apply``/``current``/``restore``; writable).
         meter: a :class:`~lightning_edge.devices.meter.StepMeter` (``board.meter()``: ``SensorMeter`` with a sensor,
             ``TwinMeter`` on the twin).
-        strategy: ``"gmd"`` (default), ``"als"`` or a :class:`~lightning_edge.tuning.search.Strategy`.
+        strategy: a name registered in :data:`~lightning_edge.tuning.search.STRATEGIES` (``"gmd"``, the default;
+            ``"als"``; the baselines) or a :class:`~lightning_edge.tuning.search.Strategy`.
         space: the modes to search (default: :func:`lightning_edge.catalog.tuning_space` of the controller's: Fulcrum's
             441 modes on an Orin AGX, else the board's whole space).
         store: the profile store (``"default"``: SQLite in the user cache directory; a URL such as
@@ -526,12 +528,13 @@ class OnlineTuner:
             ``THOROUGH_AFTER_STEPS`` minibatches.
     """
 
-    def __init__(self, problem: TrainingProblem | float, controller: Any, meter: Any, *, strategy: Any = "gmd",
-                 space: PowerModeSpace | None = None, store: Any = "default", fingerprint: str | None = None,
-                 device_model: str | None = None, window: WindowSpec | None = None, switch_at: str = "window",
-                 baseline: bool = True, drift_window: int = 20, drift_tolerance: float = 0.03,
-                 drift_patience: int = 2, on_event: Callable[[str, dict], None] | None = None,
-                 wait_timeout_s: float = 600.0, prior: Any = "auto", thorough: bool = False) -> None:
+    def __init__(self, problem: TrainingProblem | float, controller: Any, meter: Any, *,
+                 strategy: str | Strategy = "gmd", space: PowerModeSpace | None = None, store: Any = "default",
+                 fingerprint: str | None = None, device_model: str | None = None, window: WindowSpec | None = None,
+                 switch_at: str = "window", baseline: bool = True, drift_window: int = 20,
+                 drift_tolerance: float = 0.03, drift_patience: int = 2,
+                 on_event: Callable[[str, dict], None] | None = None, wait_timeout_s: float = 600.0,
+                 prior: Any = "auto", thorough: bool = False) -> None:
         if not isinstance(problem, TrainingProblem):
             problem = TrainingProblem(float(problem))
         if switch_at not in ("window", "epoch"):
@@ -546,7 +549,7 @@ class OnlineTuner:
         self.problem = problem
         self.controller = controller
         self.meter = meter
-        self.strategy = _strategy(strategy)
+        self.strategy = strategy_named(strategy)
         if space is None:
             space = catalog.tuning_space(controller.space)
         self.space = space
@@ -1179,9 +1182,9 @@ class OnlineTuner:
 
 
 # ============================================================================================ dry runs
-def simulate_tuning(workload: Any, power_budget_w: float, *, strategy: Any = "gmd", prior: Any = "auto",
-                    window: WindowSpec | None = None, seed: int | None = 0, max_steps: int = 5000,
-                    board: Any = None) -> OnlineTuner:
+def simulate_tuning(workload: Any, power_budget_w: float, *, strategy: str | Strategy = "gmd",
+                    prior: Any = "auto", window: WindowSpec | None = None, seed: int | None = 0,
+                    max_steps: int = 5000, board: Any = None) -> OnlineTuner:
     """Tune ``workload`` (a :class:`~lightning_edge.twin.live.SimWorkload`: a zoo name or a module with
     its inputs) on the simulated Orin (``board``, default the process's ``sim:orin-agx``) with nothing else running: the engine's steps until it trains in the chosen mode
     (or ``max_steps``), every step the twin's (simulated: noise, power settling), no real computation. Returns the
@@ -1210,9 +1213,6 @@ def simulate_tuning(workload: Any, power_budget_w: float, *, strategy: Any = "gm
 
 
 # ============================================================================================ helpers
-def _strategy(strategy: Any) -> Any:
-    return strategy_named(strategy, allowed=("gmd", "als"))
-
 def _planned(strategy: Any, problem: Any, space: PowerModeSpace, prior: Any) -> int:
     """The most profiles the strategy takes for ``problem`` (with a prior: GMD's ``prior_profiles``, plus
     Algorithm 1's when it goes on with it)."""

@@ -18,8 +18,9 @@ import math
 import weakref
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any, ClassVar, Union
 
+from lightning_edge._lazy import Registry
 from lightning_edge.modes import KNOBS, PowerMode, PowerModeSpace
 from lightning_edge.tuning.backend import MemoryStore, ProfileBackend, ProfileKey
 from lightning_edge.tuning.problems import (
@@ -272,6 +273,13 @@ class ExploreSpec:
         return out
 
 
+#: tuning strategies by name, the one table of them: what ``strategy="gmd"`` (PowerModeTuner, OnlineTuner),
+#: ``tuner="exhaustive"`` (serving) and ``--strategy`` (the demo) mean. Each :class:`Strategy` subclass that sets
+#: ``strategy_name`` registers itself here when it is defined (``strategy_aliases``: other spellings); names match
+#: in any case. The package's strategies are registered once ``lightning_edge.tuning`` is imported.
+STRATEGIES = Registry("tuning strategy", attr="strategy_name", fold_case=True)
+
+
 class Strategy:
     """Base of every tuner. Subclasses implement :meth:`budget` and :meth:`search` (a generator).
 
@@ -283,7 +291,18 @@ class Strategy:
     fresh in-memory store: nothing persists, no Optuna involved).
     """
 
+    #: the label of its profiles and tables (an instance may refine it: ``RND50``)
     name = "strategy"
+    #: the name it is registered under in :data:`STRATEGIES` (a subclass that sets it registers itself)
+    strategy_name: ClassVar[str] = ""
+    #: other spellings of ``strategy_name`` (set beside it)
+    strategy_aliases: ClassVar[tuple[str, ...]] = ()
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # only a class that names itself: a subclass of a registered strategy is not that strategy
+        if "strategy_name" in vars(cls):
+            STRATEGIES.register(cls, aliases=vars(cls).get("strategy_aliases", ()))
 
     def budget(self, problem: Any, space: PowerModeSpace) -> int | None:
         raise NotImplementedError
@@ -311,32 +330,16 @@ class Strategy:
         return f"{type(self).__name__}()"
 
 
-#: tuning strategies by name: what ``strategy="gmd"`` (PowerModeTuner, OnlineTuner) and ``tuner="exhaustive"``
-#: (serving) mean, in one place
-STRATEGY_NAMES: dict[str, str] = {
-    "gmd": "lightning_edge.tuning.gmd:GMD",
-    "als": "lightning_edge.tuning.als:ALS",
-    "exhaustive": "lightning_edge.tuning.baselines:Exhaustive",
-}
-
-
-def strategy_named(strategy: Any, allowed: tuple[str, ...] | None = None) -> Any:
+def strategy_named(strategy: str | Strategy) -> Strategy:
     """A strategy instance: ``strategy`` itself when it is one (anything with ``run``), else a new instance of the
-    strategy of that name (:data:`STRATEGY_NAMES`; ``allowed``: the names this caller takes)."""
-    if not isinstance(strategy, str):
-        if not hasattr(strategy, "run"):
-            raise TypeError(f"strategy: expected a name ({', '.join(allowed or STRATEGY_NAMES)}) or a tuning Strategy, "
-                            f"got {type(strategy).__name__}")
-        return strategy
-    names = tuple(allowed or STRATEGY_NAMES)
-    key = strategy.strip().lower()
-    if key not in names:
-        raise ValueError(f"strategy {strategy!r}: expected {' or '.join(repr(n) for n in names)} (or a Strategy "
-                         "instance)")
-    import importlib
-
-    module, _, cls = STRATEGY_NAMES[key].partition(":")
-    return getattr(importlib.import_module(module), cls)()
+    strategy registered under that name or alias in :data:`STRATEGIES` (any case). An unknown name raises
+    :class:`~lightning_edge._lazy.UnknownName` (a ``ValueError`` and a ``KeyError``) listing the registered names."""
+    if isinstance(strategy, str):
+        return STRATEGIES.get(strategy)()
+    if not hasattr(strategy, "run"):
+        raise TypeError(f"strategy: expected a name ({', '.join(STRATEGIES)}) or a tuning Strategy, "
+                        f"got {type(strategy).__name__}")
+    return strategy
 
 
 def _profile(strategy: Strategy, gen: Generator, store: Any, workload: Any, workload_id: str | None,

@@ -63,3 +63,18 @@ def test_the_tuners_window_dict_becomes_a_window_spec_once():
         TunerConfig(switch_at="never")
     with pytest.raises(ValueError, match="log_every_n_steps"):
         TunerConfig(log_every_n_steps=0)
+
+
+def test_the_tuners_strategy_is_a_registered_name_checked_when_made():
+    from lightning_edge.tuning import GMD
+    from lightning_edge.tuning.search import STRATEGIES
+
+    for name in STRATEGIES:
+        assert TunerConfig(strategy=name.upper()).strategy == name  # any registered name, any case
+    assert TunerConfig(strategy="BinarySearch").strategy == "binary-search"  # an alias, as its name
+    gmd = GMD()
+    assert TunerConfig(strategy=gmd).strategy is gmd
+    with pytest.raises(ValueError, match=f"unknown tuning strategy 'gdm': expected one of {', '.join(STRATEGIES)}"):
+        TunerConfig(strategy="gdm")
+    with pytest.raises(TypeError, match="or a tuning Strategy, got float"):
+        TunerConfig(strategy=1.5)

@@ -171,6 +171,9 @@ def test_interleaver_errors():
 
     with pytest.raises(TypeError, match="ConcurrentProblem"):
         Interleaver(object())
+    with pytest.raises(ValueError, match="tuner: expected one of 'dynamic', .*'gmd'"):
+        Interleaver(PROBLEM, tuner="gdm")  # a misspelt name fails when the callback is made, not in fit
+    assert Interleaver(PROBLEM, tuner="BinarySearch").tuner == "binary-search"
     impossible = ConcurrentProblem(power_budget_w=6, latency_budget_s=0.002, arrival_rps=900)
     import lightning.pytorch as L
 

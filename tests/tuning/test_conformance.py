@@ -6,6 +6,9 @@
 - is deterministic for a seed;
 - returns ``None`` when nothing can be feasible;
 - an exploring strategy's table answers the problem like ``solve`` does.
+
+The strategies are the registry's (``search.STRATEGIES``): a strategy registered anywhere, the package's or a
+plugin's, is in the suite without a line here.
 """
 
 from __future__ import annotations
@@ -17,29 +20,41 @@ import pytest
 from lightning_edge.tuning import (
     ALS,
     GMD,
-    BinarySearch,
     ConcurrentProblem,
-    Exhaustive,
     InferenceProblem,
     MemoryStore,
     NeuralBaseline,
     RandomSampling,
     TrainingProblem,
 )
-from lightning_edge.tuning.search import ExploringStrategy
+from lightning_edge.tuning.search import STRATEGIES, ExploreSpec, ExploringStrategy, Strategy
 
 from .workloads import SMALL_SPACE, SaturatingWorkload
 
 BS = (1, 4, 16)
 
-STRATEGIES = {
-    "GMD": lambda: GMD(),
-    "ALS": lambda: ALS(init_profiles=6, per_round=3, rounds=2, epochs=40, finetune_epochs=10, hidden=(16, 8)),
-    "RND": lambda: RandomSampling(12),
-    "NN": lambda: NeuralBaseline(12, epochs=40, hidden=(16, 8)),
-    "BinarySearch": lambda: BinarySearch(),
-    "Exhaustive": lambda: Exhaustive(),
+#: quicker settings (fewer profiles and epochs) for the registered strategies whose defaults take long on this
+#: space; every other one runs with its defaults
+QUICK = {
+    "als": lambda: ALS(init_profiles=6, per_round=3, rounds=2, epochs=40, finetune_epochs=10, hidden=(16, 8)),
+    "rnd": lambda: RandomSampling(12),
+    "nn": lambda: NeuralBaseline(12, epochs=40, hidden=(16, 8)),
 }
+
+
+def make(name: str) -> Strategy:
+    return QUICK[name]() if name in QUICK else STRATEGIES.get(name)()
+
+
+def registered() -> list[str]:
+    """The suite's strategies: every registered one (read when the tests are collected)."""
+    return list(STRATEGIES)
+
+
+def observed_tables() -> list[str]:
+    """The exploring strategies whose table is what they profiled (the NN's holds predictions, by design)."""
+    return [n for n in registered() if issubclass(STRATEGIES.get(n), ExploringStrategy)
+            and STRATEGIES.get(n).make_table is ExploringStrategy.make_table]
 
 PROBLEMS = {
     "train-tight": TrainingProblem(20.0),
@@ -63,11 +78,14 @@ def _truth(w, problem, sol):
 
 
 @pytest.mark.parametrize("pname", list(PROBLEMS))
-@pytest.mark.parametrize("sname", list(STRATEGIES))
+@pytest.mark.parametrize("sname", registered())
 def test_conformance(sname, pname):
-    problem = PROBLEMS[pname]
+    check_conformance(lambda: make(sname), PROBLEMS[pname])
+
+
+def check_conformance(new, problem):
     w = SaturatingWorkload(scale=0.5)
-    strategy = STRATEGIES[sname]()
+    strategy = new()
     r = strategy.run(problem, SMALL_SPACE, w, store=None, seed=3)
     budget = strategy.budget(problem, SMALL_SPACE)
 
@@ -86,32 +104,31 @@ def test_conformance(sname, pname):
         assert sol.label == "simulated"
 
     # deterministic for a seed
-    r2 = STRATEGIES[sname]().run(problem, SMALL_SPACE, SaturatingWorkload(scale=0.5), store=None, seed=3)
+    r2 = new().run(problem, SMALL_SPACE, SaturatingWorkload(scale=0.5), store=None, seed=3)
     assert r2.visited == r.visited
     assert r2.solution == r.solution
 
 
-@pytest.mark.parametrize("sname", list(STRATEGIES))
+@pytest.mark.parametrize("sname", registered())
 @pytest.mark.parametrize("problem", [TrainingProblem(1.0), InferenceProblem(1.0, 0.3, 60.0, batch_sizes=BS),
                                      ConcurrentProblem(1.0, 1.0, 30.0, batch_sizes=BS)], ids=["train", "infer", "conc"])
 def test_infeasible_problem_returns_none(sname, problem):
-    strategy = STRATEGIES[sname]()
+    strategy = make(sname)
     r = strategy.run(problem, SMALL_SPACE, SaturatingWorkload(), store=None)
     assert r.solution is None
     assert r.profiles_used <= strategy.budget(problem, SMALL_SPACE)
 
 
-@pytest.mark.parametrize("sname", [s for s in STRATEGIES if s not in ("GMD", "BinarySearch", "NN")])
+@pytest.mark.parametrize("sname", observed_tables())
 @pytest.mark.parametrize("kind", ["train", "infer", "concurrent"])
 def test_exploring_strategies_answer_many_problems_from_one_table(sname, kind):
-    strategy = STRATEGIES[sname]()
+    strategy = make(sname)
     assert isinstance(strategy, ExploringStrategy)
     w = SaturatingWorkload(scale=0.5)
     table = strategy.explore(SMALL_SPACE, w, kind=kind, batch_sizes=BS, latency_range_s=(0.1, 1.0),
                              arrival_range_rps=(20.0, 120.0), store=None, seed=1)
     calls = sum(w.calls.values())
-    assert len(table) == table.profiles_used <= strategy.budget_for(
-        __import__("lightning_edge.tuning.search", fromlist=["ExploreSpec"]).ExploreSpec(kind, BS), SMALL_SPACE)
+    assert len(table) == table.profiles_used <= strategy.budget_for(ExploreSpec(kind, BS), SMALL_SPACE)
     if kind == "train":
         problems = [TrainingProblem(b) for b in (12.0, 16.0, 20.0, 30.0)]
     elif kind == "infer":
@@ -149,3 +166,25 @@ def test_profiles_in_a_shared_store_are_never_measured_twice():
     assert all(n == 1 for n in w.calls.values())
     counts = collections.Counter(k[0] for k in w.calls)
     assert counts["train"] == len(store)
+
+
+def test_the_suite_runs_every_registered_strategy_and_the_package_registers_its_own():
+    assert set(QUICK) <= set(STRATEGIES)  # a quick setting for a name nobody registered would test nothing
+    assert {"gmd", "als", "rnd", "nn", "exhaustive", "binary-search"} <= set(registered())
+    assert {"als", "rnd", "exhaustive"} <= set(observed_tables()) and "nn" not in observed_tables()
+
+
+def test_a_strategy_registered_outside_the_package_joins_the_suite_and_passes_it():
+    from lightning_edge.tuning import BinarySearch
+
+    class HalvingSearch(BinarySearch):  # a plugin's strategy: here Fig. 6a's search under a name of its own
+        strategy_name = "halving"
+
+    try:
+        assert "halving" in registered() and "HALVING" in STRATEGIES
+        assert isinstance(make("halving"), HalvingSearch)
+        for problem in PROBLEMS.values():
+            check_conformance(lambda: make("halving"), problem)
+    finally:
+        STRATEGIES.unregister("halving")
+    assert "halving" not in registered()

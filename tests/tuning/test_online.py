@@ -203,6 +203,22 @@ def test_strategy_instance_and_persistent_store_reuse(tmp_path):
     again.close()
 
 
+def test_every_registered_strategy_is_taken_by_name_and_an_unknown_one_is_refused():
+    from lightning_edge.tuning.search import STRATEGIES
+
+    for name in STRATEGIES:  # not only "gmd" and "als": the one table decides
+        t, _ = make(14.0, store=None, strategy=name.upper())
+        assert type(t.strategy) is STRATEGIES.get(name)
+        t.close()
+    with pytest.raises(ValueError, match="unknown tuning strategy 'gdm': expected one of .*gmd"):
+        make(14.0, store=None, strategy="gdm")
+    t, board = make(14.0, store=None, strategy="binary-search")  # a baseline the old table refused
+    t.start()
+    run(t, 400)
+    assert t.solution is not None and t.solution.power_w <= 14.0 and t.summary().strategy == "BinarySearch"
+    t.close()
+
+
 def test_state_dict_resumes_without_profiling_even_in_memory():
     t, _ = make(14.0, store=None)
     t.start()
