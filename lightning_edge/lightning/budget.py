@@ -31,7 +31,10 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from types import TracebackType
 
 __all__ = ["OverheadBudget", "UnitCosts", "DISPATCH_FACTOR", "IMPORT_S", "FRACTION", "FLOOR_S"]
 
@@ -94,7 +97,8 @@ class _Spend:
         b = self.budget
         b._frames.append(_Frame(self.kind, b.clock_ns()))
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         b = self.budget
         fr = b._frames.pop()
         took = b.clock_ns() - fr.t0

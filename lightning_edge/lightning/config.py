@@ -11,12 +11,21 @@ from __future__ import annotations
 import math
 import os
 from dataclasses import dataclass, fields, replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from lightning_edge.lightning.budget import FRACTION
 from lightning_edge.profiling.attribution import DEFAULT_K
 
 if TYPE_CHECKING:
+    from optuna.storages import BaseStorage
+
+    from lightning_edge.cost.model_cost import ModelCost
+    from lightning_edge.modes import PowerModeSpace
+    from lightning_edge.profiling.hooks import Include
+    from lightning_edge.roofline.model import Roofline
+    from lightning_edge.tuning.backend import ProfileBackend
+    from lightning_edge.tuning.online import WindowSpec
+    from lightning_edge.tuning.prior import Prior
     from lightning_edge.tuning.search import Strategy
 
 __all__ = ["ProfilerConfig", "TunerConfig", "TB_LAYERS", "configure"]
@@ -26,7 +35,7 @@ __all__ = ["ProfilerConfig", "TunerConfig", "TB_LAYERS", "configure"]
 TB_LAYERS = 10
 
 
-def _tristate(name: str, value: Any) -> None:
+def _tristate(name: str, value: bool | str) -> None:
     if value not in (True, False, "auto"):
         raise ValueError(f"{name} must be True (always), False (never) or 'auto' (when the overhead budget allows), "
                          f"got {value!r}")
@@ -66,31 +75,31 @@ class ProfilerConfig:
         log_dir: where an own SummaryWriter, the reports and the trace go when the Trainer has no TensorBoard logger.
     """
 
-    every_n_steps: Any = "auto"
+    every_n_steps: int | Literal["auto"] = "auto"
     warmup_steps: int = 2
     depth: int | None = None
-    include: Any = None
+    include: Include = None
     k: float = DEFAULT_K
-    roofline: Any = None
-    cost: Any = None
-    analyze: Any = "auto"
+    roofline: Roofline | None = None
+    cost: ModelCost | None = None
+    analyze: bool | Literal["auto"] = "auto"
     overhead_target: float = FRACTION
     settle_s: float | None = None
     sampler_rate_hz: float | None = None
     cuda: bool | None = None
     host_cpu_s: float | None = None
-    log_layers: Any = True
+    log_layers: bool | Literal["all"] = True
     tb_layers: int = TB_LAYERS
     layer_power: bool = False
-    figure: Any = "auto"
+    figure: bool | Literal["auto"] = "auto"
     table: bool = True
-    trace: Any = "auto"
+    trace: bool | Literal["auto"] = "auto"
     trace_steps: int = 20
     loggers: bool = True
     report: bool = True
     print_summary: bool = True
     top: int = 5
-    log_dir: Any = None
+    log_dir: str | os.PathLike[str] | None = None  # a str once made
 
     def __post_init__(self) -> None:
         n = self.every_n_steps
@@ -101,8 +110,8 @@ class ProfilerConfig:
         if self.analyze not in (True, False, "auto"):
             raise ValueError(f"analyze must be True (always run the cost model), False (never) or 'auto' (when it "
                              f"fits the overhead budget of the run), got {self.analyze!r}")
-        for name in ("figure", "trace"):
-            _tristate(name, getattr(self, name))
+        _tristate("figure", self.figure)
+        _tristate("trace", self.trace)
         if self.log_layers not in (True, False, "all"):
             raise ValueError(f"log_layers must be True (the top tb_layers layers), 'all' or False, got "
                              f"{self.log_layers!r}")
@@ -121,10 +130,10 @@ class TunerConfig:
     callback's docstring says what each does)."""
 
     strategy: str | Strategy = "gmd"
-    store: Any = "default"
+    store: str | os.PathLike[str] | BaseStorage | ProfileBackend | None = "default"
     baseline: bool = True
-    space: Any = None
-    window: Any = None
+    space: PowerModeSpace | None = None
+    window: WindowSpec | dict[str, float | None] | None = None  # a WindowSpec once made
     switch_at: str = "window"
     drift_window: int = 20
     drift_tolerance: float = 0.03
@@ -134,10 +143,10 @@ class TunerConfig:
     seed: int | None = 0
     log_every_n_steps: int = 10
     print_summary: bool = True
-    log_dir: Any = None
-    prior: Any = True
+    log_dir: str | os.PathLike[str] | None = None  # a str once made
+    prior: bool | Prior = True
     thorough: bool | None = None
-    cost: Any = None
+    cost: ModelCost | None = None
 
     def __post_init__(self) -> None:
         from lightning_edge.tuning.online import WindowSpec
@@ -162,7 +171,10 @@ class TunerConfig:
             object.__setattr__(self, "log_dir", os.fspath(self.log_dir))
 
 
-def configure(config: Any, cls: type | None = None, **options: Any) -> Any:
+_Config = TypeVar("_Config", ProfilerConfig, TunerConfig)
+
+
+def configure(config: _Config | None, cls: type[_Config] | None = None, **options: Any) -> _Config:
     """``config`` (or a default ``cls()``) with ``options`` applied; an unknown option is an error that lists the
     known ones."""
     if config is None:

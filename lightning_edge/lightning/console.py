@@ -9,14 +9,17 @@ stage); the tqdm bar is closed by ``on_train_end`` already.
 from __future__ import annotations
 
 import contextlib
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lightning.pytorch import Trainer
 
 __all__ = ["end_progress_bar"]
 
 
-def end_progress_bar(trainer: Any) -> None:
+def end_progress_bar(trainer: Trainer) -> None:
     """Stop the Trainer's live progress display, if it has one, before printing below it."""
-    bar = getattr(trainer, "progress_bar_callback", None)
+    bar = trainer.progress_bar_callback
     if bar is None:
         return
     stop = getattr(bar, "_stop_progress", None)  # RichProgressBar: stops the display and marks it for re-creation

@@ -58,17 +58,26 @@ from __future__ import annotations
 import math
 import os
 import socket
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning_edge.lightning.budget import OverheadBudget
 from lightning_edge.lightning.config import ProfilerConfig, configure
 from lightning_edge.lightning.console import end_progress_bar
 from lightning_edge.lightning.reporter import EnergyReporter, write_scalars
 from lightning_edge.lightning.session import EnergySession, Epoch
-from lightning_edge.lightning.steps import SESSION, TUNER, shared_loop
+from lightning_edge.lightning.steps import SESSION, TUNER, StepLoop, shared_loop
 from lightning_edge.profiling.report import RunOverhead
 from lightning_edge.records import Measurement
+
+if TYPE_CHECKING:
+    from lightning.pytorch import LightningModule, Trainer
+    from lightning.pytorch.profilers import Profiler
+    from lightning.pytorch.utilities.types import STEP_OUTPUT
+    from torch import Tensor
+
+    from lightning_edge.profiling.report import ProfileReport
 
 __all__ = ["EnergyProfilerMixin", "SHORT_STAGE", "write_scalars", "combine_rank_totals", "expected_batches"]
 
@@ -94,17 +103,23 @@ def combine_rank_totals(ep: Epoch, parts: list[tuple[str, float, float, int]]) -
     return Epoch(ep.stage, ep.epoch, total, ep.runs, ranks=len(parts), domains=len(by_domain))
 
 
-def expected_batches(trainer: Any, stage: str) -> int | None:
+def expected_batches(trainer: Trainer, stage: str) -> int | None:
     """How many ``stage`` batches this Trainer call will run (one validation pass for ``validate`` inside a fit);
     None when the Trainer cannot tell (an iterable dataset without a length, a time limit)."""
     try:
         if stage == "train":
             if getattr(trainer, "max_time", None) is not None:
                 return None
-            n = float(trainer.estimated_stepping_batches) * max(int(getattr(trainer, "accumulate_grad_batches", 1)), 1)
+            n = float(trainer.estimated_stepping_batches) * max(int(trainer.accumulate_grad_batches), 1)
         else:
-            attr = {"validate": "num_val_batches", "test": "num_test_batches", "predict": "num_predict_batches"}[stage]
-            got = getattr(trainer, attr)
+            if stage == "validate":
+                got = trainer.num_val_batches
+            elif stage == "test":
+                got = trainer.num_test_batches
+            elif stage == "predict":
+                got = trainer.num_predict_batches
+            else:
+                return None
             n = float(sum(got) if isinstance(got, (list, tuple)) else got)
     except Exception:  # noqa: BLE001 - a Trainer without these (or not set up yet): unknown
         return None
@@ -133,7 +148,7 @@ class EnergyProfilerMixin:
         self.overhead_target = self.budget.fraction
         self.reporter: EnergyReporter | None = None
         self._fn: str | None = None
-        self._loop: Any = None
+        self._loop: StepLoop | None = None
         self._driver = _Driver(self)
 
     # ------------------------------------------------------------------ what the reporter found
@@ -142,11 +157,11 @@ class EnergyProfilerMixin:
         return self.reporter.session if self.reporter is not None else None
 
     @property
-    def report(self) -> Any:
+    def report(self) -> ProfileReport | None:
         return self.reporter.report if self.reporter is not None else None
 
     @property
-    def call_report(self) -> Any:
+    def call_report(self) -> ProfileReport | None:
         return self.reporter.call_report if self.reporter is not None else None
 
     @property
@@ -182,7 +197,7 @@ class EnergyProfilerMixin:
             key = self._state_key = f"{type(self).__qualname__}[device={self.device!r}]"
         return key
 
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if self.reporter is None or self.reporter.model is not pl_module:
             if self.reporter is not None:
                 self.reporter.close()
@@ -190,11 +205,11 @@ class EnergyProfilerMixin:
         self._fn = stage
         self._loop = shared_loop(pl_module)
         self._loop.attach(self._driver, SESSION)
-        self.reporter.begin_run(stage, trainer, rank_zero=bool(getattr(trainer, "is_global_zero", True)),
-                                log_every_n_steps=int(getattr(trainer, "log_every_n_steps", 50) or 0))
+        self.reporter.begin_run(stage, trainer, rank_zero=trainer.is_global_zero,
+                                log_every_n_steps=int(trainer.log_every_n_steps or 0))
         self._note_torch_profiler(trainer)
 
-    def _note_torch_profiler(self, trainer: Any) -> None:
+    def _note_torch_profiler(self, trainer: Trainer) -> None:
         """A ``torch.profiler.profile`` the user runs around the Trainer writes its trace after the call returns:
         say how to add the layers and power to it (Lightning's ``PyTorchProfiler`` is handled by itself)."""
         try:
@@ -203,102 +218,104 @@ class EnergyProfilerMixin:
             running = bool(getattr(tap, "_is_profiler_enabled", False))
         except Exception:  # noqa: BLE001
             running = False
-        if running and type(getattr(trainer, "profiler", None)).__name__ != "PyTorchProfiler" and self.config.trace:
+        if running and type(trainer.profiler).__name__ != "PyTorchProfiler" and self.config.trace:
             self.reporter.note("a torch.profiler is running: after exporting its trace, call "
                                "EnergyProfiler.merge_into_trace(path) to add the layers' FLOP, bytes, energy and the "
                                "power tracks")
 
-    def _begin(self, stage: str, trainer: Any, batch: Any) -> None:
-        if self.reporter is not None and self._loop is not None and not getattr(trainer, "sanity_checking", False):
+    def _begin(self, stage: str, trainer: Trainer, batch: Any) -> None:
+        if self.reporter is not None and self._loop is not None and not trainer.sanity_checking:
             self._loop.begin(stage, trainer, batch)  # the model's steps, begun once for every callback
 
-    def _end(self, stage: str, trainer: Any) -> None:
-        if self.reporter is not None and self._loop is not None and not getattr(trainer, "sanity_checking", False):
+    def _end(self, stage: str, trainer: Trainer) -> None:
+        if self.reporter is not None and self._loop is not None and not trainer.sanity_checking:
             self._loop.end(stage, trainer)
 
-    def _step_begin(self, stage: str, trainer: Any, batch: Any) -> None:
+    def _step_begin(self, stage: str, trainer: Trainer | None, batch: Any) -> None:
         """The step's start as the model's step loop runs it (after a tuner's mode switch)."""
         r = self.reporter
         if r is None:
             return
         if not r.expects(stage):  # once per stage and Trainer call (setup starts a new run)
-            r.expect(stage, expected_batches(trainer, stage))
-        r.step_begin(stage, batch, getattr(trainer, "global_step", None) if stage == "train" else None)
+            r.expect(stage, expected_batches(trainer, stage) if trainer is not None else None)
+        r.step_begin(stage, batch, trainer.global_step if stage == "train" and trainer is not None else None)
 
-    def _step_end(self, stage: str, trainer: Any) -> None:
+    def _step_end(self, stage: str, trainer: Trainer | None) -> None:
         """The step's end as the model's step loop runs it: measured once; a tuner of the same model is handed the
         measurement (the session resolves it at once when one is attached)."""
         r = self.reporter
         if r is None:
             return
         r.session.sync = bool(self._loop is not None and self._loop.attached(TUNER))
-        m = r.step_end(stage, getattr(trainer, "global_step", None) if stage == "train" else None)
+        m = r.step_end(stage, trainer.global_step if stage == "train" and trainer is not None else None)
         if self._loop is not None:
             self._loop.measured = m
             self._loop.measured_index = None if m is None else len(r.session.totals[stage]) - 1
+            self._loop.measured_by = r.session
 
     def _mark(self, region: str, phase: str) -> None:
         if self.reporter is not None:
             self.reporter.mark(region, phase)
 
     # ------------------------------------------------------------------ Lightning hooks
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         self._begin("train", trainer, batch)
 
-    def on_before_backward(self, trainer: Any, pl_module: Any, loss: Any) -> None:
+    def on_before_backward(self, trainer: Trainer, pl_module: LightningModule, loss: Tensor) -> None:
         self._mark("(backward)", "bwd")
 
-    def on_after_backward(self, trainer: Any, pl_module: Any) -> None:
+    def on_after_backward(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._mark("(optimizer)", "other")
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: STEP_OUTPUT, batch: Any,
+                           batch_idx: int) -> None:
         self._end("train", trainer)
 
-    def on_validation_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
+    def on_validation_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
                                   dataloader_idx: int = 0) -> None:
         self._begin("validate", trainer, batch)
 
-    def on_validation_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
-                                dataloader_idx: int = 0) -> None:
+    def on_validation_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: STEP_OUTPUT, batch: Any,
+                                batch_idx: int, dataloader_idx: int = 0) -> None:
         self._end("validate", trainer)
 
-    def on_test_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
+    def on_test_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
                             dataloader_idx: int = 0) -> None:
         self._begin("test", trainer, batch)
 
-    def on_test_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
-                          dataloader_idx: int = 0) -> None:
+    def on_test_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: STEP_OUTPUT, batch: Any,
+                          batch_idx: int, dataloader_idx: int = 0) -> None:
         self._end("test", trainer)
 
-    def on_predict_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
+    def on_predict_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
                                dataloader_idx: int = 0) -> None:
         self._begin("predict", trainer, batch)
 
-    def on_predict_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
-                             dataloader_idx: int = 0) -> None:
+    def on_predict_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
+                             batch_idx: int, dataloader_idx: int = 0) -> None:
         self._end("predict", trainer)
 
-    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._epoch_end("train", trainer)
 
-    def on_validation_epoch_end(self, trainer: Any, pl_module: Any) -> None:
-        if not getattr(trainer, "sanity_checking", False):
+    def on_validation_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
+        if not trainer.sanity_checking:
             self._epoch_end("validate", trainer)
 
-    def on_test_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_test_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._epoch_end("test", trainer)
 
-    def on_predict_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_predict_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._epoch_end("predict", trainer)
 
-    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         r = self.reporter
         if r is None:
             return
         try:
             if r.config.print_summary and r.rank_zero:
                 end_progress_bar(trainer)  # the summary prints below the bar, not inside a stale bar line
-            r.finish(self._fn or stage, int(getattr(trainer, "global_step", 0) or 0))
+            r.finish(self._fn or stage, trainer.global_step)
             if self.config.trace and r.rank_zero:
                 self._merge_profiler_traces(trainer, later=True)
         finally:
@@ -306,7 +323,7 @@ class EnergyProfilerMixin:
             if self._loop is not None:
                 self._loop.detach(self._driver)
 
-    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         """An exception or Ctrl-C: every layer measured so far is written (layers.csv, layers.json, the summary),
         labelled a partial run; writing never raises over the run's own exception."""
         if self._loop is not None:
@@ -322,14 +339,14 @@ class EnergyProfilerMixin:
             r.close()
 
     # ------------------------------------------------------------------ epochs: DDP's totals over ranks
-    def _epoch_end(self, stage: str, trainer: Any) -> None:
+    def _epoch_end(self, stage: str, trainer: Trainer) -> None:
         """The epoch's totals (cheap): tables and figures are made once, at the end of the Trainer call."""
         if self.reporter is not None:
             self.reporter.epoch_end(stage, combine=lambda tot: self._reduce(trainer, tot))
 
-    def _reduce(self, trainer: Any, tot: Epoch) -> Epoch:
+    def _reduce(self, trainer: Trainer, tot: Epoch) -> Epoch:
         """The epoch's totals over DDP ranks (a collective: every rank calls it): see :func:`combine_rank_totals`."""
-        world = int(getattr(trainer, "world_size", 1) or 1)
+        world = trainer.world_size
         if world <= 1:
             return tot
         import torch.distributed as dist
@@ -338,9 +355,9 @@ class EnergyProfilerMixin:
             self.reporter.note(f"world_size is {world} but no torch.distributed process group is initialised: the "
                                "epoch totals are this rank's alone")
             return tot
-        parts: list[Any] = [None] * dist.get_world_size()
+        parts: list[tuple[str, float, float, int] | None] = [None] * dist.get_world_size()
         dist.all_gather_object(parts, (self._energy_domain(), tot.energy_j, tot.time_s, tot.samples))
-        return combine_rank_totals(tot, parts)
+        return combine_rank_totals(tot, [p for p in parts if p is not None])  # every rank's, once gathered
 
     def _energy_domain(self) -> str:
         """This rank's energy domain, unique per host: ``<hostname>/<sensor's energy_domain>``; without a sensor
@@ -351,13 +368,13 @@ class EnergyProfilerMixin:
         return f"{socket.gethostname()}/{dev.sensor.energy_domain}"
 
     # ------------------------------------------------------------------ Lightning's PyTorchProfiler
-    def _merge_profiler_traces(self, trainer: Any, later: bool = False) -> None:
+    def _merge_profiler_traces(self, trainer: Trainer, later: bool = False) -> None:
         """Lightning's ``PyTorchProfiler``: merge into the traces it wrote during this call; its last trace is
         written after the callbacks' teardown (``describe``), so that one is merged when it has been written."""
-        prof = getattr(trainer, "profiler", None)
-        dirpath = getattr(prof, "dirpath", None)
-        if prof is None or type(prof).__name__ != "PyTorchProfiler" or dirpath is None:
+        prof = trainer.profiler
+        if type(prof).__name__ != "PyTorchProfiler" or prof.dirpath is None:
             return
+        dirpath = prof.dirpath
         from lightning_edge.lightning.reporter import EPOCH_OFFSET_NS
 
         t0_epoch = (self.reporter.budget.t0_ns + EPOCH_OFFSET_NS) / 1e9
@@ -377,17 +394,23 @@ class EnergyProfilerMixin:
                     reporter.note(f"could not add energy to {f.name}: {exc}")
 
         merge_new()
-        describe = getattr(prof, "describe", None)
-        if later and describe is not None and not getattr(describe, "_lightning_edge", False):
-            def describe_then_merge(*a: Any, **k: Any) -> Any:
-                try:
-                    return describe(*a, **k)
-                finally:
-                    prof.describe = describe  # once: give the profiler its own method back
-                    merge_new()
+        if later and not isinstance(prof.describe, _DescribeThenMerge):
+            prof.describe = _DescribeThenMerge(prof, merge_new)
 
-            describe_then_merge._lightning_edge = True  # type: ignore[attr-defined]
-            prof.describe = describe_then_merge
+
+class _DescribeThenMerge:
+    """A ``PyTorchProfiler``'s ``describe`` (which writes its last trace), then ``merge``: called once, it gives the
+    profiler its own method back."""
+
+    def __init__(self, prof: Profiler, merge: Callable[[], None]) -> None:
+        self.prof, self.describe, self.merge = prof, prof.describe, merge
+
+    def __call__(self) -> None:
+        try:
+            self.describe()
+        finally:
+            self.prof.describe = self.describe  # once: give the profiler its own method back
+            self.merge()
 
 
 class _Driver:
@@ -396,12 +419,12 @@ class _Driver:
     def __init__(self, cb: EnergyProfilerMixin) -> None:
         self.cb = cb
 
-    def begin(self, stage: str, trainer: Any, batch: Any) -> None:
+    def begin(self, stage: str, trainer: Trainer | None, batch: Any) -> None:
         self.cb._step_begin(stage, trainer, batch)
 
-    def end(self, stage: str, trainer: Any) -> None:
+    def end(self, stage: str, trainer: Trainer | None) -> None:
         self.cb._step_end(stage, trainer)
 
     @property
-    def session(self) -> Any:
+    def session(self) -> EnergySession | None:
         return self.cb.session

@@ -33,16 +33,26 @@ import os
 import re
 import time
 import warnings
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from lightning_edge.lightning.budget import OverheadBudget
 from lightning_edge.lightning.config import TB_LAYERS, ProfilerConfig, configure
 from lightning_edge.lightning.session import EnergySession, Epoch, ProfiledStep
 from lightning_edge.lightning.steps import TUNER
-from lightning_edge.lightning.tb import TrainerWriter
-from lightning_edge.profiling.report import ENDED_IN, TRAINED_IN, RunOverhead, mode_report
+from lightning_edge.lightning.tb import TensorBoardWriter, TrainerWriter
+from lightning_edge.profiling.report import ENDED_IN, TRAINED_IN, ModeReport, RunOverhead, mode_report
 from lightning_edge.records import Measurement, merge, over_budget
+
+if TYPE_CHECKING:
+    from lightning.pytorch import Trainer
+    from torch import nn
+
+    from lightning_edge.cost.types import LayerCost
+    from lightning_edge.energy.base import LayerEnergy
+    from lightning_edge.profiling.attribution import LayerStats
+    from lightning_edge.profiling.report import ProfileReport, StageReport
 
 __all__ = ["EnergyReporter", "ReportWriteWarning", "TB_LAYERS", "region_tag", "write_scalars"]
 
@@ -54,7 +64,7 @@ class ReportWriteWarning(UserWarning):
 FN_STAGES = {"fit": ("train", "validate"), "validate": ("validate",), "test": ("test",), "predict": ("predict",)}
 
 
-def write_scalars(writer: Any, items: list[tuple[str, float]], step: int,
+def write_scalars(writer: TensorBoardWriter, items: list[tuple[str, float]], step: int,
                   descriptions: dict[str, str] | None = None) -> None:
     """Scalars at one step, as ``add_scalar`` writes them (``simple_value`` per tag, same run, same tags), but in one
     event: ~200 per-layer values cost about 1 ms instead of about 20 ms of ``add_scalar`` calls. ``descriptions``:
@@ -71,7 +81,7 @@ def write_scalars(writer: Any, items: list[tuple[str, float]], step: int,
             from tensorboard.compat.proto.summary_pb2 import Summary
             from tensorboard.plugins.scalar.metadata import create_summary_metadata
 
-            def value(t: str, v: float) -> Any:
+            def value(t: str, v: float) -> Summary.Value:
                 d = descriptions.get(t)
                 if d is None:
                     return Summary.Value(tag=t, simple_value=v)
@@ -95,7 +105,7 @@ class EnergyReporter:
     ``overhead`` (the last run's, measured), ``log_dir``, ``trace_file``, ``session``.
     """
 
-    def __init__(self, model: Any, device: Any = "auto", config: ProfilerConfig | None = None, *,
+    def __init__(self, model: nn.Module, device: Any = "auto", config: ProfilerConfig | None = None, *,
                  budget: OverheadBudget | None = None, **options: Any) -> None:
         clock = {"clock_ns": options.pop("clock_ns")} if "clock_ns" in options else {}
         cfg = self.config = configure(config, ProfilerConfig, **options)
@@ -103,16 +113,16 @@ class EnergyReporter:
         self.session = EnergySession(model, device, cfg, budget=self.budget, **clock)
         self.session.subscribe(on_step=self._on_step, on_profiled=self._log_profiled)
         self.log_dir: str | None = None
-        self.report: Any = None
-        self.call_report: Any = None
+        self.report: ProfileReport | None = None
+        self.call_report: ProfileReport | None = None
         self.trace_file: Path | None = None
         self.summary_text: str | None = None
         self.overhead = RunOverhead()  # the last run's, measured at its end
         self.rank_zero = True  # only rank 0 writes (the glue says which rank this is)
         self.log_every_n_steps = 50  # a plain step's totals are logged every N batches (the Trainer's own)
-        self._host: Any = None  # where TrainerWriter looks for loggers (a Trainer), or None
+        self._host: Trainer | None = None  # where TrainerWriter looks for loggers
         self._tbw = TrainerWriter("energy", cfg.log_dir)
-        self._writer: Any = None
+        self._writer: TensorBoardWriter | None = None
         self._cum_j: dict[str, float] = {}  # stage -> the energy of its steps so far (cumulative scalar)
         self._last_gstep: dict[str, int] = {}
         self._tb_names: dict[str, list[str]] = {}  # stage -> the layers with per-layer scalars
@@ -126,7 +136,7 @@ class EnergyReporter:
         self._budget_w: float | None = None  # the power budget of a tuner of the same model, as last seen
 
     @property
-    def model(self) -> Any:
+    def model(self) -> nn.Module:
         return self.session.model
 
     def note(self, msg: str) -> None:
@@ -135,7 +145,7 @@ class EnergyReporter:
             self.session.notes.append(msg)
 
     # ------------------------------------------------------------------ a run
-    def begin_run(self, fn: str = "fit", host: Any = None, *, expected: dict[str, int | None] | None = None,
+    def begin_run(self, fn: str = "fit", host: Trainer | None = None, *, expected: dict[str, int | None] | None = None,
                   rank_zero: bool = True, log_every_n_steps: int | None = None) -> None:
         """A run starts (a Trainer call: ``fn`` is ``fit``, ``validate``, ``test`` or ``predict``). ``host``: where a
         TensorBoard logger may be found (a Trainer; None: an own ``SummaryWriter``); ``expected``: batches per stage,
@@ -184,7 +194,7 @@ class EnergyReporter:
         with self.budget.spend("steps"):
             return self.session.step_end(stage, global_step)
 
-    def epoch_end(self, stage: str, combine: Any = None) -> Epoch | None:
+    def epoch_end(self, stage: str, combine: Callable[[Epoch], Epoch] | None = None) -> Epoch | None:
         """Close the stage's epoch and log its totals; ``combine``: a function of the epoch's
         :class:`~lightning_edge.lightning.session.Epoch` returning the totals over DDP ranks (the glue's)."""
         s = self.session
@@ -199,7 +209,7 @@ class EnergyReporter:
             self._log_epoch(stage, ep)
             return ep
 
-    def abort(self, reason: str | None = None) -> Any:
+    def abort(self, reason: str | None = None) -> ProfileReport | None:
         """An exception in the run (Ctrl-C included): the step in progress is dropped; with ``reason`` every step
         measured so far is reported (layers.csv, layers.json, the summary), labelled a partial run (a note saying
         what stopped it); then hooks are removed and the device released. Returns that report (None without
@@ -218,10 +228,10 @@ class EnergyReporter:
         self.session.close()
         return report
 
-    def _write_failed(self, path: Any, exc: BaseException) -> None:
+    def _write_failed(self, path: str | os.PathLike[str] | None, exc: OSError) -> None:
         """A report file or the TensorBoard run could not be written: one warning for the run (naming the path and
         why), the report kept in memory; never an error out of the user's run."""
-        why = getattr(exc, "strerror", None) or str(exc)
+        why = exc.strerror or str(exc)
         self.write_errors.append(f"{path}: {why}")
         self.note(f"could not write {path} ({why}): kept in memory (EnergyProfiler.report)")
         if self._warned_write:
@@ -231,7 +241,7 @@ class EnergyReporter:
                       "energy report is kept in memory: EnergyProfiler.report (.write_csv(path), .write_json(path) "
                       "save it elsewhere), or pass log_dir= on a disk with room", ReportWriteWarning, stacklevel=2)
 
-    def _save(self, path: Path, write: Any) -> None:
+    def _save(self, path: Path, write: Callable[[Path], Path | None]) -> None:
         try:
             write(path)
         except OSError as exc:
@@ -244,7 +254,7 @@ class EnergyReporter:
         self._writer = None
 
     # ------------------------------------------------------------------ TensorBoard
-    def _tb(self) -> Any:
+    def _tb(self) -> TensorBoardWriter | None:
         """The host's TensorBoardLogger experiment, else an own SummaryWriter (rank 0 only)."""
         if not self.rank_zero:
             return None
@@ -288,7 +298,7 @@ class EnergyReporter:
             how = f"measured ({src}) with {s.device.describe() if s.device else 'the sensor'}"
         return f"{what}. {how}. lightning_edge EnergyProfiler."
 
-    def _scalars(self, w: Any, items: list[tuple[str, float, str]], step: int) -> None:
+    def _scalars(self, w: TensorBoardWriter, items: list[tuple[str, float, str]], step: int) -> None:
         desc = {}
         for tag, _, what in items:
             d = self._describe(tag, what)
@@ -296,7 +306,7 @@ class EnergyReporter:
                 desc[tag] = d
         write_scalars(w, [(t, v) for t, v, _ in items], step, desc)
 
-    def _write_layout(self, w: Any) -> None:
+    def _write_layout(self, w: TensorBoardWriter) -> None:
         """The custom-scalars layout (once per run): step, cumulative and epoch energy, step time, the top layers'
         energy and time (one line per layer: TensorBoard colours a run's lines alike and tells them apart by marker
         and by the tag in the chart's *Matches* list), the rows outside the layers on charts of their own."""
@@ -364,7 +374,8 @@ class EnergyReporter:
                                   f"self time of {name} on this machine, ms"))
             self._scalars(w, items, step.global_step)
 
-    def _on_step(self, stage: str, index: int, global_step: int, m: Measurement, profiled: Any) -> None:
+    def _on_step(self, stage: str, index: int, global_step: int, m: Measurement,
+                 profiled: ProfiledStep | None) -> None:
         """A resolved step (the session's subscription): a profiled step's totals always, a plain step's every
         ``log_every_n_steps`` batches (as the Trainer writes its own metrics), to TensorBoard and to the Trainer's
         other loggers, with the stage's energy so far (``.../cumulative``)."""
@@ -424,11 +435,12 @@ class EnergyReporter:
         self._write(items, self._last_gstep.get(stage, ep_.epoch), tb_step=ep_.epoch)
 
     # ------------------------------------------------------------------ extras, within the budget
-    def _extra(self, option: str, kind: str, n: int, what: str, keep_reports: bool = True) -> bool:
+    def _extra(self, option: Literal["figure", "trace"], kind: str, n: int, what: str,
+               keep_reports: bool = True) -> bool:
         """Whether the ``option`` setting (``figure`` or ``trace``) lets ``what`` (``n`` of ``kind``) be made now:
         always (True), never (False), or ``"auto"``: when its expected cost fits what is left of the run's budget,
         the reports kept; a note says why not."""
-        setting = getattr(self.config, option)
+        setting = self.config.figure if option == "figure" else self.config.trace
         if setting is not True and setting != "auto":
             return False
         b = self.budget
@@ -442,7 +454,7 @@ class EnergyReporter:
                   f"{'draws' if option == 'figure' else 'writes'} them; layers.csv has every layer)")
         return False
 
-    def _figures(self, w: Any, report: Any, stages: list[str], step: int) -> None:
+    def _figures(self, w: TensorBoardWriter, report: ProfileReport, stages: list[str], step: int) -> None:
         """Each stage's layer bar chart (Pillow, some 20 ms) and roofline figure (matplotlib, about 0.5 s, more
         the first time in a process), when ``figure`` allows (see :meth:`_extra`); the bar chart first."""
         todo = [st for st in stages if report.stages.get(st) is not None and report.stages[st].layers]
@@ -469,7 +481,7 @@ class EnergyReporter:
         if warm:  # the first figure in a process pays matplotlib's import, budgeted apart
             b.learn("figure", (b.clock_ns() - f0) / 1e9, len(todo))
 
-    def _add_figure(self, w: Any, stage: str, st: Any, epoch: int) -> None:
+    def _add_figure(self, w: TensorBoardWriter, stage: str, st: StageReport, epoch: int) -> None:
         s = self.session
         roof, desc = s.roofline(st.headline.mode if st.headline is not None else s.mode)
         if roof is None:
@@ -493,7 +505,7 @@ class EnergyReporter:
         except Exception as exc:  # noqa: BLE001 - a figure must never stop training
             self.note(f"roofline figure failed: {type(exc).__name__}: {exc}")
 
-    def _add_bars(self, w: Any, stage: str, st: Any, epoch: int) -> None:
+    def _add_bars(self, w: TensorBoardWriter, stage: str, st: StageReport, epoch: int) -> None:
         """Where the stage's step energy goes, as one image (``layers/<stage>``, 1200 px wide, labelled simulated
         or not): the step split into the layers and each row outside them, then the top layers by energy, named,
         with their time. Drawn with Pillow (some 20-40 ms where a matplotlib figure takes about half a second)."""
@@ -522,7 +534,7 @@ class EnergyReporter:
             self.note(f"layer bar chart failed: {type(exc).__name__}: {exc}")
 
     # ------------------------------------------------------------------ the end of the run
-    def _build_report(self, call: dict[str, Any] | None = None, global_step: int | None = None) -> Any:
+    def _build_report(self, call: dict[str, Any] | None = None, global_step: int | None = None) -> ProfileReport:
         """The report over the whole session, or (``call``: a mark from :meth:`begin_run`) over one run: per stage,
         one section per power mode (:meth:`_modes`), totals over every step, the epochs."""
         from lightning_edge.profiling.report import ProfileReport
@@ -588,7 +600,7 @@ class EnergyReporter:
                                    twin_times=s.twin_times)
 
     def _modes(self, stage: str, first: int, steps: list[Measurement], profiled: list[ProfiledStep],
-               costs: Any) -> list[Any]:
+               costs: Mapping[str, LayerCost] | None) -> list[ModeReport]:
         """The stage's steps by power mode: every step of a mode outside a tuner's profiling windows is one group
         (``trained in``), each window its own; the group of the last step first (``ended in``), then the modes
         trained in, then the windows. Each group's layers are its profiled steps' (on the twin scaled to the group's
@@ -641,7 +653,7 @@ class EnergyReporter:
             run_wall_s=wall, run_overhead_s=spent, run_fraction=spent / max(wall - spent, 1e-9) if wall > 0 else None,
             analysis_s=b.spent_s("analysis"), sampler_cpu_s=(so.cpu_fraction * wall) if so is not None else None)
 
-    def finish(self, fn: str | None = None, global_step: int | None = None) -> Any:
+    def finish(self, fn: str | None = None, global_step: int | None = None) -> ProfileReport | None:
         """The end of the run: the attributed steps logged, the table, the reports (layers.csv, layers.json), what
         the budget leaves room for (the layer bar chart, the Chrome trace, the roofline figure) and the summary.
         Returns the run's report (None on other ranks, or when the run had no step)."""
@@ -756,10 +768,10 @@ def region_tag(name: str) -> str:
     return name.strip("()").replace(" ", "_") or name
 
 
-def _is_region(le: Any) -> bool:
+def _is_region(le: LayerEnergy | LayerStats) -> bool:
     """A row outside the layers: ``(forward)``, ``(backward)``, ``(optimizer)``, the twin's ``(loss)`` and
     ``(idle and CPU)``."""
-    return getattr(le, "kind", "") == "region" or str(getattr(le, "name", "")).startswith("(")
+    return le.kind == "region" or str(le.name).startswith("(")
 
 
 def _finite_or_none(x: float) -> float | None:

@@ -15,9 +15,36 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
-__all__ = ["TrainerWriter", "next_version", "is_tensorboard"]
+if TYPE_CHECKING:
+    import numpy as np
+    from lightning.pytorch import Trainer
+    from lightning.pytorch.loggers import Logger
+    from matplotlib.figure import Figure
+    from torch import Tensor
+
+__all__ = ["TrainerWriter", "TensorBoardWriter", "next_version", "is_tensorboard"]
+
+
+class TensorBoardWriter(Protocol):
+    """What the callbacks use of a TensorBoard ``SummaryWriter``: torch's, or tensorboardX's (a ``TensorBoardLogger``'s
+    experiment when tensorboardX is installed)."""
+
+    def add_scalar(self, tag: str, scalar_value: float, global_step: int | None = None) -> None: ...
+
+    def add_text(self, tag: str, text_string: str, global_step: int | None = None) -> None: ...
+
+    def add_image(self, tag: str, img_tensor: Tensor | np.ndarray, global_step: int | None = None, *,
+                  dataformats: str = "CHW") -> None: ...
+
+    def add_figure(self, tag: str, figure: Figure, global_step: int | None = None, *, close: bool = True) -> None: ...
+
+    def add_custom_scalars(self, layout: dict[str, dict[str, list]]) -> None: ...
+
+    def flush(self) -> None: ...
+
+    def close(self) -> None: ...
 
 
 def next_version(root: str) -> str:
@@ -28,7 +55,7 @@ def next_version(root: str) -> str:
     return os.path.join(root, f"version_{n}")
 
 
-def is_tensorboard(logger: Any) -> bool:
+def is_tensorboard(logger: Logger) -> bool:
     """A TensorBoard logger of either Lightning package (its experiment is a ``SummaryWriter``)."""
     return any(c.__name__ == "TensorBoardLogger" for c in type(logger).__mro__)
 
@@ -42,17 +69,17 @@ class TrainerWriter:
     def __init__(self, name: str, log_dir: str | os.PathLike[str] | None = None) -> None:
         self.name = name
         self.log_dir_arg = None if log_dir is None else str(log_dir)
-        self.writer: Any = None
+        self.writer: TensorBoardWriter | None = None
         self.log_dir: str | None = None
         self.own = False
         self._own_dir: str | None = None
         #: ``(folder, OSError)`` when an own writer could not be opened there (read-only or full disk): not retried
         self.error: tuple[str, OSError] | None = None
 
-    def get(self, trainer: Any) -> Any:
-        if self.writer is not None or not bool(getattr(trainer, "is_global_zero", True)):
+    def get(self, trainer: Trainer | None) -> TensorBoardWriter | None:
+        if self.writer is not None or (trainer is not None and not trainer.is_global_zero):
             return self.writer
-        for lg in getattr(trainer, "loggers", None) or []:
+        for lg in trainer.loggers if trainer is not None else []:
             if is_tensorboard(lg):
                 exp = lg.experiment
                 if hasattr(exp, "add_scalar"):
@@ -61,7 +88,8 @@ class TrainerWriter:
         from torch.utils.tensorboard import SummaryWriter
 
         root = self.log_dir_arg or self._own_dir or next_version(
-            os.path.join(str(getattr(trainer, "default_root_dir", ".") or "."), "lightning_logs", self.name))
+            os.path.join(str((trainer.default_root_dir if trainer is not None else None) or "."), "lightning_logs",
+                         self.name))
         self._own_dir = root
         if self.error is not None:
             return None
@@ -74,13 +102,13 @@ class TrainerWriter:
         return self.writer
 
     @staticmethod
-    def loggers(trainer: Any) -> list[Any]:
+    def loggers(trainer: Trainer | None) -> list[Logger]:
         """The Trainer's loggers other than TensorBoard's, on rank 0 (none elsewhere)."""
-        if trainer is None or not bool(getattr(trainer, "is_global_zero", True)):
+        if trainer is None or not trainer.is_global_zero:
             return []
-        return [lg for lg in (getattr(trainer, "loggers", None) or []) if not is_tensorboard(lg)]
+        return [lg for lg in trainer.loggers if not is_tensorboard(lg)]
 
-    def log_metrics(self, trainer: Any, metrics: dict[str, float], step: int) -> None:
+    def log_metrics(self, trainer: Trainer | None, metrics: dict[str, float], step: int) -> None:
         """``metrics`` (finite values only) through each of the Trainer's other loggers, at ``step``."""
         out = {k: float(v) for k, v in metrics.items() if v is not None and math.isfinite(float(v))}
         if not out:

@@ -32,45 +32,58 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from lightning_edge.devices.board import get_board
+from lightning_edge.devices.board import Board, get_board
 from lightning_edge.lightning.config import TunerConfig, configure
 from lightning_edge.lightning.console import end_progress_bar
-from lightning_edge.lightning.steps import TUNER, shared_loop
+from lightning_edge.lightning.steps import TUNER, StepLoop, shared_loop
 from lightning_edge.lightning.tb import TrainerWriter
 from lightning_edge.tuning.online import (
     PHASES,
     THOROUGH_AFTER_STEPS,
     OnlineTuner,
+    StepRecord,
     TuningProgress,
     TuningSummary,
+    WindowSpec,
     module_fingerprint,
 )
 from lightning_edge.twin.workload import count_param_tensors
 
+if TYPE_CHECKING:
+    from lightning.pytorch import LightningModule, Trainer
+    from lightning.pytorch.utilities.types import STEP_OUTPUT
+
+    from lightning_edge.cost.model_cost import ModelCost
+    from lightning_edge.cost.shared import CapturedStep, FirstStep
+    from lightning_edge.tuning.problems import Solution
+    from lightning_edge.twin.boards import BoardFile
+    from lightning_edge.twin.model import OrinTwin
+
 __all__ = ["PowerModeTunerMixin", "format_summary"]
 
 
-def _describe(board: Any) -> str:
+def _describe(board: Board) -> str:
     if board.simulated:
         # the board the twin plays: the papers' AGX Orin, another catalogued module, or a board file's
-        bf = getattr(board.twin, "board", None)
-        what = str(getattr(bf, "name", "") or "Jetson AGX Orin")
-        src = f", board file {bf.path}" if getattr(bf, "path", None) else ""
+        twin: OrinTwin | None = board.twin
+        bf: BoardFile | None = twin.board if twin is not None else None
+        what = str((bf.name if bf is not None else "") or "Jetson AGX Orin")
+        src = f", board file {bf.path}" if bf is not None and bf.path else ""
         return (f"{board.label}: twin of the {what}{src} (minibatch time and power are the twin's for this model on "
                 "that board; the training itself ran on this machine)")
     return f"measured: {board.name}"
 
 
-def _budget_w(power_budget_w: Any) -> float:
+def _budget_w(power_budget_w: float) -> float:
     budget = float(power_budget_w)
     if not (math.isfinite(budget) and budget > 0):
         raise ValueError(f"power_budget_w must be a power in W > 0, got {power_budget_w!r}")
     return budget
 
 
-def _planned_long(trainer: Any) -> bool:
+def _planned_long(trainer: Trainer) -> bool:
     """The Trainer plans at least ``THOROUGH_AFTER_STEPS`` minibatches (False when it cannot say)."""
     try:
         n = float(trainer.estimated_stepping_batches)
@@ -79,17 +92,17 @@ def _planned_long(trainer: Any) -> bool:
     return math.isfinite(n) and n >= THOROUGH_AFTER_STEPS
 
 
-def _batch_size_of(batch: Any, cost: Any) -> int:
+def _batch_size_of(batch: Any, cost: ModelCost) -> int:
     """The minibatch's size: the first dimension of its first tensor, else of the cost's first input, else 1."""
     from lightning_edge.cost.capture import batch_size
 
-    return batch_size(batch) or next((int(s[0]) for s in (getattr(cost, "inputs", None) or []) if len(s)), 1)
+    return batch_size(batch) or next((int(s[0]) for s in cost.inputs if len(s)), 1)
 
 
-def _precision_of(trainer: Any, given: str | None) -> str:
+def _precision_of(trainer: Trainer | None, given: str | None) -> str:
     if given:
         return given
-    p = str(getattr(trainer, "precision", "32") or "32")
+    p = str((trainer.precision if trainer is not None else None) or "32")
     return "fp16" if "16" in p and "bf16" not in p else ("bf16" if "bf16" in p else "fp32")
 
 
@@ -137,7 +150,7 @@ def format_summary(s: TuningSummary, device_text: str) -> str:
     return "\n".join(lines)
 
 
-def _describe_mode(mode: Any) -> str:
+def _describe_mode(mode: str) -> str:
     try:
         from lightning_edge.modes import PowerMode
 
@@ -210,19 +223,19 @@ class PowerModeTunerMixin:
         self.power_budget_w = budget
         self.device = device
         self.tuner: OnlineTuner | None = None
-        self.board: Any = None  # the devices.Board tuned
+        self.board: Board | None = None  # the board tuned
         self.summary_text: str | None = None
         self._tbw = TrainerWriter("tuner", cfg.log_dir)
-        self._trainer: Any = None
-        self._module: Any = None
-        self._loop: Any = None
+        self._trainer: Trainer | None = None
+        self._module: LightningModule | None = None
+        self._loop: StepLoop | None = None
         self._batch: Any = None
         self._driver = _Driver(self)
         # the workload's cost model, from the shared capture of the first training step
         # (lightning_edge.cost.capture) or given as cost=; notes say what could not be modelled
-        self.workload_cost: Any = cfg.cost
+        self.workload_cost: ModelCost | None = cfg.cost
         self.capture_notes: list[str] = []
-        self._capture: Any = None
+        self._capture: FirstStep | None = None
         self._pre_steps = 0  # minibatches trained before the tuner started (the capture step)
         self._restored: str | None = None  # the mode the board was put back to at the end
         self._energy_j = 0.0
@@ -243,12 +256,12 @@ class PowerModeTunerMixin:
             self.tuner.set_power_budget(budget)
 
     @property
-    def window(self) -> Any:
+    def window(self) -> WindowSpec | None:
         """The profiling window's settings (:class:`~lightning_edge.tuning.online.WindowSpec`; None: the defaults)."""
         return self.config.window
 
     @property
-    def solution(self) -> Any:
+    def solution(self) -> Solution | None:
         return None if self.tuner is None else self.tuner.solution
 
     def summary(self) -> TuningSummary | None:
@@ -262,11 +275,11 @@ class PowerModeTunerMixin:
                        progress=replace(s.progress, tuning_steps=None if took is None else int(took) + self._pre_steps))
 
     # ------------------------------------------------------------------ set-up
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         self._trainer = trainer
         if stage != "fit" or self.tuner is not None:
             return
-        world = int(getattr(trainer, "world_size", 1) or 1)
+        world = trainer.world_size
         if world > 1:
             raise RuntimeError(
                 f"PowerModeTuner does not coordinate distributed ranks (world_size={world}): each rank would profile "
@@ -294,21 +307,22 @@ class PowerModeTunerMixin:
             thorough=_planned_long(trainer) if c.thorough is None else bool(c.thorough),
             drift_window=c.drift_window, drift_tolerance=c.drift_tolerance, drift_patience=c.drift_patience)
         # a SIGTERM the Trainer caught ends a wait for other processes' profiles at once
-        self.tuner.interrupted = lambda: bool(getattr(trainer, "received_sigterm", False))
+        self.tuner.interrupted = lambda: trainer.received_sigterm
         if self._pending_state:
             self.tuner.load_state_dict(self._pending_state)
             self._pending_state = None
 
     # ------------------------------------------------------------------ steps
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
-        if self._loop is not None and not getattr(trainer, "sanity_checking", False):
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
+        if self._loop is not None and not trainer.sanity_checking:
             self._loop.begin("train", trainer, batch)  # the model's steps, begun once for every callback
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
-        if self._loop is not None and not getattr(trainer, "sanity_checking", False):
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: STEP_OUTPUT, batch: Any,
+                           batch_idx: int) -> None:
+        if self._loop is not None and not trainer.sanity_checking:
             self._loop.end("train", trainer)
 
-    def _before(self, trainer: Any, batch: Any) -> None:
+    def _before(self, trainer: Trainer | None, batch: Any) -> None:
         """Before the step (and before a profiler of the same model starts its clock): the mode may switch."""
         t = self.tuner
         self._batch = batch
@@ -349,7 +363,7 @@ class PowerModeTunerMixin:
             t.start()
         t.before_step()
 
-    def _after(self, trainer: Any) -> None:
+    def _after(self, trainer: Trainer | None) -> None:
         """After the step (and after a profiler of the same model measured it): the step goes to the tuner."""
         t = self.tuner
         pl_module, batch = self._module, self._batch
@@ -360,15 +374,16 @@ class PowerModeTunerMixin:
         if not t.started:
             return
         loop = self._loop
-        session = loop.session if loop is not None else None
-        reading = loop.measured if session is not None else None
+        # with a profiler of the same model attached, the step is the one it measured
+        reading = loop.measured if loop is not None and loop.session is not None else None
         rec = t.after_step(reading)
         if self._capture is not None:  # a real board tuned from step 0: analysed after the step's measurement
             self._bind_twin(pl_module, batch)
         if rec is None:
             return
-        if rec.window is not None and session is not None and loop.measured_index is not None:
-            session.session.tag_window("train", loop.measured_index, f"tuning window {rec.window + 1}")
+        if rec.window is not None and loop is not None and loop.measured_by is not None \
+                and loop.measured_index is not None:
+            loop.measured_by.tag_window("train", loop.measured_index, f"tuning window {rec.window + 1}")
         if rec.m.has_power:
             self._energy_j += rec.energy_j
             self._epoch["energy_j"] += rec.energy_j
@@ -377,13 +392,13 @@ class PowerModeTunerMixin:
         if rec.step % self.config.log_every_n_steps == 0:
             self._log_step(trainer, rec)
 
-    def _bind_twin(self, pl_module: Any, batch: Any) -> None:
+    def _bind_twin(self, pl_module: LightningModule, batch: Any) -> None:
         """The captured first step -> the workload's cost model (shared capture); the twin's meter is bound
         to it. What cannot be modelled is said (``capture_notes``, the summary) instead of raised."""
         home, self._capture = self._capture, None
         self._use_step(home.end(), batch, pl_module)
 
-    def _use_step(self, step: Any, batch: Any, pl_module: Any) -> None:
+    def _use_step(self, step: CapturedStep | None, batch: Any, pl_module: LightningModule) -> None:
         """The shared capture's training step -> the workload's cost model (analysed once, by whichever callback
         asks first); what cannot be modelled is said instead of raised."""
         from lightning_edge.cost.capture import CaptureError
@@ -412,17 +427,17 @@ class PowerModeTunerMixin:
         if sim and not self.tuner.meter.bound:
             self.tuner.meter.bind_cost(cost, _batch_size_of(batch, cost), param_tensors=count_param_tensors(pl_module))
 
-    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         t = self.tuner
         if t is None or not t.started:
             return
         t.epoch_boundary()
         if self._epoch["steps"]:
             lab = t.label
-            ep = int(getattr(trainer, "current_epoch", 0))
+            ep = trainer.current_epoch
             items = {f"tuner/{lab}/epoch_time_s": self._epoch["time_s"],
                      f"tuner/{lab}/epoch_energy_j": self._epoch["energy_j"]}
-            self._tbw.log_metrics(trainer, items, int(getattr(trainer, "global_step", 0) or 0))
+            self._tbw.log_metrics(trainer, items, trainer.global_step)
             w = self._tbw.get(trainer)
             if w is not None:
                 for k, v in items.items():
@@ -430,7 +445,7 @@ class PowerModeTunerMixin:
         self._epoch = {"time_s": 0.0, "energy_j": 0.0, "steps": 0}
 
     # ------------------------------------------------------------------ logging
-    def _log_step(self, trainer: Any, rec: Any) -> None:
+    def _log_step(self, trainer: Trainer | None, rec: StepRecord) -> None:
         from lightning_edge.lightning.reporter import write_scalars
 
         lab = rec.label
@@ -477,7 +492,7 @@ class PowerModeTunerMixin:
         return f"{t.label} profiles\n\n" + "\n".join(rows)
 
     # ------------------------------------------------------------------ ending
-    def _close(self, trainer: Any, reason: str) -> None:
+    def _close(self, trainer: Trainer, reason: str) -> None:
         t = self.tuner
         if t is None or t.phase == "closed":
             return
@@ -494,7 +509,7 @@ class PowerModeTunerMixin:
         self.summary_text = format_summary(self.summary(), _describe(self.board))
         if self.capture_notes:  # what the cost model could not see, or how it counted
             self.summary_text += "".join(f"\n  note: {n}" for n in self.capture_notes)
-        w = self._tbw.get(trainer) if trainer is not None else None
+        w = self._tbw.get(trainer)
         if w is not None:
             w.add_text("tuner/summary", "    " + self.summary_text.replace("\n", "\n    "), t.step)
             self._tbw.flush()
@@ -502,15 +517,15 @@ class PowerModeTunerMixin:
             end_progress_bar(trainer)
             print(self.summary_text)
 
-    def on_fit_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_fit_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._close(trainer, "end")
 
-    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         if self._loop is not None:
             self._loop.abort()
         self._close(trainer, f"{type(exception).__name__}")
 
-    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if stage == "fit":
             self._close(trainer, "end")
             self._tbw.close()
@@ -539,11 +554,11 @@ class _Driver:
     def __init__(self, cb: PowerModeTunerMixin) -> None:
         self.cb = cb
 
-    def begin(self, stage: str, trainer: Any, batch: Any) -> None:
+    def begin(self, stage: str, trainer: Trainer | None, batch: Any) -> None:
         if stage == "train":
             self.cb._before(trainer, batch)
 
-    def end(self, stage: str, trainer: Any) -> None:
+    def end(self, stage: str, trainer: Trainer | None) -> None:
         if stage == "train":
             self.cb._after(trainer)
 
