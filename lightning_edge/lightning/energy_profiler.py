@@ -108,7 +108,7 @@ def expected_batches(trainer: Trainer, stage: str) -> int | None:
     None when the Trainer cannot tell (an iterable dataset without a length, a time limit)."""
     try:
         if stage == "train":
-            if getattr(trainer, "max_time", None) is not None:
+            if _time_limited(trainer):
                 return None
             n = float(trainer.estimated_stepping_batches) * max(int(trainer.accumulate_grad_batches), 1)
         else:
@@ -124,6 +124,13 @@ def expected_batches(trainer: Trainer, stage: str) -> int | None:
     except Exception:  # noqa: BLE001 - a Trainer without these (or not set up yet): unknown
         return None
     return int(n) if math.isfinite(n) and n > 0 else None
+
+
+def _time_limited(trainer: Trainer) -> bool:
+    """Whether the run stops at a time limit (``Trainer(max_time=...)``, or a ``Timer`` callback given by hand): the
+    Trainer keeps the limit in that callback, not in an attribute, and the batches it will run are then unknown."""
+    return any(type(cb).__name__ == "Timer" and callable(getattr(cb, "time_remaining", None))
+               for cb in trainer.callbacks)
 
 
 class EnergyProfilerMixin:
