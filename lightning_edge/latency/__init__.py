@@ -5,9 +5,10 @@
     lm.save("cpu-latency.json"); lm = LatencyModel.load("cpu-latency.json")
     pred = lm.predict(model, *example_inputs)    # ModelLatency: .total_s, .layers (name, kind, time_s, how)
 
-Kinds: ``roofline``, ``refined``, ``statistical``, ``mixed``, ``stepwise`` (see ``lightning_edge.latency.model``
-and docs/latency.md). Names load on first use; scikit-learn is needed only to fit the statistical and mixed kinds
-(a saved one loads and predicts without it).
+Kinds: ``roofline``, ``refined``, ``statistical``, ``mixed``, ``stepwise``, one subclass of the abstract
+``LatencyModel`` each (``model_class(kind)``; see ``lightning_edge.latency.model`` and docs/latency.md). Names
+load on first use; scikit-learn is needed only to fit the statistical and mixed kinds (a saved one loads and
+predicts without it).
 """
 
 from __future__ import annotations
@@ -20,6 +21,12 @@ _LAZY = {
     "ModelLatency": "lightning_edge.latency.model",
     "LayerLatency": "lightning_edge.latency.model",
     "KINDS": "lightning_edge.latency.model",
+    "model_class": "lightning_edge.latency.model",
+    "RooflineLatencyModel": "lightning_edge.latency.model",
+    "RefinedRooflineLatencyModel": "lightning_edge.latency.model",
+    "StatisticalLatencyModel": "lightning_edge.latency.model",
+    "MixedLatencyModel": "lightning_edge.latency.model",
+    "StepwiseLatencyModel": "lightning_edge.latency.model",
     "LayerDesc": "lightning_edge.latency.features",
     "describe": "lightning_edge.latency.features",
     "units_of": "lightning_edge.latency.features",

@@ -1,18 +1,27 @@
 """``LatencyModel``: the latency models of Jantsch behind one interface, fitted on the device you have.
 
-Kinds (T: a unit's forward time; f its FLOP, D its bytes, both from ``lightning_edge.analyze``):
+``LatencyModel`` is an abstract base class with one subclass per kind; ``LatencyModel(kind, ...)``,
+``LatencyModel.fit(kind=...)`` and ``LatencyModel.load(path)`` return the kind's class (``model_class(kind)``), and
+``model.kind`` names it (a class attribute; the ``kind`` field of a saved file). Kinds (T: a unit's forward time;
+f its FLOP, D its bytes, both from ``lightning_edge.analyze``):
 
-* ``roofline``:    T = max(f / P_peak, D / B_peak), peaks measured by ``lightning_edge.roofline``'s microbenchmarks;
-* ``refined``:     T = max(f / (P_peak u_eff), D / B_peak) (``lightning_edge.energy.refined``), u_eff from the
-                   layer's GEMM tiling on this device (CPU: a 6 x 2*SIMD micro-kernel over the threads);
-* ``statistical``: T = T_roof / u_stat, u_stat predicted by a random forest from features that carry across
-                   shapes (the slides' h, w, c, f, kh, kw, stride, #ops, #in, #out, #weights; the roofline terms;
-                   the GEMM per image; channels per group; data against the cache sizes; the convolution backend;
-                   the op), trained on units this device measured in a network's context (``measure.sample_units``);
-* ``mixed``:       T = T_ref / u_stat, the forest trained on what the refined roofline leaves over (so the
-                   efficiencies multiply: f / (P_peak u_eff u_stat) where compute bounds the unit);
-* ``stepwise``:    per class, a step-wise linear function of its dimensions generated from a few points measured
-                   in a network's context (``lightning_edge.latency.stepwise``).
+* ``roofline`` (``RooflineLatencyModel``): T = max(f / P_peak, D / B_peak), peaks measured by
+  ``lightning_edge.roofline``'s microbenchmarks;
+* ``refined`` (``RefinedRooflineLatencyModel``): T = max(f / (P_peak u_eff), D / B_peak)
+  (``lightning_edge.energy.refined``), u_eff from the layer's GEMM tiling on this device (CPU: a 6 x 2*SIMD
+  micro-kernel over the threads);
+* ``statistical`` (``StatisticalLatencyModel``): T = T_roof / u_stat, u_stat predicted by a random forest from
+  features that carry across shapes (the slides' h, w, c, f, kh, kw, stride, #ops, #in, #out, #weights; the roofline
+  terms; the GEMM per image; channels per group; data against the cache sizes; the convolution backend; the op),
+  trained on units this device measured in a network's context (``measure.sample_units``);
+* ``mixed`` (``MixedLatencyModel``): T = T_ref / u_stat, the forest trained on what the refined roofline leaves
+  over (so the efficiencies multiply: f / (P_peak u_eff u_stat) where compute bounds the unit);
+* ``stepwise`` (``StepwiseLatencyModel``): per class, a step-wise linear function of its dimensions generated from
+  a few points measured in a network's context (``lightning_edge.latency.stepwise``).
+
+The two roofline kinds share ``FormulaLatencyModel`` (a formula per layer); the fitted kinds ``UnitLatencyModel``
+(units measured in a network's context, call overheads, disturbance), the two forest kinds ``ForestLatencyModel``
+(which differ only in the base time the forest divides).
 
 A layer is predicted from its units (``features.units_of``): a Conv2d or Linear module is one unit, any other layer
 the sum of its ops (plus its module call). Units without MACs (activations, norms, pools, adds, concatenations)
@@ -30,14 +39,16 @@ threads, clock, dtype, torch version, cache sizes, load average) and the points 
 
 from __future__ import annotations
 
+import inspect
 import json
 import math
 import time
 import warnings
+from abc import ABC, ABCMeta, abstractmethod
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -65,9 +76,16 @@ from lightning_edge.latency.measure import (
 )
 from lightning_edge.latency.stepwise import Generation
 
-__all__ = ["KINDS", "LatencyModel", "LatencyModelError", "ModelLatency", "LayerLatency", "MAX_SAMPLES"]
+if TYPE_CHECKING:
+    from torch import nn
 
-KINDS = ("roofline", "refined", "statistical", "mixed", "stepwise")
+    from lightning_edge.energy.refined import RefinedRoofline
+    from lightning_edge.roofline.model import Roofline
+
+__all__ = ["KINDS", "LatencyModel", "LatencyModelError", "ModelLatency", "LayerLatency", "MAX_SAMPLES", "model_class",
+           "UnitEstimate", "FormulaLatencyModel", "RooflineLatencyModel", "RefinedRooflineLatencyModel",
+           "UnitLatencyModel", "StepwiseLatencyModel", "ForestLatencyModel", "StatisticalLatencyModel",
+           "MixedLatencyModel"]
 
 #: unit classes whose forest learns the ratio to the roofline time (they have MACs); the others learn the time
 RATIO_CLASSES = MODULE_CLASSES + ("matmul",)
@@ -168,17 +186,42 @@ def _check_samples(n: int) -> None:
                          "saved but not loaded); measure for less time or pass fewer samples")
 
 
-class LatencyModel:
-    """Forward latency of a network's layers on one device; ``LatencyModel.fit(kind=..., device=..., budget_s=...)``
-    measures this machine. See the module docstring for the kinds."""
+class _ByKind(ABCMeta):
+    """The metaclass of ``LatencyModel``: ``LatencyModel(kind, meta, peak_flops, bandwidth, ...)`` builds the class
+    that ``kind`` names (``model_class``) from the other arguments, so code written when one class held every kind
+    keeps working. A subclass is built from its own arguments: ``MixedLatencyModel(meta, peak_flops, bandwidth,
+    samples=...)``."""
 
-    def __init__(self, kind: str, meta: dict, peak_flops: float, bandwidth: float, *, tile: dict | None = None,
+    def __call__(cls, *args: object, **kwargs: object) -> LatencyModel:
+        if cls is not LatencyModel:
+            return super().__call__(*args, **kwargs)
+        if "kind" in kwargs:
+            kind = kwargs.pop("kind")
+        elif args and not isinstance(args[0], dict):  # a dict: the meta of a subclass's arguments
+            kind, args = args[0], args[1:]
+        else:
+            raise TypeError("LatencyModel is abstract: name a kind, LatencyModel(kind, meta, peak_flops, bandwidth, "
+                            f"...) with kind one of {', '.join(KINDS)}, or build its class "
+                            f"({', '.join(c.__name__ for c in _CLASSES.values())})")
+        return model_class(kind)(*args, **kwargs)
+
+
+class LatencyModel(ABC, metaclass=_ByKind):
+    """Forward latency of a network's layers on one device; ``LatencyModel.fit(kind=..., device=..., budget_s=...)``
+    measures this machine. One subclass per kind (``model_class``; the module docstring says what each is):
+    ``LatencyModel(kind, ...)``, ``fit`` and ``load`` return it. A subclass says how a layer is predicted
+    (``_layer_rows``); what every kind shares (the roofline terms, the conditions it was fitted under, the file)
+    is here."""
+
+    #: the kind's name, as a model file, ``fit`` and the messages give it (one of ``KINDS``)
+    kind: ClassVar[str]
+    #: whether the kind predicts (or describes) units through the refined roofline, which tiles a layer over
+    #: ``tile["units"]`` parallel units (``meta["threads"]`` by default): a file must give one of them
+    uses_tiles: ClassVar[bool] = True
+
+    def __init__(self, meta: dict, peak_flops: float, bandwidth: float, *, tile: dict | None = None,
                  container_s: float = 0.0, module_s: float = 0.0, stepwise: dict[str, Generation] | None = None,
-                 samples: list[Sample] | None = None, fit_cost: dict | None = None, notes: list[str] | None = None,
-                 forests: dict[str, Forest] | None = None):
-        if kind not in KINDS:
-            raise ValueError(f"kind {kind!r} not understood: expected one of {', '.join(KINDS)}")
-        self.kind = kind
+                 samples: list[Sample] | None = None, fit_cost: dict | None = None, notes: list[str] | None = None):
         self.meta = dict(meta)
         self.peak_flops = float(peak_flops)
         self.bandwidth = float(bandwidth)
@@ -190,27 +233,15 @@ class LatencyModel:
         _check_samples(len(self.samples))
         self.fit_cost = dict(fit_cost or {})
         self.notes = list(notes or [])
-        self._forests: dict[str, Forest] = {}
-        self._range: dict[str, tuple[float, float]] = {}
-        if kind in ("statistical", "mixed"):
-            if not self.samples:
-                raise ValueError(f"a {kind} model needs measured units to train its random forest")
-            self._ranges()
-            if forests:
-                self._forests = dict(forests)
-            else:
-                self._train()
-        if kind == "stepwise" and not self.stepwise:
-            raise ValueError("a stepwise model needs at least one generated class function")
 
     # ------------------------------------------------------------------ roofline pieces
     @property
-    def roofline(self):
+    def roofline(self) -> Roofline:
         from lightning_edge.roofline.model import Roofline
 
         return Roofline(self.peak_flops, self.bandwidth, label=self.meta.get("device_name"), source="measured")
 
-    def _refined(self):
+    def _refined(self) -> RefinedRoofline:
         from lightning_edge.energy.refined import RefinedRoofline
 
         return RefinedRoofline(tile_m=int(self.tile.get("tile_m", 6)), tile_n=int(self.tile.get("tile_n", 16)),
@@ -232,83 +263,8 @@ class LatencyModel:
 
         return float(RefinedRoofline.time(self.roofline, d.flops, d.bytes, self.u_eff(d)))
 
-    # ------------------------------------------------------------------ statistical
-    @staticmethod
-    def _group(d: LayerDesc) -> str:
-        """Which forest a unit belongs to: ``"ratio"`` (units with MACs: the forest learns log u_stat, the roofline's
-        share of the measured time) or ``"time"`` (units without MACs: the forest learns log T itself). Such a
-        unit's time is a per-call cost that its bytes barely move: a ratio learned on larger ones, applied to an
-        unfamiliar small unit's tiny roofline time, made a YOLOv8n C2f's chunk and concat 10 times too slow."""
-        return "ratio" if d.cls in RATIO_CLASSES else "time"
-
-    def _base(self, d: LayerDesc) -> float:
-        return self.t_ref(d) if self.kind == "mixed" else self.t_roof(d)
-
-    def _target(self, d: LayerDesc, t: float) -> float:
-        """What the forest learns: log(base / T) (a ratio unit) or log T (per call)."""
-        t = max(t / max(1, d.calls), 1e-12)
-        if self._group(d) == "time":
-            return math.log(t)
-        return math.log(max(self._base(d) / max(1, d.calls), 1e-12) / t)
-
-    def _features(self, d: LayerDesc) -> list[float]:
-        calls = max(1, d.calls)
-        return unit_features(d, peak_flops=self.peak_flops, bandwidth=self.bandwidth, t_ref=self.t_ref(d) / calls,
-                             l2=float(self.meta.get("l2_bytes") or 1 << 20),
-                             llc=float(self.meta.get("llc_bytes") or 32 << 20),
-                             lanes=max(1, int(self.tile.get("tile_n", 32)) // 2))
-
-    def _key(self, d: LayerDesc) -> str:
-        return f"{d.cls}:{d.op}"
-
-    def _ranges(self) -> None:
-        """The targets seen per unit class and op: a prediction is kept inside them (a forest averages training
-        targets, but a class it saw little of should not borrow another class's extremes)."""
-        self._range = {}
-        for s in self.samples:
-            t = self._target(s.layer, s.time_s)
-            lo, hi = self._range.get(self._key(s.layer), (t, t))
-            self._range[self._key(s.layer)] = (min(lo, t), max(hi, t))
-
-    def _train(self) -> None:
-        X = np.array([self._features(s.layer) for s in self.samples])
-        y = np.array([self._target(s.layer, s.time_s) for s in self.samples])
-        groups = np.array([self._group(s.layer) for s in self.samples])
-        self._forests = {}
-        for g in ("ratio", "time"):
-            sel = groups == g
-            if sel.any():
-                self._forests[g] = Forest.fit(X[sel], y[sel])
-
-    def unit_times(self, units: list[LayerDesc]) -> np.ndarray:
-        """Seconds per unit (all its calls) predicted by the forests (statistical and mixed kinds)."""
-        if not units:
-            return np.zeros(0)
-        X = np.array([self._features(u) for u in units])
-        out = np.empty(len(units))
-        for g in ("ratio", "time"):
-            idx = [i for i, u in enumerate(units) if self._group(u) == g]
-            if not idx:
-                continue
-            rf = self._forests.get(g) or next(iter(self._forests.values()))
-            pred = rf.predict(X[idx])
-            for i, v in zip(idx, pred):
-                u = units[i]
-                r = self._range.get(self._key(u))
-                if r is not None:
-                    v = min(max(v, r[0]), r[1])
-                calls = max(1, u.calls)
-                t = math.exp(v) if g == "time" else max(self._base(u) / calls, 1e-12) / math.exp(v)
-                out[i] = t * calls
-        return out
-
-    def u_stat(self, units: list[LayerDesc]) -> np.ndarray:
-        """u_stat of each unit: the roofline time (refined, for ``mixed``) over the forest's time."""
-        t = self.unit_times(units)
-        return np.array([self._base(u) / max(ti, 1e-15) for u, ti in zip(units, t)])
-
     # ------------------------------------------------------------------ prediction
-    def predict(self, model: Any, *inputs: Any, **kwargs: Any) -> ModelLatency:
+    def predict(self, model: nn.Module, *inputs: object, **kwargs: object) -> ModelLatency:
         """Estimated forward latency of ``model(*inputs, **kwargs)`` per layer (nothing is run: the model goes
         through ``analyze`` on the meta device)."""
         import torch
@@ -331,50 +287,7 @@ class LatencyModel:
 
     def predict_layers(self, descs: list[LayerDesc], containers: dict[str, int] | None = None) -> ModelLatency:
         """Per-layer predictions of layers from ``describe`` (and the container calls it counted)."""
-        rows: list[LayerLatency] = []
-        outside: list[str] = []
-        if self.kind in ("roofline", "refined"):
-            for d in descs:
-                if self.kind == "roofline":
-                    rows.append(LayerLatency(d.name, d.kind, self.t_roof(d), "roofline max(f/P, D/B)", d.cls, d.calls))
-                else:
-                    u = self.u_eff(d)
-                    rows.append(LayerLatency(d.name, d.kind, self.t_ref(d), f"refined roofline, u_eff={u:.3g}",
-                                             d.cls, d.calls))
-        else:
-            per_layer = [units_of(d) for d in descs]
-            flat = [u for us in per_layer for u in us]
-            share = self.dram_share(descs)
-            for u in flat:
-                u.cold = share if 4 * u.params >= COLD_MIN_BYTES else 0.0
-            if self.kind == "stepwise":
-                got = [self._stepwise_unit(u) for u in flat]
-            else:
-                times = self.unit_times(flat)
-                got = [(t, self._forest_how(u, t), self._outside_forest(u)) for u, t in zip(flat, times)]
-            k = 0
-            for d, us in zip(descs, per_layer):
-                parts = got[k:k + len(us)]
-                k += len(us)
-                if any(p[2] for p in parts):
-                    outside.append(d.name)
-                if d.cls in MODULE_CLASSES:
-                    t, how = parts[0][0], parts[0][1]
-                else:  # ops: each was timed inside one module call; the layer makes `calls` of them
-                    t = sum(p[0] for p in parts) + (d.calls - len(us)) * self.module_s
-                    t = max(t, d.calls * self.module_s if not us else 0.25 * sum(p[0] for p in parts))
-                    how = (" + ".join(p[1] for p in parts[:3]) + (f" + {len(parts) - 3} more" if len(parts) > 3 else "")
-                           if parts else f"{d.calls} module call(s) without ops x {self.module_s * 1e6:.1f} us")
-                rows.append(LayerLatency(d.name, d.kind, float(t), how, d.cls, d.calls))
-            if containers and self.container_s > 0:
-                n = sum(containers.values())
-                rows.append(LayerLatency("(containers)", "Python calls", n * self.container_s,
-                                         f"{n} container module calls x {self.container_s * 1e6:.1f} us (measured)",
-                                         "call", n))
-            k = self.disturbance(sum(r.time_s for r in rows))
-            if k != 1.0:  # the machine as it was fitted: a pass that long is k times its undisturbed parts
-                for r in rows:
-                    r.time_s *= k
+        rows, outside = self._layer_rows(descs, containers)
         notes = []
         if outside:
             notes.append(f"{len(outside)} layer(s) outside the fitted points (extrapolated): "
@@ -382,73 +295,11 @@ class LatencyModel:
         return ModelLatency(rows, self.kind, self.meta.get("device_name") or self.meta.get("device", "?"),
                             notes=notes)
 
-    def _forest_how(self, u: LayerDesc, t: float) -> str:
-        what = u.op or u.cls
-        base = "refined roofline" if self.kind == "mixed" else "roofline"
-        if self._group(u) == "time":
-            return f"{what}: forest time"
-        return f"{what}: {base} / u_stat={self._base(u) / max(t, 1e-15):.3g}"
-
-    def _outside_forest(self, u: LayerDesc) -> bool:
-        return self._key(u) not in self._range
-
-    def _stepwise_unit(self, u: LayerDesc) -> tuple[float, str, bool]:
-        pf = point_for(u)
-        gen = self.generation_for(pf[0], pf[1]) if pf is not None else None
-        if gen is None:
-            what = u.op or u.cls
-            return self.t_ref(u), f"{what}: refined roofline (no step-wise function)", True
-        cls, point, mult = pf
-        out = any(p < dim.lo or p > dim.hi for p, dim in zip(point, gen.dims))
-        calls = max(1, u.calls)
-        per_call = max(gen(point), 0.0)
-        cold = self.generation_for(cls, point, dram=True) if u.cold > 0 else None
-        cold_used = cold is not None and cold is not gen and _holds(cold, point)
-        if cold_used:  # a cold box far from the point (one a fit past its deadline left out) is not used
-            per_call = (1 - u.cold) * per_call + u.cold * max(cold(point), 0.0)
-        per_call *= mult
-        dims = ", ".join(f"{dim.name}={p}" for dim, p in zip(gen.dims, point))
-        how = f"step-wise {cls}({dims})" + (f" x {mult:g}" if mult != 1 else "") + \
-            (f" x {calls} calls" if calls > 1 else "") + (f", {u.cold:.0%} weights from memory" if cold_used else "")
-        return per_call * calls, how, out
-
-    def generation_for(self, cls: str, point: Sequence[int], dram: bool = False) -> Generation | None:
-        """The step-wise function for a unit of ``cls`` at ``point``: among the class's boxes (``cls`` and its
-        sub-boxes ``cls/...``, e.g. ``conv1x1/small``; ``dram``: those measured with the weights in memory,
-        ``cls/dram`` and ``cls/BOX-dram``, where the class has them) the smallest that contains the point, else the
-        box it leaves in the fewest dimensions, the largest of them (extrapolated), else None."""
-        keys = [k for k in self.stepwise if k.split("/", 1)[0] == cls]
-        cold = [k for k in keys if k.endswith("dram")]
-        keys = cold if (dram and cold) else [k for k in keys if not k.endswith("dram")] or keys
-        boxes = [self.stepwise[k] for k in keys]
-        if not boxes:
-            return None
-
-        def outside(g):
-            return sum(not (dim.lo <= p <= dim.hi) for p, dim in zip(point, g.dims))
-
-        # the smallest box that holds the point; else, of those it leaves in the fewest dimensions, the largest
-        return min(boxes, key=lambda g: (outside(g), g.full_sweep_points if outside(g) == 0 else -g.full_sweep_points))
-
-    def disturbance(self, t: float) -> float:
-        """The factor by which a pass of ``t`` undisturbed seconds was longer on the machine as it was fitted
-        (``measure.disturbance``: about 1 quiet; another process on the same CPU preempts every pass longer than its
-        time slice, and the pass reads again what that process evicted from the caches). 1 where the model has no
-        curve (fitted before it was measured)."""
-        m = self.meta
-        dp, df = m.get("disturbance_pass_s"), m.get("disturbance_factor")
-        if not dp or not df or len(dp) != len(df):
-            return 1.0
-        return disturbance_factor(t, dp, df)
-
-    def dram_share(self, descs: list[LayerDesc]) -> float:
-        """The share of a network's weights read from memory rather than the last-level cache: 0 while its
-        weights and the activations it writes in a pass take at most half the cache, 1 from one and a half caches
-        (a pass then evicts what the next pass reads first), linear between. An estimate of the cache's state,
-        not a measurement: the statistical and step-wise models blend their warm and cold weight times by it."""
-        llc = float(self.meta.get("llc_bytes") or 32 << 20)
-        foot = sum(4.0 * d.params + 4.0 * d.n_out * max(1, d.calls) for d in descs)
-        return float(min(1.0, max(0.0, (foot - 0.5 * llc) / llc)))
+    @abstractmethod
+    def _layer_rows(self, descs: list[LayerDesc],
+                    containers: dict[str, int] | None) -> tuple[list[LayerLatency], list[str]]:
+        """One row per layer (plus any rows of calls outside the layers), and the names of the layers predicted
+        outside the points the model was fitted on."""
 
     def conditions(self) -> list[str]:
         """How the conditions now differ from those the model was fitted under (empty: the same)."""
@@ -469,7 +320,7 @@ class LatencyModel:
                 msgs.append(f"fitted on {m['device_name']}, this is {here}")
         return msgs
 
-    def _check_context(self, model: Any, out: ModelLatency) -> None:
+    def _check_context(self, model: nn.Module, out: ModelLatency) -> None:
         msgs = self.conditions()
         dt = next((dtype_name(p.dtype) for p in model.parameters() if p.is_floating_point()), None)
         if dt and self.meta.get("dtype") and dt != self.meta["dtype"]:
@@ -482,12 +333,13 @@ class LatencyModel:
 
     # ------------------------------------------------------------------ fitting
     @classmethod
-    def fit(cls, kind: str = "stepwise", device: str = "cpu", budget_s: float = 300.0, *,
+    def fit(cls, kind: str | None = None, device: str = "cpu", budget_s: float = 300.0, *,
             threads: int | None = None, samples: Iterable[Sample] = (), classes: Iterable[str] | None = None,
             repeats: int = 5, log: Callable[[str], None] | None = None, base: LatencyModel | None = None,
             tol: float = 0.05, max_points: int = 8, clock: str | None = None, seed: int = 0) -> LatencyModel:
         """Measure this machine and fit a ``kind`` model within about ``budget_s`` seconds (wall time, everything
-        included: microbenchmarks, call overheads, the class functions or the sweep).
+        included: microbenchmarks, call overheads, the class functions or the sweep). ``kind``: default
+        ``"stepwise"`` (``LatencyModel.fit``), the class's own (``MixedLatencyModel.fit``).
 
         ``threads``: ``torch.set_num_threads`` for the measurements (recorded; default: torch's current setting).
         ``samples``: extra measured units for the statistical and mixed models (``training_from_layers_json``).
@@ -498,20 +350,14 @@ class LatencyModel:
         """
         import torch
 
-        if kind not in KINDS:
-            raise ValueError(f"kind {kind!r} not understood: expected one of {', '.join(KINDS)}")
+        kcls = cls._fit_class(kind)
         if not (budget_s > 0):
             raise ValueError(f"budget_s must be a positive number of seconds, got {budget_s!r}")
         if not (device == "cpu" or device.startswith("cuda")):
             raise ValueError(f"device {device!r}: expected 'cpu', 'cuda' or 'cuda:N'")
         if device.startswith("cuda") and not torch.cuda.is_available():
             raise RuntimeError(f"device {device!r}: no CUDA device in this torch build or machine; use device='cpu'")
-        if kind in ("statistical", "mixed"):
-            try:  # before measuring for minutes
-                import sklearn  # noqa: F401
-            except ImportError as exc:
-                raise ImportError("fitting the statistical and mixed latency models needs scikit-learn: "
-                                  "pip install 'lightning-edge[latency]'") from exc
+        kcls._check_fit_needs()  # before measuring for minutes
         extra = list(samples)
         _check_samples(len(extra))
         from lightning_edge.latency import measure
@@ -558,25 +404,10 @@ class LatencyModel:
                     if device == "cpu" else {"tile_m": 128, "tile_n": 64,
                                              "units": torch.cuda.get_device_properties(device).multi_processor_count,
                                              "mapping": "gpu thread-block tiles over SMs"})
-            gens: dict[str, Generation] = {}
-            train = list(extra)
-            cost = {"microbench_s": round(bench_s, 2)}
-            if kind == "stepwise":
-                skipped: list[str] = []
-                gens = _fit_stepwise(device, deadline, classes, repeats, log, tol, max_points, skipped)
-                n = sum(g.n_points for g in gens.values())
-                full = sum(g.full_sweep_points for g in gens.values())
-                cost.update({"points": n, "full_sweep_points": full, "skipped_boxes": skipped,
-                             "measure_s": round(sum(g.elapsed_s for g in gens.values()), 2),
-                             "per_class": {c: {"points": g.n_points, "full_sweep_points": g.full_sweep_points,
-                                               "elapsed_s": round(g.elapsed_s, 2)} for c, g in gens.items()}})
-            elif kind in ("statistical", "mixed"):
-                # the forest is trained after the sweep: leave it its share of the budget
-                left = max(5.0, deadline - time.monotonic() - _train_reserve_s(budget_s))
-                own = measure.sample_units(left, device, repeats, seed=seed, log=log)
-                own = own[:MAX_SAMPLES - len(extra)]
-                train = own + train
-                cost.update({"points": len(own), "extra_samples": len(train) - len(own), "seed": seed})
+            cost: dict = {"microbench_s": round(bench_s, 2)}
+            job = _FitJob(device=device, budget_s=budget_s, deadline=deadline, classes=classes, repeats=repeats,
+                          log=log, tol=tol, max_points=max_points, seed=seed, samples=extra)
+            gens, train = kcls._measure(job, cost)
             la = loadavg()
             meta["load_after"] = [round(v, 2) for v in la] if la else None
             dist1 = measure.disturbance(device, **probe)
@@ -588,35 +419,59 @@ class LatencyModel:
             torch.set_num_threads(prev_threads)
             measure._CLOCK["name"] = prev_clock
             measure._DISTURBANCE["curve"] = prev_dist
-        lm = cls(kind, meta, peak, bw, tile=tile, container_s=container_s, module_s=module_s, stepwise=gens,
-                 samples=train, fit_cost=cost)
+        lm = kcls(meta, peak, bw, tile=tile, container_s=container_s, module_s=module_s, stepwise=gens,
+                  samples=train, fit_cost=cost)
         lm.fit_cost["elapsed_s"] = round(time.monotonic() - t0, 2)
         lm.fit_cost["cpu_s"] = round(time.process_time() - cpu0, 2)
         return lm
 
+    @classmethod
+    def _fit_class(cls, kind: str | None) -> type[LatencyModel]:
+        """The class ``cls.fit(kind)`` fits: the kind's (default ``stepwise``) where ``cls`` is abstract, else
+        ``cls`` itself (``kind``, if given, must be its own)."""
+        if inspect.isabstract(cls):
+            kcls = model_class("stepwise" if kind is None else kind)
+            if not issubclass(kcls, cls):
+                raise ValueError(f"{cls.__name__}.fit cannot fit a {kcls.kind} model: call LatencyModel.fit(kind="
+                                 f"{kcls.kind!r})")
+            return kcls
+        if kind is not None and kind != cls.kind:
+            model_class(kind)  # an unknown kind says which there are
+            raise ValueError(f"{cls.__name__}.fit fits a {cls.kind} model, not a {kind} one: call "
+                             f"LatencyModel.fit(kind={kind!r})")
+        return cls
+
+    @classmethod
+    def _check_fit_needs(cls) -> None:
+        """Raise ImportError where a package this kind's fit needs is missing (the roofline and step-wise kinds
+        need none beyond torch)."""
+
+    @classmethod
+    def _measure(cls, job: _FitJob, cost: dict) -> tuple[dict[str, Generation], list[Sample]]:
+        """What ``fit`` measures for this kind within ``job.deadline``, after the roofline peaks and call overheads:
+        the step-wise functions and the samples the model is built with (``job.samples`` where it measures none);
+        what it cost goes into ``cost``. The roofline kinds measure nothing more."""
+        return {}, list(job.samples)
+
     def with_samples(self, samples: Iterable[Sample], kind: str | None = None) -> LatencyModel:
         """A statistical or mixed model trained on this model's samples plus ``samples`` (nothing is measured).
         Refused beyond ``MAX_SAMPLES`` in all (such a model could be saved but not loaded)."""
-        k = kind or self.kind
         both = self.samples + list(samples)
         _check_samples(len(both))
-        return LatencyModel(k, self.meta, self.peak_flops, self.bandwidth, tile=self.tile,
-                            container_s=self.container_s, module_s=self.module_s, stepwise=self.stepwise,
-                            samples=both, fit_cost=self.fit_cost, notes=self.notes)
+        return model_class(kind or self.kind)(self.meta, self.peak_flops, self.bandwidth, tile=self.tile,
+                                              container_s=self.container_s, module_s=self.module_s,
+                                              stepwise=self.stepwise, samples=both, fit_cost=self.fit_cost,
+                                              notes=self.notes)
 
     # ------------------------------------------------------------------ files
     def to_dict(self) -> dict:
-        d = {
+        return {
             "schema": SCHEMA, "version": 1, "kind": self.kind, "label": "fitted on measurements",
             "meta": self.meta, "peak_flops": self.peak_flops, "bandwidth": self.bandwidth, "tile": self.tile,
             "container_s": self.container_s, "module_s": self.module_s, "fit_cost": self.fit_cost,
             "notes": self.notes, "stepwise": {c: g.to_dict() for c, g in self.stepwise.items()},
             "samples": [s.to_dict() for s in self.samples],
         }
-        if self._forests:
-            d["features"] = list(FEATURE_NAMES)
-            d["forests"] = {g: f.to_dict() for g, f in self._forests.items()}
-        return d
 
     def save(self, path: str | Path) -> Path:
         p = Path(path)
@@ -628,12 +483,14 @@ class LatencyModel:
         text = json.dumps(d, separators=(",", ":"), allow_nan=False)
         if len(text) > MAX_FILE_BYTES:
             raise ValueError(f"the model is {len(text)} bytes as JSON, more than a file may hold ({MAX_FILE_BYTES})")
-        # atomically, never through a link nor over a file that is not JSON (issue 36): _jsonfile.write_file
+        # atomically (a reader sees the old file or the new one), never through a symbolic link nor over a file
+        # that is not JSON (a mistyped path must not destroy another file): _jsonfile.write_file
         return write_file(p, text, lambda why: ValueError(f"{p}: {why}"), ours=is_json_file, what="latency model")
 
     @classmethod
     def load(cls, path: str | Path) -> LatencyModel:
-        """A model saved by ``save``. The file is checked before anything is built from it (size, types, ranges,
+        """A model saved by ``save``, of the class its kind names (``LatencyModel.load``: any kind; a subclass's
+        ``load``: that kind only). The file is checked before anything is built from it (size, types, ranges,
         array sizes, the forests' trees: ``MAX_FILE_BYTES``, ``MAX_SAMPLES`` ...); a file that fails is one
         ``LatencyModelError`` naming the file, the field and what was expected. A statistical or mixed model
         predicts with the forests stored in the file; scikit-learn is needed only to fit one, or to load a file
@@ -649,17 +506,33 @@ class LatencyModel:
         if not isinstance(d, dict) or d.get("schema") != SCHEMA:
             raise LatencyModelError(f"{p}: not a latency model file (schema {SCHEMA!r} expected)")
         _ModelFile(p).check(d)
-        forests = None
-        if d.get("forests") and d.get("features") == list(FEATURE_NAMES):
-            forests = {g: Forest.from_dict(f) for g, f in d["forests"].items()}
+        kcls = model_class(d["kind"])
+        if not issubclass(kcls, cls):
+            raise LatencyModelError(f"{p}: holds a {kcls.kind} latency model, not a {cls.__name__}; load it with "
+                                    "LatencyModel.load")
         try:
-            return cls(d["kind"], d["meta"], d["peak_flops"], d["bandwidth"], tile=d.get("tile"),
-                       container_s=d.get("container_s", 0.0), module_s=d.get("module_s", 0.0),
-                       stepwise={c: Generation.from_dict(g) for c, g in (d.get("stepwise") or {}).items()},
-                       samples=[Sample.from_dict(s) for s in d.get("samples") or []], fit_cost=d.get("fit_cost"),
-                       notes=d.get("notes"), forests=forests)
+            return kcls._from_dict(d)
         except (KeyError, TypeError, ValueError) as exc:
             raise LatencyModelError(f"{p}: latency model file is incomplete or damaged ({exc!r})") from None
+
+    @classmethod
+    def _from_dict(cls, d: dict) -> LatencyModel:
+        """The model a checked file (``_ModelFile.check``) holds."""
+        return cls(d["meta"], d["peak_flops"], d["bandwidth"], tile=d.get("tile"),
+                   container_s=d.get("container_s", 0.0), module_s=d.get("module_s", 0.0),
+                   stepwise={c: Generation.from_dict(g) for c, g in (d.get("stepwise") or {}).items()},
+                   samples=[Sample.from_dict(s) for s in d.get("samples") or []], fit_cost=d.get("fit_cost"),
+                   notes=d.get("notes"), **cls._own_fields(d))
+
+    @classmethod
+    def _own_fields(cls, d: dict) -> dict:
+        """The constructor arguments, from a checked file, that only this kind takes (none for most)."""
+        return {}
+
+    @classmethod
+    def _check_file(cls, d: dict, f: _ModelFile) -> None:
+        """Raise ``f.fail(...)`` where a file of this kind lacks what the kind cannot be built without (``d``'s
+        fields have been checked for types and ranges). The roofline kinds need nothing more."""
 
     def describe(self) -> str:
         m = self.meta
@@ -680,6 +553,396 @@ class LatencyModel:
         if self.fit_cost:
             lines.append(f"  fit cost: {self.fit_cost}")
         return "\n".join(lines)
+
+
+@dataclass
+class _FitJob:
+    """What ``LatencyModel.fit`` was asked to measure, as a kind's ``_measure`` reads it."""
+
+    device: str
+    budget_s: float
+    deadline: float                 # time.monotonic() by which the measurements end
+    classes: Iterable[str] | None
+    repeats: int
+    log: Callable[[str], None]
+    tol: float
+    max_points: int
+    seed: int
+    samples: list[Sample]           # measured units given to fit (layers.json)
+
+
+# ------------------------------------------------------------------------------------------ the roofline kinds
+class FormulaLatencyModel(LatencyModel):
+    """A roofline kind: each layer's time is a formula of its FLOPs and bytes and the measured peaks (nothing else
+    is measured); no call overheads, no disturbance (a bound stays a bound)."""
+
+    def _layer_rows(self, descs: list[LayerDesc],
+                    containers: dict[str, int] | None) -> tuple[list[LayerLatency], list[str]]:
+        return [self._layer(d) for d in descs], []
+
+    @abstractmethod
+    def _layer(self, d: LayerDesc) -> LayerLatency:
+        """The layer's row."""
+
+
+class RooflineLatencyModel(FormulaLatencyModel):
+    """``roofline``: T = max(f / P_peak, D / B_peak)."""
+
+    kind = "roofline"
+    uses_tiles = False
+
+    def _layer(self, d: LayerDesc) -> LayerLatency:
+        return LayerLatency(d.name, d.kind, self.t_roof(d), "roofline max(f/P, D/B)", d.cls, d.calls)
+
+
+class RefinedRooflineLatencyModel(FormulaLatencyModel):
+    """``refined``: T = max(f / (P_peak u_eff), D / B_peak), u_eff from the layer's GEMM tiling on this device."""
+
+    kind = "refined"
+
+    def _layer(self, d: LayerDesc) -> LayerLatency:
+        u = self.u_eff(d)
+        return LayerLatency(d.name, d.kind, self.t_ref(d), f"refined roofline, u_eff={u:.3g}", d.cls, d.calls)
+
+
+# ------------------------------------------------------------------------------------------ the fitted kinds
+class UnitEstimate(NamedTuple):
+    """A unit's predicted time (all its calls), how it was predicted, and whether outside the fitted points."""
+
+    time_s: float
+    how: str
+    extrapolated: bool
+
+
+class UnitLatencyModel(LatencyModel):
+    """A fitted kind: a layer is predicted from its units (``features.units_of``), each measured in a network's
+    context, plus the module calls a layer of ops makes, the container modules' calls, and the disturbance of the
+    machine as it was fitted. A subclass predicts the units (``_predict_units``)."""
+
+    @abstractmethod
+    def _predict_units(self, units: list[LayerDesc]) -> list[UnitEstimate]:
+        """One estimate per unit."""
+
+    def _layer_rows(self, descs: list[LayerDesc],
+                    containers: dict[str, int] | None) -> tuple[list[LayerLatency], list[str]]:
+        rows: list[LayerLatency] = []
+        outside: list[str] = []
+        per_layer = [units_of(d) for d in descs]
+        flat = [u for us in per_layer for u in us]
+        share = self.dram_share(descs)
+        for u in flat:
+            u.cold = share if 4 * u.params >= COLD_MIN_BYTES else 0.0
+        got = self._predict_units(flat)
+        k = 0
+        for d, us in zip(descs, per_layer):
+            parts = got[k:k + len(us)]
+            k += len(us)
+            if any(p.extrapolated for p in parts):
+                outside.append(d.name)
+            if d.cls in MODULE_CLASSES:
+                t, how = parts[0].time_s, parts[0].how
+            else:  # ops: each was timed inside one module call; the layer makes `calls` of them
+                t = sum(p.time_s for p in parts) + (d.calls - len(us)) * self.module_s
+                t = max(t, d.calls * self.module_s if not us else 0.25 * sum(p.time_s for p in parts))
+                how = (" + ".join(p.how for p in parts[:3]) + (f" + {len(parts) - 3} more" if len(parts) > 3 else "")
+                       if parts else f"{d.calls} module call(s) without ops x {self.module_s * 1e6:.1f} us")
+            rows.append(LayerLatency(d.name, d.kind, float(t), how, d.cls, d.calls))
+        if containers and self.container_s > 0:
+            n = sum(containers.values())
+            rows.append(LayerLatency("(containers)", "Python calls", n * self.container_s,
+                                     f"{n} container module calls x {self.container_s * 1e6:.1f} us (measured)",
+                                     "call", n))
+        f = self.disturbance(sum(r.time_s for r in rows))
+        if f != 1.0:  # the machine as it was fitted: a pass that long is f times its undisturbed parts
+            for r in rows:
+                r.time_s *= f
+        return rows, outside
+
+    def disturbance(self, t: float) -> float:
+        """The factor by which a pass of ``t`` undisturbed seconds was longer on the machine as it was fitted
+        (``measure.disturbance``: about 1 quiet; another process on the same CPU preempts every pass longer than its
+        time slice, and the pass reads again what that process evicted from the caches). 1 where the model has no
+        curve (fitted before it was measured)."""
+        m = self.meta
+        dp, df = m.get("disturbance_pass_s"), m.get("disturbance_factor")
+        if not dp or not df or len(dp) != len(df):
+            return 1.0
+        return disturbance_factor(t, dp, df)
+
+    def dram_share(self, descs: list[LayerDesc]) -> float:
+        """The share of a network's weights read from memory rather than the last-level cache: 0 while its
+        weights and the activations it writes in a pass take at most half the cache, 1 from one and a half caches
+        (a pass then evicts what the next pass reads first), linear between. An estimate of the cache's state,
+        not a measurement: the statistical and step-wise models blend their warm and cold weight times by it."""
+        llc = float(self.meta.get("llc_bytes") or 32 << 20)
+        foot = sum(4.0 * d.params + 4.0 * d.n_out * max(1, d.calls) for d in descs)
+        return float(min(1.0, max(0.0, (foot - 0.5 * llc) / llc)))
+
+
+class StepwiseLatencyModel(UnitLatencyModel):
+    """``stepwise``: per class, a step-wise linear function of its dimensions generated from a few points measured
+    in a network's context (``lightning_edge.latency.stepwise``); a unit no function covers gets the refined
+    roofline."""
+
+    kind = "stepwise"
+
+    def __init__(self, meta: dict, peak_flops: float, bandwidth: float, *, tile: dict | None = None,
+                 container_s: float = 0.0, module_s: float = 0.0, stepwise: dict[str, Generation] | None = None,
+                 samples: list[Sample] | None = None, fit_cost: dict | None = None, notes: list[str] | None = None):
+        super().__init__(meta, peak_flops, bandwidth, tile=tile, container_s=container_s, module_s=module_s,
+                         stepwise=stepwise, samples=samples, fit_cost=fit_cost, notes=notes)
+        if not self.stepwise:
+            raise ValueError("a stepwise model needs at least one generated class function")
+
+    @classmethod
+    def _check_file(cls, d: dict, f: _ModelFile) -> None:
+        gens = d.get("stepwise") or {}
+        if not gens:
+            raise f.fail("stepwise", "at least one layer-class function in a stepwise model", gens)
+
+    @classmethod
+    def _measure(cls, job: _FitJob, cost: dict) -> tuple[dict[str, Generation], list[Sample]]:
+        skipped: list[str] = []
+        gens = _fit_stepwise(job.device, job.deadline, job.classes, job.repeats, job.log, job.tol, job.max_points,
+                             skipped)
+        n = sum(g.n_points for g in gens.values())
+        full = sum(g.full_sweep_points for g in gens.values())
+        cost.update({"points": n, "full_sweep_points": full, "skipped_boxes": skipped,
+                     "measure_s": round(sum(g.elapsed_s for g in gens.values()), 2),
+                     "per_class": {c: {"points": g.n_points, "full_sweep_points": g.full_sweep_points,
+                                       "elapsed_s": round(g.elapsed_s, 2)} for c, g in gens.items()}})
+        return gens, list(job.samples)
+
+    def _predict_units(self, units: list[LayerDesc]) -> list[UnitEstimate]:
+        return [self._unit(u) for u in units]
+
+    def _unit(self, u: LayerDesc) -> UnitEstimate:
+        pf = point_for(u)
+        gen = self.generation_for(pf[0], pf[1]) if pf is not None else None
+        if pf is None or gen is None:
+            what = u.op or u.cls
+            return UnitEstimate(self.t_ref(u), f"{what}: refined roofline (no step-wise function)", True)
+        cls, point, mult = pf
+        out = any(p < dim.lo or p > dim.hi for p, dim in zip(point, gen.dims))
+        calls = max(1, u.calls)
+        per_call = max(gen(point), 0.0)
+        cold = self.generation_for(cls, point, dram=True) if u.cold > 0 else None
+        cold_used = cold is not None and cold is not gen and _holds(cold, point)
+        if cold_used:  # a cold box far from the point (one a fit past its deadline left out) is not used
+            per_call = (1 - u.cold) * per_call + u.cold * max(cold(point), 0.0)
+        per_call *= mult
+        dims = ", ".join(f"{dim.name}={p}" for dim, p in zip(gen.dims, point))
+        how = f"step-wise {cls}({dims})" + (f" x {mult:g}" if mult != 1 else "") + \
+            (f" x {calls} calls" if calls > 1 else "") + (f", {u.cold:.0%} weights from memory" if cold_used else "")
+        return UnitEstimate(per_call * calls, how, out)
+
+    def generation_for(self, cls: str, point: Sequence[int], dram: bool = False) -> Generation | None:
+        """The step-wise function for a unit of ``cls`` at ``point``: among the class's boxes (``cls`` and its
+        sub-boxes ``cls/...``, e.g. ``conv1x1/small``; ``dram``: those measured with the weights in memory,
+        ``cls/dram`` and ``cls/BOX-dram``, where the class has them) the smallest that contains the point, else the
+        box it leaves in the fewest dimensions, the largest of them (extrapolated), else None."""
+        keys = [k for k in self.stepwise if k.split("/", 1)[0] == cls]
+        cold = [k for k in keys if k.endswith("dram")]
+        keys = cold if (dram and cold) else [k for k in keys if not k.endswith("dram")] or keys
+        boxes = [self.stepwise[k] for k in keys]
+        if not boxes:
+            return None
+
+        def outside(g: Generation) -> int:
+            return sum(not (dim.lo <= p <= dim.hi) for p, dim in zip(point, g.dims))
+
+        # the smallest box that holds the point; else, of those it leaves in the fewest dimensions, the largest
+        return min(boxes, key=lambda g: (outside(g), g.full_sweep_points if outside(g) == 0 else -g.full_sweep_points))
+
+
+class ForestLatencyModel(UnitLatencyModel):
+    """A statistical kind: T = T_base / u_stat, u_stat predicted by a random forest from features that carry across
+    shapes, trained on units this device measured in a network's context (``measure.sample_units``). Units without
+    MACs get a second forest that learns their time directly. A subclass says what the base time is
+    (``base_time``)."""
+
+    #: what ``base_time`` is, as a prediction's ``how`` names it
+    base_name: ClassVar[str]
+
+    def __init__(self, meta: dict, peak_flops: float, bandwidth: float, *, tile: dict | None = None,
+                 container_s: float = 0.0, module_s: float = 0.0, stepwise: dict[str, Generation] | None = None,
+                 samples: list[Sample] | None = None, fit_cost: dict | None = None, notes: list[str] | None = None,
+                 forests: dict[str, Forest] | None = None):
+        """``forests``: the forests a file stored (else they are trained on ``samples``, which needs
+        scikit-learn)."""
+        super().__init__(meta, peak_flops, bandwidth, tile=tile, container_s=container_s, module_s=module_s,
+                         stepwise=stepwise, samples=samples, fit_cost=fit_cost, notes=notes)
+        self._forests: dict[str, Forest] = {}
+        self._range: dict[str, tuple[float, float]] = {}
+        if not self.samples:
+            raise ValueError(f"a {self.kind} model needs measured units to train its random forest")
+        self._ranges()
+        if forests:
+            self._forests = dict(forests)
+        else:
+            self._train()
+
+    @abstractmethod
+    def base_time(self, d: LayerDesc) -> float:
+        """The roofline time the forest's u_stat divides (all the unit's calls)."""
+
+    @staticmethod
+    def _group(d: LayerDesc) -> str:
+        """Which forest a unit belongs to: ``"ratio"`` (units with MACs: the forest learns log u_stat, the roofline's
+        share of the measured time) or ``"time"`` (units without MACs: the forest learns log T itself). Such a
+        unit's time is a per-call cost that its bytes barely move: a ratio learned on larger ones, applied to an
+        unfamiliar small unit's tiny roofline time, made a YOLOv8n C2f's chunk and concat 10 times too slow."""
+        return "ratio" if d.cls in RATIO_CLASSES else "time"
+
+    def _target(self, d: LayerDesc, t: float) -> float:
+        """What the forest learns: log(base / T) (a ratio unit) or log T (per call)."""
+        t = max(t / max(1, d.calls), 1e-12)
+        if self._group(d) == "time":
+            return math.log(t)
+        return math.log(max(self.base_time(d) / max(1, d.calls), 1e-12) / t)
+
+    def _features(self, d: LayerDesc) -> list[float]:
+        calls = max(1, d.calls)
+        return unit_features(d, peak_flops=self.peak_flops, bandwidth=self.bandwidth, t_ref=self.t_ref(d) / calls,
+                             l2=float(self.meta.get("l2_bytes") or 1 << 20),
+                             llc=float(self.meta.get("llc_bytes") or 32 << 20),
+                             lanes=max(1, int(self.tile.get("tile_n", 32)) // 2))
+
+    def _key(self, d: LayerDesc) -> str:
+        return f"{d.cls}:{d.op}"
+
+    def _ranges(self) -> None:
+        """The targets seen per unit class and op: a prediction is kept inside them (a forest averages training
+        targets, but a class it saw little of should not borrow another class's extremes)."""
+        self._range = {}
+        for s in self.samples:
+            t = self._target(s.layer, s.time_s)
+            lo, hi = self._range.get(self._key(s.layer), (t, t))
+            self._range[self._key(s.layer)] = (min(lo, t), max(hi, t))
+
+    def _train(self) -> None:
+        X = np.array([self._features(s.layer) for s in self.samples])
+        y = np.array([self._target(s.layer, s.time_s) for s in self.samples])
+        groups = np.array([self._group(s.layer) for s in self.samples])
+        self._forests = {}
+        for g in ("ratio", "time"):
+            sel = groups == g
+            if sel.any():
+                self._forests[g] = Forest.fit(X[sel], y[sel])
+
+    def unit_times(self, units: list[LayerDesc]) -> np.ndarray:
+        """Seconds per unit (all its calls) predicted by the forests."""
+        if not units:
+            return np.zeros(0)
+        X = np.array([self._features(u) for u in units])
+        out = np.empty(len(units))
+        for g in ("ratio", "time"):
+            idx = [i for i, u in enumerate(units) if self._group(u) == g]
+            if not idx:
+                continue
+            rf = self._forests.get(g) or next(iter(self._forests.values()))
+            pred = rf.predict(X[idx])
+            for i, v in zip(idx, pred):
+                u = units[i]
+                r = self._range.get(self._key(u))
+                if r is not None:
+                    v = min(max(v, r[0]), r[1])
+                calls = max(1, u.calls)
+                t = math.exp(v) if g == "time" else max(self.base_time(u) / calls, 1e-12) / math.exp(v)
+                out[i] = t * calls
+        return out
+
+    def u_stat(self, units: list[LayerDesc]) -> np.ndarray:
+        """u_stat of each unit: its base time (``base_time``) over the forest's time."""
+        t = self.unit_times(units)
+        return np.array([self.base_time(u) / max(ti, 1e-15) for u, ti in zip(units, t)])
+
+    def _predict_units(self, units: list[LayerDesc]) -> list[UnitEstimate]:
+        times = self.unit_times(units)
+        return [UnitEstimate(t, self._how(u, t), self._key(u) not in self._range) for u, t in zip(units, times)]
+
+    def _how(self, u: LayerDesc, t: float) -> str:
+        what = u.op or u.cls
+        if self._group(u) == "time":
+            return f"{what}: forest time"
+        return f"{what}: {self.base_name} / u_stat={self.base_time(u) / max(t, 1e-15):.3g}"
+
+    @classmethod
+    def _check_fit_needs(cls) -> None:
+        try:
+            import sklearn  # noqa: F401
+        except ImportError as exc:
+            raise ImportError("fitting the statistical and mixed latency models needs scikit-learn: "
+                              "pip install 'lightning-edge[latency]'") from exc
+
+    @classmethod
+    def _measure(cls, job: _FitJob, cost: dict) -> tuple[dict[str, Generation], list[Sample]]:
+        from lightning_edge.latency import measure
+
+        # the forest is trained after the sweep: leave it its share of the budget
+        left = max(5.0, job.deadline - time.monotonic() - _train_reserve_s(job.budget_s))
+        own = measure.sample_units(left, job.device, job.repeats, seed=job.seed, log=job.log)
+        own = own[:MAX_SAMPLES - len(job.samples)]
+        train = own + list(job.samples)
+        cost.update({"points": len(own), "extra_samples": len(train) - len(own), "seed": job.seed})
+        return {}, train
+
+    @classmethod
+    def _check_file(cls, d: dict, f: _ModelFile) -> None:
+        samples = d.get("samples") or []
+        if not samples:
+            raise f.fail("samples", f"measured units to train a {cls.kind} model's random forest on", samples)
+
+    @classmethod
+    def _own_fields(cls, d: dict) -> dict:
+        forests = None  # forests for other features (another version's) are trained again from the samples
+        if d.get("forests") and d.get("features") == list(FEATURE_NAMES):
+            forests = {g: Forest.from_dict(f) for g, f in d["forests"].items()}
+        return {"forests": forests}
+
+    def to_dict(self) -> dict:
+        d = super().to_dict()
+        if self._forests:
+            d["features"] = list(FEATURE_NAMES)
+            d["forests"] = {g: f.to_dict() for g, f in self._forests.items()}
+        return d
+
+
+class StatisticalLatencyModel(ForestLatencyModel):
+    """``statistical``: T = T_roof / u_stat, the forest's u_stat the share of the roofline time a unit reaches."""
+
+    kind = "statistical"
+    base_name = "roofline"
+
+    def base_time(self, d: LayerDesc) -> float:
+        return self.t_roof(d)
+
+
+class MixedLatencyModel(ForestLatencyModel):
+    """``mixed``: T = T_ref / u_stat, the forest trained on what the refined roofline leaves over (so the
+    efficiencies multiply: f / (P_peak u_eff u_stat) where compute bounds the unit)."""
+
+    kind = "mixed"
+    base_name = "refined roofline"
+
+    def base_time(self, d: LayerDesc) -> float:
+        return self.t_ref(d)
+
+
+_CLASSES: dict[str, type[LatencyModel]] = {c.kind: c for c in (
+    RooflineLatencyModel, RefinedRooflineLatencyModel, StatisticalLatencyModel, MixedLatencyModel,
+    StepwiseLatencyModel)}
+
+#: the kinds' names, as ``fit``, files and the command line give them
+KINDS = tuple(_CLASSES)
+
+
+def model_class(kind: str) -> type[LatencyModel]:
+    """The class of the ``kind`` model (one of ``KINDS``)."""
+    try:
+        return _CLASSES[kind]
+    except (KeyError, TypeError):  # TypeError: not a name (unhashable)
+        raise ValueError(f"kind {kind!r} not understood: expected one of {', '.join(KINDS)}") from None
 
 
 def _disturbance_meta(a: dict, b: dict) -> dict:
@@ -708,7 +971,7 @@ _MAX_INT = 1 << 48          # a layer's sizes, a dimension's values
 _MAX_WIDTH = 1 << 30        # a step width
 
 
-def _show(v: Any) -> str:
+def _show(v: object) -> str:
     """A value as an error message shows it: short, whatever it is."""
     if v is _MISSING:
         return "nothing (the field is missing)"
@@ -731,44 +994,44 @@ class _ModelFile:
     def __init__(self, where: Path):
         self.where = where
 
-    def fail(self, field: str, what: str, got: Any = _MISSING) -> LatencyModelError:
+    def fail(self, field: str, what: str, got: object = _MISSING) -> LatencyModelError:
         return LatencyModelError(f"{self.where}: {one_line(field)}: expected {what}, got {_show(got)}; the file is "
                                  "incomplete or damaged: fit the model again (`lightning-edge latency fit`)")
 
     # -- types
-    def obj(self, v: Any, field: str, what: str = "an object", max_keys: int = 1000) -> dict:
+    def obj(self, v: object, field: str, what: str = "an object", max_keys: int = 1000) -> dict:
         if not isinstance(v, dict):
             raise self.fail(field, what, v)
         if len(v) > max_keys:
             raise self.fail(field, f"{what} of at most {max_keys} fields", f"{len(v)} fields")
         return v
 
-    def lst(self, v: Any, field: str, max_len: int, what: str = "a list") -> list:
+    def lst(self, v: object, field: str, max_len: int, what: str = "a list") -> list:
         if not isinstance(v, list):
             raise self.fail(field, what, v)
         if len(v) > max_len:
             raise self.fail(field, f"{what} of at most {max_len}", f"{len(v)}")
         return v
 
-    def num(self, v: Any, field: str, lo: float, hi: float, what: str = "a number") -> float:
+    def num(self, v: object, field: str, lo: float, hi: float, what: str = "a number") -> float:
         # ints are compared as ints: float() of a 400-digit integer raises OverflowError
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not (lo <= v <= hi):
             raise self.fail(field, f"{what} from {lo:g} to {hi:g}", v)
         return v
 
-    def integer(self, v: Any, field: str, lo: int, hi: int, what: str = "an integer") -> int:
+    def integer(self, v: object, field: str, lo: int, hi: int, what: str = "an integer") -> int:
         if isinstance(v, bool) or not isinstance(v, int) or not (lo <= v <= hi):
             raise self.fail(field, f"{what} from {lo} to {hi}", v)
         return v
 
-    def text(self, v: Any, field: str, max_len: int = 1000, *, null: bool = False) -> str | None:
+    def text(self, v: object, field: str, max_len: int = 1000, *, null: bool = False) -> str | None:
         if v is None and null:
             return v
         if not isinstance(v, str) or len(v) > max_len:
             raise self.fail(field, f"a string of at most {max_len} characters" + (" or null" if null else ""), v)
         return v
 
-    def plain(self, v: Any, field: str, depth: int) -> None:
+    def plain(self, v: object, field: str, depth: int) -> None:
         """Free-form JSON (meta, fit_cost, extra): finite numbers, bounded strings and lists, at most ``depth``
         levels of lists and objects."""
         if v is None or isinstance(v, bool):
@@ -845,10 +1108,8 @@ class _ModelFile:
         samples = d.get("samples") or []
         for i, s in enumerate(self.lst(samples, "samples", MAX_SAMPLES, "a list of measured layers")):
             self.sample(s, f"samples[{i}]")
-        if kind == "stepwise" and not gens:
-            raise self.fail("stepwise", "at least one layer-class function in a stepwise model", gens)
-        if kind in ("statistical", "mixed") and not samples:
-            raise self.fail("samples", f"measured units to train a {kind} model's random forest on", samples)
+        kcls = model_class(kind)
+        kcls._check_file(d, self)
         feats = d.get("features")
         if feats is not None:
             for i, n in enumerate(self.lst(feats, "features", 4096, "a list of feature names")):
@@ -861,10 +1122,10 @@ class _ModelFile:
                 if g not in ("ratio", "time"):
                     raise self.fail(f"forests.{g}", "a forest named ratio or time", g)
                 check_forest(f, f"forests.{g}", len(feats), self.fail)
-        if kind != "roofline" and "units" not in (d.get("tile") or {}) and meta.get("threads", 1) is None:
+        if kcls.uses_tiles and "units" not in (d.get("tile") or {}) and meta.get("threads", 1) is None:
             raise self.fail("tile.units", "the parallel units the refined roofline tiles over (or meta.threads)")
 
-    def generation(self, g: Any, field: str, ndims: int) -> None:
+    def generation(self, g: object, field: str, ndims: int) -> None:
         g = self.obj(g, field)
         dims = self.lst(g.get("dims", _MISSING), f"{field}.dims", MAX_DIMS, "a list of dimensions")
         if len(dims) != ndims:
@@ -886,7 +1147,7 @@ class _ModelFile:
         self.num(g.get("elapsed_s", 0.0), f"{field}.elapsed_s", 0.0, 1e9, "a number of seconds")
         self.text(g.get("formula"), f"{field}.formula", 100_000, null=True)
 
-    def dim(self, dd: Any, field: str) -> None:
+    def dim(self, dd: object, field: str) -> None:
         dd = self.obj(dd, field)
         self.text(dd.get("name", _MISSING), f"{field}.name", 64)
         for k in ("lo", "hi", "n_values"):
@@ -909,7 +1170,7 @@ class _ModelFile:
             for i, w in enumerate(self.lst(dd["widths"], f"{field}.widths", 64, "a list of step widths")):
                 self.integer(w, f"{field}.widths[{i}]", 1, _MAX_WIDTH, "a step width")
 
-    def tree(self, t: Any, field: str, ndims: int, parent: int) -> None:
+    def tree(self, t: object, field: str, ndims: int, parent: int) -> None:
         """A number, or a node ``{dim, name, w, a, h}`` whose ``a`` and ``h`` are trees of later dimensions (so
         the tree is at most ``ndims`` deep)."""
         if not isinstance(t, dict):
@@ -923,7 +1184,7 @@ class _ModelFile:
         self.tree(t.get("a", _MISSING), f"{field}.a", ndims, dim)
         self.tree(t.get("h", _MISSING), f"{field}.h", ndims, dim)
 
-    def phase(self, ph: Any, field: str) -> None:
+    def phase(self, ph: object, field: str) -> None:
         ph = self.obj(ph, field)
         self.text(ph.get("dim", _MISSING), f"{field}.dim", 64)
         for i, x in enumerate(self.lst(ph.get("points", _MISSING), f"{field}.points", MAX_POINTS)):
@@ -942,7 +1203,7 @@ class _ModelFile:
         for c, lab in enumerate(self.lst(ph.get("labels", []), f"{field}.labels", ncomp)):
             self.text(lab, f"{field}.labels[{c}]", 1000)
 
-    def sample(self, s: Any, field: str) -> None:
+    def sample(self, s: object, field: str) -> None:
         s = self.obj(s, field, "a measured layer {layer, time_s, source}")
         self.num(s.get("time_s", _MISSING), f"{field}.time_s", 0.0, _MAX_TIME_S, "a number of seconds")
         self.text(s.get("source", ""), f"{field}.source")
