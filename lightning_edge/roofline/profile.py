@@ -489,7 +489,7 @@ def save_profile(profile: DeviceProfile | dict, path: str | os.PathLike) -> Path
     path = Path(path)
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-    # atomically, never through a link nor over a file that is not JSON (issue 36): _jsonfile.write_file
+    # atomically (a crash mid-write keeps the old file), never through a link nor over a file that is not JSON: _jsonfile.write_file
     return write_file(path, json.dumps(data, indent=2, default=_json_default) + "\n",
                       lambda why: ValueError(f"{path}: {why}"), ours=is_json_file, what="device profile")
 

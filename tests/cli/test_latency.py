@@ -65,3 +65,18 @@ def test_fitting_a_forest_without_scikit_learn_is_one_line(tmp_path, capsys, mon
     lines = [ln for ln in err.splitlines() if ln.strip()]
     assert len(lines) == 1 and "scikit-learn" in lines[0] and "Traceback" not in err, err
     assert not (tmp_path / "m.json").exists()
+
+
+def test_the_kind_choices_are_the_registered_models():
+    """``latency fit --kind`` offers exactly the model classes registered in latency/model.py (the command keeps its
+    list literal so that ``--help`` loads no torch)."""
+    import argparse
+
+    from lightning_edge.cli import latency as cmd
+    from lightning_edge.latency.model import KINDS
+
+    parser = argparse.ArgumentParser()
+    cmd.add_arguments(parser)
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    kind = next(a for a in sub.choices["fit"]._actions if a.dest == "kind")
+    assert sorted(kind.choices) == sorted(KINDS)
