@@ -88,9 +88,9 @@ class Workload(Protocol):
     A workload may also expose ``fingerprint`` (str), the key of its profiles in a profile store.
     """
 
-    def train(self, mode: PowerMode) -> Any: ...  # -> Measurement
+    def train(self, mode: PowerMode) -> Measurement | Timed: ...
 
-    def infer(self, mode: PowerMode, batch_size: int) -> Any: ...  # -> Measurement
+    def infer(self, mode: PowerMode, batch_size: int) -> Measurement | Timed: ...
 
 
 # ----------------------------------------------------------------------------------------- formulas

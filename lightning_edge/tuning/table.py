@@ -32,6 +32,7 @@ from lightning_edge.tuning.problems import (
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
 
+    from lightning_edge.tuning.backend import ProfileKey
     from lightning_edge.tuning.search import Point, Result
 
 
@@ -84,9 +85,10 @@ class ProfileTable:
 
     # ------------------------------------------------------------------------------ construction
     @classmethod
-    def from_results(cls, kind: str, results: Mapping[Point, Result] | Iterable[tuple[Point, Result]],
-                     **kw: Any) -> ProfileTable:
-        """From ``{Point: Measurement | ConcurrentMeasurement}`` (what a search profiled), keeping ``kind`` points."""
+    def from_results(cls, kind: str, results: Mapping[Point | ProfileKey, Result] |
+                     Iterable[tuple[Point | ProfileKey, Result]], **kw: Any) -> ProfileTable:
+        """From ``{Point: Measurement | ConcurrentMeasurement}`` (what a search profiled; or a store's
+        ``(ProfileKey, Measurement)`` pairs), keeping ``kind`` points."""
         kind = check_kind(kind)
         items = results.items() if isinstance(results, Mapping) else results
         modes: list[PowerMode] = []
