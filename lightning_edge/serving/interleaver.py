@@ -148,8 +148,7 @@ class InterleaverMixin:
                  arrivals: ArrivalProcess | None = None, infer_model: nn.Module | None = None,
                  request_inputs: RequestInputs | torch.Tensor | Mapping[str, torch.Tensor] | None = None,
                  workload: Workload | None = None, space: PowerModeSpace | None = None, store: StoreSpec = None,
-                 safety: float = 0.05,
-                 restore: bool = True, print_summary: bool = False, seed: int | None = 0) -> None:
+                 safety: float = 0.05, restore: bool = True, print_summary: bool = False, seed: int | None = 0) -> None:
         super().__init__()
         if solution is not None and problem is None:
             source = solution.solution if isinstance(solution, Plan) else solution
