@@ -24,9 +24,12 @@ import os
 from collections import deque
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = [
     "ArrivalProcess", "ArrivalStream", "ConstantArrivals", "PoissonArrivals", "TraceArrivals", "TraceFormatError",
@@ -41,7 +44,7 @@ class TraceFormatError(ValueError):
     """A trace file that cannot be read: says which line and what was expected."""
 
 
-def _positive_rate(name: str, rate: Any) -> float:
+def _positive_rate(name: str, rate: float) -> float:
     try:
         r = float(rate)
     except (TypeError, ValueError):
@@ -346,7 +349,7 @@ class RateEstimator:
         self._t: deque[float] = deque()
         self._first: float | None = None
 
-    def observe(self, times_s: Any) -> None:
+    def observe(self, times_s: ArrayLike) -> None:
         t = np.atleast_1d(np.asarray(times_s, dtype=float))
         if t.size == 0:
             return

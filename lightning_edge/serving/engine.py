@@ -21,14 +21,23 @@ falling arrival rate.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from lightning_edge.serving.arrivals import ArrivalProcess, ArrivalStream
 from lightning_edge.serving.stats import MinibatchLog
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from lightning_edge.devices.meter import StepMeter
+    from lightning_edge.modes import PowerMode
+    from lightning_edge.tuning.problems import ConcurrentProblem, InferenceProblem, Solution, Workload
+    from lightning_edge.twin.live import SimWorkload
 
 __all__ = [
     "RequestQueue", "RequestInputs", "ModelRunner", "BatchServer", "Plan", "ConcurrentWorkload", "NonUrgentInference",
@@ -47,7 +56,7 @@ class RequestQueue:
     def __init__(self, arrivals: ArrivalProcess | ArrivalStream, *, stop_s: float = math.inf, chunk_s: float = 10.0
                  ) -> None:
         if isinstance(arrivals, ArrivalProcess):
-            self.process: Any = arrivals
+            self.process: ArrivalProcess = arrivals
             self.stream = arrivals.stream()
         elif isinstance(arrivals, ArrivalStream):
             self.process, self.stream = arrivals.process, arrivals
@@ -112,7 +121,7 @@ class RequestQueue:
     def complete(self, indices: np.ndarray, t_s: float) -> None:
         self._done[indices] = t_s
 
-    def arrival_s(self, indices: Any) -> np.ndarray:
+    def arrival_s(self, indices: np.ndarray | slice) -> np.ndarray:
         return self._arr[indices]
 
     def latencies_s(self) -> np.ndarray:
@@ -135,7 +144,7 @@ class RequestInputs:
     request's ``shape``.
     """
 
-    def __init__(self, pool: Any) -> None:
+    def __init__(self, pool: torch.Tensor | Mapping[str, torch.Tensor]) -> None:
         import torch
 
         from lightning_edge.cost.capture import tensors_of
@@ -157,7 +166,8 @@ class RequestInputs:
         self.n = int(pool.shape[0])
 
     @classmethod
-    def random(cls, shape: tuple[int, ...], n: int = 64, seed: int = 0, dtype: Any = None) -> RequestInputs:
+    def random(cls, shape: tuple[int, ...], n: int = 64, seed: int = 0,
+               dtype: torch.dtype | None = None) -> RequestInputs:
         import torch
 
         g = torch.Generator().manual_seed(int(seed))
@@ -186,7 +196,7 @@ class ModelRunner:
     """Runs one real inference minibatch: ``model`` in eval mode under ``torch.no_grad()``, its previous
     train/eval mode restored afterwards. ``outputs`` keeps the last ``keep`` outputs (0: none)."""
 
-    def __init__(self, model: Any, inputs: RequestInputs, *, keep: int = 0) -> None:
+    def __init__(self, model: nn.Module | Callable[..., Any], inputs: RequestInputs, *, keep: int = 0) -> None:
         from lightning_edge.cost.capture import has_forward
 
         if not callable(model):
@@ -255,7 +265,7 @@ class Plan:
     ``latency_s``/``throughput``/``power_w`` the tuner's predictions (``nan`` when unknown).
     """
 
-    mode: Any
+    mode: PowerMode | None
     batch_size: int
     train_minibatches: int = 0
     infer_time_s: float = math.nan
@@ -264,7 +274,7 @@ class Plan:
     throughput: float = math.nan
     power_w: float = math.nan
     label: str = "measured"
-    solution: Any = field(default=None, compare=False, repr=False)
+    solution: Solution | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if int(self.batch_size) < 1:
@@ -273,11 +283,11 @@ class Plan:
             raise ValueError(f"Plan.train_minibatches must be >= 0, got {self.train_minibatches!r}")
 
     @classmethod
-    def from_solution(cls, sol: Any) -> Plan:
+    def from_solution(cls, sol: Solution | None) -> Plan:
         """From a tuner's :class:`~lightning_edge.tuning.problems.Solution` (inference or concurrent)."""
         if sol is None:
             raise ValueError("no solution: the tuner found no mode and batch size meeting the problem's budgets")
-        kind = getattr(sol.problem, "kind", "")
+        kind = sol.problem.kind
         if kind == "concurrent":
             return cls(sol.mode, int(sol.batch_size), int(sol.train_minibatches or 0), float(sol.infer_time_s),
                        float(sol.time_s), float(sol.latency_s), float(sol.throughput), float(sol.power_w), sol.label,
@@ -298,7 +308,7 @@ class Plan:
         return ", ".join(bits) + f" ({self.label})"
 
 
-def plan_from_times(problem: Any, infer_time_s: dict[int, float], train_time_s: float | None = None, *,
+def plan_from_times(problem: InferenceProblem | ConcurrentProblem, infer_time_s: dict[int, float], train_time_s: float | None = None, *,
                     power_w: float = 0.0, label: str = "measured") -> Plan | None:
     """A plan for a machine with one (uncontrolled) mode from measured minibatch times: the problem's own formulas
     (``problem.assess``) over the batch sizes measured. Power is not measured here: ``power_w`` is used for every
@@ -331,7 +341,7 @@ class ConcurrentWorkload:
     """The tuner's view of a concurrent pair (``Workload`` protocol): ``train(mode)`` profiles the background
     workload, ``infer(mode, bs)`` the latency-bound inference. Its ``fingerprint`` keys the pair's profiles."""
 
-    def __init__(self, train: Any, infer: Any) -> None:
+    def __init__(self, train: Workload, infer: Workload) -> None:
         for name, w in (("train", train), ("infer", infer)):
             if not hasattr(w, "train" if name == "train" else "infer"):
                 raise TypeError(f"ConcurrentWorkload: the {name} workload needs a .{name}() method")
@@ -351,10 +361,10 @@ class ConcurrentWorkload:
     def label(self) -> str:
         return getattr(self.infer_workload, "label", "measured")
 
-    def train(self, mode: Any) -> Any:
+    def train(self, mode: PowerMode) -> Any:
         return self.train_workload.train(mode)
 
-    def infer(self, mode: Any, batch_size: int) -> Any:
+    def infer(self, mode: PowerMode, batch_size: int) -> Any:
         return self.infer_workload.infer(mode, batch_size)
 
     def __repr__(self) -> str:
@@ -366,7 +376,7 @@ class NonUrgentInference:
     minibatch of ``batch_size`` of ``workload`` (the non-urgent model), so a :class:`ConcurrentProblem` maximises
     its minibatches/s within the urgent inference's deadline and the power budget."""
 
-    def __init__(self, workload: Any, batch_size: int) -> None:
+    def __init__(self, workload: SimWorkload, batch_size: int) -> None:
         if int(batch_size) < 1:
             raise ValueError(f"NonUrgentInference batch_size must be >= 1, got {batch_size!r}")
         self.workload = workload
@@ -374,19 +384,19 @@ class NonUrgentInference:
 
     @property
     def fingerprint(self) -> str:
-        return f"{getattr(self.workload, 'fingerprint', repr(self.workload))}-nonurgent-infer-bs{self.batch_size}"
+        return f"{self.workload.fingerprint}-nonurgent-infer-bs{self.batch_size}"
 
     @property
     def device_model(self) -> str | None:
-        return getattr(self.workload, "device_model", None)
+        return self.workload.device_model
 
-    def train(self, mode: Any) -> Any:
+    def train(self, mode: PowerMode) -> Any:
         return self.workload.infer(mode, self.batch_size)
 
-    def infer(self, mode: Any, batch_size: int) -> Any:
+    def infer(self, mode: PowerMode, batch_size: int) -> Any:
         return self.workload.infer(mode, batch_size)
 
-    def draw(self, kind: str, mode: Any, batch_size: int | None = None, rng: Any = None,
+    def draw(self, kind: str, mode: PowerMode, batch_size: int | None = None, rng: np.random.Generator | None = None,
              noise: bool | None = None) -> tuple[float, float, float]:
         """One noisy minibatch (the step meter's): a ``train`` step is one non-urgent minibatch of ``batch_size``."""
         return self.workload.draw("infer", mode, self.batch_size if kind == "train" else batch_size, rng, noise)
@@ -403,7 +413,8 @@ class BatchServer:
     :class:`~lightning_edge.devices.meter.StepMeter`) times it; ``idle_until(t)`` waits (idle power on the twin);
     ``guard_s(t_arrival)`` is the latest start for a request that arrived at ``t_arrival``."""
 
-    def __init__(self, queue: RequestQueue, meter: Any, *, latency_budget_s: float, mode: Any, batch_size: int,
+    def __init__(self, queue: RequestQueue, meter: StepMeter, *, latency_budget_s: float, mode: PowerMode | None,
+                 batch_size: int,
                  infer_time_s: float | None, runner: ModelRunner | None = None, safety: float = 0.05) -> None:
         self.budget_s = float(latency_budget_s)
         if not (math.isfinite(self.budget_s) and self.budget_s > 0):
@@ -423,7 +434,7 @@ class BatchServer:
         self.t_in = RunningMean(None)
         self.set_plan(mode, batch_size, infer_time_s)
 
-    def set_plan(self, mode: Any, batch_size: int, infer_time_s: float | None) -> None:
+    def set_plan(self, mode: PowerMode | None, batch_size: int, infer_time_s: float | None) -> None:
         self.mode = mode
         known = infer_time_s is not None and math.isfinite(infer_time_s)
         if known or int(batch_size) != self.batch_size or self.t_in.prior is None:

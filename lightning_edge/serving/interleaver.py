@@ -42,7 +42,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 from lightning_edge.cost.capture import tensors_of
 from lightning_edge.devices.board import get_board
@@ -56,8 +56,27 @@ from lightning_edge.serving.engine import (
 )
 from lightning_edge.serving.interleaving_engine import InterleavingEngine, InterleavingReport
 from lightning_edge.serving.tune import Retuner, tuner_name
-from lightning_edge.tuning.search import Strategy
-from lightning_edge.tuning.table import ProfileTable
+from lightning_edge.tuning.problems import ConcurrentProblem, Solution
+
+if TYPE_CHECKING:
+    import lightning.pytorch as L
+    import pytorch_lightning as pl
+    import torch
+    from torch import nn
+
+    from lightning_edge.cost.model_cost import ModelCost
+    from lightning_edge.cost.shared import CapturedStep, FirstStep
+    from lightning_edge.devices.board import Board
+    from lightning_edge.devices.meter import StepMeter
+    from lightning_edge.modes import PowerModeSpace
+    from lightning_edge.tuning.problems import Workload
+    from lightning_edge.tuning.search import Strategy
+    from lightning_edge.tuning.store import StoreSpec
+    from lightning_edge.tuning.table import ProfileTable
+
+    # the mixin serves both Lightning packages' Trainers (lightning.pytorch and pytorch_lightning)
+    Trainer = Union[L.Trainer, pl.Trainer]
+    LightningModule = Union[L.LightningModule, pl.LightningModule]
 
 __all__ = ["InterleaverMixin"]
 
@@ -71,14 +90,14 @@ def _first_tensor(batch: Any) -> Any:
                     "request_inputs= and a twin workload, or a solution=")
 
 
-def _keyword_inputs(batch: Any) -> dict:
+def _keyword_inputs(batch: Mapping[str, Any]) -> dict:
     """the tensors of a dict batch (``model(**batch)``), on the CPU."""
     import torch
 
     return {k: v.detach().cpu() for k, v in batch.items() if isinstance(v, torch.Tensor)}
 
 
-def _as_called(batch: Mapping, step: Any, model: Any, infer_model: Any) -> Any:
+def _as_called(batch: Mapping, step: CapturedStep | None, model: nn.Module, infer_model: nn.Module) -> Any:
     """A dict batch's tensors as the inference model was called with them in the captured training step: the
     tensor its one positional argument was (matched by shape: ``self(batch["pixel_values"])``), or the keywords it
     took; None when the step holds no such call (then the batch is taken as keywords, ``model(**batch)``)."""
@@ -124,14 +143,17 @@ class InterleaverMixin:
         print_summary: print the report at the end of the run.
     """
 
-    def __init__(self, problem: Any = None, *, solution: Any = None, tuner: str | Strategy | ProfileTable = "gmd",
-                 device: Any = "sim:orin-agx", arrivals: ArrivalProcess | None = None, infer_model: Any = None,
-                 request_inputs: Any = None, workload: Any = None, space: Any = None, store: Any = None,
+    def __init__(self, problem: ConcurrentProblem | None = None, *, solution: Solution | Plan | None = None,
+                 tuner: str | ProfileTable | Strategy = "gmd", device: Any = "sim:orin-agx",
+                 arrivals: ArrivalProcess | None = None, infer_model: nn.Module | None = None,
+                 request_inputs: RequestInputs | torch.Tensor | Mapping[str, torch.Tensor] | None = None,
+                 workload: Workload | None = None, space: PowerModeSpace | None = None, store: StoreSpec = None,
                  safety: float = 0.05, restore: bool = True, print_summary: bool = False, seed: int | None = 0) -> None:
         super().__init__()
         if solution is not None and problem is None:
-            problem = getattr(solution, "problem", None) or getattr(getattr(solution, "solution", None), "problem", None)
-        if getattr(problem, "kind", None) != "concurrent":
+            source = solution.solution if isinstance(solution, Plan) else solution
+            problem = source.problem if isinstance(source, Solution) else None
+        if not isinstance(problem, ConcurrentProblem):
             raise TypeError("Interleaver needs a ConcurrentProblem (or a concurrent solution=), got "
                             f"{type(problem).__name__}")
         self.problem = problem
@@ -150,20 +172,20 @@ class InterleaverMixin:
         self.restore = bool(restore)
         self.print_summary = bool(print_summary)
         self.seed = seed
-        self.device: Any = None
+        self.device: Board | None = None
         self.engine: InterleavingEngine | None = None
         self.plan: Plan | None = None
         self.report: InterleavingReport | None = None
         self.new_profiles = 0
-        self._meter: Any = None
+        self._meter: StepMeter | None = None
         self._writer: Any = None
         self._stage: str | None = None
-        self._capture: Any = None  # the model's shared capture while it captures the first training step
-        self._train_step: Any = None  # the captured training step (CapturedStep): its cost and how it called
-        self._train_cost: Any = None
+        self._capture: FirstStep | None = None  # the model's shared capture while it captures the first training step
+        self._train_step: CapturedStep | None = None  # the captured training step (CapturedStep): its cost and how it called
+        self._train_cost: ModelCost | None = None
 
     # ------------------------------------------------------------------------------------------ setup
-    def setup(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def setup(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         from lightning_edge.cost.capture import has_forward
 
         if self.infer_model is None and not has_forward(pl_module):  # said before training starts
@@ -177,7 +199,7 @@ class InterleaverMixin:
 
             self.store = open_backend(self.store)
 
-    def _build(self, trainer: Any, pl_module: Any, batch: Any, stage: str) -> None:
+    def _build(self, trainer: Trainer, pl_module: LightningModule, batch: Any, stage: str) -> None:
         dev = self.device or get_board("cpu" if self.device_arg is None else self.device_arg, control="write", seed=self.seed)
         self.device = dev
         infer_model = self.infer_model if self.infer_model is not None else pl_module
@@ -242,7 +264,7 @@ class InterleaverMixin:
         self._stage = stage
 
     # ------------------------------------------------------------------------------------------ hooks
-    def _before(self, trainer: Any, pl_module: Any, batch: Any, stage: str) -> None:
+    def _before(self, trainer: Trainer, pl_module: LightningModule, batch: Any, stage: str) -> None:
         if self.engine is None or self.engine.finished is not None:
             dev = self.device or get_board("cpu" if self.device_arg is None else self.device_arg, control="write", seed=self.seed)
             if (stage == "fit" and dev.simulated and self._train_cost is None and self.solution is None
@@ -264,10 +286,11 @@ class InterleaverMixin:
             self._build(trainer, pl_module, batch, stage)
         self.engine.before_background()  # type: ignore[union-attr]
 
-    def on_train_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int) -> None:
         self._before(trainer, pl_module, batch, "fit")
 
-    def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_train_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
+                           batch_idx: int) -> None:
         if self._capture is not None:  # the capture step: its cost (analysed once, by whoever asks first)
             from lightning_edge.cost.capture import CaptureError
 
@@ -283,32 +306,32 @@ class InterleaverMixin:
         if self.engine is not None and self.engine._bg_start is not None:
             self.engine.after_background()
 
-    def on_predict_batch_start(self, trainer: Any, pl_module: Any, batch: Any, batch_idx: int,
+    def on_predict_batch_start(self, trainer: Trainer, pl_module: LightningModule, batch: Any, batch_idx: int,
                                dataloader_idx: int = 0) -> None:
         self._before(trainer, pl_module, batch, "predict")
 
-    def on_predict_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int,
-                             dataloader_idx: int = 0) -> None:
+    def on_predict_batch_end(self, trainer: Trainer, pl_module: LightningModule, outputs: Any, batch: Any,
+                             batch_idx: int, dataloader_idx: int = 0) -> None:
         if self.engine is not None and self.engine._bg_start is not None:
             self.engine.after_background()
 
-    def on_train_epoch_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_epoch_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         if self.engine is not None and self.engine.finished is None:
-            self._log(trainer, self.engine.report(), int(getattr(trainer, "global_step", 0)))
+            self._log(trainer, self.engine.report(), int(trainer.global_step))
 
-    def on_train_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_train_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._finish(trainer)
 
-    def on_predict_end(self, trainer: Any, pl_module: Any) -> None:
+    def on_predict_end(self, trainer: Trainer, pl_module: LightningModule) -> None:
         self._finish(trainer)
 
-    def on_exception(self, trainer: Any, pl_module: Any, exception: BaseException) -> None:
+    def on_exception(self, trainer: Trainer, pl_module: LightningModule, exception: BaseException) -> None:
         if self._capture is not None:
             self._capture.abort()
             self._capture = None
         self._finish(trainer, log=False)
 
-    def teardown(self, trainer: Any, pl_module: Any, stage: str) -> None:
+    def teardown(self, trainer: Trainer, pl_module: LightningModule, stage: str) -> None:
         if self._meter is not None:
             self._meter.close()
             self._meter = None
@@ -316,27 +339,27 @@ class InterleaverMixin:
             self.device.close()
 
     # ------------------------------------------------------------------------------------------ results
-    def _finish(self, trainer: Any, log: bool = True) -> None:
+    def _finish(self, trainer: Trainer, log: bool = True) -> None:
         if self.engine is None or self.engine.finished is not None:
             return
         self.report = self.engine.finish()
         if log:
-            self._log(trainer, self.report, int(getattr(trainer, "global_step", 0)), text=True)
+            self._log(trainer, self.report, int(trainer.global_step), text=True)
         if self.print_summary:
             print(self.report.describe())
 
-    def _tb(self, trainer: Any) -> Any:
+    def _tb(self, trainer: Trainer) -> Any:
         if self._writer is not None:
             return self._writer
-        for lg in getattr(trainer, "loggers", None) or []:
+        for lg in trainer.loggers:
             exp = getattr(lg, "experiment", None)
             if exp is not None and hasattr(exp, "add_scalar"):
                 self._writer = exp
                 return exp
         return None
 
-    def _log(self, trainer: Any, rep: InterleavingReport, step: int, text: bool = False) -> None:
-        if getattr(trainer, "global_rank", 0) != 0:
+    def _log(self, trainer: Trainer, rep: InterleavingReport, step: int, text: bool = False) -> None:
+        if trainer.global_rank != 0:
             return
         w = self._tb(trainer)
         if w is None:

@@ -30,11 +30,16 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning_edge.serving.arrivals import ArrivalProcess
-from lightning_edge.serving.engine import BatchServer, Plan, RequestQueue, RunningMean
+from lightning_edge.serving.engine import BatchServer, ModelRunner, Plan, RequestQueue, RunningMean
 from lightning_edge.serving.stats import LatencySummary, summarize_latencies
+
+if TYPE_CHECKING:
+    from lightning_edge.devices.controllers.base import ModeController
+    from lightning_edge.devices.meter import StepMeter
+    from lightning_edge.tuning.problems import Solution
 
 __all__ = ["InterleavingEngine", "InterleavingReport"]
 
@@ -92,8 +97,9 @@ class InterleavingEngine:
         safety: relative margin on the expected minibatch times in the deadline checks (default 5 %).
     """
 
-    def __init__(self, plan: Any, arrivals: ArrivalProcess, latency_budget_s: float, *, meter: Any,
-                 runner: Any = None, controller: Any = None, restore: bool = False, safety: float = 0.05,
+    def __init__(self, plan: Plan | Solution, arrivals: ArrivalProcess, latency_budget_s: float, *, meter: StepMeter,
+                 runner: ModelRunner | None = None, controller: ModeController | None = None, restore: bool = False,
+                 safety: float = 0.05,
                  scheduler: str = "managed interleaving") -> None:
         if not isinstance(plan, Plan):
             plan = Plan.from_solution(plan)

@@ -25,19 +25,27 @@ from __future__ import annotations
 import math
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning_edge.devices.meter import SensorMeter, TwinMeter
 from lightning_edge.records import Measurement
 from lightning_edge.serving.arrivals import ArrivalProcess
-from lightning_edge.serving.engine import BatchServer, ModelRunner, Plan, RequestQueue
+from lightning_edge.serving.engine import BatchServer, ModelRunner, NonUrgentInference, Plan, RequestQueue
 from lightning_edge.serving.interleaving_engine import InterleavingReport
 from lightning_edge.serving.stats import summarize_latencies
+
+if TYPE_CHECKING:
+    from lightning_edge.devices.sensors.base import PowerSensor
+    from lightning_edge.devices.sim.device import SimulatedOrin
+    from lightning_edge.modes import PowerMode
+    from lightning_edge.tuning.problems import Solution
+    from lightning_edge.twin.live import SimWorkload
+    from lightning_edge.twin.model import OrinTwin
 
 __all__ = ["run_native_threads", "simulate_native_twin", "NativeTwinMeter"]
 
 
-def _as_plan(plan: Any) -> Plan:
+def _as_plan(plan: Plan | Solution) -> Plan:
     return plan if isinstance(plan, Plan) else Plan.from_solution(plan)
 
 
@@ -55,9 +63,9 @@ def _report(scheduler: str, label: str, plan: Plan, server: BatchServer, n_bg: i
 
 
 # ------------------------------------------------------------------------------------------------ real threads
-def run_native_threads(train_step: Callable[[], Any], model_runner: ModelRunner, arrivals: ArrivalProcess, plan: Any,
-                       latency_budget_s: float, duration_s: float, *, safety: float = 0.05,
-                       sensor: Any = None) -> InterleavingReport:
+def run_native_threads(train_step: Callable[[], Any], model_runner: ModelRunner, arrivals: ArrivalProcess,
+                       plan: Plan | Solution, latency_budget_s: float, duration_s: float, *, safety: float = 0.05,
+                       sensor: PowerSensor | None = None) -> InterleavingReport:
     """Native interleaving on this machine (**measured**): ``train_step()`` in one thread, back to back, for
     ``duration_s`` wall seconds; inference minibatches of ``plan.batch_size`` (``model_runner``) in another, as soon
     as they are due (``bs`` pending, or the oldest request at its deadline guard). Requests arriving before
@@ -114,7 +122,8 @@ class NativeTwinMeter(TwinMeter):
     the GPU with it in round-robin slices, and idle time (``wait_until``) is training time. One seeded generator
     draws the noise and the slices' phase. ``simulated``."""
 
-    def __init__(self, twin: Any, *, train: Any, infer: Any, mode: Any, timeslice_s: float = 1e-3,
+    def __init__(self, twin: OrinTwin | SimulatedOrin, *, train: SimWorkload | NonUrgentInference, infer: SimWorkload,
+                 mode: PowerMode | None, timeslice_s: float = 1e-3,
                  switch_s: float = 25e-6, seed: int | None = 0, noise: bool = True) -> None:
         if not (timeslice_s > 0 and switch_s >= 0):
             raise ValueError(f"timeslice_s must be > 0 and switch_s >= 0, got {timeslice_s!r}, {switch_s!r}")
@@ -175,8 +184,8 @@ class NativeTwinMeter(TwinMeter):
         return self.energy
 
 
-def simulate_native_twin(plan: Any, arrivals: ArrivalProcess, latency_budget_s: float, duration_s: float, *,
-                         infer: Any, train: Any, timeslice_s: float = 1e-3, switch_s: float = 25e-6,
+def simulate_native_twin(plan: Plan | Solution, arrivals: ArrivalProcess, latency_budget_s: float, duration_s: float,
+                         *, infer: SimWorkload, train: SimWorkload | NonUrgentInference, timeslice_s: float = 1e-3, switch_s: float = 25e-6,
                          safety: float = 0.05, seed: int | None = 0, noise: bool = True) -> InterleavingReport:
     """Native interleaving on the twin, as the time-slicing **model** of the module docstring (``simulated``).
 

@@ -31,8 +31,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -47,12 +48,30 @@ from lightning_edge.serving.engine import (
 )
 from lightning_edge.serving.stats import LatencySummary, summarize_latencies
 from lightning_edge.serving.tune import Retuner
+from lightning_edge.tuning.problems import InferenceProblem
+
+if TYPE_CHECKING:
+    import torch
+    from lightning.pytorch.loggers import TensorBoardLogger
+    from torch import nn
+    from torch.utils.tensorboard import SummaryWriter
+
+    from lightning_edge.devices.meter import StepMeter
+    from lightning_edge.modes import PowerModeSpace
+    from lightning_edge.serving.stats import MinibatchLog
+    from lightning_edge.tuning.problems import Solution, Workload
+    from lightning_edge.tuning.search import Strategy
+    from lightning_edge.tuning.store import StoreSpec
+    from lightning_edge.tuning.table import ProfileTable
+    from lightning_edge.twin.live import SimWorkload
+    from lightning_edge.twin.model import OrinTwin
 
 __all__ = ["InferenceRunner", "ServingReport", "RetuneEvent", "twin_workload"]
 
 
-def twin_workload(model: Any, twin: Any, example: Any = None, *, seed: int | None = 0,
-                  train_batch_size: int | None = None) -> Any:
+def twin_workload(model: nn.Module | str | SimWorkload, twin: OrinTwin,
+                  example: torch.Tensor | Mapping[str, torch.Tensor] | None = None, *, seed: int | None = 0,
+                  train_batch_size: int | None = None) -> SimWorkload:
     """A :class:`~lightning_edge.twin.live.SimWorkload` for ``model`` on ``twin``: a zoo name, an existing
     twin workload (returned as is), or an ``nn.Module`` with ``example`` = one minibatch (batch dimension first)."""
     from lightning_edge.twin.live import SimWorkload
@@ -163,14 +182,19 @@ class InferenceRunner:
             ``serving/arrival_rps``, ``serving/power_w``.
     """
 
-    def __init__(self, model: Any, problem: Any, *, device: Any = "sim:orin-agx", arrivals: ArrivalProcess | None = None,
-                 tuner: Any = "dynamic", workload: Any = None, example_input: Any = None, request_inputs: Any = None,
-                 run_model: bool | None = None, space: Any = None, store: Any = None, retune: bool = True,
+    def __init__(self, model: nn.Module | str | SimWorkload, problem: InferenceProblem, *, device: Any = "sim:orin-agx",
+                 arrivals: ArrivalProcess | None = None,
+                 tuner: str | Plan | Solution | ProfileTable | Strategy | None = "dynamic", workload: Workload | None = None,
+                 example_input: torch.Tensor | Mapping[str, torch.Tensor] | None = None,
+                 request_inputs: RequestInputs | torch.Tensor | Mapping[str, torch.Tensor] | None = None,
+                 run_model: bool | None = None, space: PowerModeSpace | None = None, store: StoreSpec = None,
+                 retune: bool = True,
                  rate_window_s: float = 30.0, rate_tolerance: float = 0.1, retune_interval_s: float | None = None,
-                 safety: float = 0.05, report_window_s: float = 300.0, logger: Any = None, seed: int | None = 0,
+                 safety: float = 0.05, report_window_s: float = 300.0,
+                 logger: SummaryWriter | TensorBoardLogger | None = None, seed: int | None = 0,
                  als_latency_range_s: tuple[float, float] | None = None,
                  als_rate_range_rps: tuple[float, float] | None = None, keep_outputs: int = 0) -> None:
-        if getattr(problem, "kind", None) != "infer":
+        if not isinstance(problem, InferenceProblem):
             raise TypeError(f"InferenceRunner needs an InferenceProblem, got {type(problem).__name__}")
         self.model = model
         self.problem = problem
@@ -227,7 +251,9 @@ class InferenceRunner:
         self.report: ServingReport | None = None
 
     @staticmethod
-    def _inputs(request_inputs: Any, example_input: Any, model: Any) -> RequestInputs | None:
+    def _inputs(request_inputs: RequestInputs | torch.Tensor | Mapping[str, torch.Tensor] | None,
+                example_input: torch.Tensor | Mapping[str, torch.Tensor] | None,
+                model: nn.Module | str | SimWorkload) -> RequestInputs | None:
         if isinstance(request_inputs, RequestInputs):
             return request_inputs
         if request_inputs is not None:
@@ -274,7 +300,7 @@ class InferenceRunner:
                 except Exception:  # noqa: BLE001
                     pass
 
-    def _loop(self, end_s: float, meter: Any, runner: ModelRunner | None) -> ServingReport:
+    def _loop(self, end_s: float, meter: StepMeter, runner: ModelRunner | None) -> ServingReport:
         dev = self.device
         rate = self.problem.arrival_rps
         plan, new = self._solve(rate)
@@ -338,7 +364,7 @@ class InferenceRunner:
         return self.report
 
     def _windows(self, arrivals: np.ndarray, lat: np.ndarray, events: list[RetuneEvent], end_s: float,
-                 log: Any) -> list[dict]:
+                 log: MinibatchLog) -> list[dict]:
         out = []
         w = self.report_window_s
         starts = np.asarray(log.start_s)

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["LatencySummary", "summarize_latencies", "MinibatchLog"]
 
@@ -48,7 +51,7 @@ class LatencySummary:
                 f"{self.budget_s * ms:g} ms ({self.deadline_misses} misses), {self.label}")
 
 
-def summarize_latencies(latencies_s: Any, budget_s: float, label: str = "measured") -> LatencySummary:
+def summarize_latencies(latencies_s: ArrayLike, budget_s: float, label: str = "measured") -> LatencySummary:
     """:class:`LatencySummary` of an array of per-request latencies (s) against ``budget_s``."""
     lat = np.asarray(latencies_s, dtype=float).ravel()
     budget_s = float(budget_s)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import inspect
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, SupportsFloat
 
 import optuna
 from optuna.trial import FrozenTrial
@@ -27,7 +27,7 @@ _NAMED = hasattr(optuna.trial.Trial, "set_constraint")
 _CREATE_TAKES_CONSTRAINTS = "constraints" in inspect.signature(optuna.trial.create_trial).parameters
 
 
-def _checked(name: str, value: Any) -> float:
+def _checked(name: str, value: SupportsFloat) -> float:
     v = float(value)
     if math.isnan(v):
         raise ValueError(f"constraint {name!r} is NaN: a constraint value must be a number (<= 0: feasible)")

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 from lightning_edge.modes import PowerMode
-from lightning_edge.tuning.problems import Measurement
+from lightning_edge.tuning.problems import Measurement, Problem, Workload
 
 
 class ProfileKey(NamedTuple):
@@ -42,8 +42,8 @@ class ProfileSource(Protocol):
 class ProfileBackend(Protocol):
     """A place that keeps profiles (``store=`` of every strategy)."""
 
-    def profiles(self, workload: Any, *, workload_id: str | None = None, device_model: str | None = None,
-                 problem: Any = None, strategy: str = "") -> ProfileSource:
+    def profiles(self, workload: Workload, *, workload_id: str | None = None, device_model: str | None = None,
+                 problem: Problem | None = None, strategy: str = "") -> ProfileSource:
         """The profiles of ``workload`` (keyed by ``workload_id`` / its fingerprint and the device model); a
         persistent backend records ``problem`` (its constraint values) and ``strategy`` with what it measures."""
         ...
@@ -66,7 +66,7 @@ class MemoryStore:
     def describe(self) -> str:
         return "in memory (not kept)"
 
-    def profiles(self, workload: Any, **_: Any) -> MemoryStore:
+    def profiles(self, workload: Workload, **_: Any) -> MemoryStore:
         return self
 
     def lookup(self, key: ProfileKey) -> Measurement | None:

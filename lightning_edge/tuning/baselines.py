@@ -20,8 +20,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Generator, Sequence
-from typing import Any
+from collections.abc import Callable, Generator, Sequence
 
 import numpy as np
 
@@ -32,6 +31,7 @@ from lightning_edge.tuning.pareto import best_index
 from lightning_edge.tuning.problems import (
     ConcurrentProblem,
     InferenceProblem,
+    Problem,
     TrainingProblem,
     queueing_time_s,
     within,
@@ -122,7 +122,7 @@ class NeuralBaseline(_RandomPoints):
     def __repr__(self) -> str:
         return f"NeuralBaseline(n_profiles={self.n_profiles}, verify={self.verify})"
 
-    def budget(self, problem: Any, space: PowerModeSpace) -> int:
+    def budget(self, problem: Problem, space: PowerModeSpace) -> int:
         return self.budget_for(self.spec_for(problem, 0), space) + (self.max_verify if self.verify else 0)
 
     def predict_table(self, ctx: SearchContext, spec: ExploreSpec, space: PowerModeSpace) -> ProfileTable:
@@ -165,7 +165,7 @@ class NeuralBaseline(_RandomPoints):
         return t
 
     # ---- solve: predicted answer, optionally verified by profiling it
-    def search(self, ctx: SearchContext, problem: Any, space: PowerModeSpace, seed: int | None) -> Generator:
+    def search(self, ctx: SearchContext, problem: Problem, space: PowerModeSpace, seed: int | None) -> Generator:
         spec = self.spec_for(problem, seed)
         yield from self.explore_search(ctx, spec, space)
         table = self.predict_table(ctx, spec, space)
@@ -189,7 +189,7 @@ class NeuralBaseline(_RandomPoints):
                 return
             feasible[i] = False
 
-    def answer(self, ctx: SearchContext, problem: Any, space: PowerModeSpace, new_profiles: int) -> SearchResult:
+    def answer(self, ctx: SearchContext, problem: Problem, space: PowerModeSpace, new_profiles: int) -> SearchResult:
         choice = getattr(ctx, "nn_choice", None)
         sol = None
         observed = ctx.table(problem.kind, strategy=self.name, new_profiles=new_profiles)
@@ -214,10 +214,10 @@ class BinarySearch(Strategy):
     def _per_bs(self, space: PowerModeSpace) -> int:
         return sum(math.ceil(math.log2(n)) for n in space.shape if n > 1) + 1
 
-    def budget(self, problem: Any, space: PowerModeSpace) -> int:
+    def budget(self, problem: Problem, space: PowerModeSpace) -> int:
         return self._per_bs(space) * (1 if problem.kind == "train" else len(problem.batch_sizes))
 
-    def search(self, ctx: SearchContext, problem: Any, space: PowerModeSpace, seed: int | None = None) -> Generator:
+    def search(self, ctx: SearchContext, problem: Problem, space: PowerModeSpace, seed: int | None = None) -> Generator:
         grid = Grid.of(space)
         p_hat = problem.power_budget_w
         if isinstance(problem, TrainingProblem):
@@ -237,7 +237,7 @@ class BinarySearch(Strategy):
                 return
 
     @staticmethod
-    def _bisect(ctx: SearchContext, grid: Grid, point_at: Any, p_hat: float) -> Generator:
+    def _bisect(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Point], p_hat: float) -> Generator:
         lo = [0] * 4
         hi = [n - 1 for n in grid.sizes]
         cur = [(a + b + 1) // 2 for a, b in zip(lo, hi)]

@@ -58,16 +58,18 @@ from __future__ import annotations
 import copy
 import math
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning_edge.modes import PowerModeSpace
 from lightning_edge.tuning.pareto import best_index
-from lightning_edge.tuning.prior import DEFAULT_PRIOR_PROFILES, POWER_GUARD, guarded, prior_search
+from lightning_edge.tuning.prior import DEFAULT_PRIOR_PROFILES, POWER_GUARD, Prior, guarded, prior_search
 from lightning_edge.tuning.problems import (
     ConcurrentMeasurement,
     ConcurrentProblem,
     InferenceProblem,
+    Problem,
     TrainingProblem,
+    Workload,
     cycle_time_s,
     inference_latency_s,
     interleaved_minibatches,
@@ -75,25 +77,36 @@ from lightning_edge.tuning.problems import (
     queueing_time_s,
     within,
 )
-from lightning_edge.tuning.search import Grid, Point, SearchContext, SearchResult, Strategy, open_backend
+from lightning_edge.tuning.search import (
+    Grid,
+    Point,
+    Result,
+    SearchContext,
+    SearchResult,
+    Strategy,
+    open_backend,
+)
 from lightning_edge.tuning.table import ProfileTable
+
+if TYPE_CHECKING:
+    from lightning_edge.tuning.store import StoreSpec
 
 DEFAULT_MAX_PROFILES = {"train": 10, "infer": 11, "concurrent": 15}
 """Fulcrum's GMD budgets: GMD10 (training), GMD11 (inference), GMD15 (concurrent)."""
 
 
-def _parts(res: Any) -> dict[str, tuple[float, float]]:
+def _parts(res: Result) -> dict[str, tuple[float, float]]:
     """(time, power) of each workload in a profiled result."""
     if isinstance(res, ConcurrentMeasurement):
         return {"train": (res.train.time_s, res.train.power_w), "infer": (res.infer.time_s, res.infer.power_w)}
     return {"w": (res.time_s, res.power_w)}
 
 
-def _power(res: Any) -> float:
+def _power(res: Result) -> float:
     return max(p for _, p in _parts(res).values())
 
 
-def _dominant(res: Any) -> str:
+def _dominant(res: Result) -> str:
     parts = _parts(res)
     return max(parts, key=lambda w: (parts[w][1], w == "train"))
 
@@ -123,21 +136,21 @@ class _Line:
         self.hi = [n - 1 for n in grid.sizes]
         self.rho: dict[str, list[float]] = {}
         self._limit_w = p_hat * (1.0 + 1e-12) + 1e-15  # the slack of problems.within
-        self._known: dict[tuple, Any] = {}  # memo of ctx lookups: only this search adds points meanwhile
+        self._known: dict[tuple, Result | None] = {}  # memo of ctx lookups: only this search adds points meanwhile
         self.descend_min = False
         # set by moved(): the base is within the budget but too slow for the problem (stall_ascent), or over
         # the budget because the line below it was too slow (stall_descent)
         self.stall_ascent = self.stall_descent = False
 
-    def over(self, res: Any) -> bool:
+    def over(self, res: Result) -> bool:
         return _power(res) > self._limit_w
 
-    def known(self, idx: tuple) -> Any:
+    def known(self, idx: tuple) -> Result | None:
         if idx not in self._known:
             self._known[idx] = self.ctx.known(self.point_at(idx))
         return self._known[idx]
 
-    def record(self, idx: tuple, res: Any) -> None:
+    def record(self, idx: tuple, res: Result) -> None:
         self._known[idx] = res
 
     def line(self, base: tuple, d: int) -> tuple[list[int], list[int]]:
@@ -173,7 +186,7 @@ class _Line:
             return _with(base, d, min(i))
         return base
 
-    def set_rho(self, a: tuple, ra: Any, b: tuple, rb: Any, d: int) -> None:
+    def set_rho(self, a: tuple, ra: Result, b: tuple, rb: Result, d: int) -> None:
         (low, rl), (high, rh) = sorted([(a, ra), (b, rb)], key=lambda x: x[0][d])
         pl, ph = _parts(rl), _parts(rh)
         if len(pl) > 1:  # the interleaved cycle: both workloads' times at the larger power
@@ -304,7 +317,7 @@ def _le(x: float, budget: float) -> bool:
     return x <= budget * (1.0 + 1e-12) + 1e-15  # problems.within, for one number
 
 
-def feasible_point(problem: Any, point: Point, res: Any) -> bool:
+def feasible_point(problem: Problem, point: Point, res: Result) -> bool:
     """The problem's constraints for one profiled point (scalar twin of ``problem.assess``; also the
     baselines')."""
     if isinstance(problem, TrainingProblem):
@@ -333,7 +346,7 @@ def _by_latency(cands: list[tuple], tie: float) -> list[tuple]:
     return head + [c for c in cands if c[0] > best * (1 + tie)]
 
 
-def _any_feasible(ctx: SearchContext, problem: Any) -> bool:
+def _any_feasible(ctx: SearchContext, problem: Problem) -> bool:
     return any(p.kind == problem.kind and feasible_point(problem, p, r) for p, r in ctx.results.items())
 
 
@@ -373,7 +386,7 @@ class GMD(Strategy):
     def __init__(self, *, max_profiles: int | dict | None = None, search_profiles: int | dict = 10,
                  power_eps_w: float = 0.5, latency_tie: float = 0.02, inference_bound: bool = True,
                  descend_min_rho: bool = False, finish_line: bool = True, stall_aware: bool = True,
-                 prior: Any = None, prior_profiles: int | None = None, prior_then_search: bool = False,
+                 prior: Prior | None = None, prior_profiles: int | None = None, prior_then_search: bool = False,
                  power_guard: float = POWER_GUARD) -> None:
         mp = dict(DEFAULT_MAX_PROFILES)
         if isinstance(max_profiles, dict):
@@ -399,7 +412,7 @@ class GMD(Strategy):
             raise ValueError(f"power_guard is a fraction of the budget in [0, 0.5), got {power_guard!r}")
         self.last_trace: list = []
 
-    def with_prior(self, prior: Any, then_search: bool | None = None) -> GMD:
+    def with_prior(self, prior: Prior | None, then_search: bool | None = None) -> GMD:
         """A copy of this GMD that starts from ``prior`` (``None``: without one); ``then_search`` sets
         ``prior_then_search`` (default: unchanged)."""
         out = copy.copy(self)
@@ -418,11 +431,11 @@ class GMD(Strategy):
     def __repr__(self) -> str:
         return f"GMD(max_profiles={self.max_profiles}, search_profiles={self.search_profiles})"
 
-    def budget(self, problem: Any, space: PowerModeSpace) -> int:
+    def budget(self, problem: Problem, space: PowerModeSpace) -> int:
         extra = self.prior_profiles if self.prior is not None and isinstance(problem, TrainingProblem) else 0
         return int(self.max_profiles[problem.kind]) + extra  # with a prior: its profiles, then Algorithm 1's
 
-    def answer(self, ctx: SearchContext, problem: Any, space: PowerModeSpace, new_profiles: int) -> SearchResult:
+    def answer(self, ctx: SearchContext, problem: Problem, space: PowerModeSpace, new_profiles: int) -> SearchResult:
         """The best profiled point (:meth:`Strategy.answer`); with a prior, training's answer is the fastest profile
         at least ``power_guard`` under the budget when there is one (a prior aims at the budget's edge, where a
         profile's noise decides), else the fastest within it as measured."""
@@ -434,7 +447,7 @@ class GMD(Strategy):
             res.solution = res.table.solution_at(problem, i)
         return res
 
-    def search(self, ctx: SearchContext, problem: Any, space: PowerModeSpace, seed: int | None = None) -> Generator:
+    def search(self, ctx: SearchContext, problem: Problem, space: PowerModeSpace, seed: int | None = None) -> Generator:
         grid = Grid.of(space)
         self.last_trace = trace = []
         ctx.trace = trace  # type: ignore[attr-defined]
@@ -534,7 +547,7 @@ class GMD(Strategy):
         core_limit = min(limit, ctx.used + self.search_profiles["concurrent"])
         stalled = None
         if self.stall_aware:
-            def stalled(r: Any) -> float:
+            def stalled(r: ConcurrentMeasurement) -> float:
                 return (r.train.time_s + r.infer.time_s) / cycle_time_s(chosen, alpha) - 1.0
         yield from gmd_core(ctx, grid, lambda i: Point("concurrent", grid.mode(i), chosen), problem.power_budget_w,
                             core_limit, self.power_eps_w, trace, descend_min=self.descend_min_rho,
@@ -567,15 +580,15 @@ class DynamicGMD:
     batch size. ``profiles`` is everything profiled so far.
     """
 
-    def __init__(self, space: PowerModeSpace, workload: Any, gmd: GMD | None = None, *, store: Any = None,
+    def __init__(self, space: PowerModeSpace, workload: Workload, gmd: GMD | None = None, *, store: StoreSpec = None,
                  **run_kw: Any) -> None:
         self.space, self.workload = space, workload
         self.gmd = gmd if gmd is not None else GMD()
         self.store = open_backend(store)
         self.run_kw = run_kw
-        self.profiles: dict[Point, Any] = {}
+        self.profiles: dict[Point, Result] = {}
 
-    def step(self, problem: Any) -> Any:
+    def step(self, problem: Problem) -> SearchResult:
         if self.profiles:
             table = ProfileTable.from_results(problem.kind, self.profiles, strategy="GMD-dynamic", profiles_used=0)
             sol = table.solve(problem) if len(table) else None

@@ -22,9 +22,12 @@ import ctypes
 import glob
 import os
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 
 def _openblas() -> Any:
@@ -103,7 +106,7 @@ class MLP:
         self.y_scale: np.ndarray | None = None
 
     # ------------------------------------------------------------------------------ scaling
-    def set_input_scaler(self, X_all: Any) -> None:
+    def set_input_scaler(self, X_all: ArrayLike) -> None:
         X = np.asarray(X_all, dtype=float)
         self.x_mean = X.mean(axis=0)
         std = X.std(axis=0)
@@ -154,7 +157,7 @@ class MLP:
         self._flat -= step * self._m / (np.sqrt(self._v) + eps)
         return loss
 
-    def fit(self, X: Any, Y: Any, *, epochs: int = 1000, val_frac: float = 0.2, min_val: int = 2) -> np.ndarray:
+    def fit(self, X: ArrayLike, Y: ArrayLike, *, epochs: int = 1000, val_frac: float = 0.2, min_val: int = 2) -> np.ndarray:
         """Train on ``X`` (n, n_in) and ``Y`` (n, n_models), warm-starting from the current weights.
 
         Keeps the weights with the best validation loss (80:20 split when there are enough points).
@@ -163,7 +166,7 @@ class MLP:
         with single_threaded_blas():
             return self._fit(X, Y, epochs=epochs, val_frac=val_frac, min_val=min_val)
 
-    def _fit(self, X: Any, Y: Any, *, epochs: int, val_frac: float, min_val: int) -> np.ndarray:
+    def _fit(self, X: ArrayLike, Y: ArrayLike, *, epochs: int, val_frac: float, min_val: int) -> np.ndarray:
         X = np.asarray(X, dtype=float)
         Y = np.asarray(Y, dtype=float).reshape(len(X), self.n_models)
         if self.y_scale is None:
@@ -213,7 +216,7 @@ class MLP:
             off += n
         return [np.concatenate(o) for o in out]
 
-    def predict(self, X: Any) -> np.ndarray:
+    def predict(self, X: ArrayLike) -> np.ndarray:
         """Predictions (n, n_models) in the units of the targets."""
         X = np.asarray(X, dtype=float)
         with single_threaded_blas():
@@ -221,7 +224,7 @@ class MLP:
         return out * (self.y_scale if self.y_scale is not None else 1.0)
 
 
-def mape(pred: Any, true: Any) -> float:
+def mape(pred: ArrayLike, true: ArrayLike) -> float:
     """Mean absolute percentage error (%), as Fulcrum reports for its NN."""
     p, t = np.asarray(pred, dtype=float), np.asarray(true, dtype=float)
     return float(np.mean(np.abs(p - t) / np.abs(t)) * 100.0)

@@ -60,25 +60,39 @@ import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from lightning_edge import catalog
 from lightning_edge.devices.board import store_key_for
 from lightning_edge.devices.controllers.errors import BoardReleasedError
-from lightning_edge.devices.meter import JETSON_SETTLE_S, TwinMeter
-from lightning_edge.modes import KNOBS, PowerMode, PowerModeSpace
+from lightning_edge.devices.meter import JETSON_SETTLE_S, StepMeter, TwinMeter
+from lightning_edge.modes import KNOBS, ModeLike, PowerMode, PowerModeSpace
 from lightning_edge.records import OverBudget, over_budget, settled
-from lightning_edge.tuning.problems import Measurement, Solution, TrainingProblem
+from lightning_edge.tuning.problems import Measurement, Problem, Solution, TrainingProblem
 from lightning_edge.tuning.search import (
     MemoryStore,
+    Point,
     ProfileKey,
+    Result,
+    SearchResult,
     Strategy,
     open_backend,
     strategy_named,
 )
 from lightning_edge.tuning.table import ProfileTable
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from lightning_edge.cost.model_cost import ModelCost
+    from lightning_edge.devices.board import Board
+    from lightning_edge.devices.controllers.base import AppliedMode, ModeController
+    from lightning_edge.tuning.prior import Prior
+    from lightning_edge.tuning.store import StoreSpec
+    from lightning_edge.twin.boards import BoardFile
+    from lightning_edge.twin.live import SimWorkload
 
 __all__ = [
     "OnlineTuner", "WindowSpec", "ProfileWindow", "StepRecord",
@@ -134,7 +148,7 @@ class TuningProgress:
 
     profiles_done: int
     profiles_planned: int
-    baseline: Any
+    baseline: bool
     settle_steps: float
     warmup_steps: float
     window_steps: float
@@ -246,7 +260,7 @@ def batch_signature(batch: Any) -> tuple[int | None, str]:
     return bs, "+".join(parts)
 
 
-def module_fingerprint(module: Any, batch: Any, precision: str = "fp32", extra: str = "") -> str:
+def module_fingerprint(module: nn.Module, batch: Any, precision: str = "fp32", extra: str = "") -> str:
     """The key of a training workload's profiles: module class, parameter count, batch signature, precision.
 
     Two runs of the same model on the same data shapes get the same key (and share profiles); a different
@@ -528,13 +542,14 @@ class OnlineTuner:
             ``THOROUGH_AFTER_STEPS`` minibatches.
     """
 
-    def __init__(self, problem: TrainingProblem | float, controller: Any, meter: Any, *,
-                 strategy: str | Strategy = "gmd", space: PowerModeSpace | None = None, store: Any = "default",
-                 fingerprint: str | None = None, device_model: str | None = None, window: WindowSpec | None = None,
-                 switch_at: str = "window", baseline: bool = True, drift_window: int = 20,
-                 drift_tolerance: float = 0.03, drift_patience: int = 2,
-                 on_event: Callable[[str, dict], None] | None = None, wait_timeout_s: float = 600.0,
-                 prior: Any = "auto", thorough: bool = False) -> None:
+    def __init__(self, problem: TrainingProblem | float, controller: ModeController, meter: StepMeter, *,
+                 strategy: str | Strategy = "gmd", space: PowerModeSpace | None = None, store: StoreSpec = "default",
+                 fingerprint: str | None = None,
+                 device_model: str | None = None, window: WindowSpec | None = None, switch_at: str = "window",
+                 baseline: bool = True, drift_window: int = 20, drift_tolerance: float = 0.03,
+                 drift_patience: int = 2, on_event: Callable[[str, dict], None] | None = None,
+                 wait_timeout_s: float = 600.0, prior: Prior | str | bool | None = "auto",
+                 thorough: bool = False) -> None:
         if not isinstance(problem, TrainingProblem):
             problem = TrainingProblem(float(problem))
         if switch_at not in ("window", "epoch"):
@@ -558,8 +573,8 @@ class OnlineTuner:
         self.store = open_backend(store)
         self.interrupted: Callable[[], bool] | None = None  # e.g. "the Trainer got SIGTERM": stop waiting
         self.fingerprint = fingerprint
-        self.device_model = device_model or store_key_for(controller, getattr(meter, "twin", None),
-                                                          simulated=_on_twin(meter))
+        self.device_model = device_model or store_key_for(controller, meter.twin if isinstance(meter, TwinMeter)
+                                                          else None, simulated=_on_twin(meter))
         self.window_spec = window or WindowSpec()
         self.switch_at = switch_at
         self.baseline = bool(baseline)
@@ -574,7 +589,7 @@ class OnlineTuner:
             raise ValueError(f"prior: expected 'auto', None or a lightning_edge.tuning.prior.Prior, got {prior!r}")
         self.prior_setting = prior or None
         self.thorough = bool(thorough)
-        self.prior: Any = None
+        self.prior: Prior | None = None
         self.prior_note: str | None = None  # why there is no prior, when there is none
         self.prior_time_s = 0.0
         self.planned_profiles = 0  # the strategy's profiles of the current solve (+ MAXN), an upper bound
@@ -585,7 +600,7 @@ class OnlineTuner:
         self.phase = Phase.WAITING
         self.original_mode: PowerMode | None = None
         self.solution: Solution | None = None
-        self.result: Any = None
+        self.result: SearchResult | None = None
         self.baseline_profile: Measurement | None = None  # MAXN's figure (never run): stored, or the prior's
         self.baseline_source: str | None = None
         self.profiles: list[dict] = []  # every window measured in this run
@@ -603,16 +618,16 @@ class OnlineTuner:
         self._drift_hits = 0
         self._closed = False
         self.started = False
-        self._restored: Any = None
+        self._restored: AppliedMode | None = None
         self._switched_s = -math.inf
         self._drift_buf: list[StepRecord] = []
         self._quality_retuned = False  # re-tuned on partial readings in the chosen mode (once per episode)
-        self._known: dict = {}  # every point any solve of this tuner profiled or found in the store
+        self._known: dict[Point, Result] = {}  # every point any solve of this tuner profiled or found in the store
 
     # ------------------------------------------------------------------ lifecycle
     @property
     def label(self) -> str:
-        return getattr(self.meter, "label", "measured")
+        return self.meter.label
 
     def bind(self, fingerprint: str) -> None:
         if not self.fingerprint:
@@ -641,7 +656,7 @@ class OnlineTuner:
             self.prior_note = "no prior (turned off)"
             return True
         if not hasattr(self.strategy, "with_prior"):
-            self.prior_note = f"no prior ({getattr(self.strategy, 'name', 'this strategy')} takes none)"
+            self.prior_note = f"no prior ({self.strategy.name} takes none)"
             return True
         if setting != "auto":
             self.prior = setting
@@ -652,7 +667,8 @@ class OnlineTuner:
             return False
         return self._build_prior(lambda: self.meter.workload, simulated=True)
 
-    def bind_model(self, module: Any, example_inputs: Any = None, *, batch_size: int | None = None) -> None:
+    def bind_model(self, module: nn.Module | ModelCost, example_inputs: Any = None, *,
+                   batch_size: int | None = None) -> None:
         """The module and one minibatch of its forward inputs, or the training step's captured
         :class:`~lightning_edge.cost.ModelCost` and its batch size (what ``PowerModeTuner`` passes), for the prior
         on a real Orin AGX (the twin's calibrated model of that cost). Call before :meth:`start`; the twin's meter
@@ -668,7 +684,7 @@ class OnlineTuner:
 
     def _make_board_prior(self) -> bool:
         if not _has_model(self.controller):
-            name = getattr(self.space, "name", "this device")
+            name = self.space.name
             self.prior_note = (f"no prior: no device model for {name} (give one: prior=prior_from_rooflines(cost, "
                                "space, a device profile's rooflines))")
             return True
@@ -686,7 +702,7 @@ class OnlineTuner:
             module, OrinTwin(board=model, space=self.space, noise=False, settling=False), example_inputs=inputs,
             noise=False, train_batch_size=batch_size), simulated=False, board=model)
 
-    def _build_prior(self, workload: Callable[[], Any], simulated: bool, board: Any = None) -> bool:
+    def _build_prior(self, workload: Callable[[], SimWorkload], simulated: bool, board: BoardFile | None = None) -> bool:
         """The twin model's prior of ``workload()`` (timed); a failure goes to ``prior_note``."""
         from lightning_edge.tuning.prior import prior_for_twin
 
@@ -715,8 +731,8 @@ class OnlineTuner:
             if self._known:  # a re-tune: everything profiled so far corrects the prediction too
                 seen = {}
                 for point, m in self._known.items():
-                    if getattr(point, "kind", None) == "train" and _in_space(self.space, point.mode) and \
-                            getattr(m, "trusted", True) and math.isfinite(m.power_w):
+                    if point.kind == "train" and _in_space(self.space, point.mode) and \
+                            m.trusted and math.isfinite(m.power_w):
                         seen[self.space.index(self.space.coerce(point.mode))] = (m.time_s, m.power_w)
                 prior = prior.with_measured(seen)
             strategy = strategy.with_prior(prior, self.thorough)
@@ -755,7 +771,7 @@ class OnlineTuner:
         if self.prior is None or not _in_space(self.space, maxn):
             return None, None
         seen = {self.space.index(self.space.coerce(p.mode)): (m.time_s, m.power_w) for p, m in self._known.items()
-                if getattr(p, "kind", None) == "train" and _in_space(self.space, p.mode)}
+                if p.kind == "train" and _in_space(self.space, p.mode)}
         t, pw = self.prior.corrected(seen)
         i = self.space.index(maxn)
         how = "the prior's prediction" + (", corrected by this run's profiles" if seen else "")
@@ -906,9 +922,9 @@ class OnlineTuner:
         self.phase = Phase.WAITING
         self._replies.put(m)
 
-    def _finish(self, res: Any, reason: str) -> None:
+    def _finish(self, res: SearchResult, reason: str) -> None:
         self.result = res
-        self._known.update(getattr(res, "results", None) or {})
+        self._known.update(res.results)
         if self.baseline:
             self.baseline_profile, self.baseline_source = self._baseline()
         sol = res.solution
@@ -916,7 +932,7 @@ class OnlineTuner:
             # a re-tune: every mode profiled so far is a candidate too (Fulcrum 5.4 reuses its history)
             budget = self._solve_budget_w(self.problem.power_budget_w)
             table = ProfileTable.from_results("train", self._known, strategy=f"{res.solution.strategy if sol else ''}"
-                                              "+history", profiles_used=getattr(res, "profiles_used", 0))
+                                              "+history", profiles_used=res.profiles_used)
             hist = table.solve(TrainingProblem(budget)) if len(table) else None
             if hist is not None and (sol is None or hist.time_s < sol.time_s):
                 sol = hist
@@ -937,9 +953,8 @@ class OnlineTuner:
         self._drift_buf = []
 
     @staticmethod
-    def _lowest_power_mode(res: Any) -> PowerMode | None:
-        results = [(k, m) for k, m in (getattr(res, "results", None) or {}).items()
-                   if getattr(m, "trusted", True) and math.isfinite(getattr(m, "power_w", math.nan))]
+    def _lowest_power_mode(res: SearchResult) -> PowerMode | None:
+        results = [(k, m) for k, m in res.results.items() if m.trusted and math.isfinite(m.power_w)]
         best = min(results, key=lambda item: item[1].power_w, default=None)
         return None if best is None else best[0].mode
 
@@ -1037,7 +1052,7 @@ class OnlineTuner:
                 self.emit(Event.RESTORE, {"reason": reason, "mode": self.original_mode})
         return self._restored
 
-    def _say_where_the_board_is(self, restored: Any) -> None:
+    def _say_where_the_board_is(self, restored: AppliedMode | None) -> None:
         if restored is not None or self.original_mode is None:
             return
         try:
@@ -1046,8 +1061,8 @@ class OnlineTuner:
             return
         if now == self.original_mode:
             return
-        why = getattr(self.controller, "released", None)
-        cmd = getattr(self.controller, "restore_command", lambda: "lightning-edge mode restore")()
+        why = self.controller.released
+        cmd = self.controller.restore_command()
         warnings.warn(f"the board is in {now}, not in the mode found at start ({self.original_mode}), and this tuner "
                       f"has nothing to restore" + (f" (it was put back on {why})" if why else
                                                    " (another process changed it?)")
@@ -1086,7 +1101,7 @@ class OnlineTuner:
                       measured_tuned_power_w=m.power_w, measured_tuned_settled=ok)
         b = self.baseline_profile
         if sol is not None:
-            kw.update(mode_label=str(getattr(sol, "label", "") or self.label))
+            kw.update(mode_label=str(sol.label or self.label))
         if b is not None and not (b.trusted and b.has_power):
             # MAXN's readings were partial: a full reading is never compared with a partial one
             kw.update(maxn_label=str(b.label))
@@ -1109,9 +1124,9 @@ class OnlineTuner:
             kw["maxn_steps"] = sum(1 for r in self.records if r.step >= began and str(r.mode) == str(maxn))
         return TuningSummary(
             label=self.label, budget_w=budget, phase=str(self.phase),
-            strategy=getattr(self.strategy, "name", type(self.strategy).__name__),
+            strategy=self.strategy.name,
             original_mode=str(self.original_mode) if self.original_mode is not None else None,
-            profiles_used=getattr(self.result, "profiles_used", 0) if self.result is not None else 0,
+            profiles_used=self.result.profiles_used if self.result is not None else 0,
             new_profiles=len([p for p in self.profiles if p["reason"] == "strategy" and not p.get("resumed")]),
             profiling_steps=int(prof.get("steps", 0)), profiling_time_s=float(prof.get("time_s", 0.0)),
             profiling_energy_j=float(prof.get("energy_j", 0.0)), retunes=len(self.retunes),
@@ -1147,7 +1162,7 @@ class OnlineTuner:
             left = max(planned - done, 0)
             more = int(math.ceil(max(left * per - in_window, per - in_window if cur is not None else 0.0)))
             more += int(self._launch_pending)
-        prior = getattr(self.prior, "source", None)
+        prior = self.prior.source if self.prior is not None else None
         return TuningProgress(done, int(planned), self.baseline, settle, warm, meas, per, estimated, int(more),
                               self.tuned_at_step, prior, None if prior else self.prior_note, self.prior_time_s)
 
@@ -1182,9 +1197,10 @@ class OnlineTuner:
 
 
 # ============================================================================================ dry runs
-def simulate_tuning(workload: Any, power_budget_w: float, *, strategy: str | Strategy = "gmd",
-                    prior: Any = "auto", window: WindowSpec | None = None, seed: int | None = 0,
-                    max_steps: int = 5000, board: Any = None) -> OnlineTuner:
+def simulate_tuning(workload: SimWorkload, power_budget_w: float, *, strategy: str | Strategy = "gmd",
+                    prior: Prior | str | bool | None = "auto",
+                    window: WindowSpec | None = None, seed: int | None = 0, max_steps: int = 5000,
+                    board: Board | None = None) -> OnlineTuner:
     """Tune ``workload`` (a :class:`~lightning_edge.twin.live.SimWorkload`: a zoo name or a module with
     its inputs) on the simulated Orin (``board``, default the process's ``sim:orin-agx``) with nothing else running: the engine's steps until it trains in the chosen mode
     (or ``max_steps``), every step the twin's (simulated: noise, power settling), no real computation. Returns the
@@ -1196,7 +1212,7 @@ def simulate_tuning(workload: Any, power_budget_w: float, *, strategy: str | Str
     board = get_board("sim:orin-agx", control="write", seed=seed) if opened else board
     train = SimWorkload(workload.model, board.twin, train_batch_size=workload.train_batch_size, seed=seed,
                         seq_len=workload.seq_len, precision=workload.precision, example_inputs=workload.example_inputs,
-                        param_tensors=getattr(workload, "param_tensors", None))
+                        param_tensors=workload.param_tensors)
     meter = TwinMeter(board.twin, seed=seed, train=train)
     tuner = OnlineTuner(power_budget_w, board.controller, meter, strategy=strategy, store=None,
                         fingerprint=workload.fingerprint, window=window, prior=prior)
@@ -1213,7 +1229,7 @@ def simulate_tuning(workload: Any, power_budget_w: float, *, strategy: str | Str
 
 
 # ============================================================================================ helpers
-def _planned(strategy: Any, problem: Any, space: PowerModeSpace, prior: Any) -> int:
+def _planned(strategy: Strategy, problem: Problem, space: PowerModeSpace, prior: Prior | None) -> int:
     """The most profiles the strategy takes for ``problem`` (with a prior: GMD's ``prior_profiles``, plus
     Algorithm 1's when it goes on with it)."""
     if prior is not None and getattr(strategy, "prior", None) is not None and hasattr(strategy, "prior_profiles") \
@@ -1226,15 +1242,15 @@ def _planned(strategy: Any, problem: Any, space: PowerModeSpace, prior: Any) -> 
     return int(budget) if budget else 0
 
 
-def _has_model(controller: Any) -> bool:
+def _has_model(controller: ModeController) -> bool:
     """A real board the twin has a model of: a catalogued module (its calibrated file when one is installed, else
     the catalogue's board file: the papers' twin for the AGX Orin, an extrapolated one for the others)."""
     from lightning_edge import catalog
 
-    return getattr(getattr(controller, "space", None), "name", "") in catalog.BOARDS
+    return controller.space.name in catalog.BOARDS
 
 
-def _in_space(space: PowerModeSpace, mode: Any) -> bool:
+def _in_space(space: PowerModeSpace, mode: ModeLike) -> bool:
     try:
         space.coerce(mode)
         return True
@@ -1242,5 +1258,5 @@ def _in_space(space: PowerModeSpace, mode: Any) -> bool:
         return False
 
 
-def _on_twin(meter: Any) -> bool:
-    return bool(getattr(meter, "simulated", False))
+def _on_twin(meter: StepMeter) -> bool:
+    return bool(meter.simulated)

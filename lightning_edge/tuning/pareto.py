@@ -7,14 +7,17 @@ profiles (sections 5.2, 5.3): ALS, RND and the oracle use the *observed* front, 
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from lightning_edge.tuning.problems import Assessment
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
-def pareto_front(cost_a: Any, cost_b: Any) -> np.ndarray:
+
+def pareto_front(cost_a: ArrayLike, cost_b: ArrayLike) -> np.ndarray:
     """Indices of the points not dominated when minimising both costs, sorted by ``cost_a``.
 
     A point is dominated when another is no worse in both costs and better in one. Ties (equal in
@@ -48,7 +51,7 @@ def best_index(assessment: Assessment) -> int | None:
     return int(idx[order[0]])
 
 
-def cummin_by_power(power_w: Any, cost: Any, budgets_w: Any) -> tuple[np.ndarray, np.ndarray]:
+def cummin_by_power(power_w: ArrayLike, cost: ArrayLike, budgets_w: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
     """For each power budget, the least ``cost`` among points with power <= budget, and its position.
 
     Vectorised lookup used by the evaluation: sort by power once, take a running minimum, then

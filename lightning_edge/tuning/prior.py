@@ -34,14 +34,21 @@ Where the prediction comes from (:func:`prior_for_twin`, :func:`prior_from_roofl
 from __future__ import annotations
 
 import math
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from lightning_edge.modes import PowerModeSpace
 from lightning_edge.tuning.pareto import pareto_front
+
+if TYPE_CHECKING:
+    from lightning_edge.cost.model_cost import ModelCost
+    from lightning_edge.roofline.model import Roofline
+    from lightning_edge.tuning.search import Grid, Point, SearchContext
+    from lightning_edge.twin.boards import BoardFile
+    from lightning_edge.twin.live import SimWorkload
 
 __all__ = ["Prior", "prior_search", "prior_for_twin", "prior_from_rooflines", "DEFAULT_PRIOR_PROFILES", "guarded",
            "POWER_GUARD", "PROFILE_SD", "FIRST_Z", "EXPECTED_GAIN", "SPREAD_DISTANCE", "MARGIN_FLOOR", "CALIBRATED_ERROR",
@@ -104,10 +111,10 @@ class Prior:
     label: str = "predicted"
     measured: dict = field(default_factory=dict)  # {space index: (time_s, power_w)} profiled earlier (a re-tune)
     _coords: np.ndarray | None = field(default=None, repr=False)
-    time_sd: Any = None
+    time_sd: float | np.ndarray | None = None
     """How far off the predicted times may be before any profile on this board: the relative standard deviation of
     their logs, one number or one per mode (``None``: not said; the search then takes the prediction at its word)."""
-    power_sd: Any = None
+    power_sd: float | np.ndarray | None = None
     """The same for the predicted powers (:func:`~lightning_edge.tuning.transfer.transferred_prior` says it): a
     scatter mode by mode, which a profile's correction removes only near the profiled mode."""
     power_error: float = 0.0
@@ -126,8 +133,7 @@ class Prior:
         if not (np.all(np.isfinite(self.time_s)) and np.all(self.time_s > 0) and np.all(np.isfinite(self.power_w))
                 and np.all(self.power_w > 0)):
             raise ValueError(f"Prior ({self.source}): every predicted time and power must be finite and > 0")
-        for name in ("time_sd", "power_sd"):
-            v = getattr(self, name)
+        for name, v in (("time_sd", self.time_sd), ("power_sd", self.power_sd)):
             if v is not None:
                 a = np.asarray(v, dtype=float)
                 if a.ndim > 1 or (a.ndim == 1 and a.shape != (n,)) or not np.all(np.isfinite(a)) or np.any(a < 0):
@@ -182,7 +188,7 @@ class Prior:
         return np.asarray(pareto_front(self.time_s, self.power_w), dtype=np.int64)
 
 
-def prior_search(ctx: Any, grid: Any, point_at: Any, p_hat: float, prior: Prior, limit: int,
+def prior_search(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Point], p_hat: float, prior: Prior, limit: int,
                  min_gain: float = 0.0, trace: list | None = None, guard: float = POWER_GUARD) -> Generator:
     """Profile the predicted fastest mode within ``p_hat`` (every prediction corrected by the profiles so far; until
     one is within the budget, with :data:`FIRST_Z` times the prediction's own error to spare: the prior's declared
@@ -286,7 +292,7 @@ def _least_power(measured: dict[int, tuple[float, float]], p_hat: float, p: np.n
     return j if q[j] <= p_hat * (1.0 + slack) else None
 
 
-def _climb(grid: Any, measured: dict[int, tuple[float, float]], p_hat: float, t: np.ndarray,
+def _climb(grid: Grid, measured: dict[int, tuple[float, float]], p_hat: float, t: np.ndarray,
            p: np.ndarray) -> int | None:
     """An unprofiled neighbour one value up along one knob of the fastest profiled mode within ``p_hat`` whose
     corrected predicted power is within it too: the least predicted time, then the least predicted power."""
@@ -304,7 +310,8 @@ def _climb(grid: Any, measured: dict[int, tuple[float, float]], p_hat: float, t:
 
 
 # ------------------------------------------------------------------------------------------ sources
-def prior_for_twin(workload: Any, space: PowerModeSpace, *, simulated: bool, board: Any = None) -> Prior:
+def prior_for_twin(workload: SimWorkload, space: PowerModeSpace, *, simulated: bool,
+                   board: BoardFile | None = None) -> Prior:
     """The prior of a :class:`~lightning_edge.twin.live.SimWorkload` (a zoo name, a captured cost, or a module with
     its example inputs) over ``space``: the twin's one model of its training minibatch
     (``workload.twin_workload("train")``, analysed once) on a board model. With ``simulated=True`` (the measurements
@@ -316,7 +323,7 @@ def prior_for_twin(workload: Any, space: PowerModeSpace, *, simulated: bool, boa
     from lightning_edge.twin.boards import prior_board, seed_board
     from lightning_edge.twin.model import OrinTwin
 
-    truth = getattr(getattr(workload, "twin", None), "board", None)
+    truth = workload.twin.board
     if simulated:
         model = prior_board(truth) if truth is not None else seed_board(calibrated=False)
     else:
@@ -324,7 +331,7 @@ def prior_for_twin(workload: Any, space: PowerModeSpace, *, simulated: bool, boa
     model_twin = OrinTwin(board=model, space=space, noise=False, settling=False)
     pred = workload.twin_workload("train").on(model_twin).step(space.to_numpy())
     # calibrated: a board file the kit fitted (simulated or measured), or the papers' calibrated twin on a real AGX
-    calibrated = bool(getattr(model, "calibration", None)) or (not simulated and model.label == "simulated")
+    calibrated = bool(model.calibration) or (not simulated and model.label == "simulated")
     if simulated and model.key == "orin-agx" and model.label == "simulated" and not model.calibration:
         src = "twin model, uncalibrated coefficients (not the simulated truth), of the analyze cost"
     elif simulated:
@@ -337,13 +344,13 @@ def prior_for_twin(workload: Any, space: PowerModeSpace, *, simulated: bool, boa
     return Prior(space, np.asarray(pred.time_s), np.asarray(pred.power_w), src, power_error=err)
 
 
-def prior_from_rooflines(cost: Any, space: PowerModeSpace, rooflines: Any, *, source: str = "device profile") -> Prior:
+def prior_from_rooflines(cost: ModelCost, space: PowerModeSpace, rooflines: Roofline, *, source: str = "device profile") -> Prior:
     """The roofline model alone: per layer ``max(W / peak, Q / BW)`` summed over the minibatch's layers and
     power ``pi_0 + (eps_flop W + eps_mop Q) / T`` (Pagoda eq. 1-2), with ``rooflines`` a
     :class:`~lightning_edge.roofline.model.Roofline` over the modes of ``space`` (space order). No CPU side: a
     weak prior for CPU-bound minibatches."""
-    W = np.array([float(getattr(layer, "flops", 0) or 0) for layer in cost.layers])
-    Q = np.array([float(getattr(layer, "bytes", 0) or 0) for layer in cost.layers])
+    W = np.array([float(layer.flops or 0) for layer in cost.layers])
+    Q = np.array([float(layer.bytes or 0) for layer in cost.layers])
     peak = np.asarray(rooflines.peak_flops, dtype=float).reshape(-1, 1)
     bw = np.asarray(rooflines.bandwidth, dtype=float).reshape(-1, 1)
     t = np.maximum(np.maximum(W[None, :] / peak, Q[None, :] / bw).sum(axis=1), 1e-9)

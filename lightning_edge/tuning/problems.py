@@ -21,12 +21,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, NamedTuple, Protocol, Union, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple, Protocol, Union, runtime_checkable
 
 import numpy as np
 
 from lightning_edge.modes import PowerMode
 from lightning_edge.records import Measurement
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 KINDS: tuple[str, ...] = ("train", "infer", "concurrent")
 """Workload kinds: standalone training, standalone inference, concurrent training and inference."""
@@ -40,7 +43,15 @@ _FLOOR_EPS = 1e-9  # floor((x / y)) where x / y is an integer up to rounding
 
 # ----------------------------------------------------------------------------------------- measurements
 # one record of a step, at the ground floor (lightning_edge.records)
-def as_measurement(obj: Any) -> Measurement:
+class Timed(Protocol):
+    """What a workload's ``train`` / ``infer`` may return besides a :class:`Measurement`: anything with ``time_s`` and
+    ``power_w`` (and optionally ``label``), which :func:`as_measurement` turns into one."""
+
+    time_s: float
+    power_w: float
+
+
+def as_measurement(obj: Measurement | Timed) -> Measurement:
     """A :class:`Measurement` from anything with ``time_s`` and ``power_w`` (and optionally ``label``)."""
     if isinstance(obj, Measurement):
         return obj
@@ -77,33 +88,33 @@ class Workload(Protocol):
     A workload may also expose ``fingerprint`` (str), the key of its profiles in a profile store.
     """
 
-    def train(self, mode: PowerMode) -> Any: ...  # -> Measurement
+    def train(self, mode: PowerMode) -> Measurement | Timed: ...
 
-    def infer(self, mode: PowerMode, batch_size: int) -> Any: ...  # -> Measurement
+    def infer(self, mode: PowerMode, batch_size: int) -> Measurement | Timed: ...
 
 
 # ----------------------------------------------------------------------------------------- formulas
-def queueing_time_s(batch_size: Any, arrival_rps: Any) -> Any:
+def queueing_time_s(batch_size: ArrayLike, arrival_rps: ArrayLike) -> Any:
     """Peak queueing time ``(bs - 1) / alpha``: the first request waits for ``bs - 1`` more (Table 2)."""
     return (np.asarray(batch_size, dtype=float) - 1.0) / np.asarray(arrival_rps, dtype=float)
 
 
-def inference_latency_s(t_in: Any, batch_size: Any, arrival_rps: Any) -> Any:
+def inference_latency_s(t_in: ArrayLike, batch_size: ArrayLike, arrival_rps: ArrayLike) -> Any:
     """Peak minibatch inference latency ``(bs - 1) / alpha + t_in`` (Table 2, section 4)."""
     return queueing_time_s(batch_size, arrival_rps) + np.asarray(t_in, dtype=float)
 
 
-def cycle_time_s(batch_size: Any, arrival_rps: Any) -> Any:
+def cycle_time_s(batch_size: ArrayLike, arrival_rps: ArrayLike) -> Any:
     """Time for ``bs`` requests to arrive: ``bs / alpha``, the period of one inference minibatch."""
     return np.asarray(batch_size, dtype=float) / np.asarray(arrival_rps, dtype=float)
 
 
-def keeps_up(t_in: Any, batch_size: Any, arrival_rps: Any) -> Any:
+def keeps_up(t_in: ArrayLike, batch_size: ArrayLike, arrival_rps: ArrayLike) -> Any:
     """True where the inference rate keeps up with arrivals: ``bs / t_in >= alpha`` (Fig. 3b)."""
     return slack(t_in, cycle_time_s(batch_size, arrival_rps), 0.0) <= 0
 
 
-def interleaved_minibatches(t_tr: Any, t_in: Any, batch_size: Any, arrival_rps: Any) -> Any:
+def interleaved_minibatches(t_tr: ArrayLike, t_in: ArrayLike, batch_size: ArrayLike, arrival_rps: ArrayLike) -> Any:
     """``tau``: whole training minibatches that fit in the idle time of one inference cycle (Fig. 4).
 
     ``tau = floor((bs / alpha - t_in) / t_tr)``, and 0 where inference alone does not keep up.
@@ -113,25 +124,25 @@ def interleaved_minibatches(t_tr: Any, t_in: Any, batch_size: Any, arrival_rps: 
     return np.maximum(tau, 0.0).astype(np.int64) if np.ndim(tau) else int(max(tau, 0.0))
 
 
-def concurrent_throughput(t_tr: Any, t_in: Any, batch_size: Any, arrival_rps: Any) -> Any:
+def concurrent_throughput(t_tr: ArrayLike, t_in: ArrayLike, batch_size: ArrayLike, arrival_rps: ArrayLike) -> Any:
     """Training throughput under managed interleaving: ``theta = tau * alpha / bs`` minibatches/s."""
     tau = np.asarray(interleaved_minibatches(t_tr, t_in, batch_size, arrival_rps), dtype=float)
     out = tau * np.asarray(arrival_rps, dtype=float) / np.asarray(batch_size, dtype=float)
     return out if np.ndim(out) else float(out)
 
 
-def concurrent_power_w(p_tr: Any, p_in: Any) -> Any:
+def concurrent_power_w(p_tr: ArrayLike, p_in: ArrayLike) -> Any:
     """Power of interleaved training and inference: ``max(p_tr, p_in)`` (section 6)."""
     return np.maximum(np.asarray(p_tr, dtype=float), np.asarray(p_in, dtype=float))
 
 
-def slack(value: Any, budget: Any, abs_tol: float = 1e-15) -> Any:
+def slack(value: ArrayLike, budget: ArrayLike, abs_tol: float = 1e-15) -> Any:
     """How far ``value`` exceeds ``budget`` beyond the tolerance of :func:`within` (a constraint value: the
     budget holds where it is <= 0, exactly where :func:`within` is true)."""
     return np.asarray(value, dtype=float) - (np.asarray(budget, dtype=float) * (1.0 + _REL_TOL) + abs_tol)
 
 
-def within(value: Any, budget: float) -> Any:
+def within(value: ArrayLike, budget: float) -> Any:
     """``value <= budget`` with a relative slack of 1e-12 (numbers computed two ways)."""
     return slack(value, budget) <= 0
 
@@ -157,7 +168,7 @@ def _holds(constraints: dict[str, Any]) -> np.ndarray:
     return np.logical_and.reduce([np.asarray(v) <= 0 for v in constraints.values()])
 
 
-def _arr(x: Any) -> np.ndarray:
+def _arr(x: ArrayLike) -> np.ndarray:
     return np.atleast_1d(np.asarray(x, dtype=float))
 
 
@@ -192,11 +203,11 @@ class TrainingProblem:
     def batch_sizes(self) -> tuple[int, ...]:
         return ()
 
-    def constraints(self, time_s: Any, power_w: Any, batch_size: Any = None) -> dict[str, Any]:
+    def constraints(self, time_s: ArrayLike, power_w: ArrayLike, batch_size: ArrayLike | None = None) -> dict[str, Any]:
         """Constraint values of profiles (the budget holds where <= 0): what :meth:`assess` checks."""
         return {"power_w": slack(power_w, self.power_budget_w)}
 
-    def assess(self, time_s: Any, power_w: Any) -> Assessment:
+    def assess(self, time_s: ArrayLike, power_w: ArrayLike) -> Assessment:
         """Feasibility and rank of training profiles: minimise time, then power."""
         t, p = _arr(time_s), _arr(power_w)
         return Assessment(_holds(self.constraints(t, p)), p, None, 1.0 / t, None, (t, p))
@@ -220,7 +231,7 @@ class _ServingProblem:
         object.__setattr__(self, "arrival_rps", _check_positive("arrival_rps", self.arrival_rps))
         object.__setattr__(self, "batch_sizes", _check_batch_sizes(self.batch_sizes))
 
-    def constraints(self, time_s: Any, power_w: Any, batch_size: Any = None) -> dict[str, Any]:
+    def constraints(self, time_s: ArrayLike, power_w: ArrayLike, batch_size: ArrayLike | None = None) -> dict[str, Any]:
         """Constraint values (a budget holds where <= 0), what :meth:`assess` checks: the power budget; for
         inference minibatches (``batch_size`` given) also the latency budget and keeping up with the arrivals."""
         out = {"power_w": slack(power_w, self.power_budget_w)}
@@ -242,7 +253,7 @@ class InferenceProblem(_ServingProblem):
 
     kind: ClassVar[str] = "infer"
 
-    def assess(self, time_s: Any, power_w: Any, batch_size: Any) -> Assessment:
+    def assess(self, time_s: ArrayLike, power_w: ArrayLike, batch_size: ArrayLike) -> Assessment:
         """Feasibility and rank of inference profiles: minimise latency, then power, then batch size."""
         t, p, bs = _arr(time_s), _arr(power_w), _arr(batch_size)
         lat = inference_latency_s(t, bs, self.arrival_rps)
@@ -268,8 +279,8 @@ class ConcurrentProblem(_ServingProblem):
 
     kind: ClassVar[str] = "concurrent"
 
-    def assess(self, train_time_s: Any, train_power_w: Any, infer_time_s: Any, infer_power_w: Any,
-               batch_size: Any) -> Assessment:
+    def assess(self, train_time_s: ArrayLike, train_power_w: ArrayLike, infer_time_s: ArrayLike,
+               infer_power_w: ArrayLike, batch_size: ArrayLike) -> Assessment:
         """Feasibility and rank of concurrent profiles: maximise throughput, then minimise latency, power, bs."""
         t_tr, p_tr = _arr(train_time_s), _arr(train_power_w)
         t_in, p_in, bs = _arr(infer_time_s), _arr(infer_power_w), _arr(batch_size)
@@ -316,7 +327,7 @@ class Solution:
     - ``label``: ``measured`` / ``simulated`` (from the workload) or ``estimated`` (a model's prediction).
     """
 
-    problem: Any
+    problem: Problem
     mode: PowerMode
     batch_size: int | None
     time_s: float
@@ -338,7 +349,7 @@ class Solution:
         if self.batch_size is not None:
             bits.append(f"bs {self.batch_size}")
         bits.append(f"{self.power_w:.1f} W")
-        if getattr(self.problem, "kind", "") == "concurrent":
+        if self.problem.kind == "concurrent":
             bits.append(f"{self.throughput:.2f} train minibatches/s ({self.train_minibatches} per cycle)")
         else:
             bits.append(f"{self.time_s * 1e3:.1f} ms/minibatch")

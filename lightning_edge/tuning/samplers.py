@@ -17,7 +17,7 @@ problem via ``Trial.set_constraint``, the search stops itself when the algorithm
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Generator, Sequence
 from typing import Any
 
 import optuna
@@ -31,8 +31,8 @@ from lightning_edge.tuning._optuna import set_constraints
 from lightning_edge.tuning.als import ALS
 from lightning_edge.tuning.backend import ProfileKey
 from lightning_edge.tuning.gmd import GMD
-from lightning_edge.tuning.problems import ConcurrentMeasurement, as_measurement
-from lightning_edge.tuning.search import ExploreSpec, Point, SearchContext
+from lightning_edge.tuning.problems import ConcurrentMeasurement, Problem, Workload, as_measurement
+from lightning_edge.tuning.search import ExploreSpec, Point, Result, SearchContext, SearchResult, Strategy
 from lightning_edge.tuning.store import (
     PARAM_DISTRIBUTIONS,
     constraint_values,
@@ -42,6 +42,7 @@ from lightning_edge.tuning.store import (
     suggest,
     trial_measurement,
 )
+from lightning_edge.tuning.table import ProfileTable
 
 
 def _point_params(point: Point) -> dict[str, Any]:
@@ -56,7 +57,8 @@ class StrategySampler(BaseSampler):
     (exploring strategies' ``explore``). ``space`` is needed only for standalone use.
     """
 
-    def __init__(self, strategy: Any, target: Any, space: PowerModeSpace | None = None, *, seed: int | None = 0) -> None:
+    def __init__(self, strategy: Strategy, target: Problem | ExploreSpec, space: PowerModeSpace | None = None, *,
+                 seed: int | None = 0) -> None:
         self._fallback = RandomSampler(seed=0)  # parameters the algorithm does not set (none of the profile's)
         self.strategy = strategy
         self.target = target
@@ -64,10 +66,10 @@ class StrategySampler(BaseSampler):
         self.seed = seed
         self.ctx: SearchContext | None = None
         # standalone state
-        self._gen: Any = None
+        self._gen: Generator | None = None
         self._request: list[Point] | None = None
         self._single = False
-        self._answers: dict[Point, Any] = {}
+        self._answers: dict[Point, Result] = {}
         self.done = False
 
     def __repr__(self) -> str:
@@ -88,7 +90,7 @@ class StrategySampler(BaseSampler):
             self._gen = self.strategy.search(self.ctx, self.target, self.space, self.seed)
         self._advance_gen(None, first=True)
 
-    def _advance_gen(self, answer: Any, first: bool = False) -> None:
+    def _advance_gen(self, answer: Result | list[Result] | None, first: bool = False) -> None:
         try:
             req = next(self._gen) if first else self._gen.send(answer)
         except StopIteration:
@@ -105,7 +107,7 @@ class StrategySampler(BaseSampler):
         return out
 
     @staticmethod
-    def _result_of(point: Point, t: FrozenTrial) -> Any:
+    def _result_of(point: Point, t: FrozenTrial) -> Result:
         if point.kind == "concurrent":
             return ConcurrentMeasurement(trial_measurement(t, "train_"), trial_measurement(t, "infer_"))
         return trial_measurement(t)
@@ -142,9 +144,9 @@ class StrategySampler(BaseSampler):
                            param_distribution: BaseDistribution) -> Any:
         return self._fallback.sample_independent(study, trial, param_name, param_distribution)
 
-    def objective(self, workload: Any):
+    def objective(self, workload: Workload) -> Callable[[optuna.Trial], Sequence[float]]:
         """An objective for ``study.optimize`` that profiles the point this sampler proposes."""
-        kind = getattr(self.target, "kind", "train")
+        kind = self.target.kind
 
         def _objective(trial: optuna.Trial) -> Sequence[float]:
             if self.done:
@@ -178,7 +180,7 @@ class StrategySampler(BaseSampler):
         if self.done:
             study.stop()
 
-    def result(self, new_profiles: int | None = None) -> Any:
+    def result(self, new_profiles: int | None = None) -> SearchResult | ProfileTable:
         """The answer (standalone mode): a :class:`SearchResult`, or a table for an exploration."""
         if self.ctx is None:
             raise RuntimeError("the sampler has not run yet")
@@ -191,7 +193,8 @@ class StrategySampler(BaseSampler):
 class GMDSampler(StrategySampler):
     """GMD (Algorithm 1) as an Optuna sampler: ``GMDSampler(problem, space, **GMD options)``."""
 
-    def __init__(self, problem: Any, space: PowerModeSpace | None = None, *, strategy: Any = None, seed: int | None = 0,
+    def __init__(self, problem: Problem, space: PowerModeSpace | None = None, *, strategy: Strategy | None = None,
+                 seed: int | None = 0,
                  **gmd_options: Any) -> None:
         super().__init__(strategy if strategy is not None else GMD(**gmd_options), problem, space, seed=seed)
 
@@ -199,7 +202,8 @@ class GMDSampler(StrategySampler):
 class ALSSampler(StrategySampler):
     """ALS (Algorithm 2) as an Optuna sampler: ``ALSSampler("train" | ExploreSpec | problem, space, **ALS options)``."""
 
-    def __init__(self, target: Any, space: PowerModeSpace | None = None, *, strategy: Any = None, seed: int | None = 0,
+    def __init__(self, target: str | ExploreSpec | Problem, space: PowerModeSpace | None = None, *,
+                 strategy: Strategy | None = None, seed: int | None = 0,
                  **als_options: Any) -> None:
         if isinstance(target, str):
             target = ExploreSpec(target, seed=seed)

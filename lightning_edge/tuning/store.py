@@ -76,7 +76,7 @@ import warnings
 import weakref
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, Union
 
 import optuna
 from optuna.distributions import FloatDistribution, IntDistribution
@@ -88,9 +88,15 @@ from lightning_edge.catalog.storekey import StoreKey
 from lightning_edge.devices.safety import redact_url
 from lightning_edge.modes import KNOBS, PowerMode
 from lightning_edge.tuning._optuna import create_trial, set_constraints
-from lightning_edge.tuning.backend import MemoryStore, ProfileKey
-from lightning_edge.tuning.problems import Measurement
+from lightning_edge.tuning.backend import MemoryStore, ProfileBackend, ProfileKey
+from lightning_edge.tuning.problems import Measurement, Problem, Workload
 from lightning_edge.tuning.table import ProfileTable
+
+if TYPE_CHECKING:
+    import sqlite3
+
+    from sqlalchemy.pool import ConnectionPoolEntry
+    from torch import nn
 
 _log = logging.getLogger(__name__)
 
@@ -186,7 +192,7 @@ def _slug(text: str) -> str:
     return keep.strip("-") or "unnamed"
 
 
-def workload_fingerprint(workload: Any, workload_id: str | None = None) -> str:
+def workload_fingerprint(workload: Workload, workload_id: str | None = None) -> str:
     """The key of a workload's profiles: ``workload_id``, else ``workload.fingerprint``, else a hash of
     an informative ``repr``. Raises when the workload cannot be told apart from another one."""
     if workload_id:
@@ -221,7 +227,7 @@ _MEMORY_STORES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _CONTAINERS = ("Sequential", "ModuleList", "ModuleDict")
 
 
-def model_name(module: Any) -> str:
+def model_name(module: nn.Module) -> str:
     """The name of the model a module trains, for store keys: a LightningModule that wraps one model (a child
     holding at least 90 % of the parameters, e.g. ``self.model = zoo.mobilenet_v3_large()`` or a Hugging Face
     model) is named after that model's class, not the wrapper's (``MobileNetV3``, not ``FineTune``)."""
@@ -229,7 +235,7 @@ def model_name(module: Any) -> str:
     if not hasattr(module, "training_step") or not hasattr(module, "named_children"):
         return name
 
-    def count(m: Any) -> int:
+    def count(m: nn.Module) -> int:
         try:
             return sum(int(p.numel()) for p in m.parameters())
         except (RuntimeError, ValueError):  # uninitialised (Lazy) parameters have no size yet
@@ -246,7 +252,7 @@ def model_name(module: Any) -> str:
     return name
 
 
-def device_key(workload: Any, device_model: str | None = None) -> str:
+def device_key(workload: Workload, device_model: str | None = None) -> str:
     """The device model the profiles belong to: ``device_model``, else ``workload.device_model``."""
     dm = device_model or getattr(workload, "device_model", None)
     if callable(dm):
@@ -637,6 +643,12 @@ def open_storage(spec: str | os.PathLike[str] | BaseStorage | None, *, heartbeat
 
 _DEFAULT = object()
 
+StoreSpec = Union[str, "os.PathLike[str]", BaseStorage, ProfileBackend, None]  # runtime alias: Python 3.8's typing
+"""What a ``store=`` argument takes (:func:`~lightning_edge.tuning.search.open_backend` makes it a backend):
+``"default"``, a path (an SQLite file) or an Optuna storage URL, a :class:`BaseStorage`, a profile backend (a
+:class:`ProfileStore`, a shared :class:`~lightning_edge.tuning.backend.MemoryStore`), or ``None`` (a fresh in-memory
+store)."""
+
 
 class ProfileStore:
     """Profiles of every workload on every device model, in one Optuna storage."""
@@ -817,11 +829,12 @@ class ProfileStore:
                 st.set_user_attr("label", label if "label" not in st.user_attrs else "mixed")
         return st
 
-    def bind(self, device_model: str, workload_id: str, problem: Any = None, strategy: str = "") -> WorkloadProfiles:
+    def bind(self, device_model: str, workload_id: str, problem: Problem | None = None,
+             strategy: str = "") -> WorkloadProfiles:
         return WorkloadProfiles(self, device_model, workload_id, problem=problem, strategy=strategy)
 
-    def profiles(self, workload: Any, *, workload_id: str | None = None, device_model: str | None = None,
-                 problem: Any = None, strategy: str = "") -> WorkloadProfiles | MemoryStore:
+    def profiles(self, workload: Workload, *, workload_id: str | None = None, device_model: str | None = None,
+                 problem: Problem | None = None, strategy: str = "") -> WorkloadProfiles | MemoryStore:
         """The profiles of ``workload`` (the :class:`~lightning_edge.tuning.backend.ProfileBackend` protocol).
 
         A workload the store cannot key (no ``fingerprint``, no ``workload_id``, no informative ``repr``) is
@@ -860,7 +873,7 @@ RENEWED_ATTR = "lightning_edge:renewed"
 class WorkloadProfiles:
     """The profiles of one workload on one device model: lookup, claim, measure, record."""
 
-    def __init__(self, store: ProfileStore, device_model: str, workload_id: str, *, problem: Any = None,
+    def __init__(self, store: ProfileStore, device_model: str, workload_id: str, *, problem: Problem | None = None,
                  strategy: str = "") -> None:
         self.store = store
         self.device_model = device_model
@@ -1409,14 +1422,14 @@ def _postgres_driver(url: str) -> str:
     return url
 
 
-def _sqlite_wal(rdb: Any) -> None:
+def _sqlite_wal(rdb: optuna.storages.RDBStorage) -> None:
     """Write-ahead logging and ``synchronous=NORMAL``: an fsync per checkpoint instead of per
     transaction (profiling writes ~10 small transactions per point, and a Jetson's eMMC or SD card is
     slow to sync), and readers that do not block the writer. Safe against corruption; a power cut may
     lose the last profiles, which are then simply measured again."""
     from sqlalchemy import event
 
-    def _pragmas(dbapi_conn: Any, _record: Any) -> None:
+    def _pragmas(dbapi_conn: sqlite3.Connection, _record: ConnectionPoolEntry) -> None:
         cur = dbapi_conn.cursor()
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA synchronous=NORMAL")
@@ -1521,7 +1534,7 @@ def _file_lock(path: str | None, *, store: str = "", wait_s: float = 600.0, prog
         os.close(fd)
 
 
-def constraint_values(problem: Any, time_s: float, power_w: float, batch_size: int | None = None) -> dict[str, float]:
+def constraint_values(problem: Problem | None, time_s: float, power_w: float, batch_size: int | None = None) -> dict[str, float]:
     """Optuna constraint values of one profile (feasible when all <= 0) for the problem that asked for it: its own
     :meth:`constraints` (those its assessment checks, with its tolerance); none without a problem."""
     return {} if problem is None else {k: float(v) for k, v in problem.constraints(time_s, power_w, batch_size).items()}

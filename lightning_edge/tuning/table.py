@@ -11,7 +11,7 @@ Pure: numpy only.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -22,14 +22,21 @@ from lightning_edge.tuning.problems import (
     ConcurrentMeasurement,
     ConcurrentProblem,
     InferenceProblem,
+    Problem,
     Solution,
     TrainingProblem,
     as_measurement,
     check_kind,
 )
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
-def _f(x: Any) -> np.ndarray:
+    from lightning_edge.tuning.backend import ProfileKey
+    from lightning_edge.tuning.search import Point, Result
+
+
+def _f(x: ArrayLike | None) -> np.ndarray:
     return np.asarray(x, dtype=float).ravel()
 
 
@@ -66,8 +73,9 @@ class ProfileTable:
         self.infer_time_s = _f(infer_time_s) if need_infer else None
         self.infer_power_w = _f(infer_power_w) if need_infer else None
         self.batch_size = np.asarray(batch_size, dtype=np.int64).ravel() if need_infer else None
-        for name in ("train_time_s", "train_power_w", "infer_time_s", "infer_power_w", "batch_size"):
-            col = getattr(self, name)
+        for name, col in (("train_time_s", self.train_time_s), ("train_power_w", self.train_power_w),
+                          ("infer_time_s", self.infer_time_s), ("infer_power_w", self.infer_power_w),
+                          ("batch_size", self.batch_size)):
             if col is not None and col.shape != (n,):
                 raise ValueError(f"ProfileTable({self.kind}): column {name} has {col.size} entries for {n} modes")
         self.labels = list(labels) if labels is not None else ["measured"] * n
@@ -77,8 +85,10 @@ class ProfileTable:
 
     # ------------------------------------------------------------------------------ construction
     @classmethod
-    def from_results(cls, kind: str, results: Mapping[Any, Any] | Iterable[tuple[Any, Any]], **kw: Any) -> ProfileTable:
-        """From ``{Point: Measurement | ConcurrentMeasurement}`` (what a search profiled), keeping ``kind`` points."""
+    def from_results(cls, kind: str, results: Mapping[Point | ProfileKey, Result] |
+                     Iterable[tuple[Point | ProfileKey, Result]], **kw: Any) -> ProfileTable:
+        """From ``{Point: Measurement | ConcurrentMeasurement}`` (what a search profiled; or a store's
+        ``(ProfileKey, Measurement)`` pairs), keeping ``kind`` points."""
         kind = check_kind(kind)
         items = results.items() if isinstance(results, Mapping) else results
         modes: list[PowerMode] = []
@@ -131,7 +141,7 @@ class ProfileTable:
     def __repr__(self) -> str:
         return f"ProfileTable({self.kind}, {len(self)} rows, strategy={self.strategy!r})"
 
-    def assess(self, problem: Any) -> Assessment:
+    def assess(self, problem: Problem) -> Assessment:
         """The problem applied to every row (see :meth:`TrainingProblem.assess` and friends)."""
         if isinstance(problem, TrainingProblem):
             if self.train_time_s is None:
@@ -151,12 +161,12 @@ class ProfileTable:
                                   self.batch_size)
         raise TypeError(f"not a tuning problem: {problem!r}")
 
-    def solve(self, problem: Any) -> Solution | None:
+    def solve(self, problem: Problem) -> Solution | None:
         """The best row that meets every constraint of ``problem``, as a :class:`Solution`; ``None`` if none does."""
         i = best_index(self.assess(problem)) if len(self) else None
         return None if i is None else self.solution_at(problem, i)
 
-    def solution_at(self, problem: Any, i: int) -> Solution:
+    def solution_at(self, problem: Problem, i: int) -> Solution:
         a, kind = self.assess(problem), problem.kind
         out: dict[str, Any] = dict(problem=problem, mode=self.modes[i], batch_size=None,
                                    power_w=float(a.power_w[i]), throughput=float(a.throughput[i]),

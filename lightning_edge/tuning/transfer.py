@@ -31,12 +31,18 @@ prior`). Its ``source`` says what it was built from.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from lightning_edge.modes import PowerMode, PowerModeSpace
+from lightning_edge.modes import ModeLike, PowerMode, PowerModeSpace
 from lightning_edge.tuning.prior import Prior
+
+if TYPE_CHECKING:
+    from lightning_edge.tuning.store import ProfileStore
+    from lightning_edge.twin.boards import BoardFile
+    from lightning_edge.twin.live import SimWorkload
+    from lightning_edge.twin.timeline import TwinWorkload
 
 __all__ = ["transferred_prior", "stored_profiles", "target_model", "fit_to_profiles", "RIDGE", "MODULE_SD",
            "UNCORRECTED_SD"]
@@ -56,7 +62,7 @@ UNCORRECTED_SD = (0.05, 0.05)
 leaves on a workload it did not measure (BENCHMARKS.md, calibration: within 5 % time, 3 % power)."""
 
 
-def stored_profiles(store: Any, device_model: str, workload_id: str, kind: str = "train") -> dict[PowerMode,
+def stored_profiles(store: ProfileStore, device_model: str, workload_id: str, kind: str = "train") -> dict[PowerMode,
                                                                                                     tuple[float, float]]:
     """The ``kind`` profiles a profile store keeps for one workload on one board (``device_model``: its store key,
     ``Board.store_key``: ``sim:orin-nx-16gb+<digest>`` for a simulated one): ``{mode: (time_s, power_w)}``."""
@@ -66,7 +72,7 @@ def stored_profiles(store: Any, device_model: str, workload_id: str, kind: str =
     return {m: (float(a), float(b)) for m, a, b in zip(table.modes, t, p)}
 
 
-def target_model(target: Any, source: Any | None) -> Any:
+def target_model(target: BoardFile, source: BoardFile | None) -> BoardFile:
     """B's model (module docstring, 1): B's own calibrated file, else A's calibrated coefficients extrapolated to B,
     else B's file as it is."""
     from lightning_edge.twin.boards import extrapolate
@@ -78,8 +84,8 @@ def target_model(target: Any, source: Any | None) -> Any:
     return extrapolate(source, target.key)
 
 
-def fit_to_profiles(source: Any, workload: Any, profiles: Mapping[Any, tuple[float, float]], space: PowerModeSpace,
-                    max_nfev: int = 30) -> Any:
+def fit_to_profiles(source: BoardFile, workload: TwinWorkload, profiles: Mapping[ModeLike, tuple[float, float]],
+                    space: PowerModeSpace, max_nfev: int = 30) -> BoardFile:
     """``source`` (A's calibrated board file) with the coefficients its calibration held because the reference steps
     do not measure them (``calibration["held"]`` but neither hardware facts nor ``unidentified``: the data loader's
     costs) fitted to the workload's profiles on A (``{mode of space: (time_s, power_w)}``;
@@ -124,8 +130,8 @@ def _ridge(x: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:
     return np.linalg.solve(X.T @ X + P, X.T @ y)
 
 
-def transferred_prior(workload: Any, space: PowerModeSpace, *, target: Any, source: Any | None = None,
-                      profiles: Mapping[Any, tuple[float, float]] | None = None, source_space: PowerModeSpace | None
+def transferred_prior(workload: SimWorkload, space: PowerModeSpace, *, target: BoardFile, source: BoardFile | None = None,
+                      profiles: Mapping[ModeLike, tuple[float, float]] | None = None, source_space: PowerModeSpace | None
                       = None, ridge: float = RIDGE, module_sd: tuple[float, float] = MODULE_SD) -> Prior:
     """The prior of ``workload`` (a :class:`~lightning_edge.twin.live.SimWorkload`: a zoo name, a captured cost, or a
     module with its inputs) over ``space`` of board B, from what board A taught (module docstring). ``target``: B's
