@@ -371,7 +371,7 @@ def _check_sqlite_file(path: str) -> bool:
                          f"{p / 'profiles.sqlite3'}")
     if _store_file_exists(path):
         try:  # without blocking, and checked again on the open file (it may have been replaced by a FIFO meanwhile)
-            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
             try:
                 _check_regular(path, os.fstat(fd).st_mode)
                 head = os.read(fd, len(SQLITE_MAGIC))  # the only bytes the store reads itself
@@ -1471,7 +1471,7 @@ def _lock_wait(path: str) -> tuple[str, str]:
 def _open_lock_file(path: str) -> int:
     """Open (create) a lock file without blocking; it must be a regular file (a planted FIFO or directory is not)."""
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0), 0o666)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK | os.O_CLOEXEC, 0o666)
     except IsADirectoryError:
         raise StoreError(f"profile store lock {path}: is a directory, not a regular file; remove it (rmdir "
                          f"'{path}') and it is created again") from None
