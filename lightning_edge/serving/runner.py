@@ -53,9 +53,9 @@ __all__ = ["InferenceRunner", "ServingReport", "RetuneEvent", "twin_workload"]
 
 def twin_workload(model: Any, twin: Any, example: Any = None, *, seed: int | None = 0,
                   train_batch_size: int | None = None) -> Any:
-    """A :class:`~lightning_edge.twin.live.SimWorkload` for ``model`` on ``twin``: a zoo name, an existing
+    """A :class:`~lightning_edge.twin.sim_workload.SimWorkload` for ``model`` on ``twin``: a zoo name, an existing
     twin workload (returned as is), or an ``nn.Module`` with ``example`` = one minibatch (batch dimension first)."""
-    from lightning_edge.twin.live import SimWorkload
+    from lightning_edge.twin.sim_workload import SimWorkload
 
     if hasattr(model, "sweep") and hasattr(model, "infer"):
         return model

@@ -672,15 +672,15 @@ class OnlineTuner:
         if self._model is None:
             self.prior_note = "no prior: the module's inputs were not given (OnlineTuner.bind_model)"
             return True
-        from lightning_edge.twin.boards import board_model
-        from lightning_edge.twin.live import SimWorkload
+        from lightning_edge.twin.board_files import board_model
         from lightning_edge.twin.model import OrinTwin
+        from lightning_edge.twin.sim_workload import SimWorkload
 
         # the board's calibrated file when one is installed (lightning-edge calibrate), else its catalogue board
         model = board_model(self.controller.space.name)
         module, inputs, batch_size = self._model
         return self._build_prior(lambda: SimWorkload(
-            module, OrinTwin(board=model, space=self.space, noise=False, settling=False), example_inputs=inputs,
+            module, OrinTwin(board=model, space=self.space, settling=False), example_inputs=inputs,
             noise=False, train_batch_size=batch_size), simulated=False, board=model)
 
     def _build_prior(self, workload: Callable[[], Any], simulated: bool, board: Any = None) -> bool:
@@ -1182,12 +1182,12 @@ class OnlineTuner:
 def simulate_tuning(workload: Any, power_budget_w: float, *, strategy: Any = "gmd", prior: Any = "auto",
                     window: WindowSpec | None = None, seed: int | None = 0, max_steps: int = 5000,
                     board: Any = None) -> OnlineTuner:
-    """Tune ``workload`` (a :class:`~lightning_edge.twin.live.SimWorkload`: a zoo name or a module with
+    """Tune ``workload`` (a :class:`~lightning_edge.twin.sim_workload.SimWorkload`: a zoo name or a module with
     its inputs) on the simulated Orin (``board``, default the process's ``sim:orin-agx``) with nothing else running: the engine's steps until it trains in the chosen mode
     (or ``max_steps``), every step the twin's (simulated: noise, power settling), no real computation. Returns the
     closed tuner (``summary()``, ``tuned_at_step``, ``profiles``). For benchmarks and for comparing settings."""
     from lightning_edge.devices.board import get_board
-    from lightning_edge.twin.live import SimWorkload
+    from lightning_edge.twin.sim_workload import SimWorkload
 
     opened = board is None
     board = get_board("sim:orin-agx", control="write", seed=seed) if opened else board

@@ -13,9 +13,9 @@ Each step carries what the twin needs to time it on any power mode:
   launches issued from C++ inside fused library calls (cuDNN RNN).
 
 :func:`compile_workload` builds a :class:`WorkloadProfile` (numpy arrays over steps) once per model;
-the one model of the workload, :class:`~lightning_edge.twin.timeline.TwinWorkload`, evaluates it on any number
+the one model of the workload, :class:`~lightning_edge.twin.workload_model.TwinWorkload`, evaluates it on any number
 of modes at once (``step``) and per row (``layers``). Nothing here imports torch. The noisy measurements tuners
-take (``SimWorkload``) are in :mod:`lightning_edge.twin.live`.
+take (``SimWorkload``) are in :mod:`lightning_edge.twin.sim_workload`.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 It plays the mode space and the nvpmodel named modes of every catalogued module (``--device sim:<key>``,
 :data:`SIM_BOARDS`, from :data:`lightning_edge.catalog.BOARDS`), or a board file's (``sim:PATH.json``): cores and
-frequency tables; the physics are the twin's of that board (:mod:`lightning_edge.twin.boards`).
+frequency tables; the physics are the twin's of that board (:mod:`lightning_edge.twin.board_files`).
 
 Same interface as the real controllers, so callbacks and CLI commands run unchanged on it.
 Everything it reports is labelled ``simulated``. It remembers when the mode last changed
@@ -138,7 +138,7 @@ class SimModeController(ModeController):
         board = arg or kw.get("board") or "orin-agx"
         opts = accepted_kwargs(cls, {k: v for k, v in kw.items() if k != "board"})
         if str(board).endswith(".json"):  # a board file: its module's named modes, its own grid
-            from lightning_edge.twin.boards import load_board_file
+            from lightning_edge.twin.board_files import load_board_file
 
             bf = load_board_file(board)
             ctl = cls(bf.key, **{**opts, "space": opts.get("space") or bf.space(),
