@@ -1,4 +1,5 @@
-"""The twin's workload model: a :class:`~lightning_edge.cost.ModelCost` turned into GPU kernels and CPU work.
+"""A workload's compiled rows: a :class:`~lightning_edge.cost.ModelCost` turned into GPU kernels and CPU work (what
+the workload model, :mod:`lightning_edge.twin.workload_model`, evaluates on modes).
 
 A minibatch is a sequence of *steps* (one per layer and direction: the forward pass in execution
 order, then, for training, the backward pass in reverse order, the loss and the optimizer step).

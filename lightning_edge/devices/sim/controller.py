@@ -6,8 +6,9 @@ frequency tables; the physics are the twin's of that board (:mod:`lightning_edge
 
 Same interface as the real controllers, so callbacks and CLI commands run unchanged on it.
 Everything it reports is labelled ``simulated``. It remembers when the mode last changed
-(``last_change_s``, on an injectable clock) so a simulated power sensor can model the 2-3 s
-the power takes to settle after a change.
+(``last_change_s``, on an injectable clock) so the live simulated board
+(:class:`~lightning_edge.devices.sim.live.LiveTwin`, which its sensor reads) can model the 2-3 s the power takes to
+settle after a change. It is the one home of the simulated board's mode: the live board reads it.
 
 With ``board_file`` the simulated board's mode lives in a small JSON file, so it persists
 across processes (``lightning-edge mode set`` then ``mode show``) and crash recovery can be

@@ -20,7 +20,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Union
 
 import numpy as np
 
@@ -31,7 +31,13 @@ from lightning_edge.twin.model import OrinTwin
 from lightning_edge.twin.workload import WorkloadProfile
 from lightning_edge.twin.workload_model import TwinWorkload
 
+if TYPE_CHECKING:  # pragma: no cover
+    from lightning_edge.cost import ModelCost
+
 __all__ = ["LiveTwin", "Activity"]
+
+#: what a live board can run: a workload's model, its compiled rows, a captured cost, or a zoo model's name
+Runnable = Union[TwinWorkload, WorkloadProfile, "ModelCost", str]
 
 
 @dataclass
@@ -89,7 +95,8 @@ class LiveTwin:
         self._rng = np.random.default_rng(seed)
         self._lock = threading.RLock()
         self._activity: Activity | None = None
-        self._power_cache: dict[tuple, Any] = {}  # ("pw", ...) -> W, ("parts", ...) -> {part: W}
+        self._power_w: dict[tuple, float] = {}  # (workload, layer, mode) -> settled W (target_power)
+        self._parts_w: dict[tuple, dict[str, float]] = {}  # (workload, mode) -> {part: W} (power_parts_now)
         # the settling state: the level being approached, where the last transition started, and when
         self._target_key: tuple | None = None
         self._last_target: float | None = None
@@ -117,8 +124,7 @@ class LiveTwin:
         return self.controller.current()
 
     # ------------------------------------------------------------------ what runs
-    def begin(self, activity: Activity | TwinWorkload | WorkloadProfile | str | Any, kind: str = "infer",
-              batch_size: int | None = None) -> Activity:
+    def begin(self, activity: Activity | Runnable, kind: str = "infer", batch_size: int | None = None) -> Activity:
         """A workload starts running (an :class:`Activity`, a :class:`~lightning_edge.twin.workload_model.
         TwinWorkload`, a ModelCost / WorkloadProfile, or a zoo name): the power follows that workload's model."""
         if not isinstance(activity, Activity):
@@ -126,7 +132,8 @@ class LiveTwin:
         with self._lock:
             now = self.clock()
             self._begin_transition(now)
-            self._power_cache.clear()
+            self._power_w.clear()
+            self._parts_w.clear()
             self._activity = activity
             self._target_key = None
         return activity
@@ -140,7 +147,8 @@ class LiveTwin:
             self._target_key = None
 
     @contextlib.contextmanager
-    def running(self, cost: Any, kind: str = "infer", batch_size: int | None = None) -> Iterator[Activity]:
+    def running(self, cost: Activity | Runnable, kind: str = "infer",
+                batch_size: int | None = None) -> Iterator[Activity]:
         """``with live.running(cost, "train", 16): ...``: the power follows that workload meanwhile."""
         act = self.begin(cost, kind, batch_size)
         try:
@@ -158,7 +166,7 @@ class LiveTwin:
     def activity(self) -> Activity | None:
         return self._activity
 
-    def _make_activity(self, what: Any, kind: str, batch_size: int | None) -> Activity:
+    def _make_activity(self, what: Runnable, kind: str, batch_size: int | None) -> Activity:
         if isinstance(what, TwinWorkload):
             return Activity(what.name, what.kind, what.batch_size, what)
         if isinstance(what, str):
@@ -180,10 +188,10 @@ class LiveTwin:
             return self._static_w(mode)
         if act.power_fn is not None:
             return float(act.power_fn(mode))
-        key = ("pw", id(act.workload), act.layer, mode)
-        cached = self._power_cache.get(key)
+        key = (id(act.workload), act.layer, mode)
+        cached = self._power_w.get(key)
         if cached is not None:
-            return float(cached)
+            return cached
         wl = act.workload
         if act.layer is not None and wl is not None and act.layer in wl.profile.names:
             lt = wl.layers(mode)
@@ -195,7 +203,7 @@ class LiveTwin:
             value = float(wl.step(mode).power_w)
         else:
             value = self._static_w(mode)
-        self._power_cache[key] = value
+        self._power_w[key] = value
         return value
 
     def _settled_level(self, now: float) -> float:
@@ -245,14 +253,14 @@ class LiveTwin:
         act = self._activity
         if act is None or act.workload is None:
             return {"static": self._static_w(mode), "gpu": 0.0, "cpu": 0.0, "mem": 0.0}
-        key = ("parts", id(act.workload), mode)
-        cached = self._power_cache.get(key)
+        key = (id(act.workload), mode)
+        cached = self._parts_w.get(key)
         if cached is not None:
             return dict(cached)
         step = act.workload.step(mode)
         t = float(step.time_s)
         parts = {name: float(step.parts[f"{name}_j"]) / t for name in ("static", "gpu", "cpu", "mem")}
-        self._power_cache[key] = parts
+        self._parts_w[key] = parts
         return dict(parts)
 
     def __repr__(self) -> str:
