@@ -57,7 +57,7 @@ from lightning_edge.tuning.online import (  # noqa: E402
     WindowSpec,
     simulate_tuning,
 )
-from lightning_edge.twin.live import SimWorkload  # noqa: E402
+from lightning_edge.twin.sim_workload import SimWorkload  # noqa: E402
 
 WORKLOADS = [("ResNet-18", "resnet18", 16), ("MobileNetV3", "mobilenet_v3", 16), ("YOLOv8n", "yolo", 16),
              ("BERT-base", "bert_base", 16), ("LSTM", "lstm", 16)]

@@ -52,7 +52,7 @@ from _machine import machine  # noqa: E402
 from lightning_edge.calibrate.kit import REFERENCE_STEPS, STEPS_PER_MODE, TwinStepper, calibrate  # noqa: E402
 from lightning_edge.devices.board import forget_boards, get_board  # noqa: E402
 from lightning_edge.devices.meter import JETSON_SETTLE_S  # noqa: E402
-from lightning_edge.twin.boards import board_file  # noqa: E402
+from lightning_edge.twin.board_files import board_file  # noqa: E402
 from lightning_edge.twin.fit import WorkloadSpec  # noqa: E402
 from lightning_edge.twin.model import OrinTwin  # noqa: E402
 from tests.fakes.boards import ForeignPhysics, derated_board, with_foreign_physics  # noqa: E402
@@ -77,7 +77,7 @@ MICROBENCH_S = 15.0  # the quick sweeps' budget on a GPU (calibrate/microbench.p
 
 
 def truth_twin(hidden, foreign: bool) -> OrinTwin:
-    twin = OrinTwin(board=hidden, noise=False, settling=False)
+    twin = OrinTwin(board=hidden, settling=False)
     if foreign:
         twin.physics = ForeignPhysics(twin.physics.p)
     return twin
@@ -115,8 +115,8 @@ def one(key: str, seed: int, n_modes: int, folder: Path, foreign: bool = False, 
         board.close()
     elapsed = time.perf_counter() - t0
     truth = truth_twin(hidden, foreign)
-    fitted = OrinTwin(board=res.board_file, noise=False, settling=False)
-    before = OrinTwin(board=board_file(key), noise=False, settling=False)
+    fitted = OrinTwin(board=res.board_file, settling=False)
+    before = OrinTwin(board=board_file(key), settling=False)
     rng = np.random.default_rng(10_000 + seed)
     modes = truth.space.to_numpy()[rng.choice(truth.space.size, min(n_eval, truth.space.size),
                                               replace=False)].astype(float)

@@ -144,7 +144,7 @@ def build_truth(name: str, model: str, kw: dict, kinds: tuple[str, ...], noise: 
                 bs: tuple[int, ...], draw: int = 0) -> Truth:
     """``noise``: relative sd of a profile's (time, power); (0, 0) = the twin's noise-free prediction.
     ``draw``: which seeded noise draw (0: the main tables')."""
-    from lightning_edge.twin.live import SimWorkload
+    from lightning_edge.twin.sim_workload import SimWorkload
 
     X = fulcrum_space().to_numpy()
     w = SimWorkload(model, noise=False, seq_len=kw.get("seq_len"))

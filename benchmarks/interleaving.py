@@ -147,7 +147,7 @@ def twin_section(duration_s: float) -> list[str]:
     ]
     for k, (bg_name, in_name, problem, nu_bs) in enumerate(cases):
         sim = SimulatedOrin(seed=k)
-        from lightning_edge.twin.live import SimWorkload
+        from lightning_edge.twin.sim_workload import SimWorkload
 
         bg = SimWorkload(bg_name, sim.twin, seed=1)
         if nu_bs is not None:

@@ -53,8 +53,8 @@ from lightning_edge.devices.meter import TwinMeter  # noqa: E402
 from lightning_edge.tuning.online import OnlineTuner, WindowSpec, simulate_tuning  # noqa: E402
 from lightning_edge.tuning.store import ProfileStore  # noqa: E402
 from lightning_edge.tuning.transfer import stored_profiles, transferred_prior  # noqa: E402
-from lightning_edge.twin.boards import board_file, extrapolate, seed_board  # noqa: E402
-from lightning_edge.twin.live import SimWorkload  # noqa: E402
+from lightning_edge.twin.board_files import board_file, extrapolate, seed_board  # noqa: E402
+from lightning_edge.twin.sim_workload import SimWorkload  # noqa: E402
 from tests.fakes.boards import hidden_board, module_variant  # noqa: E402
 
 PAIRS = (("orin-nx-16gb", "orin-nano-8gb"), ("orin-agx-32gb", "orin-nx-16gb"), ("orin-nano-8gb", "orin-nano-4gb"))

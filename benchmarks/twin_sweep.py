@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "twin_sweep.md"))
     ap.add_argument("--models", nargs="*", default=list(zoo.names()))
     args = ap.parse_args(argv)
-    twin = OrinTwin(noise=False, settling=False)
+    twin = OrinTwin(settling=False)
     space = twin.space
     rows = []
     worst = 0.0

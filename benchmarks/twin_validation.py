@@ -25,7 +25,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(Path(__file__).resolve().parent / "results" / "twin_validation.md"))
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    twin = OrinTwin(noise=False, settling=False)
+    twin = OrinTwin(settling=False)
     rows = validate(twin)
     elapsed = time.perf_counter() - t0
     table = to_markdown(rows)

@@ -24,7 +24,7 @@ import tempfile
 def board(url: str, seed: int, queue) -> None:
     from lightning_edge.devices import fulcrum_space
     from lightning_edge.tuning import ALS
-    from lightning_edge.twin.live import SimWorkload
+    from lightning_edge.twin.sim_workload import SimWorkload
 
     workload = SimWorkload("resnet18", train_batch_size=16, seed=seed)   # the twin plays this board
     table = ALS().explore(fulcrum_space(), workload, kind="train", store=url)
@@ -93,7 +93,7 @@ def main():
         from lightning_edge.devices import fulcrum_space
         from lightning_edge.tuning import ALS, ProfileStore, TrainingProblem
         from lightning_edge.tuning.store import trial_key
-        from lightning_edge.twin.live import SimWorkload
+        from lightning_edge.twin.sim_workload import SimWorkload
 
         # the store itself: how many measurements were recorded, and for how many distinct modes
         profiles = ProfileStore(url).profiles(SimWorkload("resnet18", train_batch_size=16))

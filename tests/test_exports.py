@@ -1,7 +1,7 @@
 """Every public name a package lists in ``__all__`` resolves (the lazy export maps name the module that defines it).
 
-Found by walking the package: after SimWorkload moved to ``devices/sim/live.py`` (issue 16), ``from
-lightning_edge.devices.sim import *`` raised AttributeError because the lazy map still named the old module.
+Found by walking the package: after SimWorkload moved to another module, ``from lightning_edge.devices.sim import *``
+raised AttributeError because the lazy map still named the old module.
 """
 
 from __future__ import annotations
@@ -37,4 +37,4 @@ def test_star_import_of_the_twin_and_the_simulated_board():
     assert "SimWorkload" in ns and "OrinTwin" in ns
     ns = {}
     exec("from lightning_edge.devices.sim import *", ns)
-    assert "SimulatedOrin" in ns and "SimModeController" in ns
+    assert "SimulatedOrin" in ns and "SimModeController" in ns and "LiveTwin" in ns

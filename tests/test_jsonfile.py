@@ -139,7 +139,7 @@ if str(REPO) not in sys.path:  # so `tests.fakes` imports under plain `pytest` t
 
 
 def _board_file(tmp_path: Path) -> tuple[Path, Callable[[Path], object]]:
-    from lightning_edge.twin.boards import load_board_file
+    from lightning_edge.twin.board_files import load_board_file
 
     return tmp_path / "board.json", load_board_file
 

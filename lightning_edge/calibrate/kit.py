@@ -26,7 +26,8 @@ What :func:`calibrate` does, through the board's own meter:
    device, a FIFO or a folder never), checked before anything is measured, and every file is written atomically (a
    new temporary file of a random name in the same folder, ``O_EXCL | O_NOFOLLOW``, fsynced, renamed:
    :func:`lightning_edge._jsonfile.write_file`); installed for the module on a real board when the twin explains it
-   (:func:`~lightning_edge.twin.boards.install_board_file`) so the tuner's prior and the profiler's estimates use it.
+   (:func:`~lightning_edge.twin.board_files.install_board_file`) so the tuner's prior and the profiler's estimates use
+   it.
 
 On a simulated board (``--device sim:orin-nano-8gb``, ``sim:FILE.json``) the same code runs: the microbenchmarks run
 on the twin's kernels, the steps on the twin's meter (noise, power settling); only the clock is simulated.
@@ -47,7 +48,7 @@ import numpy as np
 from lightning_edge import catalog
 from lightning_edge._jsonfile import check_target, json_schema_is, read_json, write_json
 from lightning_edge.modes import PowerMode, PowerModeSpace
-from lightning_edge.twin.boards import SCHEMA as BOARD_SCHEMA
+from lightning_edge.twin.board_files import SCHEMA as BOARD_SCHEMA
 from lightning_edge.twin.fit import (
     Observation,
     WorkloadSpec,
@@ -161,7 +162,7 @@ class TwinStepper:
 
     def __init__(self, board: Any, spec: WorkloadSpec, seed: int | None = 0) -> None:
         from lightning_edge.devices.meter import TwinMeter
-        from lightning_edge.twin.live import SimWorkload
+        from lightning_edge.twin.sim_workload import SimWorkload
 
         self.spec = spec
         wl = SimWorkload(spec.model, board.twin, train_batch_size=spec.batch_size, seq_len=spec.seq_len, seed=seed,
@@ -360,7 +361,7 @@ def _estimate_lines(est: dict) -> list[str]:
 
 def _start_board(board: Any) -> Any:
     """Where the fit starts: the catalogue's board of the module (never the simulated truth's own file)."""
-    from lightning_edge.twin.boards import BoardFile, board_file, seed_board
+    from lightning_edge.twin.board_files import BoardFile, board_file, seed_board
 
     key = getattr(board.space, "name", None)
     if key in catalog.BOARDS:
@@ -505,11 +506,11 @@ def calibrate(board: Any, out: str | Path, *, modes: int | None = None, minutes:
     bf.save(out, force=force)
     installed = None
     if install if install is not None else (not simulated and not reasons):
-        from lightning_edge.twin.boards import install_board_file
+        from lightning_edge.twin.board_files import install_board_file
 
         installed = install_board_file(bf)
     elif reasons and install is None and not simulated:
-        from lightning_edge.twin.boards import user_board_dir
+        from lightning_edge.twin.board_files import user_board_dir
 
         notes.append(f"not installed as this board's model: the twin does not explain it (to use it anyway, copy it to "
                      f"{user_board_dir() / (bf.key + '.json')})")

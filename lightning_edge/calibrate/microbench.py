@@ -618,7 +618,7 @@ def _run_on_twin(board, quick: bool, precisions: list[str] | None, config: Sweep
     notes = [f"{runner.label}: the sweeps ran on the twin of {board.name} in mode {mode}, not on this machine"]
     if runner.label == "extrapolated":
         notes.append("EXTRAPOLATED: the twin's coefficients for this board are scaled from another board's by "
-                     "hardware ratios, not measured (lightning_edge.twin.boards)")
+                     "hardware ratios, not measured (lightning_edge.twin.board_files)")
     static_power = runner.idle_power_w()
     log(f"{runner.name}: idle power {static_power:.2f} W ({runner.label})")
     host = {"device": board.name, "device_name": board.name, "simulated": True, "mode": mode}

@@ -4,7 +4,7 @@ are in its :class:`~lightning_edge.catalog.facts.BoardInfo`). A fact not found i
 its source says **unknown**; an extrapolation that needs it assumes the papers' board's value and says so.
 
 The papers' board (``orin-agx``: 16 SMs of 128 CUDA cores and 4 tensor cores, a 256-bit LPDDR5 bus) is the reference
-the twin's coefficients were fitted on; :func:`lightning_edge.twin.boards.extrapolate` scales them by these ratios
+the twin's coefficients were fitted on; :func:`lightning_edge.twin.board_files.extrapolate` scales them by these ratios
 (docs/boards.md, "Extrapolated boards").
 """
 

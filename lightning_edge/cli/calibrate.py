@@ -57,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     if spec.startswith("sim") and args.torch_device:
         raise ValueError(f"--device {args.device}: a simulated board runs its steps on the twin; drop --torch-device")
     from lightning_edge._jsonfile import check_target, json_schema_is
-    from lightning_edge.twin.boards import SCHEMA
+    from lightning_edge.twin.board_files import SCHEMA
 
     # before the board is opened (and minutes of measuring): --out must take a board file
     check_target(args.out, lambda why: ValueError(f"--out {args.out}: {why}"), ours=json_schema_is(SCHEMA),

@@ -12,10 +12,11 @@ sampler. ``spec``:
   wall-clock serving);
 - ``"sim"`` / ``"sim:orin-agx"``: the Orin AGX twin (:class:`~lightning_edge.devices.sim.device.SimulatedOrin`);
   ``"sim:<key>"``: the twin of any catalogued module (its grid; its coefficients extrapolated from the papers' board,
-  labelled ``extrapolated``: :mod:`lightning_edge.twin.boards`); ``"sim:PATH.json"``: the twin of a board file
+  labelled ``extrapolated``: :mod:`lightning_edge.twin.board_files`); ``"sim:PATH.json"``: the twin of a board file
   (``lightning-edge calibrate`` writes one);
-- a ``SimulatedOrin`` or any object with ``sensor`` and/or ``controller`` (and optionally ``twin``) attributes:
-  that device (one Board per object, shared, not closed with the board); a bare ``PowerSensor``; a ``Board``.
+- a ``SimulatedOrin`` or any object with ``sensor`` and/or ``controller`` (and optionally ``twin`` and ``live``)
+  attributes: that device (one Board per object, shared, not closed with the board); a bare ``PowerSensor``; a
+  ``Board``.
 
 ``control``: ``"read"`` (the profiler: the mode is read, through a controller opened without safety handlers when
 the board has no writer yet; optional: without one a note says mode changes are not tracked) or ``"write"`` (the
@@ -35,13 +36,16 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning_edge.catalog.boards import tuning_space
 from lightning_edge.catalog.storekey import StoreKey
 from lightning_edge.devices.meter import JETSON_SETTLE_S, SensorMeter, TwinMeter
 from lightning_edge.devices.sensors.base import EmptySensor, PowerSensor
 from lightning_edge.devices.spec import HOST_NAMES, BoardSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lightning_edge.devices.sim.live import LiveTwin
 
 __all__ = ["Board", "BoardSpec", "ControlOptions", "get_board", "store_key_for", "store_key_of", "forget_boards", "ORIN_PROFILE", "JETSON_SETTLE_S", "HOST_NAMES"]
 
@@ -52,7 +56,9 @@ ORIN_PROFILE = "orin-agx-pagoda"
 @dataclass(eq=False)
 class Board:
     """A device: its power ``sensor`` (never None: an ``EmptySensor`` saying why when there is none), its mode
-    ``controller`` (None when it has none), the ``twin`` when it is simulated, and the ``owner`` that is closed with
+    ``controller`` (None when it has none), when it is simulated the ``twin`` (the board's model, an ``OrinTwin``)
+    and ``live`` (the simulated board running, a :class:`~lightning_edge.devices.sim.live.LiveTwin`: what a workload
+    started on it draws; None on a real board), and the ``owner`` that is closed with
     it: what the resolver created (the ``SimulatedOrin`` of a ``"sim"`` spec, a sensor opened by name); a device
     you pass in stays open (yours to close). ``spec``: the parsed spec it was opened from (None for an object)."""
 
@@ -60,6 +66,7 @@ class Board:
     sensor: PowerSensor
     controller: Any = None
     twin: Any = None
+    live: LiveTwin | None = None
     owner: Any = None
     notes: list[str] = field(default_factory=list)
     spec: BoardSpec | None = None
@@ -140,7 +147,9 @@ class Board:
         Orin AGX profile (the mode when it is one of its modes, else MAXN). ``(Roofline or None, description)``."""
         if self.twin is not None:
             try:
-                m = mode or str(self.twin.current_mode())
+                m = mode or self.mode()
+                if m is None:
+                    raise ValueError("no controller says the board's mode")
                 return self.twin.roofline(m, precision), (f"twin roofline of {self.twin.name} in mode {m} "
                                                           f"({self.label})")
             except Exception as exc:  # noqa: BLE001
@@ -166,7 +175,7 @@ class Board:
         return prof.roofline(maxn, precision), f"{ORIN_PROFILE} (published) mode {maxn} (MAXN)"
 
     def _calibrated_model(self) -> Any:
-        """The twin of this real board's installed calibrated board file (:func:`lightning_edge.twin.boards.
+        """The twin of this real board's installed calibrated board file (:func:`lightning_edge.twin.board_files.
         installed_board_file`), or None (no file, or not a catalogued module)."""
         if self.twin is not None or self.controller is None:
             return None
@@ -174,13 +183,13 @@ class Board:
             self._model_cache = None
             key = getattr(self.space, "name", None)
             try:
-                from lightning_edge.twin.boards import installed_board_file
+                from lightning_edge.twin.board_files import installed_board_file
 
                 bf = installed_board_file(str(key)) if key else None
                 if bf is not None:
                     from lightning_edge.twin.model import OrinTwin
 
-                    self._model_cache = OrinTwin(board=bf, space=self.space, noise=False, settling=False)
+                    self._model_cache = OrinTwin(board=bf, space=self.space, settling=False)
             except Exception as exc:  # noqa: BLE001
                 self.notes.append(f"calibrated board file unusable: {exc}")
         return self._model_cache
@@ -388,7 +397,7 @@ def _open(spec: Any, parsed: BoardSpec | None, control: str, seed: int | None, r
         sensor, ctl = getattr(spec, "sensor", None), getattr(spec, "controller", None)
         return Board(str(getattr(spec, "name", type(spec).__name__)),
                      sensor if sensor is not None else EmptySensor(reason=f"{type(spec).__name__} has no sensor"),
-                     ctl, getattr(spec, "twin", None), writable=ctl is not None)
+                     ctl, getattr(spec, "twin", None), getattr(spec, "live", None), writable=ctl is not None)
     kind = parsed.kind
     if kind == "sim":
         from lightning_edge.devices.sim.device import SimulatedOrin
@@ -400,7 +409,7 @@ def _open(spec: Any, parsed: BoardSpec | None, control: str, seed: int | None, r
             ctl = get_controller(parsed, board_file=persisted_sim_board_file(parsed, options.state_dir),
                                  **options.controller_kwargs())
         sim = SimulatedOrin.from_name(parsed, seed=seed, controller=ctl)
-        return Board(parsed.key, sim.sensor, sim.controller, sim.twin, owner=sim, spec=parsed, writable=True,
+        return Board(parsed.key, sim.sensor, sim.controller, sim.twin, sim.live, owner=sim, spec=parsed, writable=True,
                      notes=list(getattr(sim, "notes", [])) if sim.label != "simulated" or sim.board != "orin-agx"
                      else [])
     from lightning_edge.devices.sensors import get_sensor

@@ -73,10 +73,13 @@ class TwinMeter:
 
     def __init__(self, twin: Any, *, train: Any = None, infer: Any = None, seed: int | None = 0, noise: bool = True,
                  settling: bool = True, precision: str = "fp32") -> None:
-        self.twin = getattr(twin, "twin", twin)
-        if not hasattr(self.twin, "settling_w"):
+        from lightning_edge.twin.model import OrinTwin
+
+        model = getattr(twin, "twin", twin)  # a SimulatedOrin or a Board: its model
+        if not isinstance(model, OrinTwin):
             raise TypeError(f"TwinMeter needs the Orin twin (OrinTwin or SimulatedOrin), got {type(twin).__name__}")
-        self.label = str(getattr(self.twin, "label", "simulated"))  # "extrapolated" on an extrapolated board
+        self.twin: OrinTwin = model
+        self.label = self.twin.label  # "extrapolated" on an extrapolated board
         self.workloads: dict[str, Any] = {"train": train, "infer": infer}
         self.seed = seed
         self.noise = bool(noise)
@@ -102,7 +105,7 @@ class TwinMeter:
 
     def bind(self, module: Any, example_inputs: Any) -> None:
         """Time training steps of ``module`` on one minibatch of its forward inputs (shapes only)."""
-        from lightning_edge.twin.live import SimWorkload
+        from lightning_edge.twin.sim_workload import SimWorkload
 
         self.workloads["train"] = SimWorkload(module, self.twin, example_inputs=example_inputs, seed=self.seed,
                                               precision=self.precision)
@@ -112,7 +115,7 @@ class TwinMeter:
         one model of that cost (``OrinTwin.workload``; the profiler's per-layer table of the same cost is the same
         model). ``param_tensors``: the optimizer's parameter tensors (``count_param_tensors(module)``; default: a
         guess from the layers). The precision is the cost's own (a 16-bit autocast or 16-bit tensors: fp16)."""
-        from lightning_edge.twin.live import SimWorkload
+        from lightning_edge.twin.sim_workload import SimWorkload
 
         self.workloads["train"] = SimWorkload(cost, self.twin, train_batch_size=int(batch_size), seed=self.seed,
                                               param_tensors=param_tensors)
@@ -120,8 +123,7 @@ class TwinMeter:
     @property
     def settle_s(self) -> float:
         """3 time constants of the twin's settling curve (within 5 %; 0 without settling)."""
-        on = self.settling and getattr(self.twin, "settling", True)
-        return 3.0 * float(getattr(self.twin, "settle_tau_s", 0.8)) if on else 0.0
+        return 3.0 * self.twin.settle_tau_s if self.settling and self.twin.settling else 0.0
 
     # ------------------------------------------------------------------ the clock
     def open(self) -> None:

@@ -272,7 +272,7 @@ class EnergySession:
             self.schedule.settle_s = JETSON_SETTLE_S if board_settles else 0.0
         if self.device.twin is not None and self.config.cost is None:
             self.twin = TwinDriver(self.device.twin, self.model, self.timer.root_name, self.notes,
-                                   host_cpu_s=self.config.host_cpu_s)
+                                   host_cpu_s=self.config.host_cpu_s, live=self.device.live)
             self.meter = self.loop.twin_meter(self.device)
         self.schedule.mode = self.device.mode()
         self._change = (self.schedule.mode, math.inf)  # the mode found at the start: no change to settle from
@@ -556,9 +556,12 @@ class EnergySession:
             self.twin.begin(training, samples)
 
     def twin_model(self, stage: str, mode: str | None = None) -> tuple[Any, dict[str, str]] | None:
-        """The twin's per-layer model of the stage's captured workload in ``mode`` (default: the current one):
-        ``(LayerTimes, {twin row name: profiler layer name})``, or None when there is no twin or no cost."""
+        """The twin's per-layer model of the stage's captured workload in ``mode`` (default: the board's mode now):
+        ``(LayerTimes, {twin row name: profiler layer name})``, or None when there is no twin, no cost or no mode."""
         if self.twin is None:
+            return None
+        mode = mode if mode is not None else (self.device.mode() if self.device is not None else None)
+        if mode is None:
             return None
         return self.twin.layer_model(stage == "train", mode, self._batch_sizes.get(stage))
 

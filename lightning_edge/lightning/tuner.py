@@ -58,7 +58,7 @@ if TYPE_CHECKING:
     from lightning_edge.cost.model_cost import ModelCost
     from lightning_edge.cost.shared import CapturedStep, FirstStep
     from lightning_edge.tuning.problems import Solution
-    from lightning_edge.twin.boards import BoardFile
+    from lightning_edge.twin.board_files import BoardFile
     from lightning_edge.twin.model import OrinTwin
 
 __all__ = ["PowerModeTunerMixin", "format_summary"]

@@ -1,21 +1,22 @@
 """Driving the twin from a profiling session: one job of :class:`~lightning_edge.lightning.session.EnergySession`.
 
 The captured step's cost becomes the workload's one model on the twin (:meth:`TwinDriver.workload`, a
-:class:`~lightning_edge.twin.timeline.TwinWorkload`: the same object, and so the same numbers, that the board's step
-meter, the tuner's prior and serving ask for the same cost): the simulated board runs it (its sensor's power follows
-it), the board's step meter gives each step's simulated time and power from it (:meth:`TwinDriver.bind_meter`), and
-its per-layer table (``TwinWorkload.layers``) splits a profiled step into the model's layers, named as the profiler
+:class:`~lightning_edge.twin.workload_model.TwinWorkload`: the same object, and so the same numbers, that the board's
+step meter, the tuner's prior and serving ask for the same cost): the live simulated board runs it (the board's
+``live``, :class:`~lightning_edge.devices.sim.live.LiveTwin`: its sensor's power follows it), the board's step meter
+gives each step's simulated time and power from it (:meth:`TwinDriver.bind_meter`), and its per-layer table
+(``TwinWorkload.layers``, in the step's mode) splits a profiled step into the model's layers, named as the profiler
 names them. The table's rows sum to the step.
 
 What the twin takes from the user's own run on this machine (:meth:`TwinDriver.add_cost` sets it on the twin, so the
 tuner's steps on the same board model the same workload, ``OrinTwin.set_run``):
 
 - the CPU work outside the layers (fetching and collating the next batch, the training loop's Python between
-  steps), which the twin runs on the board's CPU (``twin.timeline.HostCPU``): stated (``host_cpu_s``), or measured as
-  this thread's CPU time between consecutive steps of the stage, the least of the first :data:`HOST_GAPS` gaps
-  (CPU time, not wall time: the time another process holds the core does not count; and the least: load and one-off
-  work such as the cost analysis only add to a gap); kept for the rest of the run once known, the steps before it
-  modelled without it;
+  steps), which the twin runs on the board's CPU (``twin.workload_model.HostCPU``): stated (``host_cpu_s``), or
+  measured as this thread's CPU time between consecutive steps of the stage, the least of the first :data:`HOST_GAPS`
+  gaps (CPU time, not wall time: the time another process holds the core does not count; and the least: load and
+  one-off work such as the cost analysis only add to a gap); kept for the rest of the run once known, the steps
+  before it modelled without it;
 - the optimizer steps per batch: ``1 / accumulate_grad_batches`` under Lightning's automatic optimisation, else
   measured (the parameters the optimizers stepped per training batch, as a share of the trainable ones);
 - the optimizer: the Trainer's, else the first one seen stepping (:func:`~lightning_edge.twin.workload.optimizer_run`).
@@ -25,12 +26,16 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning_edge._torchcompat import tensor_version
-from lightning_edge.twin.timeline import IDLE_ROW as IDLE
-from lightning_edge.twin.timeline import HostCPU
 from lightning_edge.twin.workload import count_param_tensors, optimizer_run
+from lightning_edge.twin.workload_model import IDLE_ROW as IDLE
+from lightning_edge.twin.workload_model import HostCPU
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lightning_edge.devices.sim.live import LiveTwin
+    from lightning_edge.twin.model import OrinTwin
 
 __all__ = ["TwinDriver", "host_cpu_mhz", "host_cpu_from_gaps", "HOST_GAPS"]
 
@@ -60,8 +65,8 @@ def host_cpu_from_gaps(gaps_s: list[float], host_mhz: float | None = None) -> Ho
     Python); another process's load only adds to a gap's CPU time (a shared core, its caches), one-off work (the cost
     analysis after the first step, a logger's set-up) only adds to one gap, so the least is the work itself: over
     the first 8 gaps of a small CNN's fit on a 2-core VM, 0.47-0.59 ms alone and beside one to three CPU-bound
-    processes, where their median moved 0.74-1.18 ms (and the wall time of the smallest of two gaps, the rule before this one,
-    9 ms once). None without a gap."""
+    processes, where their median moved 0.74-1.18 ms (and the wall time of the smallest of two gaps, the measure this
+    replaced, 9 ms once). None without a gap."""
     gaps = [float(g) for g in gaps_s if g >= 0 and math.isfinite(g)]
     if not gaps:
         return None
@@ -70,12 +75,15 @@ def host_cpu_from_gaps(gaps_s: list[float], host_mhz: float | None = None) -> Ho
 
 
 class TwinDriver:
-    """The twin of a session's device, fed with the session's analysed costs. ``host_cpu_s``: the CPU work outside
-    the layers per batch on this machine, stated (None: measured from the gaps between steps, :meth:`add_gap`)."""
+    """The twin of a session's device, fed with the session's analysed costs: ``twin``, the board's model (an
+    :class:`~lightning_edge.twin.model.OrinTwin`); ``live``, the simulated board running (its ``live``: it runs the
+    captured workload; None: the model alone, nothing drawn on a board). ``host_cpu_s``: the CPU work outside the
+    layers per batch on this machine, stated (None: measured from the gaps between steps, :meth:`add_gap`)."""
 
-    def __init__(self, twin: Any, model: Any, root_name: str, notes: list[str],
-                 host_cpu_s: float | None = None) -> None:
+    def __init__(self, twin: OrinTwin, model: Any, root_name: str, notes: list[str],
+                 host_cpu_s: float | None = None, *, live: LiveTwin | None = None) -> None:
         self.twin = twin
+        self.live = live
         self.model = model
         self.root_name = root_name
         self.notes = notes
@@ -255,14 +263,14 @@ class TwinDriver:
         if kind == "train":
             meter.bind_cost(cost, int(batch), param_tensors=self._tensors(qual))
         else:
-            from lightning_edge.twin.live import SimWorkload
+            from lightning_edge.twin.sim_workload import SimWorkload
 
             meter.workloads["infer"] = SimWorkload(cost, self.twin, train_batch_size=int(batch), seed=meter.seed,
                                                    param_tensors=self._tensors(qual))
         return True
 
-    def layer_model(self, training: bool, mode: str | None, batch: int | None) -> tuple[Any, dict[str, str]] | None:
-        """The twin's per-layer model of the captured workload in ``mode`` (None: the current one):
+    def layer_model(self, training: bool, mode: str, batch: int | None) -> tuple[Any, dict[str, str]] | None:
+        """The twin's per-layer model of the captured workload in ``mode`` (the step's):
         ``(LayerTimes, {twin row name: profiler layer name})``, or None when there is no cost or it cannot be
         modelled (a note says why)."""
         main = self.main_cost(training)
@@ -301,12 +309,15 @@ class TwinDriver:
         return any(v is not None for v in self._cache.values())
 
     def begin(self, training: bool, samples: int | None) -> None:
-        """Let the simulated board run this workload: its power follows the same model as the per-layer table."""
+        """Let the live simulated board run this workload: its power follows the same model as the per-layer
+        table (no live board: only the kind is remembered)."""
         kind = "train" if training else "infer"
         if self.kind == kind or self.main_cost(training) is None:
             return
         try:
-            self.twin.begin(self.workload(training, samples))
+            wl = self.workload(training, samples)
+            if self.live is not None:
+                self.live.begin(wl)
             self.kind = kind
         except Exception as exc:  # noqa: BLE001
             self.notes.append(f"the twin could not simulate this workload ({exc}): it shows idle power")
@@ -324,7 +335,8 @@ class TwinDriver:
     def end(self) -> None:
         """The session closes: the board stops running the workload; the optimizer hook is removed."""
         if self.kind is not None:
-            self.twin.end()
+            if self.live is not None:
+                self.live.end()
             self.kind = None
         if self._hook is not None:
             self._hook.remove()

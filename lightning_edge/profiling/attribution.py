@@ -50,7 +50,7 @@ from lightning_edge.energy.base import (
 )
 from lightning_edge.records import Measurement
 from lightning_edge.roofline.model import pagoda_energy
-from lightning_edge.twin.timeline import IDLE_ROW
+from lightning_edge.twin.workload_model import IDLE_ROW
 
 __all__ = [
     "Method", "MEASURED", "APPORTIONED", "ESTIMATED", "SIMULATED", "PARTIAL", "DEFAULT_K",
@@ -368,8 +368,8 @@ def simulated_step(selfs: Mapping[str, Any], t0_ns: int, t1_ns: int, twin_layers
                    name_of: Mapping[str, str] | None = None, *, samples: int | None = None,
                    training: bool = True, reading: Measurement | None = None) -> StepEnergy:
     """One step as the simulated device runs it: every layer's time and energy from the twin's per-layer table of
-    the workload (``twin_layers``: a :class:`~lightning_edge.twin.timeline.LayerTimes`), whose rows sum to the twin's
-    step by construction, so the layers sum to the step's energy (``time_s * power_w``) and the step lasts the
+    the workload (``twin_layers``: a :class:`~lightning_edge.twin.workload_model.LayerTimes`), whose rows sum to the
+    twin's step by construction, so the layers sum to the step's energy (``time_s * power_w``) and the step lasts the
     twin's ``time_s``. ``selfs`` (this machine's timings) only supply each layer's host time (``host_time_s``), kind
     and calls; a layer the twin does not model gets zero time and energy. ``name_of`` maps the twin's row names to
     the profiler's layer names (default: same). A layer's time is its kernels' GPU time plus the GPU's wait for their

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
     from lightning_edge.devices.meter import StepMeter
     from lightning_edge.modes import PowerMode
     from lightning_edge.tuning.problems import ConcurrentProblem, InferenceProblem, Solution, Workload
-    from lightning_edge.twin.live import SimWorkload
+    from lightning_edge.twin.sim_workload import SimWorkload
 
 __all__ = [
     "RequestQueue", "RequestInputs", "ModelRunner", "BatchServer", "Plan", "ConcurrentWorkload", "NonUrgentInference",

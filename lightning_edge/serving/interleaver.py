@@ -214,7 +214,7 @@ class InterleaverMixin:
         inputs = pool if isinstance(pool, RequestInputs) else RequestInputs(pool)
         bg_wl = in_wl = None
         if dev.simulated:
-            from lightning_edge.twin.live import SimWorkload
+            from lightning_edge.twin.sim_workload import SimWorkload
             from lightning_edge.twin.workload import count_param_tensors
 
             twin = dev.twin

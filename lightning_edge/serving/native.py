@@ -39,8 +39,8 @@ if TYPE_CHECKING:
     from lightning_edge.devices.sim.device import SimulatedOrin
     from lightning_edge.modes import PowerMode
     from lightning_edge.tuning.problems import Solution
-    from lightning_edge.twin.live import SimWorkload
     from lightning_edge.twin.model import OrinTwin
+    from lightning_edge.twin.sim_workload import SimWorkload
 
 __all__ = ["run_native_threads", "simulate_native_twin", "NativeTwinMeter"]
 

@@ -63,8 +63,8 @@ if TYPE_CHECKING:
     from lightning_edge.tuning.search import Strategy
     from lightning_edge.tuning.store import StoreSpec
     from lightning_edge.tuning.table import ProfileTable
-    from lightning_edge.twin.live import SimWorkload
     from lightning_edge.twin.model import OrinTwin
+    from lightning_edge.twin.sim_workload import SimWorkload
 
 __all__ = ["InferenceRunner", "ServingReport", "RetuneEvent", "twin_workload"]
 
@@ -72,9 +72,9 @@ __all__ = ["InferenceRunner", "ServingReport", "RetuneEvent", "twin_workload"]
 def twin_workload(model: nn.Module | str | SimWorkload, twin: OrinTwin,
                   example: torch.Tensor | Mapping[str, torch.Tensor] | None = None, *, seed: int | None = 0,
                   train_batch_size: int | None = None) -> SimWorkload:
-    """A :class:`~lightning_edge.twin.live.SimWorkload` for ``model`` on ``twin``: a zoo name, an existing
+    """A :class:`~lightning_edge.twin.sim_workload.SimWorkload` for ``model`` on ``twin``: a zoo name, an existing
     twin workload (returned as is), or an ``nn.Module`` with ``example`` = one minibatch (batch dimension first)."""
-    from lightning_edge.twin.live import SimWorkload
+    from lightning_edge.twin.sim_workload import SimWorkload
 
     if hasattr(model, "sweep") and hasattr(model, "infer"):
         return model

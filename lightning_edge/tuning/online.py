@@ -91,8 +91,8 @@ if TYPE_CHECKING:
     from lightning_edge.devices.controllers.base import AppliedMode, ModeController
     from lightning_edge.tuning.prior import Prior
     from lightning_edge.tuning.store import StoreSpec
-    from lightning_edge.twin.boards import BoardFile
-    from lightning_edge.twin.live import SimWorkload
+    from lightning_edge.twin.board_files import BoardFile
+    from lightning_edge.twin.sim_workload import SimWorkload
 
 __all__ = [
     "OnlineTuner", "WindowSpec", "ProfileWindow", "StepRecord",
@@ -691,15 +691,15 @@ class OnlineTuner:
         if self._model is None:
             self.prior_note = "no prior: the module's inputs were not given (OnlineTuner.bind_model)"
             return True
-        from lightning_edge.twin.boards import board_model
-        from lightning_edge.twin.live import SimWorkload
+        from lightning_edge.twin.board_files import board_model
         from lightning_edge.twin.model import OrinTwin
+        from lightning_edge.twin.sim_workload import SimWorkload
 
         # the board's calibrated file when one is installed (lightning-edge calibrate), else its catalogue board
         model = board_model(self.controller.space.name)
         module, inputs, batch_size = self._model
         return self._build_prior(lambda: SimWorkload(
-            module, OrinTwin(board=model, space=self.space, noise=False, settling=False), example_inputs=inputs,
+            module, OrinTwin(board=model, space=self.space, settling=False), example_inputs=inputs,
             noise=False, train_batch_size=batch_size), simulated=False, board=model)
 
     def _build_prior(self, workload: Callable[[], SimWorkload], simulated: bool, board: BoardFile | None = None) -> bool:
@@ -1201,12 +1201,12 @@ def simulate_tuning(workload: SimWorkload, power_budget_w: float, *, strategy: s
                     prior: Prior | str | bool | None = "auto",
                     window: WindowSpec | None = None, seed: int | None = 0, max_steps: int = 5000,
                     board: Board | None = None) -> OnlineTuner:
-    """Tune ``workload`` (a :class:`~lightning_edge.twin.live.SimWorkload`: a zoo name or a module with
+    """Tune ``workload`` (a :class:`~lightning_edge.twin.sim_workload.SimWorkload`: a zoo name or a module with
     its inputs) on the simulated Orin (``board``, default the process's ``sim:orin-agx``) with nothing else running: the engine's steps until it trains in the chosen mode
     (or ``max_steps``), every step the twin's (simulated: noise, power settling), no real computation. Returns the
     closed tuner (``summary()``, ``tuned_at_step``, ``profiles``). For benchmarks and for comparing settings."""
     from lightning_edge.devices.board import get_board
-    from lightning_edge.twin.live import SimWorkload
+    from lightning_edge.twin.sim_workload import SimWorkload
 
     opened = board is None
     board = get_board("sim:orin-agx", control="write", seed=seed) if opened else board

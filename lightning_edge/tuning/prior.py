@@ -47,8 +47,8 @@ if TYPE_CHECKING:
     from lightning_edge.cost.model_cost import ModelCost
     from lightning_edge.roofline.model import Roofline
     from lightning_edge.tuning.search import Grid, Point, SearchContext
-    from lightning_edge.twin.boards import BoardFile
-    from lightning_edge.twin.live import SimWorkload
+    from lightning_edge.twin.board_files import BoardFile
+    from lightning_edge.twin.sim_workload import SimWorkload
 
 __all__ = ["Prior", "prior_search", "prior_for_twin", "prior_from_rooflines", "DEFAULT_PRIOR_PROFILES", "guarded",
            "POWER_GUARD", "PROFILE_SD", "FIRST_Z", "EXPECTED_GAIN", "SPREAD_DISTANCE", "MARGIN_FLOOR", "CALIBRATED_ERROR",
@@ -312,15 +312,15 @@ def _climb(grid: Grid, measured: dict[int, tuple[float, float]], p_hat: float, t
 # ------------------------------------------------------------------------------------------ sources
 def prior_for_twin(workload: SimWorkload, space: PowerModeSpace, *, simulated: bool,
                    board: BoardFile | None = None) -> Prior:
-    """The prior of a :class:`~lightning_edge.twin.live.SimWorkload` (a zoo name, a captured cost, or a module with
+    """The prior of a :class:`~lightning_edge.twin.sim_workload.SimWorkload` (a zoo name, a captured cost, or a module with
     its example inputs) over ``space``: the twin's one model of its training minibatch
     (``workload.twin_workload("train")``, analysed once) on a board model. With ``simulated=True`` (the measurements
     come from a twin) the model is one that does not know the simulated truth
-    (:func:`~lightning_edge.twin.boards.prior_board`: for the papers' board its *uncalibrated* coefficients; for an
+    (:func:`~lightning_edge.twin.board_files.prior_board`: for the papers' board its *uncalibrated* coefficients; for an
     extrapolated board the extrapolation of those; for a board file, the catalogue's board of its module); else
-    ``board`` (a :class:`~lightning_edge.twin.boards.BoardFile`: a real board's calibrated file, or its catalogue
+    ``board`` (a :class:`~lightning_edge.twin.board_files.BoardFile`: a real board's calibrated file, or its catalogue
     board), by default the papers' calibrated twin."""
-    from lightning_edge.twin.boards import prior_board, seed_board
+    from lightning_edge.twin.board_files import prior_board, seed_board
     from lightning_edge.twin.model import OrinTwin
 
     truth = workload.twin.board
@@ -328,7 +328,7 @@ def prior_for_twin(workload: SimWorkload, space: PowerModeSpace, *, simulated: b
         model = prior_board(truth) if truth is not None else seed_board(calibrated=False)
     else:
         model = board if board is not None else seed_board()
-    model_twin = OrinTwin(board=model, space=space, noise=False, settling=False)
+    model_twin = OrinTwin(board=model, space=space, settling=False)
     pred = workload.twin_workload("train").on(model_twin).step(space.to_numpy())
     # calibrated: a board file the kit fitted (simulated or measured), or the papers' calibrated twin on a real AGX
     calibrated = bool(model.calibration) or (not simulated and model.label == "simulated")

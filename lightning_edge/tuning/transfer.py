@@ -8,7 +8,7 @@
 Two things carry over from board A (the *source*) to board B (the *target*):
 
 1. **A's calibrated board file** (``lightning-edge calibrate``): B's model is A's coefficients extrapolated to B by
-   the hardware ratios (:func:`lightning_edge.twin.boards.extrapolate`: SMs, memory bus, rated power), unless B has
+   the hardware ratios (:func:`lightning_edge.twin.board_files.extrapolate`: SMs, memory bus, rated power), unless B has
    a calibrated file of its own (then B's). The silicon's efficiencies, CPU costs and energies per FLOP measured on A
    replace the papers' published-figure ones;
 2. **the workload's profiles stored for A** (a profile store, or any ``{mode: (time_s, power_w)}``): what A's
@@ -40,9 +40,9 @@ from lightning_edge.tuning.prior import Prior
 
 if TYPE_CHECKING:
     from lightning_edge.tuning.store import ProfileStore
-    from lightning_edge.twin.boards import BoardFile
-    from lightning_edge.twin.live import SimWorkload
-    from lightning_edge.twin.timeline import TwinWorkload
+    from lightning_edge.twin.board_files import BoardFile
+    from lightning_edge.twin.sim_workload import SimWorkload
+    from lightning_edge.twin.workload_model import TwinWorkload
 
 __all__ = ["transferred_prior", "stored_profiles", "target_model", "fit_to_profiles", "RIDGE", "MODULE_SD",
            "UNCORRECTED_SD"]
@@ -75,7 +75,7 @@ def stored_profiles(store: ProfileStore, device_model: str, workload_id: str, ki
 def target_model(target: BoardFile, source: BoardFile | None) -> BoardFile:
     """B's model (module docstring, 1): B's own calibrated file, else A's calibrated coefficients extrapolated to B,
     else B's file as it is."""
-    from lightning_edge.twin.boards import extrapolate
+    from lightning_edge.twin.board_files import extrapolate
 
     if target.calibration is not None or source is None or source.calibration is None:
         return target
@@ -89,7 +89,7 @@ def fit_to_profiles(source: BoardFile, workload: TwinWorkload, profiles: Mapping
     """``source`` (A's calibrated board file) with the coefficients its calibration held because the reference steps
     do not measure them (``calibration["held"]`` but neither hardware facts nor ``unidentified``: the data loader's
     costs) fitted to the workload's profiles on A (``{mode of space: (time_s, power_w)}``;
-    ``workload``: its :class:`~lightning_edge.twin.timeline.TwinWorkload`), by the calibration's own fit
+    ``workload``: its :class:`~lightning_edge.twin.workload_model.TwinWorkload`), by the calibration's own fit
     (:func:`~lightning_edge.twin.fit.fit_board`: what the profiles cannot separate stays). ``source`` itself when
     there is nothing to fit or fewer than three profiles."""
     from lightning_edge.twin.fit import HELD, Observation, fit_board
@@ -133,8 +133,8 @@ def _ridge(x: np.ndarray, y: np.ndarray, lam: float) -> np.ndarray:
 def transferred_prior(workload: SimWorkload, space: PowerModeSpace, *, target: BoardFile, source: BoardFile | None = None,
                       profiles: Mapping[ModeLike, tuple[float, float]] | None = None, source_space: PowerModeSpace | None
                       = None, ridge: float = RIDGE, module_sd: tuple[float, float] = MODULE_SD) -> Prior:
-    """The prior of ``workload`` (a :class:`~lightning_edge.twin.live.SimWorkload`: a zoo name, a captured cost, or a
-    module with its inputs) over ``space`` of board B, from what board A taught (module docstring). ``target``: B's
+    """The prior of ``workload`` (a :class:`~lightning_edge.twin.sim_workload.SimWorkload`: a zoo name, a captured cost,
+    or a module with its inputs) over ``space`` of board B, from what board A taught (module docstring). ``target``: B's
     board file (its catalogue's, or a calibrated one); ``source``: A's calibrated board file; ``profiles``: the
     workload's profiles stored for A (``{mode: (time_s, power_w)}``, modes of A's grid ``source_space``, default
     A's file's grid); ``module_sd``: what another module adds to the prediction's error (:data:`MODULE_SD`)."""
@@ -145,7 +145,7 @@ def transferred_prior(workload: SimWorkload, space: PowerModeSpace, *, target: B
     if profiles and source is not None and source.calibration is not None:
         source = fit_to_profiles(source, wl, profiles, a_space)
     model = target_model(target, source)
-    twin_b = OrinTwin(board=model, space=space, noise=False, settling=False)
+    twin_b = OrinTwin(board=model, space=space, settling=False)
     pred = wl.on(twin_b).step(space.to_numpy())
     t_b, p_b = np.asarray(pred.time_s, dtype=float), np.asarray(pred.power_w, dtype=float)
     how = [f"{model.label} twin model of {model.key}"
@@ -156,7 +156,7 @@ def transferred_prior(workload: SimWorkload, space: PowerModeSpace, *, target: B
     if fitted:
         how.append(f"{', '.join(fitted)} fitted to the workload's profiles on {source.key}")
     if profiles and source is not None:
-        twin_a = OrinTwin(board=source, space=a_space, noise=False, settling=False)
+        twin_a = OrinTwin(board=source, space=a_space, settling=False)
         modes = [a_space.coerce(m) for m in profiles]
         knobs = np.array([m.as_tuple() for m in modes], dtype=float)
         meas = np.array([profiles[m] if m in profiles else profiles[str(m)] for m in modes], dtype=float)

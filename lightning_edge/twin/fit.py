@@ -14,7 +14,7 @@ board file names and :data:`HELD` does not (hardware facts, structure), whose se
 is fitted in log space within a factor :data:`SPAN` of its start (fractions stay at most 1), with a weak pull towards
 its start (:data:`PRIOR_WEIGHT`) so that what the measurements cannot tell apart stays where the catalogue put it.
 The forward model is the twin itself: its rooflines (:meth:`OrinTwin.roofline`) and its one workload model
-(:class:`~lightning_edge.twin.timeline.TwinWorkload`), so the fit never disagrees with what the twin predicts.
+(:class:`~lightning_edge.twin.workload_model.TwinWorkload`), so the fit never disagrees with what the twin predicts.
 
 What the measurements cannot separate (a coefficient whose posterior spread at the start is above
 :data:`IDENTIFIED_SD`) is held at the start and said (:func:`unidentified`). How far to trust the result:
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from lightning_edge.twin.boards import BoardFile
+from lightning_edge.twin.board_files import BoardFile
 from lightning_edge.twin.physics import DEFAULT_PARAMS, Physics
 
 __all__ = ["Observation", "WorkloadSpec", "FitResult", "fit_board", "HELD", "SPAN", "PRIOR_WEIGHT", "SIGMA",
@@ -119,7 +119,7 @@ class WorkloadSpec:
                    str(d.get("precision") or "fp32"))
 
     def on(self, twin: Any) -> Any:
-        """This step's one model on ``twin`` (a :class:`~lightning_edge.twin.timeline.TwinWorkload`)."""
+        """This step's one model on ``twin`` (a :class:`~lightning_edge.twin.workload_model.TwinWorkload`)."""
         return twin.workload(self.model, self.batch_size, self.kind, seq_len=self.seq_len, dataloader=self.dataloader,
                              precision=self.precision)
 
@@ -266,7 +266,7 @@ class _Model:
                  compiled: Mapping[str, Any] | None = None) -> None:
         from lightning_edge.twin.model import OrinTwin
 
-        self.twin = OrinTwin(board=start, noise=False, settling=False)
+        self.twin = OrinTwin(board=start, settling=False)
         self.knobs = np.array([o.mode for o in obs], dtype=float)
         self.obs = obs
         compiled = compiled or {}

@@ -18,26 +18,23 @@ The model (docs/twin.md has the equations and where each coefficient comes from)
 - power = static(mode) + GPU busy power + FLOP and byte energy / time + busy CPU cores, capped at ~67 W.
 
 The workload model (the rows' timeline, the step and the per-layer table) is
-:class:`~lightning_edge.twin.timeline.TwinWorkload`; this module holds the board: its physics, its space, its
-rooflines and, for the simulated power sensor, the live board. Everything it returns is labelled ``simulated``.
-The twin plays a live board: it knows the current mode (its own, or a controller's), what is running
-(:meth:`OrinTwin.running`: a TwinWorkload's power), and shows the 2-3 s power settling after a change plus seeded
-noise.
+:class:`~lightning_edge.twin.workload_model.TwinWorkload`; this module holds the board's model: its physics, its
+space, its rooflines and its power settling curve (:meth:`OrinTwin.settling_w`). Everything it returns is labelled
+``simulated``. It is a pure model: it keeps no mode, no clock, no running workload and draws no noise; every answer
+is a function of its arguments (and of the user's run, :meth:`OrinTwin.set_run`). The live simulated board (its
+current mode, what is running, the power settling after a change and seeded noise on its readings) is
+:class:`~lightning_edge.devices.sim.live.LiveTwin`, which asks this model.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import math
-import threading
-import time
 import warnings
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -48,18 +45,21 @@ from lightning_edge.catalog.storekey import StoreKey
 from lightning_edge.modes import PowerMode, PowerModeSpace
 from lightning_edge.roofline.model import Roofline
 from lightning_edge.twin.physics import Physics
-from lightning_edge.twin.timeline import HostCPU, LayerTimes, Prediction, TwinWorkload, as_knobs
 from lightning_edge.twin.workload import (
     FULCRUM_OPTIMIZER,
+    OptimizerRun,
     WorkloadProfile,
     count_param_tensors,
     is_cost,
     optimizer_run,
     precision_of,
 )
+from lightning_edge.twin.workload_model import HostCPU, LayerTimes, Prediction, TwinWorkload, as_knobs
 
-__all__ = ["OrinTwin", "Prediction", "LayerTimes", "TwinWorkload", "Activity", "TWIN_PROFILE", "load_twin_params",
-           "UserRun"]
+if TYPE_CHECKING:  # pragma: no cover
+    from lightning_edge.twin.board_files import BoardFile
+
+__all__ = ["OrinTwin", "Prediction", "LayerTimes", "TwinWorkload", "TWIN_PROFILE", "load_twin_params", "UserRun"]
 
 TWIN_PROFILE = "orin-agx-twin"
 """Name of the shipped twin profile (``lightning_edge/data/orin-agx-twin.json``)."""
@@ -97,7 +97,7 @@ class UserRun:
     """What the user's own run on this machine says about its workload's minibatches, for every caller that models
     that workload on this twin (the profiler sets it, the tuner's steps read it: :meth:`OrinTwin.set_run`).
 
-    ``host``: the CPU work outside the layers measured on this machine (:class:`~lightning_edge.twin.timeline.
+    ``host``: the CPU work outside the layers measured on this machine (:class:`~lightning_edge.twin.workload_model.
     HostCPU`); ``optimizer_steps``: optimizer steps per minibatch (``1 / accumulate_grad_batches``; what a manual
     optimisation steps per batch as a share of the parameters); ``how``: how that share was found; ``optimizer``:
     the optimizer the run steps (an :class:`~lightning_edge.twin.workload.OptimizerRun`; None: unknown, Fulcrum's
@@ -106,38 +106,19 @@ class UserRun:
     host: HostCPU | None = None
     optimizer_steps: float = 1.0
     how: str = ""
-    optimizer: Any = None
-
-
-@dataclass
-class Activity:
-    """What the twin is running (for the live sensor): a workload's average power and, optionally, its layers."""
-
-    name: str
-    kind: str
-    batch_size: int
-    workload: TwinWorkload | None = None
-    power_fn: Callable[[PowerMode], float] | None = None
-    layer: str | None = None
-
-    @property
-    def profile(self) -> WorkloadProfile | None:
-        """The running workload's compiled rows."""
-        return None if self.workload is None else self.workload.profile
+    optimizer: OptimizerRun | None = None
 
 
 class OrinTwin:
     """The simulated Jetson AGX Orin (32 GB, JetPack 5): see the module docstring.
 
     - ``params``: override fitted coefficients (names in ``physics.PARAM_DOCS``);
-    - ``controller``: a :class:`~lightning_edge.devices.sim.controller.SimModeController` whose current
-      mode the twin follows (otherwise the twin keeps its own mode: :meth:`set_mode`);
-    - ``noise``/``power_noise``/``seed``: gaussian noise (relative sd) on live power readings;
-    - ``settling``/``settle_tau_s``: after a mode change or a workload start/stop the live power moves to
-      the new level exponentially (tau 0.8 s: within 5 % after 2.4 s);
+    - ``settling``/``settle_tau_s``: the power settling curve (:meth:`settling_w`): after a mode change or a
+      workload start/stop the power moves to the new level exponentially (tau 0.8 s: within 5 % after 2.4 s);
+      ``settling=False``: at once;
     - ``tf32_matmul``: run FP32 matmuls on TF32 tensor cores (PyTorch's ``allow_tf32=True``); the default
       is CUDA cores, PyTorch's default since 1.12 and what the papers' PyTorch 1.12 did;
-    - ``board``: a :class:`~lightning_edge.twin.boards.BoardFile` (a catalogued module's, or one read from a file):
+    - ``board``: a :class:`~lightning_edge.twin.board_files.BoardFile` (a catalogued module's, or one read from a file):
       its coefficients (``params`` still override them), its grid, and its label: a twin of an ``extrapolated``
       board labels everything it computes ``extrapolated`` (``label``), every other twin ``simulated``.
     """
@@ -151,16 +132,10 @@ class OrinTwin:
         *,
         profile_path: str | Path | None | bool = None,
         space: PowerModeSpace | None = None,
-        controller: Any = None,
-        clock: Callable[[], float] = time.monotonic,
-        noise: bool = True,
         settling: bool = True,
-        seed: int | None = 0,
-        power_noise: float = 0.02,
         settle_tau_s: float = 0.8,
-        initial: Any = None,
         tf32_matmul: bool = False,
-        board: Any = None,
+        board: BoardFile | None = None,
     ) -> None:
         self.board = board
         if board is not None:
@@ -178,26 +153,12 @@ class OrinTwin:
             fitted.update(params)
         self.physics = Physics(fitted)
         self.space = space or catalog.orin_agx_space()
-        self.controller = controller
-        self.clock = clock
-        self.noise = bool(noise)
         self.settling = bool(settling)
-        self.power_noise = float(power_noise)
         self.settle_tau_s = float(settle_tau_s)
         self.tf32_matmul = bool(tf32_matmul)
-        self._rng = np.random.default_rng(seed)
-        self._lock = threading.RLock()
-        self._mode = self.space.coerce(initial) if initial is not None else (
-            self.space.coerce(catalog.ORIN_AGX_MAXN) if self.space.name == "orin-agx" else self.space.max_mode())
-        self._activity: Activity | None = None
         self._cost_cache: dict[tuple, Any] = {}
-        self._profile_cache: dict[tuple, Any] = {}
+        self._profile_cache: dict[tuple, tuple[Any, TwinWorkload]] = {}  # workload()'s memo: key -> (source, model)
         self.runs: dict[str, UserRun] = {}  # kind -> the user's run (set_run): a captured cost's defaults
-        # live power state: the level being approached, where the last transition started, and when
-        self._target_key: tuple | None = None
-        self._from_w: float | None = None
-        self._change_s: float | None = None
-        self._ctl_change_s: float | None = None
 
     # ================================================================== roofline
     def roofline(self, modes: Any = None, precision: str = "fp32") -> Roofline:
@@ -255,7 +216,7 @@ class OrinTwin:
         optimizer_steps: float | None = None,
         optimizer: Any = None,
     ) -> TwinWorkload:
-        """The one model of a workload on this twin (:class:`~lightning_edge.twin.timeline.TwinWorkload`),
+        """The one model of a workload on this twin (:class:`~lightning_edge.twin.workload_model.TwinWorkload`),
         memoised per source and arguments, so callers that ask for the same workload share one object.
 
         ``source``: a :class:`~lightning_edge.cost.ModelCost` (``kind`` default from it), a compiled
@@ -311,11 +272,11 @@ class OrinTwin:
                                                               "optimizer": optimizer}
         wl = TwinWorkload(cost, self, batch_size=batch_size, kind=kind, precision=precision,
                           param_tensors=param_tensors, dataloader=dataloader, host=host, **extra)
-        self._profile_cache[key] = (cost, wl)  # type: ignore[assignment]
+        self._profile_cache[key] = (cost, wl)
         return wl
 
     def set_run(self, kind: str, *, host: HostCPU | None = None, optimizer_steps: float = 1.0,
-                how: str = "", optimizer: Any = None) -> UserRun:
+                how: str = "", optimizer: OptimizerRun | None = None) -> UserRun:
         """Say what the user's own run measured about its ``kind`` (``"train"``/``"infer"``) minibatches: every
         later :meth:`workload` of a cost or module of that kind on this twin (the profiler's table, the tuner's steps
         on the same board) takes ``host``, ``optimizer_steps`` and ``optimizer`` unless told otherwise (a zoo name never: it is the
@@ -386,11 +347,11 @@ class OrinTwin:
         lt.step.layers = lt
         return lt.step
 
-    def layer_times(self, cost: Any, mode: Any = None, *, kind: str | None = None, batch_size: int | None = None,
+    def layer_times(self, cost: Any, mode: Any, *, kind: str | None = None, batch_size: int | None = None,
                     precision: str | None = None, dataloader: bool | None = None,
                     param_tensors: int | None = None) -> LayerTimes:
-        """``workload(cost, ...).layers(mode)``: the per-layer table of one minibatch on one mode (default: the
-        current one); its rows sum to the step."""
+        """``workload(cost, ...).layers(mode)``: the per-layer table of one minibatch on one mode; its rows sum to
+        the step."""
         return self.workload(cost, batch_size, kind, precision=precision, param_tensors=param_tensors,
                              dataloader=dataloader).layers(mode)
 
@@ -424,7 +385,8 @@ class OrinTwin:
         if inputs is None:
             raise ValueError("predict_workload(model, ...) with an nn.Module needs inputs=(example inputs,); "
                              "or pass a zoo model name such as 'resnet18'")
-        args, kwargs = (inputs.args, inputs.kwargs) if hasattr(inputs, "kwargs") else (tuple(inputs), {})  # i17cost
+        # a captured Call (cost.capture.Call) carries keyword inputs too; a tuple is positional only
+        args, kwargs = (inputs.args, inputs.kwargs) if hasattr(inputs, "kwargs") else (tuple(inputs), {})
         from lightning_edge.cost.capture import tensors_of
 
         shapes = tuple((tuple(x.shape), str(x.dtype)) for x in tensors_of((args, kwargs))) + tuple(sorted(kwargs))
@@ -460,125 +422,14 @@ class OrinTwin:
                            seq_len=seq_len, inputs=inputs)
         return self._detailed(wl, modes, detail)
 
-    # ================================================================== the live board (for the sensor)
-    def current_mode(self) -> PowerMode:
-        """The mode the simulated board is in: the controller's, if the twin follows one, else its own."""
-        if self.controller is not None:
-            return self.controller.current()
-        return self._mode
-
-    def set_mode(self, mode: Any) -> PowerMode:
-        """Switch the twin's own mode (when it follows no controller); starts the power settling."""
-        if self.controller is not None:
-            self.controller.apply(mode)
-            return self.controller.current()
-        with self._lock:
-            now = self.clock()
-            self._begin_transition(now)
-            self._mode = self.space.coerce(mode)
-            self._target_key = None
-            return self._mode
-
-    def begin(self, activity: Activity | Any, kind: str = "infer", batch_size: int | None = None) -> Activity:
-        """Tell the twin a workload starts running (``Activity``, a :class:`TwinWorkload`, a ModelCost /
-        WorkloadProfile, or a zoo name): the live power follows that workload's model."""
-        if not isinstance(activity, Activity):
-            activity = self._make_activity(activity, kind, batch_size)
-        with self._lock:
-            now = self.clock()
-            self._begin_transition(now)
-            for k in [k for k in self._profile_cache if k and k[0] in ("pw", "parts")]:
-                del self._profile_cache[k]
-            self._activity = activity
-            self._target_key = None
-        return activity
-
-    def end(self) -> None:
-        """The workload stopped: power settles back to the mode's static power."""
-        with self._lock:
-            now = self.clock()
-            self._begin_transition(now)
-            self._activity = None
-            self._target_key = None
-
-    @contextlib.contextmanager
-    def running(self, cost: Any, kind: str = "infer", batch_size: int | None = None) -> Iterator[Activity]:
-        """``with twin.running(cost, "train", 16): ...``: the live power follows that workload meanwhile."""
-        act = self.begin(cost, kind, batch_size)
-        try:
-            yield act
-        finally:
-            self.end()
-
-    def set_layer(self, name: str | None) -> None:
-        """Which step is running now (a profiler may tell): the live power then follows that step."""
-        with self._lock:
-            if self._activity is not None:
-                self._activity.layer = name
-
-    @property
-    def activity(self) -> Activity | None:
-        return self._activity
-
-    def _make_activity(self, what: Any, kind: str, batch_size: int | None) -> Activity:
-        if isinstance(what, TwinWorkload):
-            return Activity(what.name, what.kind, what.batch_size, what)
-        if isinstance(what, str):
-            bs = batch_size or (16 if kind == "train" else 1)
-            return Activity(what, kind, bs, self.workload(what, bs, kind))
-        wl = self.workload(what, batch_size, None if isinstance(what, WorkloadProfile) else kind)
-        return Activity(wl.name, wl.kind, wl.batch_size, wl)
-
-    def target_power(self, mode: PowerMode | None = None) -> float:
-        """The settled (noise-free) power of the board now: static when idle, else the running workload's step
-        (:meth:`TwinWorkload.step`), or the rows of the layer running now (:meth:`set_layer`)."""
-        mode = self.current_mode() if mode is None else mode
-        act = self._activity
-        if act is None:
-            return float(self.physics.static_power(*np.array(mode.as_tuple(), dtype=float)))
-        if act.power_fn is not None:
-            return float(act.power_fn(mode))
-        key = ("pw", id(act.workload), act.layer, mode)
-        cached = self._profile_cache.get(key)
-        if cached is not None:
-            return cached  # type: ignore[return-value]
-        wl = act.workload
-        if act.layer is not None and wl is not None and act.layer in wl.profile.names:
-            lt = wl.layers(mode)
-            rows = [i for i, n in enumerate(lt.names) if n == act.layer]
-            g = float(sum(lt.gpu_s[i] for i in rows))
-            e = float(sum(lt.energy_j[i] for i in rows))
-            value = e / g if g > 0 else lt.power_w
-        elif wl is not None:
-            value = float(wl.step(mode).power_w)
-        else:
-            value = float(self.physics.static_power(*np.array(mode.as_tuple(), dtype=float)))
-        self._profile_cache[key] = value  # type: ignore[assignment]
-        return value
-
-    def _settled_level(self, now: float) -> float:
-        """Power now without noise, following the exponential settling."""
-        mode = self.current_mode()
-        key = (mode, id(self._activity), getattr(self._activity, "layer", None))
-        target = self.target_power(mode)
-        if self.controller is not None:
-            ctl_change = getattr(self.controller, "last_change_s", None)
-            if ctl_change is not None and ctl_change != self._ctl_change_s:
-                # the controller switched modes: settle from the level we were showing
-                self._ctl_change_s = ctl_change
-                if self._target_key is not None:
-                    self._from_w = self._level_at(ctl_change, self._last_target)
-                    self._change_s = ctl_change
-        self._target_key = key
-        self._last_target = target
-        return self._level_at(now, target)
-
+    # ================================================================== the power settling curve
     def settling_w(self, from_w: float, target_w: float, t0_s: float, t1_s: float | None = None) -> float:
         """The power settling curve after a change from ``from_w`` towards ``target_w`` (noise-free, W): its value
         ``t0_s`` seconds after the change, or with ``t1_s`` its exact mean over ``[t0_s, t1_s]``. Exponential with
         time constant ``settle_tau_s`` (within 5 % after 3 tau = 2.4 s); the target at once with ``settling=False``.
-        The one home of the curve: the live board (:meth:`power_now`) and the tuner's simulated steps
-        (:class:`~lightning_edge.devices.meter.TwinMeter`) both read it."""
+        A pure function of its arguments, the one home of the curve: the live simulated board
+        (:meth:`LiveTwin.power_now <lightning_edge.devices.sim.live.LiveTwin.power_now>`) and the tuner's simulated
+        steps (:class:`~lightning_edge.devices.meter.TwinMeter`) both read it."""
         tau = self.settle_tau_s
         if not self.settling or tau <= 0:
             return float(target_w)
@@ -588,45 +439,5 @@ class OrinTwin:
         b = float(t1_s)
         return target_w + (from_w - target_w) * tau * (math.exp(-a / tau) - math.exp(-b / tau)) / (b - a)
 
-    def _level_at(self, t: float, target: float) -> float:
-        if not self.settling or self._from_w is None or self._change_s is None:
-            return target
-        return self.settling_w(self._from_w, target, t - self._change_s)
-
-    def _begin_transition(self, now: float) -> None:
-        if self._target_key is None and self._from_w is None:
-            self._from_w = self.target_power()
-        else:
-            self._from_w = self._level_at(now, getattr(self, "_last_target", self.target_power()))
-        self._change_s = now
-
-    def power_now(self, *, noise: bool | None = None) -> float:
-        """The board's instantaneous power (W, simulated): settling after changes, plus seeded noise."""
-        with self._lock:
-            now = self.clock()
-            level = self._settled_level(now)
-            if (self.noise if noise is None else noise) and self.power_noise > 0:
-                level *= 1.0 + self.power_noise * float(self._rng.standard_normal())
-            return max(level, 0.0)
-
-    def power_parts_now(self) -> dict[str, float]:
-        """Settled split of the current power, W: ``static``, ``gpu`` (dynamic), ``cpu`` (dynamic), ``mem``: the
-        running workload's step energy parts over its time (:data:`~lightning_edge.twin.timeline.ENERGY_PARTS`),
-        so they sum to its power; idle, the mode's static power alone."""
-        mode = self.current_mode()
-        act = self._activity
-        if act is None or act.workload is None:
-            static = float(self.physics.static_power(*np.array(mode.as_tuple(), dtype=float)))
-            return {"static": static, "gpu": 0.0, "cpu": 0.0, "mem": 0.0}
-        key = ("parts", id(act.workload), mode)
-        cached = self._profile_cache.get(key)
-        if cached is not None:
-            return dict(cached)  # type: ignore[call-overload]
-        step = act.workload.step(mode)
-        t = float(step.time_s)
-        parts = {name: float(step.parts[f"{name}_j"]) / t for name in ("static", "gpu", "cpu", "mem")}
-        self._profile_cache[key] = parts  # type: ignore[assignment]
-        return dict(parts)
-
     def __repr__(self) -> str:
-        return f"OrinTwin({self.space!r}, mode {self.current_mode()}, {self.label})"
+        return f"OrinTwin({self.space!r}, {self.label})"

@@ -1,4 +1,5 @@
-"""The twin's workload model: a :class:`~lightning_edge.cost.ModelCost` turned into GPU kernels and CPU work.
+"""A workload's compiled rows: a :class:`~lightning_edge.cost.ModelCost` turned into GPU kernels and CPU work (what
+the workload model, :mod:`lightning_edge.twin.workload_model`, evaluates on modes).
 
 A minibatch is a sequence of *steps* (one per layer and direction: the forward pass in execution
 order, then, for training, the backward pass in reverse order, the loss and the optimizer step).
@@ -13,9 +14,9 @@ Each step carries what the twin needs to time it on any power mode:
   launches issued from C++ inside fused library calls (cuDNN RNN).
 
 :func:`compile_workload` builds a :class:`WorkloadProfile` (numpy arrays over steps) once per model;
-the one model of the workload, :class:`~lightning_edge.twin.timeline.TwinWorkload`, evaluates it on any number
+the one model of the workload, :class:`~lightning_edge.twin.workload_model.TwinWorkload`, evaluates it on any number
 of modes at once (``step``) and per row (``layers``). Nothing here imports torch. The noisy measurements tuners
-take (``SimWorkload``) are in :mod:`lightning_edge.twin.live`.
+take (``SimWorkload``) are in :mod:`lightning_edge.twin.sim_workload`.
 """
 
 from __future__ import annotations

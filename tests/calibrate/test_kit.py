@@ -24,7 +24,7 @@ from lightning_edge.calibrate.kit import (
 from lightning_edge.calibrate.microbench import SweepConfig
 from lightning_edge.cli import main
 from lightning_edge.devices import get_board
-from lightning_edge.twin.boards import board_file, load_board_file
+from lightning_edge.twin.board_files import board_file, load_board_file
 from lightning_edge.twin.fit import WorkloadSpec
 from lightning_edge.twin.model import OrinTwin
 
@@ -158,9 +158,9 @@ def test_calibration_recovers_an_nx_like_board_it_has_never_seen(tmp_path):
     b = get_board(f"sim:{path}", control="write", seed=7)
     res = calibrate(b, tmp_path / "nx.json", modes=15, seed=7, progress=False)
     b.close()
-    truth = OrinTwin(board=hidden, noise=False, settling=False)
-    fitted = OrinTwin(board=res.board_file, noise=False, settling=False)
-    before = OrinTwin(board=board_file("orin-nx-16gb"), noise=False, settling=False)
+    truth = OrinTwin(board=hidden, settling=False)
+    fitted = OrinTwin(board=res.board_file, settling=False)
+    before = OrinTwin(board=board_file("orin-nx-16gb"), settling=False)
     rng = np.random.default_rng(0)
     modes = truth.space.to_numpy()[rng.choice(truth.space.size, 400, replace=False)].astype(float)
 

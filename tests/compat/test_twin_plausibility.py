@@ -32,9 +32,9 @@ transformers = transformers_or_skip()
 
 from lightning_edge.cost import analyze  # noqa: E402
 from lightning_edge.twin.model import OrinTwin  # noqa: E402
-from lightning_edge.twin.timeline import IDLE_ROW  # noqa: E402
 from lightning_edge.twin.validation import MAXN  # noqa: E402
 from lightning_edge.twin.workload import UNITS, count_param_tensors  # noqa: E402
+from lightning_edge.twin.workload_model import IDLE_ROW  # noqa: E402
 
 from .hf import B, V, bert, gpt2, llama  # noqa: E402
 
@@ -95,7 +95,7 @@ MODELS = {"qwen2": qwen2, "mistral": mistral, "llama": llama, "gpt2": gpt2, "ber
 
 @pytest.fixture(scope="module")
 def twin() -> OrinTwin:
-    return OrinTwin(noise=False, settling=False)
+    return OrinTwin(settling=False)
 
 
 _WL: dict = {}

@@ -12,8 +12,8 @@ from lightning_edge.devices import get_board
 from lightning_edge.devices.meter import JETSON_SETTLE_S, SensorMeter, StepMeter, TwinMeter
 from lightning_edge.devices.sensors.base import PowerReading, PowerSensor
 from lightning_edge.modes import PowerMode
-from lightning_edge.twin.live import SimWorkload
 from lightning_edge.twin.model import OrinTwin
+from lightning_edge.twin.sim_workload import SimWorkload
 
 HIGH = PowerMode(12, 2201.6, 1300.5, 3199)  # MAXN
 LOW = PowerMode(4, 1036.8, 522.75, 665.6)
@@ -21,7 +21,7 @@ LOW = PowerMode(4, 1036.8, 522.75, 665.6)
 
 # ------------------------------------------------------------------------------------------------ the twin
 def twin_meter(*, settling: bool = False, noise: bool = False, seed: int | None = 0) -> tuple[TwinMeter, OrinTwin]:
-    twin = OrinTwin(noise=False, settle_tau_s=0.8)
+    twin = OrinTwin(settle_tau_s=0.8)
     wl = SimWorkload("resnet18", twin, train_batch_size=16, noise=False)
     return TwinMeter(twin, train=wl, infer=wl, seed=seed, noise=noise, settling=settling), twin
 

@@ -9,7 +9,7 @@ import math
 
 import numpy as np
 
-from lightning_edge.twin.boards import BoardFile, board_file
+from lightning_edge.twin.board_files import BoardFile, board_file
 from lightning_edge.twin.fit import HELD
 from lightning_edge.twin.physics import F_GPU_MAX, F_MEM_MAX, Physics
 

@@ -349,7 +349,7 @@ def test_on_the_twin_the_fit_reports_the_boards_one_meter(tmp_path):
     want = []
     for _ in range(6):
         replay.start()
-        want.append(replay.stop(dev.twin.current_mode(), "train", 8))
+        want.append(replay.stop(dev.live.current_mode(), "train", 8))
     got = s.totals["train"]
     assert [m.time_s for m in got] == pytest.approx([w.time_s for w in want], rel=1e-12)
     assert [m.energy_j for m in got] == pytest.approx([w.energy_j for w in want], rel=1e-12)
@@ -357,7 +357,7 @@ def test_on_the_twin_the_fit_reports_the_boards_one_meter(tmp_path):
     train = doc["stages"]["train"]
     st = cb.report.stages["train"]
     head = st.headline
-    assert head.role == "ended in" and head.mode == str(dev.twin.current_mode()) and head.all_steps == 6
+    assert head.role == "ended in" and head.mode == str(dev.live.current_mode()) and head.all_steps == 6
     t_s = sum(w.time_s for w in want) / 6  # 6 steps of a few ms: none settled, the figure is over all of them
     p_w = sum(w.energy_j for w in want) / sum(w.time_s for w in want)
     assert not head.settled and head.step_time_s == pytest.approx(t_s, rel=1e-9)

@@ -115,7 +115,7 @@ def test_the_tuner_summary_names_the_board_the_twin_plays(tmp_path):
     """Was: 'Jetson AGX Orin twin' for any board file."""
     from lightning_edge.devices import get_board
     from lightning_edge.lightning.tuner import _describe
-    from lightning_edge.twin.boards import board_file
+    from lightning_edge.twin.board_files import board_file
 
     path = board_file("orin-nano-8gb").save(tmp_path / "nano.json")
     b = get_board(f"sim:{path}")

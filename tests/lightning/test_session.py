@@ -48,7 +48,7 @@ def test_plain_loop_with_the_twin():
     idx = [p.index for p in s.profiled["train"]]
     assert idx == [2, 4, 6]  # step 0 captures the inputs for the cost model, 1 is warm-up
     assert s.meter is shared_loop(m).twin_meter(s.device)  # the model's one meter on this board
-    twin = s.device.twin
+    twin, live = s.device.twin, s.device.live
     cost = s.twin.main_cost(True)[0]
     # the same meter's readings, replayed: a fresh meter of the same seed, the same workload, the same mode
     replay = TwinMeter(twin, seed=0)
@@ -56,13 +56,13 @@ def test_plain_loop_with_the_twin():
     want = []
     for _ in range(8):
         replay.start()
-        want.append(replay.stop(twin.current_mode(), "train", 4))
+        want.append(replay.stop(live.current_mode(), "train", 4))
     got = s.totals["train"]
     assert [t.time_s for t in got] == pytest.approx([w.time_s for w in want], rel=1e-12)
     assert [t.power_w for t in got] == pytest.approx([w.power_w for w in want], rel=1e-12)
     assert all(t.label == "simulated" and t.simulated and not t.settled for t in got)  # 8 steps: still settling
     assert all(t.host_time_s > 0 and t.host_time_s != t.time_s for t in got)
-    pred = twin.predict(cost, twin.current_mode(), kind="train", batch_size=4)
+    pred = twin.predict(cost, live.current_mode(), kind="train", batch_size=4)
     assert [t.time_s for t in got] == pytest.approx([float(pred.time_s)] * 8, rel=0.15)  # the model, with noise
     for p in s.profiled["train"]:
         assert p.step is got[p.index]  # one record of the step
@@ -74,8 +74,8 @@ def test_plain_loop_with_the_twin():
     p = s.profiled["train"][0]
     assert {"0", "1", "2", "(forward)", "(backward)", "(optimizer)"} <= set(p.energy.layers)
     assert s.costs[True]["0"].backward.flops > 0  # the cost model ran on the captured inputs, with backward
-    assert twin.activity is not None and twin.activity.kind == "train"
-    lt = twin.layer_times(cost, kind="train", batch_size=4)
+    assert live.activity is not None and live.activity.kind == "train"
+    lt = twin.layer_times(cost, live.current_mode(), kind="train", batch_size=4)
     rows = [i for i, n in enumerate(lt.names) if n == "0"]
     le = p.energy.layers["0"]
     # the Orin's time and energy of the layer (GPU + launch wait), scaled to the step's reading
@@ -90,7 +90,7 @@ def test_plain_loop_with_the_twin():
     assert tot.total.host_time_s > 0 and tot.total.host_time_s != tot.time_s
     assert tot.j_per_sample == pytest.approx(tot.energy_j / 32)
     s.close()
-    assert s.device.twin.activity is None
+    assert s.device.live.activity is None
 
 
 def test_twin_follows_the_power_mode():
@@ -99,16 +99,16 @@ def test_twin_follows_the_power_mode():
     s = EnergySession(m, "sim:orin-agx", every_n_steps=1, warmup_steps=1, settle_s=0.0)
     _loop(s, 3)
     s.flush(wait=True)
-    twin = s.device.twin
+    twin, live = s.device.twin, s.device.live
     before = s.totals["train"][-1]
-    cur = twin.current_mode()
+    cur = live.current_mode()
     slow = cur.replace(gpu_mhz=min(twin.space.gpu_mhz))
     assert slow != cur
-    twin.set_mode(slow)
+    live.set_mode(slow)
     _loop(s, 4)
     s.flush(wait=True)
     after = s.totals["train"][-1]
-    pred = twin.predict(s.twin.main_cost(True)[0], twin.current_mode(), kind="train", batch_size=4)
+    pred = twin.predict(s.twin.main_cost(True)[0], live.current_mode(), kind="train", batch_size=4)
     early = twin.predict(s.twin.main_cost(True)[0], cur, kind="train", batch_size=4)
     assert after.time_s == pytest.approx(float(pred.time_s), rel=0.15)  # the new mode's model, the meter's noise
     assert before.time_s == pytest.approx(float(early.time_s), rel=0.15) and pred.time_s > 1.3 * early.time_s

@@ -24,8 +24,8 @@ from lightning_edge.serving.engine import (
 from lightning_edge.serving.native import run_native_threads, simulate_native_twin
 from lightning_edge.tuning import GMD, ConcurrentProblem
 from lightning_edge.tuning.baselines import Exhaustive
-from lightning_edge.twin.live import SimWorkload
 from lightning_edge.twin.model import OrinTwin
+from lightning_edge.twin.sim_workload import SimWorkload
 
 from .conftest import tiny_net
 

@@ -98,7 +98,7 @@ def test_runner_on_the_twin_runs_the_real_model_for_real_predictions():
 def test_deadline_guard_serves_partial_batches_when_the_rate_is_low():
     """A fixed plan of bs 16 at 10 requests/s would wait 1.5 s for a batch: the guard serves earlier."""
     from lightning_edge.catalog import ORIN_AGX_MAXN
-    from lightning_edge.twin.live import SimWorkload
+    from lightning_edge.twin.sim_workload import SimWorkload
 
     problem = InferenceProblem(power_budget_w=30, latency_budget_s=0.2, arrival_rps=10)
     t16 = SimWorkload("resnet18", noise=False).infer(ORIN_AGX_MAXN, 16).time_s  # the twin's default mode

@@ -22,8 +22,8 @@ from lightning_edge.tuning.prior import (
     prior_for_twin,
     prior_from_rooflines,
 )
-from lightning_edge.twin.live import SimWorkload
 from lightning_edge.twin.model import OrinTwin
+from lightning_edge.twin.sim_workload import SimWorkload
 
 SPACE = fulcrum_space()
 
@@ -107,7 +107,7 @@ def test_the_roofline_prior_is_the_roofline_model(bert):
 
 def _trace_window(spec: WindowSpec, tau: float, dt: float, from_w: float, to_w: float, noise: float, cap: float):
     rng = np.random.default_rng(0)
-    twin = OrinTwin(settle_tau_s=tau, noise=False)
+    twin = OrinTwin(settle_tau_s=tau)
     w = ProfileWindow(0, None, switched_s=0.0, settle_s=cap, spec=spec)
     t = 0.0
     while w.n < 1:
@@ -224,7 +224,7 @@ def test_a_real_boards_own_calibrated_file_declares_the_calibrated_error():
     from dataclasses import replace
 
     from lightning_edge.tuning.prior import CALIBRATED_ERROR, UNCALIBRATED_ERROR
-    from lightning_edge.twin.boards import seed_board
+    from lightning_edge.twin.board_files import seed_board
 
     wl = SimWorkload("resnet18", train_batch_size=16, noise=False)
     own = replace(seed_board(), label="measured", calibration={"method": "lightning-edge calibrate", "modes": 15})

@@ -23,9 +23,9 @@ from lightning_edge.tuning.transfer import (
     target_model,
     transferred_prior,
 )
-from lightning_edge.twin.boards import board_file, extrapolate, install_board_file, seed_board
-from lightning_edge.twin.live import SimWorkload
+from lightning_edge.twin.board_files import board_file, extrapolate, install_board_file, seed_board
 from lightning_edge.twin.model import OrinTwin
+from lightning_edge.twin.sim_workload import SimWorkload
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.fakes.boards import hidden_board, module_variant  # noqa: E402
@@ -59,12 +59,12 @@ def test_bs_model_is_as_calibrated_coefficients_extrapolated_unless_b_has_its_ow
 def test_the_workloads_errors_on_a_carry_to_b():
     """A's profiles 10 % slower and 5 % more power than A's calibrated model: B's prior carries the same ratios."""
     a = _calibrated(board_file("orin-nx-16gb"))
-    twin_a = OrinTwin(board=a, noise=False, settling=False)
+    twin_a = OrinTwin(board=a, settling=False)
     wl_a = SimWorkload("mobilenet_v2", twin_a, train_batch_size=8)
     modes = [twin_a.space.coerce(m) for m in ("8c/1984/1173/3199", "4c/1036.8/612/2133", "2c/729.6/306/665.6")]
     profiles = {m: (1.10 * wl_a.expected("train", m)[0], 1.05 * wl_a.expected("train", m)[1]) for m in modes}
     b_space = board_file("orin-nano-8gb").space()
-    wl_b = SimWorkload("mobilenet_v2", OrinTwin(board=board_file("orin-nano-8gb"), noise=False), train_batch_size=8)
+    wl_b = SimWorkload("mobilenet_v2", OrinTwin(board=board_file("orin-nano-8gb")), train_batch_size=8)
     plain = transferred_prior(wl_b, b_space, target=board_file("orin-nano-8gb"), source=a)
     carried = transferred_prior(wl_b, b_space, target=board_file("orin-nano-8gb"), source=a, profiles=profiles)
     assert np.allclose(carried.time_s / plain.time_s, 1.10, rtol=1e-6)
@@ -80,12 +80,12 @@ def test_a_transferred_prior_knows_b_better_than_the_catalogue():
     a_truth = module_variant(extrapolate(silicon, "orin-nx-16gb"), 1)
     b_truth = module_variant(extrapolate(silicon, "orin-nano-8gb"), 2)
     a_cal = _calibrated(extrapolate(silicon, "orin-nx-16gb"))  # the silicon, not A's own power figures
-    wl_a = SimWorkload("resnet18", OrinTwin(board=a_truth, noise=False), train_batch_size=16)
+    wl_a = SimWorkload("resnet18", OrinTwin(board=a_truth), train_batch_size=16)
     rng = np.random.default_rng(0)
     a_space = a_truth.space()
     modes = [a_space.coerce(tuple(k)) for k in a_space.to_numpy()[rng.choice(a_space.size, 8, replace=False)]]
     profiles = {m: wl_a.expected("train", m) for m in modes}
-    b_twin = OrinTwin(board=b_truth, noise=False, settling=False)
+    b_twin = OrinTwin(board=b_truth, settling=False)
     truth = SimWorkload("resnet18", b_twin, train_batch_size=16).sweep("train", modes=b_twin.space)
     wl_b = SimWorkload("resnet18", b_twin, train_batch_size=16)
     catalogue = transferred_prior(wl_b, b_twin.space, target=board_file("orin-nano-8gb"))
@@ -111,7 +111,7 @@ def test_what_a_calibration_cannot_measure_is_fitted_to_the_workloads_profiles_o
     a_truth = board_file("orin-nx-16gb")
     a_truth.params.update(t_decode_train_ms_per_mpix=a_truth.full_params["t_decode_train_ms_per_mpix"] * 1.35,
                           t_fetch_ms_per_mb=a_truth.full_params["t_fetch_ms_per_mb"] * 0.8)
-    twin_a = OrinTwin(board=a_truth, noise=False, settling=False)
+    twin_a = OrinTwin(board=a_truth, settling=False)
     wl_a = SimWorkload("resnet18", twin_a, train_batch_size=16)
     rng = np.random.default_rng(1)
     modes = [twin_a.space.coerce(tuple(k)) for k in twin_a.space.to_numpy()[rng.choice(twin_a.space.size, 10,
@@ -125,7 +125,7 @@ def test_what_a_calibration_cannot_measure_is_fitted_to_the_workloads_profiles_o
     assert fitted.params["p_gpu_idle_leak_w"] == a_cal.full_params["p_gpu_idle_leak_w"]
     assert fit_to_profiles(a_cal, wl_a.twin_workload("train"), dict(list(profiles.items())[:2]), twin_a.space) is a_cal
     b_truth = extrapolate(a_truth, "orin-nano-8gb")
-    b_twin = OrinTwin(board=b_truth, noise=False, settling=False)
+    b_twin = OrinTwin(board=b_truth, settling=False)
     truth = SimWorkload("resnet18", b_twin, train_batch_size=16).sweep("train", modes=b_twin.space)
     wl_b = SimWorkload("resnet18", b_twin, train_batch_size=16)
     prior = transferred_prior(wl_b, b_twin.space, target=board_file("orin-nano-8gb"), source=a_cal, profiles=profiles)
@@ -138,7 +138,7 @@ def test_a_transferred_prior_says_how_far_off_it_may_be():
     """The prior's uncertainty (what the search uses to choose its first profiles): what A's profiles still scatter
     by, plus what another module adds (MODULE_SD); on A's own module only the first."""
     a = _calibrated(board_file("orin-nx-16gb"))
-    twin_a = OrinTwin(board=a, noise=False, settling=False)
+    twin_a = OrinTwin(board=a, settling=False)
     wl_a = SimWorkload("mobilenet_v2", twin_a, train_batch_size=8)
     rng = np.random.default_rng(0)
     modes = [twin_a.space.coerce(tuple(k)) for k in twin_a.space.to_numpy()[rng.choice(twin_a.space.size, 6,
@@ -146,7 +146,7 @@ def test_a_transferred_prior_says_how_far_off_it_may_be():
     noisy = {m: (wl_a.expected("train", m)[0], wl_a.expected("train", m)[1] * (1 + 0.02 * (-1) ** i))
              for i, m in enumerate(modes)}
     b_space = board_file("orin-nano-8gb").space()
-    wl_b = SimWorkload("mobilenet_v2", OrinTwin(board=board_file("orin-nano-8gb"), noise=False), train_batch_size=8)
+    wl_b = SimWorkload("mobilenet_v2", OrinTwin(board=board_file("orin-nano-8gb")), train_batch_size=8)
     other = transferred_prior(wl_b, b_space, target=board_file("orin-nano-8gb"), source=a, profiles=noisy)
     assert other.power_sd >= MODULE_SD[1] and other.time_sd >= MODULE_SD[0]
     assert other.power_sd > np.hypot(MODULE_SD[1], 0.015)  # A's profiles scatter by 2 % around its model

@@ -9,7 +9,7 @@ from lightning_edge.twin.model import OrinTwin
 
 @pytest.fixture(scope="session")
 def twin() -> OrinTwin:
-    return OrinTwin(noise=False, settling=False)
+    return OrinTwin(settling=False)
 
 
 class FakeClock:

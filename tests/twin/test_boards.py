@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from lightning_edge import catalog
-from lightning_edge.twin.boards import (
+from lightning_edge.twin.board_files import (
     PROVENANCE,
     RULES,
     board_file,
@@ -85,7 +85,7 @@ def test_a_prior_never_models_a_simulated_board_with_its_own_truth(tmp_path):
     assert prior_board(nano).params != nano.params  # the extrapolation of the uncalibrated coefficients
     nano.params["p_base_w"] = 1.5
     nano.save(tmp_path / "n.json")
-    from lightning_edge.twin.boards import load_board_file
+    from lightning_edge.twin.board_files import load_board_file
 
     assert prior_board(load_board_file(tmp_path / "n.json")).params == board_file("orin-nano-8gb").params
 
@@ -132,7 +132,7 @@ def test_the_docs_table_of_hardware_facts_is_the_catalogues():
 import json  # noqa: E402
 import os  # noqa: E402
 
-from lightning_edge.twin.boards import load_board_file  # noqa: E402
+from lightning_edge.twin.board_files import load_board_file  # noqa: E402
 
 
 def _doc():
@@ -192,7 +192,7 @@ def test_a_fifo_a_device_a_folder_and_a_huge_file_are_not_board_files(tmp_path):
         fh.truncate(200 << 20)  # 200 MB, sparse: refused by its size, never read
     with pytest.raises(ValueError, match="is larger than"):
         load_board_file(big)
-    from lightning_edge.twin.boards import MAX_BOARD_FILE_BYTES
+    from lightning_edge.twin.board_files import MAX_BOARD_FILE_BYTES
 
     assert MAX_BOARD_FILE_BYTES < 200 << 20
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from lightning_edge.calibrate.kit import design_modes
-from lightning_edge.twin.boards import board_file
+from lightning_edge.twin.board_files import board_file
 from lightning_edge.twin.fit import (
     KNOB_NAMES,
     Observation,
@@ -28,7 +28,7 @@ R18 = WorkloadSpec("resnet18", "infer", 1)
 def observations(bf, steps, n_modes=8, seed=0, scale=None):
     """Noise-free measurements of ``bf`` (its rooflines, idle power and ``steps``) at ``n_modes`` modes of its
     design; ``scale``: {step id: factor} on that step's measured time (what the twin does not model of it)."""
-    twin = OrinTwin(board=bf, noise=False, settling=False)
+    twin = OrinTwin(board=bf, settling=False)
     out = []
     for m in design_modes(twin.space, n_modes, seed):
         o = Observation(m.as_tuple(), static_power_w=float(twin.static_power(m)))

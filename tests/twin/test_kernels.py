@@ -23,7 +23,7 @@ LOW_CPU = MAXN.replace(cpu_mhz=729.6)
 
 @pytest.fixture(scope="module")
 def twin() -> OrinTwin:
-    return OrinTwin(noise=False, settling=False)
+    return OrinTwin(settling=False)
 
 
 class RotaryAttention(nn.Module):
@@ -172,7 +172,7 @@ def test_optimizer_charged_per_optimizer_step(twin):
 def test_cpu_work_outside_the_layers_comes_from_the_users_run(twin):
     """No JPEG decoder unless asked for: the CPU row is what the user's run measured outside the layers on this
     machine, run on the Orin's CPU at the mode's clock (the clock ratio; the twin has no per-clock figure)."""
-    from lightning_edge.twin.timeline import IDLE_ROW, HostCPU
+    from lightning_edge.twin.workload_model import IDLE_ROW, HostCPU
 
     net = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
                         nn.Linear(16, 10))

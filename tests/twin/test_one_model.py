@@ -11,11 +11,12 @@ from torch import nn
 
 from lightning_edge.cost import analyze
 from lightning_edge.devices.meter import TwinMeter
+from lightning_edge.devices.sim.live import LiveTwin
 from lightning_edge.lightning.twin_driver import TwinDriver
 from lightning_edge.modes import PowerMode
 from lightning_edge.tuning.prior import prior_for_twin
-from lightning_edge.twin.live import SimWorkload
 from lightning_edge.twin.model import OrinTwin
+from lightning_edge.twin.sim_workload import SimWorkload
 
 MODES = [PowerMode(12, 2201.6, 1300.5, 3199), PowerMode(4, 1344.0, 318.75, 2133), PowerMode(8, 1497.6, 726.75, 665.6)]
 BS = 8
@@ -33,9 +34,9 @@ def _x() -> torch.Tensor:
     return torch.randn(BS, 3, 32, 32)
 
 
-def _profiler(twin: OrinTwin, model: nn.Module, cost, mode):
+def _profiler(twin: OrinTwin, model: nn.Module, cost, mode, live: LiveTwin | None = None):
     """What EnergySession does on the twin: the captured step's cost to its TwinDriver, the per-layer model."""
-    drv = TwinDriver(twin, model, "model", [])
+    drv = TwinDriver(twin, model, "model", [], live=live)
     drv.add_cost(cost, True)
     found = drv.layer_model(True, str(mode), BS)
     assert found is not None, drv.notes
@@ -53,7 +54,7 @@ def _tuner_meter(twin: OrinTwin, model: nn.Module, cost, precision: str = "fp32"
 
 @pytest.mark.parametrize("mode", MODES, ids=str)
 def test_the_profilers_table_and_the_tuners_step_are_one_model(mode):
-    twin = OrinTwin(noise=False, settling=False)
+    twin = OrinTwin(settling=False)
     model = small_cnn()
     cost = analyze(model, _x(), training=True)  # the one capture both callbacks share
     _, lt = _profiler(twin, model, cost, mode)
@@ -68,7 +69,7 @@ def test_mixed_precision_is_modelled_alike_by_the_profiler_and_the_tuner():
     """A 16-mixed run: the captured cost says autocast float16; the tuner's meter (precision from the Trainer) and
     the profiler (precision from the cost) model the same fp16 step. Linear layers with biases: the tensor count and
     the per-layer guess agree, so only the precision can make them differ."""
-    twin = OrinTwin(noise=False, settling=False)
+    twin = OrinTwin(settling=False)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(3 * 32 * 32, 256), nn.ReLU(), nn.Linear(256, 10))
     cost = analyze(model, _x(), training=True, autocast="fp16")
@@ -82,7 +83,7 @@ def test_mixed_precision_is_modelled_alike_by_the_profiler_and_the_tuner():
 
 @pytest.mark.parametrize("mode", MODES, ids=str)
 def test_the_layers_sum_to_the_step(mode):
-    twin = OrinTwin(noise=False, settling=False)
+    twin = OrinTwin(settling=False)
     model = small_cnn()
     cost = analyze(model, _x(), training=True)
     _, lt = _profiler(twin, model, cost, mode)
@@ -101,14 +102,15 @@ def test_the_layers_sum_to_the_step(mode):
 
 
 def test_the_prior_and_the_live_board_follow_the_same_model():
-    twin = OrinTwin(noise=False, settling=False)
+    twin = OrinTwin(settling=False)
     model = small_cnn()
     cost = analyze(model, _x(), training=True)
     mode = MODES[1]
-    drv, lt = _profiler(twin, model, cost, mode)
-    # the board's sensor shows the same workload's power (the profiler starts it on the board)
+    live = LiveTwin(twin, noise=False)
+    drv, lt = _profiler(twin, model, cost, mode, live)
+    # the board's sensor shows the same workload's power (the profiler starts it on the live board)
     drv.begin(True, BS)
-    assert twin.target_power(mode) == lt.power_w
+    assert live.target_power(mode) == lt.power_w
     drv.end()
     # the prior on a real Orin is the calibrated model of the same workload over every mode
     wl = SimWorkload(model, twin, example_inputs=(_x(),), noise=False)
@@ -119,7 +121,7 @@ def test_the_prior_and_the_live_board_follow_the_same_model():
 
 
 def test_a_sweep_and_one_mode_are_the_same_timeline():
-    twin = OrinTwin(noise=False, settling=False)
+    twin = OrinTwin(settling=False)
     cost, n = twin.workload_cost("resnet18", 16, "train")
     wl = twin.workload(cost, batch_size=16, kind="train", param_tensors=n)
     sweep = wl.step()  # every mode
@@ -142,7 +144,7 @@ def test_a_sweep_and_one_mode_are_the_same_timeline():
 def test_when_the_power_cap_binds_every_row_is_scaled_alike():
     """The board's cap (66.5 W; 30 W here, so that it binds) scales the step's power and every row's energy alike:
     the rows still sum to the step, no part is negative, and the step sits at the cap."""
-    twin = OrinTwin(params={"p_cap_w": 30.0}, noise=False, settling=False)
+    twin = OrinTwin(params={"p_cap_w": 30.0}, settling=False)
     cost, n = twin.workload_cost("resnet18", 16, "train")
     wl = twin.workload(cost, batch_size=16, kind="train", param_tensors=n)
     lt = wl.layers(MODES[0])
@@ -150,13 +152,13 @@ def test_when_the_power_cap_binds_every_row_is_scaled_alike():
     assert np.sum(lt.energy_j) == pytest.approx(lt.time_s * 30.0, rel=1e-12)
     for k, v in lt.parts.items():
         assert np.all(v >= 0) and np.sum(v) == pytest.approx(float(lt.step.parts[k]), rel=1e-12, abs=1e-15)
-    free = OrinTwin(noise=False, settling=False).workload(cost, batch_size=16, kind="train", param_tensors=n)
+    free = OrinTwin(settling=False).workload(cost, batch_size=16, kind="train", param_tensors=n)
     assert float(free.step(MODES[0]).power_w) > 30.0  # uncapped, the same workload draws more
     assert float(wl.step(MODES[0]).time_s) == float(free.step(MODES[0]).time_s)  # the cap does not slow it
 
 
 def test_callers_asking_for_the_same_workload_share_one_object():
-    twin = OrinTwin(noise=False, settling=False)
+    twin = OrinTwin(settling=False)
     model = small_cnn()
     cost = analyze(model, _x(), training=True)
     drv, _ = _profiler(twin, model, cost, MODES[0])

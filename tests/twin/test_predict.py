@@ -25,7 +25,7 @@ def _cost():
 
 def test_predict_says_which_optimizer_it_assumed_and_takes_the_runs():
     m, cost = _cost()
-    twin = OrinTwin(noise=False)
+    twin = OrinTwin()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         assumed = twin.predict(cost, MODE, kind="train")

@@ -16,8 +16,8 @@ from lightning_edge._torchcompat import optimizer_hooks_fire
 from lightning_edge.cost import analyze
 from lightning_edge.lightning.twin_driver import HOST_GAPS, TwinDriver, host_cpu_from_gaps
 from lightning_edge.twin.model import OrinTwin
-from lightning_edge.twin.timeline import IDLE_ROW
 from lightning_edge.twin.validation import MAXN
+from lightning_edge.twin.workload_model import IDLE_ROW
 
 X = torch.randn(8, 32)
 
@@ -36,7 +36,7 @@ def test_host_cpu_is_the_least_of_the_first_gaps():
 
 
 def test_the_driver_puts_the_runs_cpu_work_and_accumulation_on_the_twin():
-    twin = OrinTwin(noise=False, settling=False)
+    twin = OrinTwin(settling=False)
     module = _net()
     module._trainer = SimpleNamespace(accumulate_grad_batches=4)  # Lightning's automatic optimisation
     module.automatic_optimization = True
@@ -59,7 +59,7 @@ def test_the_driver_puts_the_runs_cpu_work_and_accumulation_on_the_twin():
     assert lt.wall_s[idle] > before.wall_s[before.names.index(IDLE_ROW)] + 0.002
     assert any("outside the layers" in n for n in drv.notes)
     # the tuner's steps of the same cost on the same twin take the same run: one model
-    from lightning_edge.twin.live import SimWorkload
+    from lightning_edge.twin.sim_workload import SimWorkload
 
     sim = SimWorkload(cost, twin, train_batch_size=8, param_tensors=4, noise=False)
     assert sim.twin_workload("train", 8) is drv.workload(True, 8)
@@ -68,7 +68,7 @@ def test_the_driver_puts_the_runs_cpu_work_and_accumulation_on_the_twin():
 
 def _manual_loop(batches: int, every: int) -> TwinDriver:
     """A plain loop of ``batches`` training batches whose SGD steps every ``every`` batches, followed by a driver."""
-    twin = OrinTwin(noise=False, settling=False)
+    twin = OrinTwin(settling=False)
     module = _net()
     drv = TwinDriver(twin, module, "model", [])
     opt = torch.optim.SGD(module.parameters(), lr=0.1)
@@ -104,7 +104,7 @@ def test_the_optimizer_row_follows_the_runs_optimizer():
     drops by an order of magnitude, and stays above its memory-bound floor (its bytes at the board's bandwidth)."""
     from lightning_edge.twin.workload import FULCRUM_OPTIMIZER, count_param_tensors
 
-    twin = OrinTwin(noise=False, settling=False)
+    twin = OrinTwin(settling=False)
     module = _deep()
     opt = torch.optim.AdamW(module.parameters())
     module._trainer = SimpleNamespace(accumulate_grad_batches=1, optimizers=[opt])
@@ -128,7 +128,7 @@ def test_the_optimizer_row_follows_the_runs_optimizer():
 def test_a_plain_loops_optimizer_is_seen_at_its_first_step():
     """No Trainer: the optimizer is known once it steps (its step hook); SGD with momentum and foreach=False is the
     single-tensor loop, without the zero_ kernels of PyTorch 1.12 (gradients set to None)."""
-    twin = OrinTwin(noise=False, settling=False)
+    twin = OrinTwin(settling=False)
     module = _net()
     drv = TwinDriver(twin, module, "model", [])
     opt = torch.optim.SGD(module.parameters(), lr=0.1, momentum=0.9, foreach=False)

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from lightning_edge.devices import FULCRUM_MIDPOINT
-from lightning_edge.twin.live import SimWorkload
+from lightning_edge.twin.sim_workload import SimWorkload
 from lightning_edge.zoo import resnet18
 
 
@@ -57,10 +57,10 @@ def test_another_model_of_the_board_has_another_store_key():
     from lightning_edge.twin import model as twin_model
     from lightning_edge.twin.model import OrinTwin
 
-    a, b = OrinTwin(noise=False, settling=False), OrinTwin(noise=False, settling=False)
+    a, b = OrinTwin(settling=False), OrinTwin(settling=False)
     assert a.store_key == b.store_key and a.store_key.startswith("sim:orin-agx+")
     name, value = next(iter(a.physics.p.items()))
-    c = OrinTwin(noise=False, settling=False, params={name: value * 1.1 + 1e-3})
+    c = OrinTwin(settling=False, params={name: value * 1.1 + 1e-3})
     assert c.store_key != a.store_key
     key = a.store_key
     old = twin_model.MODEL_VERSION

@@ -4,7 +4,7 @@
 
     sensor = get_sensor()                      # "auto": the best one here, or EmptySensor saying why not
     sensor = get_sensor("rapl")                # explicit; unavailable -> EmptySensor(reason) (strict=True raises)
-    sensor = get_sensor("sim:orin-agx", twin=twin)
+    sensor = get_sensor("sim:orin-agx", live=live)    # a live simulated board (devices.sim.live.LiveTwin)
     print(available_sensors())                 # {"jetson": None, "jtop": "jetson-stats is not installed...", ...}
 """
 

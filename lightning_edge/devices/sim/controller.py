@@ -2,12 +2,13 @@
 
 It plays the mode space and the nvpmodel named modes of every catalogued module (``--device sim:<key>``,
 :data:`SIM_BOARDS`, from :data:`lightning_edge.catalog.BOARDS`), or a board file's (``sim:PATH.json``): cores and
-frequency tables; the physics are the twin's of that board (:mod:`lightning_edge.twin.boards`).
+frequency tables; the physics are the twin's of that board (:mod:`lightning_edge.twin.board_files`).
 
 Same interface as the real controllers, so callbacks and CLI commands run unchanged on it.
 Everything it reports is labelled ``simulated``. It remembers when the mode last changed
-(``last_change_s``, on an injectable clock) so a simulated power sensor can model the 2-3 s
-the power takes to settle after a change.
+(``last_change_s``, on an injectable clock) so the live simulated board
+(:class:`~lightning_edge.devices.sim.live.LiveTwin`, which its sensor reads) can model the 2-3 s the power takes to
+settle after a change. It is the one home of the simulated board's mode: the live board reads it.
 
 With ``board_file`` the simulated board's mode lives in a small JSON file, so it persists
 across processes (``lightning-edge mode set`` then ``mode show``) and crash recovery can be
@@ -138,7 +139,7 @@ class SimModeController(ModeController):
         board = arg or kw.get("board") or "orin-agx"
         opts = accepted_kwargs(cls, {k: v for k, v in kw.items() if k != "board"})
         if str(board).endswith(".json"):  # a board file: its module's named modes, its own grid
-            from lightning_edge.twin.boards import load_board_file
+            from lightning_edge.twin.board_files import load_board_file
 
             bf = load_board_file(board)
             ctl = cls(bf.key, **{**opts, "space": opts.get("space") or bf.space(),

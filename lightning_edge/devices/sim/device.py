@@ -1,44 +1,51 @@
 """``SimulatedOrin``: the twin as a device, like a real board: a mode controller, a power sensor, a mode space; of the
 papers' AGX Orin by default, of any catalogued module (``board="orin-nano-8gb"``: extrapolated coefficients, labelled
-so) or of a board file (``get_board("sim:PATH.json")``: :mod:`lightning_edge.twin.boards`).
+so) or of a board file (``get_board("sim:PATH.json")``: :mod:`lightning_edge.twin.board_files`).
 
     >>> from lightning_edge.devices.sim.device import SimulatedOrin
     >>> dev = SimulatedOrin(seed=0)
     >>> dev.controller.apply("8c/1344/727/2133")
-    >>> with dev.twin.running("resnet18", "train", 16):
+    >>> with dev.live.running("resnet18", "train", 16):
     ...     dev.sensor.read().power_w           # settles to the training power within ~2.5 s
 
-The controller is the existing :class:`~lightning_edge.devices.sim.controller.SimModeController`; the twin
-follows it (it reads ``controller.current()`` and ``controller.last_change_s``), so the mode is shared and
-a change made through the controller shows up in the sensor's readings with the settling curve.
-Everything is labelled ``simulated``.
+Three parts: ``twin``, the board's model (:class:`~lightning_edge.twin.model.OrinTwin`: pure, no mode, no clock);
+``controller``, the :class:`~lightning_edge.devices.sim.controller.SimModeController` that holds the simulated mode;
+``live``, the board running (:class:`~lightning_edge.devices.sim.live.LiveTwin`: the model in the controller's mode,
+what runs, the power's settling after a change made through the controller, seeded noise), which the ``sensor``
+(:class:`~lightning_edge.devices.sim.sensor.SimPowerSensor`) reads. Everything is labelled ``simulated``
+(``extrapolated`` on an extrapolated board).
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from typing import Any
 
 from lightning_edge.devices.sim.controller import SimModeController
+from lightning_edge.devices.sim.live import LiveTwin
 from lightning_edge.devices.sim.sensor import SimPowerSensor
 from lightning_edge.devices.spec import BoardSpec
-from lightning_edge.modes import PowerModeSpace
-from lightning_edge.twin.live import SimWorkload
+from lightning_edge.modes import PowerMode, PowerModeSpace
+from lightning_edge.twin.board_files import BoardFile
 from lightning_edge.twin.model import OrinTwin
+from lightning_edge.twin.sim_workload import SimWorkload
 
 __all__ = ["SimulatedOrin"]
 
 
 class SimulatedOrin:
-    """A simulated Jetson: ``controller``, ``sensor``, ``space``, ``twin`` (``name``: ``"sim:orin-agx"``, the papers'
-    board, by default).
+    """A simulated Jetson: ``controller``, ``sensor``, ``space``, ``twin`` (the model), ``live`` (the board running)
+    (module docstring; ``name``: ``"sim:orin-agx"``, the papers' board, by default).
 
     ``board``: a catalogued module's key (``"orin-nano-8gb"``: its grid and named modes, and the twin's coefficients
-    extrapolated to it, labelled ``extrapolated``) or a :class:`~lightning_edge.twin.boards.BoardFile` (a board file:
-    its coefficients, grid and label). ``controller``: an existing SimModeController to share (default: a new
+    extrapolated to it, labelled ``extrapolated``) or a :class:`~lightning_edge.twin.board_files.BoardFile` (a board
+    file: its coefficients, grid and label). ``controller``: an existing SimModeController to share (default: a new
     in-memory one, or one persisted in ``board_file``, the controller's state file); ``clock``/``clock_ns``: inject
-    fake clocks in tests (the controller and twin use ``clock``, the sensor stamps readings with ``clock_ns``).
+    fake clocks in tests (the controller and the live board use ``clock``, the sensor stamps readings with
+    ``clock_ns``); ``noise``/``power_noise``/``seed``: the live board's noise on its readings; ``settling`` and
+    ``**model_kwargs`` (``params``, ``settle_tau_s``, ``tf32_matmul``): the model's (:class:`OrinTwin`).
     """
 
     def __init__(
@@ -50,14 +57,14 @@ class SimulatedOrin:
         noise: bool = True,
         settling: bool = True,
         seed: int | None = 0,
+        power_noise: float = 0.02,
         update_period_s: float = 0.01,
-        initial: Any = None,
-        board_file: Any = None,
-        board: Any = "orin-agx",
-        **twin_kwargs: Any,
+        initial: PowerMode | str | None = None,
+        board_file: str | os.PathLike | None = None,
+        board: str | BoardFile = "orin-agx",
+        **model_kwargs: Any,
     ) -> None:
-        from lightning_edge.twin.boards import BoardFile
-        from lightning_edge.twin.boards import board_file as catalogued
+        from lightning_edge.twin.board_files import board_file as catalogued
 
         bf = board if isinstance(board, BoardFile) else catalogued(str(board))
         self.board_file_ = bf
@@ -72,11 +79,11 @@ class SimulatedOrin:
                                            safety=False if board_file is None else None,
                                            handle_exit=False if board_file is None else None)
         self.controller = controller
-        self.twin = OrinTwin(space=controller.space, controller=controller, clock=clock, noise=noise,
-                             settling=settling, seed=seed, board=bf, **twin_kwargs)
+        self.twin = OrinTwin(space=controller.space, settling=settling, board=bf, **model_kwargs)
+        self.live = LiveTwin(self.twin, controller, clock=clock, noise=noise, seed=seed, power_noise=power_noise)
         self.name = self.twin.name
         self.label = self.twin.label
-        self.sensor = SimPowerSensor(self.twin, update_period_s=update_period_s, clock_ns=clock_ns)
+        self.sensor = SimPowerSensor(self.live, update_period_s=update_period_s, clock_ns=clock_ns)
         if bf.key != "orin-agx" or self.label != "simulated":
             self.sensor.label = (f"simulated INA3221 rails of the {self.label} twin of the {bf.name} (the AGX Orin's "
                                  "rail split)")
@@ -87,7 +94,7 @@ class SimulatedOrin:
         """A new simulated board for a device name: ``"sim"`` / ``"sim:<key>"`` (a catalogued module:
         :data:`lightning_edge.catalog.BOARDS`) or ``"sim:PATH.json"`` (a board file)."""
         from lightning_edge import catalog
-        from lightning_edge.twin.boards import load_board_file
+        from lightning_edge.twin.board_files import load_board_file
 
         spec = BoardSpec.parse(device)
         device = spec.key  # for messages: the spec as a person writes it
@@ -104,7 +111,7 @@ class SimulatedOrin:
     def space(self) -> PowerModeSpace:
         return self.controller.space
 
-    def current_mode(self):
+    def current_mode(self) -> PowerMode:
         return self.controller.current()
 
     def workload(self, model: Any, **kwargs: Any) -> SimWorkload:
@@ -113,9 +120,7 @@ class SimulatedOrin:
 
     def close(self) -> None:
         self.sensor.close()
-        close = getattr(self.controller, "close", None)
-        if close is not None:
-            close()
+        self.controller.close()
 
     def __enter__(self) -> SimulatedOrin:
         return self

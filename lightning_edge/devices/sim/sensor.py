@@ -1,11 +1,12 @@
 """The twin's power sensor: reads the simulated board's instantaneous power, rail by rail.
 
-``SimPowerSensor(twin, update_period_s=0.01)`` samples :meth:`OrinTwin.power_now` (static power when
-idle, the running workload's power while ``twin.running(...)``, with the 2-3 s settling after a change and
-seeded noise) and splits it into the Orin AGX's INA3221 rails (1-0040: VDD_GPU_SOC, VDD_CPU_CV,
-VIN_SYS_5V0; 1-0041: VDDQ_VDD2_1V8AO). The rails sum to the total, as on the real AGX, which has no
-VDD_IN rail. Like the INA3221, the value only changes once per ``update_period_s``: reading faster
-returns the held value with a new timestamp. Everything it reads is ``simulated``.
+``SimPowerSensor(live, update_period_s=0.01)`` samples the live simulated board's
+:meth:`~lightning_edge.devices.sim.live.LiveTwin.power_now` (static power when idle, the running workload's power
+while ``live.running(...)``, with the 2-3 s settling after a change and seeded noise) and splits it into the Orin
+AGX's INA3221 rails (1-0040: VDD_GPU_SOC, VDD_CPU_CV, VIN_SYS_5V0; 1-0041: VDDQ_VDD2_1V8AO). The rails sum to the
+total, as on the real AGX, which has no VDD_IN rail. Like the INA3221, the value only changes once per
+``update_period_s``: reading faster returns the held value with a new timestamp. Everything it reads is
+``simulated``.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import math
 import os
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -24,6 +25,9 @@ from lightning_edge.devices.sensors.ina3221 import (
     INA3221_SHUNT_FULL_SCALE_V,
     JETSON_DEFAULT_SHUNT_OHM,
 )
+
+if TYPE_CHECKING:  # pragma: no cover
+    from lightning_edge.devices.sim.live import LiveTwin
 
 __all__ = ["SimPowerSensor", "ORIN_AGX_RAILS", "rail_split"]
 
@@ -54,8 +58,9 @@ def rail_split(parts: dict[str, float], rails: tuple[str, ...] = ORIN_AGX_RAILS)
 class SimPowerSensor(PowerSensor):
     """Power sensor of the twin (``source = "simulated"``); see the module docstring.
 
-    ``SimPowerSensor(twin, update_period_s=0.01, clock_ns=time.perf_counter_ns)``: ``clock_ns`` stamps
-    the readings (inject a fake one in tests, with the twin's ``clock`` driven by the same fake time).
+    ``SimPowerSensor(live, update_period_s=0.01, clock_ns=time.perf_counter_ns)``: ``live``, the board it reads
+    (a :class:`~lightning_edge.devices.sim.live.LiveTwin`); ``clock_ns`` stamps the readings (inject a fake one in
+    tests, with the live board's ``clock`` driven by the same fake time).
     """
 
     name = "sim"
@@ -64,11 +69,11 @@ class SimPowerSensor(PowerSensor):
     rails = ORIN_AGX_RAILS
     notes = "simulated: the twin's model of the board, not a measurement"
 
-    def __init__(self, twin: Any, *, update_period_s: float = 0.01,
+    def __init__(self, live: LiveTwin, *, update_period_s: float = 0.01,
                  clock_ns: Callable[[], int] = time.perf_counter_ns) -> None:
         if update_period_s <= 0:
             raise ValueError(f"update_period_s must be > 0 s, got {update_period_s!r}")
-        self.twin = twin
+        self.live = live
         self.update_period_s = float(update_period_s)
         self.clock_ns = clock_ns
         self._slot: int | None = None
@@ -83,29 +88,31 @@ class SimPowerSensor(PowerSensor):
 
     @classmethod
     def open(cls, arg: str = "", **kw: Any) -> SimPowerSensor:
-        """``sim:orin-agx``: the sensor of ``twin=`` (a new :class:`OrinTwin` by default)."""
+        """``sim:orin-agx``: the sensor of ``live=`` (a live simulated board; default: a new one of the Orin AGX
+        twin, :class:`~lightning_edge.devices.sim.live.LiveTwin`)."""
         why = cls.probe(arg)
         if why:
             raise SensorUnavailableError(why, {"sim": why})
-        twin = kw.get("twin")
-        if twin is None:
+        live = kw.get("live")
+        if live is None:
+            from lightning_edge.devices.sim.live import LiveTwin
             from lightning_edge.twin.model import OrinTwin
 
-            twin = OrinTwin()
+            live = LiveTwin(OrinTwin())
         opts = {k: kw[k] for k in ("clock_ns", "update_period_s") if kw.get(k)}
-        return cls(twin, **opts)
+        return cls(live, **opts)
 
     @property
     def energy_domain(self) -> str:
-        """Each twin is its own simulated board (DDP ranks each simulate one: a fleet, not one shared board)."""
-        return f"sim:{os.getpid()}:{id(self.twin):x}"
+        """Each live board is its own simulated board (DDP ranks each simulate one: a fleet, not one shared board)."""
+        return f"sim:{os.getpid()}:{id(self.live):x}"
 
     def _parts(self) -> dict[str, float]:
-        tw = self.twin
-        mode = tw.current_mode()
-        st = tw.physics.static_parts(*np.array(mode.as_tuple(), dtype=float))
+        live = self.live
+        mode = live.current_mode()
+        st = live.model.physics.static_parts(*np.array(mode.as_tuple(), dtype=float))
         parts = {k: float(v) for k, v in st.items()}
-        dyn = tw.power_parts_now()
+        dyn = live.power_parts_now()
         parts.update({"gpu_dyn": dyn["gpu"], "cpu_dyn": dyn["cpu"], "mem_dyn": dyn["mem"]})
         return parts
 
@@ -116,7 +123,7 @@ class SimPowerSensor(PowerSensor):
         if self._held is not None and slot == self._slot:
             h = self._held
             return PowerReading(t_ns, h.power_w, dict(h.rails_w), partial=h.partial, rejected=h.rejected)
-        total = float(self.twin.power_now())
+        total = float(self.live.power_now())
         parts = self._parts()
         split = rail_split(parts, self.rails)
         s = sum(split.values())

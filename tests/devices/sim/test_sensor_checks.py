@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from lightning_edge.devices.sim.live import LiveTwin
 from lightning_edge.devices.sim.sensor import SimPowerSensor
 
 
@@ -21,14 +22,15 @@ class Clock:
 @pytest.mark.parametrize("bad", [-5.0, math.nan, 4.95e5])
 def test_an_impossible_twin_total_is_rejected_not_reported(twin, monkeypatch, bad):
     """The twin's sensor passed whatever the model said (-5 W, nan, 4.95e5 W) as a full, ok reading."""
-    s = SimPowerSensor(twin, clock_ns=Clock())
-    monkeypatch.setattr(twin, "power_now", lambda: bad)
+    live = LiveTwin(twin)
+    s = SimPowerSensor(live, clock_ns=Clock())
+    monkeypatch.setattr(live, "power_now", lambda: bad)
     r = s.read()
     assert not r.ok and r.rejected and s.rejected_count >= 1
     assert not (math.isfinite(r.power_w) and r.power_w < 0) and not r.power_w > 1e4
 
 
 def test_a_plausible_twin_reading_is_unchanged(twin):
-    s = SimPowerSensor(twin, clock_ns=Clock())
+    s = SimPowerSensor(LiveTwin(twin), clock_ns=Clock())
     r = s.read()
     assert r.ok and not r.rejected and math.isclose(sum(r.rails_w.values()), r.power_w)

@@ -13,8 +13,8 @@ from lightning_edge import catalog
 from lightning_edge.calibrate.microbench import SweepConfig, run_microbench
 from lightning_edge.devices import get_board
 from lightning_edge.devices.meter import TwinMeter
-from lightning_edge.twin.boards import PROVENANCE, board_file, load_board_file
-from lightning_edge.twin.live import SimWorkload
+from lightning_edge.twin.board_files import PROVENANCE, board_file, load_board_file
+from lightning_edge.twin.sim_workload import SimWorkload
 
 KEYS = list(catalog.BOARDS)
 TINY = SweepConfig([256, 1024], [2 ** 26], [2 ** 26], repeats=2, warmup=0, budget_s=5)
@@ -29,7 +29,7 @@ def test_every_catalogued_key_is_a_simulated_board_with_its_modules_grid(key):
     assert space.cpu_mhz[-1] == info.cpu.max / 1e3
     assert space.gpu_mhz[-1] == info.gpu.max / 1e6
     assert space.mem_mhz[-1] == info.emc.max / 1e6
-    assert b.twin.current_mode() == space.max_mode()  # powered on in MAXN, its own
+    assert b.live.current_mode() == space.max_mode()  # powered on in MAXN, its own
     expected = "simulated" if key == "orin-agx" else "extrapolated"
     assert b.simulated and b.source == "simulated" and b.label == expected
     assert b.store_key == b.twin.store_key and b.store_key.startswith(f"sim:{key}+")
@@ -47,7 +47,7 @@ def test_the_seeds_board_is_the_twin_as_before():
     from lightning_edge.twin.model import OrinTwin
 
     b = get_board("sim:orin-agx")
-    ref = OrinTwin(noise=False, settling=False)
+    ref = OrinTwin(settling=False)
     modes = ref.space.to_numpy()[::97]
     a = b.twin.workload("resnet18", 16, "train").step(modes)
     r = ref.workload("resnet18", 16, "train").step(modes)
@@ -98,7 +98,7 @@ def test_a_board_file_with_its_own_grid_plays_that_grid(tmp_path):
                      "mem_mhz": [2133.0, 3199.0]}
     path = bf.save(tmp_path / "mine.json")
     b = get_board(f"sim:{path}", control="write")
-    assert b.space.size == 24 and str(b.twin.current_mode()) == "6c/1497.6/625/3199"
+    assert b.space.size == 24 and str(b.live.current_mode()) == "6c/1497.6/625/3199"
     b.controller.apply("2c/729.6/306/2133")
     assert str(b.controller.current()) == "2c/729.6/306/2133"
     b.close()

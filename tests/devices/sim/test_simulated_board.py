@@ -8,9 +8,10 @@ import numpy as np
 import pytest
 
 from lightning_edge.devices.sim.device import SimulatedOrin
+from lightning_edge.devices.sim.live import LiveTwin
 from lightning_edge.devices.sim.sensor import ORIN_AGX_RAILS, SimPowerSensor
-from lightning_edge.twin.live import Measurement, SimWorkload
 from lightning_edge.twin.model import OrinTwin
+from lightning_edge.twin.sim_workload import Measurement, SimWorkload
 from lightning_edge.twin.validation import LOW, MAXN
 
 
@@ -44,11 +45,11 @@ def _device(clock, **kw):
 
 def test_settling_after_a_mode_change_with_fake_clock(clock):
     dev = _device(clock, noise=False)
-    with dev.twin.running("resnet18", "train", 16):
+    with dev.live.running("resnet18", "train", 16):
         clock.t += 30.0
         before = dev.sensor.read().power_w
         dev.controller.apply(LOW)
-        target = dev.twin.target_power()
+        target = dev.live.target_power()
         assert target < before
         levels = []
         for dt in (0.0, 0.8, 1.6, 2.5, 5.0):
@@ -64,17 +65,17 @@ def test_settling_after_a_mode_change_with_fake_clock(clock):
 
 def test_settling_switch_off_jumps_at_once(clock):
     dev = _device(clock, noise=False, settling=False)
-    with dev.twin.running("resnet18", "train", 16):
+    with dev.live.running("resnet18", "train", 16):
         clock.t += 1.0
         dev.controller.apply(LOW)
-        assert dev.sensor.read().power_w == pytest.approx(dev.twin.target_power())
+        assert dev.sensor.read().power_w == pytest.approx(dev.live.target_power())
 
 
 def test_workload_start_settles_from_idle(clock):
     dev = _device(clock, noise=False)
     idle = dev.sensor.read().power_w
     assert idle == pytest.approx(float(dev.twin.static_power(MAXN)))
-    with dev.twin.running("resnet18", "train", 16):
+    with dev.live.running("resnet18", "train", 16):
         clock.t += 0.8
         mid = dev.sensor.read().power_w
         clock.t += 10.0
@@ -86,7 +87,7 @@ def test_workload_start_settles_from_idle(clock):
 
 def test_sensor_rails_sum_to_total_and_hold_between_updates(clock):
     dev = _device(clock, noise=True, seed=3, update_period_s=0.01)
-    with dev.twin.running("bert_large", "infer", 1):
+    with dev.live.running("bert_large", "infer", 1):
         clock.t += 5.0
         r = dev.sensor.read()
         assert tuple(r.rails_w) == ORIN_AGX_RAILS
@@ -119,17 +120,36 @@ def test_simulated_orin_wiring(clock):
     assert dev.name == "sim:orin-agx" and dev.label == "simulated"
     assert dev.space.size == 18096 and dev.space is dev.controller.space
     assert isinstance(dev.sensor, SimPowerSensor) and dev.sensor.source == "simulated"
-    assert dev.twin.controller is dev.controller
+    assert dev.live.controller is dev.controller and dev.live.model is dev.twin
     dev.controller.apply("8c/1344/727/2133")
-    assert str(dev.twin.current_mode()) == "8c/1344/726.75/2133"
+    assert str(dev.live.current_mode()) == "8c/1344/726.75/2133"
     w = dev.workload("resnet18", noise=False)
     assert w.train(dev.current_mode()).time_s > w.train(MAXN).time_s
 
 
-def test_twin_keeps_its_own_mode_without_controller(clock):
-    tw = OrinTwin(clock=clock, noise=False)
+def test_live_twin_keeps_its_own_mode_without_controller(clock):
+    tw = LiveTwin(OrinTwin(), clock=clock, noise=False)
     idle_maxn = tw.power_now()
     tw.set_mode(LOW)
     clock.t += 10
     assert tw.current_mode() == LOW
     assert tw.power_now() < idle_maxn
+
+
+def test_the_board_holds_the_model_and_the_live_board():
+    """A simulated Board's ``twin`` is the pure model, its ``live`` the board running in its controller's mode; a real
+    board has no live twin."""
+    from lightning_edge.devices.board import get_board
+
+    b = get_board("sim:orin-agx")
+    try:
+        assert isinstance(b.live, LiveTwin) and isinstance(b.twin, OrinTwin)
+        assert b.live.model is b.twin and b.live.controller is b.controller
+        assert b.live.current_mode() == b.controller.current()
+    finally:
+        b.close()
+    host = get_board("none")
+    try:
+        assert host.live is None and host.twin is None
+    finally:
+        host.close()

@@ -1,8 +1,9 @@
-"""The twin running a workload, as tuners see it: :class:`SimWorkload` (``train(mode)`` / ``infer(mode,
+"""A workload's measurements on the twin, as tuners see them: :class:`SimWorkload` (``train(mode)`` / ``infer(mode,
 batch_size)``) gives a :class:`Measurement` (``time_s``, ``power_w``, ``label="simulated"``) with seeded
-measurement noise around the step of the workload's one model (:class:`~lightning_edge.twin.timeline.TwinWorkload`,
-one per kind and batch size, from ``OrinTwin.workload``). It adds the noise and the bookkeeping a tuner needs
-(fingerprint, call counts); the time and power are the model's."""
+measurement noise around the step of the workload's one model
+(:class:`~lightning_edge.twin.workload_model.TwinWorkload`, one per kind and batch size, from ``OrinTwin.workload``).
+It adds the noise and the bookkeeping a tuner needs (fingerprint, call counts); the time and power are the model's.
+No board runs here: the live simulated board is :class:`~lightning_edge.devices.sim.live.LiveTwin`."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ import numpy as np
 
 from lightning_edge.records import Measurement
 from lightning_edge.twin.model import OrinTwin
-from lightning_edge.twin.timeline import TwinWorkload
 from lightning_edge.twin.workload import is_cost, precision_of
+from lightning_edge.twin.workload_model import TwinWorkload
 
 __all__ = ["Measurement", "SimWorkload"]
 
@@ -67,7 +68,7 @@ class SimWorkload:
         param_tensors: int | None = None,
         dataloader: bool | None = None,
     ) -> None:
-        self.example_call = None  # i17cost: a keyword / dict call form (lightning_edge.cost.capture.Call)
+        self.example_call = None  # a model called with keywords or a dict: its call form (cost.capture.Call)
         if example_inputs is not None and not isinstance(example_inputs, (tuple, list)) \
                 and not hasattr(example_inputs, "shape"):
             from collections.abc import Mapping
@@ -143,7 +144,7 @@ class SimWorkload:
         """Meta tensors shaped like ``example_inputs`` with ``batch_size`` rows (``None`` for a zoo name)."""
         if self.example_inputs is None:
             return None
-        if self.example_call is not None:  # i17cost: keyword inputs, resized (kept integer values repeated)
+        if self.example_call is not None:  # keyword inputs, resized (kept integer values repeated)
             return self.example_call.resized(int(batch_size))
         import torch
 

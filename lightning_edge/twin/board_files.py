@@ -1,6 +1,6 @@
 """Board files: a simulated board = a catalogued module + the twin's coefficients, each with its provenance.
 
-    >>> from lightning_edge.twin.boards import board_file, load_board_file
+    >>> from lightning_edge.twin.board_files import board_file, load_board_file
     >>> bf = board_file("orin-nano-8gb")          # extrapolated from the papers' AGX Orin by hardware ratios
     >>> bf.label, bf.provenance["p_gpu_active_w"]   # ('extrapolated', 'extrapolated')
     >>> bf.save("nano.json"); load_board_file("nano.json").params == bf.params

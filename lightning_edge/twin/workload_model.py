@@ -8,8 +8,9 @@
 
 Every caller that wants the twin's time or power of a workload asks a ``TwinWorkload``: the profiler's per-layer
 table (``lightning.twin_driver``), the tuner's steps and prior (``devices.meter.TwinMeter``, ``tuning.prior``),
-serving and the interleaver (through :class:`~lightning_edge.twin.live.SimWorkload`) and the live simulated board
-(``OrinTwin.begin``). There is no second step model to keep in line with this one.
+serving and the interleaver (through :class:`~lightning_edge.twin.sim_workload.SimWorkload`) and the live simulated
+board (:meth:`LiveTwin.begin <lightning_edge.devices.sim.live.LiveTwin.begin>`). There is no second step model to keep
+in line with this one. A workload knows no board's current mode: :meth:`TwinWorkload.layers` is told its mode.
 
 The timeline
 ------------
@@ -320,7 +321,7 @@ class TwinWorkload:
     @property
     def label(self) -> str:
         """The twin's label (``simulated``; ``extrapolated`` on an extrapolated board): every number it gives."""
-        return getattr(self.twin, "label", LABEL)
+        return self.twin.label
 
     @property
     def kind(self) -> str:
@@ -348,9 +349,11 @@ class TwinWorkload:
         knobs, single = as_knobs(modes, self.twin.space)
         return self._prediction(self._run(knobs), knobs, single)
 
-    def layers(self, mode: Any = None) -> LayerTimes:
-        """The per-layer table of one mode (default: the twin's current mode); its rows sum to :meth:`step`."""
-        mode = self.twin.current_mode() if mode is None else mode
+    def layers(self, mode: Any) -> LayerTimes:
+        """The per-layer table of one mode (a PowerMode or its label); its rows sum to :meth:`step`. The mode is the
+        caller's to say: the model knows no board's current mode."""
+        if mode is None:
+            raise ValueError("layers() takes one mode (a PowerMode or its label): the model knows no current mode")
         knobs, _ = as_knobs(mode, self.twin.space)
         if knobs.shape[0] != 1:
             raise ValueError("layers() takes one mode; step() takes many")
