@@ -25,11 +25,14 @@ import math
 import re
 import typing
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from dataclasses import replace as _dc_replace
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, SupportsFloat, Union
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 KNOBS: tuple[str, ...] = ("cores", "cpu_mhz", "gpu_mhz", "mem_mhz")
 """The knobs, in the order of every array, tuple and label."""
@@ -68,7 +71,7 @@ def knob_name(knob: str) -> str:
         raise InvalidModeError(f"unknown knob {knob!r}: expected one of {', '.join(KNOBS)}") from None
 
 
-def _canon(knob: str, value: Any) -> int | float:
+def _canon(knob: str, value: SupportsFloat | str) -> int | float:
     if knob == "cores":
         v = float(value)
         if not v.is_integer() or v < 1:
@@ -110,8 +113,8 @@ class PowerMode:
     mem_mhz: float
 
     def __post_init__(self) -> None:
-        for f in fields(self):
-            object.__setattr__(self, f.name, _canon(f.name, getattr(self, f.name)))
+        for k, v in zip(KNOBS, self.as_tuple()):
+            object.__setattr__(self, k, _canon(k, v))
 
     # ----------------------------------------------------------------- text
     def __str__(self) -> str:
@@ -147,7 +150,7 @@ class PowerMode:
 
     # ----------------------------------------------------------------- dict / tuple
     def to_dict(self) -> dict[str, int | float]:
-        return {k: getattr(self, k) for k in KNOBS}
+        return dict(zip(KNOBS, self.as_tuple()))
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> PowerMode:
@@ -171,7 +174,7 @@ class PowerMode:
         return _dc_replace(self, **{knob_name(k): v for k, v in changes.items()})
 
     def get(self, knob: str) -> int | float:
-        return getattr(self, knob_name(knob))
+        return self.as_tuple()[KNOBS.index(knob_name(knob))]
 
 
 ModeLike = Union[PowerMode, str, typing.Mapping[str, Any], tuple]  # runtime alias: Python 3.8's typing
@@ -247,7 +250,7 @@ class PowerModeSpace:
     def __contains__(self, mode: object) -> bool:
         if not isinstance(mode, PowerMode):
             return False
-        return all(getattr(mode, k) in self._pos[k] for k in KNOBS)
+        return all(v in self._pos[k] for k, v in zip(KNOBS, mode.as_tuple()))
 
     def __eq__(self, other: object) -> bool:
         return isinstance(other, PowerModeSpace) and self._values == other._values
@@ -269,10 +272,11 @@ class PowerModeSpace:
         """Return ``mode`` if it is in the space, else raise :class:`InvalidModeError` listing valid values."""
         if not isinstance(mode, PowerMode):
             raise InvalidModeError(f"expected a PowerMode, got {type(mode).__name__}: {mode!r}")
-        bad = [k for k in KNOBS if getattr(mode, k) not in self._pos[k]]
+        vals = mode.to_dict()
+        bad = [k for k in KNOBS if vals[k] not in self._pos[k]]
         if bad:
             lines = [f"power mode {mode} ({mode.describe()}) is not valid{self._for()}:"]
-            lines += [f"  {k}={_fmt_mhz(getattr(mode, k))} is not one of: {self._valid_list(k)}" for k in bad]
+            lines += [f"  {k}={_fmt_mhz(vals[k])} is not one of: {self._valid_list(k)}" for k in bad]
             raise InvalidModeError("\n".join(lines))
         return mode
 
@@ -280,7 +284,7 @@ class PowerModeSpace:
         return f" for {self.name}" if self.name else ""
 
     def snap_value(
-        self, knob: str, value: Any, tolerance_mhz: float | None = SNAP_TOLERANCE_MHZ
+        self, knob: str, value: SupportsFloat | str, tolerance_mhz: float | None = SNAP_TOLERANCE_MHZ
     ) -> int | float:
         """The grid value of ``knob`` nearest to ``value``; with a tolerance, error if none is that close.
 
@@ -307,7 +311,7 @@ class PowerModeSpace:
     def nearest(self, mode: ModeLike) -> PowerMode:
         """The valid mode nearest to ``mode``, knob by knob (no tolerance: always succeeds)."""
         m = _as_mode(mode)
-        return PowerMode(*(self.snap_value(k, getattr(m, k), None) for k in KNOBS))
+        return PowerMode(*(self.snap_value(k, v, None) for k, v in zip(KNOBS, m.as_tuple())))
 
     def coerce(self, mode: ModeLike, tolerance_mhz: float = SNAP_TOLERANCE_MHZ) -> PowerMode:
         """Turn a label, dict, tuple or PowerMode into a valid mode of this space.
@@ -320,9 +324,9 @@ class PowerModeSpace:
             return self.parse(mode, tolerance_mhz)
         m = _as_mode(mode)
         errors, vals = [], []
-        for k in KNOBS:
+        for k, v in zip(KNOBS, m.as_tuple()):
             try:
-                vals.append(self.snap_value(k, getattr(m, k), tolerance_mhz))
+                vals.append(self.snap_value(k, v, tolerance_mhz))
             except InvalidModeError as exc:
                 errors.append(f"  {exc}")
         if errors:
@@ -345,8 +349,8 @@ class PowerModeSpace:
         """Position of ``mode`` in the enumeration order (see class docstring)."""
         self.validate(mode)
         i = 0
-        for k in KNOBS:
-            i = i * len(self._values[k]) + self._pos[k][getattr(mode, k)]
+        for k, v in zip(KNOBS, mode.as_tuple()):
+            i = i * len(self._values[k]) + self._pos[k][v]
         return i
 
     def mode_at(self, i: int) -> PowerMode:
@@ -372,7 +376,7 @@ class PowerModeSpace:
         """``mode`` moved ``delta`` grid steps along ``knob``; ``None`` if that leaves the grid."""
         knob = knob_name(knob)
         self.validate(mode)
-        j = self._pos[knob][getattr(mode, knob)] + int(delta)
+        j = self._pos[knob][mode.get(knob)] + int(delta)
         vals = self._values[knob]
         if not 0 <= j < len(vals):
             return None
@@ -425,12 +429,12 @@ class PowerModeSpace:
             self._numpy_cache = arr
         return self._numpy_cache.copy()
 
-    def from_numpy(self, array: Any, tolerance_mhz: float = _EXACT_TOL) -> list[PowerMode]:
+    def from_numpy(self, array: ArrayLike, tolerance_mhz: float = _EXACT_TOL) -> list[PowerMode]:
         """Modes from an ``(N, 4)`` (or ``(4,)``) array in ``KNOBS`` order, each checked against the grid."""
         idx = self.indices(array, tolerance_mhz)
         return [self.mode_at(i) for i in np.atleast_1d(idx)]
 
-    def indices(self, array: Any, tolerance_mhz: float = _EXACT_TOL) -> np.ndarray:
+    def indices(self, array: ArrayLike, tolerance_mhz: float = _EXACT_TOL) -> np.ndarray:
         """Vectorised :meth:`index` for an ``(N, 4)`` array of modes (or one ``(4,)`` row)."""
         a = np.asarray(array, dtype=float)
         one = a.ndim == 1
@@ -456,7 +460,7 @@ class PowerModeSpace:
             out = out * len(grid) + pick
         return out[0] if one else out
 
-    def modes_at(self, indices: Any) -> np.ndarray:
+    def modes_at(self, indices: ArrayLike) -> np.ndarray:
         """Vectorised :meth:`mode_at`: the ``(K, 4)`` array of the modes at ``indices``."""
         idx = np.asarray(indices, dtype=np.int64)
         idx = np.where(idx < 0, idx + self.size, idx)

@@ -31,7 +31,11 @@ import math
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lightning_edge.devices.sampler import ReadingQuality
+    from lightning_edge.modes import PowerMode
 
 __all__ = ["Measurement", "LABELS", "merge", "settled", "over_budget", "OverBudget", "OVER_BLOCK", "OVER_TOLERANCE"]
 
@@ -39,10 +43,11 @@ __all__ = ["Measurement", "LABELS", "merge", "settled", "over_budget", "OverBudg
 LABELS = ("measured", "apportioned", "estimated", "simulated", "extrapolated")
 
 
-_PARSED: dict[str, Any] = {}  # mode text -> its PowerMode (immutable): a run has a handful of modes, every step one
+#: mode text -> its PowerMode (immutable): a run has a handful of modes, every step one
+_PARSED: dict[str, PowerMode | str] = {}
 
 
-def _mode(mode: Any) -> Any:
+def _mode(mode: PowerMode | str | None) -> PowerMode | str | None:
     """A mode as a :class:`~lightning_edge.modes.PowerMode` (a string in the notation parsed; anything else, such as
     a controller's own mode name, kept as it is)."""
     if mode is None or not isinstance(mode, str):
@@ -53,7 +58,7 @@ def _mode(mode: Any) -> Any:
     from lightning_edge.modes import PowerMode
 
     try:
-        out: Any = PowerMode.parse(mode)
+        out: PowerMode | str = PowerMode.parse(mode)
     except Exception:  # noqa: BLE001 - a mode name outside the notation (NVML's, a fake's): kept as given
         out = mode
     if len(_PARSED) < 4096:
@@ -69,13 +74,13 @@ class Measurement:
     power_w: float
     label: str = "measured"
     trusted: bool = True
-    mode: Any = None
+    mode: PowerMode | str | None = None
     t0_ns: int | None = None
     t1_ns: int | None = None
     host_time_s: float | None = None
     steps: int = 1
     samples: int | None = None
-    readings: Any = None
+    readings: ReadingQuality | None = None
     settled: bool = True
 
     def __post_init__(self) -> None:
@@ -141,7 +146,8 @@ class Measurement:
         return replace(self, **changes)
 
 
-def merge(ms: Iterable[Measurement], *, label: str | None = None, mode: Any = "same") -> Measurement:
+def merge(ms: Iterable[Measurement], *, label: str | None = None,
+          mode: PowerMode | str | None = "same") -> Measurement:
     """One window of several (in order): times, energies, steps and samples add up; the power is the total energy
     over the total time. A window without power (``nan``) counts in time only and its share of the energy is
     extrapolated from the others (the result is then untrusted); ``label``: the one label they share, else the most

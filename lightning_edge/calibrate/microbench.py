@@ -31,11 +31,17 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 from lightning_edge.roofline.fit import EnergyFit, fit_energy_coefficients
 from lightning_edge.roofline.model import Roofline
 from lightning_edge.roofline.profile import DeviceProfile, ModeEntry
+
+if TYPE_CHECKING:
+    import torch
+
+    from lightning_edge.devices.board import Board
+    from lightning_edge.devices.protocols import BoardLike
 
 __all__ = [
     "NO_SENSOR_MESSAGE", "EnergyMeter", "NullEnergyMeter", "SensorEnergyMeter", "energy_meter", "find_energy_meter",
@@ -92,14 +98,13 @@ class SensorEnergyMeter:
     over the window (``measure``), or averages them over an idle wait (``idle_power_w``). The window lasts at least
     ``min_window_s``: three of the sensor's update periods, and 0.5 s."""
 
-    def __init__(self, board, sync: Callable[[], None] | None = None, sleep: Callable[[float], None] = time.sleep,
-                 min_window_s: float | None = None):
+    def __init__(self, board: Board, sync: Callable[[], None] | None = None,
+                 sleep: Callable[[float], None] = time.sleep, min_window_s: float | None = None):
         self.board = board
-        self.name = str(getattr(board.sensor, "name", board.name))
+        self.name = str(board.sensor.name)
         self.available = bool(board.has_sensor)
-        self.reason = "" if self.available else NO_SENSOR_MESSAGE + (
-            f" ({(getattr(board.sensor, 'reason', '') or '').splitlines()[0]})" if getattr(board.sensor, "reason", "")
-            else "")
+        why = board.sensor.reason
+        self.reason = "" if self.available else NO_SENSOR_MESSAGE + (f" ({why.splitlines()[0]})" if why else "")
         self.min_window_s = max(3.0 * board.update_period_s, 0.5) if min_window_s is None else float(min_window_s)
         self._sync = sync or (lambda: None)
         self._sleep = sleep
@@ -131,7 +136,7 @@ class SensorEnergyMeter:
         return e / t
 
 
-def energy_meter(board=None, device: str = "cpu") -> EnergyMeter:
+def energy_meter(board: Board | None = None, device: str = "cpu") -> EnergyMeter:
     """The energy meter of ``board`` (default: the process's ``get_board("auto")``): its power sensor, or a
     ``NullEnergyMeter`` saying why there is none."""
     if board is None:
@@ -139,7 +144,7 @@ def energy_meter(board=None, device: str = "cpu") -> EnergyMeter:
 
         board = get_board("auto")
     if not board.has_sensor:
-        why = (getattr(board.sensor, "reason", "") or "").splitlines()
+        why = (board.sensor.reason or "").splitlines()
         return NullEnergyMeter(reason=NO_SENSOR_MESSAGE + (f" ({why[0].rstrip(':')})" if why else ""))
     return SensorEnergyMeter(board, sync=(lambda: _sync(device)))
 
@@ -214,6 +219,14 @@ class SweepConfig:
 
 
 _DTYPES = {"fp32": "float32", "tf32": "float32", "fp16": "float16", "bf16": "bfloat16", "fp64": "float64"}
+
+
+def _torch_dtype(precision: str) -> torch.dtype:
+    """The torch dtype of a precision's tensors (``KeyError``: not a precision of :data:`_DTYPES`)."""
+    import torch
+
+    dtypes = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64}
+    return dtypes[_DTYPES[precision]]
 
 
 # ------------------------------------------------------------------------------------------ timing
@@ -303,7 +316,7 @@ def _precision_runs(precision: str, device: str) -> bool:
     import torch
 
     try:
-        dt = getattr(torch, _DTYPES[precision])
+        dt = _torch_dtype(precision)
         a = torch.ones(8, 8, dtype=dt, device=device)
         (a @ a).sum().item()
         return True
@@ -349,11 +362,12 @@ class TwinRunner:
     min_window_s = 0.0
     memory_bytes = 32 * 2 ** 30  # the Orin AGX 32 GB
 
-    def __init__(self, board, seed: int | None = 0) -> None:
+    def __init__(self, board: BoardLike, seed: int | None = 0) -> None:
         import numpy as np
 
         self.board = board
-        self.label = str(getattr(board.twin, "label", "simulated"))  # "extrapolated" on an extrapolated board
+        # "extrapolated" on an extrapolated board
+        self.label = str(board.twin.label) if board.twin is not None else "simulated"
         self.name = f"{board.name} ({self.label})"
         self.rng = np.random.default_rng(seed)
 
@@ -380,7 +394,7 @@ def _sweep(kernel: str, precision: str, device: str, sizes: list[int], cfg: Swee
     else:
         import torch
 
-        dt = getattr(torch, _DTYPES[precision])
+        dt = _torch_dtype(precision)
         el = torch.empty((), dtype=dt).element_size()
         free = _free_bytes(device)
     out: list[Sample] = []
@@ -540,7 +554,7 @@ def _host_info(device: str) -> dict:
 
 def run_microbench(device: str | None = None, quick: bool = False, precisions: list[str] | None = None,
                    meter: EnergyMeter | None = None, config: SweepConfig | None = None,
-                   idle_s: float = 3.0, log: Callable[[str], None] | None = None, board=None,
+                   idle_s: float = 3.0, log: Callable[[str], None] | None = None, board: Board | None = None,
                    seed: int | None = 0) -> MicrobenchResult:
     """Measure peak FLOP/s and bandwidth per precision (and, with a meter, pi_0, eps_flop, eps_mop).
 
@@ -561,7 +575,7 @@ def run_microbench(device: str | None = None, quick: bool = False, precisions: l
     """
     t_start = time.monotonic()
     log = log or (lambda _msg: None)
-    if board is not None and getattr(board, "twin", None) is not None:
+    if board is not None and board.twin is not None:
         return _run_on_twin(board, quick, precisions, config, log, seed, t_start)
     import torch
 
@@ -602,7 +616,7 @@ def run_microbench(device: str | None = None, quick: bool = False, precisions: l
                     t_start, lambda prec: _precision_runs(prec, device), None, _host_info(device), "measured")
 
 
-def _run_on_twin(board, quick: bool, precisions: list[str] | None, config: SweepConfig | None,
+def _run_on_twin(board: BoardLike, quick: bool, precisions: list[str] | None, config: SweepConfig | None,
                  log: Callable[[str], None], seed: int | None, t_start: float) -> MicrobenchResult:
     """The sweeps on a simulated board's twin (see :class:`TwinRunner`), in its current mode."""
     from lightning_edge.twin.kernels import PRECISIONS

@@ -22,10 +22,18 @@ from __future__ import annotations
 import argparse
 import os
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from lightning_edge._lazy import UnknownName
 from lightning_edge.tuning.search import STRATEGIES
+
+if TYPE_CHECKING:
+    import lightning.pytorch as pl
+    import torch
+    from lightning.pytorch.utilities.types import STEP_OUTPUT
+
+    from lightning_edge.lightning.tuner import PowerModeTunerMixin
+    from lightning_edge.tuning.backend import ProfileBackend
 
 HELP = "fine-tune a zoo model on CPU with EnergyProfiler + PowerModeTuner on the simulated Orin (the main demo)"
 
@@ -81,10 +89,10 @@ def _lit_module(model_name: str, classes: int, lr: float) -> Any:
             super().__init__()
             self.model = getattr(zoo, model_name)(num_classes=classes)
 
-        def forward(self, x: Any) -> Any:
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.model(x)
 
-        def training_step(self, batch: Any, batch_idx: int) -> Any:
+        def training_step(self, batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> torch.Tensor:
             x, y = batch
             logits = self(x)
             loss = nn.functional.cross_entropy(logits, y)
@@ -105,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     from lightning_edge.tuning.search import open_backend
 
     # the store first: a path, a URL or 'default'; one that cannot be used fails here, in one line, before training
-    store: Any = open_backend(None if args.store == "memory" else args.store)
+    store: ProfileBackend = open_backend(None if args.store == "memory" else args.store)
     store_text = store.describe()
     import torch
     from torch.utils.data import DataLoader
@@ -140,7 +148,8 @@ def run(args: argparse.Namespace) -> int:
         """Stop after ``--minutes`` once tuning has finished; at the latest ``--minutes`` plus the longer of 2x
         ``--minutes`` and 5 min (a slow or busy CPU takes longer to run the profiling windows)."""
 
-        def on_train_batch_end(self, trainer: Any, pl_module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        def on_train_batch_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule, outputs: STEP_OUTPUT,
+                               batch: tuple[torch.Tensor, torch.Tensor], batch_idx: int) -> None:
             now = time.monotonic()
             t = tuner.tuner
             done = t is not None and t.phase in ("tuned", "infeasible")
@@ -165,14 +174,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _tuning_comparison(tuner: Any, args: argparse.Namespace) -> None:
+def _tuning_comparison(tuner: PowerModeTunerMixin, args: argparse.Namespace) -> None:
     """How many minibatches tuning took, and how many the naive settings (no prior, a fixed 2.4 s
     settling wait per profile) take for the same model and budget: a dry run of the engine on a fresh twin
     (simulated steps only, about a second)."""
+    from lightning_edge.devices.meter import TwinMeter
     from lightning_edge.tuning.online import WindowSpec, simulate_tuning
 
     t = tuner.tuner
-    if t is None or getattr(t.meter, "workload", None) is None:
+    if t is None or not isinstance(t.meter, TwinMeter) or t.meter.workload is None:
         return
     s = tuner.summary()  # the callback's: the capture step counts as a minibatch before the chosen mode
     took = s.tuning_steps

@@ -18,8 +18,15 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from typing import TYPE_CHECKING
 
 from lightning_edge.cli import add_json_argument, write_json
+
+if TYPE_CHECKING:
+    from lightning_edge.catalog import BoardInfo
+    from lightning_edge.devices.controllers.base import ModeController
+    from lightning_edge.devices.controllers.sysfs import SysfsWriter
+    from lightning_edge.modes import PowerModeSpace
 
 HELP = "show, list and switch power modes (and put the board back)"
 
@@ -44,6 +51,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "show", parents=[common], help="print the current mode", description="Print the current mode."
     )
     add_json_argument(p)
+    p.set_defaults(dry_run=False)
     p = sub.add_parser(
         "list",
         parents=[common],
@@ -53,6 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     p.add_argument("--all", action="store_true", help="print every mode, one per line")
     p.add_argument("--subset", choices=["fulcrum"], help="only a named subset (fulcrum: the 441-mode grid)")
     add_json_argument(p)
+    p.set_defaults(dry_run=False)
     p = sub.add_parser(
         "set",
         parents=[common],
@@ -71,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(_mode_parser=parser)
 
 
-def _controller(args: argparse.Namespace):
+def _controller(args: argparse.Namespace) -> ModeController:
     """The mode controller of the board ``--device`` names: the process's one Board's writer (``get_board``)."""
     from lightning_edge.devices.board import ControlOptions, get_board
     from lightning_edge.devices.safety import default_state_dir
@@ -84,30 +93,29 @@ def _controller(args: argparse.Namespace):
     state_dir = args.state_dir
     if spec.kind == "sim" and state_dir is None:  # a simulated mode outlives the command, as a board's does
         state_dir = default_state_dir()
-    options = ControlOptions(dry_run=bool(getattr(args, "dry_run", False)),
-                             state_dir=None if state_dir is None else str(state_dir),
-                             writer=getattr(args, "_writer", None))
-    root = getattr(args, "_root", "/")
+    options = ControlOptions(dry_run=bool(args.dry_run), state_dir=None if state_dir is None else str(state_dir),
+                             writer=args._writer)
+    root = args._root
     board = get_board(spec, control="write", root=None if spec.kind == "sim" or root == "/" else root,
                       options=options)
     return board.controller
 
 
-def _describe_device(ctl) -> str:
+def _describe_device(ctl: ModeController) -> str:
     if ctl.source == "simulated":
         from lightning_edge.catalog import BOARDS
 
-        board = getattr(ctl, "board", "")
+        board = ctl.board
         name = BOARDS[board].name if board in BOARDS else board
         return f"{ctl.cli_args()[1]} - simulated {name} (the twin: values are simulated, not measured)"
-    layout = getattr(ctl, "layout", None)
+    layout = ctl.layout
     if layout is not None:
         jp = f", JetPack {layout.jetpack}" if layout.jetpack else ""
         return f"{ctl.name} - {layout.board.name}{jp} ({ctl.device_id})"
     return f"{ctl.name} ({ctl.device_id})"
 
 
-def _show(args) -> int:
+def _show(args: argparse.Namespace) -> int:
     ctl = _controller(args)
     mode = ctl.current()
     space = ctl.space
@@ -144,20 +152,17 @@ def _show(args) -> int:
     return 0
 
 
-def _catalogued(ctl):
+def _catalogued(ctl: ModeController) -> BoardInfo | None:
     """The catalogue's entry of the board a controller drives (``None``: not catalogued)."""
     from lightning_edge.catalog import BOARDS
 
-    layout = getattr(ctl, "layout", None)
-    if layout is not None and getattr(layout, "board", None) is not None:
-        return BOARDS.get(layout.board.key)
-    return BOARDS.get(getattr(ctl, "board", ""))
+    return BOARDS.get(ctl.layout.board.key if ctl.layout is not None else ctl.board)
 
 
-def _named_modes(ctl, space) -> list[dict]:
+def _named_modes(ctl: ModeController, space: PowerModeSpace) -> list[dict]:
     """The board's nvpmodel named modes, each with the grid's mode under its caps (``None``: caps unknown)."""
     out = []
-    for m in getattr(ctl, "named_modes", ()) or ():
+    for m in ctl.named_modes or ():
         mode = m.mode(space)
         out.append({"name": m.name, "id": m.id, "firmware": m.firmware, "default": m.default, "caps": m.caps(),
                     "cores": m.cores, "cpu_khz": m.cpu_khz, "gpu_hz": m.gpu_hz, "emc_hz": m.emc_hz,
@@ -166,7 +171,7 @@ def _named_modes(ctl, space) -> list[dict]:
     return out
 
 
-def _list(args) -> int:
+def _list(args: argparse.Namespace) -> int:
     from lightning_edge.catalog import fulcrum_space
 
     ctl = _controller(args)
@@ -198,8 +203,8 @@ def _list(args) -> int:
     print(f"  lowest:         {space.min_mode()}  ({space.min_mode().describe()})")
     info = _catalogued(ctl)
     if info is not None and ctl.source == "simulated":
-        status = ", ".join(f"{k} {'confirmed' if getattr(info, k).source.confirmed else 'unconfirmed'}"
-                           for k in ("cpu", "gpu", "emc"))
+        status = ", ".join(f"{k} {'confirmed' if table.source.confirmed else 'unconfirmed'}"
+                           for k, table in (("cpu", info.cpu), ("gpu", info.gpu), ("emc", info.emc)))
         print(f"  grid: the catalogue's tables of {info.name}, {info.grid_firmware} firmware ({status}; sources: "
               "docs/boards.md); a real board's available_frequencies win")
     if named:
@@ -220,7 +225,7 @@ def _list(args) -> int:
     return 0
 
 
-def _set(args) -> int:
+def _set(args: argparse.Namespace) -> int:
     from lightning_edge.devices.controllers.errors import ModeVerificationError
 
     ctl = _controller(args)
@@ -247,7 +252,7 @@ def _set(args) -> int:
     return 0
 
 
-def _restore(args) -> int:
+def _restore(args: argparse.Namespace) -> int:
     ctl = _controller(args)
     result = ctl.restore()
     if ctl.dry_run:
@@ -264,20 +269,21 @@ def _restore(args) -> int:
     return 0
 
 
-def run(args: argparse.Namespace, *, root: str | os.PathLike = "/", writer=None) -> int:
+def run(args: argparse.Namespace, *, root: str | os.PathLike = "/", writer: SysfsWriter | None = None) -> int:
     """Run a parsed ``mode`` command. ``root``: the file-system root of the board (a fake tree in tests), ``writer``:
     the :class:`~lightning_edge.devices.controllers.sysfs.SysfsWriter` its files are read and written through (the
     fake board's, in tests); Python arguments only, deliberately not command-line options."""
     args._root = str(root)
     args._writer = writer
-    action = getattr(args, "mode_command", None)
+    action = args.mode_command
     if not action:
         args._mode_parser.print_help()
         return 2
     return {"show": _show, "list": _list, "set": _set, "restore": _restore}[action](args)
 
 
-def main(argv: list[str] | None = None, *, root: str | os.PathLike = "/", writer=None) -> int:
+def main(argv: list[str] | None = None, *, root: str | os.PathLike = "/",
+         writer: SysfsWriter | None = None) -> int:
     """``lightning-edge mode ...`` on its own, without loading the other sub-commands (``python -m`` this module).
 
     ``root``, ``writer`` (Python only, see :func:`run`): the board's file-system root, e.g. a fake sysfs tree in

@@ -188,7 +188,7 @@ def _model_layers(spec: str, batch_size: int | None):
     model, args, kwargs = load_model(spec, batch_size, None)
     model.eval()
     cost = analyze(model, *args, **kwargs)
-    layers = [x for x in cost.layers if getattr(x, "flops", 0) or getattr(x, "bytes", 0)]
+    layers = [x for x in cost.layers if x.flops or x.bytes]
     print(f"model {spec}: {len(layers)} layers with work")
     return layers
 

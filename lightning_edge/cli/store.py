@@ -29,7 +29,10 @@ from lightning_edge.cli import add_json_argument, write_json
 from lightning_edge.tuning.problems import InferenceProblem, TrainingProblem
 
 if TYPE_CHECKING:
-    from lightning_edge.tuning.store import StudyName
+    from optuna.trial import FrozenTrial
+
+    from lightning_edge.tuning.problems import Problem
+    from lightning_edge.tuning.store import ProfileStore, StudyName
 
 HELP = "list, show, query, export and tidy the profile store (studies, profiles, claims)"
 
@@ -71,7 +74,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ helpers
-def _studies(store: Any) -> list[str]:
+def _studies(store: ProfileStore) -> list[str]:
     """The name of every profile study in the store."""
     return [w.text for w in store.workloads()]
 
@@ -85,7 +88,7 @@ def _parts(name: str) -> StudyName:
     return parts
 
 
-def _find(store: Any, args: argparse.Namespace) -> str:
+def _find(store: ProfileStore, args: argparse.Namespace) -> str:
     """The one study name that ``args.workload`` (with ``--device`` / ``--kind``) names."""
     names = _studies(store)
     want = args.workload
@@ -108,7 +111,7 @@ def _find(store: Any, args: argparse.Namespace) -> str:
                      f"{'' if args.kind is None else f' ({args.kind})'}; see lightning-edge store list")
 
 
-def _rows(store: Any, name: str) -> list[dict[str, Any]]:
+def _rows(store: ProfileStore, name: str) -> list[dict[str, Any]]:
     """Every profile of a study (the store's answer: the owner trial of each point), sorted by mode."""
     from optuna.trial import TrialState
 
@@ -144,7 +147,7 @@ def _table(rows: list[dict[str, Any]], cols: list[tuple[str, str, str]]) -> str:
     return "\n".join(lines)
 
 
-def _claims(store: Any) -> list[dict[str, Any]]:
+def _claims(store: ProfileStore) -> list[dict[str, Any]]:
     import optuna
     from optuna.trial import TrialState
 
@@ -168,7 +171,7 @@ def _claims(store: Any) -> list[dict[str, Any]]:
     return out
 
 
-def _mode_text(t: Any) -> str:
+def _mode_text(t: FrozenTrial) -> str:
     from lightning_edge.tuning.store import trial_key, trial_kind
 
     k = trial_key(trial_kind(t), t)
@@ -188,7 +191,7 @@ def run(args: argparse.Namespace) -> int:
     return int(globals()[f"_do_{args.store_command.replace('-', '_')}"](store, args) or 0)
 
 
-def _do_list(store: Any, args: argparse.Namespace) -> int:
+def _do_list(store: ProfileStore, args: argparse.Namespace) -> int:
     from optuna.trial import TrialState
 
     rows = []
@@ -220,7 +223,7 @@ def _profile_cols(kind: str) -> list[tuple[str, str, str]]:
                    ("trial", "trial", "d"), ("problem", "profiled for", "")]
 
 
-def _do_show(store: Any, args: argparse.Namespace) -> int:
+def _do_show(store: ProfileStore, args: argparse.Namespace) -> int:
     name = _find(store, args)
     rows = _rows(store, name)
     if args.json is not None:
@@ -231,12 +234,12 @@ def _do_show(store: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _do_best(store: Any, args: argparse.Namespace) -> int:
+def _do_best(store: ProfileStore, args: argparse.Namespace) -> int:
     name = _find(store, args)
     dev, wid, kind = _parts(name)
     table = store.bind(dev, wid).table(kind)
     if kind == "train":
-        problem: Any = TrainingProblem(args.budget)
+        problem: Problem = TrainingProblem(args.budget)
     else:
         if args.latency_ms is None or args.rate is None:
             raise ValueError(f"{name} holds inference profiles: give --latency-ms and --rate as well as --budget")
@@ -245,8 +248,8 @@ def _do_best(store: Any, args: argparse.Namespace) -> int:
     sol = table.solve(problem)
     out = {"study": name, "problem": problem.describe(), "profiles": len(_rows(store, name)),
            "solution": None if sol is None else {"mode": str(sol.mode), "time_ms": sol.time_s * 1e3,
-                                                 "power_w": sol.power_w, "label": getattr(sol, "label", None),
-                                                 "batch_size": getattr(sol, "batch_size", None)}}
+                                                 "power_w": sol.power_w, "label": sol.label,
+                                                 "batch_size": sol.batch_size}}
     if args.json is not None:
         write_json(json.dumps(out, indent=2), args.json)
         return 0 if sol is not None else 1
@@ -257,7 +260,7 @@ def _do_best(store: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _do_export(store: Any, args: argparse.Namespace) -> int:
+def _do_export(store: ProfileStore, args: argparse.Namespace) -> int:
     name = _find(store, args)
     rows = _rows(store, name)
     if args.csv is None and args.json is None:
@@ -275,7 +278,7 @@ def _do_export(store: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _do_claims(store: Any, args: argparse.Namespace) -> int:
+def _do_claims(store: ProfileStore, args: argparse.Namespace) -> int:
     rows = _claims(store)
     if args.json is not None:
         write_json(json.dumps([{k: v for k, v in r.items() if k != "_trial"} for r in rows], indent=2), args.json)
@@ -288,7 +291,7 @@ def _do_claims(store: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _do_clear_claims(store: Any, args: argparse.Namespace) -> int:
+def _do_clear_claims(store: ProfileStore, args: argparse.Namespace) -> int:
     from lightning_edge.tuning.store import fail_claim
 
     if store.read_only:
@@ -313,7 +316,7 @@ def _do_clear_claims(store: Any, args: argparse.Namespace) -> int:
     return 0
 
 
-def _do_delete(store: Any, args: argparse.Namespace) -> int:
+def _do_delete(store: ProfileStore, args: argparse.Namespace) -> int:
     import optuna
 
     name = _find(store, args)

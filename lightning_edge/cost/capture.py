@@ -41,6 +41,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
 import torch
@@ -60,7 +61,13 @@ VALUE_MAX_NUMEL = 1 << 20
 MAX_CALLS = 64
 
 
-_quiet = threading.local()
+class _Depth(threading.local):
+    """How deep this thread is in :func:`not_captured` blocks (0: in none)."""
+
+    depth = 0
+
+
+_quiet = _Depth()
 
 
 @contextlib.contextmanager
@@ -68,7 +75,7 @@ def not_captured() -> Iterator[None]:
     """Calls made inside this block (``analyze``'s own meta run of a model) are not captured by any
     :class:`CallCapture`: analysing a model during a captured step (the tuner's callback runs inside the profiler's
     step) must not look like another call of it."""
-    _quiet.depth = getattr(_quiet, "depth", 0) + 1
+    _quiet.depth += 1
     try:
         yield
     finally:
@@ -146,7 +153,7 @@ def to_meta(obj: Any, keep_values: bool = True) -> Any:
     return tree_map_tensors(conv, obj)
 
 
-def has_forward(module: Any) -> bool:
+def has_forward(module: nn.Module | Callable[..., Any]) -> bool:
     """False for a module whose class defines no ``forward`` of its own (``nn.Module``'s and ``LightningModule``'s
     raise): Lightning allows them, their steps call submodules."""
     fwd = getattr(type(module), "forward", None)
@@ -307,7 +314,8 @@ class CallCapture:
     def __enter__(self) -> CallCapture:
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.stop()
 
     def _pre(self, mod: nn.Module, args: tuple, kwargs: dict) -> None:
@@ -324,7 +332,7 @@ class CallCapture:
         if name is None:
             return
         self.captured.module_calls += 1
-        if getattr(_quiet, "depth", 0) or current_autograd_node() is not None:
+        if _quiet.depth or current_autograd_node() is not None:
             # analyze's own meta run (not_captured), or a forward recomputed inside the backward (activation
             # checkpointing): part of the calls already captured, whose analysis counts the recomputation
             self._open.append(False)

@@ -9,20 +9,27 @@ nodes made outside every module (input preprocessing, the loss) are nobody's.
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, TypeVar
 
 from lightning_edge._torchcompat import autograd_sequence_nr as mark
 
+if TYPE_CHECKING:
+    from torch.autograd.graph import Node
+
 __all__ = ["mark", "claim_nodes"]
 
+_Owner = TypeVar("_Owner")
 
-def claim_nodes(roots: Any, since: int, owner: dict[int, Any], value: Any, memo: dict[int, tuple]) -> list:
+
+def claim_nodes(roots: Iterable[Node | None], since: int, owner: dict[int, _Owner], value: _Owner,
+                memo: dict[int, tuple]) -> list[Node]:
     """``owner[id(node)] = value`` for each unowned node reachable from ``roots`` (``grad_fn``s, ``None`` allowed)
     made at or after the sequence number ``since``; returns them. The walk stops at older nodes and goes on under
     owned ones (an inner call's) by jumping to where that call stopped. ``memo``, shared by a run's claims, holds
     each claimed node (alive, so ids stay unique while ``owner`` is used) and that list."""
-    claimed: list = []
-    older: list = []
+    claimed: list[Node] = []
+    older: list[Node] = []
     seen: set[int] = set()
     todo = [r for r in roots if r is not None]
     while todo:

@@ -27,13 +27,16 @@ from __future__ import annotations
 
 import time
 import weakref
-from typing import Any
+from typing import TYPE_CHECKING
 
 from torch import nn
 
 from lightning_edge._compat import dtype_name
 from lightning_edge.cost.capture import CallCapture, Captured, CaptureError, tensors_of
 from lightning_edge.cost.counter import step_cost
+
+if TYPE_CHECKING:
+    from lightning_edge.cost.model_cost import ModelCost
 
 __all__ = ["CapturedStep", "StepCaptures", "shared_capture", "FirstStep"]
 
@@ -58,7 +61,7 @@ class CapturedStep:
         self.signature = _signature(captured)
         self.module_calls = captured.module_calls
         self.analysis_s: float | None = None  # what the analysis took (None: not run yet)
-        self._cost: Any = None
+        self._cost: ModelCost | None = None
         self._error: BaseException | None = None
 
     @property
@@ -66,7 +69,7 @@ class CapturedStep:
         """True once :meth:`cost` has run (whatever it found): the next ask costs nothing."""
         return self.analysis_s is not None
 
-    def cost(self) -> Any:
+    def cost(self) -> ModelCost:
         """The step's :class:`~lightning_edge.cost.ModelCost` (:func:`~lightning_edge.cost.counter.step_cost`),
         analysed on the first call and kept; raises what the analysis raised (each time it is asked)."""
         if self.analysis_s is None:

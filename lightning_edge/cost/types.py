@@ -62,20 +62,38 @@ def _finite(x: float) -> float | None:
     return None if math.isinf(x) or math.isnan(x) else x
 
 
-def _of_total(name: str) -> property:
-    return property(lambda self: getattr(self.total, name))
-
-
 class Totals:
     """``flops``, ``macs``, ``bytes_read``, ``bytes_written``, ``bytes`` and ``intensity`` of ``self.total``
     (forward + backward): a layer's, or a whole model's."""
 
-    flops = _of_total("flops")
-    macs = _of_total("macs")
-    bytes_read = _of_total("bytes_read")
-    bytes_written = _of_total("bytes_written")
-    bytes = _of_total("bytes")
-    intensity = _of_total("intensity")
+    @property
+    def total(self) -> Cost:
+        """Forward + backward (the subclass's)."""
+        raise NotImplementedError
+
+    @property
+    def flops(self) -> int:
+        return self.total.flops
+
+    @property
+    def macs(self) -> int:
+        return self.total.macs
+
+    @property
+    def bytes_read(self) -> int:
+        return self.total.bytes_read
+
+    @property
+    def bytes_written(self) -> int:
+        return self.total.bytes_written
+
+    @property
+    def bytes(self) -> int:
+        return self.total.bytes
+
+    @property
+    def intensity(self) -> float:
+        return self.total.intensity
 
 
 @dataclass(frozen=True)

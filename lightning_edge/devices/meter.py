@@ -23,12 +23,24 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
 import numpy as np
 
+from lightning_edge.devices.protocols import BoardLike
 from lightning_edge.records import Measurement
+
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+    from lightning_edge.cost.model_cost import ModelCost
+    from lightning_edge.devices.board import Board
+    from lightning_edge.devices.protocols import SensorLike, WorkloadLike
+    from lightning_edge.devices.sampler import PowerSampler
+    from lightning_edge.modes import PowerMode
+    from lightning_edge.twin.model import OrinTwin
 
 __all__ = ["StepMeter", "TwinMeter", "SensorMeter", "JETSON_SETTLE_S"]
 
@@ -48,9 +60,10 @@ class StepMeter(Protocol):
     def now_s(self) -> float: ...
     def wait_until(self, t_s: float) -> float: ...
     def start(self) -> float: ...
-    def stop(self, mode: Any, kind: str = "train", batch_size: int | None = None) -> Measurement: ...
-    def mode_changed(self, mode: Any) -> None: ...
-    def idle_power_w(self, mode: Any) -> float: ...
+    def stop(self, mode: PowerMode | str | None, kind: str = "train",
+             batch_size: int | None = None) -> Measurement: ...
+    def mode_changed(self, mode: PowerMode | str | None) -> None: ...
+    def idle_power_w(self, mode: PowerMode | str | None) -> float: ...
     def energy_j(self, t0_s: float, t1_s: float) -> float | None: ...
     def close(self) -> None: ...
 
@@ -59,10 +72,12 @@ class TwinMeter:
     """Steps on the Orin twin, on a simulated clock (``simulated``).
 
     ``TwinMeter(twin, *, train=None, infer=None, seed=0, noise=True, settling=True, precision="fp32")``: ``twin``
-    is an :class:`~lightning_edge.twin.model.OrinTwin` (or anything with ``.twin``, e.g. a
-    ``SimulatedOrin``); ``train``/``infer`` the twin workloads (``SimWorkload``, anything with ``draw(kind, mode,
-    batch_size, rng, noise)``) timed by ``stop(mode, "train")`` and ``stop(mode, "infer", bs)``; the training one can
-    be given later with :meth:`bind` or :meth:`bind_cost`. Each step draws the workload's seeded gaussian noise
+    is an :class:`~lightning_edge.twin.model.OrinTwin` or a simulated device holding one (a
+    :class:`~lightning_edge.devices.protocols.BoardLike`: a ``SimulatedOrin``, a simulated ``Board``);
+    ``train``/``infer`` the twin workloads (``SimWorkload``, any
+    :class:`~lightning_edge.devices.protocols.WorkloadLike`: ``draw(kind, mode, batch_size, rng, noise)``) timed by
+    ``stop(mode, "train")`` and ``stop(mode, "infer", bs)``; the training one can be given later with :meth:`bind`
+    or :meth:`bind_cost`. Each step draws the workload's seeded gaussian noise
     (``time_noise``, ``power_noise``: 2.5 % and 2 %) from the meter's one generator. With ``settling`` the power
     follows the twin's settling curve after :meth:`mode_changed` and, at the first step, from the idle board's static
     power.
@@ -71,16 +86,17 @@ class TwinMeter:
     label = "simulated"
     simulated = True
 
-    def __init__(self, twin: Any, *, train: Any = None, infer: Any = None, seed: int | None = 0, noise: bool = True,
-                 settling: bool = True, precision: str = "fp32") -> None:
+    def __init__(self, twin: OrinTwin | BoardLike, *, train: WorkloadLike | None = None,
+                 infer: WorkloadLike | None = None, seed: int | None = 0, noise: bool = True, settling: bool = True,
+                 precision: str = "fp32") -> None:
         from lightning_edge.twin.model import OrinTwin
 
-        model = getattr(twin, "twin", twin)  # a SimulatedOrin or a Board: its model
-        if not isinstance(model, OrinTwin):
+        inner = twin if isinstance(twin, OrinTwin) else twin.twin if isinstance(twin, BoardLike) else None
+        if not isinstance(inner, OrinTwin):
             raise TypeError(f"TwinMeter needs the Orin twin (OrinTwin or SimulatedOrin), got {type(twin).__name__}")
-        self.twin: OrinTwin = model
-        self.label = self.twin.label  # "extrapolated" on an extrapolated board
-        self.workloads: dict[str, Any] = {"train": train, "infer": infer}
+        self.twin: OrinTwin = inner
+        self.label = str(self.twin.label)  # "extrapolated" on an extrapolated board
+        self.workloads: dict[str, WorkloadLike | None] = {"train": train, "infer": infer}
         self.seed = seed
         self.noise = bool(noise)
         self.settling = bool(settling)
@@ -95,7 +111,7 @@ class TwinMeter:
 
     # ------------------------------------------------------------------ workloads
     @property
-    def workload(self) -> Any:
+    def workload(self) -> WorkloadLike | None:
         """The training workload (what the tuner's prior models)."""
         return self.workloads["train"]
 
@@ -103,14 +119,15 @@ class TwinMeter:
     def bound(self) -> bool:
         return self.workload is not None
 
-    def bind(self, module: Any, example_inputs: Any) -> None:
+    def bind(self, module: nn.Module,
+             example_inputs: torch.Tensor | Sequence[torch.Tensor] | Mapping[str, torch.Tensor]) -> None:
         """Time training steps of ``module`` on one minibatch of its forward inputs (shapes only)."""
         from lightning_edge.twin.sim_workload import SimWorkload
 
         self.workloads["train"] = SimWorkload(module, self.twin, example_inputs=example_inputs, seed=self.seed,
                                               precision=self.precision)
 
-    def bind_cost(self, cost: Any, batch_size: int, *, param_tensors: int | None = None) -> None:
+    def bind_cost(self, cost: ModelCost, batch_size: int, *, param_tensors: int | None = None) -> None:
         """Time training steps of a captured :class:`~lightning_edge.cost.ModelCost` (``training=True``): the twin's
         one model of that cost (``OrinTwin.workload``; the profiler's per-layer table of the same cost is the same
         model). ``param_tensors``: the optimizer's parameter tensors (``count_param_tensors(module)``; default: a
@@ -123,7 +140,8 @@ class TwinMeter:
     @property
     def settle_s(self) -> float:
         """3 time constants of the twin's settling curve (within 5 %; 0 without settling)."""
-        return 3.0 * self.twin.settle_tau_s if self.settling and self.twin.settling else 0.0
+        on = self.settling and self.twin.settling
+        return 3.0 * float(self.twin.settle_tau_s) if on else 0.0
 
     # ------------------------------------------------------------------ the clock
     def open(self) -> None:
@@ -139,7 +157,8 @@ class TwinMeter:
         return idle
 
     # ------------------------------------------------------------------ steps
-    def draw(self, kind: str, mode: Any, batch_size: int | None = None) -> tuple[float, float, float]:
+    def draw(self, kind: str, mode: PowerMode | str | None,
+             batch_size: int | None = None) -> tuple[float, float, float]:
         """One noisy step of the ``kind`` workload at ``mode``, without moving the clock: ``(time_s, power_w,
         noise-free power_w)``."""
         wl = self.workloads.get(kind)
@@ -151,7 +170,8 @@ class TwinMeter:
         self._t0 = self.clock_s
         return self._t0
 
-    def stop(self, mode: Any, kind: str = "train", batch_size: int | None = None) -> Measurement:
+    def stop(self, mode: PowerMode | str | None, kind: str = "train",
+             batch_size: int | None = None) -> Measurement:
         """The step: the twin's time and power at ``mode``; the clock advances by its time. ``settled``: the step
         started at least :attr:`settle_s` after the last mode change, workload change or start."""
         dt, power, clean = self.draw(kind, mode, batch_size)
@@ -172,7 +192,7 @@ class TwinMeter:
         self.clock_s += dt
         return Measurement(dt, float(power), self.label, mode=mode, settled=settled)
 
-    def mode_changed(self, mode: Any) -> None:
+    def mode_changed(self, mode: PowerMode | str | None) -> None:
         """The mode changed now: the power moves from its level now to the new mode's along the twin's curve."""
         if self._target_w is None:
             return
@@ -180,7 +200,7 @@ class TwinMeter:
         self._change_s = self.clock_s
         self._target_w = None  # set at the next step, from the new mode
 
-    def idle_power_w(self, mode: Any) -> float:
+    def idle_power_w(self, mode: PowerMode | str | None) -> float:
         return float(np.asarray(self.twin.static_power(mode)).reshape(-1)[0])
 
     def energy_j(self, t0_s: float, t1_s: float) -> float | None:
@@ -217,16 +237,18 @@ class SensorMeter:
     simulated = False
     settle_s = JETSON_SETTLE_S
 
-    def __init__(self, sensor: Any = None, *, rate_hz: float | None = None, sync: Callable[[], None] | None = None,
+    def __init__(self, sensor: SensorLike | None = None, *, rate_hz: float | None = None,
+                 sync: Callable[[], None] | None = None,
                  wait: bool = True, clock_ns: Callable[[], int] = time.perf_counter_ns,
-                 sleep: Callable[[float], None] = time.sleep, board: Any = None) -> None:
+                 sleep: Callable[[float], None] = time.sleep, board: Board | None = None) -> None:
         self.sensor = sensor
-        self.has_power = sensor is not None and bool(getattr(sensor, "available", True))
-        self.why_no_power = None if self.has_power else (getattr(sensor, "reason", None) or "no power sensor")
-        self.sampler: Any = None
+        self.has_power = sensor is not None and bool(sensor.available)
+        self.why_no_power = None if self.has_power else ((sensor.reason if sensor is not None else "")
+                                                         or "no power sensor")
+        self.sampler: PowerSampler | None = None
         self._board = board  # with a board: its one sampler, shared with every other reader of the board
         self._released = False
-        if self.has_power and board is None:
+        if sensor is not None and self.has_power and board is None:
             from lightning_edge.devices.sampler import PowerSampler
 
             self.sampler = PowerSampler(sensor, rate_hz=rate_hz, clock_ns=clock_ns)
@@ -236,7 +258,8 @@ class SensorMeter:
         self._sleep = sleep
         self.t0_ns = int(clock_ns())
         self._t0: int | None = None
-        self.period_ns = int(max(float(getattr(sensor, "update_period_s", 0.0) or 0.0), 0.0) * 1e9)
+        period_s = float(sensor.update_period_s or 0.0) if sensor is not None else 0.0
+        self.period_ns = int(max(period_s, 0.0) * 1e9)
 
     # ------------------------------------------------------------------ the clock
     def open(self) -> None:
@@ -266,7 +289,8 @@ class SensorMeter:
         self._t0 = int(self._ns())
         return (self._t0 - self.t0_ns) / 1e9
 
-    def stop(self, mode: Any = None, kind: str = "train", batch_size: int | None = None) -> Measurement:
+    def stop(self, mode: PowerMode | str | None = None, kind: str = "train",
+             batch_size: int | None = None) -> Measurement:
         """The step since :meth:`start`: its wall time and the sensor's mean power over it."""
         self._sync()
         t1 = int(self._ns())
@@ -287,20 +311,22 @@ class SensorMeter:
         except Exception:  # noqa: BLE001 - a sensor hiccup must never stop training or serving
             power, trusted = math.nan, False
         if not (math.isfinite(power) and power >= 0):
-            try:
-                reading = self.sensor.read()
-            except Exception:  # noqa: BLE001 - SensorError: nothing read
-                reading = None
-            power = float(getattr(reading, "power_w", math.nan))
-            trusted = bool(getattr(reading, "ok", False)) and not getattr(reading, "rejected", ())
+            reading = None
+            if self.sensor is not None:
+                try:
+                    reading = self.sensor.read()
+                except Exception:  # noqa: BLE001 - SensorError: nothing read
+                    pass
+            power = float(reading.power_w) if reading is not None else math.nan
+            trusted = reading is not None and bool(reading.ok) and not reading.rejected
         if not (math.isfinite(power) and power >= 0):
             return math.nan, False
         return power, trusted
 
-    def mode_changed(self, mode: Any) -> None:
+    def mode_changed(self, mode: PowerMode | str | None) -> None:
         pass  # the real board settles on its own; a profile window discards the settling time
 
-    def idle_power_w(self, mode: Any) -> float:
+    def idle_power_w(self, mode: PowerMode | str | None) -> float:
         return math.nan  # not modelled: the sampler's energy covers idle time (energy_j)
 
     def energy_j(self, t0_s: float, t1_s: float) -> float | None:

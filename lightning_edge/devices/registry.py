@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from lightning_edge._lazy import Registry  # the one registry type (tuning strategies use it too)
 
@@ -27,13 +27,17 @@ def accepted_kwargs(cls: type, kwargs: Mapping[str, Any], *, method: str = "__in
         fn = klass.__dict__.get(method)
         if fn is None:
             continue
-        fn = getattr(fn, "__func__", fn)
+        if isinstance(fn, (classmethod, staticmethod)):
+            fn = fn.__func__
         params = inspect.signature(fn).parameters.values()
         names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
         if not any(p.kind is p.VAR_KEYWORD for p in params):
             break
     names -= {"self", "cls"}
     return {k: v for k, v in kwargs.items() if k in names}
+
+
+_B = TypeVar("_B", bound="Backend")
 
 
 class Backend:
@@ -56,6 +60,6 @@ class Backend:
         return cls.why_unavailable(**kw)
 
     @classmethod
-    def open(cls, arg: str = "", **kw: Any) -> Any:
+    def open(cls: type[_B], arg: str = "", **kw: Any) -> _B:
         """The backend for the spec ``name:arg``, given only the options of ``kw`` its constructor takes."""
         return cls(**accepted_kwargs(cls, kw))

@@ -47,10 +47,14 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
 
 from lightning_edge._jsonfile import parse_json, replace_in_folder
 from lightning_edge.devices.controllers.errors import BoardBusyError
+
+if TYPE_CHECKING:
+    from lightning_edge.devices.controllers.base import ModeController
 
 try:  # pragma: no cover - fcntl exists on every POSIX system; Windows gets no locking
     import fcntl
@@ -158,7 +162,8 @@ class _StateDir:
     def __enter__(self) -> _StateDir:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         self.close()
 
 
@@ -632,10 +637,10 @@ class BoardSafety:
 
 
 # --------------------------------------------------------------------------- exit and signal handlers
-_ACTIVE: list = []  # controllers with a changed board, in the order they started
+_ACTIVE: list[ModeController] = []  # controllers with a changed board, in the order they started
 _REG_LOCK = threading.RLock()
 #: every controller holding a session (with or without exit handlers): a forked child drops them all
-_SESSIONS: weakref.WeakSet = weakref.WeakSet()
+_SESSIONS: weakref.WeakSet[ModeController] = weakref.WeakSet()
 _HANDLER_PID: int | None = None  # the process that installed our signal handlers
 _ATEXIT_DONE = False
 _PREVIOUS: dict[int, Any] = {}
@@ -645,16 +650,16 @@ _PREVIOUS: dict[int, Any] = {}
 HANDLED_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT") if hasattr(signal, n))
 
 
-def track_session(controller) -> None:
+def track_session(controller: ModeController) -> None:
     """``controller`` holds a session of this process (a forked child drops it: :func:`_after_fork_in_child`)."""
     _SESSIONS.add(controller)
 
 
-def untrack_session(controller) -> None:
+def untrack_session(controller: ModeController) -> None:
     _SESSIONS.discard(controller)
 
 
-def register(controller) -> None:
+def register(controller: ModeController) -> None:
     """Restore ``controller`` at interpreter exit or on SIGTERM/SIGINT, until :func:`unregister`."""
     global _ATEXIT_DONE
     track_session(controller)
@@ -667,7 +672,7 @@ def register(controller) -> None:
         _install_signal_handlers()
 
 
-def unregister(controller) -> None:
+def unregister(controller: ModeController) -> None:
     with _REG_LOCK:
         if controller in _ACTIVE:
             _ACTIVE.remove(controller)
@@ -675,7 +680,7 @@ def unregister(controller) -> None:
             _uninstall_signal_handlers()
 
 
-def active_controllers() -> list:
+def active_controllers() -> list[ModeController]:
     return list(_ACTIVE)
 
 
@@ -696,7 +701,7 @@ def _restore_all(reason: str, release: bool = False) -> None:
         except BaseException as exc:  # noqa: BLE001 - an exit path must not raise
             # the controller has already said where the board is and what finishes the restore
             print(
-                f"lightning_edge: could not restore the power mode of {getattr(ctl, 'device_id', ctl)} "
+                f"lightning_edge: could not restore the power mode of {ctl.device_id} "
                 f"on {reason}: {exc}",
                 file=sys.stderr,
             )
@@ -715,7 +720,15 @@ _PENDING: list[int] = []  # signals that arrived meanwhile
 # as Lightning's does, used to send the interrupted switch on writing a mixed mode). A section running in another
 # thread is waited for (at most CRITICAL_WAIT_S) before the handler restores.
 _CRITICAL_LOCK = threading.RLock()
-_CRITICAL = threading.local()
+
+
+class _Depth(threading.local):
+    """How deep this thread is in nested changes to a board (0: in none)."""
+
+    depth = 0
+
+
+_CRITICAL = _Depth()
 _DEFERRED: list[tuple[int, Any, Any]] = []  # (signal, frame, its previous handler) held until the section ends
 #: the longest a signal handler waits for another thread's change to finish before restoring anyway
 CRITICAL_WAIT_S = 30.0
@@ -726,10 +739,11 @@ class critical:
 
     def __enter__(self) -> critical:
         _CRITICAL_LOCK.acquire()
-        _CRITICAL.depth = getattr(_CRITICAL, "depth", 0) + 1
+        _CRITICAL.depth += 1
         return self
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
         _CRITICAL.depth -= 1
         outermost = _CRITICAL.depth == 0
         _CRITICAL_LOCK.release()
@@ -739,7 +753,7 @@ class critical:
 
 def in_critical_section() -> bool:
     """Whether this thread is in the middle of a change to a board."""
-    return getattr(_CRITICAL, "depth", 0) > 0
+    return _CRITICAL.depth > 0
 
 
 def _deliver_deferred() -> None:
@@ -756,9 +770,9 @@ def _deliver_deferred() -> None:
 _NO_HANDLER = object()
 
 
-def ctl_is_ours(ctl) -> bool:
+def ctl_is_ours(ctl: ModeController) -> bool:
     """Whether ``ctl``'s session (if any) was opened by this process (not inherited through a fork)."""
-    owner = getattr(ctl, "session_pid", None)
+    owner = ctl.session_pid
     return owner is None or owner == os.getpid()
 
 
@@ -858,7 +872,7 @@ def _after_fork_in_child() -> None:
     global _REG_LOCK, _CRITICAL_LOCK, _CRITICAL, _SESSIONS
     _REG_LOCK = threading.RLock()
     _CRITICAL_LOCK = threading.RLock()
-    _CRITICAL = threading.local()
+    _CRITICAL = _Depth()
     _DEFERRED.clear()
     _IN_SIGNAL_RESTORE.clear()
     _PENDING.clear()

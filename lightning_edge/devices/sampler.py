@@ -41,9 +41,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from lightning_edge.devices.protocols import SensorLike
+    from lightning_edge.devices.sensors.base import PowerReading
 
 #: the default rate is the sensor's update rate, clamped to [MIN_SYSFS_RATE_HZ (sysfs sensors only), MAX_RATE_HZ]
 MIN_SYSFS_RATE_HZ = 100.0
@@ -180,11 +184,11 @@ class SamplerOverhead:
                 f"{self.mean_read_s * 1e6:.0f} us per read")
 
 
-def default_rate_hz(sensor: Any) -> float:
+def default_rate_hz(sensor: SensorLike) -> float:
     """As fast as the sensor updates; at least 100 Hz for sysfs sensors; at most 1 kHz."""
-    period = float(getattr(sensor, "update_period_s", 0.0) or 0.0)
+    period = float(sensor.update_period_s or 0.0)
     rate = 1.0 / period if period > 0 else MAX_RATE_HZ
-    if getattr(sensor, "is_sysfs", False):
+    if sensor.is_sysfs:
         rate = max(rate, MIN_SYSFS_RATE_HZ)
     return min(rate, MAX_RATE_HZ)
 
@@ -207,7 +211,7 @@ class PowerSampler:
     (:class:`EmptySensor`) starts no thread: every energy is ``nan`` and :attr:`why_no_energy` says why.
     """
 
-    def __init__(self, sensor: Any, rate_hz: float | None = None, capacity: int | None = None,
+    def __init__(self, sensor: SensorLike, rate_hz: float | None = None, capacity: int | None = None,
                  clock_ns: Callable[[], int] = time.perf_counter_ns, hold_s: float | None = None,
                  max_gap_s: float | None = None) -> None:
         self.sensor = sensor
@@ -221,15 +225,15 @@ class PowerSampler:
         self.capacity = int(capacity)
         self.clock_ns = clock_ns
         period = 1.0 / self.rate_hz
-        upd = float(getattr(sensor, "update_period_s", 0.0) or 0.0)
+        upd = float(sensor.update_period_s or 0.0)
         self.hold_ns = int((hold_s if hold_s is not None else 2.0 * max(period, upd)) * 1e9)
         if max_gap_s is None:
             max_gap_s = max(MAX_GAP_PERIODS * max(period, upd), MAX_GAP_FLOOR_S)
         self.max_gap_ns = int(max_gap_s * 1e9)
-        self.rails: tuple[str, ...] = tuple(getattr(sensor, "rails", ()) or ())
+        self.rails: tuple[str, ...] = tuple(sensor.rails or ())
         self._rail_col = {r: i for i, r in enumerate(self.rails)}
-        self.is_energy_counter = bool(getattr(sensor, "is_energy_counter", False))
-        self._dated = bool(getattr(sensor, "dated_readings", False))
+        self.is_energy_counter = bool(sensor.is_energy_counter)
+        self._dated = bool(sensor.dated_readings)
         cap, k = self.capacity, len(self.rails)
         self._t = np.zeros(cap, dtype=np.int64)
         self._p = np.full(cap, np.nan)
@@ -260,15 +264,14 @@ class PowerSampler:
     # ------------------------------------------------------------------ lifecycle
     @property
     def energy_available(self) -> bool:
-        return bool(getattr(self.sensor, "available", True))
+        return bool(self.sensor.available)
 
     @property
     def why_no_energy(self) -> str | None:
         """None when the sensor measures power, else why energy is unavailable."""
         if self.energy_available:
             return None
-        why = getattr(self.sensor, "why_unavailable", None)
-        return str(why()) if callable(why) else "no power sensor"
+        return str(self.sensor.why_unavailable())
 
     @property
     def running(self) -> bool:
@@ -351,7 +354,7 @@ class PowerSampler:
                     self._read_ns_total += time.perf_counter_ns() - r0
             return True
 
-    def _push(self, t_ns: int, reading: Any) -> None:
+    def _push(self, t_ns: int, reading: PowerReading) -> None:
         rails_w = reading.rails_w or {}
         with self._cond:
             n = self._n
@@ -362,11 +365,11 @@ class PowerSampler:
             self._p[i] = float(reading.power_w)
             if self.rails:
                 self._r[i] = [rails_w.get(r, math.nan) for r in self.rails]
-            rejected = tuple(getattr(reading, "rejected", ()) or ())
-            missing = tuple(getattr(reading, "missing", ()) or ())
-            e = getattr(reading, "energy_j", None)
+            rejected = tuple(reading.rejected or ())
+            missing = tuple(reading.missing or ())
+            e = reading.energy_j
             no_total = not math.isfinite(float(reading.power_w)) and e is None
-            self._partial[i] = bool(getattr(reading, "partial", False)) or no_total
+            self._partial[i] = bool(reading.partial) or no_total
             self._nrej[i] = len(rejected)
             self._miss[i] = self._mask(missing) | ((1 << 62) if no_total else 0)
             self._rejm[i] = self._mask(rejected)
@@ -375,7 +378,7 @@ class PowerSampler:
             if self._re is not None:
                 rrow = self._re[i]
                 rrow[:] = np.nan
-                for name, ej in (getattr(reading, "rails_energy_j", None) or {}).items():
+                for name, ej in (reading.rails_energy_j or {}).items():
                     c = self._rail_col.get(name)
                     if c is not None:
                         rrow[c] = ej
@@ -626,7 +629,7 @@ class PowerSampler:
 
     def __repr__(self) -> str:
         state = "running" if self.running else "stopped"
-        return (f"<PowerSampler {getattr(self.sensor, 'name', '?')} {self.rate_hz:.0f} Hz {state}: "
+        return (f"<PowerSampler {self.sensor.name} {self.rate_hz:.0f} Hz {state}: "
                 f"{len(self)}/{self.capacity} samples, {self.errors} errors>")
 
 

@@ -13,19 +13,32 @@ Every number an estimator returns is labelled ``estimated`` (model only, nothing
 from __future__ import annotations
 
 import math
+import typing
 from abc import ABC, abstractmethod
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any
+from typing import TYPE_CHECKING, Any, Union
 
 import numpy as np
 
 from lightning_edge.roofline.model import Roofline
 from lightning_edge.roofline.profile import DeviceProfile, ModeEntry
 
+if TYPE_CHECKING:
+    from lightning_edge.cost.types import LayerCost
+    from lightning_edge.energy.conv_fc import ConvShape, FCShape
+    from lightning_edge.modes import PowerMode
+
 __all__ = ["LayerEnergy", "LayerEnergies", "EnergyEstimator", "resolve_roofline", "layer_attr", "Method", "MEASURED",
-           "APPORTIONED", "ESTIMATED", "SIMULATED", "PARTIAL", "label_of"]
+           "APPORTIONED", "ESTIMATED", "SIMULATED", "PARTIAL", "label_of", "EnergyLayer", "EnergyTarget"]
+
+#: what an estimator estimates (see the module docstring): a layer's cost, a plain dict of its fields, or the shape of
+#: a convolution or a fully connected layer
+EnergyLayer = Union["LayerCost", typing.Mapping[str, Any], "ConvShape", "FCShape"]  # runtime alias (Python 3.8)
+#: where (see :func:`resolve_roofline`): a roofline, a profile's mode entry or its dict, a mode of the estimator's
+#: profile, or None (the estimator's default)
+EnergyTarget = Union[Roofline, ModeEntry, typing.Mapping[str, Any], "PowerMode", str, None]  # runtime alias (3.8)
 
 
 class Method(str, Enum):
@@ -147,7 +160,7 @@ def layer_attr(layer: Any, name: str, default=None):
     return getattr(layer, name, default)
 
 
-def resolve_roofline(target: Any, profile: DeviceProfile | None = None, precision: str = "fp32",
+def resolve_roofline(target: EnergyTarget, profile: DeviceProfile | None = None, precision: str = "fp32",
                      default: Roofline | None = None) -> Roofline:
     """Turn an estimator target into a Roofline.
 
@@ -179,10 +192,10 @@ class EnergyEstimator(ABC):
     method: str = "abstract"
 
     @abstractmethod
-    def estimate(self, layer: Any, target: Any = None) -> LayerEnergy:
+    def estimate(self, layer: EnergyLayer, target: EnergyTarget = None) -> LayerEnergy:
         """Energy of one layer on ``target`` (a Roofline, mode entry or mode; see the module docstring)."""
 
-    def estimate_many(self, layers: Sequence[Any], target: Any = None) -> LayerEnergies:
+    def estimate_many(self, layers: Sequence[EnergyLayer], target: EnergyTarget = None) -> LayerEnergies:
         """Energies of many layers; the default loops over ``estimate``."""
         res = [self.estimate(layer, target) for layer in layers]
         times = [np.nan if r.time_s is None else r.time_s for r in res]

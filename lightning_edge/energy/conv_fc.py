@@ -34,11 +34,15 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from lightning_edge.energy.base import EnergyEstimator, LayerEnergy, layer_attr
+if TYPE_CHECKING:
+    import torch
+    from torch import nn
+
+from lightning_edge.energy.base import EnergyEstimator, EnergyLayer, EnergyTarget, LayerEnergy, layer_attr
 
 __all__ = ["ConvShape", "FCShape", "ConvFCParams", "TX2", "XAVIER_NX", "BOARDS", "ConvFCEnergyModel",
            "fit_h_params", "shapes_from_model"]
@@ -61,20 +65,19 @@ class ConvShape:
     ``batch``. ``name``/``kind`` let a shape stand in for a layer.
     """
 
-    i_size: Any
+    i_size: int | tuple[int, int]
     ifm: int
     ofm: int
-    ksize: Any = 3
-    stride: Any = 1
-    padding: Any = 0
+    ksize: int | tuple[int, int] = 3
+    stride: int | tuple[int, int] = 1
+    padding: int | tuple[int, int] = 0
     groups: int = 1
     batch: int = 1
     name: str | None = None
     kind: str = "Conv2d"
 
     def __post_init__(self):
-        for fld in ("ifm", "ofm", "groups", "batch"):
-            v = getattr(self, fld)
+        for fld, v in (("ifm", self.ifm), ("ofm", self.ofm), ("groups", self.groups), ("batch", self.batch)):
             if not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"ConvShape.{fld}: expected a positive integer, got {v!r}")
         if self.ifm % self.groups or self.ofm % self.groups:
@@ -116,7 +119,8 @@ class ConvShape:
         return self.batch * oh * ow, self.ofm, self.ifm // self.groups * kh * kw
 
     @classmethod
-    def from_module(cls, module: Any, input_hw, batch: int = 1, name: str | None = None) -> ConvShape:
+    def from_module(cls, module: nn.Conv2d, input_hw: int | tuple[int, int], batch: int = 1,
+                    name: str | None = None) -> ConvShape:
         """From a ``torch.nn.Conv2d`` (any object with in_channels, out_channels, kernel_size, stride,
         padding, groups) and the input's (h, w)."""
         pad = module.padding
@@ -127,7 +131,7 @@ class ConvShape:
             pad = (0, 0) if pad == "valid" else (kh // 2, kw // 2)
         return cls(i_size=tuple(int(v) for v in _pair(input_hw)), ifm=int(module.in_channels),
                    ofm=int(module.out_channels), ksize=_pair(module.kernel_size), stride=_pair(module.stride),
-                   padding=_pair(pad), groups=int(getattr(module, "groups", 1)), batch=int(batch), name=name)
+                   padding=_pair(pad), groups=int(module.groups), batch=int(batch), name=name)
 
 
 @dataclass(frozen=True)
@@ -141,8 +145,7 @@ class FCShape:
     kind: str = "Linear"
 
     def __post_init__(self):
-        for fld in ("i_size", "o_size", "batch"):
-            v = getattr(self, fld)
+        for fld, v in (("i_size", self.i_size), ("o_size", self.o_size), ("batch", self.batch)):
             if not isinstance(v, (int, np.integer)) or v < 1:
                 raise ValueError(f"FCShape.{fld}: expected a positive integer, got {v!r}")
 
@@ -158,7 +161,7 @@ class FCShape:
         return self.batch, self.o_size, self.i_size
 
     @classmethod
-    def from_module(cls, module: Any, batch: int = 1, name: str | None = None) -> FCShape:
+    def from_module(cls, module: nn.Linear, batch: int = 1, name: str | None = None) -> FCShape:
         """From a ``torch.nn.Linear`` (in_features, out_features). ``batch`` counts rows of the input."""
         return cls(int(module.in_features), int(module.out_features), int(batch), name)
 
@@ -242,7 +245,7 @@ class ConvFCEnergyModel(EnergyEstimator):
                              "for the Xavier NX only); use params='xavier-nx', fit one, or skip_unsupported=True")
         return shape.clf() * self.params.a_f
 
-    def estimate(self, layer: Any, target: Any = None) -> LayerEnergy:
+    def estimate(self, layer: EnergyLayer, target: EnergyTarget = None) -> LayerEnergy:
         name = layer_attr(layer, "name")
         shape = self._shape(layer)
         details: dict[str, Any] = {"board": self.params.board, "params": self.params.reference}
@@ -297,7 +300,7 @@ def _slope_through_origin(points: Sequence[tuple[float, float]]) -> float:
     return float((x * y).sum() / (x * x).sum())
 
 
-def shapes_from_model(model: Any, *inputs: Any) -> dict[str, ConvShape | FCShape]:
+def shapes_from_model(model: nn.Module, *inputs: torch.Tensor) -> dict[str, ConvShape | FCShape]:
     """Run ``model(*inputs)`` once under ``torch.no_grad`` with forward hooks on every ``Conv2d`` and
     ``Linear`` and return ``{qualified module name: shape}`` (names match ``model.named_modules()``,
     which is how the cost model names layers)."""

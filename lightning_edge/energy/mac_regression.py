@@ -33,7 +33,14 @@ from typing import Any
 
 import numpy as np
 
-from lightning_edge.energy.base import EnergyEstimator, LayerEnergies, LayerEnergy, layer_attr
+from lightning_edge.energy.base import (
+    EnergyEstimator,
+    EnergyLayer,
+    EnergyTarget,
+    LayerEnergies,
+    LayerEnergy,
+    layer_attr,
+)
 from lightning_edge.roofline.fit import nnls
 
 __all__ = ["MACRegression", "RegressionReport", "SYNERGY_TX1", "FEATURES"]
@@ -64,7 +71,8 @@ class RegressionReport:
     per_kind: dict[str, RegressionReport] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        d = {k: getattr(self, k) for k in ("n", "r2", "mape", "mae_j", "max_ape", "total_error_pct")}
+        d: dict = {"n": self.n, "r2": self.r2, "mape": self.mape, "mae_j": self.mae_j, "max_ape": self.max_ape,
+                   "total_error_pct": self.total_error_pct}
         d["per_kind"] = {k: v.to_dict() for k, v in self.per_kind.items()}
         return d
 
@@ -187,14 +195,14 @@ class MACRegression(EnergyEstimator):
             out[i] = x[i] @ c
         return out
 
-    def estimate(self, layer: Any, target: Any = None) -> LayerEnergy:
+    def estimate(self, layer: EnergyLayer, target: EnergyTarget = None) -> LayerEnergy:
         e = float(self.predict([layer])[0])
         kind = str(layer_attr(layer, "kind", ""))
         model = kind if self.per_kind and kind in self.coef else "*"
         return LayerEnergy(e, None, self.method, name=layer_attr(layer, "name"),
                            details={"model": model, "source": self.source, "features": list(self.features)})
 
-    def estimate_many(self, layers: Sequence[Any], target: Any = None) -> LayerEnergies:
+    def estimate_many(self, layers: Sequence[EnergyLayer], target: EnergyTarget = None) -> LayerEnergies:
         layers = list(layers)
         return LayerEnergies(self.predict(layers), None, self.method, [str(layer_attr(x, "name", "")) for x in layers])
 

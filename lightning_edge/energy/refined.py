@@ -31,11 +31,14 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from lightning_edge.roofline.model import Roofline
+
+if TYPE_CHECKING:
+    from lightning_edge.energy.base import EnergyLayer
 
 __all__ = ["utilization_efficiency", "gemm_utilization", "RefinedRoofline", "ORIN_AGX_SMS"]
 
@@ -82,7 +85,7 @@ class RefinedRoofline:
     sm_count: int = ORIN_AGX_SMS
     shapes: dict | None = None
 
-    def u_eff(self, layer: Any) -> tuple[float, str]:
+    def u_eff(self, layer: EnergyLayer) -> tuple[float, str]:
         """(u_eff, how it was obtained) for a layer."""
         explicit = getattr(layer, "u_eff", None) if not isinstance(layer, dict) else layer.get("u_eff")
         if explicit is not None:
@@ -110,7 +113,7 @@ class RefinedRoofline:
         t = np.maximum(w / (roofline.peak_flops * u), q / roofline.bandwidth)
         return t.item() if t.ndim == 0 else t
 
-    def layer_time(self, roofline: Roofline, layer: Any) -> tuple[float, float, str]:
+    def layer_time(self, roofline: Roofline, layer: EnergyLayer) -> tuple[float, float, str]:
         """(time_s, u_eff, how) for one LayerCost-like layer."""
         u, how = self.u_eff(layer)
         w = float(getattr(layer, "flops", 0) if not isinstance(layer, dict) else layer.get("flops", 0))

@@ -14,6 +14,8 @@ import numpy as np
 
 from lightning_edge.energy.base import (
     EnergyEstimator,
+    EnergyLayer,
+    EnergyTarget,
     LayerEnergies,
     LayerEnergy,
     layer_attr,
@@ -50,7 +52,7 @@ class RooflineEnergy(EnergyEstimator):
         if time_model is not None:
             self.method = "roofline_refined"
 
-    def _roof(self, target) -> Roofline:
+    def _roof(self, target: EnergyTarget) -> Roofline:
         roof = resolve_roofline(target, self.profile, self.precision, self.roofline)
         if not roof.has_energy:
             raise ValueError(
@@ -60,7 +62,7 @@ class RooflineEnergy(EnergyEstimator):
             )
         return roof
 
-    def _time(self, roof: Roofline, layer) -> tuple[Any, dict]:
+    def _time(self, roof: Roofline, layer: EnergyLayer) -> tuple[Any, dict]:
         t_layer = layer_attr(layer, "time_s")
         if self.use_layer_time and t_layer is not None:
             return float(t_layer), {"time": "layer time_s"}
@@ -70,7 +72,7 @@ class RooflineEnergy(EnergyEstimator):
             return t, {"time": "refined roofline (Jantsch)", "u_eff": u, "u_eff_from": how}
         return roof.time(w, q), {"time": "roofline (Pagoda eq. 1)"}
 
-    def estimate(self, layer: Any, target: Any = None) -> LayerEnergy:
+    def estimate(self, layer: EnergyLayer, target: EnergyTarget = None) -> LayerEnergy:
         roof = self._roof(target)
         w, q = float(layer_attr(layer, "flops", 0) or 0), float(layer_attr(layer, "bytes", 0) or 0)
         t, details = self._time(roof, layer)
@@ -80,7 +82,7 @@ class RooflineEnergy(EnergyEstimator):
             raise TypeError("estimate() needs a single-mode roofline; use estimate_many() for an array roofline")
         return LayerEnergy(float(e), float(t), self.method, name=layer_attr(layer, "name"), details=details)
 
-    def estimate_many(self, layers: Sequence[Any], target: Any = None) -> LayerEnergies:
+    def estimate_many(self, layers: Sequence[EnergyLayer], target: EnergyTarget = None) -> LayerEnergies:
         """Vectorised: one array op over all layers. An array roofline of M modes gives (M, L) arrays."""
         roof = self._roof(target)
         layers = list(layers)

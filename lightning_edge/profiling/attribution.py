@@ -30,10 +30,11 @@ carries `` (partial)``: ``measured (partial)``.
 from __future__ import annotations
 
 import math
+import typing
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 import numpy as np
 
@@ -51,6 +52,13 @@ from lightning_edge.energy.base import (
 from lightning_edge.records import Measurement
 from lightning_edge.roofline.model import pagoda_energy
 from lightning_edge.twin.workload_model import IDLE_ROW
+
+if TYPE_CHECKING:
+    from lightning_edge.devices.sensors.base import PowerReading
+    from lightning_edge.modes import PowerMode
+    from lightning_edge.profiling.hooks import LayerSelf
+    from lightning_edge.roofline.model import Roofline
+    from lightning_edge.twin.timeline import LayerTimes
 
 __all__ = [
     "Method", "MEASURED", "APPORTIONED", "ESTIMATED", "SIMULATED", "PARTIAL", "DEFAULT_K",
@@ -71,21 +79,32 @@ DEFAULT_K = 4.0
 class _Trace(Protocol):
     def energy_j(self, t0_ns: int, t1_ns: int) -> float: ...
 
-    def energy_j_intervals(self, t0_ns: Any, t1_ns: Any) -> np.ndarray: ...
+    def energy_j_intervals(self, t0_ns: Sequence[int] | np.ndarray,
+                           t1_ns: Sequence[int] | np.ndarray) -> np.ndarray: ...
 
 
 class _Recorded:
-    """A recorded trace as the sampler sees a sensor: available, one update per sample period."""
+    """A recorded trace as the sampler sees a sensor (a :class:`~lightning_edge.devices.protocols.SensorLike`):
+    available, one update per sample period, never read (its samples are recorded into the sampler)."""
 
     name = "recorded trace"
+    label = "a recorded power trace"
     available = True
+    reason = ""
     rails: tuple[str, ...] = ()
     is_energy_counter = False
+    is_sysfs = False
     dated_readings = False
     source = MEASURED
 
     def __init__(self, period_s: float) -> None:
         self.update_period_s = period_s
+
+    def read(self) -> PowerReading:
+        raise RuntimeError("a recorded power trace is not read: its samples are recorded into the sampler")
+
+    def why_unavailable(self) -> str | None:
+        return None
 
 
 def PowerTrace(t_ns: Sequence[int] | np.ndarray, power_w: Sequence[float] | np.ndarray,  # noqa: N802 - a factory
@@ -128,7 +147,8 @@ class StepEnergy:
     def __init__(self, t0_ns: int, t1_ns: int, energy_j: float, method: str, source: str,
                  layers: dict[str, LayerEnergy], update_period_s: float | None = None, k: float = DEFAULT_K,
                  resolved: bool = True, notes: list[str] | None = None, samples: int | None = None,
-                 partial: bool = False, sim_time_s: float | None = None, mode: Any = None) -> None:
+                 partial: bool = False, sim_time_s: float | None = None,
+                 mode: PowerMode | str | None = None) -> None:
         self.method = str(method)
         self.source = str(source)
         self.layers = layers
@@ -195,14 +215,32 @@ class StepEnergy:
         return float(sum(le.energy_j for le in self.layers.values()))
 
 
+class PhaseCostLike(Protocol):
+    """The FLOP and bytes of one phase of a layer (a :class:`~lightning_edge.cost.types.Cost`)."""
+
+    @property
+    def flops(self) -> float: ...
+    @property
+    def bytes(self) -> float: ...
+
+
 class LayerCostLike(Protocol):
     """What the model energies need of a layer's cost: FLOP and bytes of forward and backward."""
 
-    forward: Any
-    backward: Any
+    @property
+    def forward(self) -> PhaseCostLike: ...
+    @property
+    def backward(self) -> PhaseCostLike: ...
 
 
-def _phase_cost(cost: Any, phase: str) -> tuple[float, float]:
+#: a layer's cost as the model energies take it: LayerCost-like, or ``{"fwd": (W, Q), "bwd": (W, Q)}``
+LayerCostIn = Union[LayerCostLike, typing.Mapping[str, typing.Tuple[float, float]]]  # runtime alias (Python 3.8)
+#: a layer's self time in a step: a :class:`~lightning_edge.profiling.hooks.LayerSelf`, or a dict of its fields
+#: (``self_ns`` or ``self_s``, ``segments``, ``kind``, ``fwd_ns``, ``bwd_ns``, ``calls``)
+SelfLike = Union["LayerSelf", typing.Mapping[str, Any]]  # runtime alias (Python 3.8)
+
+
+def _phase_cost(cost: LayerCostIn | None, phase: str) -> tuple[float, float]:
     """(FLOP, bytes) of one phase of a LayerCost-like object or a dict ``{"fwd": (W, Q), "bwd": (W, Q)}``."""
     if cost is None:
         return 0.0, 0.0
@@ -215,8 +253,8 @@ def _phase_cost(cost: Any, phase: str) -> tuple[float, float]:
     return float(layer_attr(part, "flops", 0) or 0), float(layer_attr(part, "bytes", 0) or 0)
 
 
-def model_energies(selfs: Mapping[str, Any], costs: Mapping[str, Any] | None, roofline: Any,
-                   static: bool = True) -> dict[str, float]:
+def model_energies(selfs: Mapping[str, SelfLike], costs: Mapping[str, LayerCostIn] | None,
+                   roofline: Roofline | None, static: bool = True) -> dict[str, float]:
     """Each layer's model energy in the roofline's mode: ``eps_flop*W + eps_mop*Q + pi_0*T`` (Pagoda eq. 2),
     with ``T`` the layer's measured self time and ``W``, ``Q`` the FLOP and bytes of the phases it ran in this
     step (forward, and backward when it had backward time). Layers without a cost (containers, regions) get
@@ -245,7 +283,7 @@ def model_energies(selfs: Mapping[str, Any], costs: Mapping[str, Any] | None, ro
     return out
 
 
-def _finite(x: Any) -> float:
+def _finite(x: float | np.ndarray | None) -> float:
     try:
         v = float(x)
     except (TypeError, ValueError):
@@ -253,14 +291,14 @@ def _finite(x: Any) -> float:
     return v if math.isfinite(v) else 0.0
 
 
-def _self_s(s: Any) -> float:
+def _self_s(s: SelfLike) -> float:
     v = layer_attr(s, "self_s")
     if v is None:
         v = layer_attr(s, "self_ns", 0) / 1e9
     return float(v)
 
 
-def attribute_step(selfs: Mapping[str, Any], t0_ns: int, t1_ns: int, *, trace: _Trace | None = None,
+def attribute_step(selfs: Mapping[str, SelfLike], t0_ns: int, t1_ns: int, *, trace: _Trace | None = None,
                    update_period_s: float | None = None, model_energy_j: Mapping[str, float] | None = None,
                    k: float = DEFAULT_K, source: str = MEASURED, samples: int | None = None) -> StepEnergy:
     """Energy of one step and of each of its layers; see the module docstring for the rule.
@@ -349,7 +387,7 @@ def attribute_step(selfs: Mapping[str, Any], t0_ns: int, t1_ns: int, *, trace: _
                       bool(period > 0 and step_s >= threshold), notes, samples, partial)
 
 
-def _layer(name: str, s: Any, energy: float, method: str, source: str, model_j: float | None,
+def _layer(name: str, s: SelfLike, energy: float, method: str, source: str, model_j: float | None,
            partial: bool = False) -> LayerEnergy:
     fwd = layer_attr(s, "fwd_ns", 0) or 0
     bwd = layer_attr(s, "bwd_ns", 0) or 0
@@ -364,7 +402,7 @@ def _layer(name: str, s: Any, energy: float, method: str, source: str, model_j: 
 TWIN_REST = IDLE_ROW
 
 
-def simulated_step(selfs: Mapping[str, Any], t0_ns: int, t1_ns: int, twin_layers: Any,
+def simulated_step(selfs: Mapping[str, SelfLike], t0_ns: int, t1_ns: int, twin_layers: LayerTimes,
                    name_of: Mapping[str, str] | None = None, *, samples: int | None = None,
                    training: bool = True, reading: Measurement | None = None) -> StepEnergy:
     """One step as the simulated device runs it: every layer's time and energy from the twin's per-layer table of

@@ -49,7 +49,7 @@ import time
 import typing
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 import torch
 from torch import nn
@@ -57,6 +57,11 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 
 from lightning_edge._torchcompat import is_compiling, tree_flatten
 from lightning_edge.cost.nodes import claim_nodes, mark
+
+if TYPE_CHECKING:
+    from torch.autograd.graph import Node
+
+    from lightning_edge.cost.capture import CallCapture, Captured
 
 __all__ = ["Interval", "LayerSelf", "LayerTimer", "StepTiming", "exclusive_times", "DEFAULT_REGION"]
 
@@ -137,7 +142,7 @@ class StepTiming:
     depths: dict[str, int] = field(default_factory=dict)
     qualified: dict[str, str] = field(default_factory=dict)
     device: str = "cpu"
-    captured: Any = None  # the step's outermost calls (lightning_edge.cost.capture.Captured) when captured
+    captured: Captured | None = None  # the step's outermost calls (the cost model's input) when captured
     hook_calls: int = 0
     hook_ns: int = 0  # wall time spent inside the timer's hooks and its start/stop (the timer's own cost)
     _exclusive: dict[str, LayerSelf] | None = field(default=None, repr=False)
@@ -260,10 +265,10 @@ class _EventPool:
     """Reusable ``torch.cuda.Event(enable_timing=True)`` objects (CUDA path; untested here, see module doc)."""
 
     def __init__(self) -> None:
-        self._free: list[Any] = []
-        self._used: list[Any] = []
+        self._free: list[torch.cuda.Event] = []
+        self._used: list[torch.cuda.Event] = []
 
-    def record(self) -> Any:
+    def record(self) -> torch.cuda.Event:
         ev = self._free.pop() if self._free else torch.cuda.Event(enable_timing=True)
         ev.record()
         self._used.append(ev)
@@ -275,6 +280,8 @@ class _EventPool:
 
 
 Include = Union[str, re.Pattern, typing.Callable[[str, nn.Module], bool], None]  # runtime alias: Python 3.8's typing
+#: a time stamp of the step: ``clock_ns()`` on the CPU, a recorded CUDA event on a GPU (resolved at the step's end)
+Stamp = Union[int, torch.cuda.Event]  # runtime alias: Python 3.8's typing
 
 
 class LayerTimer:
@@ -356,17 +363,17 @@ class LayerTimer:
         self._open: dict[int, list[int]] = {}
         self._regions: list[list] = []  # [name, phase, t0]
         self._inputs: dict[str, tuple] = {}
-        self._capture: Any = None  # a CallCapture while capture_inputs
+        self._capture: CallCapture | None = None  # while capture_inputs
         self._hook_calls = 0
         self._hook_ns = 0
-        self._t0: Any = None
+        self._t0: Stamp | None = None
         self._use_cuda = False
 
     @property
     def active(self) -> bool:
         return self._active
 
-    def _stamp(self) -> Any:
+    def _stamp(self) -> Stamp:
         if self._use_cuda:
             assert self._pool is not None
             return self._pool.record()
@@ -457,7 +464,7 @@ class LayerTimer:
             h.remove()
         self._node_handles.clear()
 
-    def _resolver(self, t_end: Any) -> Callable[[Any], int]:
+    def _resolver(self, t_end: Stamp) -> Callable[[Stamp], int]:
         if not self._use_cuda:
             return int
         # CUDA: one synchronisation; every event is placed relative to the last one, anchored at the host time
@@ -465,14 +472,14 @@ class LayerTimer:
         torch.cuda.synchronize()
         host_end = int(self.clock_ns())
 
-        def resolve(ev: Any) -> int:
+        def resolve(ev: Stamp) -> int:
             if isinstance(ev, int):
                 return ev
             return host_end - int(round(ev.elapsed_time(t_end) * 1e6))
 
         return resolve
 
-    def _build(self, resolve: Callable[[Any], int], t1_raw: Any) -> StepTiming:
+    def _build(self, resolve: Callable[[Stamp], int], t1_raw: Stamp) -> StepTiming:
         t0, t1 = resolve(self._t0), resolve(t1_raw)
         # modules still open (an exception swallowed by the caller): close them at the end of the step
         fwd = list(self._fwd)
@@ -505,7 +512,7 @@ class LayerTimer:
                           qualified, "cuda" if self._use_cuda else "cpu", captured, self._hook_calls)
 
     # ------------------------------------------------------------------ hooks (hot path)
-    def _pre(self, mod: nn.Module, args: Any) -> None:
+    def _pre(self, mod: nn.Module, args: tuple[Any, ...]) -> None:
         if is_compiling():  # inside torch.compile'd code (the compiled module is timed whole)
             return
         info = self._mods.get(mod)
@@ -519,7 +526,7 @@ class LayerTimer:
         self._stack.append([name, call, self._stamp(), mark() if self.backward else 0, depth])
         self._hook_ns += time.perf_counter_ns() - c0
 
-    def _post(self, mod: nn.Module, args: Any, output: Any) -> None:
+    def _post(self, mod: nn.Module, args: tuple[Any, ...], output: Any) -> None:
         if is_compiling():  # inside torch.compile'd code: the compiled module is timed whole
             return
         info = self._mods.get(mod)
@@ -532,7 +539,7 @@ class LayerTimer:
         finally:
             self._hook_ns += time.perf_counter_ns() - c0
 
-    def _post_body(self, info: tuple, t1: Any, output: Any) -> None:
+    def _post_body(self, info: tuple, t1: Stamp, output: Any) -> None:
         name = info[0]
         stack = self._stack
         # pop this module's entry (normally the top; search down after an inconsistency)
@@ -556,20 +563,21 @@ class LayerTimer:
             for node in claimed:
                 self._hook_node(node, meta_index)
 
-    def _hook_node(self, node: Any, meta_index: int) -> None:
+    def _hook_node(self, node: Node, meta_index: int) -> None:
         runs = self._runs
         opened = self._open
         key = id(node)
 
         clock = time.perf_counter_ns
 
-        def pre(grad_outputs: Any) -> None:
+        def pre(grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
             c0 = clock()
             runs.append([meta_index, self._stamp(), None])
             opened.setdefault(key, []).append(len(runs) - 1)
             self._hook_ns += clock() - c0
 
-        def post(grad_inputs: Any, grad_outputs: Any) -> None:
+        def post(grad_inputs: tuple[torch.Tensor | None, ...],
+                 grad_outputs: tuple[torch.Tensor | None, ...]) -> None:
             t = self._stamp()
             c0 = clock()
             stack = opened.get(key)

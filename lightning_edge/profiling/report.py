@@ -34,7 +34,7 @@ from typing import Any
 
 from lightning_edge._jsonfile import write_output
 from lightning_edge.profiling.attribution import LayerStats, StepEnergy, StepStats, aggregate, aggregate_steps
-from lightning_edge.records import Measurement, settled
+from lightning_edge.records import Measurement, OverBudget, settled
 
 __all__ = ["ProfileReport", "StageReport", "ModeReport", "CSV_FIELDS", "simulated_statement", "bar_chart",
            "ENDED_IN", "TRAINED_IN"]
@@ -158,7 +158,7 @@ class StageReport:
     min_batches: int | None = None  # batches a stage needs before one is profiled per layer
     min_reason: str | None = None  # why, when not the warm-up (the overhead budget)
     modes: list[ModeReport] = field(default_factory=list)
-    over_budget: Any = None  # records.OverBudget of its steps, when a power budget was set (a tuner's)
+    over_budget: OverBudget | None = None  # what of its steps ran over a power budget, when one was set (a tuner's)
 
     @property
     def headline(self) -> ModeReport | None:

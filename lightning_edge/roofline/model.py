@@ -32,9 +32,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["Roofline", "Bound", "pagoda_energy"]
 
@@ -45,8 +48,8 @@ class Bound(NamedTuple):
     For array input each field is a numpy array of strings with the broadcast shape.
     """
 
-    time: Any
-    energy: Any
+    time: str | np.ndarray
+    energy: str | np.ndarray | None
 
 
 #: the coefficients in the order ``Roofline`` takes them, with their units; the first two are required
@@ -112,25 +115,30 @@ class Roofline:
             or ``estimated``.
     """
 
-    peak_flops: Any
-    bandwidth: Any
-    eps_flop: Any = None
-    eps_mop: Any = None
-    static_power: Any = None
-    label: Any = None
+    peak_flops: ArrayLike
+    bandwidth: ArrayLike
+    eps_flop: ArrayLike | None = None
+    eps_mop: ArrayLike | None = None
+    static_power: ArrayLike | None = None
+    label: str | tuple[str, ...] | None = None
     source: str | None = None
     _shape: tuple = field(init=False, repr=False)
 
     def __post_init__(self):
-        for name, unit in _COEFS.items():
-            object.__setattr__(self, name, _coef(name, getattr(self, name), required=name in _REQUIRED, unit=unit))
+        for (name, unit), value in zip(_COEFS.items(), self._coefficients()):
+            object.__setattr__(self, name, _coef(name, value, required=name in _REQUIRED, unit=unit))
+        coefs = self._coefficients()
         try:
-            shape = np.broadcast_shapes(*(getattr(self, name).shape for name in _COEFS))
+            shape = np.broadcast_shapes(*(np.shape(c) for c in coefs))
         except ValueError:
-            shapes = ", ".join(f"{name} {getattr(self, name).shape}" for name in _COEFS)
+            shapes = ", ".join(f"{name} {np.shape(c)}" for name, c in zip(_COEFS, coefs))
             raise ValueError(f"Roofline: the coefficient arrays do not broadcast together (shapes {shapes}); "
                              "give one value per mode, all the same length") from None
         object.__setattr__(self, "_shape", shape)
+
+    def _coefficients(self) -> tuple[ArrayLike | None, ...]:
+        """The coefficients in the order of :data:`_COEFS` (the constructor's): float64 arrays once constructed."""
+        return (self.peak_flops, self.bandwidth, self.eps_flop, self.eps_mop, self.static_power)
 
     # ------------------------------------------------------------------ construction helpers
     @property
@@ -149,19 +157,20 @@ class Roofline:
         roofs = list(roofs)
         if not roofs:
             raise ValueError("Roofline.stack: expected at least one Roofline, got none")
-        def col(attr):
-            return np.array([np.asarray(getattr(r, attr), dtype=float).reshape(()) for r in roofs])
+        def col(values):
+            return np.array([np.asarray(v, dtype=float).reshape(()) for v in values])
         if labels is None:
             labels = tuple(str(r.label) if r.label is not None else str(i) for i, r in enumerate(roofs))
         sources = {r.source for r in roofs}
-        return cls(*map(col, _COEFS), label=tuple(labels), source=sources.pop() if len(sources) == 1 else "mixed")
+        columns = zip(*(r._coefficients() for r in roofs))  # one per coefficient, in the constructor's order
+        return cls(*map(col, columns), label=tuple(labels), source=sources.pop() if len(sources) == 1 else "mixed")
 
     def outer(self) -> Roofline:
         """Copy whose coefficients gain a trailing axis, so ``roof.outer().time(W, Q)`` with W, Q of
         shape (L,) gives an (M, L) table: one row per mode, one column per layer."""
         def add(a):
             return np.broadcast_to(a, self.shape)[..., None]
-        return Roofline(*(add(getattr(self, name)) for name in _COEFS), label=self.label, source=self.source)
+        return Roofline(*(add(c) for c in self._coefficients()), label=self.label, source=self.source)
 
     def __getitem__(self, idx) -> Roofline:
         """Select modes of an array roofline (``roof[3]``, ``roof[mask]``)."""
@@ -171,7 +180,7 @@ class Roofline:
         if isinstance(label, tuple) and self.shape:
             picked = np.asarray(label, dtype=object)[idx]
             label = tuple(picked) if isinstance(picked, np.ndarray) else picked
-        return Roofline(*(sel(getattr(self, name)) for name in _COEFS), label=label, source=self.source)
+        return Roofline(*(sel(c) for c in self._coefficients()), label=label, source=self.source)
 
     def __len__(self) -> int:
         if not self.shape:

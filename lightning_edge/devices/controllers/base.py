@@ -20,7 +20,7 @@ import sys
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, TextIO
+from typing import TYPE_CHECKING, Any, ClassVar, TextIO
 
 from lightning_edge.devices import safety as _safety
 from lightning_edge.devices.controllers.errors import (
@@ -32,6 +32,10 @@ from lightning_edge.devices.controllers.errors import (
 )
 from lightning_edge.devices.registry import Backend
 from lightning_edge.modes import ModeLike, PowerMode, PowerModeSpace
+
+if TYPE_CHECKING:
+    from lightning_edge.catalog import NamedMode
+    from lightning_edge.devices.controllers.sysfs import JetsonLayout
 
 
 @dataclass(frozen=True)
@@ -85,6 +89,14 @@ class ModeController(Backend, ABC):
     source: ClassVar[str] = "measured"
     #: whether restoring the board needs root (so the printed recovery command starts with sudo)
     needs_root: ClassVar[bool] = True
+    #: the catalogue key of the module this controller drives (``"orin-agx"``; ``""``: not a catalogued module)
+    board: str = ""
+    #: the sysfs layout of a Jetson driven through its files (None for a board driven otherwise: NVML, the twin)
+    layout: JetsonLayout | None = None
+    #: the board's nvpmodel named modes (none known: empty)
+    named_modes: tuple[NamedMode, ...] = ()
+    #: True while this controller restores its own snapshot (taken by this process, not read from a file)
+    _restoring_own: bool = False
 
     def __init__(
         self,
@@ -143,6 +155,10 @@ class ModeController(Backend, ABC):
     @abstractmethod
     def _apply_snapshot(self, snapshot: dict[str, Any]) -> tuple[list[str], list[str]]:
         """Put the board back to ``snapshot``; same contract as :meth:`_apply_mode`."""
+
+    def seconds_since_change(self) -> float | None:
+        """Seconds since this controller last changed the mode (``None``: not known; the twin's controller knows)."""
+        return None
 
     def cli_args(self) -> list[str]:
         """Arguments of ``lightning-edge mode ...`` that select this board (for printed commands). Never a --root:
@@ -225,7 +241,7 @@ class ModeController(Backend, ABC):
             except PermissionError as exc:
                 if isinstance(exc, ModePermissionError):
                     raise
-                raise ModePermissionError.for_path(getattr(exc, "filename", None) or str(exc)) from exc
+                raise ModePermissionError.for_path(exc.filename or str(exc)) from exc
             settled = self._read_mode()
             self._write_state(phase="applied", applied=target, settled=settled)
         self._refuse_if_released(undone=target)
@@ -505,7 +521,7 @@ class ModeController(Backend, ABC):
         except PermissionError as exc:
             if isinstance(exc, ModePermissionError):
                 raise
-            raise ModePermissionError.for_path(getattr(exc, "filename", None) or str(exc), "restore") from exc
+            raise ModePermissionError.for_path(exc.filename or str(exc), "restore") from exc
         settled = self._read_mode()
         if self._safety is not None:
             if kept:
@@ -584,7 +600,7 @@ class ModeController(Backend, ABC):
     def _snapshot_trusted(self) -> bool:
         """Whether the snapshot being restored may tell root what to write (an nvpmodel.conf text): this process's
         own, or read from a state dir only root could have chosen or changed."""
-        return self._safety is None or getattr(self, "_restoring_own", False) or self._safety.trusted_by_root
+        return self._safety is None or self._restoring_own or self._safety.trusted_by_root
 
     def restore_command(self) -> str:
         """The exact command that puts this board back from its state file."""

@@ -149,7 +149,7 @@ def named_modes_of_conf(text: str, source: Source, firmware: str = "this board")
 def read_conf_text(path: str | os.PathLike, limit: int = 1 << 20) -> str:
     """An nvpmodel.conf's text, for reading only: a regular file (on a board ``/etc/nvpmodel.conf`` is a link NVIDIA's
     packages make to ``/etc/nvpmodel/<module>.conf``), at most ``limit`` bytes; ``OSError`` otherwise."""
-    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
     try:
         import stat
 
@@ -270,6 +270,12 @@ class _SysfsBoardController(ModeController):
     (:class:`JetsonSysfs`), and no controller without the board's knobs under ``root``."""
 
     sysfs: JetsonSysfs
+    layout: JetsonLayout
+
+    @property
+    def board(self) -> str:
+        """The catalogue key of the module found (or named) under ``root`` (``"orin-agx"``)."""
+        return self.layout.board.key
 
     @classmethod
     def why_unavailable(cls, root: str | os.PathLike = "/", board: str | BoardInfo | None = None,

@@ -12,6 +12,7 @@ The API every backend (and the twin's simulated sensor) keeps:
 - ``label``: a human description of what is measured (``"INA3221 (hwmon) VDD_GPU_SOC+VDD_CPU_CV+..."``);
 - ``update_period_s``: how often the hardware produces a new value (reading faster only repeats it);
 - ``rails``: the rail names, in a fixed order (may be empty);
+- ``available``, ``reason``: whether it measures power, and when not why (an :class:`EmptySensor`; ``""`` otherwise);
 - ``read() -> PowerReading``;
 - ``why_unavailable(**probe) -> str | None``: on the class, probes whether the backend can work here;
   on an :class:`EmptySensor` instance, says why there is no power measurement.
@@ -31,6 +32,7 @@ from __future__ import annotations
 import math
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -165,6 +167,8 @@ class PowerSensor(Backend, ABC):
     rails: tuple[str, ...] = ()
     #: free-text caveats shown to users (rates, what the total leaves out...)
     notes: str = ""
+    #: why there is no power measurement (an :class:`EmptySensor`'s reason); ``""`` for a sensor that measures
+    reason: str = ""
     #: per-rail plausibility bounds (:func:`check_rail`), from the board's own limits where it exposes them
     bounds: dict[str, RailBounds] = {}  # noqa: RUF012 - replaced per instance, never mutated
     #: rail values rejected so far by :meth:`check` (and the last reason), for reports
@@ -232,7 +236,7 @@ class EmptySensor(PowerSensor):
     update_period_s = 0.1
 
     def __init__(self, reason: str = "no power sensor selected", reasons: dict[str, str] | None = None,
-                 clock_ns: Any = time.perf_counter_ns) -> None:
+                 clock_ns: Callable[[], int] = time.perf_counter_ns) -> None:
         self.reason = str(reason)
         self.reasons: dict[str, str] = dict(reasons or {})
         self.label = "no power sensor"

@@ -47,7 +47,7 @@ def _not_supported(nv: Any, exc: BaseException) -> bool:
         "not supported" in str(exc).lower()
 
 
-def _text(x: Any) -> str:
+def _text(x: bytes | str) -> str:
     return x.decode() if isinstance(x, bytes) else str(x)
 
 
