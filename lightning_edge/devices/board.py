@@ -45,7 +45,10 @@ from lightning_edge.devices.sensors.base import EmptySensor, PowerSensor
 from lightning_edge.devices.spec import HOST_NAMES, BoardSpec
 
 if TYPE_CHECKING:  # pragma: no cover
+    from lightning_edge.devices.controllers.base import ModeController
+    from lightning_edge.devices.protocols import ControllerLike, SensorLike
     from lightning_edge.devices.sim.live import LiveTwin
+    from lightning_edge.modes import PowerModeSpace
 
 __all__ = ["Board", "BoardSpec", "ControlOptions", "get_board", "store_key_for", "store_key_of", "forget_boards", "ORIN_PROFILE", "JETSON_SETTLE_S", "HOST_NAMES"]
 
@@ -63,8 +66,8 @@ class Board:
     you pass in stays open (yours to close). ``spec``: the parsed spec it was opened from (None for an object)."""
 
     name: str
-    sensor: PowerSensor
-    controller: Any = None
+    sensor: PowerSensor | SensorLike
+    controller: ModeController | ControllerLike | None = None
     twin: Any = None
     live: LiveTwin | None = None
     owner: Any = None
@@ -93,7 +96,7 @@ class Board:
 
     @property
     def has_sensor(self) -> bool:
-        return bool(getattr(self.sensor, "available", True))
+        return bool(self.sensor.available)
 
     @property
     def source(self) -> str:
@@ -103,12 +106,12 @@ class Board:
         return "simulated" if self.simulated else "measured"
 
     @property
-    def space(self) -> Any:
+    def space(self) -> PowerModeSpace | None:
         """The board's power-mode space (None without a controller)."""
-        return getattr(self.controller, "space", None)
+        return None if self.controller is None else self.controller.space
 
     @property
-    def tuning_space(self) -> Any:
+    def tuning_space(self) -> PowerModeSpace | None:
         """The modes a tuner searches on this board (:func:`lightning_edge.catalog.tuning_space`: Fulcrum's 441 on an
         Orin AGX, else the whole space; None without a controller)."""
         return tuning_space(self.space)
@@ -121,7 +124,7 @@ class Board:
 
     @property
     def update_period_s(self) -> float:
-        v = float(getattr(self.sensor, "update_period_s", 0.0) or 0.0)
+        v = float(self.sensor.update_period_s or 0.0)
         return v if math.isfinite(v) else 0.0
 
     def mode(self) -> str | None:
@@ -135,9 +138,10 @@ class Board:
 
     def seconds_since_mode_change(self) -> float | None:
         """Seconds since the controller last changed the mode (the twin's controller knows; real ones: None)."""
-        fn = getattr(self.controller, "seconds_since_change", None)
+        if self.controller is None:
+            return None
         try:
-            v = fn() if fn is not None else None
+            v = self.controller.seconds_since_change()
         except Exception:  # noqa: BLE001
             return None
         return None if v is None else float(v)
@@ -225,9 +229,9 @@ class Board:
 
     def describe(self) -> str:
         if not self.has_sensor:
-            why = (getattr(self.sensor, "reason", None) or "no power sensor").splitlines()[0].rstrip(":")
+            why = (self.sensor.reason or "no power sensor").splitlines()[0].rstrip(":")
             return f"no power sensor ({why}): energies are estimated from the roofline model"
-        what = f"{self.name}: {getattr(self.sensor, 'label', '') or type(self.sensor).__name__}"
+        what = f"{self.name}: {self.sensor.label or type(self.sensor).__name__}"
         return f"{what} [EXTRAPOLATED coefficients]" if self.label == "extrapolated" else what
 
     def close(self) -> None:
