@@ -38,13 +38,8 @@ class StoreKey(str):
         """The key spelled ``text`` (``orin-agx``, ``sim:orin-agx``, ``sim:orin-agx+1a2b3c4d``)."""
         if isinstance(text, StoreKey):
             return text
-        text = str(text).strip()
-        if not text.startswith("sim:"):
-            return cls(text)
-        module, plus, digest = text[4:].rpartition("+")
-        if not plus or not _DIGEST.fullmatch(digest) or "+" in module:
-            return cls(text[4:], simulated=True)
-        return cls(module, simulated=True, digest=digest)
+        simulated, module, digest = _split(str(text).strip())
+        return cls(module, simulated=simulated, digest=digest)
 
     def __reduce__(self) -> tuple:
         return (StoreKey.parse, (str(self),))
@@ -53,21 +48,13 @@ class StoreKey(str):
     def simulated(self) -> bool:
         return self.startswith("sim:")
 
-    def _parts(self) -> tuple[str, str | None]:
-        if not self.simulated:
-            return str(self), None
-        module, plus, digest = self[4:].rpartition("+")
-        if plus and _DIGEST.fullmatch(digest) and "+" not in module:
-            return module, digest
-        return self[4:], None
-
     @property
     def module(self) -> str:
-        return self._parts()[0]
+        return _split(self)[1]
 
     @property
     def digest(self) -> str | None:
-        return self._parts()[1]
+        return _split(self)[2]
 
     def without_digest(self) -> StoreKey:
         """The key of any model of this board (``sim:orin-agx``)."""
@@ -78,3 +65,14 @@ class StoreKey(str):
         without its digest (``sim:orin-agx`` names every model of the simulated Orin AGX)."""
         wanted = str(wanted).strip()
         return wanted == self or (self.simulated and wanted == self.without_digest())
+
+
+def _split(text: str) -> tuple[bool, str, str | None]:
+    """``(simulated, module, digest)`` of a key's text: the digest is what follows the last ``+`` of a simulated key
+    when it is hex (a board file's path with a ``+`` in it is a module, digest and all)."""
+    if not text.startswith("sim:"):
+        return False, str(text), None
+    module, plus, digest = text[4:].rpartition("+")
+    if plus and _DIGEST.fullmatch(digest) and "+" not in module:
+        return True, module, digest
+    return True, text[4:], None
