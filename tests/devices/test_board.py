@@ -55,3 +55,19 @@ def test_bad_specs_say_what_was_expected(spec, err, match):
 def test_control_is_read_or_write():
     with pytest.raises(ValueError, match="'read' or 'write'"):
         get_board("none", control="rw")
+
+
+def test_the_tuning_space_is_fulcrums_grid_on_an_agx_and_the_boards_own_elsewhere():
+    """One rule for the modes a tuner searches (the tuner, the interleaver and the runner read ``Board.tuning_space``):
+    Fulcrum's 441 on the AGX Orin; another module's own grid, which does not hold the AGX's subset (the interleaver
+    and the runner gave every simulated board the AGX's 441)."""
+    from lightning_edge.catalog import fulcrum_space
+    from lightning_edge.devices import get_board
+
+    agx, nx = get_board("sim:orin-agx"), get_board("sim:orin-nx-16gb")
+    try:
+        assert agx.tuning_space.size == 441 and agx.tuning_space.is_subspace_of(agx.space)
+        assert nx.tuning_space is nx.space and not fulcrum_space().is_subspace_of(nx.space)
+    finally:
+        agx.close()
+        nx.close()
