@@ -459,6 +459,8 @@ class GMD(Strategy):
                                         prior, min(limit, self.prior_profiles), trace=trace, guard=self.power_guard)
                 if _any_feasible(ctx, problem) and not self.prior_then_search:
                     return
+                if trace and trace[-1][0] == "prior-none-within":
+                    return  # the least-power mode is over the budget: no mode is within it (prior_search)
                 trace.append(("prior-then-search", ctx.used))  # Algorithm 1 in full: nothing within the budget
                 # yet, or asked for (a long run: the best of both; the answer is the best of everything profiled)
             yield from gmd_core(ctx, grid, lambda i: Point("train", grid.mode(i)), problem.power_budget_w,

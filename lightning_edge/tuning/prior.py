@@ -10,11 +10,14 @@ The budget holds while tuning too: until a profile is within the budget, and whe
 one, a mode is profiled only when its predicted power, raised by :data:`FIRST_Z` times the prediction's own error,
 is within the budget; a mode picked for its expected gain must be predicted within it. Before any profile that error
 is the prior's declared one (:attr:`Prior.power_error`, a model's bias; :attr:`Prior.power_sd`, its scatter mode by mode);
-once the prior is corrected by profiles, the scatter shrinks near the profiled modes (:meth:`Prior.uncertainty`) but
+(both, their root sum of squares, before the first profile); once the prior is corrected by profiles, the scatter
+shrinks near the profiled modes (:meth:`Prior.uncertainty`) but
 never below what the last corrected prediction profiled missed the measured power by (at least
 :data:`MARGIN_FLOOR`, a profile's own noise). So the first window is within the budget unless the prior is off
 by more than it says, and after a miss the next pick leaves room for it: a calibrated prior runs at most one window
-over the budget (tests/tuning/test_prior.py; BENCHMARKS.md, "Short fine-tunes", counts the minibatches and windows
+over the budget. A mode predicted inside the guard (:data:`POWER_GUARD`) is profiled for a gain only when the gain is
+large (:data:`EDGE_GAIN`); once the least-power mode (every knob at its lowest) reads over the budget, the search
+stops: every other mode draws more (tests/tuning/test_prior.py; BENCHMARKS.md, "Short fine-tunes", counts the minibatches and windows
 over the budget while tuning).
 
 Where the prediction comes from (:func:`prior_for_twin`, :func:`prior_from_rooflines`):
@@ -51,7 +54,7 @@ if TYPE_CHECKING:
     from lightning_edge.twin.sim_workload import SimWorkload
 
 __all__ = ["Prior", "prior_search", "prior_for_twin", "prior_from_rooflines", "DEFAULT_PRIOR_PROFILES", "guarded",
-           "POWER_GUARD", "PROFILE_SD", "FIRST_Z", "EXPECTED_GAIN", "SPREAD_DISTANCE", "MARGIN_FLOOR", "CALIBRATED_ERROR",
+           "POWER_GUARD", "PROFILE_SD", "FIRST_Z", "EXPECTED_GAIN", "EDGE_GAIN", "SPREAD_DISTANCE", "MARGIN_FLOOR", "CALIBRATED_ERROR",
            "UNCALIBRATED_ERROR"]
 
 DEFAULT_PRIOR_PROFILES = 4
@@ -81,6 +84,12 @@ EXPECTED_GAIN = 0.002
 shortening of the best time within the budget (relative, over the prediction's uncertainty of the mode's time)
 times the probability that the mode is within the budget (over the uncertainty of its power); it stops when the
 largest is below this (0.2 %)."""
+
+EDGE_GAIN = 0.03
+"""What a profile must be expected to gain (relative time) to be spent on a mode predicted inside the guard
+(:data:`POWER_GUARD`: within the budget, but too close to it to be an answer unless it reads lower): such a mode may
+read over the budget, and only a large gain is worth that window. A mode predicted over the budget itself is never
+profiled for a gain."""
 
 SPREAD_DISTANCE = 1.0
 """A profile's correction (``measured / predicted``) is exact at the profiled mode (up to :data:`PROFILE_SD`) and
@@ -217,14 +226,14 @@ def prior_search(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Poi
             # a corrected prediction is off by what the last one missed, and at least by a profile's own noise
             err_p = np.where(done, sd_p, np.maximum(sd_p, max(missed, MARGIN_FLOOR)))
         else:
-            err_p = np.maximum(sd_p, max(float(prior.power_error or 0.0), 0.0))  # the model's bias, not yet corrected
+            err_p = np.hypot(sd_p, max(float(prior.power_error or 0.0), 0.0))  # the model's bias, not yet corrected
         # the budget holds while tuning: no mode the prediction puts over it beyond its own error is profiled
         high_w = p * (1.0 + FIRST_Z * err_p)
         safe = (high_w <= limit_w) & ~done
         if np.isfinite(best_t):  # the largest expected gain over the best within the budget
             # (among the modes predicted within it: a mode predicted over is never profiled for a gain)
             gain = _expected_gain(t, sd_t, best_t * (1.0 - min_gain)) * _probability_within(p, sd_p, limit_w)
-            gain[(p > limit_w) | done] = 0.0
+            gain[(p > p_hat) | done | ((p > limit_w) & (gain < EDGE_GAIN))] = 0.0
             j = int(np.argmax(gain))
             ok = gain[j] > (EXPECTED_GAIN if prior.power_sd is not None or prior.time_sd is not None else 0.0)
         else:  # first a mode likely within the budget: the fastest predicted within it with FIRST_Z sd to spare
@@ -249,6 +258,11 @@ def prior_search(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Poi
             best_t = min(best_t, r.time_s)
         trace.append(("prior", grid.unflat(j), "within" if within else "over", float(t[j]), float(p[j]),
                       round(float(high_w[j] / p[j]) - 1.0, 4)))
+        if not within and grid.unflat(j) == grid.bottom():
+            # the least-power mode is over: every other mode draws more (a board's power rises with every knob),
+            # so none is within the budget and profiling more of them only runs over it
+            trace.append(("prior-none-within", r.power_w))
+            break
     return n
 
 

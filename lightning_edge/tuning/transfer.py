@@ -22,7 +22,8 @@ Two things carry over from board A (the *source*) to board B (the *target*):
 The prior says how far off it may be (``time_sd``, ``power_sd``: the relative standard deviations the search uses to
 choose its first profiles, :mod:`lightning_edge.tuning.prior`): what A's profiles still scatter by around the
 corrected model (their residuals' RMS), and, on another module than A, what moving to it adds (:data:`MODULE_SD`:
-another module's power figures, regulators and board).
+another module's power figures, regulators and board, mode by mode; :data:`MODULE_BIAS`: the offset they put on the
+board's power as a whole, which B's first profile corrects).
 
 The prior is a prediction, never an answer: the tuner profiles on B and corrects it (:mod:`lightning_edge.tuning.
 prior`). Its ``source`` says what it was built from.
@@ -44,7 +45,7 @@ if TYPE_CHECKING:
     from lightning_edge.twin.sim_workload import SimWorkload
     from lightning_edge.twin.workload_model import TwinWorkload
 
-__all__ = ["transferred_prior", "stored_profiles", "target_model", "fit_to_profiles", "RIDGE", "MODULE_SD",
+__all__ = ["transferred_prior", "stored_profiles", "target_model", "fit_to_profiles", "RIDGE", "MODULE_SD", "MODULE_BIAS",
            "UNCORRECTED_SD"]
 
 RIDGE = 1.0
@@ -57,6 +58,12 @@ deviation of (time, power): the hardware ratios carry the time (SMs, memory bus)
 power figures (board, regulators, binning), not measured until it is profiled. An assumption, not a measurement:
 ``transferred_prior(..., module_sd=)`` takes another."""
 
+MODULE_BIAS = 0.10
+"""How far another module's power figures may offset B's predicted power as a whole (relative standard deviation;
+the prior's :attr:`~lightning_edge.tuning.prior.Prior.power_error`): a module's idle and rail figures differ from
+its catalogue's (binning, regulators, board), so B's first profile leaves room for it, then corrects it. An
+assumption, not a measurement: benchmarks/transfer.py draws each of B's power figures x exp(0.1 N(0, 1)), which
+offset its predicted power by -19 to +10 % over seeds 0-5 (MODULE_SD's 5 % alone left 5-18 % overshoots)."""
 UNCORRECTED_SD = (0.05, 0.05)
 """The error assumed of a prediction no profile of the workload has corrected (time, power): what a calibration
 leaves on a workload it did not measure (BENCHMARKS.md, calibration: within 5 % time, 3 % power)."""
@@ -176,4 +183,4 @@ def transferred_prior(workload: SimWorkload, space: PowerModeSpace, *, target: B
     sd = np.sqrt(spread ** 2 + (np.asarray(module_sd, dtype=float) ** 2 if other else 0.0))
     how.append(f"uncertain by {100 * sd[0]:.1f} % in time, {100 * sd[1]:.1f} % in power (one standard deviation)")
     return Prior(space, t_b, p_b, "transferred: " + "; ".join(how) + ", of the analyze cost", time_sd=float(sd[0]),
-                 power_sd=float(sd[1]))
+                 power_sd=float(sd[1]), power_error=MODULE_BIAS if other else 0.0)

@@ -280,3 +280,56 @@ def test_a_prior_guided_answer_keeps_its_distance_from_the_budget(bert):
     assert GMD().power_guard == POWER_GUARD
     with pytest.raises(ValueError, match="power_guard"):
         GMD(power_guard=0.7)
+
+
+def test_nothing_is_profiled_past_the_least_power_mode_when_it_is_over_the_budget(bert):
+    """A budget no mode meets: once the least-power mode (every knob at its lowest) reads over it, every other mode
+    draws more, so the search stops there instead of falling back to Algorithm 1 (which profiled the midpoint and
+    its extremes, up to 62 % over the budget, in benchmarks/transfer.py's infeasible runs)."""
+    truth = bert.sweep("train", modes=SPACE.to_numpy())
+    t, p = np.asarray(truth.time_s), np.asarray(truth.power_w)
+    assert int(np.argmin(p)) == 0  # the least-power mode is the grid's bottom
+    budget = float(p.min()) * 0.99
+    low = Prior(SPACE, t, p * 0.85, "15 % low: it thinks modes are within", power_sd=0.02)
+    g = GMD(prior=low)
+    res = g.run(TrainingProblem(budget), SPACE, bert, store=None)
+    assert res.solution is None
+    assert [e[0] for e in g.last_trace][-1] == "prior-none-within", g.last_trace
+    assert "prior-then-search" not in [e[0] for e in g.last_trace] and res.profiles_used <= 3
+    assert any(pt.mode == SPACE.min_mode() for pt in res.visited)
+
+
+def test_the_first_pick_leaves_room_for_the_bias_and_the_scatter_together(bert):
+    """A prior off as a whole (``power_error``: another module's power figures) and mode by mode (``power_sd``): the
+    first profile leaves room for both (their root sum of squares), not for the larger alone."""
+    truth = bert.sweep("train", modes=SPACE.to_numpy())
+    t, p = np.asarray(truth.time_s), np.asarray(truth.power_w)
+    for budget in (22.0, 25.0, 28.0, 31.0):
+        g = GMD(prior=Prior(SPACE, t, p, "both", power_sd=0.06, power_error=0.08))
+        g.run(TrainingProblem(budget), SPACE, bert, store=None)
+        first = g.last_trace[0]
+        assert first[0] == "prior" and first[4] * (1 + FIRST_Z * math.hypot(0.06, 0.08)) <= guarded(budget) + 1e-9
+
+
+def test_a_much_faster_mode_at_the_budgets_edge_is_profiled_a_little_faster_one_is_not(bert):
+    """The guard decides answers (a profile counts as within only POWER_GUARD under the budget); what may be profiled
+    is a mode predicted within the budget itself. One predicted inside the guard is profiled only for an expected
+    gain of at least EDGE_GAIN: it may read over, and only a large gain is worth that window."""
+    from lightning_edge.tuning.prior import EDGE_GAIN
+
+    truth = bert.sweep("train", modes=SPACE.to_numpy())
+    t, p = np.asarray(truth.time_s), np.asarray(truth.power_w)
+    worth, not_worth = [], []
+    for i in np.argsort(t):
+        budget = float(p[i]) * (1 + POWER_GUARD / 2)  # mode i within the budget, inside the guard
+        if float(p[i]) > 40 or np.any((t < t[i]) & (p <= budget)):
+            continue  # i is the fastest within this budget
+        best_t = float(np.min(np.where(p <= guarded(budget), t, np.inf)))  # the fastest outside the guard
+        gain = math.log(best_t / float(t[i]))
+        (worth if gain > 2 * EDGE_GAIN else not_worth if gain < EDGE_GAIN / 3 else []).append((i, budget))
+    assert worth and not_worth
+    for cases, profiled in ((worth[:3], True), (not_worth[:3], False)):
+        for i, budget in cases:
+            res = GMD(prior=Prior(SPACE, t, p, "exact", time_sd=0.005, power_sd=0.02)).run(
+                TrainingProblem(budget), SPACE, bert, store=None)
+            assert any(pt.mode == SPACE.mode_at(int(i)) for pt in res.visited) is profiled, (i, budget)
