@@ -29,6 +29,11 @@ def _child_main(url: str, wid: str, step_sleep: float, log: str) -> None:
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     sys.stdout = sys.stderr = open(fd, "w", buffering=1)  # not pytest's capture of the parent
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # a user's script run from a terminal, where Ctrl-C reaches it: the tests themselves may run as a background
+        # job (``nox ... &``), whose SIGINT the shell ignores, and a fork inherits that (the product leaves an
+        # ignored signal alone: safety.py)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     import torch
 
     torch.set_num_threads(1)
