@@ -91,6 +91,12 @@ def _fit(steps: int, seed: int, tune: bool = True) -> dict:
         return res
 
 
+def _f(x: float | None, spec: str) -> str:
+    """A figure, or "none" where the run ended before it had one (tuning used the whole run: no batch, or too few
+    for a power reading, in the chosen mode)."""
+    return "none" if x is None else format(x, spec)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=1500)
@@ -124,8 +130,9 @@ def main() -> None:
         "| MAXN batches after tuning began | run over the budget | profiles | wall s | load (1 min) |",
         "|---|---|---|---|---|---|---|---|---|"]
     for name, r in (("alone", quiet), ("beside a CPU-bound process", busy)):
-        lines.append(f"| {name} | {r['mode']} | {r['head_mode']}, {r['head_time_ms']:.3f} ms, {r['head_power_w']:.2f} W, "
-                     f"{r['head_steps']} | {r['tuner_time_ms']:.3f} ms, {r['tuner_power_w']:.2f} W, {r['tuner_steps']} "
+        lines.append(f"| {name} | {r['mode']} | {r['head_mode']}, {_f(r['head_time_ms'], '.3f')} ms, "
+                     f"{_f(r['head_power_w'], '.2f')} W, {r['head_steps']} | {_f(r['tuner_time_ms'], '.3f')} ms, "
+                     f"{_f(r['tuner_power_w'], '.2f')} W, {r['tuner_steps']} "
                      f"| {r['maxn_steps']} | {r['over_steps']} of {r['of_steps']} (worst {r['over_worst_w']:.1f} W) "
                      f"| {r['profiles']} | {r['wall_s']:.0f} | {r['load'][0]:.2f} |")
     lines += ["", "The profiler alone (the board's mode fixed, MAXN), the same fit alone and beside the CPU-bound process: "

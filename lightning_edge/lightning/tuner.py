@@ -92,6 +92,15 @@ def _planned_long(trainer: Trainer) -> bool:
     return math.isfinite(n) and n >= THOROUGH_AFTER_STEPS
 
 
+def _planned_short(trainer: Trainer) -> bool:
+    """The Trainer plans fewer than ``THOROUGH_AFTER_STEPS`` minibatches (False when it cannot say)."""
+    try:
+        n = float(trainer.estimated_stepping_batches)
+    except Exception:  # noqa: BLE001 - not known to be short
+        return False
+    return math.isfinite(n) and n < THOROUGH_AFTER_STEPS
+
+
 def _batch_size_of(batch: Any, cost: ModelCost) -> int:
     """The minibatch's size: the first dimension of its first tensor, else of the cost's first input, else 1."""
     from lightning_edge.cost.capture import batch_size
@@ -305,6 +314,7 @@ class PowerModeTunerMixin:
             fingerprint=c.workload_id, device_model=board.store_key, window=c.window, switch_at=c.switch_at,
             baseline=c.baseline, on_event=self._on_event, prior="auto" if c.prior is True else c.prior,
             thorough=_planned_long(trainer) if c.thorough is None else bool(c.thorough),
+            short_run=_planned_short(trainer) and not c.thorough,
             drift_window=c.drift_window, drift_tolerance=c.drift_tolerance, drift_patience=c.drift_patience)
         # a SIGTERM the Trainer caught ends a wait for other processes' profiles at once
         self.tuner.interrupted = lambda: trainer.received_sigterm

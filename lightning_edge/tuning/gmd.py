@@ -62,7 +62,14 @@ from typing import TYPE_CHECKING, Any
 
 from lightning_edge.modes import PowerModeSpace
 from lightning_edge.tuning.pareto import best_index
-from lightning_edge.tuning.prior import DEFAULT_PRIOR_PROFILES, POWER_GUARD, Prior, guarded, prior_search
+from lightning_edge.tuning.prior import (
+    DEFAULT_PRIOR_PROFILES,
+    EXTRA_PROFILES,
+    POWER_GUARD,
+    Prior,
+    guarded,
+    prior_search,
+)
 from lightning_edge.tuning.problems import (
     ConcurrentMeasurement,
     ConcurrentProblem,
@@ -378,6 +385,9 @@ class GMD(Strategy):
     - ``power_guard``: with a prior, a profile counts as within the budget (for the search and the answer) when it is
       this much (relative) under it (:data:`~lightning_edge.tuning.prior.POWER_GUARD`); the answer falls back to one
       within the budget as measured when none is.
+    - ``extra_profiles``: with a prior, past ``prior_profiles`` up to this many more while one promises a large gain
+      (:data:`~lightning_edge.tuning.prior.EXTRA_PROFILES`, :data:`~lightning_edge.tuning.prior.EXTRA_GAIN`); 0 for a
+      short run.
     """
 
     name = "GMD"
@@ -387,7 +397,7 @@ class GMD(Strategy):
                  power_eps_w: float = 0.5, latency_tie: float = 0.02, inference_bound: bool = True,
                  descend_min_rho: bool = False, finish_line: bool = True, stall_aware: bool = True,
                  prior: Prior | None = None, prior_profiles: int | None = None, prior_then_search: bool = False,
-                 power_guard: float = POWER_GUARD) -> None:
+                 power_guard: float = POWER_GUARD, extra_profiles: int | None = None) -> None:
         mp = dict(DEFAULT_MAX_PROFILES)
         if isinstance(max_profiles, dict):
             mp.update(max_profiles)
@@ -407,6 +417,9 @@ class GMD(Strategy):
         self.prior_profiles = int(DEFAULT_PRIOR_PROFILES if prior_profiles is None else prior_profiles)
         if self.prior_profiles < 1:
             raise ValueError(f"prior_profiles must be >= 1, got {prior_profiles!r}")
+        self.extra_profiles = int(EXTRA_PROFILES if extra_profiles is None else extra_profiles)
+        if self.extra_profiles < 0:
+            raise ValueError(f"extra_profiles must be >= 0, got {extra_profiles!r}")
         self.power_guard = float(power_guard)
         if not 0.0 <= self.power_guard < 0.5:
             raise ValueError(f"power_guard is a fraction of the budget in [0, 0.5), got {power_guard!r}")
@@ -456,7 +469,8 @@ class GMD(Strategy):
             prior = self.prior
             if prior is not None and prior.space.size == space.size:
                 yield from prior_search(ctx, grid, lambda i: Point("train", grid.mode(i)), problem.power_budget_w,
-                                        prior, min(limit, self.prior_profiles), trace=trace, guard=self.power_guard)
+                                        prior, min(limit, self.prior_profiles), trace=trace, guard=self.power_guard,
+                                        extra=self.extra_profiles)
                 if _any_feasible(ctx, problem) and not self.prior_then_search:
                     return
                 if trace and trace[-1][0] == "prior-none-within":

@@ -70,6 +70,7 @@ from lightning_edge.devices.controllers.errors import BoardReleasedError
 from lightning_edge.devices.meter import JETSON_SETTLE_S, StepMeter, TwinMeter
 from lightning_edge.modes import KNOBS, ModeLike, PowerMode, PowerModeSpace
 from lightning_edge.records import OverBudget, over_budget, settled
+from lightning_edge.tuning.gmd import GMD
 from lightning_edge.tuning.problems import Measurement, Problem, Solution, TrainingProblem
 from lightning_edge.tuning.search import (
     MemoryStore,
@@ -540,6 +541,9 @@ class OnlineTuner:
             the answer is the best of everything profiled): worth it in a long run, where a mode a few percent
             slower costs more than the profiles. ``PowerModeTuner`` sets it when the Trainer plans at least
             ``THOROUGH_AFTER_STEPS`` minibatches.
+        short_run: the run is planned shorter than ``THOROUGH_AFTER_STEPS`` minibatches: a prior-guided GMD stops at
+            its prior profiles (``GMD(extra_profiles=0)``: a window there can cost hundreds of its minibatches in
+            settling alone). ``PowerModeTuner`` sets it when the Trainer says so.
     """
 
     def __init__(self, problem: TrainingProblem | float, controller: ModeController, meter: StepMeter, *,
@@ -549,7 +553,7 @@ class OnlineTuner:
                  baseline: bool = True, drift_window: int = 20, drift_tolerance: float = 0.03,
                  drift_patience: int = 2, on_event: Callable[[str, dict], None] | None = None,
                  wait_timeout_s: float = 600.0, prior: Prior | str | bool | None = "auto",
-                 thorough: bool = False) -> None:
+                 thorough: bool = False, short_run: bool = False) -> None:
         if not isinstance(problem, TrainingProblem):
             problem = TrainingProblem(float(problem))
         if switch_at not in ("window", "epoch"):
@@ -589,6 +593,7 @@ class OnlineTuner:
             raise ValueError(f"prior: expected 'auto', None or a lightning_edge.tuning.prior.Prior, got {prior!r}")
         self.prior_setting = prior or None
         self.thorough = bool(thorough)
+        self.short_run = bool(short_run)
         self.prior: Prior | None = None
         self.prior_note: str | None = None  # why there is no prior, when there is none
         self.prior_time_s = 0.0
@@ -736,6 +741,8 @@ class OnlineTuner:
                         seen[self.space.index(self.space.coerce(point.mode))] = (m.time_s, m.power_w)
                 prior = prior.with_measured(seen)
             strategy = strategy.with_prior(prior, self.thorough)
+            if self.short_run and isinstance(strategy, GMD):
+                strategy.extra_profiles = 0  # a copy (with_prior)
         self.planned_profiles = _planned(strategy, scaled, self.space, self.prior)
 
         def work() -> None:
@@ -1200,11 +1207,12 @@ class OnlineTuner:
 def simulate_tuning(workload: SimWorkload, power_budget_w: float, *, strategy: str | Strategy = "gmd",
                     prior: Prior | str | bool | None = "auto",
                     window: WindowSpec | None = None, seed: int | None = 0, max_steps: int = 5000,
-                    board: Board | None = None) -> OnlineTuner:
+                    board: Board | None = None, short_run: bool = False) -> OnlineTuner:
     """Tune ``workload`` (a :class:`~lightning_edge.twin.sim_workload.SimWorkload`: a zoo name or a module with
     its inputs) on the simulated Orin (``board``, default the process's ``sim:orin-agx``) with nothing else running: the engine's steps until it trains in the chosen mode
     (or ``max_steps``), every step the twin's (simulated: noise, power settling), no real computation. Returns the
-    closed tuner (``summary()``, ``tuned_at_step``, ``profiles``). For benchmarks and for comparing settings."""
+    closed tuner (``summary()``, ``tuned_at_step``, ``profiles``). For benchmarks and for comparing settings;
+    ``short_run``: as ``OnlineTuner``'s (a run planned shorter than ``THOROUGH_AFTER_STEPS``)."""
     from lightning_edge.devices.board import get_board
     from lightning_edge.twin.sim_workload import SimWorkload
 
@@ -1215,7 +1223,7 @@ def simulate_tuning(workload: SimWorkload, power_budget_w: float, *, strategy: s
                         param_tensors=workload.param_tensors)
     meter = TwinMeter(board.twin, seed=seed, train=train)
     tuner = OnlineTuner(power_budget_w, board.controller, meter, strategy=strategy, store=None,
-                        fingerprint=workload.fingerprint, window=window, prior=prior)
+                        fingerprint=workload.fingerprint, window=window, prior=prior, short_run=short_run)
     try:
         tuner.start()
         while tuner.tuned_at_step is None and tuner.step < max_steps:
@@ -1230,11 +1238,11 @@ def simulate_tuning(workload: SimWorkload, power_budget_w: float, *, strategy: s
 
 # ============================================================================================ helpers
 def _planned(strategy: Strategy, problem: Problem, space: PowerModeSpace, prior: Prior | None) -> int:
-    """The most profiles the strategy takes for ``problem`` (with a prior: GMD's ``prior_profiles``, plus
-    Algorithm 1's when it goes on with it)."""
+    """The most profiles the strategy takes for ``problem`` (with a prior: GMD's ``prior_profiles`` and
+    ``extra_profiles``, plus Algorithm 1's when it goes on with it)."""
     if prior is not None and getattr(strategy, "prior", None) is not None and hasattr(strategy, "prior_profiles") \
             and not getattr(strategy, "prior_then_search", False):
-        return int(strategy.prior_profiles)
+        return int(strategy.prior_profiles) + int(getattr(strategy, "extra_profiles", 0))
     try:
         budget = strategy.budget(problem, space)
     except Exception:  # noqa: BLE001 - a strategy without a budget: nothing to plan with

@@ -54,12 +54,24 @@ if TYPE_CHECKING:
     from lightning_edge.twin.sim_workload import SimWorkload
 
 __all__ = ["Prior", "prior_search", "prior_for_twin", "prior_from_rooflines", "DEFAULT_PRIOR_PROFILES", "guarded",
-           "POWER_GUARD", "PROFILE_SD", "FIRST_Z", "EXPECTED_GAIN", "EDGE_GAIN", "SPREAD_DISTANCE", "MARGIN_FLOOR", "CALIBRATED_ERROR",
+           "POWER_GUARD", "PROFILE_SD", "FIRST_Z", "EXPECTED_GAIN", "EDGE_GAIN", "EXTRA_PROFILES", "EXTRA_GAIN", "SPREAD_DISTANCE", "MARGIN_FLOOR", "CALIBRATED_ERROR",
            "UNCALIBRATED_ERROR"]
 
 DEFAULT_PRIOR_PROFILES = 4
 """Profiles a prior-guided GMD spends before it stops (or, with nothing within the budget yet, falls back to
-Algorithm 1 with the rest of its budget)."""
+Algorithm 1 with the rest of its budget), unless a large gain is still expected (:data:`EXTRA_PROFILES`)."""
+
+EXTRA_PROFILES = 2
+"""After its profiles (``limit``, :data:`DEFAULT_PRIOR_PROFILES`), a prior-guided search profiles up to this many more
+while the largest expected gain (:data:`EXPECTED_GAIN`'s measure) is at least :data:`EXTRA_GAIN`: a climb that has
+not reached the budget's edge yet. Never beyond the search's own budget, and never before a mode within the budget
+was found (that is Algorithm 1's fallback). ``PowerModeTuner`` takes none in a run the Trainer plans shorter than
+``THOROUGH_AFTER_STEPS`` minibatches (``GMD(extra_profiles=0)``): a window there can cost hundreds of its minibatches
+in settling alone."""
+
+EXTRA_GAIN = 0.01
+"""The expected gain (relative time) one more profile beyond the limit must promise: one window of about 40
+minibatches against a run trained 1 % faster from then on."""
 
 PROFILE_SD = 0.003
 """Relative standard error of a profile's power: the mean of 40 minibatches (Fulcrum's window;
@@ -198,13 +210,15 @@ class Prior:
 
 
 def prior_search(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Point], p_hat: float, prior: Prior, limit: int,
-                 min_gain: float = 0.0, trace: list | None = None, guard: float = POWER_GUARD) -> Generator:
+                 min_gain: float = 0.0, trace: list | None = None, guard: float = POWER_GUARD,
+                 extra: int = EXTRA_PROFILES) -> Generator:
     """Profile the predicted fastest mode within ``p_hat`` (every prediction corrected by the profiles so far; until
     one is within the budget, with :data:`FIRST_Z` times the prediction's own error to spare: the prior's declared
     :attr:`Prior.power_error` or :attr:`Prior.power_sd` before any profile, after one its scatter near the profiles
     but never less than what the last corrected prediction missed by), then, among the modes predicted within the
     budget, the mode of the largest expected gain over the best profiled mode within it (:data:`EXPECTED_GAIN`; a gain
-    counts beyond ``min_gain``, relative), until none is left or ``limit`` points were profiled in ``ctx``. "Within
+    counts beyond ``min_gain``, relative), until none is left or ``limit`` points were profiled in ``ctx`` (then up to
+``extra`` more, :data:`EXTRA_PROFILES`, while one promises :data:`EXTRA_GAIN`). "Within
     the budget" is ``guard`` (:data:`POWER_GUARD`, relative) under it. Without a stated uncertainty every prediction
     is taken at its word: the fastest mode predicted within the budget and faster than the best one. Returns the
     number profiled."""
@@ -217,7 +231,11 @@ def prior_search(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Poi
     best_t = min((t for t, pw in measured.values() if pw <= limit_w), default=np.inf)
     missed = 0.0  # how much the last corrected prediction profiled was low in power (relative)
     n = 0
-    while ctx.used < limit:
+    n_max = limit + max(int(extra), 0)
+    while ctx.used < n_max and ctx.left >= 1:
+        past = ctx.used >= limit  # beyond the limit: only for a large expected gain over a mode within the budget
+        if past and not np.isfinite(best_t):
+            break
         t, p = prior.corrected(measured)
         sd_t, sd_p = prior.uncertainty(measured)
         done = np.zeros(len(t), dtype=bool)
@@ -236,6 +254,9 @@ def prior_search(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Poi
             gain[(p > p_hat) | done | ((p > limit_w) & (gain < EDGE_GAIN))] = 0.0
             j = int(np.argmax(gain))
             ok = gain[j] > (EXPECTED_GAIN if prior.power_sd is not None or prior.time_sd is not None else 0.0)
+            if past and not (ok and gain[j] >= EXTRA_GAIN):
+                trace.append(("prior-done", len(measured)))
+                break
         else:  # first a mode likely within the budget: the fastest predicted within it with FIRST_Z sd to spare
             j = int(np.argmin(np.where(safe, t, np.inf)))
             ok = bool(safe.any())

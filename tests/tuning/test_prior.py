@@ -172,7 +172,7 @@ def test_thorough_goes_on_with_algorithm_1_and_answers_the_best_of_both(bert_pri
 def test_the_callback_tunes_thoroughly_when_the_trainer_plans_a_long_run():
     from types import SimpleNamespace
 
-    from lightning_edge.lightning.tuner import _planned_long
+    from lightning_edge.lightning.tuner import _planned_long, _planned_short
 
     class Unknown:
         @property
@@ -183,6 +183,22 @@ def test_the_callback_tunes_thoroughly_when_the_trainer_plans_a_long_run():
     assert not _planned_long(SimpleNamespace(estimated_stepping_batches=96))
     assert not _planned_long(SimpleNamespace(estimated_stepping_batches=float("inf")))
     assert not _planned_long(Unknown())
+    assert _planned_short(SimpleNamespace(estimated_stepping_batches=96))
+    assert not _planned_short(SimpleNamespace(estimated_stepping_batches=5000))
+    assert not _planned_short(SimpleNamespace(estimated_stepping_batches=float("inf"))) and not _planned_short(Unknown())
+
+
+def test_a_short_run_takes_no_profiles_past_the_priors():
+    """A run planned shorter than THOROUGH_AFTER_STEPS: the tuner's GMD stops at its prior profiles (a window can cost
+    hundreds of short minibatches in settling: benchmarks/one_story.py's 1500-minibatch fit never reached its chosen
+    mode when it took them)."""
+    from lightning_edge.tuning.online import simulate_tuning
+    from lightning_edge.tuning.prior import DEFAULT_PRIOR_PROFILES, EXTRA_PROFILES
+
+    wl = SimWorkload("resnet18", train_batch_size=16, seed=0)
+    short = simulate_tuning(wl, 25.0, short_run=True)
+    assert short.planned_profiles == DEFAULT_PRIOR_PROFILES and len(short.profiles) <= DEFAULT_PRIOR_PROFILES
+    assert simulate_tuning(wl, 25.0).planned_profiles == DEFAULT_PRIOR_PROFILES + EXTRA_PROFILES
 
 
 @pytest.mark.parametrize("budget", [20.0, 25.0, 30.0])
@@ -333,3 +349,30 @@ def test_a_much_faster_mode_at_the_budgets_edge_is_profiled_a_little_faster_one_
             res = GMD(prior=Prior(SPACE, t, p, "exact", time_sd=0.005, power_sd=0.02)).run(
                 TrainingProblem(budget), SPACE, bert, store=None)
             assert any(pt.mode == SPACE.mode_at(int(i)) for pt in res.visited) is profiled, (i, budget)
+
+
+def test_a_search_goes_past_its_limit_only_while_a_large_gain_is_expected(bert):
+    """After ``prior_profiles`` profiles, up to EXTRA_PROFILES more while one promises EXTRA_GAIN (a climb still far from
+    the budget's edge); none when the best profiled mode is already the predicted best."""
+    from lightning_edge.tuning.prior import EXTRA_PROFILES
+
+    truth = bert.sweep("train", modes=SPACE.to_numpy())
+    t, p = np.asarray(truth.time_s), np.asarray(truth.power_w)
+    budget = 28.0
+    # a first pick far below the budget (a 30 % error declared): much is still to gain after it
+    far = GMD(prior=Prior(SPACE, t, p, "30 % uncertain", time_sd=0.01, power_sd=0.01, power_error=0.3),
+              prior_profiles=1)
+    res = far.run(TrainingProblem(budget), SPACE, bert, store=None)
+    assert 1 < res.profiles_used <= 1 + EXTRA_PROFILES, far.last_trace
+    first = far.last_trace[0]
+    assert first[2] == "within" and res.solution.time_s < first[3] * 0.99  # the extra profile found the gain
+    assert far.last_trace[-1][0] == "prior-done"  # it stopped when no large gain was left, not at the cap
+    # the truth taken at its word: the first pick is the answer, nothing more to gain, nothing more profiled
+    exact = GMD(prior=Prior(SPACE, t, p, "exact", time_sd=0.001, power_sd=0.001), prior_profiles=1)
+    assert exact.run(TrainingProblem(budget), SPACE, bert, store=None).profiles_used == 1
+    # a short run (GMD(extra_profiles=0), what PowerModeTuner asks for when the Trainer plans few minibatches)
+    short = GMD(prior=far.prior, prior_profiles=1, extra_profiles=0)
+    assert short.run(TrainingProblem(budget), SPACE, bert, store=None).profiles_used == 1
+    # and never past the search's own budget
+    capped = GMD(prior=far.prior, prior_profiles=1, max_profiles=2)
+    assert capped.run(TrainingProblem(budget), SPACE, bert, store=None).profiles_used <= 2
