@@ -83,22 +83,26 @@ def _budget_w(power_budget_w: float) -> float:
     return budget
 
 
-def _planned_long(trainer: Trainer) -> bool:
-    """The Trainer plans at least ``THOROUGH_AFTER_STEPS`` minibatches (False when it cannot say)."""
+def _planned_steps(trainer: Trainer) -> float | None:
+    """The minibatches the Trainer plans (``None`` when it cannot say: no loader yet, an iterable of unknown length,
+    no limit)."""
     try:
         n = float(trainer.estimated_stepping_batches)
-    except Exception:  # noqa: BLE001 - no loader yet, an iterable of unknown length: not known to be long
-        return False
-    return math.isfinite(n) and n >= THOROUGH_AFTER_STEPS
+    except Exception:  # noqa: BLE001 - not known
+        return None
+    return n if math.isfinite(n) else None
+
+
+def _planned_long(trainer: Trainer) -> bool:
+    """The Trainer plans at least ``THOROUGH_AFTER_STEPS`` minibatches (False when it cannot say)."""
+    n = _planned_steps(trainer)
+    return n is not None and n >= THOROUGH_AFTER_STEPS
 
 
 def _planned_short(trainer: Trainer) -> bool:
     """The Trainer plans fewer than ``THOROUGH_AFTER_STEPS`` minibatches (False when it cannot say)."""
-    try:
-        n = float(trainer.estimated_stepping_batches)
-    except Exception:  # noqa: BLE001 - not known to be short
-        return False
-    return math.isfinite(n) and n < THOROUGH_AFTER_STEPS
+    n = _planned_steps(trainer)
+    return n is not None and n < THOROUGH_AFTER_STEPS
 
 
 def _batch_size_of(batch: Any, cost: ModelCost) -> int:
