@@ -82,11 +82,18 @@ def spawn():
 
 
 def wait_for(path: Path, proc=None, timeout_s: float = 30.0) -> None:
-    """Wait until ``path`` exists (a child process's marker); fail early if the child died."""
+    """Wait until ``path`` exists with its content (a child process's marker, never empty: ``write_text`` creates
+    the file empty and then fills it, and a reader in between read nothing); fail early if the child died."""
     import time
 
+    def written() -> bool:
+        try:
+            return Path(path).stat().st_size > 0
+        except FileNotFoundError:
+            return False
+
     deadline = time.monotonic() + timeout_s
-    while not Path(path).exists():
+    while not written():
         if proc is not None and proc.poll() is not None:
             out, err = proc.communicate()
             raise AssertionError(f"child exited with {proc.returncode} before {path}:\n{out}\n{err}")
