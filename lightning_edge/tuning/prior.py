@@ -9,16 +9,16 @@ answer: a mode is chosen only from profiles that show it within the budget (``Pr
 The budget holds while tuning too: until a profile is within the budget, and when climbing a knob from the best
 one, a mode is profiled only when its predicted power, raised by :data:`FIRST_Z` times the prediction's own error,
 is within the budget; a mode picked for its expected gain must be predicted within it. Before any profile that error
-is the prior's declared one (:attr:`Prior.power_error`, a model's bias; :attr:`Prior.power_sd`, its scatter mode by mode);
-(both, their root sum of squares, before the first profile); once the prior is corrected by profiles, the scatter
-shrinks near the profiled modes (:meth:`Prior.uncertainty`) but
-never below what the last corrected prediction profiled missed the measured power by (at least
-:data:`MARGIN_FLOOR`, a profile's own noise). So the first window is within the budget unless the prior is off
-by more than it says, and after a miss the next pick leaves room for it: a calibrated prior runs at most one window
-over the budget. A mode predicted inside the guard (:data:`POWER_GUARD`) is profiled for a gain only when the gain is
-large (:data:`EDGE_GAIN`); once the least-power mode (every knob at its lowest) reads over the budget, the search
-stops: every other mode draws more (tests/tuning/test_prior.py; BENCHMARKS.md, "Short fine-tunes", counts the minibatches and windows
-over the budget while tuning).
+is the prior's declared one (:attr:`Prior.power_error`, a model's bias; :attr:`Prior.power_sd`, its scatter mode by
+mode; both, their root sum of squares, before the first profile); once the prior is corrected by profiles, the
+scatter shrinks near the profiled modes (:meth:`Prior.uncertainty`) but never below what the last corrected
+prediction profiled missed the measured power by (at least :data:`MARGIN_FLOOR`, a profile's own noise). So the first
+window is within the budget unless the prior is off by more than it says, and after a miss the next pick leaves room
+for it: a calibrated prior runs at most one window over the budget. A mode predicted inside the guard
+(:data:`POWER_GUARD`) is profiled for a gain only when the gain is large (:data:`EDGE_GAIN`); once the least-power
+mode (every knob at its lowest) reads over the budget, the search stops: every other mode draws more
+(tests/tuning/test_prior.py; BENCHMARKS.md, "Short fine-tunes", counts the minibatches and windows over the budget
+while tuning).
 
 Where the prediction comes from (:func:`prior_for_twin`, :func:`prior_from_rooflines`):
 
@@ -54,8 +54,8 @@ if TYPE_CHECKING:
     from lightning_edge.twin.sim_workload import SimWorkload
 
 __all__ = ["Prior", "prior_search", "prior_for_twin", "prior_from_rooflines", "DEFAULT_PRIOR_PROFILES", "guarded",
-           "POWER_GUARD", "PROFILE_SD", "FIRST_Z", "EXPECTED_GAIN", "EDGE_GAIN", "EXTRA_PROFILES", "EXTRA_GAIN", "SPREAD_DISTANCE", "MARGIN_FLOOR", "CALIBRATED_ERROR",
-           "UNCALIBRATED_ERROR"]
+           "POWER_GUARD", "PROFILE_SD", "FIRST_Z", "EXPECTED_GAIN", "EDGE_GAIN", "EXTRA_PROFILES", "EXTRA_GAIN",
+           "SPREAD_DISTANCE", "MARGIN_FLOOR", "CALIBRATED_ERROR", "UNCALIBRATED_ERROR"]
 
 DEFAULT_PRIOR_PROFILES = 4
 """Profiles a prior-guided GMD spends before it stops (or, with nothing within the budget yet, falls back to
@@ -218,10 +218,9 @@ def prior_search(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Poi
     but never less than what the last corrected prediction missed by), then, among the modes predicted within the
     budget, the mode of the largest expected gain over the best profiled mode within it (:data:`EXPECTED_GAIN`; a gain
     counts beyond ``min_gain``, relative), until none is left or ``limit`` points were profiled in ``ctx`` (then up to
-``extra`` more, :data:`EXTRA_PROFILES`, while one promises :data:`EXTRA_GAIN`). "Within
-    the budget" is ``guard`` (:data:`POWER_GUARD`, relative) under it. Without a stated uncertainty every prediction
-    is taken at its word: the fastest mode predicted within the budget and faster than the best one. Returns the
-    number profiled."""
+    ``extra`` more, :data:`EXTRA_PROFILES`, while one promises :data:`EXTRA_GAIN`). "Within the budget" is ``guard``
+    (:data:`POWER_GUARD`, relative) under it. Without a stated uncertainty every prediction is taken at its word: the
+    fastest mode predicted within the budget and faster than the best one. Returns the number profiled."""
     trace = [] if trace is None else trace
     measured: dict[int, tuple[float, float]] = dict(prior.measured)
     for p, r in ctx.results.items():  # anything this search already knows corrects the prediction too

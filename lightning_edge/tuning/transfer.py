@@ -45,8 +45,8 @@ if TYPE_CHECKING:
     from lightning_edge.twin.sim_workload import SimWorkload
     from lightning_edge.twin.workload_model import TwinWorkload
 
-__all__ = ["transferred_prior", "stored_profiles", "target_model", "fit_to_profiles", "RIDGE", "MODULE_SD", "MODULE_BIAS",
-           "UNCORRECTED_SD"]
+__all__ = ["transferred_prior", "stored_profiles", "target_model", "fit_to_profiles", "RIDGE", "MODULE_SD",
+           "MODULE_BIAS", "UNCORRECTED_SD"]
 
 RIDGE = 1.0
 """Ridge penalty of the correction's slopes (per knob): with few profiles on A, the correction stays near a
@@ -64,6 +64,7 @@ the prior's :attr:`~lightning_edge.tuning.prior.Prior.power_error`): a module's 
 its catalogue's (binning, regulators, board), so B's first profile leaves room for it, then corrects it. An
 assumption, not a measurement: benchmarks/transfer.py draws each of B's power figures x exp(0.1 N(0, 1)), which
 offset its predicted power by -19 to +10 % over seeds 0-5 (MODULE_SD's 5 % alone left 5-18 % overshoots)."""
+
 UNCORRECTED_SD = (0.05, 0.05)
 """The error assumed of a prediction no profile of the workload has corrected (time, power): what a calibration
 leaves on a workload it did not measure (BENCHMARKS.md, calibration: within 5 % time, 3 % power)."""

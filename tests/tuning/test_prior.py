@@ -185,7 +185,8 @@ def test_the_callback_tunes_thoroughly_when_the_trainer_plans_a_long_run():
     assert not _planned_long(Unknown())
     assert _planned_short(SimpleNamespace(estimated_stepping_batches=96))
     assert not _planned_short(SimpleNamespace(estimated_stepping_batches=5000))
-    assert not _planned_short(SimpleNamespace(estimated_stepping_batches=float("inf"))) and not _planned_short(Unknown())
+    assert not _planned_short(SimpleNamespace(estimated_stepping_batches=float("inf")))
+    assert not _planned_short(Unknown())
 
 
 def test_a_short_run_takes_no_profiles_past_the_priors():
