@@ -3,7 +3,7 @@ ran this long at this power". A window is a step (a minibatch), a profiling wind
 mode, an epoch.
 
 ``Measurement(time_s, power_w, label="measured", trusted=True, mode=None, *, t0_ns=None, t1_ns=None,
-host_time_s=None, steps=1, samples=None, readings=None, settled=True)``, immutable:
+host_time_s=None, steps=1, samples=None, readings=None, settled=True, power_rel_sem=None)``, immutable:
 
 - ``time_s``: the window's time (s) on the device (the twin's when simulated); ``power_w``: its mean power (W);
   ``energy_j`` is their product;
@@ -19,7 +19,9 @@ host_time_s=None, steps=1, samples=None, readings=None, settled=True)``, immutab
   parsed), when known;
 - ``t0_ns``, ``t1_ns``: the window on this machine's clock (``time.perf_counter_ns``), when it has one;
   ``host_time_s``: this machine's wall time of it (equal to ``time_s`` unless the numbers are simulated);
-- ``steps``: the steps it covers (1 for a step), ``samples``: the samples they held.
+- ``steps``: the steps it covers (1 for a step), ``samples``: the samples they held;
+- ``power_rel_sem``: the relative standard error of ``power_w`` from the scatter of the window's steps (a tuner's
+  profile says it; ``None``: not known, and :func:`merge` does not make one up).
 
 :func:`merge` makes one window of several (sums: an epoch of its steps, a run of one mode); :func:`settled` is one
 mode's figure (its settled windows merged); :func:`over_budget` says what ran over a power budget.
@@ -82,6 +84,7 @@ class Measurement:
     samples: int | None = None
     readings: ReadingQuality | None = None
     settled: bool = True
+    power_rel_sem: float | None = None
 
     def __post_init__(self) -> None:
         t, p = float(self.time_s), float(self.power_w)
@@ -99,6 +102,12 @@ class Measurement:
         object.__setattr__(self, "mode", _mode(self.mode))
         object.__setattr__(self, "steps", int(self.steps))
         object.__setattr__(self, "settled", bool(self.settled))
+        if self.power_rel_sem is not None:
+            se = float(self.power_rel_sem)
+            if not (math.isfinite(se) and se >= 0):
+                raise ValueError(f"Measurement.power_rel_sem is a relative standard error >= 0 (or None: not known), "
+                                 f"got {self.power_rel_sem!r}")
+            object.__setattr__(self, "power_rel_sem", se)
         if self.host_time_s is None and self.t0_ns is not None and self.t1_ns is not None:
             object.__setattr__(self, "host_time_s", (int(self.t1_ns) - int(self.t0_ns)) / 1e9)
 

@@ -74,3 +74,13 @@ def test_over_budget_counts_blocks_of_steps_whose_mean_power_was_over():
     near = [Measurement(0.01, 20.2, mode=MODE) for _ in range(20)]
     assert over_budget(near, 20.0).steps == 0 and over_budget(near, 20.0, tolerance=0.0).steps == 20
     assert over_budget([m.scaled(power_w=20.6) for m in near], 20.0).steps == 20
+
+
+def test_a_window_may_say_its_powers_standard_error_and_a_merge_does_not_make_one_up():
+    m = Measurement(0.5, 20.0, "measured", power_rel_sem=0.002)
+    assert m.power_rel_sem == 0.002 and m.scaled(power_w=21.0).power_rel_sem == 0.002
+    assert Measurement(0.5, 20.0).power_rel_sem is None
+    assert merge([m, Measurement(0.5, 22.0, power_rel_sem=0.003)]).power_rel_sem is None
+    for bad in (-0.1, math.nan, math.inf):
+        with pytest.raises(ValueError, match="power_rel_sem"):
+            Measurement(0.5, 20.0, power_rel_sem=bad)

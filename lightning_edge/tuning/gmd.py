@@ -60,6 +60,8 @@ import math
 from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from lightning_edge.modes import PowerModeSpace
 from lightning_edge.tuning.pareto import best_index
 from lightning_edge.tuning.prior import (
@@ -68,6 +70,7 @@ from lightning_edge.tuning.prior import (
     POWER_GUARD,
     Prior,
     guarded,
+    is_within,
     prior_search,
 )
 from lightning_edge.tuning.problems import (
@@ -383,8 +386,9 @@ class GMD(Strategy):
       training profiles in all), and so it does after them with ``prior_then_search=True`` (for long runs: the
       answer is the best of everything profiled). ``with_prior(prior)`` is a copy.
     - ``power_guard``: with a prior, a profile counts as within the budget (for the search and the answer) when it is
-      this much (relative) under it (:data:`~lightning_edge.tuning.prior.POWER_GUARD`); the answer falls back to one
-      within the budget as measured when none is.
+      this much (relative) under it (:data:`~lightning_edge.tuning.prior.POWER_GUARD`), counted in the profile's own
+      standard errors when it says one (:func:`~lightning_edge.tuning.prior.profile_guard`); the answer falls back to
+      one within the budget as measured when none is.
     - ``extra_profiles``: with a prior, past ``prior_profiles`` up to this many more while one promises a large gain
       (:data:`~lightning_edge.tuning.prior.EXTRA_PROFILES`, :data:`~lightning_edge.tuning.prior.EXTRA_GAIN`); 0 for a
       short run.
@@ -450,12 +454,20 @@ class GMD(Strategy):
 
     def answer(self, ctx: SearchContext, problem: Problem, space: PowerModeSpace, new_profiles: int) -> SearchResult:
         """The best profiled point (:meth:`Strategy.answer`); with a prior, training's answer is the fastest profile
-        at least ``power_guard`` under the budget when there is one (a prior aims at the budget's edge, where a
+        within the budget by its guard when there is one (``power_guard``, in the profile's own standard errors when
+        it says one: :func:`~lightning_edge.tuning.prior.is_within`; a prior aims at the budget's edge, where a
         profile's noise decides), else the fastest within it as measured."""
         res = super().answer(ctx, problem, space, new_profiles)
         if self.prior is None or not isinstance(problem, TrainingProblem) or res.table is None or not len(res.table):
             return res
-        i = best_index(res.table.assess(TrainingProblem(guarded(problem.power_budget_w, self.power_guard))))
+        a = res.table.assess(problem)
+        rows = [r for p, r in ctx.results.items() if p.kind == "train"]  # the table's rows, in its order
+        if len(rows) == len(res.table):  # each profile held to its own guard (its noise: profile_guard)
+            a = a._replace(feasible=a.feasible & np.array([is_within(r, problem.power_budget_w, self.power_guard)
+                                                           for r in rows], dtype=bool))
+        else:
+            a = res.table.assess(TrainingProblem(guarded(problem.power_budget_w, self.power_guard)))
+        i = best_index(a)
         if i is not None:
             res.solution = res.table.solution_at(problem, i)
         return res

@@ -19,7 +19,10 @@ How it works
        Jetson: Fulcrum section 6, Pagoda), and at least ``warmup_steps`` minibatches, are run but discarded;
     2. then minibatches are measured until the mean step time and power are stable (relative standard error
        of both <= ``rel_sem``, at least ``min_steps``) or ``max_steps`` were measured (Fulcrum profiles ~40);
-    3. the mean time per minibatch and the time-weighted mean power go back to the strategy as the profile.
+       a window whose mean power is still within :data:`EDGE_Z` standard errors of the budget goes on, up to
+       ``edge_steps``, until it is clearly on one side (a profile at the budget's edge decides the answer);
+    3. the mean time per minibatch and the time-weighted mean power, with the power's standard error, go back to
+       the strategy as the profile.
 
     Profiles already in the store are never measured again: a second run with the same device and workload
     gets its answer without profiling (Fulcrum section 5.1: "once a power mode has been profiled it can be
@@ -58,7 +61,7 @@ import threading
 import time
 import warnings
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from enum import Enum
 from typing import TYPE_CHECKING, Any
 
@@ -322,6 +325,16 @@ class StepRecord:
 #: how many times a profiling window switches the board back to its mode after something else moved it
 MAX_RESWITCHES = 3
 
+EDGE_Z = 3.0
+"""A profiling window whose mean power is within this many of its standard errors of the power budget is measured
+on (``WindowSpec.edge_steps``): which side of the budget the mode is on is not known yet. One more than the guard a
+prior-guided search holds a profile to (:data:`~lightning_edge.tuning.prior.GUARD_Z`), so that a profile near that
+line is a long one."""
+
+EDGE_FACTOR = 16
+"""A window at the budget's edge measures up to this many times ``WindowSpec.max_steps`` (``edge_steps=None``): 640
+minibatches for Fulcrum's 40, a profile's power to about 0.1 % (readings that scatter by 2 %)."""
+
 
 @dataclass(frozen=True)
 class WindowSpec:
@@ -337,6 +350,10 @@ class WindowSpec:
     ``max_steps`` minibatches are measured, stopping once the relative standard error of the mean time and of
     the mean power are both <= ``rel_sem``; ``max_settle_steps`` bounds the discarded steps once the device's
     settling time has passed (never before it: with minibatches of a few ms, 200 steps are one time constant).
+    ``edge_steps``: a window whose mean power is within :data:`EDGE_Z` of its standard errors of the power budget
+    when it would stop is measured on, up to this many minibatches in all, until it is clearly on one side of the
+    budget (``None``: :data:`EDGE_FACTOR` x ``max_steps``; ``max_steps``: never). At the budget's edge the profile's
+    noise decides whether a mode is an answer: 16 times the minibatches divide it by 4.
     """
 
     settle_s: float | None = None
@@ -347,6 +364,13 @@ class WindowSpec:
     max_settle_steps: int = 200
     settle_block_s: float = 0.5
     settle_rel: float = 0.01
+    edge_steps: int | None = None
+
+    @property
+    def edge_max_steps(self) -> int:
+        """The most minibatches a window at the budget's edge measures (``edge_steps``; None: :data:`EDGE_FACTOR` x
+        ``max_steps``)."""
+        return EDGE_FACTOR * self.max_steps if self.edge_steps is None else int(self.edge_steps)
 
     def __post_init__(self) -> None:
         if self.settle_s is not None and not (self.settle_s >= 0 and math.isfinite(self.settle_s)):
@@ -358,6 +382,10 @@ class WindowSpec:
                              f"max_steps={self.max_steps}")
         if not (self.rel_sem > 0):
             raise ValueError(f"rel_sem must be > 0 (e.g. 0.01 for 1 %), got {self.rel_sem!r}")
+        if self.edge_steps is not None and not (isinstance(self.edge_steps, int) and self.edge_steps >= self.max_steps):
+            raise ValueError(f"edge_steps is a number of minibatches >= max_steps ({self.max_steps}; equal: a window "
+                             f"at the budget's edge is not measured longer), or None for {EDGE_FACTOR} x max_steps; got "
+                             f"{self.edge_steps!r}")
         if not (self.settle_block_s > 0 and math.isfinite(self.settle_block_s)) or not (self.settle_rel > 0):
             raise ValueError(f"settle_block_s and settle_rel must be > 0, got {self.settle_block_s!r}, "
                              f"{self.settle_rel!r}")
@@ -388,6 +416,7 @@ class ProfileWindow:
     foreign: int = 0  # steps measured in another mode (the board moved: a cap, another tool): not the window's
     reswitched: int = 0  # times the tuner switched back to the window's mode after such a move
     _trace: list = field(default_factory=list)  # (start after the switch, time, power) of the discarded steps
+    edge_w: float | None = None  # the power budget the profile is checked against: near it, the window goes on
 
     def feed(self, t_end_s: float, time_s: float, power_w: float, trusted: bool = True) -> bool:
         """Add a step; True when the step was measured (not discarded). A step whose power rests on partial or
@@ -455,14 +484,30 @@ class ProfileWindow:
             return math.inf
         return float(x.std(ddof=1) / math.sqrt(len(x)) / x.mean())
 
+    def _power_mean(self) -> float:
+        t, p = np.asarray(self.times), np.asarray(self.powers)
+        return float((t * p).sum() / t.sum())
+
+    def at_edge(self) -> bool:
+        """The mean power so far is within :data:`EDGE_Z` standard errors of ``edge_w`` (the power budget): which
+        side of it the mode is on is not known yet."""
+        if self.edge_w is None or self.partial or not all(map(math.isfinite, self.powers)):
+            return False
+        p = np.asarray(self.powers)
+        se = self._rel_sem(p)
+        mean = self._power_mean()
+        return not math.isfinite(se) or abs(mean - self.edge_w) < EDGE_Z * se * mean
+
     @property
     def complete(self) -> bool:
-        if self.n >= self.spec.max_steps:
+        if self.n >= self.spec.edge_max_steps:
             return True
+        if self.n >= self.spec.max_steps:
+            return not self.at_edge()
         if self.n < self.spec.min_steps:
             return False
         t, p = np.asarray(self.times), np.asarray(self.powers)
-        return self._rel_sem(t) <= self.spec.rel_sem and self._rel_sem(p) <= self.spec.rel_sem
+        return self._rel_sem(t) <= self.spec.rel_sem and self._rel_sem(p) <= self.spec.rel_sem and not self.at_edge()
 
     def result(self, label: str) -> Measurement:
         t, p = np.asarray(self.times), np.asarray(self.powers)
@@ -471,7 +516,8 @@ class ProfileWindow:
             # is not the board's. Never a number a budget is checked against: no power, untrusted, labelled so (the
             # strategy leaves the mode out; the store keeps the row's label and measures it again next time)
             return Measurement(float(t.mean()), math.nan, f"{label} (partial)", trusted=False)
-        return Measurement(float(t.mean()), float((t * p).sum() / t.sum()), label)
+        se = self._rel_sem(p)
+        return Measurement(float(t.mean()), self._power_mean(), label, power_rel_sem=se if math.isfinite(se) else None)
 
 
 # ============================================================================================ the engine
@@ -543,7 +589,8 @@ class OnlineTuner:
             ``THOROUGH_AFTER_STEPS`` minibatches.
         short_run: the run is planned shorter than ``THOROUGH_AFTER_STEPS`` minibatches: a prior-guided GMD stops at
             its prior profiles (``GMD(extra_profiles=0)``: a window there can cost hundreds of its minibatches in
-            settling alone). ``PowerModeTuner`` sets it when the Trainer says so.
+            settling alone) and a window at the budget's edge is not measured longer (``WindowSpec.edge_steps``,
+            unless given). ``PowerModeTuner`` sets it when the Trainer says so.
     """
 
     def __init__(self, problem: TrainingProblem | float, controller: ModeController, meter: StepMeter, *,
@@ -849,10 +896,19 @@ class OnlineTuner:
                 self.error = payload
                 raise RuntimeError(f"power-mode tuning failed: {payload}") from payload
 
+    def _window_spec(self) -> WindowSpec:
+        """The windows' spec; in a short run (``short_run``) a window at the budget's edge is not measured longer
+        unless ``edge_steps`` was given: there every window's minibatches are a share of the run."""
+        spec = self.window_spec
+        if self.short_run and spec.edge_steps is None:
+            return replace(spec, edge_steps=spec.max_steps)
+        return spec
+
     def _open_window(self, mode: PowerMode, reason: str) -> None:
         idx = len(self.profiles)
         self._window = ProfileWindow(idx, self.space.coerce(mode) if _in_space(self.space, mode) else mode,
-                                     self.meter.now_s(), self._settle_s(), self.window_spec, reason)
+                                     self.meter.now_s(), self._settle_s(), self._window_spec(), reason,
+                                     edge_w=self._solve_budget_w(self.problem.power_budget_w))
         self.phase = Phase.PROFILING
         self._pending_mode = self._window.mode
 

@@ -14,10 +14,12 @@ mode; both, their root sum of squares, before the first profile); once the prior
 scatter shrinks near the profiled modes (:meth:`Prior.uncertainty`) but never below what the last corrected
 prediction profiled missed the measured power by (at least :data:`MARGIN_FLOOR`, a profile's own noise). So the first
 window is within the budget unless the prior is off by more than it says, and after a miss the next pick leaves room
-for it: a calibrated prior runs at most one window over the budget. A mode predicted inside the guard
-(:data:`POWER_GUARD`) is profiled for a gain only when the gain is large (:data:`EDGE_GAIN`); once the least-power
-mode (every knob at its lowest) reads over the budget, the search stops: every other mode draws more
-(tests/tuning/test_prior.py; BENCHMARKS.md, "Short fine-tunes", counts the minibatches and windows over the budget
+for it: a calibrated prior runs at most one window over the budget. Predictions aim one standard error of a profile
+under the budget (:data:`POWER_GUARD` / :data:`GUARD_Z`); a mode predicted between that and the budget is profiled for
+a gain only when the gain is large (:data:`EDGE_GAIN`). A profile counts as within the budget :data:`GUARD_Z` of its
+own standard errors under it (:func:`is_within`). With nothing within the budget and every mode predicted over it,
+the least-power mode (every knob at its lowest) is profiled; once it reads over the budget, the search stops: every
+other mode draws more (tests/tuning/test_prior.py; BENCHMARKS.md, "Short fine-tunes", counts the minibatches and windows over the budget
 while tuning).
 
 Where the prediction comes from (:func:`prior_for_twin`, :func:`prior_from_rooflines`):
@@ -54,6 +56,7 @@ if TYPE_CHECKING:
     from lightning_edge.twin.sim_workload import SimWorkload
 
 __all__ = ["Prior", "prior_search", "prior_for_twin", "prior_from_rooflines", "DEFAULT_PRIOR_PROFILES", "guarded",
+           "profile_guard", "is_within", "GUARD_Z",
            "POWER_GUARD", "PROFILE_SD", "FIRST_Z", "EXPECTED_GAIN", "EDGE_GAIN", "EXTRA_PROFILES", "EXTRA_GAIN",
            "SPREAD_DISTANCE", "MARGIN_FLOOR", "CALIBRATED_ERROR", "UNCALIBRATED_ERROR"]
 
@@ -79,11 +82,17 @@ PROFILE_SD = 0.003
 10 minibatches once both standard errors are under 1 % (~0.7 %): a budget at its edge needs the longer one
 (docs/tuning.md)."""
 
-POWER_GUARD = PROFILE_SD
+GUARD_Z = 2.0
+"""A prior-guided search counts a profile as within the budget when it is at least this many of its standard errors
+under it (:func:`profile_guard`)."""
+
+POWER_GUARD = GUARD_Z * PROFILE_SD
 """A prior aims at the budget's edge, where a profile's noise decides: a prior-guided search counts a profile as
-within the budget, and answers with it, only when it is at least this much (relative) under the budget (one
-standard error, :data:`PROFILE_SD`), so that a mode whose true power is just over the budget is not taken for one
-within it. ``GMD(power_guard=)`` takes another."""
+within the budget, and answers with it, only when it is at least :data:`GUARD_Z` standard errors under it, so that a
+mode whose true power is just over the budget is not taken for one within it: this much (relative) for a profile
+that does not say its standard error (two of :data:`PROFILE_SD`), that many of its own for one that does
+(:func:`profile_guard`; a window at the budget's edge is measured longer, ``WindowSpec.edge_steps``, and its guard
+is smaller). ``GMD(power_guard=)`` takes another (in the same units: 0 turns it off)."""
 
 FIRST_Z = 1.0
 """Until a profile is within the budget, the search profiles the predicted fastest mode whose predicted power raised
@@ -98,8 +107,9 @@ times the probability that the mode is within the budget (over the uncertainty o
 largest is below this (0.2 %)."""
 
 EDGE_GAIN = 0.03
-"""What a profile must be expected to gain (relative time) to be spent on a mode predicted inside the guard
-(:data:`POWER_GUARD`: within the budget, but too close to it to be an answer unless it reads lower): such a mode may
+"""What a profile must be expected to gain (relative time) to be spent on a mode predicted between the budget and one
+standard error of a profile under it (:data:`POWER_GUARD` / :data:`GUARD_Z`: within the budget, but too close to it
+to be an answer unless it reads lower): such a mode may
 read over the budget, and only a large gain is worth that window. A mode predicted over the budget itself is never
 profiled for a gain."""
 
@@ -218,16 +228,23 @@ def prior_search(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Poi
     but never less than what the last corrected prediction missed by), then, among the modes predicted within the
     budget, the mode of the largest expected gain over the best profiled mode within it (:data:`EXPECTED_GAIN`; a gain
     counts beyond ``min_gain``, relative), until none is left or ``limit`` points were profiled in ``ctx`` (then up to
-    ``extra`` more, :data:`EXTRA_PROFILES`, while one promises :data:`EXTRA_GAIN`). "Within the budget" is ``guard``
-    (:data:`POWER_GUARD`, relative) under it. Without a stated uncertainty every prediction is taken at its word: the
+    ``extra`` more, :data:`EXTRA_PROFILES`, while one promises :data:`EXTRA_GAIN`). A prediction is "within the
+    budget" ``guard / GUARD_Z`` (relative) under it, a profile :func:`is_within` (``guard`` in its own standard errors).
+    Without a stated uncertainty every prediction is taken at its word: the
     fastest mode predicted within the budget and faster than the best one. Returns the number profiled."""
     trace = [] if trace is None else trace
     measured: dict[int, tuple[float, float]] = dict(prior.measured)
+    # where a prediction aims: one standard error of a 40-minibatch profile under the budget (a profile there, at the
+    # budget's edge, is measured longer and held to its own noise: is_within)
+    limit_w = guarded(p_hat, guard / GUARD_Z)
+    ok_at = {i for i, (_, pw) in measured.items() if pw <= guarded(p_hat, guard)}  # the profiles counted within
     for p, r in ctx.results.items():  # anything this search already knows corrects the prediction too
         if p.kind == "train":
-            measured[grid.flat(grid.index(p.mode))] = (r.time_s, r.power_w)
-    limit_w = guarded(p_hat, guard)
-    best_t = min((t for t, pw in measured.values() if pw <= limit_w), default=np.inf)
+            i = grid.flat(grid.index(p.mode))
+            measured[i] = (r.time_s, r.power_w)
+            if is_within(r, p_hat, guard):
+                ok_at.add(i)
+    best_t = min((measured[i][0] for i in ok_at), default=np.inf)
     missed = 0.0  # how much the last corrected prediction profiled was low in power (relative)
     n = 0
     n_max = limit + max(int(extra), 0)
@@ -262,8 +279,8 @@ def prior_search(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Poi
         if not ok:
             # no mode is predicted faster: with profiles left, step one value up along one knob from the best
             # mode within the budget (the model may miss what that knob does), the least predicted time first
-            j = _climb(grid, measured, limit_w, t, high_w) if np.isfinite(best_t) else \
-                _least_power(measured, limit_w, p)
+            j = _climb(grid, measured, ok_at, limit_w, t, high_w) if np.isfinite(best_t) else \
+                _least_power(measured, limit_w, p, grid.flat(grid.bottom()))
             if j is None:
                 trace.append(("prior-done", len(measured)))
                 break
@@ -273,8 +290,9 @@ def prior_search(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Poi
         if measured and p[j] > 0:
             missed = max(r.power_w / float(p[j]) - 1.0, 0.0)
         measured[j] = (r.time_s, r.power_w)
-        within = r.power_w <= limit_w
+        within = is_within(r, p_hat, guard)
         if within:
+            ok_at.add(j)
             best_t = min(best_t, r.time_s)
         trace.append(("prior", grid.unflat(j), "within" if within else "over", float(t[j]), float(p[j]),
                       round(float(high_w[j] / p[j]) - 1.0, 4)))
@@ -311,26 +329,49 @@ def _expected_gain(t: np.ndarray, sd: np.ndarray, best_t: float) -> np.ndarray:
 
 def guarded(p_hat: float, guard: float = POWER_GUARD) -> float:
     """The power a prior-guided search's profile must be under to count as within the budget ``p_hat``
-    (``guard``: :data:`POWER_GUARD`)."""
+    (``guard``: :data:`POWER_GUARD`) when the profile does not say its own noise (:func:`profile_guard`)."""
     return p_hat * (1.0 - guard)
 
 
-def _least_power(measured: dict[int, tuple[float, float]], p_hat: float, p: np.ndarray,
+def profile_guard(power_rel_sem: float | None, guard: float = POWER_GUARD) -> float:
+    """The guard one profile is held to (relative): ``guard`` as it is when the profile does not say its standard
+    error (a profile stored without it); else ``guard`` counted in :data:`PROFILE_SD` units (:data:`POWER_GUARD`:
+    :data:`GUARD_Z` of them) of the profile's own standard error (``Measurement.power_rel_sem``: a window measured
+    longer at the budget's edge has less noise, and a short one more)."""
+    if power_rel_sem is None or not math.isfinite(power_rel_sem) or power_rel_sem < 0:
+        return guard
+    return min(guard * float(power_rel_sem) / PROFILE_SD, 0.49)
+
+
+def is_within(m: object, p_hat: float, guard: float = POWER_GUARD) -> bool:
+    """A profile (a :class:`~lightning_edge.records.Measurement`) counts as within the budget ``p_hat``: its power is
+    under it by its guard (:func:`profile_guard`)."""
+    pw = float(getattr(m, "power_w", math.nan))
+    return math.isfinite(pw) and pw <= guarded(p_hat, profile_guard(getattr(m, "power_rel_sem", None), guard))
+
+
+def _least_power(measured: dict[int, tuple[float, float]], p_hat: float, p: np.ndarray, bottom: int,
                  slack: float = 0.1) -> int | None:
     """Nothing is within the budget yet and nothing is predicted to be: the unprofiled mode of least corrected
-    predicted power, when that is within ``slack`` of the budget (the prediction may be that far off)."""
+    predicted power, when that is within ``slack`` of the budget (the prediction may be that far off); else the
+    least-power mode itself (``bottom``: every knob at its lowest), unprofiled: if it reads over the budget, so does
+    every other mode and the search stops (:func:`prior_search`); searching down from the top instead (Algorithm
+    1) would run every window over the budget, by up to 74 % in benchmarks/transfer.py."""
     q = p.copy()
     if measured:
         q[np.fromiter(measured, dtype=np.int64)] = np.inf
     j = int(np.argmin(q))
-    return j if q[j] <= p_hat * (1.0 + slack) else None
+    if q[j] <= p_hat * (1.0 + slack):
+        return j
+    return bottom if bottom not in measured else None
 
 
-def _climb(grid: Grid, measured: dict[int, tuple[float, float]], p_hat: float, t: np.ndarray,
+def _climb(grid: Grid, measured: dict[int, tuple[float, float]], ok_at: set[int], p_hat: float, t: np.ndarray,
            p: np.ndarray) -> int | None:
-    """An unprofiled neighbour one value up along one knob of the fastest profiled mode within ``p_hat`` whose
-    corrected predicted power is within it too: the least predicted time, then the least predicted power."""
-    within = [(v[0], i) for i, v in measured.items() if v[1] <= p_hat]  # p_hat: the guarded budget
+    """An unprofiled neighbour one value up along one knob of the fastest profiled mode within the budget (``ok_at``)
+    whose corrected predicted power is within ``p_hat`` (the guarded budget): the least predicted time, then the
+    least predicted power."""
+    within = [(measured[i][0], i) for i in ok_at]
     if not within:
         return None
     base = grid.unflat(min(within)[1])

@@ -67,6 +67,7 @@ import contextlib
 import errno
 import hashlib
 import logging
+import math
 import os
 import socket
 import stat
@@ -176,10 +177,13 @@ def trial_key(kind: str, t: FrozenTrial) -> ProfileKey | None:
 
 
 def trial_measurement(t: FrozenTrial, prefix: str = "") -> Measurement:
-    """The profile of a completed trial: user attributes ``{prefix}time_s``, ``{prefix}power_w`` and ``label``."""
+    """The profile of a completed trial: user attributes ``{prefix}time_s``, ``{prefix}power_w`` and ``label``, and
+    ``{prefix}power_rel_sem`` where the window said it (a value that is not a standard error is left out: unknown)."""
     ua = t.user_attrs
+    se = ua.get(f"{prefix}power_rel_sem")
+    ok = isinstance(se, (int, float)) and not isinstance(se, bool) and math.isfinite(se) and se >= 0
     return Measurement(ua.get(f"{prefix}time_s", t.values[0]), ua.get(f"{prefix}power_w", t.values[1]),
-                       ua.get("label", "measured"))
+                       ua.get("label", "measured"), power_rel_sem=float(se) if ok else None)
 
 
 def trial_kind(t: FrozenTrial) -> str:
@@ -1037,6 +1041,8 @@ class WorkloadProfiles:
         attrs = {"time_s": m.time_s, "power_w": m.power_w, "label": m.label,
                  "provenance": {"host": self.host, "strategy": self.strategy,
                                 "problem": self.problem.describe() if self.problem is not None else ""}}
+        if m.power_rel_sem is not None:
+            attrs["power_rel_sem"] = m.power_rel_sem
         return attrs, constraint_values(self.problem, m.time_s, m.power_w, key.batch_size)
 
     def _record(self, study: optuna.Study, trial: optuna.trial.Trial, tid: int, key: ProfileKey,

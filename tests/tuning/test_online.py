@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 
+import numpy as np
 import pytest
 import torch
 from torch import nn
@@ -77,6 +79,55 @@ def test_window_discards_settling_and_warmup_then_stops_when_stable():
     assert noisy.n == 40 and noisy.complete  # never stable: stops at max_steps
 
 
+def _fill(w: ProfileWindow, mean_w: float, sd: float, steps: int, seed: int = 0) -> None:
+    rng = np.random.default_rng(seed)
+    for i in range(steps):
+        if w.complete:
+            return
+        w.feed(i + 1.0, 1.0, float(mean_w * (1 + sd * rng.standard_normal())))
+
+
+def test_a_window_at_the_budgets_edge_is_measured_longer_and_says_its_noise():
+    """Near the budget a profile's noise decides whether the mode is an answer: a window whose mean power is within
+    EDGE_Z standard errors of the budget goes on past max_steps (up to edge_steps) until it is clearly on one side;
+    one far from it stops as before. Every profile says its power's standard error."""
+    from lightning_edge.tuning.online import EDGE_FACTOR, EDGE_Z
+
+    spec = WindowSpec(settle_s=0.0, warmup_steps=0, min_steps=10, max_steps=40, rel_sem=0.004)
+    assert spec.edge_max_steps == EDGE_FACTOR * 40
+    far = ProfileWindow(0, None, 0.0, 0.0, spec, edge_w=20.0)
+    _fill(far, 18.0, 0.02, 2000)
+    assert far.n <= 40
+    m = far.result("simulated")
+    p = np.asarray(far.powers)
+    assert m.power_rel_sem == pytest.approx(p.std(ddof=1) / math.sqrt(len(p)) / p.mean())
+    at = ProfileWindow(0, None, 0.0, 0.0, spec, edge_w=20.0)
+    _fill(at, 20.0, 0.02, 2000)
+    assert at.n == spec.edge_max_steps  # at the budget itself: never clear, measured to the cap
+    assert at.result("simulated").power_rel_sem < 0.3 * m.power_rel_sem
+    near = ProfileWindow(0, None, 0.0, 0.0, spec, edge_w=20.0)
+    _fill(near, 20.0 * (1 - 0.004), 0.02, 2000, seed=1)  # 0.4 % under: about one 40-step standard error
+    r = near.result("simulated")
+    assert 40 < near.n < spec.edge_max_steps and abs(r.power_w / 20.0 - 1) >= EDGE_Z * r.power_rel_sem
+    off = ProfileWindow(0, None, 0.0, 0.0, WindowSpec(settle_s=0.0, warmup_steps=0, max_steps=40, edge_steps=40),
+                        edge_w=20.0)
+    _fill(off, 20.0, 0.02, 2000)
+    assert off.n == 40  # edge_steps=max_steps: never longer
+    with pytest.raises(ValueError, match="edge_steps"):
+        WindowSpec(max_steps=40, edge_steps=20)
+
+
+def test_a_short_run_does_not_measure_edge_windows_longer():
+    """In a run planned shorter than THOROUGH_AFTER_STEPS every window's minibatches are a share of the run: a window
+    at the edge stops at max_steps there, unless the user asked for edge_steps."""
+    t, _ = make(14.0, store=None, short_run=True)
+    assert t._window_spec().edge_max_steps == FAST.max_steps
+    t, _ = make(14.0, store=None, short_run=True, window=WindowSpec(max_steps=6, min_steps=3, edge_steps=24))
+    assert t._window_spec().edge_max_steps == 24
+    t, _ = make(14.0, store=None)
+    assert t._window_spec().edge_max_steps == 16 * FAST.max_steps
+
+
 def test_bad_window_and_switch_settings_are_clear_errors():
     with pytest.raises(ValueError, match="min_steps"):
         WindowSpec(min_steps=5, max_steps=2)
@@ -114,7 +165,7 @@ def test_budget_change_retunes_from_stored_profiles():
     n_windows = len(t.profiles)
     # 13 W: the least-power mode draws 12.50 W (noise-free), so 12.5 W was feasible only by the luck of the noise
     t.set_power_budget(13.0)
-    run(t, 150)
+    run(t, 400)  # windows at the new budget's edge are measured up to 16 times longer (WindowSpec.edge_steps)
     second = t.solution
     assert second is not None and second.power_w <= 13.0 < first.power_w
     # the stored profiles are reused, never measured again, and the retune measures no more windows than it did
@@ -254,7 +305,7 @@ def test_on_a_real_orin_the_prior_is_the_calibrated_twin_model_of_the_bound_modu
     t = OnlineTuner(16.0, board.controller, real, window=FAST, store=None, fingerprint="tiny")
     t.bind_model(tiny(), (X,))
     t.start()
-    run(t, 80)
+    run(t, 500)  # a window at the budget's edge is measured up to 16 times longer (WindowSpec.edge_steps)
     assert t.prior is not None and "uncalibrated" not in t.prior.source and "Orin AGX twin" in t.prior.source
     assert t.solution is not None and t.summary().profiles_used <= 4
     import json
@@ -278,7 +329,7 @@ def test_on_a_real_orin_the_prior_can_come_from_the_captured_step_cost():
     assert t.wants_board_prior
     t.bind_model(analyze(tiny(), X, training=True), batch_size=int(X.shape[0]))
     t.start()
-    run(t, 80)
+    run(t, 500)  # a window at the budget's edge is measured up to 16 times longer (WindowSpec.edge_steps)
     assert t.prior is not None and "Orin AGX twin" in t.prior.source, t.summary().progress.prior_note
     assert t.solution is not None and t.summary().profiles_used <= 4
     t.close()

@@ -24,7 +24,12 @@ from lightning_edge.tuning._optuna import constraints_of
 from lightning_edge.tuning.backend import MemoryStore, ProfileBackend
 from lightning_edge.tuning.samplers import ALSSampler, GMDSampler
 from lightning_edge.tuning.search import open_backend
-from lightning_edge.tuning.store import default_storage_url, workload_fingerprint
+from lightning_edge.tuning.store import (
+    default_storage_url,
+    trial_key,
+    trial_measurement,
+    workload_fingerprint,
+)
 
 from .workloads import HAND_SPACE, SMALL_SPACE, LinearWorkload, SaturatingWorkload
 
@@ -354,3 +359,27 @@ def test_heartbeat_needs_an_rdb_storage(tmp_path):
     # on by default on an RDB store, off (leases renewed in the claim instead) on a journal file
     assert ProfileStore(f"sqlite:///{tmp_path / 'y.sqlite3'}").heartbeat
     assert not ProfileStore(f"journal://{tmp_path / 'j2.log'}").heartbeat
+
+
+class NoisyWorkload(LinearWorkload):
+    """Profiles that say their power's standard error, as a tuner's windows do (``power_rel_sem``)."""
+
+    def train(self, mode):
+        return super().train(mode).scaled(power_rel_sem=0.0012)
+
+
+def test_a_profiles_standard_error_is_kept_and_a_hostile_one_is_left_out(tmp_path):
+    """A window's standard error decides whether a profile at the budget's edge counts as within it
+    (prior.profile_guard): the store keeps it, and reads back a value that is not a standard error as unknown."""
+    url = f"sqlite:///{tmp_path / 'p.sqlite3'}"
+    GMD().run(TrainingProblem(25.0), SMALL_SPACE, NoisyWorkload(), store=ProfileStore(url), device_model="hand-board")
+    study = ProfileStore(url).study("hand-board", "linear-v1", "train")
+    trials = study.get_trials(states=(TrialState.COMPLETE,))
+    assert len(trials) >= 4 and all(trial_measurement(t).power_rel_sem == pytest.approx(0.0012) for t in trials)
+    looked = ProfileStore(url).bind("hand-board", "linear-v1").lookup(trial_key("train", trials[0]))
+    assert looked is not None and looked.power_rel_sem == pytest.approx(0.0012)
+    for bad in ("0.001", -0.5, float("inf"), True, None):  # written by another tool, or by hand
+        hostile = optuna.trial.create_trial(params={}, distributions={}, values=[0.5, 20.0], user_attrs={
+            "time_s": 0.5, "power_w": 20.0, "label": "measured", "power_rel_sem": bad})
+        m = trial_measurement(hostile)
+        assert m.power_rel_sem is None and m.power_w == 20.0
