@@ -93,6 +93,12 @@ def _planned_steps(trainer: Trainer) -> float | None:
     return n if math.isfinite(n) else None
 
 
+def _planned_int(trainer: Trainer) -> int | None:
+    """The Trainer's planned minibatches as a count (``None`` when it cannot say)."""
+    n = _planned_steps(trainer)
+    return int(n) if n is not None and n >= 0 else None
+
+
 def _planned_long(trainer: Trainer) -> bool:
     """The Trainer plans at least ``THOROUGH_AFTER_STEPS`` minibatches (False when it cannot say)."""
     n = _planned_steps(trainer)
@@ -180,6 +186,8 @@ def _progress_lines(p: TuningProgress) -> list[str]:
     out = [f"  tuning: {p.profiles_done} profiles done of {p.profiles_planned} planned (at most); {per}"]
     if p.tuning_steps is not None:
         out.append(f"  tuning took {p.tuning_steps} minibatches, then training went on in the chosen mode")
+    elif p.stopped:
+        out.append(f"  {p.stopped}")
     elif p.more_steps_needed:
         out.append(f"  tuning did not finish: the run would have needed about {p.more_steps_needed} more "
                    "minibatches (profiles done are kept in the store: a longer or a second run finishes it)")
@@ -318,7 +326,7 @@ class PowerModeTunerMixin:
             fingerprint=c.workload_id, device_model=board.store_key, window=c.window, switch_at=c.switch_at,
             baseline=c.baseline, on_event=self._on_event, prior="auto" if c.prior is True else c.prior,
             thorough=_planned_long(trainer) if c.thorough is None else bool(c.thorough),
-            short_run=_planned_short(trainer) and not c.thorough,
+            short_run=_planned_short(trainer) and not c.thorough, planned_steps=_planned_int(trainer),
             drift_window=c.drift_window, drift_tolerance=c.drift_tolerance, drift_patience=c.drift_patience)
         # a SIGTERM the Trainer caught ends a wait for other processes' profiles at once
         self.tuner.interrupted = lambda: trainer.received_sigterm

@@ -33,6 +33,7 @@ from lightning_edge.tuning.search import (
     BudgetExhausted,
     ExploreSpec,
     Point,
+    ProfilingStopped,
     SearchResult,
     Strategy,
     strategy_named,
@@ -51,7 +52,7 @@ __all__ = [
     "TrainingProblem", "InferenceProblem", "ConcurrentProblem", "Measurement", "ConcurrentMeasurement",
     "Solution", "Workload", "DEFAULT_BATCH_SIZES", "Point", "ExploreSpec", "MemoryStore", "ProfileBackend",
     "SearchResult",
-    "Strategy", "STRATEGIES", "strategy_named", "BudgetExhausted", "ProfileTable", "ProfileStore", "StrategySampler",
+    "Strategy", "STRATEGIES", "strategy_named", "BudgetExhausted", "ProfilingStopped", "ProfileTable", "ProfileStore", "StrategySampler",
     "GMDSampler", "ALSSampler",
 ]
 

@@ -79,6 +79,7 @@ from lightning_edge.tuning.search import (
     MemoryStore,
     Point,
     ProfileKey,
+    ProfilingStopped,
     Result,
     SearchResult,
     Strategy,
@@ -163,6 +164,7 @@ class TuningProgress:
     prior: str | None
     prior_note: str | None
     prior_time_s: float | None
+    stopped: str | None = None  # why profiling stopped before the strategy finished (the run ends first), if it did
 
 
 @dataclass(frozen=True)
@@ -549,6 +551,7 @@ class _OnlineWorkload:
 
 _DONE = object()
 _CANCEL = object()
+_STOP = object()
 
 
 class OnlineTuner:
@@ -591,6 +594,10 @@ class OnlineTuner:
             its prior profiles (``GMD(extra_profiles=0)``: a window there can cost hundreds of its minibatches in
             settling alone) and a window at the budget's edge is not measured longer (``WindowSpec.edge_steps``,
             unless given). ``PowerModeTuner`` sets it when the Trainer says so.
+        planned_steps: the minibatches the run plans (``None``: not known). A profile that would not finish before
+            them (this run's windows took more minibatches on average than are left) is not started: the strategy
+            answers with the best mode profiled (``progress().stopped`` says so). ``PowerModeTuner`` passes the
+            Trainer's.
     """
 
     def __init__(self, problem: TrainingProblem | float, controller: ModeController, meter: StepMeter, *,
@@ -600,7 +607,7 @@ class OnlineTuner:
                  baseline: bool = True, drift_window: int = 20, drift_tolerance: float = 0.03,
                  drift_patience: int = 2, on_event: Callable[[str, dict], None] | None = None,
                  wait_timeout_s: float = 600.0, prior: Prior | str | bool | None = "auto",
-                 thorough: bool = False, short_run: bool = False) -> None:
+                 thorough: bool = False, short_run: bool = False, planned_steps: int | None = None) -> None:
         if not isinstance(problem, TrainingProblem):
             problem = TrainingProblem(float(problem))
         if switch_at not in ("window", "epoch"):
@@ -641,6 +648,11 @@ class OnlineTuner:
         self.prior_setting = prior or None
         self.thorough = bool(thorough)
         self.short_run = bool(short_run)
+        if planned_steps is not None and not (isinstance(planned_steps, int) and planned_steps >= 0):
+            raise ValueError(f"planned_steps is the run's number of minibatches (an int >= 0) or None, got "
+                             f"{planned_steps!r}")
+        self.planned_steps = planned_steps
+        self.stopped_note: str | None = None
         self.prior: Prior | None = None
         self.prior_note: str | None = None  # why there is no prior, when there is none
         self.prior_time_s = 0.0
@@ -837,6 +849,8 @@ class OnlineTuner:
         reply = self._replies.get()
         if reply is _CANCEL:
             raise TuningCancelled(f"the tuner was closed while waiting for the profile of {mode}")
+        if reply is _STOP:
+            raise ProfilingStopped(f"the run ends before a window of {mode} would")
         return reply
 
     # the training thread ----------------------------------------------------------
@@ -887,6 +901,10 @@ class OnlineTuner:
                     raise TimeoutError(f"the tuning strategy gave no request for {self.wait_timeout_s:.0f} s "
                                        "(waiting for another process's profiles?)") from None
         if what == "profile":
+            if self._no_time_for_a_window():
+                self._replies.put(_STOP)  # the strategy answers with what it profiled
+                self._poll(block=True)
+                return
             self._open_window(payload, "strategy")
         elif what is _DONE:
             self._finish(*payload)
@@ -895,6 +913,19 @@ class OnlineTuner:
             if payload is not None:
                 self.error = payload
                 raise RuntimeError(f"power-mode tuning failed: {payload}") from payload
+
+    def _no_time_for_a_window(self) -> bool:
+        """The run ends (``planned_steps``) before one more window would: this run's windows took more minibatches
+        on average (settling, warm-up, measured) than are left. Never before this run's first window."""
+        if self.planned_steps is None or not self.profiles:
+            return False
+        left = self.planned_steps - self.step
+        per = self.progress().minibatches_per_profile
+        if left >= per:
+            return False
+        self.stopped_note = (f"profiling stopped at minibatch {self.step}: {max(left, 0)} left in the run, one profile "
+                             f"takes about {per:.0f}; the answer comes from the profiles done")
+        return True
 
     def _window_spec(self) -> WindowSpec:
         """The windows' spec; in a short run (``short_run``) a window at the budget's edge is not measured longer
@@ -1227,7 +1258,8 @@ class OnlineTuner:
             more += int(self._launch_pending)
         prior = self.prior.source if self.prior is not None else None
         return TuningProgress(done, int(planned), self.baseline, settle, warm, meas, per, estimated, int(more),
-                              self.tuned_at_step, prior, None if prior else self.prior_note, self.prior_time_s)
+                              self.tuned_at_step, prior, None if prior else self.prior_note, self.prior_time_s,
+                              self.stopped_note)
 
     # ------------------------------------------------------------------ checkpointing
     def state_dict(self) -> dict[str, Any]:

@@ -34,6 +34,11 @@ from lightning_edge.tuning.problems import (
 from lightning_edge.tuning.table import ProfileTable
 
 
+class ProfilingStopped(Exception):
+    """Raised by a workload's ``train``/``infer`` when no more profiles can be measured (the run that measures them
+    ends before another window would): :meth:`Strategy.run` answers with what was profiled."""
+
+
 class BudgetExhausted(RuntimeError):
     """A strategy asked for more distinct points than its profiling budget allows (a bug in the strategy)."""
 
@@ -347,7 +352,13 @@ def _profile(strategy: Strategy, gen: Generator, store: Any, workload: Any, work
     """Drive a search generator against the store; returns how many points were newly profiled."""
     profiler = Profiler(workload, store, workload_id=workload_id, device_model=device_model, problem=problem,
                         strategy=strategy.name)
-    drive(gen, profiler)
+    try:
+        drive(gen, profiler)
+    except ProfilingStopped:  # the answer is the best of what was profiled (the strategy's answer())
+        gen.close()
+        trace = getattr(strategy, "last_trace", None)
+        if isinstance(trace, list):
+            trace.append(("profiling-stopped", profiler.new_profiles))
     return profiler.new_profiles
 
 

@@ -128,6 +128,30 @@ def test_a_short_run_does_not_measure_edge_windows_longer():
     assert t._window_spec().edge_max_steps == 16 * FAST.max_steps
 
 
+def test_a_window_that_cannot_finish_before_the_run_ends_is_not_started():
+    """A run that plans fewer minibatches than its next window would take (this run's windows on average): the tuner
+    does not start it; the strategy answers with the best mode profiled and training goes on in it (before, such a
+    run ended still profiling: benchmarks/one_story.py's 1500-minibatch fit, 4 minibatches short of its 4th window)."""
+    quick = dataclasses.replace(FAST, edge_steps=FAST.max_steps)
+    full, _ = make(14.0, store=None, window=quick)
+    full.start()
+    run(full, 60)
+    assert len(full.profiles) > 2 and full.summary().progress.stopped is None
+    t, board = make(14.0, store=None, window=quick, planned_steps=18)
+    original = board.controller.current()
+    t.start()
+    run(t, 18)
+    p = t.summary().progress
+    assert len(t.profiles) == 2 and p.stopped is not None and "profiling stopped" in p.stopped
+    within = [w for w in t.profiles if w["power_w"] <= 14.0]
+    assert t.solution is not None and t.solution.time_s == pytest.approx(min(w["time_s"] for w in within))
+    assert t.tuned_at_step is not None and t.tuned_at_step < 18 and t.records[-1].mode == t.solution.mode
+    t.close()
+    assert board.controller.current() == original
+    with pytest.raises(ValueError, match="planned_steps"):
+        make(14.0, store=None, planned_steps=-5)
+
+
 def test_bad_window_and_switch_settings_are_clear_errors():
     with pytest.raises(ValueError, match="min_steps"):
         WindowSpec(min_steps=5, max_steps=2)

@@ -188,6 +188,11 @@ def test_the_callback_tunes_thoroughly_when_the_trainer_plans_a_long_run():
     assert not _planned_short(SimpleNamespace(estimated_stepping_batches=5000))
     assert not _planned_short(SimpleNamespace(estimated_stepping_batches=float("inf")))
     assert not _planned_short(Unknown())
+    from lightning_edge.lightning.tuner import _planned_int
+
+    assert _planned_int(SimpleNamespace(estimated_stepping_batches=1500)) == 1500
+    assert _planned_int(SimpleNamespace(estimated_stepping_batches=float("inf"))) is None
+    assert _planned_int(Unknown()) is None
 
 
 def test_a_short_run_takes_no_profiles_past_the_priors():

@@ -246,11 +246,11 @@ def test_the_tuner_with_a_transferred_prior_lands_within_3_percent_of_the_oracle
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 38 (open): one run of this pair (ResNet-18 at 45 % of B's highest "
-                   "power) stops at +3.15 % after its 4 profiles; over seeds 0-5 96 of 108 runs land within 3 %, the "
-                   "misses at the budget's edge (the oracle within a profile's noise of the budget) or out of "
-                   "profiles (BENCHMARKS.md, transfer)")
 def test_every_run_of_the_pair_lands_within_3_percent(one_pair):
+    """Issue 38: every run of this pair within 3 % of the oracle. ResNet-18 at 45 % of B's highest power stopped at
+    +3.15 % while a profile's guard was a fixed 0.3 %: the oracle's mode, 0.39 % under the budget, read over it; its
+    window is now measured longer at the budget's edge and held to its own noise. Over seeds 0-5 100 of 108 runs
+    land within 3 %, over the held-out seeds 6-11 96 of 108 (BENCHMARKS.md, transfer)."""
     tr = [r for r in one_pair if r["setting"] == "transferred prior"]
     assert all(r["excess"] <= 3.0 for r in tr), [(r["workload"], round(r["excess"], 2)) for r in tr]
 
