@@ -788,6 +788,7 @@ class OnlineTuner:
         self._replies = queue.Queue()
         self._workload = workload = _OnlineWorkload(self, self.fingerprint or "online", self.device_model)
         scaled = TrainingProblem(self._solve_budget_w(problem.power_budget_w))
+        self.stopped_note = None  # this search's own, if it stops
         self.phase = Phase.WAITING
         strategy = self.strategy
         if self.prior is not None and hasattr(strategy, "with_prior"):
