@@ -94,9 +94,17 @@ def _planned_steps(trainer: Trainer) -> float | None:
 
 
 def _planned_int(trainer: Trainer) -> int | None:
-    """The Trainer's planned minibatches as a count (``None`` when it cannot say)."""
+    """The minibatches this fit has left to run (``None`` when the Trainer cannot say): its planned optimizer steps
+    less those done (a resumed fit), times the minibatches per optimizer step (``accumulate_grad_batches``)."""
     n = _planned_steps(trainer)
-    return int(n) if n is not None and n >= 0 else None
+    if n is None:
+        return None
+    try:
+        done = int(getattr(trainer, "global_step", 0) or 0)
+        acc = int(getattr(trainer, "accumulate_grad_batches", 1) or 1)
+    except (TypeError, ValueError):
+        done, acc = 0, 1
+    return max(int(n) - done, 0) * max(acc, 1)
 
 
 def _planned_long(trainer: Trainer) -> bool:
@@ -186,11 +194,11 @@ def _progress_lines(p: TuningProgress) -> list[str]:
     out = [f"  tuning: {p.profiles_done} profiles done of {p.profiles_planned} planned (at most); {per}"]
     if p.tuning_steps is not None:
         out.append(f"  tuning took {p.tuning_steps} minibatches, then training went on in the chosen mode")
-    elif p.stopped:
-        out.append(f"  {p.stopped}")
     elif p.more_steps_needed:
         out.append(f"  tuning did not finish: the run would have needed about {p.more_steps_needed} more "
                    "minibatches (profiles done are kept in the store: a longer or a second run finishes it)")
+    if p.stopped:
+        out.append(f"  {p.stopped}")
     if p.prior:
         out.append(f"  prior: {p.prior} ({p.prior_time_s:.2f} s); nothing is chosen on a prediction, only on a profile")
     elif p.prior_note:

@@ -55,6 +55,7 @@ Meters
 from __future__ import annotations
 
 import math
+import numbers
 import queue
 import sys
 import threading
@@ -385,7 +386,9 @@ class WindowSpec:
                              f"max_steps={self.max_steps}")
         if not (self.rel_sem > 0):
             raise ValueError(f"rel_sem must be > 0 (e.g. 0.01 for 1 %), got {self.rel_sem!r}")
-        if self.edge_steps is not None and not (isinstance(self.edge_steps, int) and self.edge_steps >= self.max_steps):
+        if self.edge_steps is not None and not (isinstance(self.edge_steps, numbers.Integral)
+                                                and not isinstance(self.edge_steps, bool)
+                                                and self.edge_steps >= self.max_steps):
             raise ValueError(f"edge_steps is a number of minibatches >= max_steps ({self.max_steps}; equal: a window "
                              f"at the budget's edge is not measured longer), or None for {EDGE_FACTOR} x max_steps; got "
                              f"{self.edge_steps!r}")
@@ -420,6 +423,7 @@ class ProfileWindow:
     reswitched: int = 0  # times the tuner switched back to the window's mode after such a move
     _trace: list = field(default_factory=list)  # (start after the switch, time, power) of the discarded steps
     edge_w: float | None = None  # the power budget the profile is checked against: near it, the window goes on
+    _edge_seen: bool = field(default=False, repr=False)
 
     def feed(self, t_end_s: float, time_s: float, power_w: float, trusted: bool = True) -> bool:
         """Add a step; True when the step was measured (not discarded). A step whose power rests on partial or
@@ -496,10 +500,12 @@ class ProfileWindow:
         side of it the mode is on is not known yet."""
         if self.edge_w is None or self.partial or not all(map(math.isfinite, self.powers)):
             return False
+        from lightning_edge.tuning.prior import SEM_FLOOR
+
         p = np.asarray(self.powers)
         se = self._rel_sem(p)
         mean = self._power_mean()
-        return not math.isfinite(se) or abs(mean - self.edge_w) < EDGE_Z * se * mean
+        return not math.isfinite(se) or abs(mean - self.edge_w) < EDGE_Z * max(se, SEM_FLOOR) * mean
 
     @property
     def complete(self) -> bool:
@@ -514,7 +520,11 @@ class ProfileWindow:
         if self.n < self.spec.min_steps:
             return False
         t, p = np.asarray(self.times), np.asarray(self.powers)
-        return self._rel_sem(t) <= self.spec.rel_sem and self._rel_sem(p) <= self.spec.rel_sem and not self.at_edge()
+        if not (self._rel_sem(t) <= self.spec.rel_sem and self._rel_sem(p) <= self.spec.rel_sem):
+            return False
+        # once at the edge, a window goes on to max_steps: no stop on a chance excursion before it either
+        self._edge_seen = self._edge_seen or self.at_edge()
+        return not self._edge_seen
 
     def result(self, label: str) -> Measurement:
         t, p = np.asarray(self.times), np.asarray(self.powers)
@@ -653,10 +663,11 @@ class OnlineTuner:
         self.prior_setting = prior or None
         self.thorough = bool(thorough)
         self.short_run = bool(short_run)
-        if planned_steps is not None and not (isinstance(planned_steps, int) and planned_steps >= 0):
+        if planned_steps is not None and not (isinstance(planned_steps, numbers.Integral)
+                                              and not isinstance(planned_steps, bool) and planned_steps >= 0):
             raise ValueError(f"planned_steps is the run's number of minibatches (an int >= 0) or None, got "
                              f"{planned_steps!r}")
-        self.planned_steps = planned_steps
+        self.planned_steps = None if planned_steps is None else int(planned_steps)
         self.stopped_note: str | None = None
         self.prior: Prior | None = None
         self.prior_note: str | None = None  # why there is no prior, when there is none
@@ -935,10 +946,16 @@ class OnlineTuner:
 
     def _window_spec(self) -> WindowSpec:
         """The windows' spec; in a short run (``short_run``) a window at the budget's edge is not measured longer
-        unless ``edge_steps`` was given: there every window's minibatches are a share of the run."""
+        unless ``edge_steps`` was given: there every window's minibatches are a share of the run; and never past the
+        run's planned end (``planned_steps``, less this run's settling and warm-up per window)."""
         spec = self.window_spec
         if self.short_run and spec.edge_steps is None:
             return replace(spec, edge_steps=spec.max_steps)
+        if self.planned_steps is not None and self.profiles:  # never measured past the run's end
+            p = self.progress()
+            left = int(self.planned_steps - self.step - p.settle_steps - p.warmup_steps)
+            if left < spec.edge_max_steps:
+                return replace(spec, edge_steps=max(spec.max_steps, left))
         return spec
 
     def _open_window(self, mode: PowerMode, reason: str) -> None:
@@ -1015,7 +1032,7 @@ class OnlineTuner:
                 "settled_after_s": win.settled_after_s, "cost_s": win.cost_s, "cost_j": win.cost_j,
                 "remeasured": win.remeasured, "partial_steps": win.partial, "foreign_steps": win.foreign,
                 "reason": win.reason, "within_budget": m.power_w <= self.problem.power_budget_w,
-                "trusted": m.trusted}
+                "trusted": m.trusted, "power_rel_sem": m.power_rel_sem}
         self.profiles.append(info)
         self._window = None
         self.emit(Event.PROFILE, info)
@@ -1293,8 +1310,12 @@ class OnlineTuner:
             for p in self.profiles:
                 if p.get("reason") == "strategy":
                     mode = self.space.coerce(p["mode"])
+                    se = p.get("power_rel_sem")
+                    se = float(se) if isinstance(se, (int, float)) and not isinstance(se, bool) and \
+                        math.isfinite(float(se)) and se >= 0 else None  # a checkpoint is a file: checked
                     self.store.put(ProfileKey("train", mode, None),
-                                   Measurement(float(p["time_s"]), float(p["power_w"]), str(p.get("label", "measured"))))
+                                   Measurement(float(p["time_s"]), float(p["power_w"]), str(p.get("label", "measured")),
+                                               power_rel_sem=se))
 
 
 # ============================================================================================ dry runs

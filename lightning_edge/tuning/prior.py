@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from lightning_edge.twin.sim_workload import SimWorkload
 
 __all__ = ["Prior", "prior_search", "prior_for_twin", "prior_from_rooflines", "DEFAULT_PRIOR_PROFILES", "guarded",
-           "profile_guard", "is_within", "GUARD_Z",
+           "profile_guard", "is_within", "GUARD_Z", "SEM_FLOOR",
            "POWER_GUARD", "PROFILE_SD", "FIRST_Z", "EXPECTED_GAIN", "EDGE_GAIN", "EXTRA_PROFILES", "EXTRA_GAIN",
            "SPREAD_DISTANCE", "MARGIN_FLOOR", "CALIBRATED_ERROR", "UNCALIBRATED_ERROR"]
 
@@ -81,6 +81,11 @@ PROFILE_SD = 0.003
 ``WindowSpec(rel_sem=0.004)`` measures that many) whose readings scatter by about 2 %. The default window stops at
 10 minibatches once both standard errors are under 1 % (~0.7 %): a budget at its edge needs the longer one
 (docs/tuning.md)."""
+
+SEM_FLOOR = PROFILE_SD / 4
+"""The least standard error a profile's power is taken to have (relative; that of 16 x 40 minibatches, the longest
+window at the budget's edge): a sensor whose update period is longer than a step gives consecutive steps the same
+samples, and their scatter then understates the error (identical readings would say 0)."""
 
 GUARD_Z = 2.0
 """A prior-guided search counts a profile as within the budget when it is at least this many of its standard errors
@@ -296,7 +301,8 @@ def prior_search(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Poi
             best_t = min(best_t, r.time_s)
         trace.append(("prior", grid.unflat(j), "within" if within else "over", float(t[j]), float(p[j]),
                       round(float(high_w[j] / p[j]) - 1.0, 4)))
-        if not within and grid.unflat(j) == grid.bottom():
+        if not within and grid.unflat(j) == grid.bottom() and getattr(r, "trusted", True) and \
+                math.isfinite(r.power_w):  # a partial profile (no power) says nothing about the budget
             # the least-power mode is over: every other mode draws more (a board's power rises with every knob),
             # so none is within the budget and profiling more of them only runs over it
             trace.append(("prior-none-within", r.power_w))
@@ -340,7 +346,7 @@ def profile_guard(power_rel_sem: float | None, guard: float = POWER_GUARD) -> fl
     longer at the budget's edge has less noise, and a short one more)."""
     if power_rel_sem is None or not math.isfinite(power_rel_sem) or power_rel_sem < 0:
         return guard
-    return min(guard * float(power_rel_sem) / PROFILE_SD, 0.49)
+    return min(guard * max(float(power_rel_sem), SEM_FLOOR) / PROFILE_SD, 0.49)
 
 
 def is_within(m: object, p_hat: float, guard: float = POWER_GUARD) -> bool:

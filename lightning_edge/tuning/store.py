@@ -181,7 +181,10 @@ def trial_measurement(t: FrozenTrial, prefix: str = "") -> Measurement:
     ``{prefix}power_rel_sem`` where the window said it (a value that is not a standard error is left out: unknown)."""
     ua = t.user_attrs
     se = ua.get(f"{prefix}power_rel_sem")
-    ok = isinstance(se, (int, float)) and not isinstance(se, bool) and math.isfinite(se) and se >= 0
+    try:
+        ok = isinstance(se, (int, float)) and not isinstance(se, bool) and math.isfinite(se) and se >= 0
+    except OverflowError:  # an integer too large for a float
+        ok = False
     return Measurement(ua.get(f"{prefix}time_s", t.values[0]), ua.get(f"{prefix}power_w", t.values[1]),
                        ua.get("label", "measured"), power_rel_sem=float(se) if ok else None)
 

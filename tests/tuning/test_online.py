@@ -116,6 +116,12 @@ def test_a_window_at_the_budgets_edge_is_measured_longer_and_says_its_noise():
     assert off.n == 40  # edge_steps=max_steps: never longer
     with pytest.raises(ValueError, match="edge_steps"):
         WindowSpec(max_steps=40, edge_steps=20)
+    with pytest.raises(ValueError, match="edge_steps"):
+        WindowSpec(max_steps=40, edge_steps=True)
+    assert WindowSpec(max_steps=40, edge_steps=np.int64(80)).edge_max_steps == 80
+    same = ProfileWindow(0, None, 0.0, 0.0, spec, edge_w=20.0)  # identical readings (a slow sensor): still at the edge
+    _fill(same, 20.0 * (1 - 0.001), 0.0, 2000)
+    assert same.n == spec.edge_max_steps
 
 
 def test_a_short_run_does_not_measure_edge_windows_longer():
@@ -144,6 +150,9 @@ def test_a_window_that_cannot_finish_before_the_run_ends_is_not_started():
     run(t, 18)
     p = t.summary().progress
     assert len(t.profiles) == 2 and p.stopped is not None and "profiling stopped" in p.stopped
+    from lightning_edge.lightning.tuner import _progress_lines
+
+    assert any("profiling stopped" in line for line in _progress_lines(p))  # said, though tuning finished
     within = [w for w in t.profiles if w["power_w"] <= 14.0]
     assert t.solution is not None and t.solution.time_s == pytest.approx(min(w["time_s"] for w in within))
     assert t.tuned_at_step is not None and t.tuned_at_step < 18 and t.records[-1].mode == t.solution.mode

@@ -191,6 +191,9 @@ def test_the_callback_tunes_thoroughly_when_the_trainer_plans_a_long_run():
     from lightning_edge.lightning.tuner import _planned_int
 
     assert _planned_int(SimpleNamespace(estimated_stepping_batches=1500)) == 1500
+    # optimizer steps, less those a resumed fit did, in minibatches
+    assert _planned_int(SimpleNamespace(estimated_stepping_batches=1500, global_step=100,
+                                        accumulate_grad_batches=4)) == 5600
     assert _planned_int(SimpleNamespace(estimated_stepping_batches=float("inf"))) is None
     assert _planned_int(Unknown()) is None
 
@@ -405,6 +408,10 @@ def test_a_profile_is_held_to_its_own_noise(bert):
 
     assert POWER_GUARD == pytest.approx(GUARD_Z * PROFILE_SD) and profile_guard(None) == POWER_GUARD
     assert profile_guard(0.001) == pytest.approx(GUARD_Z * 0.001) and profile_guard(0.001, guard=0.0) == 0.0
+    # a sensor slower than the steps repeats its samples: their scatter never makes the guard smaller than SEM_FLOOR's
+    from lightning_edge.tuning.prior import SEM_FLOOR
+
+    assert profile_guard(0.0) == pytest.approx(GUARD_Z * SEM_FLOOR)
     truth = bert.sweep("train", modes=SPACE.to_numpy())
     t, p = np.asarray(truth.time_s), np.asarray(truth.power_w)
     i = int(np.argmin(np.where(p <= 27.0, t, np.inf)))

@@ -378,7 +378,7 @@ def test_a_profiles_standard_error_is_kept_and_a_hostile_one_is_left_out(tmp_pat
     assert len(trials) >= 4 and all(trial_measurement(t).power_rel_sem == pytest.approx(0.0012) for t in trials)
     looked = ProfileStore(url).bind("hand-board", "linear-v1").lookup(trial_key("train", trials[0]))
     assert looked is not None and looked.power_rel_sem == pytest.approx(0.0012)
-    for bad in ("0.001", -0.5, float("inf"), True, None):  # written by another tool, or by hand
+    for bad in ("0.001", -0.5, float("inf"), True, None, 10 ** 400):  # written by another tool, or by hand
         hostile = optuna.trial.create_trial(params={}, distributions={}, values=[0.5, 20.0], user_attrs={
             "time_s": 0.5, "power_w": 20.0, "label": "measured", "power_rel_sem": bad})
         m = trial_measurement(hostile)
