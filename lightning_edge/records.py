@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     from lightning_edge.devices.sampler import ReadingQuality
     from lightning_edge.modes import PowerMode
 
-__all__ = ["Measurement", "LABELS", "merge", "settled", "over_budget", "OverBudget", "OVER_BLOCK", "OVER_TOLERANCE"]
+__all__ = ["Measurement", "LABELS", "merge", "settled", "over_budget", "OverBudget", "OVER_BLOCK", "OVER_TOLERANCE",
+           "as_rel_sem"]
 
 #: how a number was obtained
 LABELS = ("measured", "apportioned", "estimated", "simulated", "extrapolated")
@@ -153,6 +154,18 @@ class Measurement:
     def scaled(self, **changes: Any) -> Measurement:
         """A copy with fields changed (``dataclasses.replace``)."""
         return replace(self, **changes)
+
+
+def as_rel_sem(value: object) -> float | None:
+    """A ``power_rel_sem`` read back from a file (a profile store's attribute, a checkpoint): the number when it is a
+    relative standard error (a finite int or float >= 0, not a bool), else ``None`` (not known)."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        se = float(value)
+    except OverflowError:  # an integer too large for a float
+        return None
+    return se if math.isfinite(se) and se >= 0 else None
 
 
 def merge(ms: Iterable[Measurement], *, label: str | None = None,

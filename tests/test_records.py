@@ -84,3 +84,11 @@ def test_a_window_may_say_its_powers_standard_error_and_a_merge_does_not_make_on
     for bad in (-0.1, math.nan, math.inf):
         with pytest.raises(ValueError, match="power_rel_sem"):
             Measurement(0.5, 20.0, power_rel_sem=bad)
+
+
+def test_a_standard_error_read_from_a_file_is_checked():
+    """One check for a store's attribute and a checkpoint's field: a number that is not a standard error is unknown."""
+    from lightning_edge.records import as_rel_sem
+
+    assert as_rel_sem(0.002) == 0.002 and as_rel_sem(0) == 0.0
+    assert [as_rel_sem(v) for v in ("0.1", -0.1, math.nan, math.inf, True, None, 10 ** 400)] == [None] * 7

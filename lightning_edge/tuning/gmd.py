@@ -69,7 +69,6 @@ from lightning_edge.tuning.prior import (
     EXTRA_PROFILES,
     POWER_GUARD,
     Prior,
-    guarded,
     is_within,
     prior_search,
 )
@@ -460,13 +459,11 @@ class GMD(Strategy):
         res = super().answer(ctx, problem, space, new_profiles)
         if self.prior is None or not isinstance(problem, TrainingProblem) or res.table is None or not len(res.table):
             return res
+        # the table's rows are ctx's training profiles, in order (ctx.table): each held to its own guard
+        rows = [r for p, r in ctx.results.items() if p.kind == "train"]
         a = res.table.assess(problem)
-        rows = [r for p, r in ctx.results.items() if p.kind == "train"]  # the table's rows, in its order
-        if len(rows) == len(res.table):  # each profile held to its own guard (its noise: profile_guard)
-            a = a._replace(feasible=a.feasible & np.array([is_within(r, problem.power_budget_w, self.power_guard)
-                                                           for r in rows], dtype=bool))
-        else:
-            a = res.table.assess(TrainingProblem(guarded(problem.power_budget_w, self.power_guard)))
+        a = a._replace(feasible=a.feasible & np.array([is_within(r, problem.power_budget_w, self.power_guard)
+                                                       for r in rows], dtype=bool))
         i = best_index(a)
         if i is not None:
             res.solution = res.table.solution_at(problem, i)

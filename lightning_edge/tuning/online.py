@@ -73,8 +73,9 @@ from lightning_edge.devices.board import store_key_for
 from lightning_edge.devices.controllers.errors import BoardReleasedError
 from lightning_edge.devices.meter import JETSON_SETTLE_S, StepMeter, TwinMeter
 from lightning_edge.modes import KNOBS, ModeLike, PowerMode, PowerModeSpace
-from lightning_edge.records import OverBudget, over_budget, settled
+from lightning_edge.records import OverBudget, as_rel_sem, over_budget, settled
 from lightning_edge.tuning.gmd import GMD
+from lightning_edge.tuning.prior import SEM_FLOOR
 from lightning_edge.tuning.problems import Measurement, Problem, Solution, TrainingProblem
 from lightning_edge.tuning.search import (
     MemoryStore,
@@ -500,8 +501,6 @@ class ProfileWindow:
         side of it the mode is on is not known yet."""
         if self.edge_w is None or self.partial or not all(map(math.isfinite, self.powers)):
             return False
-        from lightning_edge.tuning.prior import SEM_FLOOR
-
         p = np.asarray(self.powers)
         se = self._rel_sem(p)
         mean = self._power_mean()
@@ -1310,12 +1309,9 @@ class OnlineTuner:
             for p in self.profiles:
                 if p.get("reason") == "strategy":
                     mode = self.space.coerce(p["mode"])
-                    se = p.get("power_rel_sem")
-                    se = float(se) if isinstance(se, (int, float)) and not isinstance(se, bool) and \
-                        math.isfinite(float(se)) and se >= 0 else None  # a checkpoint is a file: checked
                     self.store.put(ProfileKey("train", mode, None),
                                    Measurement(float(p["time_s"]), float(p["power_w"]), str(p.get("label", "measured")),
-                                               power_rel_sem=se))
+                                               power_rel_sem=as_rel_sem(p.get("power_rel_sem"))))
 
 
 # ============================================================================================ dry runs

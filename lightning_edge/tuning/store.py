@@ -67,7 +67,6 @@ import contextlib
 import errno
 import hashlib
 import logging
-import math
 import os
 import socket
 import stat
@@ -88,6 +87,7 @@ from optuna.trial import FrozenTrial, TrialState
 from lightning_edge.catalog.storekey import StoreKey
 from lightning_edge.devices.safety import redact_url
 from lightning_edge.modes import KNOBS, PowerMode
+from lightning_edge.records import as_rel_sem
 from lightning_edge.tuning._optuna import create_trial, set_constraints
 from lightning_edge.tuning.backend import MemoryStore, ProfileBackend, ProfileKey
 from lightning_edge.tuning.problems import Measurement, Problem, Workload
@@ -180,13 +180,8 @@ def trial_measurement(t: FrozenTrial, prefix: str = "") -> Measurement:
     """The profile of a completed trial: user attributes ``{prefix}time_s``, ``{prefix}power_w`` and ``label``, and
     ``{prefix}power_rel_sem`` where the window said it (a value that is not a standard error is left out: unknown)."""
     ua = t.user_attrs
-    se = ua.get(f"{prefix}power_rel_sem")
-    try:
-        ok = isinstance(se, (int, float)) and not isinstance(se, bool) and math.isfinite(se) and se >= 0
-    except OverflowError:  # an integer too large for a float
-        ok = False
     return Measurement(ua.get(f"{prefix}time_s", t.values[0]), ua.get(f"{prefix}power_w", t.values[1]),
-                       ua.get("label", "measured"), power_rel_sem=float(se) if ok else None)
+                       ua.get("label", "measured"), power_rel_sem=as_rel_sem(ua.get(f"{prefix}power_rel_sem")))
 
 
 def trial_kind(t: FrozenTrial) -> str:
