@@ -75,7 +75,7 @@ from lightning_edge.devices.meter import JETSON_SETTLE_S, StepMeter, TwinMeter
 from lightning_edge.modes import KNOBS, ModeLike, PowerMode, PowerModeSpace
 from lightning_edge.records import OverBudget, as_rel_sem, over_budget, settled
 from lightning_edge.tuning.gmd import GMD
-from lightning_edge.tuning.prior import SEM_FLOOR
+from lightning_edge.tuning.prior import SEM_FLOOR, widened_sem
 from lightning_edge.tuning.problems import Measurement, Problem, Solution, TrainingProblem
 from lightning_edge.tuning.search import (
     MemoryStore,
@@ -331,9 +331,9 @@ MAX_RESWITCHES = 3
 
 EDGE_Z = 3.0
 """A profiling window whose mean power is within this many of its standard errors of the power budget is measured
-on (``WindowSpec.edge_steps``): which side of the budget the mode is on is not known yet. One more than the guard a
-prior-guided search holds a profile to (:data:`~lightning_edge.tuning.prior.GUARD_Z`), so that a profile near that
-line is a long one."""
+on (``WindowSpec.edge_steps``): which side of the budget the mode is on is not known yet. The guard a prior-guided
+search holds a profile to (:data:`~lightning_edge.tuning.prior.GUARD_Z`, 3): a window that stops before its longest
+is either within the guard or as far over the budget."""
 
 EDGE_FACTOR = 16
 """A window at the budget's edge measures up to this many times ``WindowSpec.max_steps`` (``edge_steps=None``): 640
@@ -501,10 +501,14 @@ class ProfileWindow:
         side of it the mode is on is not known yet."""
         if self.edge_w is None or self.partial or not all(map(math.isfinite, self.powers)):
             return False
-        p = np.asarray(self.powers)
-        se = self._rel_sem(p)
+        se = self._power_sem()
         mean = self._power_mean()
         return not math.isfinite(se) or abs(mean - self.edge_w) < EDGE_Z * max(se, SEM_FLOOR) * mean
+
+    def _power_sem(self) -> float:
+        """The mean power's relative standard error from the steps' scatter, widened for few steps
+        (:func:`~lightning_edge.tuning.prior.widened_sem`): what the budget's edge and the guard are judged on."""
+        return widened_sem(self._rel_sem(np.asarray(self.powers)), self.n)
 
     @property
     def complete(self) -> bool:
@@ -526,13 +530,13 @@ class ProfileWindow:
         return not self._edge_seen
 
     def result(self, label: str) -> Measurement:
-        t, p = np.asarray(self.times), np.asarray(self.powers)
+        t = np.asarray(self.times)
         if self.partial:
             # built on readings that missed a rail or had one rejected (a rail unplugged, labels swapped): the power
             # is not the board's. Never a number a budget is checked against: no power, untrusted, labelled so (the
             # strategy leaves the mode out; the store keeps the row's label and measures it again next time)
             return Measurement(float(t.mean()), math.nan, f"{label} (partial)", trusted=False)
-        se = self._rel_sem(p)
+        se = self._power_sem()
         return Measurement(float(t.mean()), self._power_mean(), label, power_rel_sem=se if math.isfinite(se) else None)
 
 

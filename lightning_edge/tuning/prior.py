@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from lightning_edge.twin.sim_workload import SimWorkload
 
 __all__ = ["Prior", "prior_search", "prior_for_twin", "prior_from_rooflines", "DEFAULT_PRIOR_PROFILES", "guarded",
-           "profile_guard", "is_within", "GUARD_Z", "SEM_FLOOR",
+           "profile_guard", "is_within", "widened_sem", "GUARD_Z", "SEM_FLOOR",
            "POWER_GUARD", "PROFILE_SD", "FIRST_Z", "EXPECTED_GAIN", "EDGE_GAIN", "EXTRA_PROFILES", "EXTRA_GAIN",
            "SPREAD_DISTANCE", "MARGIN_FLOOR", "CALIBRATED_ERROR", "UNCALIBRATED_ERROR"]
 
@@ -87,15 +87,17 @@ SEM_FLOOR = PROFILE_SD / 4
 window at the budget's edge): a sensor whose update period is longer than a step gives consecutive steps the same
 samples, and their scatter then understates the error (identical readings would say 0)."""
 
-GUARD_Z = 2.0
+GUARD_Z = 3.0
 """A prior-guided search counts a profile as within the budget when it is at least this many of its standard errors
-under it (:func:`profile_guard`)."""
+under it (:func:`profile_guard`): a mode whose true power is at the budget then reads within it once in 740 profiles
+(one-sided normal), not once in 44 as with 2. With 2, benchmarks/transfer.py (held-out seeds 6-11) chose a mode 0.05 %
+over the budget, read 3.2 standard errors low by a 640-minibatch window at the budget's edge."""
 
 POWER_GUARD = GUARD_Z * PROFILE_SD
 """A prior aims at the budget's edge, where a profile's noise decides: a prior-guided search counts a profile as
 within the budget, and answers with it, only when it is at least :data:`GUARD_Z` standard errors under it, so that a
 mode whose true power is just over the budget is not taken for one within it: this much (relative) for a profile
-that does not say its standard error (two of :data:`PROFILE_SD`), that many of its own for one that does
+that does not say its standard error (:data:`GUARD_Z` of :data:`PROFILE_SD`: 0.9 %), that many of its own for one that does
 (:func:`profile_guard`; a window at the budget's edge is measured longer, ``WindowSpec.edge_steps``, and its guard
 is smaller). ``GMD(power_guard=)`` takes another (in the same units: 0 turns it off)."""
 
@@ -109,7 +111,9 @@ EXPECTED_GAIN = 0.002
 """Once a profile is within the budget, the search profiles the mode of the largest expected gain: the expected
 shortening of the best time within the budget (relative, over the prediction's uncertainty of the mode's time)
 times the probability that the mode is within the budget (over the uncertainty of its power); it stops when the
-largest is below this (0.2 %)."""
+largest is below this (0.2 %). Away from the profiles, a time is taken to be uncertain by at least what the last
+profile's corrected prediction missed its time by: a model that was 10 % off in one mode may be as far off in the
+next (benchmarks/transfer.py: MobileNetV2 on a board whose core count and GPU clock trade otherwise than A's)."""
 
 EDGE_GAIN = 0.03
 """What a profile must be expected to gain (relative time) to be spent on a mode predicted between the budget and one
@@ -251,6 +255,7 @@ def prior_search(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Poi
                 ok_at.add(i)
     best_t = min((measured[i][0] for i in ok_at), default=np.inf)
     missed = 0.0  # how much the last corrected prediction profiled was low in power (relative)
+    missed_t = 0.0  # how far off in time it was (the absolute log of measured / predicted)
     n = 0
     n_max = limit + max(int(extra), 0)
     while ctx.used < n_max and ctx.left >= 1:
@@ -271,6 +276,8 @@ def prior_search(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Poi
         safe = (high_w <= limit_w) & ~done
         if np.isfinite(best_t):  # the largest expected gain over the best within the budget
             # (among the modes predicted within it: a mode predicted over is never profiled for a gain)
+            # a time the model missed by this much before may be missed as much again away from the profiles
+            sd_t = np.where(done, sd_t, np.maximum(sd_t, missed_t))
             gain = _expected_gain(t, sd_t, best_t * (1.0 - min_gain)) * _probability_within(p, sd_p, limit_w)
             gain[(p > p_hat) | done | ((p > limit_w) & (gain < EDGE_GAIN))] = 0.0
             j = int(np.argmax(gain))
@@ -294,6 +301,8 @@ def prior_search(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Poi
         n += 1
         if measured and p[j] > 0:
             missed = max(r.power_w / float(p[j]) - 1.0, 0.0)
+            if r.time_s > 0 and math.isfinite(r.time_s):
+                missed_t = abs(math.log(r.time_s / float(t[j])))
         measured[j] = (r.time_s, r.power_w)
         within = is_within(r, p_hat, guard)
         if within:
@@ -347,6 +356,19 @@ def profile_guard(power_rel_sem: float | None, guard: float = POWER_GUARD) -> fl
     if power_rel_sem is None or not math.isfinite(power_rel_sem) or power_rel_sem < 0:
         return guard
     return min(guard * max(float(power_rel_sem), SEM_FLOOR) / PROFILE_SD, 0.49)
+
+
+def widened_sem(rel_sem: float, n: int) -> float:
+    """A standard error estimated from the scatter of ``n`` readings, widened so that :data:`GUARD_Z` of it is as safe
+    as :data:`GUARD_Z` true standard errors: times Student's t quantile with ``n - 1`` degrees of freedom at the
+    guard's level over :data:`GUARD_Z` (1.4 for 10 readings, 1.07 for 40, 1.003 for 640; infinite for fewer than 2).
+    Few readings may scatter less than the sensor does by chance (10 readings of a 2 % noise once said 0.7 %, and a
+    mode 0.3 % over the budget counted as within it: benchmarks/autotune.py, MobileNetV3 at 20 W, seed 2)."""
+    from scipy.special import ndtr, stdtrit
+
+    if n < 2 or not math.isfinite(rel_sem):
+        return math.inf
+    return float(rel_sem) * float(stdtrit(n - 1, ndtr(GUARD_Z))) / GUARD_Z
 
 
 def is_within(m: object, p_hat: float, guard: float = POWER_GUARD) -> bool:

@@ -13,6 +13,8 @@ from lightning_edge.tuning import GMD, Exhaustive, TrainingProblem
 from lightning_edge.tuning.als import ALS
 from lightning_edge.tuning.online import ProfileWindow, WindowSpec
 from lightning_edge.tuning.prior import (
+    DEFAULT_PRIOR_PROFILES,
+    EXTRA_PROFILES,
     FIRST_Z,
     GUARD_Z,
     POWER_GUARD,
@@ -55,7 +57,8 @@ def test_gmd_from_the_prior_needs_few_profiles_and_returns_only_profiled_modes(b
         g = GMD(prior=bert_prior)
         res = g.run(TrainingProblem(budget), SPACE, SimWorkload("bert_base", train_batch_size=16, seed=3), store=None)
         sol = res.solution
-        assert sol is not None and res.profiles_used <= 4
+        # at most the prior's 4 and its 2 extra ones (a large expected gain: this prior was off in time by up to 8 %)
+        assert sol is not None and res.profiles_used <= DEFAULT_PRIOR_PROFILES + EXTRA_PROFILES < 10
         assert any(p.mode == sol.mode for p in res.visited) and sol.power_w <= budget  # profiled, within (as measured)
         assert bert.expected("train", sol.mode)[0] <= oracle.time_s * 1.05
         assert g.last_trace[0][0] == "prior"  # it started from the prediction, not from the midpoint
@@ -165,7 +168,7 @@ def test_thorough_goes_on_with_algorithm_1_and_answers_the_best_of_both(bert_pri
     w = SimWorkload("bert_base", train_batch_size=16, noise=False)
     quick = GMD(prior=bert_prior).run(TrainingProblem(30.0), SPACE, w, store=None)
     full = GMD(prior=bert_prior, prior_then_search=True).run(TrainingProblem(30.0), SPACE, w, store=None)
-    assert quick.profiles_used <= 4 < full.profiles_used <= 14
+    assert quick.profiles_used <= DEFAULT_PRIOR_PROFILES + EXTRA_PROFILES < full.profiles_used <= 14
     assert full.solution.time_s <= quick.solution.time_s  # everything profiled is a candidate
     assert GMD().with_prior(bert_prior, then_search=True).prior_then_search
 
@@ -415,7 +418,7 @@ def test_a_profile_is_held_to_its_own_noise(bert):
     truth = bert.sweep("train", modes=SPACE.to_numpy())
     t, p = np.asarray(truth.time_s), np.asarray(truth.power_w)
     i = int(np.argmin(np.where(p <= 27.0, t, np.inf)))
-    budget = float(p[i]) / (1 - 1.5 * PROFILE_SD)  # mode i 0.45 % under it: inside the 0.6 % guard
+    budget = float(p[i]) / (1 - 1.5 * PROFILE_SD)  # mode i 0.45 % under it: inside the 0.9 % guard
     mode_i = SPACE.coerce(SPACE.to_numpy()[i].tolist())
     prior = Prior(SPACE, t, p * 0.99, "1 % low: it aims at that mode first")
     chosen = {}
@@ -427,6 +430,58 @@ def test_a_profile_is_held_to_its_own_noise(bert):
         assert res.solution is None or is_within(res.results[next(pt for pt in res.visited
                                                                   if pt.mode == res.solution.mode)], budget)
     assert chosen[0.001] == mode_i and chosen[None] != mode_i and chosen[0.006] != mode_i
+
+
+def test_a_model_that_missed_a_time_is_not_trusted_as_closely_for_the_next():
+    """After a profile showed the corrected prediction 16 % off in time, a mode predicted slower than the best is
+    worth a profile: the next pick takes the prediction's error to be at least that miss. Was: every unprofiled
+    mode kept the prior's 1 % and the search climbed the best mode's neighbours, answering a mode 13 % slower than
+    one it never profiled (benchmarks/transfer.py: MobileNetV2 on a board whose core count and GPU clock trade
+    otherwise than the source board's)."""
+    from lightning_edge.records import Measurement
+    from lightning_edge.tuning.search import Grid
+
+    grid = Grid.of(SPACE)
+    n = SPACE.size
+    p = 10.0 + np.linspace(0, 5, n)  # every mode within a 30 W budget: time alone decides
+    a_i = n // 2
+    a = grid.index(SPACE.mode_at(a_i))
+    c_i = SPACE.index(grid.mode(a[:3] + (a[3] + 1,)))  # where the search climbs first from a
+    o_i = SPACE.index(grid.mode((a[0], a[1] + 2, a[2], a[3] + 1)))  # the fastest mode, predicted slower
+    t = np.full(n, 2.3)
+    t[[a_i, c_i, o_i]] = 1.7, 1.95, 1.5
+    pred = t / 1.172  # the model is 15 % fast everywhere (a bias: the first profile's correction removes it) ...
+    pred[[a_i, c_i, o_i]] = 1.45, 2.3 / 1.172, 1.75  # ... and wrong at c and o
+
+    class Designed:
+        fingerprint = "designed"
+
+        def train(self, mode):
+            i = SPACE.index(mode)
+            return Measurement(float(t[i]), float(p[i]), "simulated", power_rel_sem=0.001)
+
+    g = GMD(prior=Prior(SPACE, pred, p, "wrong in time at two modes", time_sd=0.01, power_sd=0.01))
+    res = g.run(TrainingProblem(30.0), SPACE, Designed(), store=None)
+    picks = [e[1] for e in g.last_trace if e[0] == "prior"]
+    assert picks[:2] == [a, grid.index(SPACE.mode_at(c_i))]  # the first pick, then the climb that showed the miss
+    assert picks[2] == grid.index(SPACE.mode_at(o_i)) and res.solution.mode == SPACE.mode_at(o_i)
+
+
+def test_a_mode_at_the_budget_is_an_answer_once_in_hundreds_of_profiles():
+    """GUARD_Z: a profile counts as within the budget 3 of its own standard errors under it. With 2, a mode whose
+    true power is at the budget read within it once in 44 profiles, and benchmarks/transfer.py (held-out seed 7,
+    orin-nx-16gb -> orin-nano-8gb, ResNet-18 at 60 %) answered with a mode 0.05 % over the budget: a 640-minibatch
+    window at the budget's edge read it 3.2 standard errors low (11.1577 W, 0.081 %, against 11.1799 W)."""
+    from lightning_edge.records import Measurement
+    from lightning_edge.tuning.prior import is_within
+
+    rng = np.random.default_rng(0)
+    se = 0.0008
+    reads = 20.0 * (1 + se * rng.standard_normal(8000))  # a mode at the budget, profiled 8000 times
+    taken = np.mean([is_within(Measurement(0.25, float(r), "simulated", power_rel_sem=se), 20.0) for r in reads])
+    assert taken < 0.004
+    assert not is_within(Measurement(0.2512, 11.1577, "simulated", power_rel_sem=0.00081), 11.1799)
+    assert is_within(Measurement(0.2512, 11.1799 * (1 - 3.05 * 0.00081), "simulated", power_rel_sem=0.00081), 11.1799)
 
 
 def test_a_prior_that_puts_every_mode_over_the_budget_profiles_the_least_power_mode_first(bert):
