@@ -10,7 +10,7 @@ from pathlib import Path
 
 HERE = Path(__file__).parent
 ORDER = ["analyze_speed", "twin_validation", "twin_sweep", "overhead", "overhead_fit", "sensor_checks",
-         "fulcrum_eval", "autotune", "autotune_prior", "one_story", "calibration", "transfer", "transfer_heldout", "store_field", "interleaving",
+         "fulcrum_eval", "autotune", "autotune_prior", "one_story", "calibration", "transfer", "transfer_heldout", "transfer_fresh", "store_field", "interleaving",
          "latency_models"]
 
 HEADER = """# Benchmarks

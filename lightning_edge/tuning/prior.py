@@ -113,7 +113,9 @@ shortening of the best time within the budget (relative, over the prediction's u
 times the probability that the mode is within the budget (over the uncertainty of its power); it stops when the
 largest is below this (0.2 %). Away from the profiles, a time is taken to be uncertain by at least what the last
 profile's corrected prediction missed its time by: a model that was 10 % off in one mode may be as far off in the
-next (benchmarks/transfer.py: MobileNetV2 on a board whose core count and GPU clock trade otherwise than A's)."""
+next (benchmarks/transfer.py: MobileNetV2 on a board whose core count and GPU clock trade otherwise than A's). Only
+within the search's ``limit``: the :data:`EXTRA_PROFILES` past it are bought by the prior's own expected gain (with
+the miss they were too, and short fine-tunes took 5 profiles at the median instead of 4)."""
 
 EDGE_GAIN = 0.03
 """What a profile must be expected to gain (relative time) to be spent on a mode predicted between the budget and one
@@ -276,8 +278,10 @@ def prior_search(ctx: SearchContext, grid: Grid, point_at: Callable[[tuple], Poi
         safe = (high_w <= limit_w) & ~done
         if np.isfinite(best_t):  # the largest expected gain over the best within the budget
             # (among the modes predicted within it: a mode predicted over is never profiled for a gain)
-            # a time the model missed by this much before may be missed as much again away from the profiles
-            sd_t = np.where(done, sd_t, np.maximum(sd_t, missed_t))
+            # a time the model missed by this much before may be missed as much again away from the profiles (within
+            # the search's own profiles: the extra ones past them stay for a gain the prior itself expects)
+            if not past:
+                sd_t = np.where(done, sd_t, np.maximum(sd_t, missed_t))
             gain = _expected_gain(t, sd_t, best_t * (1.0 - min_gain)) * _probability_within(p, sd_p, limit_w)
             gain[(p > p_hat) | done | ((p > limit_w) & (gain < EDGE_GAIN))] = 0.0
             j = int(np.argmax(gain))

@@ -57,8 +57,7 @@ def test_gmd_from_the_prior_needs_few_profiles_and_returns_only_profiled_modes(b
         g = GMD(prior=bert_prior)
         res = g.run(TrainingProblem(budget), SPACE, SimWorkload("bert_base", train_batch_size=16, seed=3), store=None)
         sol = res.solution
-        # at most the prior's 4 and its 2 extra ones (a large expected gain: this prior was off in time by up to 8 %)
-        assert sol is not None and res.profiles_used <= DEFAULT_PRIOR_PROFILES + EXTRA_PROFILES < 10
+        assert sol is not None and res.profiles_used <= 4
         assert any(p.mode == sol.mode for p in res.visited) and sol.power_w <= budget  # profiled, within (as measured)
         assert bert.expected("train", sol.mode)[0] <= oracle.time_s * 1.05
         assert g.last_trace[0][0] == "prior"  # it started from the prediction, not from the midpoint
