@@ -21,7 +21,8 @@ host_time_s=None, steps=1, samples=None, readings=None, settled=True, power_rel_
   ``host_time_s``: this machine's wall time of it (equal to ``time_s`` unless the numbers are simulated);
 - ``steps``: the steps it covers (1 for a step), ``samples``: the samples they held;
 - ``power_rel_sem``: the relative standard error of ``power_w`` from the scatter of the window's steps (a tuner's
-  profile says it; ``None``: not known, and :func:`merge` does not make one up).
+  profile says it, widened for few steps: :func:`~lightning_edge.tuning.prior.widened_sem`; ``None``: not known,
+  and :func:`merge` does not make one up).
 
 :func:`merge` makes one window of several (sums: an epoch of its steps, a run of one mode); :func:`settled` is one
 mode's figure (its settled windows merged); :func:`over_budget` says what ran over a power budget.

@@ -365,7 +365,7 @@ def profile_guard(power_rel_sem: float | None, guard: float = POWER_GUARD) -> fl
 def widened_sem(rel_sem: float, n: int) -> float:
     """A standard error estimated from the scatter of ``n`` readings, widened so that :data:`GUARD_Z` of it is as safe
     as :data:`GUARD_Z` true standard errors: times Student's t quantile with ``n - 1`` degrees of freedom at the
-    guard's level over :data:`GUARD_Z` (1.4 for 10 readings, 1.07 for 40, 1.003 for 640; infinite for fewer than 2).
+    guard's level over :data:`GUARD_Z` (1.36 for 10 readings, 1.07 for 40, 1.004 for 640; infinite for fewer than 2).
     Few readings may scatter less than the sensor does by chance (10 readings of a 2 % noise once said 0.7 %, and a
     mode 0.3 % over the budget counted as within it: benchmarks/autotune.py, MobileNetV3 at 20 W, seed 2)."""
     from scipy.special import ndtr, stdtrit
