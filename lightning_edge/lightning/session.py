@@ -357,7 +357,9 @@ class EnergySession:
                 self.timer.backward = True
                 region = "(forward)" if stage == "train" else f"({stage})"
                 t0 = self.clock_ns()
-                self.timer.start_step(region, "fwd" if stage == "train" else "other")
+                # the step's label in a running torch.profiler's trace: merge_into aligns on it
+                self.timer.start_step(region, "fwd" if stage == "train" else "other",
+                                      step_label=f"{stage} step {st.batches}")
             else:
                 t0 = self.clock_ns()
             if self.meter is not None:

@@ -57,6 +57,7 @@ from torch.nn.modules.module import register_module_forward_hook, register_modul
 
 from lightning_edge._torchcompat import is_compiling, tree_flatten
 from lightning_edge.cost.nodes import claim_nodes, mark
+from lightning_edge.profiling.trace import mark_step
 
 if TYPE_CHECKING:
     from torch.autograd.graph import Node
@@ -379,8 +380,10 @@ class LayerTimer:
             return self._pool.record()
         return self.clock_ns()
 
-    def start_step(self, region: str = DEFAULT_REGION, phase: str = "other") -> None:
-        """Install the hooks and start a step (prefer ``with timer.step():``)."""
+    def start_step(self, region: str = DEFAULT_REGION, phase: str = "other", step_label: str | None = None) -> None:
+        """Install the hooks and start a step (prefer ``with timer.step():``). ``step_label``: the step's label, left in a
+        running ``torch.profiler``'s trace just before the step's start is read
+        (:func:`~lightning_edge.profiling.trace.mark_step`: a merge aligns on it)."""
         if self._active:
             raise RuntimeError("LayerTimer.start_step(): a step is already being timed; call stop_step() first")
         c0 = time.perf_counter_ns()
@@ -405,6 +408,8 @@ class LayerTimer:
             self._remove_hooks()
             self._active = False
             raise
+        if step_label is not None:
+            mark_step(step_label)
         self._t0 = self._stamp()
         self._regions.append([region, phase, self._t0])
         self._hook_ns += time.perf_counter_ns() - c0

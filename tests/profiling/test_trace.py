@@ -150,6 +150,57 @@ def test_merge_into_a_torch_profiler_trace(tmp_path):
     assert merge_into(path, [(t, e, "again")], epoch_offset_ns=0) == 0  # merged once only
 
 
+def test_a_merge_aligns_on_the_steps_annotations_not_on_the_clocks_offset(tmp_path):
+    """The CI failure of stop 44: this machine's wall clock and perf_counter moved 0.1-0.25 ms apart from one
+    reading to the next, as long as a small layer's span, so our spans missed the convolutions they contain. A step
+    marked while torch.profiler records is placed by its annotation: even with an offset 3 ms wrong, the profiler's
+    linear starts within our first layer's forward; without the annotation the same wrong offset misplaces it."""
+    import time
+
+    import torch
+    from torch import nn
+    from torch.profiler import ProfilerActivity, profile
+
+    from lightning_edge.profiling.hooks import LayerTimer
+    from lightning_edge.profiling.trace import MERGED_PID, STEP_MARK, mark_step, merge_into
+
+    m = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+    timer = LayerTimer(m)
+    x = torch.randn(32, 8)
+    mark_step("train step 0")  # not recording: nothing is left anywhere
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        for i in range(3):  # warm: a profile's first calls and annotations take up to a millisecond (a session's
+            m(x)  # steps are many, and the merge takes the median over them)
+            mark_step(f"warm-up {i}")
+        timer.start_step(step_label="train step 0")
+        m(x).sum().backward()
+        t = timer.stop_step()
+        time.sleep(0.01)
+        m(x)  # the trace goes on 10 ms: a step placed 3 ms late is still in its window, where nothing ran
+    e = attribute_step(t.exclusive(), t.t0_ns, t.t1_ns)
+    wrong = time.time_ns() - time.perf_counter_ns() + 3_000_000
+    exported = tmp_path / "exported.json"
+    prof.export_chrome_trace(str(exported))  # once: torch 2.13 refuses a second export
+    for marked in (True, False):
+        path = tmp_path / f"host_{int(marked)}.pt.trace.json"
+        path.write_text(exported.read_text())
+        doc = json.loads(path.read_text())
+        annotations = [x for x in doc["traceEvents"] if str(x.get("name", "")).startswith(STEP_MARK)]
+        assert [x["name"] for x in annotations][-1:] == [STEP_MARK + "train step 0"] and len(annotations) == 4
+        if not marked:
+            doc["traceEvents"] = [x for x in doc["traceEvents"] if x is not annotations[-1]]
+            path.write_text(json.dumps(doc))
+        assert merge_into(path, [(t, e, "train step 0")], epoch_offset_ns=wrong) > 0
+        doc = json.loads(path.read_text())
+        layer = next(x for x in doc["traceEvents"] if x.get("pid") == MERGED_PID and x["ph"] == "X"
+                     and x["name"] == "0" and x["args"]["phase"] == "fwd")
+        lin = [x for x in doc["traceEvents"] if x.get("cat") == "cpu_op" and x.get("pid") != MERGED_PID
+               and x["name"] == "aten::linear"]
+        inside = [x for x in lin if layer["ts"] <= x["ts"] <= layer["ts"] + layer["dur"]]  # it starts in our span
+        assert bool(inside) == marked, (marked, layer["ts"], layer["dur"], [(x["ts"] - layer["ts"], x["dur"]) for x in lin][-3:])
+        assert ("aligned on our steps' annotations" in json.dumps(doc)) == marked  # our metadata says how
+
+
 def test_a_trace_is_written_whole_or_not_at_all_and_never_through_a_link(tmp_path, monkeypatch):
     """Issue 36's rule for every file the tool writes: a link at the trace's path is refused (its target untouched);
     a write the disk refuses (ENOSPC) leaves the earlier trace whole, not truncated, and no temporary file behind."""
