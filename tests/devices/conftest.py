@@ -63,6 +63,8 @@ def spawn():
     def _spawn(script: str, *args: object, **kw) -> subprocess.Popen:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        # SIGUSR1 dumps the child's stacks: a child that does not finish in time says where it is
+        script = "import faulthandler as _fh, signal as _sg\n_fh.register(_sg.SIGUSR1, all_threads=True)\n" + script
         proc = subprocess.Popen(
             [sys.executable, "-c", script, *map(str, args)],
             env=env,
@@ -71,6 +73,24 @@ def spawn():
             text=True,
             **kw,
         )
+        communicate = proc.communicate
+
+        def communicate_or_say_where(input=None, timeout=None):
+            try:
+                return communicate(input, timeout)
+            except subprocess.TimeoutExpired:
+                import signal
+
+                proc.send_signal(signal.SIGUSR1)
+                try:
+                    out, err = communicate(timeout=5)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    out, err = communicate()
+                raise AssertionError(f"the child did not finish within {timeout} s; its stacks (SIGUSR1), stdout "
+                                     f"and stderr:\n{out}\n{err}") from None
+
+        proc.communicate = communicate_or_say_where
         children.append(proc)
         return proc
 
