@@ -75,7 +75,7 @@ from lightning_edge.devices.meter import JETSON_SETTLE_S, StepMeter, TwinMeter
 from lightning_edge.modes import KNOBS, ModeLike, PowerMode, PowerModeSpace
 from lightning_edge.records import OverBudget, as_rel_sem, over_budget, settled
 from lightning_edge.tuning.gmd import GMD
-from lightning_edge.tuning.prior import SEM_FLOOR, widened_sem
+from lightning_edge.tuning.prior import SEM_FLOOR, is_within, widened_sem
 from lightning_edge.tuning.problems import Measurement, Problem, Solution, TrainingProblem
 from lightning_edge.tuning.search import (
     MemoryStore,
@@ -687,6 +687,7 @@ class OnlineTuner:
         self.baseline_profile: Measurement | None = None  # MAXN's figure (never run): stored, or the prior's
         self.baseline_source: str | None = None
         self.profiles: list[dict] = []  # every window measured in this run
+        self._run_strategy: Any = None  # the strategy of the search running or last run (with its prior)
         self.records: list[StepRecord] = []
         self.retunes: list[dict] = []
         self.drift_scale = 1.0
@@ -823,6 +824,7 @@ class OnlineTuner:
             if self.short_run and isinstance(strategy, GMD):
                 strategy.extra_profiles = 0  # a copy (with_prior)
         self.planned_profiles = _planned(strategy, scaled, self.space, self.prior)
+        self._run_strategy = strategy  # its guard holds the history too (_finish)
 
         def work() -> None:
             try:
@@ -1051,7 +1053,13 @@ class OnlineTuner:
         if reason != "start" and self._known:
             # a re-tune: every mode profiled so far is a candidate too (Fulcrum 5.4 reuses its history)
             budget = self._solve_budget_w(self.problem.power_budget_w)
-            table = ProfileTable.from_results("train", self._known, strategy=f"{res.solution.strategy if sol else ''}"
+            known = self._known
+            run = self._run_strategy
+            if getattr(run, "prior", None) is not None and hasattr(run, "power_guard"):
+                # held to the guard the search's own answer is held to (GMD.answer): a stored reading just under
+                # the new budget is as likely as not to be under it by chance
+                known = {p: m for p, m in known.items() if is_within(m, budget, run.power_guard)}
+            table = ProfileTable.from_results("train", known, strategy=f"{res.solution.strategy if sol else ''}"
                                               "+history", profiles_used=res.profiles_used)
             hist = table.solve(TrainingProblem(budget)) if len(table) else None
             if hist is not None and (sol is None or hist.time_s < sol.time_s):

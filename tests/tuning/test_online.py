@@ -240,6 +240,31 @@ def test_budget_change_retunes_from_stored_profiles():
     t.close()
 
 
+def test_a_budget_change_does_not_answer_a_stored_profile_too_close_to_the_new_budget():
+    """A re-tune reuses every profile of the run (Fulcrum 5.4): each is held to the search's guard (its own standard
+    errors under the budget: prior.is_within), as the search's own answer is. Before, the history was solved against
+    the bare budget: a budget set just over the first answer's reading took that mode back, though its reading was
+    as likely as not to be under the new budget by chance."""
+    from lightning_edge.tuning.prior import is_within, profile_guard
+
+    t, board = make(16.0, store=None)
+    t.start()
+    run(t, 150)
+    first = t.solution
+    known = next(m for p, m in t._known.items() if p.kind == "train" and p.mode == first.mode)
+    assert is_within(known, 16.0)
+    # half its guard over its reading: within the new budget as measured, not by the guard
+    budget = known.power_w / (1 - 0.5 * profile_guard(known.power_rel_sem))
+    assert known.power_w <= budget and not is_within(known, budget)
+    t.set_power_budget(budget)
+    run(t, 600)
+    second = t.solution
+    assert second is not None and second.mode != first.mode
+    chosen = next(m for p, m in t._known.items() if p.kind == "train" and p.mode == second.mode)
+    assert is_within(chosen, budget)
+    t.close()
+
+
 class _HotterMeter(TwinMeter):
     """The board heats up: from step ``at`` on every mode draws ``factor`` times more power (thermal drift)."""
 
