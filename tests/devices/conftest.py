@@ -63,8 +63,13 @@ def spawn():
     def _spawn(script: str, *args: object, **kw) -> subprocess.Popen:
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join([str(REPO), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
-        # SIGUSR1 dumps the child's stacks: a child that does not finish in time says where it is
-        script = "import faulthandler as _fh, signal as _sg\n_fh.register(_sg.SIGUSR1, all_threads=True)\n" + script
+        # a child starts as a run started from a shell does, whatever started these tests: a suite run under
+        # nohup or as a background job ignores SIGHUP (and SIGINT, SIGQUIT), the child inherits that, and a signal
+        # it ignores gets no handler of ours (safety.py); and SIGUSR1 dumps its stacks, so a child that does not
+        # finish in time says where it is
+        script = ("import faulthandler as _fh, signal as _sg\n_fh.register(_sg.SIGUSR1, all_threads=True)\n"
+                  "_sg.signal(_sg.SIGINT, _sg.default_int_handler)\n"
+                  "for _s in (_sg.SIGHUP, _sg.SIGQUIT, _sg.SIGTERM):\n    _sg.signal(_s, _sg.SIG_DFL)\n" + script)
         proc = subprocess.Popen(
             [sys.executable, "-c", script, *map(str, args)],
             env=env,
