@@ -71,6 +71,7 @@ from lightning_edge.tuning.prior import (
     Prior,
     is_within,
     prior_search,
+    sems_under,
 )
 from lightning_edge.tuning.problems import (
     ConcurrentMeasurement,
@@ -455,16 +456,21 @@ class GMD(Strategy):
         """The best profiled point (:meth:`Strategy.answer`); with a prior, training's answer is the fastest profile
         within the budget by its guard when there is one (``power_guard``, in the profile's own standard errors when
         it says one: :func:`~lightning_edge.tuning.prior.is_within`; a prior aims at the budget's edge, where a
-        profile's noise decides), else the fastest within it as measured."""
+        profile's noise decides), else, of those within it as measured, the one most surely within (the most of its
+        own standard errors under it: :func:`~lightning_edge.tuning.prior.sems_under`), not the fastest: the
+        fastest of readings all within the guard's width of the budget is the likeliest to be over it."""
         res = super().answer(ctx, problem, space, new_profiles)
         if self.prior is None or not isinstance(problem, TrainingProblem) or res.table is None or not len(res.table):
             return res
         # the table's rows are ctx's training profiles, in order (ctx.table): each held to its own guard
         rows = [r for p, r in ctx.results.items() if p.kind == "train"]
+        budget = problem.power_budget_w
         a = res.table.assess(problem)
-        a = a._replace(feasible=a.feasible & np.array([is_within(r, problem.power_budget_w, self.power_guard)
-                                                       for r in rows], dtype=bool))
-        i = best_index(a)
+        i = best_index(a._replace(feasible=a.feasible & np.array([is_within(r, budget, self.power_guard)
+                                                                  for r in rows], dtype=bool)))
+        if i is None and np.any(a.feasible):
+            margin = [sems_under(r, budget) if ok else -math.inf for r, ok in zip(rows, a.feasible)]
+            i = int(np.argmax(margin))
         if i is not None:
             res.solution = res.table.solution_at(problem, i)
         return res

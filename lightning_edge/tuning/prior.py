@@ -56,7 +56,7 @@ if TYPE_CHECKING:
     from lightning_edge.twin.sim_workload import SimWorkload
 
 __all__ = ["Prior", "prior_search", "prior_for_twin", "prior_from_rooflines", "DEFAULT_PRIOR_PROFILES", "guarded",
-           "profile_guard", "is_within", "widened_sem", "GUARD_Z", "SEM_FLOOR",
+           "profile_guard", "is_within", "sems_under", "widened_sem", "GUARD_Z", "SEM_FLOOR",
            "POWER_GUARD", "PROFILE_SD", "FIRST_Z", "EXPECTED_GAIN", "EDGE_GAIN", "EXTRA_PROFILES", "EXTRA_GAIN",
            "SPREAD_DISTANCE", "MARGIN_FLOOR", "CALIBRATED_ERROR", "UNCALIBRATED_ERROR"]
 
@@ -380,6 +380,17 @@ def is_within(m: object, p_hat: float, guard: float = POWER_GUARD) -> bool:
     under it by its guard (:func:`profile_guard`)."""
     pw = float(getattr(m, "power_w", math.nan))
     return math.isfinite(pw) and pw <= guarded(p_hat, profile_guard(getattr(m, "power_rel_sem", None), guard))
+
+
+def sems_under(m: object, p_hat: float) -> float:
+    """How many of its own standard errors a profile's power is under the budget ``p_hat`` (negative: over it;
+    ``PROFILE_SD`` for a profile that does not say its own, at least ``SEM_FLOOR``); -inf without a power."""
+    pw = float(getattr(m, "power_w", math.nan))
+    if not (math.isfinite(pw) and pw > 0):
+        return -math.inf
+    sem = getattr(m, "power_rel_sem", None)
+    sem = PROFILE_SD if sem is None or not math.isfinite(sem) or sem < 0 else float(sem)
+    return (p_hat - pw) / (pw * max(sem, SEM_FLOOR))
 
 
 def _least_power(measured: dict[int, tuple[float, float]], p_hat: float, p: np.ndarray, bottom: int,

@@ -499,3 +499,27 @@ def test_a_prior_that_puts_every_mode_over_the_budget_profiles_the_least_power_m
     res = g.run(TrainingProblem(budget), SPACE, bert, store=None)
     assert res.visited[0].mode == SPACE.min_mode() and res.profiles_used > 1
     assert res.solution is not None and res.solution.power_w <= budget and res.solution.mode != SPACE.min_mode()
+
+
+def test_with_none_within_the_guard_the_answer_is_the_profile_most_surely_within():
+    """Three profiles within a 20 W budget as measured, none by the guard (3 of its own standard errors): before, the
+    answer was the fastest of them, the likeliest to be over the budget; now the one most of its own standard errors
+    under it. With one within the guard, that one is the answer, as before."""
+    from lightning_edge.records import Measurement
+    from lightning_edge.tuning.prior import is_within, sems_under
+    from lightning_edge.tuning.search import Point, SearchContext
+
+    n = SPACE.size
+    gmd = GMD(prior=Prior(SPACE, np.ones(n), np.full(n, 19.0), "test"))
+    problem = TrainingProblem(20.0)
+    modes = list(SPACE)[:4]
+    readings = [(1.00, 19.98, 0.002), (1.10, 19.90, 0.004), (1.20, 19.93, 0.0015)]  # (time s, power W, sem)
+    ctx = SearchContext()
+    for k, (t, p, sem) in enumerate(readings):
+        ctx.results[Point("train", modes[k])] = Measurement(t, p, "simulated", power_rel_sem=sem)
+    assert not any(is_within(m, 20.0) for m in ctx.results.values())
+    res = gmd.answer(ctx, problem, SPACE, len(readings))
+    best = max(ctx.results.items(), key=lambda kv: sems_under(kv[1], 20.0))
+    assert res.solution.mode == best[0].mode == modes[2]  # 2.3 standard errors under, not 0.5 (the fastest)
+    ctx.results[Point("train", modes[3])] = Measurement(1.3, 19.0, "simulated", power_rel_sem=0.002)
+    assert gmd.answer(ctx, problem, SPACE, 4).solution.mode == modes[3]  # within the guard: the answer
