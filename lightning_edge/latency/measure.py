@@ -1050,7 +1050,9 @@ def draw_unit(rng, device: str = "cpu") -> tuple[Callable, tuple] | None:
             return None
         ceil = rng.random() < 0.3
         pool = (nn.MaxPool2d if key == "max_pool" else nn.AvgPool2d)(kk, st, pad, ceil_mode=ceil)
-        return pool, (t(b, c, so * st, so * st),)
+        x = feature_map((b, c, so * st, so * st), device) if key == "max_pool" else \
+            t(b, c, so * st, so * st)  # a max pool branches on its data (feature_map)
+        return pool, (x,)
     if key == "mean":
         if tokens:
             return _Op(key, lambda a: a.mean(1)), (t(*shape),)

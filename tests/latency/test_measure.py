@@ -357,3 +357,10 @@ def test_a_max_pool_is_measured_on_a_networks_kind_of_activation():
     assert abs(float(torch.corrcoef(torch.stack([a, b]))[0, 1])) < 0.05
     _, (y,) = build_unit("avg_pool", (64 * 32 * 32,))  # an average reads every value whatever they are
     assert float(y.min()) < 0
+    import random
+
+    from lightning_edge.latency.measure import draw_unit
+
+    rng = random.Random(0)
+    drawn = [u for u in (draw_unit(rng) for _ in range(600)) if u is not None and isinstance(u[0], torch.nn.MaxPool2d)]
+    assert drawn and all(float(x.min()) == 0.0 for _, (x,) in drawn)  # the statistical sweep's max pools too
