@@ -77,3 +77,39 @@ def test_floors_are_the_tested_stacks():
     assert f'"optuna=={floors["optuna"]}.0"' in nox or f'"optuna=={floors["optuna"]}"' in nox
     assert f'"pytorch-lightning=={floors["pytorch-lightning"]}' in nox
     assert '("3.8", "2.1.2")' in nox and '("3.10", "2.3.1")' in nox and '("3.10", "2.5.1")' in nox
+
+
+#: imported by lightning_edge, installed by a requirement of another name, or by one of the requirements themselves
+IMPORT_NAMES = {"jtop": "jetson-stats", "pynvml": "nvidia-ml-py", "sklearn": "scikit-learn", "psycopg2": "psycopg2-binary"}
+TRANSITIVE = {"PIL": "matplotlib", "sqlalchemy": "optuna"}
+
+
+@pytest.mark.skipif(not hasattr(__import__("sys"), "stdlib_module_names"), reason="sys.stdlib_module_names: Python 3.10+")
+def test_every_module_the_package_imports_is_installed_by_a_requirement_a_user_has():
+    """A plain ``pip install lightning-edge`` (or with the extra a feature names) has every module its code imports,
+    lazily or not: a development extra is not one a user installs. scipy was in the dev extra only, while the tuner's
+    prior search and the calibration kit import it: a tune on the twin failed with ModuleNotFoundError."""
+    import ast
+    import sys
+
+    declared = {r.name.lower() for r in map(Requirement, _list("dependencies"))}
+    for extra in ("lightning", "jetson", "nvml", "postgres", "latency"):  # one-line arrays (_list reads many lines)
+        m = re.search(rf"^{extra} = \[([^\]\n]*)\]", TEXT, re.M)
+        assert m, f"pyproject.toml has no one-line extra {extra}"
+        declared |= {Requirement(x).name.lower() for x in re.findall(r'"([^"]+)"', m.group(1))}
+    missing = {}
+    for path in sorted((ROOT / "lightning_edge").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                mods = [node.module]
+            else:
+                continue
+            for top in {m.split(".")[0] for m in mods}:
+                if top in sys.stdlib_module_names or top == "lightning_edge":
+                    continue
+                name = TRANSITIVE.get(top) or IMPORT_NAMES.get(top, top.replace("_", "-"))
+                if name.lower() not in declared:
+                    missing.setdefault(top, path.relative_to(ROOT).as_posix())
+    assert not missing, f"imported but installed by no user-facing requirement: {missing}"
