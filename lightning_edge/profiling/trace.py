@@ -216,9 +216,11 @@ def merge_into(path: str | os.PathLike[str], steps: Iterable[tuple[Any, Any, str
     process of their own (``MERGED_PID``), so torch-tb-profiler and Perfetto show operators and power together.
 
     ``steps`` are ``(StepTiming, StepEnergy, label)`` on this process's ``perf_counter_ns`` clock and
-    ``epoch_offset_ns`` is ``time.time_ns() - time.perf_counter_ns()``. Only what falls inside the trace's
-    window is added; power covers the whole window. Plain or gzipped files. Returns the number of events added
-    (0: nothing overlapped, the file is left as it was)."""
+    ``epoch_offset_ns`` is ``time.time_ns() - time.perf_counter_ns()``, used where the trace holds none of our
+    steps' annotations (:func:`mark_step`). Only what falls inside the trace's window is added; power covers the
+    whole window. ``metadata`` (with ``clock``: how our spans were put on the trace's clock) goes to the file's top
+    level under ``lightning_edge``. Plain or gzipped files. Returns the number of events added (0: nothing
+    overlapped, the file is left as it was)."""
     import gzip
 
     p = Path(path)
@@ -254,7 +256,7 @@ def merge_into(path: str | os.PathLike[str], steps: Iterable[tuple[Any, Any, str
     window = (int((lo - off_us) * 1000), int((hi - off_us) * 1000))  # on our clock
     inside = [st for st in steps if st[0].t1_ns >= window[0] and st[0].t0_ns <= window[1]]
     ours = chrome_trace(inside, power=power, costs=costs, pid=MERGED_PID,
-                        process_name="lightning_edge: layers, energy and power", metadata=metadata,
+                        process_name="lightning_edge: layers, energy and power",
                         ts_offset_us=off_us, power_window=window)["traceEvents"]
     added = [e for e in ours if e["ph"] == "M" or lo - 1e3 <= float(e.get("ts", lo)) <= hi + 1e3]
     if not [e for e in added if e["ph"] != "M"]:

@@ -357,9 +357,16 @@ def profile_guard(power_rel_sem: float | None, guard: float = POWER_GUARD) -> fl
     error (a profile stored without it); else ``guard`` counted in :data:`PROFILE_SD` units (:data:`POWER_GUARD`:
     :data:`GUARD_Z` of them) of the profile's own standard error (``Measurement.power_rel_sem``: a window measured
     longer at the budget's edge has less noise, and a short one more)."""
+    sem = _said_sem(power_rel_sem)
+    return guard if sem is None else min(guard * sem / PROFILE_SD, 0.49)
+
+
+def _said_sem(power_rel_sem: float | None) -> float | None:
+    """A profile's own relative standard error as the guard takes it: at least :data:`SEM_FLOOR`; None when it does
+    not say one (or says a negative or non-finite one)."""
     if power_rel_sem is None or not math.isfinite(power_rel_sem) or power_rel_sem < 0:
-        return guard
-    return min(guard * max(float(power_rel_sem), SEM_FLOOR) / PROFILE_SD, 0.49)
+        return None
+    return max(float(power_rel_sem), SEM_FLOOR)
 
 
 def widened_sem(rel_sem: float, n: int) -> float:
@@ -388,9 +395,8 @@ def sems_under(m: object, p_hat: float) -> float:
     pw = float(getattr(m, "power_w", math.nan))
     if not (math.isfinite(pw) and pw > 0):
         return -math.inf
-    sem = getattr(m, "power_rel_sem", None)
-    sem = PROFILE_SD if sem is None or not math.isfinite(sem) or sem < 0 else float(sem)
-    return (p_hat - pw) / (pw * max(sem, SEM_FLOOR))
+    sem = _said_sem(getattr(m, "power_rel_sem", None))
+    return (p_hat - pw) / (pw * (PROFILE_SD if sem is None else sem))
 
 
 def _least_power(measured: dict[int, tuple[float, float]], p_hat: float, p: np.ndarray, bottom: int,
