@@ -464,6 +464,24 @@ def report(args, runs, cases, ref_of, rounds, per_layer, context_rows, fold_rows
             pre, tot = r["calls"]
             lines.append(f"| {r['cond']} | {r['seed']} | {k} | {', '.join(f'{h:.0f}' for h in hz or [])} | {fac} | "
                          + (f"{pre} of {tot} ({100 * pre / max(tot, 1):.1f} %)" if k == "stepwise" else "") + " |")
+    # the network calibration
+    lines += ["", "The network calibration of each fit (`UnitLatencyModel.network_calibration`: the zoo's networks "
+              "timed whole in two rounds, before and after the units; never a held-out network): the factor on "
+              "every layer and the cost per layer call it adds, the range of the zoo passes' ratios to the "
+              "uncalibrated predictions, and the fit's own error estimate (leave one zoo network out) against the "
+              "held-out networks' MAPE:", "",
+              "| condition | seed | kind | factor | us per call | zoo ratios | estimated error % | held-out MAPE % |",
+              "|---|---:|---|---:|---:|---|---:|---:|"]
+    for r in runs:
+        for k in ("stepwise", "mixed", "statistical"):
+            m = r["models"][k].meta
+            if m.get("network_factor") is None:
+                continue
+            rat = m.get("network_ratios") or [0]
+            apes = [_pct(p.total_s, r["ref"][key]) for p, key in zip(r["pred"][k], keys)]
+            lines.append(f"| {r['cond']} | {r['seed']} | {k} | {m['network_factor']:.3f} | "
+                         f"{float(m.get('network_call_s') or 0) * 1e6:.1f} | {min(rat):.2f}-{max(rat):.2f} "
+                         f"| {m.get('network_error_pct')} | {statistics.mean(apes):.1f} |")
     # per network
     lines += ["", "Per network: reference ms quiet and loaded (the median of all the condition's rounds), then each "
               "kind's APE % per run against the run's own reference (" + ", ".join(f"{r['cond'][0]}{r['seed']}" for r in runs)

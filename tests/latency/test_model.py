@@ -18,7 +18,7 @@ from lightning_edge.cost import analyze
 from lightning_edge.latency import measure
 from lightning_edge.latency.features import LayerDesc, describe, units_of
 from lightning_edge.latency.measure import SPECS, Sample, point_for, training_from_layers_json
-from lightning_edge.latency.model import KINDS, MAX_SAMPLES, LatencyModel
+from lightning_edge.latency.model import KINDS, MAX_SAMPLES, LatencyModel, LatencyModelError
 from lightning_edge.latency.stepwise import generate
 
 
@@ -360,6 +360,7 @@ def test_tiny_real_fit_measures_this_machine(tmp_path):
     pre, timed = lm.meta["unit_calls_preempted"]
     assert 0 <= pre <= timed and timed > 0
     assert measure._DISTURBANCE["curve"] is None                          # not left set for others
+    assert "network_factor" not in lm.meta      # a fit of some classes cannot predict a network: not calibrated
     assert lm.fit_cost["points"] == sum(g.n_points for g in lm.stepwise.values()) >= 6
     y = lm.stepwise["relu"]((64 * 16 * 16,))
     assert 0 < y < 0.1
@@ -456,3 +457,81 @@ def test_a_small_container_without_macs_is_predicted_from_units_of_its_size_not_
         lm = LatencyModel(kind, META, 5e10, 1e10, samples=samples, module_s=1e-6)
         t = lm.predict_layers([c2f]).layers[0].time_s
         assert 8e-6 < t < 30e-6, (kind, t)       # the concatenation: ~15 us; its children would make it 10x
+
+
+def _passes(lm, names, a, c=0.0):
+    """Pass times of the calibration networks ``names`` that are ``a(label)`` x ``lm``'s predictions + ``c`` per
+    layer call (a synthetic board whose networks run otherwise than its units add up to)."""
+    out = []
+    for label, model, inputs in measure.network_cases("cpu", names):
+        descs, containers = describe(model, *inputs)
+        calls = sum(max(1, d.calls) for d in descs)
+        out.append((label, a(label) * lm.predict_layers(descs, containers).total_s + c * calls))
+    return out
+
+
+def test_the_network_calibration_takes_the_zoos_passes_and_says_what_to_expect_of_an_unseen_network(tmp_path):
+    """What the units' context misses of a network is measured on the zoo's networks and removed as a factor on
+    every layer and a cost per layer call; the leave-one-network-out error says how far it holds; the file keeps
+    the passes, and a model trained again on the same sweep (``with_samples``) gets its own terms."""
+    sw = stepwise_model()
+    model, x = Net().eval(), torch.randn(2, 3, 16, 16)
+    names = ["mobilenet_v2", "resnet18", "yolov8n"]
+    nets = _passes(sw, names, lambda label: 1.1, 5e-6)
+    assert [k for k, _ in nets] == ["mobilenet_v2 b1", "mobilenet_v2 b8", "resnet18 b1", "resnet18 b8", "yolov8n b1",
+                                    "yolov8n b8"]
+    cal = sw.network_calibration(nets)
+    assert cal["network_factor"] == pytest.approx(1.1, rel=1e-3)
+    assert cal["network_call_s"] == pytest.approx(5e-6, rel=1e-3)
+    assert cal["network_error_pct"] == pytest.approx(0, abs=0.1)       # the others' terms predict each exactly
+    assert cal["network_cases"] == [k for k, _ in nets] and len(cal["network_s"]) == 6
+    lm = stepwise_model(**cal)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")      # labelled, not warned about: it is how the model predicts
+        before, after = sw.predict(model, x), lm.predict(model, x)
+    assert any("network calibration" in n for n in after.notes) and not before.notes
+    for a, b in zip(before.layers, after.layers):
+        extra = 0.0 if a.cls == "call" else cal["network_call_s"] * max(1, a.calls)
+        assert b.time_s == pytest.approx(cal["network_factor"] * a.time_s + extra, rel=1e-6)
+    # calibrating a calibrated model again finds the same terms (it takes its own out first)
+    again = lm.network_calibration(nets)
+    assert again["network_factor"] == pytest.approx(cal["network_factor"], rel=1e-4)
+    assert again["network_call_s"] == pytest.approx(cal["network_call_s"], rel=1e-3)
+    # passes a cost per call cannot explain (it would be negative): the geometric mean of the ratios alone, and
+    # each network's miss with the others' factor
+    two = names[:2]
+    uneven = sw.network_calibration(_passes(sw, two, lambda label: 1.0 if label.startswith("mobilenet") else 1.44))
+    assert uneven["network_factor"] == pytest.approx(1.2, rel=1e-3) and uneven["network_call_s"] == 0
+    assert uneven["network_error_pct"] == pytest.approx(100 * ((1.44 - 1) + (1 - 1 / 1.44)) / 2, abs=0.2)
+    assert "leave-one-network-out error" in lm.describe()
+    back = LatencyModel.load(lm.save(tmp_path / "cal.json"))
+    assert back.predict(model, x).total_s == pytest.approx(after.total_s, rel=1e-9)
+    # trained again (another kind, more samples): its own predictions of the same passes give its own terms
+    mixed = LatencyModel("mixed", {**META, **cal}, 5e10, 1e10, samples=training_samples(), container_s=1e-6,
+                         module_s=2e-6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the few synthetic samples: units outside them
+        stat = mixed.with_samples([], kind="statistical")
+        own = LatencyModel("statistical", META, 5e10, 1e10, samples=training_samples(), container_s=1e-6,
+                           module_s=2e-6).network_calibration(nets)
+    assert stat.meta["network_factor"] == pytest.approx(own["network_factor"], rel=1e-6)
+    assert stat.meta["network_s"] == cal["network_s"]
+
+
+def test_a_model_file_with_a_hostile_network_calibration_is_refused(tmp_path):
+    cal = {"network_factor": 1.1, "network_call_s": 2e-6, "network_cases": ["resnet18 b1"], "network_s": [0.01]}
+    d = stepwise_model(**cal).to_dict()
+    for field, value, match in [("network_factor", 5.0, "meta.network_factor"),
+                                ("network_factor", "1.1", "meta.network_factor"),
+                                ("network_call_s", -1e-6, "meta.network_call_s"),
+                                ("network_call_s", 1.0, "meta.network_call_s"),
+                                ("network_s", [0.01, 0.02], "meta.network_s"),
+                                ("network_s", [-1.0], r"meta.network_s\[0\]"),
+                                ("network_cases", [3], r"meta.network_cases\[0\]")]:
+        bad = json.loads(json.dumps(d))
+        bad["meta"][field] = value
+        p = tmp_path / "bad.json"
+        p.write_text(json.dumps(bad))
+        with pytest.raises(LatencyModelError, match=match):
+            LatencyModel.load(p)
+
