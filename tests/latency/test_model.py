@@ -527,7 +527,8 @@ def test_a_model_file_with_a_hostile_network_calibration_is_refused(tmp_path):
                                 ("network_call_s", 1.0, "meta.network_call_s"),
                                 ("network_s", [0.01, 0.02], "meta.network_s"),
                                 ("network_s", [-1.0], r"meta.network_s\[0\]"),
-                                ("network_cases", [3], r"meta.network_cases\[0\]")]:
+                                ("network_cases", [3], r"meta.network_cases\[0\]"),
+                                ("network_cases", ["../../etc b1"], r"meta.network_cases\[0\].*calibration networks")]:
         bad = json.loads(json.dumps(d))
         bad["meta"][field] = value
         p = tmp_path / "bad.json"
@@ -535,3 +536,22 @@ def test_a_model_file_with_a_hostile_network_calibration_is_refused(tmp_path):
         with pytest.raises(LatencyModelError, match=match):
             LatencyModel.load(p)
 
+
+
+@pytest.mark.slow
+def test_a_fit_whose_calibration_networks_run_out_of_memory_keeps_its_units_uncalibrated(monkeypatch):
+    """A small board may not hold the zoo's networks: the minutes of units are kept, the model is not calibrated,
+    and the fit says why (a real full fit; the second round of networks fails as an allocation would)."""
+    real, rounds = measure.time_networks, []
+
+    def second_round_fails(*a, **k):
+        if rounds:
+            raise RuntimeError("DefaultCPUAllocator: not enough memory: you tried to allocate 102760448 bytes.")
+        rounds.append(real(*a, **k))
+        return rounds[-1]
+
+    monkeypatch.setattr(measure, "time_networks", second_round_fails)
+    lm = LatencyModel.fit("stepwise", "cpu", budget_s=60, threads=1, clock="thread", repeats=2, max_points=3)
+    assert rounds and rounds[0] and all(s > 0 for _k, s in rounds[0])     # the first round timed real networks
+    assert "network_factor" not in lm.meta and lm.stepwise
+    assert "not calibrated: RuntimeError: DefaultCPUAllocator" in lm.fit_cost["network_calibration"]
