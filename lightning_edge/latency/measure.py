@@ -44,7 +44,8 @@ __all__ = ["clock", "use_clock", "ClassSpec", "SPECS", "cache_sizes", "time_unit
            "unit_desc_for", "point_for", "sample_units", "time_network", "time_layers", "training_from_layers_json",
            "Sample", "host_meta", "call_overheads", "loadavg", "effective_llc", "page_faults", "network_page_faults",
            "page_fault_s", "keep_freed_memory", "switches", "preemption_counts", "disturbance", "use_disturbance",
-           "disturbance_factor", "feature_map", "NETWORK_CASES", "network_cases", "time_networks"]
+           "disturbance_factor", "feature_map", "NETWORK_CASES", "network_cases", "network_label", "network_name",
+           "time_networks"]
 
 
 _CLOCK = {"name": "wall"}
@@ -1215,22 +1216,37 @@ def network_cases(device: str = "cpu", names: Sequence[str] | None = None):
                 inputs = tuple(t.to(device) for t in zoo.bert_base_inputs(b, size))
             else:
                 inputs = (torch.rand(b, 3, size, size, generator=gen).to(device),)
-            yield f"{name} b{b}", model, inputs
+            yield network_label(name, b), model, inputs
         del model
 
 
+def network_label(name: str, batch: int) -> str:
+    """A calibration network's label, ``"<name> b<batch>"`` (what a model file stores)."""
+    return f"{name} b{batch}"
+
+
+def network_name(label: str) -> str:
+    """The zoo name in a calibration network's ``label`` (``network_label``)."""
+    return label.rsplit(" b", 1)[0]
+
+
 def time_networks(device: str = "cpu", deadline: float | None = None, repeats: int = 7,
-                  names: Sequence[str] | None = None) -> list[tuple[str, float]]:
+                  names: Sequence[str] | None = None, layers: dict | None = None) -> list[tuple[str, float]]:
     """``[(label, seconds)]``: each calibration network's forward pass (``network_cases``) timed as a reference is
     (``time_network``: the least of ``repeats`` passes), on the machine as it is. Stops before a network once
-    ``time.monotonic()`` passes ``deadline``."""
+    ``time.monotonic()`` passes ``deadline``. ``layers``: a dict that gets each network's ``describe`` output
+    under its label where it lacks it (the network is built once for both)."""
     import time
+
+    from lightning_edge.latency.features import describe
 
     out = []
     for label, model, inputs in network_cases(device, names):
         if deadline is not None and time.monotonic() > deadline:
             break
         out.append((label, time_network(model, inputs, device, repeats=repeats)))
+        if layers is not None and label not in layers:
+            layers[label] = describe(model, *inputs)
     return out
 
 def time_layers(model: Any, inputs: tuple, steps: int = 5, kwargs: dict | None = None) -> dict[str, float]:

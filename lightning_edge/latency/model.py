@@ -40,6 +40,7 @@ threads, clock, dtype, torch version, cache sizes, load average) and the points 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import json
 import math
@@ -47,7 +48,7 @@ import statistics
 import time
 import warnings
 from abc import ABC, ABCMeta, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
@@ -76,6 +77,7 @@ from lightning_edge.latency.measure import (
     disturbance_factor,
     host_meta,
     loadavg,
+    network_label,
     point_for,
 )
 from lightning_edge.latency.stepwise import Generation
@@ -279,23 +281,30 @@ class LatencyModel(ABC, metaclass=_ByKind):
     def predict(self, model: nn.Module, *inputs: object, **kwargs: object) -> ModelLatency:
         """Estimated forward latency of ``model(*inputs, **kwargs)`` per layer (nothing is run: the model goes
         through ``analyze`` on the meta device)."""
-        import torch
-
         from lightning_edge.cost.capture import tensors_of
 
-        threads = self.meta.get("threads")
-        prev = torch.get_num_threads()
-        try:  # the convolution backend PyTorch picks depends on the thread count: ask it for the fitted one
-            if threads and str(self.meta.get("device", "cpu")).startswith("cpu"):
-                torch.set_num_threads(int(threads))
+        with self._fitted_threads():
             descs, containers = describe(model, *inputs, **kwargs)
-        finally:
-            torch.set_num_threads(prev)
         out = self.predict_layers(descs, containers)
         out.model = type(model).__name__
         out.inputs = [tuple(t.shape) for t in tensors_of((inputs, kwargs))]
         self._check_context(model, out)
         return out
+
+    @contextlib.contextmanager
+    def _fitted_threads(self) -> Iterator[None]:
+        """The convolution backend PyTorch picks depends on the thread count: within this, torch has the fitted
+        one (CPU models), to ask it for the backend a layer would get."""
+        import torch
+
+        threads = self.meta.get("threads")
+        prev = torch.get_num_threads()
+        try:
+            if threads and str(self.meta.get("device", "cpu")).startswith("cpu"):
+                torch.set_num_threads(int(threads))
+            yield
+        finally:
+            torch.set_num_threads(prev)
 
     def predict_layers(self, descs: list[LayerDesc], containers: dict[str, int] | None = None) -> ModelLatency:
         """Per-layer predictions of layers from ``describe`` (and the container calls it counted)."""
@@ -432,7 +441,8 @@ class LatencyModel(ABC, metaclass=_ByKind):
                 log("calibration networks (the zoo's, whole passes), first round ...")
                 n0 = time.monotonic()
                 try:
-                    rounds.append(measure.time_networks(device, deadline=n0 + reserve / 2))
+                    rounds.append(measure.time_networks(device, deadline=n0 + reserve / 2,
+                                                        layers=network_layer_cache(device)))
                 except (RuntimeError, MemoryError) as e:   # out of memory on a small board: the units still count
                     calibrate = False
                     cost["network_calibration"] = f"not calibrated: {type(e).__name__}: {one_line(str(e))[:200]}"
@@ -447,7 +457,8 @@ class LatencyModel(ABC, metaclass=_ByKind):
                 log("calibration networks, second round ...")
                 n2 = time.monotonic()
                 try:
-                    rounds.append(measure.time_networks(device, deadline=n2 + reserve / 2))
+                    rounds.append(measure.time_networks(device, deadline=n2 + reserve / 2,
+                                                        layers=network_layer_cache(device)))
                     both = dict(rounds[1])
                     nets = [(k, (s + both[k]) / 2) for k, s in rounds[0] if k in both]
                 except (RuntimeError, MemoryError) as e:   # the minutes of units are kept, uncalibrated
@@ -682,8 +693,10 @@ class UnitLatencyModel(LatencyModel):
     def _predict_units(self, units: list[LayerDesc]) -> list[UnitEstimate]:
         """One estimate per unit."""
 
-    def _layer_rows(self, descs: list[LayerDesc],
-                    containers: dict[str, int] | None) -> tuple[list[LayerLatency], list[str]]:
+    def _layer_rows(self, descs: list[LayerDesc], containers: dict[str, int] | None, *,
+                    calibrated: bool = True) -> tuple[list[LayerLatency], list[str]]:
+        """(``calibrated=False``: without the network calibration's terms, what ``network_calibration`` fits them
+        on.)"""
         rows: list[LayerLatency] = []
         outside: list[str] = []
         per_layer = [units_of(d) for d in descs]
@@ -713,8 +726,8 @@ class UnitLatencyModel(LatencyModel):
                                      "call", n))
         # the machine as it was fitted: a pass that long is f times its undisturbed parts; and what the units'
         # context misses of a network, measured on the zoo's (network_calibration): a factor and a cost per call
-        f = self.disturbance(sum(r.time_s for r in rows)) * self.network_factor
-        per_call = self.network_call_s
+        f = self.disturbance(sum(r.time_s for r in rows)) * (self.network_factor if calibrated else 1.0)
+        per_call = self.network_call_s if calibrated else 0.0
         for r in rows:
             r.time_s *= f
             if per_call and r.cls != "call":
@@ -761,21 +774,19 @@ class UnitLatencyModel(LatencyModel):
         from lightning_edge.latency import measure
 
         secs = dict(nets)
+        with self._fitted_threads():
+            layers = network_layers(self.meta.get("device") or "cpu", list(secs))
         cases: dict[str, tuple[float, float, float]] = {}   # label -> (seconds, uncalibrated prediction, calls)
-        for label, model, inputs in measure.network_cases(self.meta.get("device") or "cpu",
-                                                          sorted({k.rsplit(" b", 1)[0] for k in secs})):
-            if label not in secs:
-                continue
-            descs, containers = describe(model, *inputs)
+        for label, (descs, containers) in layers.items():
             calls = float(sum(max(1, d.calls) for d in descs))
-            p = (self.predict_layers(descs, containers).total_s - self.network_call_s * calls) / self.network_factor
+            p = sum(r.time_s for r in self._layer_rows(descs, containers, calibrated=False)[0])
             if p > 0 and secs[label] > 0:
                 cases[label] = (float(secs[label]), p, calls)
         if len(cases) < 2:
             return {}
         a, c = _calibration_terms(list(cases.values()))
         errs = []
-        nets_of = {k: k.rsplit(" b", 1)[0] for k in cases}
+        nets_of = {k: measure.network_name(k) for k in cases}
         for net in set(nets_of.values()):
             others = [v for k, v in cases.items() if nets_of[k] != net]
             if others:
@@ -1098,6 +1109,33 @@ def _calibration_terms(cases: Sequence[tuple[float, float, float]]) -> tuple[flo
     return float(min(hi, max(lo, g))), 0.0
 
 
+#: the calibration networks' layers (``describe``), per device and thread count (describe asks torch for the
+#: backend it would pick), label: what a fit's ``measure.time_networks`` described, for its ``network_calibration``
+#: and any ``with_samples`` after it, so the zoo's networks are built once a process
+_NETWORK_LAYERS: dict[tuple[str, int], dict[str, tuple[list[LayerDesc], dict[str, int]]]] = {}
+
+
+def network_layers(device: str, labels: Sequence[str]) -> dict[str, tuple[list[LayerDesc], dict[str, int]]]:
+    """``{label: (layers, container calls)}`` of the calibration networks ``labels`` (``measure.network_cases``)
+    on ``device`` at the current thread count, built and described only where this process has not yet."""
+    from lightning_edge.latency import measure
+
+    known = network_layer_cache(device)
+    missing = sorted({measure.network_name(k) for k in labels if k not in known})
+    if missing:
+        for label, model, inputs in measure.network_cases(device, missing):
+            known.setdefault(label, describe(model, *inputs))
+    return {k: known[k] for k in labels if k in known}
+
+
+def network_layer_cache(device: str) -> dict[str, tuple[list[LayerDesc], dict[str, int]]]:
+    """The calibration networks' layers this process described on ``device`` at the current thread count (what
+    ``measure.time_networks(layers=...)`` fills)."""
+    import torch
+
+    return _NETWORK_LAYERS.setdefault((str(device), torch.get_num_threads()), {})
+
+
 def network_measurements(meta: dict) -> list[tuple[str, float]]:
     """The calibration networks' passes a fit recorded in ``meta`` (``[(label, seconds)]``; empty if none)."""
     cases, secs = meta.get("network_cases") or [], meta.get("network_s") or []
@@ -1238,7 +1276,7 @@ class _ModelFile:
             secs = self.lst(meta.get("network_s"), "meta.network_s", 64, "a list of pass seconds")
             if len(cases) != len(secs):
                 raise self.fail("meta.network_s", f"a pass time for each of the {len(cases)} networks", secs)
-            known = [f"{n} b{b}" for n, _s, _o in NETWORK_CASES for b in NETWORK_BATCHES]
+            known = [network_label(n, b) for n, _s, _o in NETWORK_CASES for b in NETWORK_BATCHES]
             for i, v in enumerate(cases):
                 if v not in known:   # with_samples builds the networks it names
                     raise self.fail(f"meta.network_cases[{i}]", f"one of the calibration networks {', '.join(known)}",

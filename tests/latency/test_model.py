@@ -518,6 +518,37 @@ def test_the_network_calibration_takes_the_zoos_passes_and_says_what_to_expect_o
     assert stat.meta["network_s"] == cal["network_s"]
 
 
+def test_the_calibration_networks_are_built_once_a_process(monkeypatch):
+    """A fit times the networks and describes them while they are built (``time_networks(layers=...)``); its
+    calibration and any retraining after it (``with_samples``) predict them from those layers, built no more."""
+    from lightning_edge.latency import model as model_mod
+
+    monkeypatch.setattr(model_mod, "_NETWORK_LAYERS", {})
+    built = []
+    real = measure.network_cases
+
+    def counted(device="cpu", names=None):
+        for label, net, inputs in real(device, names):
+            built.append(label)
+            yield label, net, inputs
+
+    monkeypatch.setattr(measure, "network_cases", counted)
+    nets = measure.time_networks("cpu", repeats=1, names=["resnet18", "yolov8n"],
+                                 layers=model_mod.network_layer_cache("cpu"))
+    assert [k for k, _ in nets] == built == ["resnet18 b1", "resnet18 b8", "yolov8n b1", "yolov8n b8"]
+    assert all(measure.network_name(k) == k.split(" ")[0] for k in built)
+    sw = stepwise_model()
+    cal = sw.network_calibration(nets)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")   # the few synthetic samples: units outside them
+        mixed = LatencyModel("mixed", {**META, **cal}, 5e10, 1e10, samples=training_samples(), container_s=1e-6,
+                             module_s=2e-6).with_samples([])
+    assert len(built) == 4 and mixed.meta["network_s"] == cal["network_s"]
+    # a label the process has not described is built (and only its network)
+    sw.network_calibration(nets + [("mobilenet_v2 b1", 0.01)])
+    assert built[4:] == ["mobilenet_v2 b1", "mobilenet_v2 b8"]
+
+
 def test_a_model_file_with_a_hostile_network_calibration_is_refused(tmp_path):
     cal = {"network_factor": 1.1, "network_call_s": 2e-6, "network_cases": ["resnet18 b1"], "network_s": [0.01]}
     d = stepwise_model(**cal).to_dict()
