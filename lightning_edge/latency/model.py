@@ -764,13 +764,13 @@ class UnitLatencyModel(LatencyModel):
         because the shortfall was larger at batch 1 than at batch 8 on the zoo and the held-out networks alike (one
         factor left the held-out networks 7-18 % under at batch 1 and 7-14 % over at batch 8; with the cost per
         call, held-out MAPE 7.5 -> 6.6 % and 11.0 -> 8.9 % in two fits); not one factor per class, which predicted
-        the held-out networks worse (9.8-14.8 % against 8.3 %, by ridge regression on these twelve passes). None of
+        the held-out networks worse (9.8-14.8 % against 8.3 %, by ridge regression on twelve passes). None of
         the held-out benchmark networks is among them.
 
         Returns the meta fields: ``network_factor``, ``network_call_s``, the labels and seconds of the passes, each
         pass's ratio to the uncalibrated prediction, and ``network_error_pct``, the leave-one-network-out error
-        (each network, both batches, predicted with the terms fitted on the others: what to expect on a network the
-        fit did not time)."""
+        (each zoo network, all its cases and batches, predicted with the terms fitted on the others: what to expect
+        on a network the fit did not time)."""
         from lightning_edge.latency import measure
 
         secs = dict(nets)
@@ -786,7 +786,7 @@ class UnitLatencyModel(LatencyModel):
             return {}
         a, c = _calibration_terms(list(cases.values()))
         errs = []
-        nets_of = {k: measure.network_name(k) for k in cases}
+        nets_of = {k: measure.network_family(k) for k in cases}
         for net in set(nets_of.values()):
             others = [v for k, v in cases.items() if nets_of[k] != net]
             if others:
@@ -863,6 +863,7 @@ class StepwiseLatencyModel(UnitLatencyModel):
             what = u.op or u.cls
             return UnitEstimate(self.t_ref(u), f"{what}: refined roofline (no step-wise function)", True)
         cls, point, mult = pf
+        point = _point_in(gen, cls, point)
         out = any(p < dim.lo or p > dim.hi for p, dim in zip(point, gen.dims))
         calls = max(1, u.calls)
         per_call = max(gen(point), 0.0)
@@ -1142,6 +1143,24 @@ def network_measurements(meta: dict) -> list[tuple[str, float]]:
     return list(zip(cases, secs)) if len(cases) == len(secs) else []
 
 
+#: dimension counts a class had in files written before it changed (``_point_in`` maps a point onto them)
+_LEGACY_NDIMS: dict[str, tuple[int, ...]] = {"dwconv": (3,)}
+
+
+def _point_in(gen: Generation, cls: str, point: tuple[int, ...]) -> tuple[int, ...]:
+    """``point`` (``measure.point_for``) in ``gen``'s own dimensions: a grouped convolution's first one was its
+    channels per group (cg) in the models fitted before it became cc = cg * cg (the time of a 3x3 grouped
+    convolution at cg = 8 was predicted 2-5 times too long, interpolated along cg between 2 and 64 channels); a
+    depthwise convolution's were channels, pixels and images before its planes (channels x images) took the place
+    of the first and last (16 channels of 64x64 at batch 8 were predicted 94 % too long, interpolated between
+    batches at the corners of the box, where 128 channels at batch 8 stream 33 MB)."""
+    if cls == "gconv" and gen.dims and gen.dims[0].name == "cg":
+        return (max(1, round(math.sqrt(point[0]))),) + tuple(point[1:])
+    if cls == "dwconv" and len(gen.dims) == 3:   # (c, hw, b) before the batch was folded into the planes
+        return tuple(point) + (1,)
+    return point
+
+
 def _holds(gen: Generation, point: Sequence[int]) -> bool:
     return all(dim.lo <= p <= dim.hi for p, dim in zip(point, gen.dims))
 
@@ -1276,7 +1295,7 @@ class _ModelFile:
             secs = self.lst(meta.get("network_s"), "meta.network_s", 64, "a list of pass seconds")
             if len(cases) != len(secs):
                 raise self.fail("meta.network_s", f"a pass time for each of the {len(cases)} networks", secs)
-            known = [network_label(n, b) for n, _s, _o in NETWORK_CASES for b in NETWORK_BATCHES]
+            known = [network_label(case, b) for case, _n, _s, _o in NETWORK_CASES for b in NETWORK_BATCHES]
             for i, v in enumerate(cases):
                 if v not in known:   # with_samples builds the networks it names
                     raise self.fail(f"meta.network_cases[{i}]", f"one of the calibration networks {', '.join(known)}",
@@ -1308,7 +1327,9 @@ class _ModelFile:
                 raise self.fail("stepwise", "layer-class names of at most 64 characters", key)
             if base not in classes:
                 raise self.fail(f"stepwise.{key}", f"a layer class ({', '.join(classes)}, or CLASS/BOX)", key)
-            self.generation(g, f"stepwise.{key}", len(SPECS[base].dims))
+            ndims = len(SPECS[base].dims)
+            got = len(g.get("dims") or []) if isinstance(g, dict) and isinstance(g.get("dims"), list) else ndims
+            self.generation(g, f"stepwise.{key}", got if got in _LEGACY_NDIMS.get(base, ()) else ndims)
         samples = d.get("samples") or []
         for i, s in enumerate(self.lst(samples, "samples", MAX_SAMPLES, "a list of measured layers")):
             self.sample(s, f"samples[{i}]")

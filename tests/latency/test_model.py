@@ -76,11 +76,12 @@ def point_time(cls: str, point, cold: bool = False) -> float:
             c, k2 = 3, c
         flops, nbytes, w = 2 * f * c * k2 * hw * b, 4 * (c * hw * b + f * hw * b + f * c * k2), 4 * f * c * k2
     elif cls == "dwconv":
-        c, hw, b = point
-        flops, nbytes, w = 2 * c * 9 * hw * b, 4 * (2 * c * hw * b + 9 * c), 0
+        c, hw = point
+        flops, nbytes, w = 2 * c * 9 * hw, 4 * (2 * c * hw + 9 * c), 0
     elif cls == "gconv":
-        cg, g, hw, b = point
-        flops, nbytes, w = 2 * cg * cg * g * 9 * hw * b, 4 * (2 * cg * g * hw * b + cg * cg * g * 9), 0
+        cc, g, hw, b = point
+        cg = math.sqrt(cc)
+        flops, nbytes, w = 2 * cc * g * 9 * hw * b, 4 * (2 * cg * g * hw * b + cc * g * 9), 0
     elif cls == "linear":
         f, c, rows = point
         flops, nbytes, w = 2 * f * c * rows, 4 * (c * rows + f * rows + f * c), 4 * f * c
@@ -170,6 +171,53 @@ def test_stepwise_reproduces_the_device_it_was_generated_on(sw):
         assert pred.layer(d.name).time_s == pytest.approx(want, rel=0.05), d.name
     attn = pred.layer("attn").how
     assert "step-wise matmul" in attn and "softmax" in attn
+
+
+def test_a_grouped_convolution_is_predicted_along_its_work_per_group_and_old_files_along_their_channels(tmp_path):
+    """A grouped convolution's time is linear in cc = c/g * f/g (its MACs per group and pixel / 9), not in its
+    channels per group: measured at cc = 4 .. 4096 (cg 2 .. 64), ResNeXt's cg = 8 comes out right; a model file
+    fitted when the dimension was cg still predicts from cg."""
+    from lightning_edge.latency.measure import Dim
+
+    unit = nn.Conv2d(256, 256, 3, padding=1, groups=32, bias=False).to("meta")
+    (d,), _ = describe(unit, torch.empty(8, 256, 12, 12, device="meta"))
+    cls, point, _m = point_for(units_of(d)[0])
+    assert cls == "gconv" and point == (64, 32, 144, 8)
+    g = generate(SPECS["gconv"].dims, lambda p: point_time("gconv", p), tol=0.02, max_points=6)
+    assert g.dims[0].name == "cc"
+    assert g(point) == pytest.approx(point_time("gconv", point), rel=0.02)
+    # the same device generated along cg (the former dimension): a file of then
+    old_dims = (Dim.range("cg", 2, 64, 8),) + SPECS["gconv"].dims[1:]
+    old = generate(old_dims, lambda p: point_time("gconv", (p[0] * p[0],) + tuple(p[1:])), tol=0.02, max_points=6)
+    lm = LatencyModel("stepwise", META, 5e10, 1e10, stepwise={"gconv": old}, container_s=1e-6, module_s=2e-6)
+    back = LatencyModel.load(lm.save(tmp_path / "old.json"))
+    row = back.predict_layers([d]).layers[0]
+    assert "gconv(cg=8, g=32, hw=144, b=8)" in row.how
+    assert row.time_s == pytest.approx(old((8, 32, 144, 8)), rel=1e-6)
+
+
+def test_a_depthwise_convolution_is_predicted_on_its_planes_and_old_files_on_channels_pixels_and_images(tmp_path):
+    """Each image's channel is a plane of its own: a depthwise convolution at batch b is one of c*b channels (16
+    channels of 64x64 at batch 8 took 0.394 ms, 128 at batch 1 0.420 ms here); a model file fitted when its
+    dimensions were (c, hw, b) predicts from (planes, hw, 1)."""
+    from lightning_edge.latency.measure import Dim
+
+    unit = nn.Conv2d(16, 16, 3, padding=1, groups=16, bias=False).to("meta")
+    (d,), _ = describe(unit, torch.empty(8, 16, 64, 64, device="meta"))
+    assert point_for(units_of(d)[0]) == ("dwconv", (128, 4096), 1.0)
+    old_dims = (Dim.range("c", 8, 256, 64), Dim("hw", tuple(s * s for s in range(16, 65)), 1024), Dim.range("b", 1, 8, 1))
+    old = generate(old_dims, lambda p: point_time("dwconv", (p[0] * p[2], p[1])), tol=0.02, max_points=6)
+    lm = LatencyModel("stepwise", META, 5e10, 1e10, stepwise={"dwconv": old}, container_s=1e-6, module_s=2e-6)
+    back = LatencyModel.load(lm.save(tmp_path / "old.json"))
+    row = back.predict_layers([d]).layers[0]
+    assert "dwconv(c=128, hw=4096, b=1)" in row.how
+    assert row.time_s == pytest.approx(old((128, 4096, 1)), rel=1e-6)
+    # a file whose depthwise function has another count of dimensions is refused
+    bad = json.loads((tmp_path / "old.json").read_text())
+    bad["stepwise"]["dwconv"]["dims"] = bad["stepwise"]["dwconv"]["dims"][:1]
+    (tmp_path / "bad.json").write_text(json.dumps(bad))
+    with pytest.raises(LatencyModelError, match=r"stepwise\.dwconv\.dims"):
+        LatencyModel.load(tmp_path / "bad.json")
 
 
 def test_attention_is_its_products_softmax_and_copies_whatever_the_module_is_called():
