@@ -126,6 +126,9 @@ def main(argv=None) -> int:
     ap.add_argument("--update-benchmarks-md", action="store_true",
                     help=f"replace the section '{SECTION}' of BENCHMARKS.md with this run's output")
     ap.add_argument("--save-models", default=None, help="write the fitted models (JSON) to this folder")
+    ap.add_argument("--beside", default="no work of ours; the machine's other users aside",
+                    help="what ran on the other CPUs during the run, for the report (they share the last-level "
+                         "cache: a test suite there moved the quiet references by 25 %%)")
     args = ap.parse_args(argv)
     q = args.quick
     seeds = [int(s) for s in (args.seeds or ("0" if q else "0,1")).split(",")]
@@ -401,7 +404,7 @@ def report(args, runs, cases, ref_of, rounds, per_layer, context_rows, fold_rows
         SECTION,
         "",
         f"Machine: {machine()}; device cpu, 1 torch thread, fp32, clock: thread (the thread's CPU time), pinned to "
-        f"CPU {cpu} (CPU 0 ran other work: test suites of this repository, which share the last-level cache). "
+        f"CPU {cpu} (the other CPUs: {args.beside}). "
         "Effective last-level cache measured by each fit: "
         + ", ".join(sorted({f'{r["llc"] / 2 ** 20:.0f} MB' for r in runs if r.get('llc')})) + " (nominal "
         f"{runs[0]['models']['stepwise'].meta.get('llc_nominal_bytes', 0) / 2 ** 20:.0f} MB).",

@@ -1150,7 +1150,7 @@ _LEGACY_NDIMS: dict[str, tuple[int, ...]] = {"dwconv": (3,)}
 def _point_in(gen: Generation, cls: str, point: tuple[int, ...]) -> tuple[int, ...]:
     """``point`` (``measure.point_for``) in ``gen``'s own dimensions: a grouped convolution's first one was its
     channels per group (cg) in the models fitted before it became cc = cg * cg (the time of a 3x3 grouped
-    convolution at cg = 8 was predicted 2-5 times too long, interpolated along cg between 2 and 64 channels); a
+    convolution at cg = 8 was predicted 2-6 times too long, interpolated along cg between 2 and 64 channels); a
     depthwise convolution's were channels, pixels and images before its planes (channels x images) took the place
     of the first and last (16 channels of 64x64 at batch 8 were predicted 94 % too long, interpolated between
     batches at the corners of the box, where 128 channels at batch 8 stream 33 MB)."""
