@@ -111,6 +111,9 @@ MAX_CLASSES = 256
 #: are off by more than 2x is not corrected but refitted), the budget a fit keeps for timing the networks (two
 #: rounds of about 7 s each on one quiet CPU thread, 12 s of wall time beside a CPU-bound process: a round cut
 #: short by its share loses its last networks), and the least budget that times them at all
+#: the model file's version: 2 since the grouped convolution's first dimension became cc = cg * cg and the
+#: depthwise one's (c, hw, b) became (planes, hw) (``_point_in`` reads the files of version 1)
+FILE_VERSION = 2
 NETWORK_FACTOR_RANGE = (0.5, 2.0)
 NETWORK_CALL_MAX_S = 1e-3
 NETWORK_RESERVE_S = 30.0
@@ -529,7 +532,7 @@ class LatencyModel(ABC, metaclass=_ByKind):
     # ------------------------------------------------------------------ files
     def to_dict(self) -> dict:
         return {
-            "schema": SCHEMA, "version": 1, "kind": self.kind, "label": "fitted on measurements",
+            "schema": SCHEMA, "version": FILE_VERSION, "kind": self.kind, "label": "fitted on measurements",
             "meta": self.meta, "peak_flops": self.peak_flops, "bandwidth": self.bandwidth, "tile": self.tile,
             "container_s": self.container_s, "module_s": self.module_s, "fit_cost": self.fit_cost,
             "notes": self.notes, "stepwise": {c: g.to_dict() for c, g in self.stepwise.items()},
@@ -862,15 +865,16 @@ class StepwiseLatencyModel(UnitLatencyModel):
         if pf is None or gen is None:
             what = u.op or u.cls
             return UnitEstimate(self.t_ref(u), f"{what}: refined roofline (no step-wise function)", True)
-        cls, point, mult = pf
-        point = _point_in(gen, cls, point)
+        cls, unit_point, mult = pf
+        point = _point_in(gen, cls, unit_point, u)
         out = any(p < dim.lo or p > dim.hi for p, dim in zip(point, gen.dims))
         calls = max(1, u.calls)
         per_call = max(gen(point), 0.0)
-        cold = self.generation_for(cls, point, dram=True) if u.cold > 0 else None
-        cold_used = cold is not None and cold is not gen and _holds(cold, point)
+        cold = self.generation_for(cls, unit_point, dram=True) if u.cold > 0 else None
+        cold_point = _point_in(cold, cls, unit_point, u) if cold is not None else point
+        cold_used = cold is not None and cold is not gen and _holds(cold, cold_point)
         if cold_used:  # a cold box far from the point (one a fit past its deadline left out) is not used
-            per_call = (1 - u.cold) * per_call + u.cold * max(cold(point), 0.0)
+            per_call = (1 - u.cold) * per_call + u.cold * max(cold(cold_point), 0.0)
         per_call *= mult
         dims = ", ".join(f"{dim.name}={p}" for dim, p in zip(gen.dims, point))
         how = f"step-wise {cls}({dims})" + (f" x {mult:g}" if mult != 1 else "") + \
@@ -1147,17 +1151,21 @@ def network_measurements(meta: dict) -> list[tuple[str, float]]:
 _LEGACY_NDIMS: dict[str, tuple[int, ...]] = {"dwconv": (3,)}
 
 
-def _point_in(gen: Generation, cls: str, point: tuple[int, ...]) -> tuple[int, ...]:
+def _point_in(gen: Generation, cls: str, point: tuple[int, ...], unit: LayerDesc) -> tuple[int, ...]:
     """``point`` (``measure.point_for``) in ``gen``'s own dimensions: a grouped convolution's first one was its
     channels per group (cg) in the models fitted before it became cc = cg * cg (the time of a 3x3 grouped
     convolution at cg = 8 was predicted 2-6 times too long, interpolated along cg between 2 and 64 channels); a
     depthwise convolution's were channels, pixels and images before its planes (channels x images) took the place
     of the first and last (16 channels of 64x64 at batch 8 were predicted 94 % too long, interpolated between
-    batches at the corners of the box, where 128 channels at batch 8 stream 33 MB)."""
+    batches at the corners of the box, where 128 channels at batch 8 stream 33 MB): such a box gets the unit's
+    own channels, pixels and images, as it was fitted to.
+
+    A file written since either change has ``version`` 2 (a reader of version 1 would query a ``cc`` box at cg and
+    predict a grouped convolution 8 times too short; it refuses the file instead)."""
     if cls == "gconv" and gen.dims and gen.dims[0].name == "cg":
         return (max(1, round(math.sqrt(point[0]))),) + tuple(point[1:])
     if cls == "dwconv" and len(gen.dims) == 3:   # (c, hw, b) before the batch was folded into the planes
-        return tuple(point) + (1,)
+        return (max(1, unit.c), point[1], max(1, unit.batch))
     return point
 
 
@@ -1262,8 +1270,9 @@ class _ModelFile:
     # -- the file
     def check(self, d: dict) -> None:
         version = d.get("version", 1)
-        if version != 1 or isinstance(version, bool):
-            raise self.fail("version", "1 (a newer lightning_edge may have written this file: upgrade)", version)
+        if version not in (1, FILE_VERSION) or isinstance(version, bool):
+            raise self.fail("version", f"1 or {FILE_VERSION} (a newer lightning_edge may have written this file: "
+                            "upgrade)", version)
         kind = d.get("kind", _MISSING)
         if not isinstance(kind, str) or kind not in KINDS:
             raise self.fail("kind", f"one of {', '.join(KINDS)}", kind)

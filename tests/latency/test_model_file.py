@@ -120,7 +120,7 @@ HOSTILE = [
     ("disturbance-without-pass-lengths", roofline_doc(meta={**META, "disturbance_factor": [1.1]}),
      "meta.disturbance_pass_s"),
     ("kind-a-list", roofline_doc(kind=["roofline"]), "kind"),
-    ("version-from-the-future", roofline_doc(version=2), "version"),
+    ("version-from-the-future", roofline_doc(version=3), "version"),
     ("notes-a-number", roofline_doc(notes=3), "notes"),
     ("fit-cost-nested-deep", roofline_doc(fit_cost={"a": {"b": {"c": {"d": {"e": {"f": 1}}}}}}), "fit_cost"),
     ("samples-a-dict", roofline_doc(kind="mixed", samples={"a": 1}), "samples"),
