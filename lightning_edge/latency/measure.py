@@ -44,8 +44,8 @@ __all__ = ["clock", "use_clock", "ClassSpec", "SPECS", "cache_sizes", "time_unit
            "unit_desc_for", "point_for", "sample_units", "time_network", "time_layers", "training_from_layers_json",
            "Sample", "host_meta", "call_overheads", "loadavg", "effective_llc", "page_faults", "network_page_faults",
            "page_fault_s", "keep_freed_memory", "switches", "preemption_counts", "disturbance", "use_disturbance",
-           "disturbance_factor", "feature_map", "NETWORK_CASES", "network_cases", "network_label", "network_name", "network_family",
-           "time_networks"]
+           "disturbance_factor", "feature_map", "NETWORK_CASES", "network_cases", "network_label", "network_name",
+           "network_family", "time_networks"]
 
 
 _CLOCK = {"name": "wall"}
