@@ -15,8 +15,9 @@ same CPU as this one: a 1-thread matmul and a 32 MB copy in a loop). The whole b
 and the machine's load average (other users) is recorded before and after every step. Each condition has its own
 reference, measured under that condition (issue 38: fitted and evaluated under a competing process): rounds of
 the least of ``--repeats`` passes on the thread clock, measured just before, between and just after each seed's
-two fits (loaded: with the loader running). A run's reference is the median of its own three rounds (the
-machine's speed drifts over the run); the median of all the condition's rounds is reported beside it. A model
+two fits (loaded: with the loader running), ``SUB_ROUNDS`` rounds at each of those points, the networks in
+turn. A run's reference is the median of its own rounds (the machine's speed drifts over the run, and the host's
+other tenants slow it in bursts of seconds); the median of all the condition's rounds is reported beside it. A model
 is scored against the reference of the condition it was fitted under.
 
 Reported: network MAPE per kind and condition, fit times (wall and CPU), what each fit measured of the machine
@@ -55,6 +56,9 @@ KINDS = ("roofline", "refined", "statistical", "mixed", "stepwise")
 #: evaluation; every fit within 5 minutes
 TARGET = {"quiet": 5.0, "loaded": 10.0}
 TARGET_KINDS = ("stepwise", "mixed")
+#: reference rounds at each point (before, between, after a seed's fits): a shared host's other tenants slowed
+#: a ResNeXt-like pass from 4.0 to 6.8 ms for seconds at a time, several networks' rounds long
+SUB_ROUNDS = 3
 
 LOADER = """
 import time, torch
@@ -169,8 +173,11 @@ def main(argv=None) -> int:
     rounds: dict[str, dict[tuple, list[float]]] = {"quiet": defaultdict(list), "loaded": defaultdict(list)}
 
     def measure_round(cond: str, what: str) -> None:
-        for name, b, model, x, _d, _c in cases:
-            rounds[cond][(name, b)].append(measure.time_network(model, (x,), repeats=repeats))
+        # SUB_ROUNDS rounds at each point, the networks in turn: the host's other tenants slow this machine in
+        # bursts of seconds, which a round of one network's passes cannot outlast
+        for _ in range(SUB_ROUNDS):
+            for name, b, model, x, _d, _c in cases:
+                rounds[cond][(name, b)].append(measure.time_network(model, (x,), repeats=repeats))
         log(f"networks measured ({cond}, {what})")
 
     measure_round("quiet", "round 1")
@@ -190,7 +197,7 @@ def main(argv=None) -> int:
                 if cond == "loaded" or seed != seeds[0]:
                     measure_round(cond, f"before the seed {seed} fits")
                 else:  # the quiet round just measured is the one before
-                    first -= 1
+                    first -= SUB_ROUNDS
                 before = loadavg()
                 calls0 = measure.preemption_counts()
                 log(f"fit stepwise ({cond}, seed {seed})")
@@ -417,8 +424,9 @@ def report(args, runs, cases, ref_of, rounds, per_layer, context_rows, fold_rows
         "and during the loaded reference's rounds.",
         "References, measured under the condition the model was fitted under (loaded: with the loader running): "
         f"rounds of the least of {repeats} passes per network (thread clock). A run's reference is the median of "
-        "its own rounds, measured just before, between and just after its two fits (the machine's speed drifts "
-        "over the run: other virtual machines, CPU 0's work); 'MAPE, all rounds' scores the same predictions "
+        f"its own rounds, {SUB_ROUNDS} measured just before, {SUB_ROUNDS} between and {SUB_ROUNDS} just after its two "
+        "fits, the networks in turn (the machine's speed drifts over the run, and the host's other virtual machines "
+        "slow it in bursts of seconds); 'MAPE, all rounds' scores the same predictions "
         "against the median of all the condition's rounds ("
         + ", ".join(f"{c}: {n}" for c, n in n_rounds.items()) + "). The rounds of one condition lie "
         + ", ".join(f"{spread(c):.1f} % ({c})" for c in n_rounds)

@@ -646,3 +646,17 @@ def test_a_fit_whose_calibration_networks_run_out_of_memory_keeps_its_units_unca
     assert rounds and rounds[0] and all(s > 0 for _k, s in rounds[0])     # the first round timed real networks
     assert "network_factor" not in lm.meta and lm.stepwise
     assert "not calibrated: RuntimeError: DefaultCPUAllocator" in lm.fit_cost["network_calibration"]
+
+
+def test_a_calibration_network_counts_the_mean_of_its_rounds():
+    """Each calibration network's pass is the mean of the fit's rounds (the least of them predicted the held-out
+    networks worse: a user's passes have the host's bursts in them), for the networks every round timed (a round
+    cut short by its deadline), in the first round's order."""
+    from lightning_edge.latency.model import network_passes
+
+    first = [("resnet18 b1", 0.033), ("resnet18 b8", 0.060), ("yolov8n b1", 0.010)]
+    second = [("resnet18 b8", 0.058), ("resnet18 b1", 0.0235)]
+    got = network_passes([first, second])
+    assert [k for k, _ in got] == ["resnet18 b1", "resnet18 b8"]
+    assert [s for _, s in got] == pytest.approx([0.02825, 0.059])
+    assert network_passes([first]) == first and network_passes([]) == []
