@@ -463,7 +463,8 @@ class LatencyModel(ABC, metaclass=_ByKind):
                     rounds.append(measure.time_networks(device, deadline=n2 + reserve / 2,
                                                         layers=network_layer_cache(device)))
                     nets = network_passes(rounds)
-                    cost["network_rounds_s"] = {k: [round(dict(r).get(k, 0.0), 7) for r in rounds] for k, _s in nets}
+                    each = [dict(r) for r in rounds]
+                    cost["network_rounds_s"] = {k: [round(d[k], 7) for d in each] for k, _s in nets}
                 except (RuntimeError, MemoryError) as e:   # the minutes of units are kept, uncalibrated
                     cost["network_calibration"] = f"not calibrated: {type(e).__name__}: {one_line(str(e))[:200]}"
                     log(cost["network_calibration"])
@@ -1125,9 +1126,9 @@ def network_passes(rounds: Sequence[Sequence[tuple[str, float]]]) -> list[tuple[
     held-out networks at 9.0 % MAPE on average, the mean at 8.2 % (better in five of eight)."""
     if not rounds:
         return []
-    common = set.intersection(*(set(dict(r)) for r in rounds))
     each = [dict(r) for r in rounds]
-    return [(k, sum(r[k] for r in each) / len(each)) for k, _s in rounds[0] if k in common]
+    common = set.intersection(*(set(d) for d in each))
+    return [(k, sum(d[k] for d in each) / len(each)) for k, _s in rounds[0] if k in common]
 
 
 #: the calibration networks' layers (``describe``), per device and thread count (describe asks torch for the

@@ -660,3 +660,14 @@ def test_a_calibration_network_counts_the_mean_of_its_rounds():
     assert [k for k, _ in got] == ["resnet18 b1", "resnet18 b8"]
     assert [s for _, s in got] == pytest.approx([0.02825, 0.059])
     assert network_passes([first]) == first and network_passes([]) == []
+
+
+@pytest.mark.slow
+def test_a_calibrated_fit_keeps_both_rounds_of_its_networks_and_counts_their_mean(tmp_path):
+    """A real full fit (60 s: the calibration's least budget): the file keeps each calibration network's two
+    rounds, and the pass it calibrates on is their mean."""
+    lm = LatencyModel.fit("stepwise", "cpu", budget_s=60, threads=1, clock="thread", repeats=2, max_points=3)
+    rounds = lm.fit_cost["network_rounds_s"]
+    assert list(rounds) == lm.meta["network_cases"] and all(len(v) == 2 and min(v) > 0 for v in rounds.values())
+    assert lm.meta["network_s"] == pytest.approx([sum(v) / 2 for v in rounds.values()], rel=1e-5)
+    assert LatencyModel.load(lm.save(tmp_path / "m.json")).fit_cost["network_rounds_s"] == rounds
