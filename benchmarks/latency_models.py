@@ -477,7 +477,8 @@ def report(args, runs, cases, ref_of, rounds, per_layer, context_rows, fold_rows
                          + (f"{pre} of {tot} ({100 * pre / max(tot, 1):.1f} %)" if k == "stepwise" else "") + " |")
     # the network calibration
     lines += ["", "The network calibration of each fit (`UnitLatencyModel.network_calibration`: the zoo's networks "
-              "timed whole in two rounds, before and after the units; never a held-out network): the factor on "
+              "timed whole in three rounds, one before and two after the units, the median of each network's; never a "
+              "held-out network): the factor on "
               "every layer and the cost per layer call it adds, the range of the zoo passes' ratios to the "
               "uncalibrated predictions, and the fit's own error estimate (leave one zoo network out) against the "
               "held-out networks' MAPE:", "",

@@ -108,15 +108,18 @@ MAX_DIM_VALUES = 1 << 16
 MAX_POINTS = 1 << 16
 MAX_CLASSES = 256
 #: the network calibration (``UnitLatencyModel.network_calibration``): the factor's bounds (a model whose units
-#: are off by more than 2x is not corrected but refitted), the budget a fit keeps for timing the networks (two
-#: rounds of about 7 s each on one quiet CPU thread, 12 s of wall time beside a CPU-bound process: a round cut
-#: short by its share loses its last networks), and the least budget that times them at all
+#: are off by more than 2x is not corrected but refitted), the rounds a fit times the networks in (one before
+#: the units, the others after them), the budget it keeps for them (at most that many seconds and that share of
+#: its budget; a round takes about 7 s on one quiet CPU thread, 15-20 s of wall time beside a CPU-bound process:
+#: a round cut short by its share loses its last networks), and the least budget that times them at all
 #: the model file's version: 2 since the grouped convolution's first dimension became cc = cg * cg and the
 #: depthwise one's (c, hw, b) became (planes, hw) (``_point_in`` reads the files of version 1)
 FILE_VERSION = 2
 NETWORK_FACTOR_RANGE = (0.5, 2.0)
 NETWORK_CALL_MAX_S = 1e-3
-NETWORK_RESERVE_S = 30.0
+NETWORK_ROUNDS = 3
+NETWORK_RESERVE_S = 45.0
+NETWORK_RESERVE_SHARE = 0.15
 NETWORK_MIN_BUDGET_S = 60.0
 
 
@@ -436,32 +439,33 @@ class LatencyModel(ABC, metaclass=_ByKind):
             # a full fit of a unit kind ends by timing the zoo's calibration networks whole (``network_factor``):
             # their share of the budget is kept from the units'
             calibrate = classes is None and issubclass(kcls, UnitLatencyModel) and budget_s >= NETWORK_MIN_BUDGET_S
-            # in two rounds, before and after the units (the machine drifts over a fit), each network's pass the
-            # mean of the two (``network_passes``; both kept in the fit cost)
+            # in NETWORK_ROUNDS rounds, one before the units and the others after them (the machine drifts over a
+            # fit), each network's pass the median of its rounds (``network_passes``; all kept in the fit cost)
             rounds: list[list[tuple[str, float]]] = []
             if calibrate:
-                reserve = min(NETWORK_RESERVE_S, 0.1 * budget_s)
+                per_round = min(NETWORK_RESERVE_S, NETWORK_RESERVE_SHARE * budget_s) / NETWORK_ROUNDS
                 log("calibration networks (the zoo's, whole passes), first round ...")
                 n0 = time.monotonic()
                 try:
-                    rounds.append(measure.time_networks(device, deadline=n0 + reserve / 2,
+                    rounds.append(measure.time_networks(device, deadline=n0 + per_round,
                                                         layers=network_layer_cache(device)))
                 except (RuntimeError, MemoryError) as e:   # out of memory on a small board: the units still count
                     calibrate = False
                     cost["network_calibration"] = f"not calibrated: {type(e).__name__}: {one_line(str(e))[:200]}"
                     log(cost["network_calibration"])
                 n1 = time.monotonic()
-                deadline -= (reserve / 2 if calibrate else 0.0) + (n1 - n0)
+                deadline -= (per_round * (NETWORK_ROUNDS - 1) if calibrate else 0.0) + (n1 - n0)
             job = _FitJob(device=device, budget_s=budget_s, deadline=deadline, classes=classes, repeats=repeats,
                           log=log, tol=tol, max_points=max_points, seed=seed, samples=extra)
             gens, train = kcls._measure(job, cost)
             nets: list[tuple[str, float]] = []
             if calibrate:
-                log("calibration networks, second round ...")
+                log(f"calibration networks, {NETWORK_ROUNDS - 1} more rounds ...")
                 n2 = time.monotonic()
                 try:
-                    rounds.append(measure.time_networks(device, deadline=n2 + reserve / 2,
-                                                        layers=network_layer_cache(device)))
+                    for _ in range(NETWORK_ROUNDS - 1):
+                        rounds.append(measure.time_networks(device, deadline=time.monotonic() + per_round,
+                                                            layers=network_layer_cache(device)))
                     nets = network_passes(rounds)
                     each = [dict(r) for r in rounds]
                     cost["network_rounds_s"] = {k: [round(d[k], 7) for d in each] for k, _s in nets}
@@ -1117,18 +1121,23 @@ def _calibration_terms(cases: Sequence[tuple[float, float, float]]) -> tuple[flo
 
 def network_passes(rounds: Sequence[Sequence[tuple[str, float]]]) -> list[tuple[str, float]]:
     """Each calibration network's pass over a fit's rounds of ``measure.time_networks`` (``[(label, seconds)]``
-    each): the mean of its rounds, for the networks every round timed, in the first round's order.
+    each): the median of its rounds (of two, their mean), for the networks every round timed, in the first round's
+    order.
 
-    The mean, not the least: a shared host's other tenants slow the machine in bursts of seconds (on this
-    repository's 2-CPU virtual machine a ResNeXt-like pass ran 4.0-4.6 ms, then 5.9-6.8 ms for seconds at a
-    time), and the passes a user's network makes, like the benchmark's references (the median of rounds), are
-    taken with the bursts in them. On eight fits' rounds (4-31 % apart), the least of the rounds put the
-    held-out networks at 9.0 % MAPE on average, the mean at 8.2 % (better in five of eight)."""
+    Neither the least nor the mean of the rounds: a shared host's other tenants slow the machine in bursts of
+    seconds (on this repository's 2-CPU virtual machine a ResNeXt-like pass ran 4.0-4.6 ms, then 5.9-6.8 ms for
+    seconds at a time). A user's passes, like the benchmark's references (the median of rounds), are taken with
+    the bursts in them, so the least of the rounds is too short: on eight fits' two rounds (4-31 % apart) it put
+    the held-out networks at 9.0 % MAPE on average, the mean at 8.2 %. But the mean of two takes half of a burst
+    that slowed one round. In one quiet fit, MobileNetV2 and V3 at batch 1 passed 24 % slower than in the fit
+    before it on the same host, 24-29 % slower than the units predicted (7-13 % in the fit before), and the
+    calibration put that on every network: a depthwise-separable held-out network came out 19 % over. The median
+    of three rounds leaves out a round a burst slowed."""
     if not rounds:
         return []
     each = [dict(r) for r in rounds]
     common = set.intersection(*(set(d) for d in each))
-    return [(k, sum(d[k] for d in each) / len(each)) for k, _s in rounds[0] if k in common]
+    return [(k, statistics.median(d[k] for d in each)) for k, _s in rounds[0] if k in common]
 
 
 #: the calibration networks' layers (``describe``), per device and thread count (describe asks torch for the
