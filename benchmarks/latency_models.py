@@ -24,7 +24,9 @@ Reported: network MAPE per kind and condition, fit times (wall and CPU), what ea
 (its disturbance factors, preemptions, unit calls rejected as preempted), APE per network, and errors per unit
 class (in-network LayerTimer self times against the predictions, summed over the networks). Then the measurements
 behind the models: the in-network context effect per class (hot loop, ``time_unit``'s context, in the network),
-and the batch-8 1x1 convolution of ResNet-50 alone, with its own shape and with the batch folded into one map.
+the batch-8 1x1 convolution of ResNet-50 alone, with its own shape and with the batch folded into one map, the
+allocator's page faults, and the share of the weights read from memory at batch 1 (the layers with weights timed in
+the network against ``time_unit`` with warm and with cold weights) beside the models' ``dram_share``.
 
     python benchmarks/latency_models.py --quick          # one seed, quiet only, small budgets: ~10 min
     python benchmarks/latency_models.py                  # seeds 0 and 1, quiet and loaded, 280 s fits: ~50 min
@@ -34,6 +36,7 @@ and the batch-8 1x1 convolution of ResNet-50 alone, with its own shape and with 
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import os
 import statistics
@@ -263,10 +266,12 @@ def main(argv=None) -> int:
     fold_rows = batch_fold()
     log("allocator: zoo networks at batch 8, default allocator against one that keeps its memory")
     alloc_rows = allocator_effect()
+    log("weights from memory at batch 1: in the network against time_unit with warm and with cold weights")
+    share_rows = weight_share(cases, runs[0]["models"]["stepwise"])
     total_min = (time.monotonic() - t_start) / 60
 
     text = report(args, runs, cases, ref_of, rounds, per_layer, context_rows, fold_rows, seeds, conditions, budget,
-                  repeats, cpu, total_min) + allocator_report(alloc_rows, kept)
+                  repeats, cpu, total_min) + allocator_report(alloc_rows, kept) + share_report(share_rows)
     print(text)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
@@ -312,6 +317,78 @@ def context_effect(cases, per_layer) -> dict[str, list[float]]:
             r[2] += per_layer[(name, b)].get(n, 0.0)
             r[3] += 1
     return dict(rows)
+
+
+#: the zoo's calibration networks whose weights (9-17 MB) lie about the measured cache, at batch 1
+SHARE_CASES = ("mobilenet_v2@48", "yolov8n@64", "mobilenet_v3_large@48", "mobilenet_v2", "yolov8n")
+
+
+def weight_share(cases, lm) -> list[tuple]:
+    """At batch 1, for the zoo's networks of ``SHARE_CASES`` and the held-out ones: the layers with weights of
+    ``COLD_MIN_BYTES`` or more, each timed in the network (hooks on those layers alone, the least of 10 passes)
+    and by ``time_unit`` with warm and with cold weights (summed); the share of the weights read from memory the
+    times imply, (network - warm) / (cold - warm), against the model's ``dram_share`` (what ``lm``'s effective
+    last-level cache gives the network)."""
+    import torch
+
+    from lightning_edge.latency import measure
+    from lightning_edge.latency.features import describe
+    from lightning_edge.latency.measure import COLD_MIN_BYTES, network_cases, time_unit
+
+    clock = measure._clock_ns()
+
+    def before(m, a, n, caps, spans):
+        caps.setdefault(n, tuple(t.clone() for t in a))
+        spans[n].append(-clock())
+
+    def after(m, a, o, n, caps, spans):
+        spans[n][-1] += clock()
+
+    nets = [(label, model, inputs) for label, model, inputs in network_cases("cpu", SHARE_CASES)
+            if label.endswith(" b1")]
+    nets += [(f"{name} b1", model, (x,)) for name, b, model, x, _d, _c in cases if b == 1]
+    rows = []
+    for label, model, inputs in nets:
+        descs, _cont = describe(model, *inputs)
+        mods = dict(model.named_modules())
+        big = [n for n, m in mods.items() if not list(m.children())
+               and sum(4 * p.numel() for p in m.parameters(recurse=False)) >= COLD_MIN_BYTES]
+        caps: dict = {}
+        spans: dict = defaultdict(list)
+        hooks = [mods[n].register_forward_pre_hook(functools.partial(before, n=n, caps=caps, spans=spans))
+                 for n in big]
+        hooks += [mods[n].register_forward_hook(functools.partial(after, n=n, caps=caps, spans=spans)) for n in big]
+        with torch.inference_mode():
+            for _ in range(12):
+                model(*inputs)
+        for h in hooks:
+            h.remove()
+        warm = cold = net = 0.0
+        for n in big:
+            warm += time_unit(mods[n], caps[n])
+            cold += time_unit(mods[n], caps[n], cold=True)
+            net += min(spans[n][2:]) / 1e9
+        weights = sum(4.0 * d.params for d in descs)
+        foot = weights + sum(4.0 * d.n_out * max(1, d.calls) for d in descs)
+        rows.append((label, len(big), weights, foot, warm, cold, net, lm.dram_share(descs)))
+    return rows
+
+
+def share_report(rows: list[tuple]) -> str:
+    if not rows:
+        return ""
+    out = ["", "Weights from memory at batch 1: the layers with 64 KB of weights or more, timed in the network "
+           "(hooks on them alone, the least of 10 passes) and by `time_unit` with warm and with cold weights (ms, "
+           "summed); measured share = (network - warm) / (cold - warm); the model's `dram_share` (of the first quiet "
+           "step-wise fit, its effective last-level cache) is what the step-wise and statistical models blend by. "
+           "The first rows are zoo calibration networks (fit data), the others held-out networks.", "",
+           "| network | layers | weights MB | weights + activations MB | warm | cold | in network | measured share "
+           "| model's share |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for label, n, weights, foot, warm, cold, net, share in rows:
+        got = f"{(net - warm) / (cold - warm):.2f}" if cold - warm > 0.02 * warm else "(cold = warm)"
+        out.append(f"| {label} | {n} | {weights / 2**20:.1f} | {foot / 2**20:.1f} | {warm * 1e3:.2f} | "
+                   f"{cold * 1e3:.2f} | {net * 1e3:.2f} | {got} | {share:.2f} |")
+    return "\n".join(out) + "\n"
 
 
 def batch_fold() -> list[tuple]:

@@ -121,6 +121,16 @@ NETWORK_ROUNDS = 3
 NETWORK_RESERVE_S = 45.0
 NETWORK_RESERVE_SHARE = 0.15
 NETWORK_MIN_BUDGET_S = 60.0
+#: a pass's weights come from memory once its weights and activations take half the effective last-level cache
+#: (``UnitLatencyModel.dram_share``; from a quarter of it in part). Measured (benchmarks/latency_models.py: the
+#: layers with 64 KB of weights or more, timed in the network against ``time_unit`` with warm and with cold
+#: weights): at batch 1 the zoo's MobileNetV2 and V3 at 48 px, YOLOv8n at 64 and 96 px and MobileNetV2 at 96 px
+#: (9-17 MB of weights, a measured cache of 16 MB) took 0.9-1.6 times the cold-minus-warm difference over
+#: the warm time; the rule before (a share of 0 at half the cache, 1 at one and a half) gave them 0.29-1.0. A pass
+#: touches more than its weights and outputs (each convolution's weights reordered for the kernel, its inputs,
+#: the allocator's blocks), and the cache fills from what the core evicts.
+DRAM_SHARE_FROM = 0.25
+DRAM_SHARE_FULL = 0.5
 
 
 class LatencyModelError(ValueError):
@@ -819,12 +829,14 @@ class UnitLatencyModel(LatencyModel):
 
     def dram_share(self, descs: list[LayerDesc]) -> float:
         """The share of a network's weights read from memory rather than the last-level cache: 0 while its
-        weights and the activations it writes in a pass take at most half the cache, 1 from one and a half caches
-        (a pass then evicts what the next pass reads first), linear between. An estimate of the cache's state,
-        not a measurement: the statistical and step-wise models blend their warm and cold weight times by it."""
+        weights and the activations it writes in a pass take at most ``DRAM_SHARE_FROM`` of the cache (the
+        effective one the fit measured), 1 from ``DRAM_SHARE_FULL`` of it, linear between. An estimate of the
+        cache's state, not a measurement: the statistical and step-wise models blend their warm and cold weight
+        times by it."""
         llc = float(self.meta.get("llc_bytes") or 32 << 20)
         foot = sum(4.0 * d.params + 4.0 * d.n_out * max(1, d.calls) for d in descs)
-        return float(min(1.0, max(0.0, (foot - 0.5 * llc) / llc)))
+        lo, hi = DRAM_SHARE_FROM * llc, DRAM_SHARE_FULL * llc
+        return float(min(1.0, max(0.0, (foot - lo) / (hi - lo))))
 
 
 class StepwiseLatencyModel(UnitLatencyModel):

@@ -333,12 +333,21 @@ def test_warns_when_the_machine_is_not_the_one_it_was_fitted_on():
 
 
 def test_weights_are_read_from_memory_when_the_network_overflows_the_cache(sw):
-    """dram_share: 0 below half the last-level cache, 1 above one and a half; the step-wise model blends the
-    boxes measured with warm and with cold weights by it."""
+    """dram_share: 0 up to a quarter of the (measured) last-level cache, 1 from half of it, linear between (a
+    network of 9-17 MB read its weights from memory in a 16 MB cache); the step-wise model blends the boxes
+    measured with warm and with cold weights by it."""
     small = describe(nn.Linear(512, 512), torch.empty(1, 512, device="meta"))[0]
     big = describe(nn.Sequential(*[nn.Linear(2048, 2048) for _ in range(4)]),
                    torch.empty(1, 2048, device="meta"))[0]                     # 64 MB of weights
     assert sw.dram_share(small) == 0.0 and sw.dram_share(big) == 1.0
+    llc = sw.meta["llc_bytes"]
+
+    def linear_of(mb: float):   # one layer of about `mb` MB of weights (its output is 4 KB)
+        return describe(nn.Linear(1024, int(mb * (1 << 20) / 4 / 1024)), torch.empty(1, 1024, device="meta"))[0]
+    assert sw.dram_share(linear_of(0.2 * llc / (1 << 20))) == 0.0
+    assert sw.dram_share(linear_of(0.375 * llc / (1 << 20))) == pytest.approx(0.5, abs=0.01)
+    assert sw.dram_share(linear_of(0.55 * llc / (1 << 20))) == 1.0
+    assert stepwise_model(llc_bytes=llc // 2).dram_share(linear_of(0.375 * llc / (1 << 20))) == 1.0  # its cache
     t_small = sw.predict_layers(small).layers[0]
     assert "from memory" not in t_small.how
     t_big = sw.predict_layers(big).layers[1]
