@@ -323,27 +323,20 @@ def context_effect(cases, per_layer) -> dict[str, list[float]]:
 SHARE_CASES = ("mobilenet_v2@48", "yolov8n@64", "mobilenet_v3_large@48", "mobilenet_v2", "yolov8n")
 
 
+def _keep_input(m, a, n, caps) -> None:
+    caps.setdefault(n, tuple(t.clone() for t in a))
+
+
 def weight_share(cases, lm) -> list[tuple]:
     """At batch 1, for the zoo's networks of ``SHARE_CASES`` and the held-out ones: the layers with weights of
-    ``COLD_MIN_BYTES`` or more, each timed in the network (hooks on those layers alone, the least of 10 passes)
-    and by ``time_unit`` with warm and with cold weights (summed); the share of the weights read from memory the
-    times imply, (network - warm) / (cold - warm), against the model's ``dram_share`` (what ``lm``'s effective
-    last-level cache gives the network)."""
+    ``COLD_MIN_BYTES`` or more, each timed in the network (``measure.time_layers``: their self times, the least of
+    10 passes) and by ``time_unit`` with warm and with cold weights, on their input in the network (summed); the
+    share of the weights read from memory the times imply, (network - warm) / (cold - warm), against the model's
+    ``dram_share`` (what ``lm``'s effective last-level cache gives the network)."""
     import torch
 
-    from lightning_edge.latency import measure
     from lightning_edge.latency.features import describe
-    from lightning_edge.latency.measure import COLD_MIN_BYTES, network_cases, time_unit
-
-    clock = measure._clock_ns()
-
-    def before(m, a, n, caps, spans):
-        if n not in caps:   # the first pass's input, for time_unit (a copy each pass would evict the weights)
-            caps[n] = tuple(t.clone() for t in a)
-        spans[n].append(-clock())
-
-    def after(m, a, o, n, caps, spans):
-        spans[n][-1] += clock()
+    from lightning_edge.latency.measure import COLD_MIN_BYTES, network_cases, time_layers, time_unit
 
     nets = [(label, model, inputs) for label, model, inputs in network_cases("cpu", SHARE_CASES)
             if label.endswith(" b1")]
@@ -354,23 +347,20 @@ def weight_share(cases, lm) -> list[tuple]:
         mods = dict(model.named_modules())
         big = [n for n, m in mods.items() if not list(m.children())
                and sum(4 * p.numel() for p in m.parameters(recurse=False)) >= COLD_MIN_BYTES]
-        caps: dict = {}
-        spans: dict = defaultdict(list)
-        hooks = [mods[n].register_forward_pre_hook(functools.partial(before, n=n, caps=caps, spans=spans))
-                 for n in big]
-        hooks += [mods[n].register_forward_hook(functools.partial(after, n=n, caps=caps, spans=spans)) for n in big]
+        caps: dict = {}   # each layer's input in one pass, for time_unit
+        hooks = [mods[n].register_forward_pre_hook(functools.partial(_keep_input, n=n, caps=caps)) for n in big]
         with torch.inference_mode():
-            for _ in range(12):
-                model(*inputs)
+            model(*inputs)
         for h in hooks:
             h.remove()
+        in_net = time_layers(model, inputs, steps=10)
         warm = cold = net = 0.0
         for n in big:
-            if n not in caps or len(spans[n]) < 3:   # not called in a pass
+            if n not in caps or n not in in_net:   # not called in a pass
                 continue
             warm += time_unit(mods[n], caps[n])
             cold += time_unit(mods[n], caps[n], cold=True)
-            net += min(spans[n][2:]) / 1e9
+            net += in_net[n]
         weights = sum(4.0 * d.params for d in descs)
         foot = weights + sum(4.0 * d.n_out * max(1, d.calls) for d in descs)
         rows.append((label, len(big), weights, foot, warm, cold, net, lm.dram_share(descs)))
@@ -381,7 +371,7 @@ def share_report(rows: list[tuple]) -> str:
     if not rows:
         return ""
     out = ["", "Weights from memory at batch 1: the layers with 64 KB of weights or more, timed in the network "
-           "(hooks on them alone, the least of 10 passes) and by `time_unit` with warm and with cold weights (ms, "
+           "(`measure.time_layers` self times, the least of 10 passes) and by `time_unit` with warm and with cold weights (ms, "
            "summed); measured share = (network - warm) / (cold - warm), above 1 where the network slows the layers in "
            "other ways too; the model's `dram_share` (of the first quiet "
            "step-wise fit, its effective last-level cache) is what the step-wise and statistical models blend by. "

@@ -126,9 +126,9 @@ NETWORK_MIN_BUDGET_S = 60.0
 #: weights or more, timed in the network against ``time_unit`` with warm and with cold weights): at batch 1 the
 #: zoo's MobileNetV2 and V3 at 48 px and YOLOv8n at 64 and 96 px (9-17 MB of weights, a measured cache of 16 MB)
 #: took 0.92-1.57 times the cold time's extra over the warm time (a second measurement of MobileNetV2 at 48 px:
-#: 0.90), where the rule before (0 at half the cache, 1 at one and a half) gave them 0.29-0.69. A pass touches more than its weights and outputs (each convolution's
-#: weights reordered for the kernel, its inputs, the allocator's blocks), and the cache fills from what the core
-#: evicts. The footprint adds every output a pass writes, not what is live at once: at batch 1 the latency
+#: 0.90), where the rule before (0 at half the cache, 1 at one and a half) gave them 0.29-0.69. A pass touches
+#: more than its weights and outputs (each convolution's weights reordered for the kernel, its inputs, the
+#: allocator's blocks), and the cache fills from what the core evicts. The footprint adds every output a pass writes, not what is live at once: at batch 1 the latency
 #: benchmark's held-out networks get a share of 0.97-1.0 by this rule.
 DRAM_SHARE_FROM = 0.25
 DRAM_SHARE_FULL = 0.5
@@ -841,9 +841,8 @@ class UnitLatencyModel(LatencyModel):
         """The share of a network's weights read from memory rather than the last-level cache: 0 while its
         weights and the activations it writes in a pass take at most ``DRAM_SHARE_FROM`` of the cache (on a CPU
         the effective one the fit measured; on a GPU its L2, unmeasured), 1 from ``DRAM_SHARE_FULL`` of it, linear
-        between. An estimate of the
-        cache's state, not a measurement: the statistical and step-wise models blend their warm and cold weight
-        times by it."""
+        between. An estimate of the cache's state, not a measurement: the statistical and step-wise models blend
+        their warm and cold weight times by it."""
         llc = float(self.meta.get("llc_bytes") or 32 << 20)
         foot = sum(4.0 * d.params + 4.0 * d.n_out * max(1, d.calls) for d in descs)
         lo, hi = DRAM_SHARE_FROM * llc, DRAM_SHARE_FULL * llc
