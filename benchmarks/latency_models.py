@@ -237,7 +237,8 @@ def main(argv=None) -> int:
                 "calls": (calls1["preempted"] - calls0["preempted"], calls1["timed"] - calls0["timed"]),
                 "ref": {k: statistics.median(v[first:]) for k, v in rounds[cond].items()},
                 "dist": {k: (m.meta.get("disturbance_pass_s"), m.meta.get("disturbance_factor"),
-                             m.meta.get("preempt_hz")) for k, m in (("stepwise", step), ("mixed", mixed))},
+                             m.meta.get("preempt_hz"), m.fit_cost.get("speed"))
+                         for k, m in (("stepwise", step), ("mixed", mixed))},
             })
             if args.save_models:
                 d = Path(args.save_models)
@@ -535,17 +536,28 @@ def report(args, runs, cases, ref_of, rounds, per_layer, context_rows, fold_rows
     lines += ["", "What each fit measured of the machine (`measure.disturbance`: a network-like probe's passes, "
               "timed as the references are, over as many undisturbed segments; the factor multiplies a prediction "
               "by the length of its pass), and the unit calls the OS preempted (rejected; `time_unit` takes the "
-              "least of the others):", "",
+              "least of the others); and the machine's speed through the fit (`measure.SpeedTrack`: a probe every "
+              "2 s; what was timed while the probe ran more than 10 % off its usual, the lower quartile of the "
+              "probes, was corrected by that factor):", "",
               "| condition | seed | kind | preemptions / CPU s (before, after) | factor at 1, 4, 15, 45 ms | "
-              "unit calls preempted |", "|---|---:|---|---|---|---:|"]
+              "unit calls preempted | speed probes: slowest / usual, share off | measurements corrected (factors) |",
+              "|---|---:|---|---|---|---:|---|---|"]
     from lightning_edge.latency.measure import disturbance_factor
 
     for r in runs:
-        for k, (ps, fs, hz) in r["dist"].items():
+        for k, (ps, fs, hz, sp) in r["dist"].items():
             fac = ", ".join(f"{disturbance_factor(t, ps, fs):.3f}" for t in (1e-3, 4e-3, 15e-3, 45e-3)) if ps else ""
             pre, tot = r["calls"]
+            probes, fixed = "", ""
+            if sp and sp.get("usual_ms"):
+                slowest = max(v for _t, v in sp["probes"]) / sp["usual_ms"]
+                probes = f"{slowest:.2f}, {100 * sp['slow_share']:.0f} % of {len(sp['probes'])}"
+                n, of = sp["corrected"]
+                fr = sp.get("factor_range")
+                fixed = f"{n} of {of}" + (f" ({fr[0]:.2f}-{fr[1]:.2f})" if fr else "")
             lines.append(f"| {r['cond']} | {r['seed']} | {k} | {', '.join(f'{h:.0f}' for h in hz or [])} | {fac} | "
-                         + (f"{pre} of {tot} ({100 * pre / max(tot, 1):.1f} %)" if k == "stepwise" else "") + " |")
+                         + (f"{pre} of {tot} ({100 * pre / max(tot, 1):.1f} %)" if k == "stepwise" else "")
+                         + f" | {probes} | {fixed} |")
     # the network calibration
     lines += ["", "The network calibration of each fit (`UnitLatencyModel.network_calibration`: the zoo's networks "
               "timed whole in three rounds, one before and two after the units, the median of each network's; never a "

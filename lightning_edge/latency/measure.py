@@ -44,6 +44,7 @@ __all__ = ["clock", "use_clock", "ClassSpec", "SPECS", "cache_sizes", "time_unit
            "unit_desc_for", "point_for", "sample_units", "time_network", "time_layers", "training_from_layers_json",
            "Sample", "host_meta", "call_overheads", "loadavg", "effective_llc", "page_faults", "network_page_faults",
            "page_fault_s", "keep_freed_memory", "switches", "preemption_counts", "disturbance", "use_disturbance",
+           "SpeedTrack", "use_speed_track", "SPEED_INTERVAL_S", "SPEED_BAND",
            "disturbance_factor", "feature_map", "NETWORK_CASES", "network_cases", "network_label", "network_name",
            "network_family", "time_networks"]
 
@@ -223,6 +224,146 @@ def disturbance(device: str = "cpu", lengths: Sequence[int] = (4, 16, 64, 192), 
     hz = ((sw1 - sw0) / max(1e-9, (cpu1 - cpu0) * 1e-9)) if sw0 is not None and sw1 is not None else 0.0
     return {"pass_s": [round(v, 7) for v in pass_s], "factor": [round(v, 4) for v in factor],
             "preempt_hz": round(hz, 2)}
+
+
+# ------------------------------------------------------------------------------------------ the machine's speed
+#: a fit probes the machine's speed every SPEED_INTERVAL_S seconds (``SpeedTrack``) and corrects a unit or a
+#: network timed while the machine ran more than SPEED_BAND slower or faster than usual
+SPEED_INTERVAL_S = 2.0
+SPEED_BAND = 0.10
+
+
+class SpeedTrack:
+    """The machine's speed through a fit, and the correction of what was timed while it was not its usual one.
+
+    On a shared host the CPU time of the same work changes for seconds to minutes: other virtual machines on the
+    core's sibling thread, the shared caches and memory, a frequency change (on a Jetson, the governor's clocks
+    and a camera pipeline starting). In one quiet benchmark fit, the two calibration rounds after the units ran
+    1.3-1.8 times slower than the round before them, and the model came out 31 % slow; in another, a burst
+    during the units made them slow and the calibration's factor 0.83 (``benchmarks/results/latency_models.md``).
+    The least of a unit's calls cannot see it: every call of the burst is slow.
+
+    So every ``interval_s`` (at the next unit or network timed) the tracker times a probe: four units as
+    ``time_unit`` times a unit (a 3x3, a depthwise and a 1x1 convolution, a linear layer; about 10 ms in all).
+    The usual speed is the lower quartile of the probes so far (a burst slows; the machine's usual speed is its
+    faster one). The present speed is the faster of the last two probes (one slow probe is not a burst). Where
+    the two differ by more than ``band``, ``time_unit`` and ``time_network`` divide what they timed by that
+    factor: the model describes the machine at its usual speed. Within the band nothing is corrected (the
+    probe's own noise on a quiet machine is a few per cent). A steady other process (the benchmark's loaded
+    condition) is part of the usual speed, not a burst.
+
+    ``probe``: a callable returning seconds (default: the four units on ``device``); tests give a scripted one."""
+
+    def __init__(self, device: str = "cpu", interval_s: float = SPEED_INTERVAL_S, band: float = SPEED_BAND,
+                 probe: Callable[[], float] | None = None):
+        import time
+
+        if not (interval_s > 0) or not (0 <= band < 1):
+            raise ValueError(f"SpeedTrack: interval_s > 0 and 0 <= band < 1, got {interval_s!r}, {band!r}")
+        self.device, self.interval_s, self.band = device, float(interval_s), float(band)
+        self.t0 = time.monotonic()
+        self.probes: list[tuple[float, float]] = []    # (seconds since t0, probe seconds)
+        self.timed = 0
+        self.applied: list[float] = []                 # the factor of each corrected measurement
+        self._probe = probe or self._unit_probe(device)
+        self._busy = False
+        self._next = -math.inf
+
+    @staticmethod
+    def _unit_probe(device: str) -> Callable[[], float]:
+        import torch
+        from torch import nn
+
+        gen = torch.Generator().manual_seed(1)
+        units = [(nn.Conv2d(32, 32, 3, padding=1, bias=False), (1, 32, 16, 16)),
+                 (nn.Conv2d(96, 96, 3, padding=1, groups=96, bias=False), (1, 96, 24, 24)),
+                 (nn.Conv2d(64, 128, 1, bias=False), (1, 64, 16, 16)), (nn.Linear(256, 256), (8, 256))]
+        units = [(m.to(device).eval(), (torch.randn(shape, generator=gen).to(device),)) for m, shape in units]
+
+        def probe() -> float:
+            return sum(time_unit(m, args, device, repeats=5, warmup=1, min_span_s=0.0) for m, args in units)
+        return probe
+
+    def probe(self) -> float:
+        """Time the probe now (its units are not corrected) and keep it."""
+        import time
+
+        self._busy = True
+        try:
+            s = float(self._probe())
+        finally:
+            self._busy = False
+        now = time.monotonic()
+        self.probes.append((now - self.t0, s))
+        self._next = now + self.interval_s
+        return s
+
+    def usual_s(self) -> float | None:
+        """The probe's usual seconds: the lower quartile of the probes so far (None before three)."""
+        if len(self.probes) < 3:
+            return None
+        v = sorted(s for _t, s in self.probes)
+        return v[(len(v) - 1) // 4]
+
+    def factor(self) -> float:
+        """How much slower than usual the machine runs now (probing it first if ``interval_s`` has passed since
+        the last probe): the faster of the last two probes over the usual, or 1 within ``band`` of it."""
+        import time
+
+        if self._busy:
+            return 1.0
+        if time.monotonic() >= self._next:
+            self.probe()
+        usual = self.usual_s()
+        if not usual:
+            return 1.0
+        f = min(s for _t, s in self.probes[-2:]) / usual
+        return f if abs(f - 1.0) > self.band else 1.0
+
+    def correct(self, seconds: float, factor: float) -> float:
+        """``seconds`` timed at ``factor`` (``factor()`` before the timing), at the usual speed."""
+        if self._busy:
+            return seconds
+        self.timed += 1
+        if factor != 1.0:
+            self.applied.append(factor)
+        return seconds / factor
+
+    def summary(self) -> dict:
+        """What a fit records (``fit_cost["speed"]``): the probes (seconds since the start, ms), the usual probe, the
+        share of probes outside the band, and the measurements corrected (count, timed, factor range)."""
+        usual = self.usual_s()
+        out = {"interval_s": self.interval_s, "band": self.band,
+               "probes": [[round(t, 2), round(s * 1e3, 4)] for t, s in self.probes],
+               "usual_ms": round(usual * 1e3, 4) if usual else None,
+               "slow_share": (round(sum(abs(s / usual - 1) > self.band for _t, s in self.probes) / len(self.probes), 3)
+                              if usual else None),
+               "corrected": [len(self.applied), self.timed]}
+        if self.applied:
+            out["factor_range"] = [round(min(self.applied), 3), round(max(self.applied), 3)]
+        return out
+
+
+#: the fit's speed tracker (``use_speed_track``); None: nothing corrected
+_SPEED: dict[str, SpeedTrack | None] = {"track": None}
+
+
+def use_speed_track(track: SpeedTrack | None) -> SpeedTrack | None:
+    """Let ``track`` correct what ``time_unit`` and ``time_network`` time from now (None: stop); returns the one it
+    replaces. ``LatencyModel.fit`` sets one on a CPU for its measurements and restores the one before."""
+    prev = _SPEED["track"]
+    _SPEED["track"] = track
+    return prev
+
+
+def _speed_factor() -> float:
+    track = _SPEED["track"]
+    return track.factor() if track is not None else 1.0
+
+
+def _at_usual_speed(seconds: float, factor: float) -> float:
+    track = _SPEED["track"]
+    return track.correct(seconds, factor) if track is not None else seconds
 
 
 # ------------------------------------------------------------------------------------------ caches
@@ -488,6 +629,7 @@ def time_unit(fn: Callable, args: tuple, device: str = "cpu", repeats: int = 7, 
         if wb >= COLD_MIN_BYTES:
             n = min(64, max(2, math.ceil(2 * cache_sizes(device)["llc"] / wb)))
             fns += [copy.deepcopy(fn) for _ in range(n - 1)]
+    speed = _speed_factor()   # the machine's speed now (a probe first, where one is due)
     with torch.inference_mode():
         ctx = _context(device)
         times: list[float] = []
@@ -530,10 +672,10 @@ def time_unit(fn: Callable, args: tuple, device: str = "cpu", repeats: int = 7, 
                 else:
                     clean.append(t)
     if clean:
-        return float(min(clean))
+        return _at_usual_speed(float(min(clean)), speed)
     # every call was preempted (a unit longer than the other process's time slice): as a pass, less its disturbance
     best = float(min(times))
-    return best / disturbance_factor(best)
+    return _at_usual_speed(best / disturbance_factor(best), speed)
 
 
 #: weights smaller than this are not read cold (``time_unit(cold=True)``): their read is lost in the call
@@ -1170,6 +1312,7 @@ def time_network(model: Any, inputs: tuple, device: str = "cpu", repeats: int = 
     cuda = device.startswith("cuda")
     clk = _clock_ns()
     times = []
+    speed = _speed_factor()
     with torch.inference_mode():
         for i in range(max(0, warmup) + max(1, repeats)):
             if cuda:
@@ -1185,7 +1328,7 @@ def time_network(model: Any, inputs: tuple, device: str = "cpu", repeats: int = 
                 t = (clk() - t0) * 1e-9
             if i >= warmup:
                 times.append(t)
-    return float(min(times) if stat == "min" else statistics.median(times))
+    return _at_usual_speed(float(min(times) if stat == "min" else statistics.median(times)), speed)
 
 
 

@@ -412,6 +412,7 @@ class LatencyModel(ABC, metaclass=_ByKind):
         deadline = t0 + budget_s
         calls0 = measure.preemption_counts()
         prev_dist = measure._DISTURBANCE["curve"]
+        prev_speed = measure._SPEED["track"]
         try:
             if threads is not None:
                 if threads < 1:
@@ -428,6 +429,12 @@ class LatencyModel(ABC, metaclass=_ByKind):
             dist0 = measure.disturbance(device, **probe)
             measure.use_disturbance(dist0["pass_s"], dist0["factor"])
             deadline -= time.monotonic() - p0
+            # the machine's speed through the fit, probed every few seconds: what is timed while a burst of other
+            # work slows the machine is corrected to its usual speed (``measure.SpeedTrack``; CUDA: not tracked)
+            speed = measure.SpeedTrack(device) if device == "cpu" else None
+            measure.use_speed_track(speed)
+            if speed is not None:
+                speed.probe()
             if base is not None:
                 peak, bw = base.peak_flops, base.bandwidth
                 container_s, module_s = base.container_s, base.module_s
@@ -493,6 +500,9 @@ class LatencyModel(ABC, metaclass=_ByKind):
                                                    if nets else "not calibrated: ") + failed
                     log(cost["network_calibration"])
                 cost["networks_s"] = round(n1 - n0 + time.monotonic() - n2, 2)
+            if speed is not None:
+                cost["speed"] = speed.summary()
+                measure.use_speed_track(None)   # the measurements are over
             la = loadavg()
             meta["load_after"] = [round(v, 2) for v in la] if la else None
             dist1 = measure.disturbance(device, **probe)
@@ -508,6 +518,7 @@ class LatencyModel(ABC, metaclass=_ByKind):
             torch.set_num_threads(prev_threads)
             measure._CLOCK["name"] = prev_clock
             measure._DISTURBANCE["curve"] = prev_dist
+            measure.use_speed_track(prev_speed)
         lm.fit_cost["elapsed_s"] = round(time.monotonic() - t0, 2)
         lm.fit_cost["cpu_s"] = round(time.process_time() - cpu0, 2)
         return lm

@@ -401,3 +401,61 @@ def test_a_max_pool_is_measured_on_a_networks_kind_of_activation():
     rng = random.Random(0)
     drawn = [u for u in (draw_unit(rng) for _ in range(600)) if u is not None and isinstance(u[0], torch.nn.MaxPool2d)]
     assert drawn and all(float(x.min()) == 0.0 for _, (x,) in drawn)  # the statistical sweep's max pools too
+
+
+def test_a_burst_that_slows_the_machine_is_corrected_to_its_usual_speed():
+    """A shared host runs the same work 1.3-1.8 times slower for seconds to minutes (the benchmark's quiet fits);
+    the least of a unit's calls cannot see it. The tracker probes every interval; the usual speed is the lower
+    quartile of the probes, the present one the faster of the last two; outside the band what ``time_unit`` and
+    ``time_network`` timed is divided by the factor, within it nothing is."""
+    from torch import nn
+
+    from lightning_edge.latency import measure
+
+    script = iter([1.0, 1.02, 0.98, 1.0, 1.6, 1.5, 1.04, 1.55, 0.7, 0.72])
+    track = measure.SpeedTrack("cpu", interval_s=1e-9, band=0.1, probe=lambda: next(script))
+    got = [track.factor() for _ in range(4)]
+    assert got == [1.0, 1.0, 1.0, 1.0]         # three probes before a usual speed; then within the band
+    assert track.usual_s() == pytest.approx(0.98)
+    assert track.factor() == 1.0               # one slow probe (1.6) is not a burst: the faster of the last two
+    assert track.factor() == pytest.approx(1.5)          # two: a burst (usual: the lower quartile, 1.0 now)
+    assert track.factor() == 1.0               # 1.04: the burst is over
+    assert track.factor() == 1.0               # 1.55 after 1.04
+    assert track.factor() == pytest.approx(0.7 / 1.0)    # faster than usual: corrected too (usual: 1.0 now)
+    with pytest.raises(ValueError, match="band"):
+        measure.SpeedTrack("cpu", band=1.5, probe=lambda: 1.0)
+
+    # wired into time_unit and time_network, and only while set
+    conv, x = nn.Conv2d(16, 16, 3, padding=1).eval(), torch.randn(1, 16, 12, 12)
+    slow = iter([1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 2.0])
+    track = measure.SpeedTrack("cpu", interval_s=1e-9, probe=lambda: next(slow))
+    for _ in range(4):
+        track.probe()                          # usual 1.0; the last one slow (2.0)
+    assert measure.use_speed_track(track) is None
+    try:
+        measure.time_unit(conv, (x,), repeats=3, context=False, min_span_s=0)
+        measure.time_network(conv, (x,), repeats=3)
+    finally:
+        assert measure.use_speed_track(None) is track
+    assert track.applied == [2.0, 2.0] and track.timed == 2
+    assert measure._speed_factor() == 1.0
+    s = track.summary()
+    assert s["corrected"] == [2, 2] and s["factor_range"] == [2.0, 2.0] and s["usual_ms"] == 1000.0
+    assert len(s["probes"]) == 6 and s["slow_share"] == pytest.approx(3 / 6)
+
+
+def test_the_speed_probe_times_real_units_quietly_alike():
+    """The default probe: four units timed as ``time_unit`` times a unit, tens to hundreds of microseconds; on
+    this machine, probes in a row agree far better than the band (a loose bound: other tests may run)."""
+    from lightning_edge.latency import measure
+
+    prev = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        track = measure.SpeedTrack("cpu")
+        probes = [track.probe() for _ in range(7)]
+    finally:
+        torch.set_num_threads(prev)
+    assert all(1e-5 < p < 0.05 for p in probes)
+    assert sorted(probes)[3] / min(probes) < 1 + 2 * measure.SPEED_BAND
+    assert track.timed == 0 and not track.applied          # its own units are not corrected

@@ -431,6 +431,11 @@ def test_tiny_real_fit_measures_this_machine(tmp_path):
     pre, timed = lm.meta["unit_calls_preempted"]
     assert 0 <= pre <= timed and timed > 0
     assert measure._DISTURBANCE["curve"] is None                          # not left set for others
+    # the machine's speed, probed through the fit (a first probe at the start), and the tracker not left set
+    speed = lm.fit_cost["speed"]
+    assert len(speed["probes"]) >= 1 and speed["interval_s"] == measure.SPEED_INTERVAL_S
+    assert 0 <= speed["corrected"][0] <= speed["corrected"][1] and speed["corrected"][1] > 0
+    assert measure._SPEED["track"] is None
     assert "network_factor" not in lm.meta      # a fit of some classes cannot predict a network: not calibrated
     assert lm.fit_cost["points"] == sum(g.n_points for g in lm.stepwise.values()) >= 6
     y = lm.stepwise["relu"]((64 * 16 * 16,))
