@@ -551,7 +551,8 @@ def report(args, runs, cases, ref_of, rounds, per_layer, context_rows, fold_rows
             probes, fixed = "", ""
             if sp and sp.get("usual_ms"):
                 slowest = max(v for _t, v in sp["probes"]) / sp["usual_ms"]
-                probes = f"{slowest:.2f}, {100 * sp['slow_share']:.0f} % of {len(sp['probes'])}"
+                off = sp.get("off_share", sp.get("slow_share")) or 0.0
+                probes = f"{slowest:.2f}, {100 * off:.0f} % of {sp.get('n_probes', len(sp['probes']))}"
                 n, of = sp["corrected"]
                 fr = sp.get("factor_range")
                 fixed = f"{n} of {of}" + (f" ({fr[0]:.2f}-{fr[1]:.2f})" if fr else "")

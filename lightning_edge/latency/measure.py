@@ -244,15 +244,25 @@ class SpeedTrack:
     The least of a unit's calls cannot see it: every call of the burst is slow.
 
     So every ``interval_s`` (at the next unit or network timed) the tracker times a probe: four units as
-    ``time_unit`` times a unit (a 3x3, a depthwise and a 1x1 convolution, a linear layer; about 10 ms in all).
-    The usual speed is the lower quartile of the probes so far (a burst slows; the machine's usual speed is its
-    faster one). The present speed is the faster of the last two probes (one slow probe is not a burst). Where
-    the two differ by more than ``band``, ``time_unit`` and ``time_network`` divide what they timed by that
-    factor: the model describes the machine at its usual speed. Within the band nothing is corrected (the
-    probe's own noise on a quiet machine is a few per cent). A steady other process (the benchmark's loaded
-    condition) is part of the usual speed, not a burst.
+    ``time_unit`` times a unit (a 3x3, a depthwise and a 1x1 convolution, a linear layer; 0.3 ms of CPU time in
+    all, about 6 ms of wall time). The usual speed is the lower quartile of the probes so far (a burst slows; the
+    machine's usual speed is its faster one). Where the last two probes both lie more than ``band`` slower than
+    usual (one slow probe is not a burst), ``time_unit`` and ``time_network`` divide what they timed on the
+    tracker's device by the faster of them over the usual; both faster, by the slower of them: the model
+    describes the machine at its usual speed. Nothing is corrected before ``MIN_PROBES`` probes, and a machine
+    faster than usual not before nine (until then the lower quartile is the fastest or second fastest probe).
+    Within the band nothing is corrected
+    (the probe's own noise on a quiet machine is a few per cent). A steady other process (the benchmark's loaded
+    condition) is part of the usual speed, not a burst. A probe that fails or returns no positive time ends the
+    tracking (nothing more is corrected; ``summary`` says why): the measurements go on uncorrected.
 
-    ``probe``: a callable returning seconds (default: the four units on ``device``); tests give a scripted one."""
+    Its probe's unit calls are not counted in ``preemption_counts``. ``probe``: a callable returning seconds
+    (default: the four units on ``device``); tests give a scripted one."""
+
+    #: probes before anything is corrected
+    MIN_PROBES = 3
+    #: probes kept for ``summary`` (evenly thinned beyond)
+    KEEP_PROBES = 1000
 
     def __init__(self, device: str = "cpu", interval_s: float = SPEED_INTERVAL_S, band: float = SPEED_BAND,
                  probe: Callable[[], float] | None = None):
@@ -268,6 +278,7 @@ class SpeedTrack:
         self._probe = probe or self._unit_probe(device)
         self._busy = False
         self._next = -math.inf
+        self.stopped = ""                              # why the tracking ended early ("" while it runs)
 
     @staticmethod
     def _unit_probe(device: str) -> Callable[[], float]:
@@ -289,36 +300,50 @@ class SpeedTrack:
         import time
 
         self._busy = True
+        counts = dict(_PREEMPTED)
         try:
             s = float(self._probe())
         finally:
             self._busy = False
+            _PREEMPTED.update(counts)   # the probe's calls are not the fit's
         now = time.monotonic()
         self.probes.append((now - self.t0, s))
         self._next = now + self.interval_s
         return s
 
     def usual_s(self) -> float | None:
-        """The probe's usual seconds: the lower quartile of the probes so far (None before three)."""
-        if len(self.probes) < 3:
+        """The probe's usual seconds: the lower quartile of the probes so far (None before ``MIN_PROBES``)."""
+        if len(self.probes) < self.MIN_PROBES:
             return None
         v = sorted(s for _t, s in self.probes)
         return v[(len(v) - 1) // 4]
 
     def factor(self) -> float:
         """How much slower than usual the machine runs now (probing it first if ``interval_s`` has passed since
-        the last probe): the faster of the last two probes over the usual, or 1 within ``band`` of it."""
+        the last probe): where the last two probes both lie more than ``band`` slower than usual, the faster of
+        them over the usual; both faster, the slower of them; else 1."""
         import time
 
-        if self._busy:
+        if self._busy or self.stopped:
             return 1.0
         if time.monotonic() >= self._next:
-            self.probe()
+            try:
+                s = self.probe()
+            except Exception as e:  # noqa: BLE001 - a probe's failure is not the measurement's
+                self.stopped = f"the probe failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+                return 1.0
+            if not (s > 0 and math.isfinite(s)):
+                self.stopped = f"the probe returned {s!r} s, not a positive time"
+                return 1.0
         usual = self.usual_s()
         if not usual:
             return 1.0
-        f = min(s for _t, s in self.probes[-2:]) / usual
-        return f if abs(f - 1.0) > self.band else 1.0
+        a, b = (s / usual for _t, s in self.probes[-2:])
+        if min(a, b) > 1.0 + self.band:        # both slow: the faster of them
+            return min(a, b)
+        if max(a, b) < 1.0 - self.band:        # both fast: the slower of them
+            return max(a, b)
+        return 1.0
 
     def correct(self, seconds: float, factor: float) -> float:
         """``seconds`` timed at ``factor`` (``factor()`` before the timing), at the usual speed."""
@@ -333,14 +358,17 @@ class SpeedTrack:
         """What a fit records (``fit_cost["speed"]``): the probes (seconds since the start, ms), the usual probe, the
         share of probes outside the band, and the measurements corrected (count, timed, factor range)."""
         usual = self.usual_s()
-        out = {"interval_s": self.interval_s, "band": self.band,
-               "probes": [[round(t, 2), round(s * 1e3, 4)] for t, s in self.probes],
+        step = max(1, math.ceil(len(self.probes) / self.KEEP_PROBES))
+        out = {"interval_s": self.interval_s, "band": self.band, "n_probes": len(self.probes),
+               "probes": [[round(t, 2), round(s * 1e3, 4)] for t, s in self.probes[::step]],
                "usual_ms": round(usual * 1e3, 4) if usual else None,
-               "slow_share": (round(sum(abs(s / usual - 1) > self.band for _t, s in self.probes) / len(self.probes), 3)
-                              if usual else None),
+               "off_share": (round(sum(abs(s / usual - 1) > self.band for _t, s in self.probes) / len(self.probes), 3)
+                             if usual else None),
                "corrected": [len(self.applied), self.timed]}
         if self.applied:
             out["factor_range"] = [round(min(self.applied), 3), round(max(self.applied), 3)]
+        if self.stopped:
+            out["stopped"] = self.stopped
         return out
 
 
@@ -356,14 +384,15 @@ def use_speed_track(track: SpeedTrack | None) -> SpeedTrack | None:
     return prev
 
 
-def _speed_factor() -> float:
+def _speed_factor(device: str) -> float | None:
+    """The tracker's factor now for a measurement on ``device`` (None: not tracked: no tracker, another device)."""
     track = _SPEED["track"]
-    return track.factor() if track is not None else 1.0
+    return track.factor() if track is not None and track.device == device else None
 
 
-def _at_usual_speed(seconds: float, factor: float) -> float:
+def _at_usual_speed(seconds: float, factor: float | None) -> float:
     track = _SPEED["track"]
-    return track.correct(seconds, factor) if track is not None else seconds
+    return track.correct(seconds, factor) if track is not None and factor is not None else seconds
 
 
 # ------------------------------------------------------------------------------------------ caches
@@ -629,7 +658,7 @@ def time_unit(fn: Callable, args: tuple, device: str = "cpu", repeats: int = 7, 
         if wb >= COLD_MIN_BYTES:
             n = min(64, max(2, math.ceil(2 * cache_sizes(device)["llc"] / wb)))
             fns += [copy.deepcopy(fn) for _ in range(n - 1)]
-    speed = _speed_factor()   # the machine's speed now (a probe first, where one is due)
+    speed = _speed_factor(device)   # the machine's speed now (a probe first, where one is due)
     with torch.inference_mode():
         ctx = _context(device)
         times: list[float] = []
@@ -1312,7 +1341,7 @@ def time_network(model: Any, inputs: tuple, device: str = "cpu", repeats: int = 
     cuda = device.startswith("cuda")
     clk = _clock_ns()
     times = []
-    speed = _speed_factor()
+    speed = _speed_factor(device)
     with torch.inference_mode():
         for i in range(max(0, warmup) + max(1, repeats)):
             if cuda:

@@ -659,8 +659,17 @@ class LatencyModel(ABC, metaclass=_ByKind):
                          f"{min(m.get('network_ratios') or [0]):.2f}-"
                          f"{max(m.get('network_ratios') or [0]):.2f}); leave-one-network-out error "
                          f"{m.get('network_error_pct')} % (what to expect on a network it did not time)")
+        sp = self.fit_cost.get("speed") if self.fit_cost else None
+        if isinstance(sp, dict):
+            n, of = (sp.get("corrected") or [0, 0])[:2]
+            lines.append(f"  the machine's speed through the fit: {sp.get('n_probes', len(sp.get('probes') or []))} "
+                         f"probes, usual {sp.get('usual_ms')} ms, {100 * float(sp.get('off_share') or 0):.0f} % of them "
+                         f"more than {100 * float(sp.get('band') or 0):.0f} % off; {n} of {of} measurements corrected"
+                         + (f" (factors {sp['factor_range'][0]}-{sp['factor_range'][1]})" if sp.get("factor_range")
+                            else "") + (f"; tracking stopped: {sp['stopped']}" if sp.get("stopped") else ""))
         if self.fit_cost:
-            lines.append(f"  fit cost: {self.fit_cost}")
+            cost = {k: v for k, v in self.fit_cost.items() if k != "speed"}
+            lines.append(f"  fit cost: {cost}")
         return "\n".join(lines)
 
 

@@ -415,6 +415,20 @@ def test_layers_json_from_a_profiled_run_becomes_training_data(tmp_path):
         training_from_layers_json(tmp_path / "x.json", model, x)
 
 
+def test_a_fit_that_fails_restores_the_speed_tracker_it_found():
+    """The fit sets its own speed tracker for its measurements; on every exit it puts back the one it found (here a
+    caller's, which must not be left replaced by the fit's, nor cleared)."""
+    base = LatencyModel("roofline", META, 5e10, 1e10)
+    mine = measure.SpeedTrack("cpu", probe=lambda: 1.0)
+    measure.use_speed_track(mine)
+    try:
+        with pytest.raises(ValueError, match="class 'nope'"):
+            LatencyModel.fit("stepwise", "cpu", budget_s=5, threads=1, classes=["nope"], base=base, repeats=2)
+        assert measure._SPEED["track"] is mine
+    finally:
+        measure.use_speed_track(None)
+
+
 def test_tiny_real_fit_measures_this_machine(tmp_path):
     base = LatencyModel("roofline", META, 5e10, 1e10)
     prev = torch.get_num_threads()
@@ -436,6 +450,7 @@ def test_tiny_real_fit_measures_this_machine(tmp_path):
     assert len(speed["probes"]) >= 1 and speed["interval_s"] == measure.SPEED_INTERVAL_S
     assert 0 <= speed["corrected"][0] <= speed["corrected"][1] and speed["corrected"][1] > 0
     assert measure._SPEED["track"] is None
+    assert "the machine's speed through the fit:" in lm.describe() and "'probes'" not in lm.describe()
     assert "network_factor" not in lm.meta      # a fit of some classes cannot predict a network: not calibrated
     assert lm.fit_cost["points"] == sum(g.n_points for g in lm.stepwise.values()) >= 6
     y = lm.stepwise["relu"]((64 * 16 * 16,))
