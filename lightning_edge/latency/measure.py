@@ -251,9 +251,8 @@ class SpeedTrack:
     tracker's device by the faster of them over the usual; both faster, by the slower of them: the model
     describes the machine at its usual speed. Nothing is corrected before ``MIN_PROBES`` probes, and a machine
     faster than usual not before nine (until then the lower quartile is the fastest or second fastest probe).
-    Within the band nothing is corrected
-    (the probe's own noise on a quiet machine is a few per cent). A steady other process (the benchmark's loaded
-    condition) is part of the usual speed, not a burst. A probe that fails or returns no positive time ends the
+    Within the band nothing is corrected (the probe's own noise on a quiet machine is a few per cent). A steady
+    other process (the benchmark's loaded condition) is part of the usual speed, not a burst. A probe that fails or returns no positive time ends the
     tracking (nothing more is corrected; ``summary`` says why): the measurements go on uncorrected.
 
     Its probe's unit calls are not counted in ``preemption_counts``. ``probe``: a callable returning seconds

@@ -128,8 +128,9 @@ NETWORK_MIN_BUDGET_S = 60.0
 #: took 0.92-1.57 times the cold time's extra over the warm time (a second measurement of MobileNetV2 at 48 px:
 #: 0.90), where the rule before (0 at half the cache, 1 at one and a half) gave them 0.29-0.69. A pass touches
 #: more than its weights and outputs (each convolution's weights reordered for the kernel, its inputs, the
-#: allocator's blocks), and the cache fills from what the core evicts. The footprint adds every output a pass writes, not what is live at once: at batch 1 the latency
-#: benchmark's held-out networks get a share of 0.97-1.0 by this rule.
+#: allocator's blocks), and the cache fills from what the core evicts. The footprint adds every output a pass
+#: writes, not what is live at once: at batch 1 the latency benchmark's held-out networks get a share of 0.97-1.0
+#: by this rule.
 DRAM_SHARE_FROM = 0.25
 DRAM_SHARE_FULL = 0.5
 
@@ -434,7 +435,7 @@ class LatencyModel(ABC, metaclass=_ByKind):
             speed = measure.SpeedTrack(device) if device == "cpu" else None
             measure.use_speed_track(speed)
             if speed is not None:
-                speed.probe()
+                speed.factor()   # the first probe, guarded as every other (a failing probe ends the tracking)
             if base is not None:
                 peak, bw = base.peak_flops, base.bandwidth
                 container_s, module_s = base.container_s, base.module_s
