@@ -538,17 +538,22 @@ def report(args, runs, cases, ref_of, rounds, per_layer, context_rows, fold_rows
               "by the length of its pass), and the unit calls the OS preempted (rejected; `time_unit` takes the "
               "least of the others); and the machine's speed through the fit (`measure.SpeedTrack`: a probe every "
               "2 s; what was timed while the probe ran more than 10 % off its usual, the lower quartile of the "
-              "probes, was corrected by that factor):", "",
+              "probes, was corrected by that factor, after waiting the burst out where the fit had time left: "
+              "`SpeedTrack(wait_s=...)`):", "",
               "| condition | seed | kind | preemptions / CPU s (before, after) | factor at 1, 4, 15, 45 ms | "
-              "unit calls preempted | speed probes: slowest / usual, share off | measurements corrected (factors) |",
-              "|---|---:|---|---|---|---:|---|---|"]
+              "unit calls preempted | speed probes: slowest / usual, share off | measurements corrected (factors) | "
+              "bursts waited out (ended, s) |",
+              "|---|---:|---|---|---|---:|---|---|---|"]
     from lightning_edge.latency.measure import disturbance_factor
 
     for r in runs:
         for k, (ps, fs, hz, sp) in r["dist"].items():
             fac = ", ".join(f"{disturbance_factor(t, ps, fs):.3f}" for t in (1e-3, 4e-3, 15e-3, 45e-3)) if ps else ""
             pre, tot = r["calls"]
-            probes, fixed = "", ""
+            probes, fixed, waited = "", "", ""
+            if sp and isinstance(sp.get("waited"), dict):
+                w = sp["waited"]
+                waited = f"{w.get('bursts', 0)} ({w.get('ended', 0)}, {w.get('waited_s', 0):.0f} s)"
             if sp and sp.get("usual_ms"):
                 slowest = max(v for _t, v in sp["probes"]) / sp["usual_ms"]
                 off = sp.get("off_share", sp.get("slow_share")) or 0.0
@@ -558,7 +563,7 @@ def report(args, runs, cases, ref_of, rounds, per_layer, context_rows, fold_rows
                 fixed = f"{n} of {of}" + (f" ({fr[0]:.2f}-{fr[1]:.2f})" if fr else "")
             lines.append(f"| {r['cond']} | {r['seed']} | {k} | {', '.join(f'{h:.0f}' for h in hz or [])} | {fac} | "
                          + (f"{pre} of {tot} ({100 * pre / max(tot, 1):.1f} %)" if k == "stepwise" else "")
-                         + f" | {probes} | {fixed} |")
+                         + f" | {probes} | {fixed} | {waited} |")
     # the network calibration
     lines += ["", "The network calibration of each fit (`UnitLatencyModel.network_calibration`: the zoo's networks "
               "timed whole in three rounds, one before and two after the units, the median of each network's; never a "

@@ -28,11 +28,12 @@ The CUDA paths are written with synchronisation but have been run on the CPU onl
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import re
 import statistics
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,11 +41,12 @@ from typing import Any
 from lightning_edge.latency.features import LayerDesc, units_of
 from lightning_edge.latency.stepwise import WIDTHS, Dim
 
-__all__ = ["clock", "use_clock", "ClassSpec", "SPECS", "cache_sizes", "time_unit", "measure_point", "build_unit",
+__all__ = ["clock", "use_clock", "ClassSpec", "SPECS", "cache_sizes", "time_unit", "measure_point", "unit_path", "PATHS", "onednn",
+           "build_unit",
            "unit_desc_for", "point_for", "sample_units", "time_network", "time_layers", "training_from_layers_json",
            "Sample", "host_meta", "call_overheads", "loadavg", "effective_llc", "page_faults", "network_page_faults",
            "page_fault_s", "keep_freed_memory", "switches", "preemption_counts", "disturbance", "use_disturbance",
-           "SpeedTrack", "use_speed_track", "SPEED_INTERVAL_S", "SPEED_BAND",
+           "SpeedTrack", "use_speed_track", "SPEED_INTERVAL_S", "SPEED_BAND", "SPEED_WAIT_SHARE",
            "disturbance_factor", "feature_map", "NETWORK_CASES", "network_cases", "network_label", "network_name",
            "network_family", "time_networks"]
 
@@ -231,6 +233,8 @@ def disturbance(device: str = "cpu", lengths: Sequence[int] = (4, 16, 64, 192), 
 #: network timed while the machine ran more than SPEED_BAND slower or faster than usual
 SPEED_INTERVAL_S = 2.0
 SPEED_BAND = 0.10
+#: the share of a fit's budget its tracker may spend waiting out bursts (``SpeedTrack(wait_s=...)``)
+SPEED_WAIT_SHARE = 0.15
 
 
 class SpeedTrack:
@@ -252,8 +256,16 @@ class SpeedTrack:
     describes the machine at its usual speed. Nothing is corrected before ``MIN_PROBES`` probes, and a machine
     faster than usual not before nine (until then the lower quartile is the fastest or second fastest probe).
     Within the band nothing is corrected (the probe's own noise on a quiet machine is a few per cent). A steady
-    other process (the benchmark's loaded condition) is part of the usual speed, not a burst. A probe that fails or returns no positive time ends the
-    tracking (nothing more is corrected; ``summary`` says why): the measurements go on uncorrected.
+    other process (the benchmark's loaded condition) is part of the usual speed, not a burst. A probe that fails or
+    returns no positive time ends the tracking (nothing more is corrected; ``summary`` says why): the measurements
+    go on uncorrected.
+
+    A burst does not slow every unit alike: in one fit, probes 1.2-1.4 times their usual time went with a grouped
+    convolution's small points 2-3 times theirs (the host's other work competes for the caches, which small units
+    live in). So where the machine is slow and ``wait_s`` (seconds in all) is not spent, the tracker first waits
+    the burst out: it sleeps ``WAIT_STEP_S``, probes again, and measures once a probe is back within the band
+    (at most ``WAIT_MAX_S`` a burst; a longer one is corrected as above). Probes taken while waiting are kept
+    (``summary``) but do not count towards the usual speed (a long burst would make itself usual).
 
     Its probe's unit calls are not counted in ``preemption_counts``. ``probe``: a callable returning seconds
     (default: the four units on ``device``); tests give a scripted one."""
@@ -262,13 +274,18 @@ class SpeedTrack:
     MIN_PROBES = 3
     #: probes kept for ``summary`` (evenly thinned beyond)
     KEEP_PROBES = 1000
+    #: seconds between probes while waiting out a burst, and the longest wait for one burst
+    WAIT_STEP_S = 0.5
+    WAIT_MAX_S = 15.0
 
     def __init__(self, device: str = "cpu", interval_s: float = SPEED_INTERVAL_S, band: float = SPEED_BAND,
-                 probe: Callable[[], float] | None = None):
+                 probe: Callable[[], float] | None = None, wait_s: float = 0.0,
+                 sleep: Callable[[float], None] | None = None):
         import time
 
-        if not (interval_s > 0) or not (0 <= band < 1):
-            raise ValueError(f"SpeedTrack: interval_s > 0 and 0 <= band < 1, got {interval_s!r}, {band!r}")
+        if not (interval_s > 0) or not (0 <= band < 1) or not (0 <= wait_s < math.inf):
+            raise ValueError(f"SpeedTrack: interval_s > 0, 0 <= band < 1 and 0 <= wait_s < inf, got {interval_s!r}, "
+                             f"{band!r}, {wait_s!r}")
         self.device, self.interval_s, self.band = device, float(interval_s), float(band)
         self.t0 = time.monotonic()
         self.probes: list[tuple[float, float]] = []    # (seconds since t0, probe seconds)
@@ -278,6 +295,11 @@ class SpeedTrack:
         self._busy = False
         self._next = -math.inf
         self.stopped = ""                              # why the tracking ended early ("" while it runs)
+        self.wait_s = float(wait_s)                    # seconds it may wait out bursts, in all
+        self.waited_s = 0.0
+        self.waits = [0, 0]                            # bursts waited for, and of them those that ended in time
+        self._sleep = sleep or time.sleep
+        self._usual: list[float] = []                  # the probes not taken while waiting
 
     @staticmethod
     def _unit_probe(device: str) -> Callable[[], float]:
@@ -290,12 +312,16 @@ class SpeedTrack:
                  (nn.Conv2d(64, 128, 1, bias=False), (1, 64, 16, 16)), (nn.Linear(256, 256), (8, 256))]
         units = [(m.to(device).eval(), (torch.randn(shape, generator=gen).to(device),)) for m, shape in units]
 
+        mkldnn = torch.backends.mkldnn.enabled   # the probe's paths stay those of its first run (a box measured
+                                                  # with oneDNN off, ``measure_point(path="im2col")``, may call it)
+
         def probe() -> float:
-            return sum(time_unit(m, args, device, repeats=5, warmup=1, min_span_s=0.0) for m, args in units)
+            with onednn(mkldnn):
+                return sum(time_unit(m, args, device, repeats=5, warmup=1, min_span_s=0.0) for m, args in units)
         return probe
 
-    def probe(self) -> float:
-        """Time the probe now (its units are not corrected) and keep it."""
+    def probe(self, waiting: bool = False) -> float:
+        """Time the probe now (its units are not corrected) and keep it (``waiting``: not for the usual speed)."""
         import time
 
         self._busy = True
@@ -307,33 +333,58 @@ class SpeedTrack:
             _PREEMPTED.update(counts)   # the probe's calls are not the fit's
         now = time.monotonic()
         self.probes.append((now - self.t0, s))
+        if not waiting:
+            self._usual.append(s)
         self._next = now + self.interval_s
         return s
 
     def usual_s(self) -> float | None:
         """The probe's usual seconds: the lower quartile of the probes so far (None before ``MIN_PROBES``)."""
-        if len(self.probes) < self.MIN_PROBES:
+        if len(self._usual) < self.MIN_PROBES:
             return None
-        v = sorted(s for _t, s in self.probes)
+        v = sorted(self._usual)
         return v[(len(v) - 1) // 4]
 
     def factor(self) -> float:
         """How much slower than usual the machine runs now (probing it first if ``interval_s`` has passed since
         the last probe): where the last two probes both lie more than ``band`` slower than usual, the faster of
-        them over the usual; both faster, the slower of them; else 1."""
+        them over the usual; both faster, the slower of them; else 1. Slow, with ``wait_s`` left: the burst waited
+        out first (1 if it ended)."""
         import time
 
         if self._busy or self.stopped:
             return 1.0
-        if time.monotonic() >= self._next:
-            try:
-                s = self.probe()
-            except Exception as e:  # noqa: BLE001 - a probe's failure is not the measurement's
-                self.stopped = f"the probe failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
-                return 1.0
-            if not (s > 0 and math.isfinite(s)):
-                self.stopped = f"the probe returned {s!r} s, not a positive time"
-                return 1.0
+        if time.monotonic() >= self._next and not self._take():
+            return 1.0
+        f = self._off()
+        if f > 1.0 and self.waited_s < self.wait_s:
+            self.waits[0] += 1
+            left = min(self.WAIT_MAX_S, self.wait_s - self.waited_s)
+            while f > 1.0 and left > 0:
+                step = min(self.WAIT_STEP_S, left)
+                self._sleep(step)
+                self.waited_s += step
+                left -= step
+                if not self._take(waiting=True):
+                    return 1.0
+                f = self._off()
+            self.waits[1] += f == 1.0
+        return f
+
+    def _take(self, waiting: bool = False) -> bool:
+        """A probe, kept if it is a positive time; else the tracking stops (False)."""
+        try:
+            s = self.probe(waiting)
+        except Exception as e:  # noqa: BLE001 - a probe's failure is not the measurement's
+            self.stopped = f"the probe failed: {type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ''}"
+            return False
+        if not (s > 0 and math.isfinite(s)):
+            self.stopped = f"the probe returned {s!r} s, not a positive time"
+            return False
+        return True
+
+    def _off(self) -> float:
+        """The last two probes' factor (``factor``), without probing."""
         usual = self.usual_s()
         if not usual:
             return 1.0
@@ -361,9 +412,11 @@ class SpeedTrack:
         out = {"interval_s": self.interval_s, "band": self.band, "n_probes": len(self.probes),
                "probes": [[round(t, 2), round(s * 1e3, 4)] for t, s in self.probes[::step]],
                "usual_ms": round(usual * 1e3, 4) if usual else None,
-               "off_share": (round(sum(abs(s / usual - 1) > self.band for _t, s in self.probes) / len(self.probes), 3)
+               "off_share": (round(sum(abs(s / usual - 1) > self.band for s in self._usual) / len(self._usual), 3)
                              if usual else None),
-               "corrected": [len(self.applied), self.timed]}
+               "corrected": [len(self.applied), self.timed],
+               "waited": {"wait_s": self.wait_s, "waited_s": round(self.waited_s, 2), "bursts": self.waits[0],
+                          "ended": self.waits[1]}}
         if self.applied:
             out["factor_range"] = [round(min(self.applied), 3), round(max(self.applied), 3)]
         if self.stopped:
@@ -754,6 +807,7 @@ class ClassSpec:
     dims: tuple[Dim, ...]
     what: str
     cold: bool = False      # weights read from memory (``time_unit(cold=True)``), not from the last-level cache
+    path: str = ""          # the kernel path its units take (``unit_path``): "" (PyTorch's choice) or one of PATHS
 
 
 #: step widths tried along a channel dimension: SIMD lanes, micro-kernel tiles and cache blocks are at most 64
@@ -764,6 +818,18 @@ CH_WIDTHS = tuple(w for w in WIDTHS if w <= 64)
 
 def _ch(name: str, lo: int, hi: int, ref: int) -> Dim:
     return Dim.range(name, lo, hi, ref, CH_WIDTHS)
+
+
+#: the kernel paths some classes' units take besides PyTorch's usual one, each measured in boxes of its own
+#: (``ClassSpec.path``, ``unit_path``)
+PATHS = ("im2col", "ragged")
+
+
+def _cb16(dim: Dim, offset: int) -> Dim:
+    """``dim`` (depthwise planes) on the values ``offset`` more than a multiple of 16 (``offset`` 0: the multiples of
+    16 from 16), the reference the nearest such value."""
+    vals = tuple(v for v in range(offset or 16, dim.hi + 1, 16) if v >= dim.lo or v == (offset or 16))
+    return Dim(dim.name, vals, min(vals, key=lambda v: (abs(v - dim.ref), v)), dim.widths)
 
 
 def _hw(lo: int, hi: int, ref: int) -> Dim:
@@ -857,13 +923,51 @@ OP_SPECS = {
     "layer_norm": "F.layer_norm over rows of 256", "max_pool": "MaxPool2d(3, 2, 1) (n = output elements * 9 / 9)",
     "avg_pool": "AvgPool2d(3, 2, 1)", "embedding": "F.embedding, 256-wide rows of a 10000-row table",
 }
-#: 3x3 convolutions at batch 1 in boxes of their own (``conv/b1``, ``conv/BOX-b1``): at one thread PyTorch runs a
-#: batch-1 3x3 convolution on a small map (c*h*w <= 20480) as im2col and one GEMM, and a larger batch through
-#: oneDNN: 512 channels on a 3x3 map take 3.9 ms alone and 5.3 ms for 8 images, a step no line along b fits
-for _k in [k for k, v in SPECS.items() if v.cls == "conv"]:
+#: 3x3 convolutions at batch 1 in boxes of their own, one family per path PyTorch takes. At batch 1 it runs a 3x3
+#: convolution whose input has at most 20480 elements (c*h*w) as im2col and one GEMM (``slow2d``), a larger one, and
+#: every batch of 2 or more, through oneDNN (``features.conv_backend`` asks PyTorch which). The paths differ by up to
+#: 40 % per MAC on the same shape (256 filters on 6x6 maps: 560 input channels, im2col, 1.57 ms; 576, oneDNN,
+#: 1.09 ms), so one box across the line bent both sides: AlexNet-like's 3x3 convolutions on 7x7 maps (im2col) were
+#: predicted 20-25 % short from a box whose corners ran through oneDNN.
+#:
+#: ``BOX-im2col``: measured with oneDNN switched off (``measure_point(path="im2col")``), which leaves PyTorch only
+#: im2col, whatever the shape; a unit PyTorch would run so (``unit_path``) is predicted from them. ``BOX-b1``: the
+#: batch-1 units PyTorch runs through oneDNN; each box lies where c*h*w > 20480 at every corner (its units then take
+#: that path when measured; ``tests/latency/test_measure.py`` checks it on the running torch), and a unit between
+#: them is extrapolated from the nearest.
+_IM2COL_BOXES = {
+    "conv/im2col": ((_ch("f", 8, 512, 128), _ch("c", 3, 512, 128), _hw(4, 8, 6)), "as conv, maps 4x4 to 8x8"),
+    "conv/small-im2col": ((_ch("f", 8, 128, 64), _ch("c", 3, 128, 32), _hw(4, 16, 8)),
+                          "as conv, channels up to 128, maps 4x4 to 16x16"),
+    "conv/map-im2col": ((_ch("f", 8, 128, 64), _ch("c", 3, 64, 16), _hw(16, 32, 16)),
+                        "as conv, filters up to 128, inputs up to 64 channels, maps 16x16 to 32x32"),
+    "conv/px4-im2col": ((_ch("f", 8, 2048, 256), _ch("c", 8, 2048, 256), _hw(2, 3, 2)), "as conv/px4"),
+    "conv/px1-im2col": ((_ch("f", 8, 2048, 256), _ch("c", 8, 2048, 256), _hw(1, 1, 1)), "as conv/px1"),
+}
+_ONEDNN_B1_BOXES = {
+    "conv/b1": ((_ch("f", 8, 512, 128), _ch("c", 96, 512, 128), _hw(15, 32, 16)),
+                "as conv, 96 to 512 input channels, maps 15x15 to 32x32"),
+    "conv/map-b1": ((_ch("f", 8, 128, 64), _ch("c", 24, 128, 64), _hw(32, 64, 32)),
+                    "as conv, 24 to 128 input channels, maps 32x32 to 64x64"),
+    "conv/deep-b1": ((_ch("f", 8, 512, 128), _ch("c", 424, 512, 512), _hw(7, 14, 7)),
+                     "as conv, 424 to 512 input channels, maps 7x7 to 14x14"),
+}
+for _k, (_dims, _what) in _IM2COL_BOXES.items():
+    SPECS[_k] = ClassSpec("conv", _dims + (_B1,), _what + "; batch 1, im2col + GEMM (oneDNN off)", path="im2col")
+for _k, (_dims, _what) in _ONEDNN_B1_BOXES.items():
+    SPECS[_k] = ClassSpec("conv", _dims + (_B1,), _what + "; batch 1, through oneDNN")
+
+#: depthwise convolutions whose channels per image are not a multiple of 16 (``dwconv/ragged``, ``dwconv/BOX-ragged``):
+#: oneDNN's fast depthwise kernel works on blocks of 16 channels; 72 channels of 32x32 take 0.240 ms, 80 channels
+#: 0.175 ms, and 520 channels of 32x32 twice as long as 528. The other dwconv boxes measure multiples of 16 (a line
+#: through 516, 897 and 961 planes was 40-60 % high for 16 to 64 channels), these 8 more than a multiple of 16.
+for _k in [k for k, v in SPECS.items() if v.cls == "dwconv"]:
     _v = SPECS[_k]
-    SPECS[f"{_k}-b1" if "/" in _k else f"{_k}/b1"] = ClassSpec("conv", _v.dims[:-1] + (_B1,),
-                                                               _v.what + "; batch 1")
+    _cb = _v.dims[0]
+    SPECS[_k] = ClassSpec("dwconv", (_cb16(_cb, 0),) + _v.dims[1:], _v.what)
+    SPECS[f"{_k}-ragged" if "/" in _k else f"{_k}/ragged"] = ClassSpec(
+        "dwconv", (_cb16(_cb, 8),) + _v.dims[1:], _v.what + "; channels per image not a multiple of 16",
+        path="ragged")
 
 #: the same boxes with the weights in memory (``/dram``, ``/BOX-dram``): a network whose weights and activations
 #: overflow the last-level cache reads each layer's weights from DRAM. ResNet-18's 512-channel 3x3 convolutions
@@ -871,7 +975,7 @@ for _k in [k for k, v in SPECS.items() if v.cls == "conv"]:
 for _k in [k for k, v in SPECS.items() if v.cls in ("conv", "stem", "conv1x1", "linear")]:
     _v = SPECS[_k]
     SPECS[f"{_k}-dram" if "/" in _k else f"{_k}/dram"] = ClassSpec(_v.cls, _v.dims, _v.what + "; weights in memory",
-                                                                   cold=True)
+                                                                   cold=True, path=_v.path)
 for _k, _what in OP_SPECS.items():
     _lo = 4 if _k == "copy_t" else 1   # a transposed copy of fewer than 2 x 2 elements is no copy
     SPECS[_k] = ClassSpec(_k, (Dim("n", [v for v in _elements(1, 256) if v >= _lo], 64 * 32 * 32, LINEAR),), _what)
@@ -1072,11 +1176,42 @@ def build_unit(cls: str, point: Sequence[int], device: str = "cpu", dtype: Any =
 
 
 def measure_point(cls: str, point: Sequence[int], device: str = "cpu", repeats: int = 5, dtype: Any = None,
-                  cold: bool = False) -> float:
+                  cold: bool = False, path: str = "") -> float:
     """Median seconds of one call of the representative ``cls`` unit at ``point``, in a network's context
-    (``cold``: its weights in memory)."""
+    (``cold``: its weights in memory; ``path`` ``"im2col"``: a convolution with oneDNN switched off, so that
+    PyTorch runs it as im2col and GEMM whatever its shape; see ``unit_path``)."""
+
     fn, args = build_unit(cls, point, device, dtype)
-    return time_unit(fn, args, device, repeats, cold=cold)
+    if path != "im2col" or not str(device).startswith("cpu"):
+        return time_unit(fn, args, device, repeats, cold=cold)
+    with onednn(False):
+        return time_unit(fn, args, device, repeats, cold=cold)
+
+
+@contextlib.contextmanager
+def onednn(enabled: bool) -> Iterator[None]:
+    """PyTorch's oneDNN (mkldnn) CPU kernels switched on or off within (``torch.backends.mkldnn.enabled``, every
+    supported torch; its ``flags()`` also resets the TF32 setting, with a warning on torch 2.13)."""
+    import torch
+
+    prev = torch.backends.mkldnn.enabled
+    torch.backends.mkldnn.enabled = bool(enabled)
+    try:
+        yield
+    finally:
+        torch.backends.mkldnn.enabled = prev
+
+
+def unit_path(unit: LayerDesc) -> str:
+    """The kernel path of a unit, where a class's units take more than one (the boxes of ``SPECS`` with that
+    ``path``): ``"im2col"``, a 3x3 convolution (not a network's first) that PyTorch runs as im2col and GEMM
+    (``LayerDesc.backend`` ``slow2d``: batch 1, small inputs); ``"ragged"``, a depthwise convolution whose channels
+    are not a multiple of 16 (oneDNN's fast kernel works on blocks of 16); else ``""``."""
+    if unit.cls == "conv" and unit.backend == "slow2d" and not (unit.c <= 4 and unit.kh * unit.kw >= 9):
+        return "im2col"
+    if unit.cls == "dwconv" and unit.c % 16:
+        return "ragged"
+    return ""
 
 
 def unit_desc_for(fn: Callable, args: tuple) -> LayerDesc:

@@ -72,6 +72,7 @@ from lightning_edge.latency.measure import (
     COLD_MIN_BYTES,
     NETWORK_BATCHES,
     NETWORK_CASES,
+    PATHS,
     SPECS,
     Sample,
     disturbance_factor,
@@ -79,6 +80,7 @@ from lightning_edge.latency.measure import (
     loadavg,
     network_label,
     point_for,
+    unit_path,
 )
 from lightning_edge.latency.stepwise import Generation
 
@@ -432,7 +434,8 @@ class LatencyModel(ABC, metaclass=_ByKind):
             deadline -= time.monotonic() - p0
             # the machine's speed through the fit, probed every few seconds: what is timed while a burst of other
             # work slows the machine is corrected to its usual speed (``measure.SpeedTrack``; CUDA: not tracked)
-            speed = measure.SpeedTrack(device) if device == "cpu" else None
+            # (waited out first, within a share of the budget)
+            speed = measure.SpeedTrack(device, wait_s=measure.SPEED_WAIT_SHARE * budget_s) if device == "cpu" else None
             measure.use_speed_track(speed)
             if speed is not None:
                 speed.factor()   # the first probe, guarded as every other (a failing probe ends the tracking)
@@ -667,7 +670,8 @@ class LatencyModel(ABC, metaclass=_ByKind):
                          f"probes, usual {sp.get('usual_ms')} ms, {100 * float(sp.get('off_share') or 0):.0f} % of them "
                          f"more than {100 * float(sp.get('band') or 0):.0f} % off; {n} of {of} measurements corrected"
                          + (f" (factors {sp['factor_range'][0]}-{sp['factor_range'][1]})" if sp.get("factor_range")
-                            else "") + (f"; tracking stopped: {sp['stopped']}" if sp.get("stopped") else ""))
+                            else "") + _waited(sp.get("waited"))
+                         + (f"; tracking stopped: {sp['stopped']}" if sp.get("stopped") else ""))
         if self.fit_cost:
             cost = {k: v for k, v in self.fit_cost.items() if k != "speed"}
             lines.append(f"  fit cost: {cost}")
@@ -909,7 +913,8 @@ class StepwiseLatencyModel(UnitLatencyModel):
 
     def _unit(self, u: LayerDesc) -> UnitEstimate:
         pf = point_for(u)
-        gen = self.generation_for(pf[0], pf[1]) if pf is not None else None
+        path = unit_path(u)
+        gen = self.generation_for(pf[0], pf[1], path=path) if pf is not None else None
         if pf is None or gen is None:
             what = u.op or u.cls
             return UnitEstimate(self.t_ref(u), f"{what}: refined roofline (no step-wise function)", True)
@@ -918,34 +923,44 @@ class StepwiseLatencyModel(UnitLatencyModel):
         out = any(p < dim.lo or p > dim.hi for p, dim in zip(point, gen.dims))
         calls = max(1, u.calls)
         per_call = max(gen(point), 0.0)
-        cold = self.generation_for(cls, unit_point, dram=True) if u.cold > 0 else None
+        cold = self.generation_for(cls, unit_point, dram=True, path=path) if u.cold > 0 else None
         cold_point = _point_in(cold, cls, unit_point, u) if cold is not None else point
         cold_used = cold is not None and cold is not gen and _holds(cold, cold_point)
         if cold_used:  # a cold box far from the point (one a fit past its deadline left out) is not used
             per_call = (1 - u.cold) * per_call + u.cold * max(cold(cold_point), 0.0)
         per_call *= mult
         dims = ", ".join(f"{dim.name}={p}" for dim, p in zip(gen.dims, point))
-        how = f"step-wise {cls}({dims})" + (f" x {mult:g}" if mult != 1 else "") + \
+        how = f"step-wise {cls}({dims})" + (f" {path}" if path and _box_path(self._box_name(gen)) == path else "") + \
+            (f" x {mult:g}" if mult != 1 else "") + \
             (f" x {calls} calls" if calls > 1 else "") + (f", {u.cold:.0%} weights from memory" if cold_used else "")
         return UnitEstimate(per_call * calls, how, out)
 
-    def generation_for(self, cls: str, point: Sequence[int], dram: bool = False) -> Generation | None:
+    def generation_for(self, cls: str, point: Sequence[int], dram: bool = False, path: str = "") -> Generation | None:
         """The step-wise function for a unit of ``cls`` at ``point``: among the class's boxes (``cls`` and its
         sub-boxes ``cls/...``, e.g. ``conv1x1/small``; ``dram``: those measured with the weights in memory,
-        ``cls/dram`` and ``cls/BOX-dram``, where the class has them) the smallest that contains the point, else the
-        box it leaves in the fewest dimensions, the largest of them (extrapolated), else None."""
+        ``cls/dram`` and ``cls/BOX-dram``, where the class has them; ``path``: those of the unit's kernel path,
+        ``measure.unit_path``, where the file has them) the smallest that contains the point, else the box it
+        leaves in the fewest dimensions, the nearest (by the ratio of each value to the box's range), then the
+        largest of them (extrapolated), else None."""
         keys = [k for k in self.stepwise if k.split("/", 1)[0] == cls]
         cold = [k for k in keys if k.endswith("dram")]
         keys = cold if (dram and cold) else [k for k in keys if not k.endswith("dram")] or keys
+        keys = [k for k in keys if _box_path(k) == path] or keys   # a file fitted before the paths had none
         boxes = [self.stepwise[k] for k in keys]
         if not boxes:
             return None
 
-        def outside(g: Generation) -> int:
-            return sum(not (dim.lo <= p <= dim.hi) for p, dim in zip(point, g.dims))
+        def outside(g: Generation) -> tuple[int, float]:
+            off = [abs(math.log(max(p, 1) / min(max(p, dim.lo), dim.hi))) for p, dim in zip(point, g.dims)]
+            return sum(o > 0 for o in off), sum(off)
 
-        # the smallest box that holds the point; else, of those it leaves in the fewest dimensions, the largest
-        return min(boxes, key=lambda g: (outside(g), g.full_sweep_points if outside(g) == 0 else -g.full_sweep_points))
+        # the smallest box that holds the point; else, of those it leaves in the fewest dimensions, the nearest,
+        # then the largest
+        return min(boxes, key=lambda g: (outside(g), g.full_sweep_points if outside(g)[0] == 0
+                                         else -g.full_sweep_points))
+
+    def _box_name(self, gen: Generation) -> str:
+        return next((k for k, g in self.stepwise.items() if g is gen), "")
 
 
 class ForestLatencyModel(UnitLatencyModel):
@@ -1237,6 +1252,20 @@ def _point_in(gen: Generation, cls: str, point: tuple[int, ...], unit: LayerDesc
     if cls == "dwconv" and len(gen.dims) == 3:   # (c, hw, b) before the batch was folded into the planes
         return (max(1, unit.c), point[1], max(1, unit.batch))
     return point
+
+
+def _waited(w: object) -> str:
+    """``describe()``'s words for a speed tracker's waits (``SpeedTrack.summary()["waited"]``)."""
+    if not isinstance(w, dict) or not w.get("bursts"):
+        return ""
+    return f"; waited {w.get('waited_s')} s for {w.get('bursts')} bursts ({w.get('ended')} ended in time)"
+
+
+def _box_path(key: str) -> str:
+    """The kernel path a box was measured on (``measure.ClassSpec.path``), from its name: ``conv/small-im2col-dram``
+    -> ``"im2col"``."""
+    parts = key.split("/", 1)[-1].replace("-", "/").split("/") if "/" in key else []
+    return next((p for p in parts if p in PATHS), "")
 
 
 def _holds(gen: Generation, point: Sequence[int]) -> bool:
@@ -1577,7 +1606,8 @@ def _fit_stepwise(device: str, deadline: float, classes: Iterable[str] | None, r
             continue
         share = max(0.0, deadline - time.monotonic()) / (len(todo) - i)
         spec = SPECS[c]
-        g = generate(spec.dims, lambda p, c=spec.cls, cold=spec.cold: measure_point(c, p, device, repeats, cold=cold),
+        g = generate(spec.dims, lambda p, c=spec.cls, cold=spec.cold, path=spec.path:
+                     measure_point(c, p, device, repeats, cold=cold, path=path),
                      tol=tol, max_points=max_points, min_points=3, deadline=time.monotonic() + share)
         log(f"  step-wise {c}: {g.formula()}  ({g.n_points} points, {g.elapsed_s:.1f} s)")
         gens[c] = g

@@ -469,6 +469,48 @@ def test_a_burst_that_slows_the_machine_is_corrected_to_its_usual_speed():
     assert kept["n_probes"] == 2500 and len(kept["probes"]) <= measure.SpeedTrack.KEEP_PROBES
 
 
+def test_a_burst_is_waited_out_before_it_is_corrected_within_the_allowance():
+    """A burst slows small units more than the probe (a grouped convolution's small points 2-3 times, the probe
+    1.2-1.4 times): with ``wait_s`` left, the tracker sleeps and probes again until a probe is back within the
+    band (then nothing is corrected), at most ``WAIT_MAX_S`` a burst; beyond the allowance it corrects as before.
+    Probes taken while waiting do not make the burst the usual speed."""
+    from lightning_edge.latency import measure
+
+    slept = []
+    script = iter([1.0, 1.0, 1.0, 1.5, 1.5,     # usual 1.0, then a burst
+                   1.6, 1.5, 1.0,               # waiting: two more slow probes, then back
+                   1.02])
+    track = measure.SpeedTrack("cpu", interval_s=1e-9, probe=lambda: next(script), wait_s=10.0, sleep=slept.append)
+    assert [track.factor() for _ in range(4)] == [1.0] * 4
+    assert track.factor() == 1.0                # the second slow probe: waited out, not corrected
+    assert slept == [0.5, 0.5, 0.5] and track.waited_s == 1.5 and track.waits == [1, 1]
+    assert len(track.probes) == 8 and track.usual_s() == 1.0   # the waits' probes not among the usual ones
+    assert track.factor() == 1.0
+    s = track.summary()
+    assert s["waited"] == {"wait_s": 10.0, "waited_s": 1.5, "bursts": 1, "ended": 1} and s["off_share"] == 0.333   # 2 of the 6 usual probes
+
+    # a burst longer than the allowance: waited for what is left of it, then corrected
+    slept.clear()
+    long = iter([1.0, 1.0, 1.0, 1.5, 1.5] + [1.4] * 50)
+    track = measure.SpeedTrack("cpu", interval_s=1e-9, probe=lambda: next(long), wait_s=1.2, sleep=slept.append)
+    got = [track.factor() for _ in range(6)]
+    assert got[:4] == [1.0] * 4 and got[4] == pytest.approx(1.4) and got[5] == pytest.approx(1.4)
+    assert slept == [0.5, 0.5, pytest.approx(0.2)] and track.waits == [1, 0]   # the allowance spent: no more waits
+    # one burst waits at most WAIT_MAX_S
+    slept.clear()
+    endless = iter([1.0, 1.0, 1.0, 1.5, 1.5] + [1.5] * 100)
+    track = measure.SpeedTrack("cpu", interval_s=1e-9, probe=lambda: next(endless), wait_s=100.0, sleep=slept.append)
+    assert [track.factor() for _ in range(5)][-1] == pytest.approx(1.5)
+    assert sum(slept) == pytest.approx(measure.SpeedTrack.WAIT_MAX_S) and track.waits == [1, 0]
+    # a machine faster than usual is not waited for; no allowance, no wait
+    fast = iter([1.0] * 9 + [0.5, 0.5])
+    track = measure.SpeedTrack("cpu", interval_s=1e-9, probe=lambda: next(fast), wait_s=10.0, sleep=slept.append)
+    slept.clear()
+    assert [track.factor() for _ in range(11)][-1] == pytest.approx(0.5) and slept == []
+    with pytest.raises(ValueError, match="wait_s"):
+        measure.SpeedTrack("cpu", wait_s=-1.0, probe=lambda: 1.0)
+
+
 def test_the_speed_probe_times_real_units_quietly_alike():
     """The default probe: four units timed as ``time_unit`` times a unit, tens to hundreds of microseconds; quiet,
     probes in a row agree within a few per cent (tested loosely: other tests and the host's bursts may run)."""
@@ -491,3 +533,58 @@ def test_the_speed_probe_times_real_units_quietly_alike():
     assert sorted(probes)[3] / min(probes) < 1.5, probes
     assert track.timed == 0 and not track.applied          # its own units are not corrected,
     assert measure.preemption_counts() == before           # nor counted as the fit's unit calls
+
+
+# ------------------------------------------------------------------ kernel paths
+def _conv_ops(fn) -> set[str]:
+    """The convolution kernels (profiler keys) that ``fn()`` ran."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return {e.key for e in prof.key_averages()
+            if e.key in ("aten::_slow_conv2d_forward", "aten::thnn_conv2d", "aten::mkldnn_convolution")}
+
+
+def test_each_batch_1_convolution_box_lies_on_one_kernel_path_of_this_torch():
+    """PyTorch runs a batch-1 3x3 convolution with at most 20480 input elements as im2col (slow2d), a larger one
+    through oneDNN. A box measured on PyTorch's own choice (``conv/b1`` ...) must take oneDNN at every corner
+    (the fewest elements are at its smallest corner), one measured with oneDNN off (``-im2col``) im2col at every
+    corner: a box across the line bent its function on both sides (AlexNet-like's 7x7 layers 20-25 % short)."""
+    from lightning_edge.latency.features import conv_backend
+    from lightning_edge.latency.measure import SPECS, onednn
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch has no oneDNN: every convolution takes one path")
+    boxes = {k: s for k, s in SPECS.items() if s.cls == "conv" and s.dims[-1].hi == 1}
+    assert {s.path for s in boxes.values()} == {"", "im2col"} and len(boxes) >= 8
+    for key, spec in boxes.items():
+        f, c, hw = spec.dims[:3]
+        for cv in (c.lo, c.hi):
+            for hv in (hw.lo, hw.hi):
+                s = math.isqrt(hv)
+                if spec.path == "im2col":
+                    with onednn(False):
+                        assert conv_backend(1, cv, s, s, f.lo, 3, 3, 1, (1, 1), 1) == "slow2d", (key, cv, hv)
+                else:
+                    assert conv_backend(1, cv, s, s, f.lo, 3, 3, 1, (1, 1), 1) == "mkldnn", (key, cv, hv)
+
+
+def test_an_im2col_box_is_measured_on_im2col_and_the_speed_probe_keeps_its_own_kernels():
+    """``measure_point(path="im2col")`` runs the unit as im2col even where PyTorch would pick oneDNN (checked in
+    the profiler: the kernels that ran), and the speed probe, due inside such a measurement, still runs its
+    depthwise unit through oneDNN as in every other probe (else the box would read as a burst)."""
+    from lightning_edge.latency import measure
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch has no oneDNN")
+    point = (64, 128, 24 * 24, 1)        # 73728 input elements: oneDNN by PyTorch's choice
+    assert _conv_ops(lambda: measure.measure_point("conv", point, repeats=1)) == {"aten::mkldnn_convolution"}
+    ran = _conv_ops(lambda: measure.measure_point("conv", point, repeats=1, path="im2col"))
+    assert "aten::mkldnn_convolution" not in ran and ran & {"aten::_slow_conv2d_forward", "aten::thnn_conv2d"}
+    assert torch.backends.mkldnn.enabled                    # switched back on
+    track = measure.SpeedTrack("cpu", interval_s=1e-9)
+    plain = _conv_ops(track.probe)
+    with measure.onednn(False):
+        inside = _conv_ops(track.probe)
+    assert "aten::mkldnn_convolution" in plain and inside == plain

@@ -450,7 +450,11 @@ def test_tiny_real_fit_measures_this_machine(tmp_path):
     assert len(speed["probes"]) >= 1 and speed["interval_s"] == measure.SPEED_INTERVAL_S
     assert 0 <= speed["corrected"][0] <= speed["corrected"][1] and speed["corrected"][1] > 0
     assert measure._SPEED["track"] is None
+    assert speed["waited"]["wait_s"] == pytest.approx(measure.SPEED_WAIT_SHARE * 30)   # a share of the budget
+    assert 0 <= speed["waited"]["waited_s"] <= speed["waited"]["wait_s"]
     assert "the machine's speed through the fit:" in lm.describe() and "'probes'" not in lm.describe()
+    lm.fit_cost["speed"] = {**speed, "waited": {**speed["waited"], "bursts": 2, "ended": 1, "waited_s": 3.5}}
+    assert "waited 3.5 s for 2 bursts (1 ended in time)" in lm.describe()
     assert "network_factor" not in lm.meta      # a fit of some classes cannot predict a network: not calibrated
     assert lm.fit_cost["points"] == sum(g.n_points for g in lm.stepwise.values()) >= 6
     y = lm.stepwise["relu"]((64 * 16 * 16,))
@@ -519,15 +523,60 @@ def test_a_fit_asked_for_a_class_generates_its_boxes_measuring_the_class_unit(mo
 
     calls = []
 
-    def fake_measure(cls, point, device, repeats, cold=False):
-        calls.append((cls, cold))
+    def fake_measure(cls, point, device, repeats, cold=False, path=""):
+        calls.append((cls, cold, path))
         return 20e-6 + 2e-11 * math.prod(point) * (2 if cold else 1)
 
     monkeypatch.setattr(measure, "measure_point", fake_measure)
     g = model_mod._fit_stepwise("cpu", time.monotonic() + 60, ["conv1x1"], 3, lambda _m: None, 0.05, 5)
     assert sorted(g) == sorted(f"conv1x1{box}{cold}" for box in ("", "/map", "/px1", "/px4", "/small")
                                for cold in (("/dram",) if box == "" else ("-dram",)) + ("",))
-    assert {c for c, _cold in calls} == {"conv1x1"} and {cold for _c, cold in calls} == {False, True}
+    assert {c for c, _cold, _p in calls} == {"conv1x1"} and {cold for _c, cold, _p in calls} == {False, True}
+    assert {p for _c, _cold, p in calls} == {""}
+    # a box of another kernel path is measured on it, warm and cold
+    calls.clear()
+    model_mod._fit_stepwise("cpu", time.monotonic() + 60, ["conv/im2col", "conv/im2col-dram", "dwconv/ragged"], 3,
+                            lambda _m: None, 0.05, 5)
+    assert {(c, cold, p) for c, cold, p in calls} == {("conv", False, "im2col"), ("conv", True, "im2col"),
+                                                      ("dwconv", False, "ragged")}
+
+
+def test_a_unit_is_predicted_from_the_boxes_of_its_kernel_path():
+    """A 3x3 convolution PyTorch runs as im2col (batch 1, a small input) is predicted from the boxes measured on
+    that path, one it runs through oneDNN at batch 1 from the oneDNN batch-1 boxes, the nearest when none holds it
+    (not a batch 2..8 box extrapolated to one image); a depthwise convolution of 72 channels from the ragged boxes;
+    a file fitted before the paths from the boxes it has."""
+    def t(path):
+        return lambda p: (3e-4 if path == "im2col" else 2e-4 if path == "ragged" else 1e-4) + 1e-12 * math.prod(p)
+
+    keys = ["conv", "conv/b1", "conv/map-b1", "conv/im2col", "conv/small-im2col", "dwconv", "dwconv/ragged"]
+    gens = {k: generate(SPECS[k].dims, t(SPECS[k].path), tol=0.02, max_points=4) for k in keys}
+    lm = LatencyModel("stepwise", META, 5e10, 1e10, stepwise=gens)
+
+    def unit(mod, shape):
+        d = describe(mod.eval(), torch.randn(shape))[0][0]
+        (u,) = units_of(d)
+        return u
+
+    alex = unit(nn.Conv2d(192, 192, 3, padding=1), (1, 192, 7, 7))      # 9408 input elements: im2col
+    big = unit(nn.Conv2d(128, 128, 3, padding=1), (1, 128, 24, 24))     # oneDNN at batch 1
+    gap = unit(nn.Conv2d(64, 64, 3, padding=1), (1, 64, 24, 24))        # oneDNN, in no batch-1 box
+    batch = unit(nn.Conv2d(192, 192, 3, padding=1), (2, 192, 7, 7))     # oneDNN, batch 2
+    dw72 = unit(nn.Conv2d(72, 72, 3, padding=1, groups=72), (1, 72, 16, 16))
+    dw64 = unit(nn.Conv2d(64, 64, 3, padding=1, groups=64), (1, 64, 16, 16))
+    assert [measure.unit_path(u) for u in (alex, big, gap, batch, dw72, dw64)] == \
+        ["im2col", "", "", "", "ragged", ""]
+    chosen = {n: lm.generation_for(point_for(u)[0], point_for(u)[1], path=measure.unit_path(u))
+              for n, u in dict(alex=alex, big=big, gap=gap, batch=batch, dw72=dw72, dw64=dw64).items()}
+    assert chosen == {"alex": gens["conv/im2col"], "big": gens["conv/b1"], "gap": gens["conv/b1"],
+                      "batch": gens["conv"], "dw72": gens["dwconv/ragged"], "dw64": gens["dwconv"]}
+    est = lm._predict_units([alex])[0]
+    assert "im2col" in est.how and est.time_s == pytest.approx(gens["conv/im2col"](point_for(alex)[1]))
+    # a file fitted before the paths: the im2col unit from the boxes it has
+    old = LatencyModel("stepwise", META, 5e10, 1e10, stepwise={k: gens[k] for k in ("conv", "conv/b1")})
+    assert old.generation_for("conv", point_for(alex)[1], path="im2col") is \
+        old.generation_for("conv", point_for(alex)[1]) is not None
+    assert "im2col" not in old._predict_units([alex])[0].how
 
 
 def test_a_small_container_without_macs_is_predicted_from_units_of_its_size_not_its_children():
