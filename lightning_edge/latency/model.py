@@ -115,8 +115,10 @@ MAX_CLASSES = 256
 #: its budget; a round takes about 7 s on one quiet CPU thread, 15-20 s of wall time beside a CPU-bound process:
 #: a round cut short by its share loses its last networks), and the least budget that times them at all
 #: the model file's version: 2 since the grouped convolution's first dimension became cc = cg * cg and the
-#: depthwise one's (c, hw, b) became (planes, hw) (``_point_in`` reads the files of version 1)
-FILE_VERSION = 2
+#: depthwise one's (c, hw, b) became (planes, hw) (``_point_in`` reads the files of version 1); 3 since boxes of a
+#: kernel path (``measure.PATHS``: ``conv/im2col``, ``dwconv/ragged`` ...) are only for the units of that path (a
+#: reader of version 2 would predict a depthwise convolution of 64 channels from a ragged box, twice too long)
+FILE_VERSION = 3
 NETWORK_FACTOR_RANGE = (0.5, 2.0)
 NETWORK_CALL_MAX_S = 1e-3
 NETWORK_ROUNDS = 3
@@ -1369,8 +1371,8 @@ class _ModelFile:
     # -- the file
     def check(self, d: dict) -> None:
         version = d.get("version", 1)
-        if version not in (1, FILE_VERSION) or isinstance(version, bool):
-            raise self.fail("version", f"1 or {FILE_VERSION} (a newer lightning_edge may have written this file: "
+        if version not in range(1, FILE_VERSION + 1) or isinstance(version, bool):
+            raise self.fail("version", f"1 to {FILE_VERSION} (a newer lightning_edge may have written this file: "
                             "upgrade)", version)
         kind = d.get("kind", _MISSING)
         if not isinstance(kind, str) or kind not in KINDS:

@@ -193,7 +193,7 @@ def test_a_grouped_convolution_is_predicted_along_its_work_per_group_and_old_fil
     old = generate(old_dims, lambda p: point_time("gconv", (p[0] * p[0],) + tuple(p[1:])), tol=0.02, max_points=6)
     lm = LatencyModel("stepwise", META, 5e10, 1e10, stepwise={"gconv": old}, container_s=1e-6, module_s=2e-6)
     doc = lm.to_dict()
-    assert doc["version"] == 2    # a reader of version 1 would take cc for cg: it refuses the file
+    assert doc["version"] == 3    # a reader of version 1 would take cc for cg (2: a path box for any unit): it refuses
     doc["version"] = 1
     (tmp_path / "old.json").write_text(json.dumps(doc))
     back = LatencyModel.load(tmp_path / "old.json")

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from lightning_edge.cli import main
+from lightning_edge.latency.model import FILE_VERSION
 from tests.latency.test_model import META, stepwise_model, training_samples
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -120,7 +121,8 @@ HOSTILE = [
     ("disturbance-without-pass-lengths", roofline_doc(meta={**META, "disturbance_factor": [1.1]}),
      "meta.disturbance_pass_s"),
     ("kind-a-list", roofline_doc(kind=["roofline"]), "kind"),
-    ("version-from-the-future", roofline_doc(version=3), "version"),
+    ("version-from-the-future", roofline_doc(version=FILE_VERSION + 1), "version"),
+    ("version-a-bool", roofline_doc(version=True), "version"),
     ("notes-a-number", roofline_doc(notes=3), "notes"),
     ("fit-cost-nested-deep", roofline_doc(fit_cost={"a": {"b": {"c": {"d": {"e": {"f": 1}}}}}}), "fit_cost"),
     ("samples-a-dict", roofline_doc(kind="mixed", samples={"a": 1}), "samples"),
