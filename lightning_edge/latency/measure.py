@@ -264,7 +264,8 @@ class SpeedTrack:
     convolution's small points 2-3 times theirs (the host's other work competes for the caches, which small units
     live in). So where the machine is slow and ``wait_s`` (seconds in all) is not spent, the tracker first waits
     the burst out: it sleeps ``WAIT_STEP_S``, probes again, and measures once a probe is back within the band
-    (at most ``WAIT_MAX_S`` a burst; a longer one is corrected as above). Probes taken while waiting are kept
+    (at most ``WAIT_MAX_S`` a burst, and never past ``wait_until``, the fit's end; a longer burst is corrected as
+    above, and not waited for again until a probe is back within the band). Probes taken while waiting are kept
     (``summary``) but do not count towards the usual speed (a long burst would make itself usual).
 
     Its probe's unit calls are not counted in ``preemption_counts``. ``probe``: a callable returning seconds
@@ -280,7 +281,7 @@ class SpeedTrack:
 
     def __init__(self, device: str = "cpu", interval_s: float = SPEED_INTERVAL_S, band: float = SPEED_BAND,
                  probe: Callable[[], float] | None = None, wait_s: float = 0.0,
-                 sleep: Callable[[float], None] | None = None):
+                 sleep: Callable[[float], None] | None = None, wait_until: float = math.inf):
         import time
 
         if not (interval_s > 0) or not (0 <= band < 1) or not (0 <= wait_s < math.inf):
@@ -300,6 +301,8 @@ class SpeedTrack:
         self.waits = [0, 0]                            # bursts waited for, and of them those that ended in time
         self._sleep = sleep or time.sleep
         self._usual: list[float] = []                  # the probes not taken while waiting
+        self.wait_until = float(wait_until)            # time.monotonic() past which it does not wait
+        self._waited_out = False                       # this burst waited for already (until a probe in the band)
 
     @staticmethod
     def _unit_probe(device: str) -> Callable[[], float]:
@@ -357,18 +360,25 @@ class SpeedTrack:
         if time.monotonic() >= self._next and not self._take():
             return 1.0
         f = self._off()
-        if f > 1.0 and self.waited_s < self.wait_s:
+        if f <= 1.0:
+            self._waited_out = False
+        elif not self._waited_out and self.waited_s < self.wait_s and time.monotonic() < self.wait_until:
             self.waits[0] += 1
-            left = min(self.WAIT_MAX_S, self.wait_s - self.waited_s)
+            self._waited_out = True
+            left = min(self.WAIT_MAX_S, self.wait_s - self.waited_s, self.wait_until - time.monotonic())
             while f > 1.0 and left > 0:
                 step = min(self.WAIT_STEP_S, left)
+                t = time.monotonic()
                 self._sleep(step)
-                self.waited_s += step
-                left -= step
                 if not self._take(waiting=True):
                     return 1.0
+                spent = max(step, time.monotonic() - t)   # the sleep and the probe
+                self.waited_s += spent
+                left -= spent
                 f = self._off()
-            self.waits[1] += f == 1.0
+            if f <= 1.0:
+                self.waits[1] += 1
+                self._waited_out = False
         return f
 
     def _take(self, waiting: bool = False) -> bool:
@@ -678,7 +688,7 @@ def _produce(args: tuple) -> None:
 
 
 def time_unit(fn: Callable, args: tuple, device: str = "cpu", repeats: int = 7, warmup: int = 2,
-              context: bool = True, cold: bool = False, min_span_s: float = 0.02) -> float:
+              context: bool = True, cold: bool = False, min_span_s: float = 0.02, path: str = "") -> float:
     """Seconds of one call ``fn(*args)`` under ``torch.inference_mode``: the least of ``repeats`` calls, each timed
     alone (on a shared machine the other work slows some calls, even on the thread clock, through the caches and
     memory it shares; the fastest call is the one it disturbed least). A call the OS preempted (``switches``: another
@@ -692,7 +702,8 @@ def time_unit(fn: Callable, args: tuple, device: str = "cpu", repeats: int = 7, 
     from memory, as in a network larger than the last-level cache: the calls cycle through copies of the module
     whose weights together exceed twice that cache (only for weights of 64 KB or more). ``min_span_s``: a cheap
     unit is called more often (up to 4 x ``repeats``) until its calls span that long, so that its least call is
-    not taken from one burst of other work."""
+    not taken from one burst of other work. ``path`` ``"im2col"`` (CPU): oneDNN switched off around each call (not
+    around the context or the speed probe), so that PyTorch runs a convolution as im2col and GEMM."""
     import time
 
     import torch
@@ -711,47 +722,57 @@ def time_unit(fn: Callable, args: tuple, device: str = "cpu", repeats: int = 7, 
             n = min(64, max(2, math.ceil(2 * cache_sizes(device)["llc"] / wb)))
             fns += [copy.deepcopy(fn) for _ in range(n - 1)]
     speed = _speed_factor(device)   # the machine's speed now (a probe first, where one is due)
-    with torch.inference_mode():
-        ctx = _context(device)
-        times: list[float] = []
-        clean: list[float] = []
-        if cuda:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        clk = _clock_ns()
-        t_start = time.perf_counter()
-        i = -1
-        while True:
-            i += 1
-            done = i - max(0, warmup)
-            # enough calls that ran through; or none of `repeats` did (a unit longer than the other process's time
-            # slice: calling it 4 x repeats times would not change that, and overran the fit's budget)
-            if done >= repeats and (done >= 4 * repeats or ((len(clean) >= repeats or not clean)
-                                                            and time.perf_counter() - t_start >= min_span_s)):
-                break
-            if context:
-                ctx.run()
-                _produce(args)
-            f = fns[i % len(fns)]
+    native = path == "im2col" and not cuda
+    onednn_was = torch.backends.mkldnn.enabled
+    try:
+        with torch.inference_mode():
+            ctx = _context(device)
+            times: list[float] = []
+            clean: list[float] = []
             if cuda:
-                start.record()
-                f(*args)
-                end.record()
-                end.synchronize()
-                t = start.elapsed_time(end) / 1e3
-                preempted = False
-            else:
-                s0 = switches()
-                t0 = clk()
-                f(*args)
-                t = max(0.0, (clk() - t0 - ctx.overhead_ns) * 1e-9)
-                preempted = s0 is not None and switches() != s0
-            if i >= warmup:
-                times.append(t)
-                _PREEMPTED["timed"] += 1
-                if preempted:
-                    _PREEMPTED["preempted"] += 1
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            clk = _clock_ns()
+            t_start = time.perf_counter()
+            i = -1
+            while True:
+                i += 1
+                done = i - max(0, warmup)
+                # enough calls that ran through; or none of `repeats` did (a unit longer than the other process's time
+                # slice: calling it 4 x repeats times would not change that, and overran the fit's budget)
+                if done >= repeats and (done >= 4 * repeats or ((len(clean) >= repeats or not clean)
+                                                                and time.perf_counter() - t_start >= min_span_s)):
+                    break
+                if context:
+                    ctx.run()
+                    _produce(args)
+                f = fns[i % len(fns)]
+                if native:
+                    torch.backends.mkldnn.enabled = False   # outside the timed call
+                if cuda:
+                    start.record()
+                    f(*args)
+                    end.record()
+                    end.synchronize()
+                    t = start.elapsed_time(end) / 1e3
+                    preempted = False
                 else:
-                    clean.append(t)
+                    s0 = switches()
+                    t0 = clk()
+                    f(*args)
+                    t = max(0.0, (clk() - t0 - ctx.overhead_ns) * 1e-9)
+                    preempted = s0 is not None and switches() != s0
+                if native:
+                    torch.backends.mkldnn.enabled = onednn_was
+                if i >= warmup:
+                    times.append(t)
+                    _PREEMPTED["timed"] += 1
+                    if preempted:
+                        _PREEMPTED["preempted"] += 1
+                    else:
+                        clean.append(t)
+    finally:
+        if native:   # restored whatever the unit raised
+            torch.backends.mkldnn.enabled = onednn_was
     if clean:
         return _at_usual_speed(float(min(clean)), speed)
     # every call was preempted (a unit longer than the other process's time slice): as a pass, less its disturbance
@@ -1182,10 +1203,7 @@ def measure_point(cls: str, point: Sequence[int], device: str = "cpu", repeats: 
     PyTorch runs it as im2col and GEMM whatever its shape; see ``unit_path``)."""
 
     fn, args = build_unit(cls, point, device, dtype)
-    if path != "im2col" or not str(device).startswith("cpu"):
-        return time_unit(fn, args, device, repeats, cold=cold)
-    with onednn(False):
-        return time_unit(fn, args, device, repeats, cold=cold)
+    return time_unit(fn, args, device, repeats, cold=cold, path=path)
 
 
 @contextlib.contextmanager
@@ -1205,9 +1223,11 @@ def onednn(enabled: bool) -> Iterator[None]:
 def unit_path(unit: LayerDesc) -> str:
     """The kernel path of a unit, where a class's units take more than one (the boxes of ``SPECS`` with that
     ``path``): ``"im2col"``, a 3x3 convolution (not a network's first) that PyTorch runs as im2col and GEMM
-    (``LayerDesc.backend`` ``slow2d``: batch 1, small inputs); ``"ragged"``, a depthwise convolution whose channels
+    (``LayerDesc.backend`` ``slow2d`` at batch 1: a small input; the ``-im2col`` boxes hold batch 1 only, and a
+    torch without oneDNN runs every batch so, as its other boxes measured); ``"ragged"``, a depthwise convolution whose channels
     are not a multiple of 16 (oneDNN's fast kernel works on blocks of 16); else ``""``."""
-    if unit.cls == "conv" and unit.backend == "slow2d" and not (unit.c <= 4 and unit.kh * unit.kw >= 9):
+    if (unit.cls == "conv" and unit.backend == "slow2d" and max(1, unit.batch) == 1
+            and not (unit.c <= 4 and unit.kh * unit.kw >= 9)):
         return "im2col"
     if unit.cls == "dwconv" and unit.c % 16:
         return "ragged"

@@ -498,10 +498,20 @@ def test_a_burst_is_waited_out_before_it_is_corrected_within_the_allowance():
     assert slept == [0.5, 0.5, pytest.approx(0.2)] and track.waits == [1, 0]   # the allowance spent: no more waits
     # one burst waits at most WAIT_MAX_S
     slept.clear()
-    endless = iter([1.0, 1.0, 1.0, 1.5, 1.5] + [1.5] * 100)
+    endless = iter([1.0, 1.0, 1.0, 1.5, 1.5] + [1.5] * 30 + [1.5, 1.0, 1.5, 1.5, 1.0])
     track = measure.SpeedTrack("cpu", interval_s=1e-9, probe=lambda: next(endless), wait_s=100.0, sleep=slept.append)
     assert [track.factor() for _ in range(5)][-1] == pytest.approx(1.5)
     assert sum(slept) == pytest.approx(measure.SpeedTrack.WAIT_MAX_S) and track.waits == [1, 0]
+    assert track.factor() == pytest.approx(1.5) and len(slept) == 30   # the same burst: corrected, not waited again
+    assert track.factor() == 1.0                                        # back within the band
+    assert track.factor() == 1.0 and len(slept) == 30                   # one slow probe is no burst
+    assert track.factor() == 1.0 and len(slept) == 31 and track.waits == [2, 1]   # a new burst: waited out
+    # never past the fit's end
+    slept.clear()
+    late = iter([1.0, 1.0, 1.0, 1.5, 1.5] + [1.5] * 10)
+    track = measure.SpeedTrack("cpu", interval_s=1e-9, probe=lambda: next(late), wait_s=100.0, sleep=slept.append,
+                               wait_until=0.0)
+    assert [track.factor() for _ in range(5)][-1] == pytest.approx(1.5) and slept == []
     # a machine faster than usual is not waited for; no allowance, no wait
     fast = iter([1.0] * 9 + [0.5, 0.5])
     track = measure.SpeedTrack("cpu", interval_s=1e-9, probe=lambda: next(fast), wait_s=10.0, sleep=slept.append)
@@ -536,14 +546,16 @@ def test_the_speed_probe_times_real_units_quietly_alike():
 
 
 # ------------------------------------------------------------------ kernel paths
-def _conv_ops(fn) -> set[str]:
-    """The convolution kernels (profiler keys) that ``fn()`` ran."""
+def _conv_ops(fn, shape: list[int] | None = None) -> set[str]:
+    """The convolution kernels (profiler keys) that ``fn()`` ran (on inputs of ``shape`` only, if given: the
+    network context around a unit runs a convolution of its own)."""
     from torch.profiler import ProfilerActivity, profile
 
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         fn()
-    return {e.key for e in prof.key_averages()
-            if e.key in ("aten::_slow_conv2d_forward", "aten::thnn_conv2d", "aten::mkldnn_convolution")}
+    return {e.key for e in prof.key_averages(group_by_input_shape=True)
+            if e.key in ("aten::_slow_conv2d_forward", "aten::thnn_conv2d", "aten::mkldnn_convolution")
+            and (shape is None or (e.input_shapes and list(e.input_shapes[0]) == shape))}
 
 
 def test_each_batch_1_convolution_box_lies_on_one_kernel_path_of_this_torch():
@@ -578,11 +590,20 @@ def test_an_im2col_box_is_measured_on_im2col_and_the_speed_probe_keeps_its_own_k
 
     if not torch.backends.mkldnn.is_available():
         pytest.skip("this torch has no oneDNN")
-    point = (64, 128, 24 * 24, 1)        # 73728 input elements: oneDNN by PyTorch's choice
-    assert _conv_ops(lambda: measure.measure_point("conv", point, repeats=1)) == {"aten::mkldnn_convolution"}
-    ran = _conv_ops(lambda: measure.measure_point("conv", point, repeats=1, path="im2col"))
+    point, shape = (64, 128, 24 * 24, 1), [1, 128, 24, 24]   # 73728 input elements: oneDNN by PyTorch's choice
+    assert _conv_ops(lambda: measure.measure_point("conv", point, repeats=1), shape) == {"aten::mkldnn_convolution"}
+    ran = _conv_ops(lambda: measure.measure_point("conv", point, repeats=1, path="im2col"), shape)
     assert "aten::mkldnn_convolution" not in ran and ran & {"aten::_slow_conv2d_forward", "aten::thnn_conv2d"}
     assert torch.backends.mkldnn.enabled                    # switched back on
+    # only around the unit's calls: the network context's own convolution keeps PyTorch's choice
+    ctx_conv = _conv_ops(lambda: measure.measure_point("conv", point, repeats=1, path="im2col"), [2, 8, 6, 6])
+    with measure.onednn(True):
+        with torch.inference_mode():
+            assert ctx_conv == _conv_ops(lambda: measure._context("cpu").run(), [2, 8, 6, 6]) != set()
+    # and switched back on when the unit raises
+    with pytest.raises(RuntimeError):
+        measure.time_unit(lambda x: torch.ones(2, 3) @ torch.ones(4, 5), (torch.ones(1),), path="im2col")
+    assert torch.backends.mkldnn.enabled
     track = measure.SpeedTrack("cpu", interval_s=1e-9)
     plain = _conv_ops(track.probe)
     with measure.onednn(False):

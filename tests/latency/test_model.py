@@ -4,6 +4,7 @@ samples than a file may hold, and learns from EnergyProfiler's layers.json."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import math
@@ -561,15 +562,19 @@ def test_a_unit_is_predicted_from_the_boxes_of_its_kernel_path():
     alex = unit(nn.Conv2d(192, 192, 3, padding=1), (1, 192, 7, 7))      # 9408 input elements: im2col
     big = unit(nn.Conv2d(128, 128, 3, padding=1), (1, 128, 24, 24))     # oneDNN at batch 1
     gap = unit(nn.Conv2d(64, 64, 3, padding=1), (1, 64, 24, 24))        # oneDNN, in no batch-1 box
+    gap2 = unit(nn.Conv2d(208, 64, 3, padding=1), (1, 208, 10, 10))     # 20800: oneDNN; nearer a batch 2-8 box
     batch = unit(nn.Conv2d(192, 192, 3, padding=1), (2, 192, 7, 7))     # oneDNN, batch 2
     dw72 = unit(nn.Conv2d(72, 72, 3, padding=1, groups=72), (1, 72, 16, 16))
     dw64 = unit(nn.Conv2d(64, 64, 3, padding=1, groups=64), (1, 64, 16, 16))
-    assert [measure.unit_path(u) for u in (alex, big, gap, batch, dw72, dw64)] == \
-        ["im2col", "", "", "", "ragged", ""]
+    assert [measure.unit_path(u) for u in (alex, big, gap, gap2, batch, dw72, dw64)] == \
+        ["im2col", "", "", "", "", "ragged", ""]
+    # a torch without oneDNN runs a batch of 8 as im2col too: not from the batch-1 im2col boxes
+    assert measure.unit_path(dataclasses.replace(alex, batch=8)) == ""
     chosen = {n: lm.generation_for(point_for(u)[0], point_for(u)[1], path=measure.unit_path(u))
-              for n, u in dict(alex=alex, big=big, gap=gap, batch=batch, dw72=dw72, dw64=dw64).items()}
+              for n, u in dict(alex=alex, big=big, gap=gap, gap2=gap2, batch=batch, dw72=dw72, dw64=dw64).items()}
     assert chosen == {"alex": gens["conv/im2col"], "big": gens["conv/b1"], "gap": gens["conv/b1"],
-                      "batch": gens["conv"], "dw72": gens["dwconv/ragged"], "dw64": gens["dwconv"]}
+                      "gap2": gens["conv/b1"], "batch": gens["conv"], "dw72": gens["dwconv/ragged"],
+                      "dw64": gens["dwconv"]}
     est = lm._predict_units([alex])[0]
     assert "im2col" in est.how and est.time_s == pytest.approx(gens["conv/im2col"](point_for(alex)[1]))
     # a file fitted before the paths: the im2col unit from the boxes it has
