@@ -439,8 +439,8 @@ class LatencyModel(ABC, metaclass=_ByKind):
             # the machine's speed through the fit, probed every few seconds: what is timed while a burst of other
             # work slows the machine is corrected to its usual speed (``measure.SpeedTrack``; CUDA: not tracked)
             # (waited out first, within a share of the budget)
-            speed = (measure.SpeedTrack(device, wait_s=measure.SPEED_WAIT_SHARE * budget_s, wait_until=t0 + budget_s)
-                     if device == "cpu" else None)
+            wait_s = measure.speed_wait_s(budget_s, float(dist0.get("preempt_hz") or 0.0))
+            speed = measure.SpeedTrack(device, wait_s=wait_s, wait_until=t0 + budget_s) if device == "cpu" else None
             measure.use_speed_track(speed)
             if speed is not None:
                 speed.factor()   # the first probe, guarded as every other (a failing probe ends the tracking)

@@ -519,6 +519,9 @@ def test_a_burst_is_waited_out_before_it_is_corrected_within_the_allowance():
     assert [track.factor() for _ in range(11)][-1] == pytest.approx(0.5) and slept == []
     with pytest.raises(ValueError, match="wait_s"):
         measure.SpeedTrack("cpu", wait_s=-1.0, probe=lambda: 1.0)
+    # a fit waits on a CPU of its own, not beside another process (it does not go away)
+    assert measure.speed_wait_s(280, 2.0) == pytest.approx(measure.SPEED_WAIT_SHARE * 280)
+    assert measure.speed_wait_s(280, 250.0) == 0.0 and measure.speed_wait_s(280, float("nan")) == 0.0
 
 
 def test_the_speed_probe_times_real_units_quietly_alike():

@@ -451,7 +451,7 @@ def test_tiny_real_fit_measures_this_machine(tmp_path):
     assert len(speed["probes"]) >= 1 and speed["interval_s"] == measure.SPEED_INTERVAL_S
     assert 0 <= speed["corrected"][0] <= speed["corrected"][1] and speed["corrected"][1] > 0
     assert measure._SPEED["track"] is None
-    assert speed["waited"]["wait_s"] == pytest.approx(measure.SPEED_WAIT_SHARE * 30)   # a share of the budget
+    assert speed["waited"]["wait_s"] in (0.0, pytest.approx(measure.SPEED_WAIT_SHARE * 30))   # none if shared
     assert 0 <= speed["waited"]["waited_s"] <= speed["waited"]["wait_s"]
     assert "the machine's speed through the fit:" in lm.describe() and "'probes'" not in lm.describe()
     lm.fit_cost["speed"] = {**speed, "waited": {**speed["waited"], "bursts": 2, "ended": 1, "waited_s": 3.5}}
