@@ -41,8 +41,8 @@ from typing import Any
 from lightning_edge.latency.features import LayerDesc, units_of
 from lightning_edge.latency.stepwise import WIDTHS, Dim
 
-__all__ = ["clock", "use_clock", "ClassSpec", "SPECS", "cache_sizes", "time_unit", "measure_point", "unit_path", "PATHS", "onednn",
-           "build_unit",
+__all__ = ["clock", "use_clock", "ClassSpec", "SPECS", "cache_sizes", "time_unit", "measure_point", "unit_path",
+           "PATHS", "onednn", "build_unit",
            "unit_desc_for", "point_for", "sample_units", "time_network", "time_layers", "training_from_layers_json",
            "Sample", "host_meta", "call_overheads", "loadavg", "effective_llc", "page_faults", "network_page_faults",
            "page_fault_s", "keep_freed_memory", "switches", "preemption_counts", "disturbance", "use_disturbance",
@@ -736,31 +736,28 @@ def time_unit(fn: Callable, args: tuple, device: str = "cpu", repeats: int = 7, 
             fns += [copy.deepcopy(fn) for _ in range(n - 1)]
     speed = _speed_factor(device)   # the machine's speed now (a probe first, where one is due)
     native = path == "im2col" and not cuda
-    onednn_was = torch.backends.mkldnn.enabled
-    try:
-        with torch.inference_mode():
-            ctx = _context(device)
-            times: list[float] = []
-            clean: list[float] = []
-            if cuda:
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            clk = _clock_ns()
-            t_start = time.perf_counter()
-            i = -1
-            while True:
-                i += 1
-                done = i - max(0, warmup)
-                # enough calls that ran through; or none of `repeats` did (a unit longer than the other process's time
-                # slice: calling it 4 x repeats times would not change that, and overran the fit's budget)
-                if done >= repeats and (done >= 4 * repeats or ((len(clean) >= repeats or not clean)
-                                                                and time.perf_counter() - t_start >= min_span_s)):
-                    break
-                if context:
-                    ctx.run()
-                    _produce(args)
-                f = fns[i % len(fns)]
-                if native:
-                    torch.backends.mkldnn.enabled = False   # outside the timed call
+    with torch.inference_mode():
+        ctx = _context(device)
+        times: list[float] = []
+        clean: list[float] = []
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        clk = _clock_ns()
+        t_start = time.perf_counter()
+        i = -1
+        while True:
+            i += 1
+            done = i - max(0, warmup)
+            # enough calls that ran through; or none of `repeats` did (a unit longer than the other process's time
+            # slice: calling it 4 x repeats times would not change that, and overran the fit's budget)
+            if done >= repeats and (done >= 4 * repeats or ((len(clean) >= repeats or not clean)
+                                                            and time.perf_counter() - t_start >= min_span_s)):
+                break
+            if context:
+                ctx.run()
+                _produce(args)
+            f = fns[i % len(fns)]
+            with onednn(False) if native else contextlib.nullcontext():   # the call only, outside its timing
                 if cuda:
                     start.record()
                     f(*args)
@@ -774,18 +771,13 @@ def time_unit(fn: Callable, args: tuple, device: str = "cpu", repeats: int = 7, 
                     f(*args)
                     t = max(0.0, (clk() - t0 - ctx.overhead_ns) * 1e-9)
                     preempted = s0 is not None and switches() != s0
-                if native:
-                    torch.backends.mkldnn.enabled = onednn_was
-                if i >= warmup:
-                    times.append(t)
-                    _PREEMPTED["timed"] += 1
-                    if preempted:
-                        _PREEMPTED["preempted"] += 1
-                    else:
-                        clean.append(t)
-    finally:
-        if native:   # restored whatever the unit raised
-            torch.backends.mkldnn.enabled = onednn_was
+            if i >= warmup:
+                times.append(t)
+                _PREEMPTED["timed"] += 1
+                if preempted:
+                    _PREEMPTED["preempted"] += 1
+                else:
+                    clean.append(t)
     if clean:
         return _at_usual_speed(float(min(clean)), speed)
     # every call was preempted (a unit longer than the other process's time slice): as a pass, less its disturbance
@@ -860,9 +852,9 @@ PATHS = ("im2col", "ragged")
 
 
 def _cb16(dim: Dim, offset: int) -> Dim:
-    """``dim`` (depthwise planes) on the values ``offset`` more than a multiple of 16 (``offset`` 0: the multiples of
-    16 from 16), the reference the nearest such value."""
-    vals = tuple(v for v in range(offset or 16, dim.hi + 1, 16) if v >= dim.lo or v == (offset or 16))
+    """``dim`` (depthwise planes) on the values ``offset`` more than a multiple of 16 up to its highest (``offset`` 0:
+    the multiples of 16 from 16), the reference the nearest such value."""
+    vals = tuple(range(offset or 16, dim.hi + 1, 16))
     return Dim(dim.name, vals, min(vals, key=lambda v: (abs(v - dim.ref), v)), dim.widths)
 
 
@@ -1214,7 +1206,6 @@ def measure_point(cls: str, point: Sequence[int], device: str = "cpu", repeats: 
     """Median seconds of one call of the representative ``cls`` unit at ``point``, in a network's context
     (``cold``: its weights in memory; ``path`` ``"im2col"``: a convolution with oneDNN switched off, so that
     PyTorch runs it as im2col and GEMM whatever its shape; see ``unit_path``)."""
-
     fn, args = build_unit(cls, point, device, dtype)
     return time_unit(fn, args, device, repeats, cold=cold, path=path)
 
@@ -1237,8 +1228,9 @@ def unit_path(unit: LayerDesc) -> str:
     """The kernel path of a unit, where a class's units take more than one (the boxes of ``SPECS`` with that
     ``path``): ``"im2col"``, a 3x3 convolution (not a network's first) that PyTorch runs as im2col and GEMM
     (``LayerDesc.backend`` ``slow2d`` at batch 1: a small input; the ``-im2col`` boxes hold batch 1 only, and a
-    torch without oneDNN runs every batch so, as its other boxes measured); ``"ragged"``, a depthwise convolution whose channels
-    are not a multiple of 16 (oneDNN's fast kernel works on blocks of 16); else ``""``."""
+    torch without oneDNN runs every batch so, as its other boxes measured); ``"ragged"``, a depthwise
+    convolution whose channels are not a multiple of 16 (oneDNN's fast kernel works on blocks of 16); else
+    ``""``."""
     if (unit.cls == "conv" and unit.backend == "slow2d" and max(1, unit.batch) == 1
             and not (unit.c <= 4 and unit.kh * unit.kw >= 9)):
         return "im2col"

@@ -960,10 +960,11 @@ class StepwiseLatencyModel(UnitLatencyModel):
             off = [abs(math.log(max(p, 1) / min(max(p, dim.lo), dim.hi))) for p, dim in zip(point, g.dims)]
             return sum(o > 0 for o in off), any(o > 0 for o, d in zip(off, g.dims) if d.name == "b"), sum(off)
 
-        # the smallest box that holds the point; else, of those it leaves in the fewest dimensions, the nearest,
-        # then the largest
-        return min(boxes, key=lambda g: (outside(g), g.full_sweep_points if outside(g)[0] == 0
-                                         else -g.full_sweep_points))
+        def rank(g: Generation) -> tuple:
+            off = outside(g)   # the smallest box that holds the point; else the nearest of those it leaves in
+            return off, g.full_sweep_points if off[0] == 0 else -g.full_sweep_points   # the fewest, the largest
+
+        return min(boxes, key=rank)
 
     def _box_name(self, gen: Generation) -> str:
         return next((k for k, g in self.stepwise.items() if g is gen), "")
