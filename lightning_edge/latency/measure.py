@@ -848,7 +848,7 @@ def _ch(name: str, lo: int, hi: int, ref: int) -> Dim:
 
 #: the kernel paths some classes' units take besides PyTorch's usual one, each measured in boxes of its own
 #: (``ClassSpec.path``, ``unit_path``)
-PATHS = ("im2col", "ragged")
+PATHS = ("im2col", "ragged", "s2")
 
 
 def _cb16(dim: Dim, offset: int) -> Dim:
@@ -982,6 +982,32 @@ for _k, (_dims, _what) in _IM2COL_BOXES.items():
     SPECS[_k] = ClassSpec("conv", _dims + (_B1,), _what + "; batch 1, im2col + GEMM (oneDNN off)", path="im2col")
 for _k, (_dims, _what) in _ONEDNN_B1_BOXES.items():
     SPECS[_k] = ClassSpec("conv", _dims + (_B1,), _what + "; batch 1, through oneDNN")
+
+#: strided convolutions through oneDNN (``s2``: measured at stride 2, the input twice the output's side). oneDNN's
+#: strided 1x1 convolution is another kernel than the GEMM PyTorch runs a 1x1 convolution as at one thread: 64 to
+#: 128 channels, 12x12 to 28x28 outputs, took 1.3-1.6 times as long at stride 2 as at stride 1 (32 channels at
+#: batch 2: 2.6 times), 512 to 1024 channels 0.8-0.9 times. A strided 3x3 convolution at batch 1 goes through oneDNN
+#: where its input (4 times its output) is large: on 7x7 and 8x8 outputs, where a stride-1 one runs as im2col, the
+#: stride-2 one took 0.75-0.91 times as long, and the stride-1 boxes of oneDNN start at 15x15 (AllConv-like's
+#: 192-channel 16x16 -> 8x8 layer, 0.54 ms in the network, was extrapolated from them to 0.10 and to 1.54 ms in two
+#: fits). Where both run through oneDNN (batch 2 and more) the strides differ by 5-18 %: those keep the stride-1
+#: boxes. The batch-1 boxes lie where the input has more than 20480 elements at every corner (c * s * s > 5120).
+_S2_BOXES = {
+    "conv/s2-b1": ("conv", (_ch("f", 8, 512, 128), _ch("c", 96, 512, 128), _hw(8, 16, 8), _B1),
+                   "as conv at stride 2, 96 to 512 input channels, outputs 8x8 to 16x16; batch 1, oneDNN"),
+    "conv/map-s2-b1": ("conv", (_ch("f", 8, 128, 64), _ch("c", 24, 128, 64), _hw(16, 32, 16), _B1),
+                       "as conv at stride 2, 24 to 128 input channels, outputs 16x16 to 32x32; batch 1, oneDNN"),
+    "conv/deep-s2-b1": ("conv", (_ch("f", 8, 512, 128), _ch("c", 384, 512, 512), _hw(4, 8, 4), _B1),
+                        "as conv at stride 2, 384 to 512 input channels, outputs 4x4 to 8x8; batch 1, oneDNN"),
+    "conv1x1/s2": ("conv1x1", (_ch("f", 8, 2048, 256), _ch("c", 8, 1024, 256), _hw(2, 16, 8), _B2),
+                   "as conv1x1 at stride 2 (oneDNN), outputs 2x2 to 16x16, batches 2 to 8"),
+    "conv1x1/s2-b1": ("conv1x1", (_ch("f", 8, 1024, 256), _ch("c", 96, 1024, 256), _hw(8, 16, 8), _B1),
+                      "as conv1x1 at stride 2, 96 to 1024 input channels, outputs 8x8 to 16x16; batch 1, oneDNN"),
+    "conv1x1/deep-s2-b1": ("conv1x1", (_ch("f", 8, 2048, 512), _ch("c", 384, 2048, 512), _hw(4, 8, 4), _B1),
+                           "as conv1x1 at stride 2, 384 to 2048 input channels, outputs 4x4 to 8x8; batch 1, oneDNN"),
+}
+for _k, (_cls, _dims, _what) in _S2_BOXES.items():
+    SPECS[_k] = ClassSpec(_cls, _dims, _what, path="s2")
 
 #: depthwise convolutions whose channels per image are not a multiple of 16 (``dwconv/ragged``, ``dwconv/BOX-ragged``):
 #: oneDNN's fast depthwise kernel works on blocks of 16 channels; 72 channels of 32x32 take 0.240 ms, 80 channels
@@ -1150,8 +1176,10 @@ def op_inputs(key: str, n: int, device: str = "cpu", dtype: Any = None) -> tuple
     return (torch.randn(1, 64, s, s, **kw),)
 
 
-def build_unit(cls: str, point: Sequence[int], device: str = "cpu", dtype: Any = None) -> tuple[Callable, tuple]:
-    """(callable, inputs) of the representative unit of class ``cls`` at ``point`` (one value per SPECS dim)."""
+def build_unit(cls: str, point: Sequence[int], device: str = "cpu", dtype: Any = None,
+               path: str = "") -> tuple[Callable, tuple]:
+    """(callable, inputs) of the representative unit of class ``cls`` at ``point`` (one value per SPECS dim);
+    ``path`` ``"s2"``: a convolution at stride 2 (its input twice the side of the output ``hw`` counts)."""
     import torch
     from torch import nn
 
@@ -1161,7 +1189,9 @@ def build_unit(cls: str, point: Sequence[int], device: str = "cpu", dtype: Any =
         f, c, hw, b = (int(v) for v in point)
         k = 3 if cls == "conv" else 1
         s = _side(hw)
-        return nn.Conv2d(c, f, k, padding=k // 2, bias=False, **kw).eval(), (torch.randn(b, c, s, s, **kw),)
+        st = 2 if path == "s2" else 1
+        return (nn.Conv2d(c, f, k, st, padding=k // 2, bias=False, **kw).eval(),
+                (torch.randn(b, c, st * s, st * s, **kw),))
     if cls == "stem":
         f, kk, hw, b = (int(v) for v in point)
         k = _side(kk)
@@ -1205,8 +1235,9 @@ def measure_point(cls: str, point: Sequence[int], device: str = "cpu", repeats: 
                   cold: bool = False, path: str = "") -> float:
     """Median seconds of one call of the representative ``cls`` unit at ``point``, in a network's context
     (``cold``: its weights in memory; ``path`` ``"im2col"``: a convolution with oneDNN switched off, so that
-    PyTorch runs it as im2col and GEMM whatever its shape; see ``unit_path``)."""
-    fn, args = build_unit(cls, point, device, dtype)
+    PyTorch runs it as im2col and GEMM whatever its shape; ``"s2"``: a convolution at stride 2; see
+    ``unit_path``)."""
+    fn, args = build_unit(cls, point, device, dtype, path=path)
     return time_unit(fn, args, device, repeats, cold=cold, path=path)
 
 
@@ -1228,12 +1259,18 @@ def unit_path(unit: LayerDesc) -> str:
     """The kernel path of a unit, where a class's units take more than one (the boxes of ``SPECS`` with that
     ``path``): ``"im2col"``, a 3x3 convolution (not a network's first) that PyTorch runs as im2col and GEMM
     (``LayerDesc.backend`` ``slow2d`` at batch 1: a small input; the ``-im2col`` boxes hold batch 1 only, and a
-    torch without oneDNN runs every batch so, as its other boxes measured); ``"ragged"``, a depthwise
+    torch without oneDNN runs every batch so, as its other boxes measured); ``"s2"``, a strided convolution
+    PyTorch runs through oneDNN: a 1x1 one at any batch (a stride-1 one is a GEMM), a 3x3 one at batch 1 (the
+    stride-1 oneDNN boxes stop where a stride-1 input gets small enough for im2col); ``"ragged"``, a depthwise
     convolution whose channels are not a multiple of 16 (oneDNN's fast kernel works on blocks of 16); else
     ``""``."""
-    if (unit.cls == "conv" and unit.backend == "slow2d" and max(1, unit.batch) == 1
-            and not (unit.c <= 4 and unit.kh * unit.kw >= 9)):
+    stem = unit.c <= 4 and unit.kh * unit.kw >= 9
+    b1 = max(1, unit.batch) == 1
+    if unit.cls == "conv" and unit.backend == "slow2d" and b1 and not stem:
         return "im2col"
+    if (unit.stride > 1 and unit.backend == "mkldnn" and not stem
+            and (unit.cls == "conv1x1" or (unit.cls == "conv" and b1))):
+        return "s2"
     if unit.cls == "dwconv" and unit.c % 16:
         return "ragged"
     return ""

@@ -119,8 +119,9 @@ MAX_CLASSES = 256
 #: kernel path (``measure.PATHS``: ``conv/im2col``, ``dwconv/ragged`` ...) are only for the units of that path (a
 #: reader of version 2 would predict a depthwise convolution of 64 channels from a ragged box, twice too long). A
 #: file of any version is read with today's choice of box where none holds a unit (``generation_for``: one that
-#: holds its images, then the nearest; before, the largest)
-FILE_VERSION = 3
+#: holds its images, then the nearest; before, the largest); 4 since the strided convolutions oneDNN runs have boxes
+#: of their own (``conv1x1/s2`` ...: a reader of version 3 would take them for stride-1 boxes)
+FILE_VERSION = 4
 NETWORK_FACTOR_RANGE = (0.5, 2.0)
 NETWORK_CALL_MAX_S = 1e-3
 NETWORK_ROUNDS = 3
@@ -951,7 +952,8 @@ class StepwiseLatencyModel(UnitLatencyModel):
         keys = [k for k in self.stepwise if k.split("/", 1)[0] == cls]
         cold = [k for k in keys if k.endswith("dram")]
         keys = cold if (dram and cold) else [k for k in keys if not k.endswith("dram")] or keys
-        keys = [k for k in keys if _box_path(k) == path] or keys   # a file fitted before the paths had none
+        # a file fitted before a path had none of its boxes: PyTorch's usual path's (not another path's)
+        keys = [k for k in keys if _box_path(k) == path] or [k for k in keys if not _box_path(k)] or keys
         boxes = [self.stepwise[k] for k in keys]
         if not boxes:
             return None

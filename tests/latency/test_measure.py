@@ -97,18 +97,22 @@ def test_layers_named_after_the_lightning_modules_attribute_match_the_inner_mode
 def test_every_class_builds_its_unit_at_the_ends_of_its_dimensions_and_maps_back_to_it():
     """For each class and box: the representative unit at the lowest and highest value of every dimension is
     built (on the meta device), described like a network's unit, and point_for maps it back to its class and
-    point (element counts within a row's rounding)."""
-    from lightning_edge.latency.measure import SPECS, build_unit, point_for, unit_desc_for
+    point (element counts within a row's rounding); a box of a kernel path PyTorch picks by shape (stride-2,
+    ragged depthwise) to that path."""
+    from lightning_edge.latency.measure import SPECS, build_unit, point_for, unit_desc_for, unit_path
 
     for key, spec in SPECS.items():
         for pick in (0, -1):
             point = tuple(d.values[pick] for d in spec.dims)
             if spec.cls == "conv" and point[1] <= 4:
                 continue  # a 3x3 convolution on 3 channels is a stem: its own class
-            fn, args = build_unit(spec.cls, point, device="cpu" if spec.cls == "embedding" else "meta")
+            fn, args = build_unit(spec.cls, point, device="cpu" if spec.cls == "embedding" else "meta",
+                                  path=spec.path)
             u = unit_desc_for(fn, args)
             cls, back, mult = point_for(u)
             assert cls == spec.cls and mult == 1.0, (key, point, cls)
+            if spec.path in ("s2", "ragged") and torch.backends.mkldnn.is_available():
+                assert unit_path(u) == spec.path, (key, point)
             if len(point) == 1:
                 assert back[0] == pytest.approx(point[0], rel=0.35, abs=2), (key, point, back)
             else:
@@ -572,7 +576,7 @@ def test_each_batch_1_convolution_box_lies_on_one_kernel_path_of_this_torch():
     if not torch.backends.mkldnn.is_available():
         pytest.skip("this torch has no oneDNN: every convolution takes one path")
     boxes = {k: s for k, s in SPECS.items() if s.cls == "conv" and s.dims[-1].hi == 1}
-    assert {s.path for s in boxes.values()} == {"", "im2col"} and len(boxes) >= 8
+    assert {s.path for s in boxes.values()} == {"", "im2col", "s2"} and len(boxes) >= 8
     for key, spec in boxes.items():
         f, c, hw = spec.dims[:3]
         for cv in (c.lo, c.hi):
@@ -581,8 +585,43 @@ def test_each_batch_1_convolution_box_lies_on_one_kernel_path_of_this_torch():
                 if spec.path == "im2col":
                     with onednn(False):
                         assert conv_backend(1, cv, s, s, f.lo, 3, 3, 1, (1, 1), 1) == "slow2d", (key, cv, hv)
+                elif spec.path == "s2":    # measured at stride 2: the input twice the output's side
+                    assert conv_backend(1, cv, 2 * s, 2 * s, f.lo, 3, 3, 2, (1, 1), 1) == "mkldnn", (key, cv, hv)
                 else:
                     assert conv_backend(1, cv, s, s, f.lo, 3, 3, 1, (1, 1), 1) == "mkldnn", (key, cv, hv)
+
+
+def test_each_stride_2_box_runs_through_onednn_at_every_corner_and_is_measured_at_stride_2():
+    """The ``s2`` boxes stand for the strided convolutions PyTorch runs through oneDNN (``unit_path``); each must
+    take that path at every corner (batch 1: an input of more than 20480 elements), and ``measure_point`` runs
+    them at stride 2 (the profiler's oneDNN kernel on the doubled input), where the stride-1 1x1 unit is PyTorch's
+    GEMM path."""
+    from lightning_edge.latency import measure
+    from lightning_edge.latency.features import conv_backend
+    from lightning_edge.latency.measure import SPECS
+
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch has no oneDNN: every convolution takes one path")
+    boxes = {k: s for k, s in SPECS.items() if s.path == "s2"}
+    assert {s.cls for s in boxes.values()} == {"conv", "conv1x1"} and len(boxes) >= 12
+    for key, spec in boxes.items():
+        f, c, hw, b = spec.dims
+        k = 3 if spec.cls == "conv" else 1
+        for bv in (b.lo, b.hi):
+            for cv in (c.lo, c.hi):
+                for hv in (hw.lo, hw.hi):
+                    s = 2 * math.isqrt(hv)
+                    assert conv_backend(bv, cv, s, s, f.lo, k, k, 2, (k // 2, k // 2), 1) == "mkldnn", \
+                        (key, bv, cv, hv)
+    fn, (x,) = measure.build_unit("conv1x1", (64, 96, 64, 1), path="s2")
+    assert fn.stride == (2, 2) and tuple(x.shape) == (1, 96, 16, 16) and tuple(fn(x).shape) == (1, 64, 8, 8)
+    fn, (x,) = measure.build_unit("conv", (64, 96, 64, 1), path="s2")
+    assert fn.stride == (2, 2) and tuple(fn(x).shape) == (1, 64, 8, 8)
+    point = (64, 96, 64, 1)
+    assert _conv_ops(lambda: measure.measure_point("conv1x1", point, repeats=1, path="s2"), [1, 96, 16, 16]) == \
+        {"aten::mkldnn_convolution"}
+    assert "aten::mkldnn_convolution" not in \
+        _conv_ops(lambda: measure.measure_point("conv1x1", point, repeats=1), [1, 96, 8, 8])
 
 
 def test_an_im2col_box_is_measured_on_im2col_and_the_speed_probe_keeps_its_own_kernels():

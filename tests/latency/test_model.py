@@ -194,7 +194,7 @@ def test_a_grouped_convolution_is_predicted_along_its_work_per_group_and_old_fil
     old = generate(old_dims, lambda p: point_time("gconv", (p[0] * p[0],) + tuple(p[1:])), tol=0.02, max_points=6)
     lm = LatencyModel("stepwise", META, 5e10, 1e10, stepwise={"gconv": old}, container_s=1e-6, module_s=2e-6)
     doc = lm.to_dict()
-    assert doc["version"] == 3    # a reader of version 1 would take cc for cg (2: a path box for any unit): it refuses
+    assert doc["version"] == 4    # a reader of version 1 would take cc for cg (2, 3: a path box for any unit): it refuses
     doc["version"] = 1
     (tmp_path / "old.json").write_text(json.dumps(doc))
     back = LatencyModel.load(tmp_path / "old.json")
@@ -530,10 +530,11 @@ def test_a_fit_asked_for_a_class_generates_its_boxes_measuring_the_class_unit(mo
 
     monkeypatch.setattr(measure, "measure_point", fake_measure)
     g = model_mod._fit_stepwise("cpu", time.monotonic() + 60, ["conv1x1"], 3, lambda _m: None, 0.05, 5)
-    assert sorted(g) == sorted(f"conv1x1{box}{cold}" for box in ("", "/map", "/px1", "/px4", "/small")
+    assert sorted(g) == sorted(f"conv1x1{box}{cold}" for box in ("", "/map", "/px1", "/px4", "/small", "/s2",
+                                                                  "/s2-b1", "/deep-s2-b1")
                                for cold in (("/dram",) if box == "" else ("-dram",)) + ("",))
     assert {c for c, _cold, _p in calls} == {"conv1x1"} and {cold for _c, cold, _p in calls} == {False, True}
-    assert {p for _c, _cold, p in calls} == {""}
+    assert {p for _c, _cold, p in calls} == {"", "s2"}
     # a box of another kernel path is measured on it, warm and cold
     calls.clear()
     model_mod._fit_stepwise("cpu", time.monotonic() + 60, ["conv/im2col", "conv/im2col-dram", "dwconv/ragged"], 3,
@@ -582,6 +583,57 @@ def test_a_unit_is_predicted_from_the_boxes_of_its_kernel_path():
     assert old.generation_for("conv", point_for(alex)[1], path="im2col") is \
         old.generation_for("conv", point_for(alex)[1]) is not None
     assert "im2col" not in old._predict_units([alex])[0].how
+
+
+def test_a_strided_convolution_through_onednn_is_predicted_from_the_stride_2_boxes():
+    """oneDNN runs a strided 1x1 convolution (any batch) and a strided 3x3 one at batch 1 with a large input; they
+    are predicted from the boxes measured at stride 2 (``s2``): the stride-1 1x1 boxes measured PyTorch's GEMM
+    (ResNeXt-like's 128 -> 256 downsampling, 0.20 ms in the network, predicted 0.13-0.14 ms) and the stride-1
+    batch-1 oneDNN boxes stop at 15x15 outputs (a 192-channel 16x16 -> 8x8 layer, 0.54 ms in the network, was
+    extrapolated to 0.10 ms in one fit and 1.54 ms in another). A small strided input stays on im2col, a strided
+    3x3 convolution at batch 8 on the stride-1 boxes (both strides run through oneDNN there, 5-18 % apart); a file
+    fitted before the stride-2 boxes predicts them from PyTorch's usual path's boxes, not another path's."""
+    if not torch.backends.mkldnn.is_available():
+        pytest.skip("this torch has no oneDNN: a strided convolution takes the usual path")
+
+    def t(path):
+        return lambda p: (3e-4 if path == "im2col" else 5e-4 if path == "s2" else 1e-4) + 1e-12 * math.prod(p)
+
+    keys = ["conv", "conv/b1", "conv/im2col", "conv/s2-b1", "conv/deep-s2-b1", "conv1x1", "conv1x1/s2",
+            "conv1x1/s2-b1", "conv1x1/deep-s2-b1"]
+    gens = {k: generate(SPECS[k].dims, t(SPECS[k].path), tol=0.02, max_points=4) for k in keys}
+    lm = LatencyModel("stepwise", META, 5e10, 1e10, stepwise=gens)
+
+    def unit(mod, shape):
+        d = describe(mod.eval(), torch.randn(shape))[0][0]
+        (u,) = units_of(d)
+        return u
+
+    units = {
+        "allconv": unit(nn.Conv2d(192, 192, 3, 2, 1), (1, 192, 16, 16)),     # 49152 input elements: oneDNN
+        "deep": unit(nn.Conv2d(448, 448, 3, 2, 1), (1, 448, 12, 12)),
+        "small": unit(nn.Conv2d(64, 64, 3, 2, 1), (1, 64, 12, 12)),          # 9216: im2col
+        "batch": unit(nn.Conv2d(192, 192, 3, 2, 1), (8, 192, 16, 16)),
+        "down": unit(nn.Conv2d(128, 256, 1, 2), (1, 128, 24, 24)),
+        "down8": unit(nn.Conv2d(128, 256, 1, 2), (8, 128, 24, 24)),
+        "deep_down": unit(nn.Conv2d(1024, 2048, 1, 2), (1, 1024, 14, 14)),
+        "plain1x1": unit(nn.Conv2d(128, 256, 1), (1, 128, 12, 12)),
+    }
+    assert {n: measure.unit_path(u) for n, u in units.items()} == {
+        "allconv": "s2", "deep": "s2", "small": "im2col", "batch": "", "down": "s2", "down8": "s2",
+        "deep_down": "s2", "plain1x1": ""}
+    chosen = {n: lm._box_name(lm.generation_for(point_for(u)[0], point_for(u)[1], path=measure.unit_path(u)))
+              for n, u in units.items()}
+    assert chosen == {"allconv": "conv/s2-b1", "deep": "conv/deep-s2-b1", "small": "conv/im2col", "batch": "conv",
+                      "down": "conv1x1/s2-b1", "down8": "conv1x1/s2", "deep_down": "conv1x1/deep-s2-b1",
+                      "plain1x1": "conv1x1"}
+    est = lm._predict_units([units["allconv"]])[0]
+    assert " s2" in est.how and est.time_s == pytest.approx(gens["conv/s2-b1"](point_for(units["allconv"])[1]))
+    # a file fitted before the stride-2 boxes (version 3): the usual path's boxes, never the im2col ones
+    old = LatencyModel("stepwise", META, 5e10, 1e10,
+                       stepwise={k: gens[k] for k in ("conv", "conv/b1", "conv/im2col", "conv1x1")})
+    assert old._box_name(old.generation_for("conv", point_for(units["allconv"])[1], path="s2")) == "conv/b1"
+    assert old._box_name(old.generation_for("conv1x1", point_for(units["down"])[1], path="s2")) == "conv1x1"
 
 
 def test_a_small_container_without_macs_is_predicted_from_units_of_its_size_not_its_children():
