@@ -82,7 +82,7 @@ from lightning_edge.latency.measure import (
     point_for,
     unit_path,
 )
-from lightning_edge.latency.stepwise import Generation
+from lightning_edge.latency.stepwise import ANCHOR_LOG2, ANCHOR_PRIOR, Generation
 
 if TYPE_CHECKING:
     from torch import nn
@@ -346,6 +346,10 @@ class LatencyModel(ABC, metaclass=_ByKind):
         """Notes every prediction of this model carries (how it was made, not a warning)."""
         return []
 
+    def _own_notes(self) -> list[str]:
+        """How this kind predicts beyond its functions (``describe`` and every prediction's notes)."""
+        return []
+
     @abstractmethod
     def _layer_rows(self, descs: list[LayerDesc],
                     containers: dict[str, int] | None) -> tuple[list[LayerLatency], list[str]]:
@@ -428,7 +432,7 @@ class LatencyModel(ABC, metaclass=_ByKind):
                 torch.set_num_threads(int(threads))
             if clock is not None:
                 measure.use_clock(clock)
-            meta = host_meta(device)
+            meta = {**host_meta(device), **kcls._fit_meta()}
             # the machine as it is (another process on this CPU?), before and after the measurements (below); the
             # second probe's time is kept out of the measurements' share of the budget
             probe = ({} if budget_s >= 60 else {"lengths": (4, 16, 64), "rounds": 1, "passes": 3} if budget_s >= 10
@@ -550,6 +554,11 @@ class LatencyModel(ABC, metaclass=_ByKind):
         return cls
 
     @classmethod
+    def _fit_meta(cls) -> dict:
+        """What a fit of this kind records of how it predicts (``meta`` fields), beside the host's."""
+        return {}
+
+    @classmethod
     def _check_fit_needs(cls) -> None:
         """Raise ImportError where a package this kind's fit needs is missing (the roofline and step-wise kinds
         need none beyond torch)."""
@@ -662,6 +671,7 @@ class LatencyModel(ABC, metaclass=_ByKind):
                          f"({100 * g.n_points / g.full_sweep_points:.4f} %), {g.elapsed_s:.1f} s]")
         if self.samples:
             lines.append(f"  random forests trained on {len(self.samples)} measured units")
+        lines += [f"  {n}" for n in self._own_notes()]
         if m.get("network_factor") is not None:
             lines.append(f"  network calibration: every layer x {m['network_factor']:.3f} + "
                          f"{float(m.get('network_call_s') or 0) * 1e6:.1f} us per call, from "
@@ -794,9 +804,10 @@ class UnitLatencyModel(LatencyModel):
         return rows, outside
 
     def _how_notes(self) -> list[str]:
+        notes = self._own_notes()
         if self.meta.get("network_factor") is None:
-            return []
-        return [f"every layer x {self.network_factor:.3f} + {self.network_call_s * 1e6:.1f} us per call: the network "
+            return notes
+        return notes + [f"every layer x {self.network_factor:.3f} + {self.network_call_s * 1e6:.1f} us per call: the network "
                 "calibration (the zoo's networks timed whole by the fit; leave-one-network-out error "
                 f"{self.meta.get('network_error_pct')} %)"]
 
@@ -902,6 +913,11 @@ class StepwiseLatencyModel(UnitLatencyModel):
             raise f.fail("stepwise", "at least one layer-class function in a stepwise model", gens)
 
     @classmethod
+    def _fit_meta(cls) -> dict:
+        # its network calibration is fitted on the anchored functions (``anchor``)
+        return {"anchor_log2": ANCHOR_LOG2, "anchor_prior": ANCHOR_PRIOR}
+
+    @classmethod
     def _measure(cls, job: _FitJob, cost: dict) -> tuple[dict[str, Generation], list[Sample]]:
         skipped: list[str] = []
         gens = _fit_stepwise(job.device, job.deadline, job.classes, job.repeats, job.log, job.tol, job.max_points,
@@ -928,18 +944,35 @@ class StepwiseLatencyModel(UnitLatencyModel):
         point = _point_in(gen, cls, unit_point, u)
         out = any(p < dim.lo or p > dim.hi for p, dim in zip(point, gen.dims))
         calls = max(1, u.calls)
-        per_call = max(gen(point), 0.0)
+        per_call = max(self._value(gen, point), 0.0)
         cold = self.generation_for(cls, unit_point, dram=True, path=path) if u.cold > 0 else None
         cold_point = _point_in(cold, cls, unit_point, u) if cold is not None else point
         cold_used = cold is not None and cold is not gen and _holds(cold, cold_point)
         if cold_used:  # a cold box far from the point (one a fit past its deadline left out) is not used
-            per_call = (1 - u.cold) * per_call + u.cold * max(cold(cold_point), 0.0)
+            per_call = (1 - u.cold) * per_call + u.cold * max(self._value(cold, cold_point), 0.0)
         per_call *= mult
         dims = ", ".join(f"{dim.name}={p}" for dim, p in zip(gen.dims, point))
         how = f"step-wise {cls}({dims})" + (f" {path}" if path and _box_path(self._box_name(gen)) == path else "") + \
             (f" x {mult:g}" if mult != 1 else "") + \
             (f" x {calls} calls" if calls > 1 else "") + (f", {u.cold:.0%} weights from memory" if cold_used else "")
         return UnitEstimate(per_call * calls, how, out)
+
+    def _own_notes(self) -> list[str]:
+        a = self.anchor
+        return [f"each class function anchored on the points its generation measured (weights exp(-d^2 / {a[0]:g}^2) "
+                f"over the log2 distance, {a[1]:g} the tree's own)"] if a else []
+
+    @property
+    def anchor(self) -> tuple[float, float] | None:
+        """``(log2, prior)`` of ``Generation.anchored`` where the fit calibrated this model on anchored functions
+        (``meta`` ``anchor_log2``, ``anchor_prior``); None for a file fitted before (its network calibration was
+        fitted on the trees alone, which it keeps)."""
+        a, p = self.meta.get("anchor_log2"), self.meta.get("anchor_prior")
+        return (float(a), float(p)) if a is not None and p is not None else None
+
+    def _value(self, gen: Generation, point: Sequence[int]) -> float:
+        anchor = self.anchor
+        return gen.anchored(point, *anchor) if anchor else gen(point)
 
     def generation_for(self, cls: str, point: Sequence[int], dram: bool = False, path: str = "") -> Generation | None:
         """The step-wise function for a unit of ``cls`` at ``point``: among the class's boxes (``cls`` and its
@@ -1402,6 +1435,9 @@ class _ModelFile:
                 self.num(v, f"meta.disturbance_pass_s[{i}]", 1e-9, 1e3, "a number of seconds")
             for i, v in enumerate(df):
                 self.num(v, f"meta.disturbance_factor[{i}]", 0.5, 20.0, "a factor between 0.5 and 20")
+        if meta.get("anchor_log2") is not None or meta.get("anchor_prior") is not None:
+            self.num(meta.get("anchor_log2"), "meta.anchor_log2", 0.05, 16.0, "a length in log2 units")
+            self.num(meta.get("anchor_prior"), "meta.anchor_prior", 0.0, 1000.0, "a weight")
         if meta.get("network_factor") is not None:
             lo, hi = NETWORK_FACTOR_RANGE
             self.num(meta["network_factor"], "meta.network_factor", lo, hi, "a factor")

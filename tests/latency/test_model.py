@@ -19,6 +19,7 @@ from torch import nn
 
 from lightning_edge.cost import analyze
 from lightning_edge.latency import measure
+from lightning_edge.latency import stepwise as stepwise_mod
 from lightning_edge.latency.features import LayerDesc, describe, units_of
 from lightning_edge.latency.measure import SPECS, Sample, point_for, training_from_layers_json
 from lightning_edge.latency.model import KINDS, MAX_SAMPLES, LatencyModel, LatencyModelError
@@ -458,6 +459,7 @@ def test_tiny_real_fit_measures_this_machine(tmp_path):
     assert "waited 3.5 s for 2 bursts (1 ended in time)" in lm.describe()
     assert "network_factor" not in lm.meta      # a fit of some classes cannot predict a network: not calibrated
     assert lm.fit_cost["points"] == sum(g.n_points for g in lm.stepwise.values()) >= 6
+    assert lm.anchor == (stepwise_mod.ANCHOR_LOG2, stepwise_mod.ANCHOR_PRIOR) and "anchored" in lm.describe()
     y = lm.stepwise["relu"]((64 * 16 * 16,))
     assert 0 < y < 0.1
     from lightning_edge.latency.plot import plot_model
@@ -583,6 +585,31 @@ def test_a_unit_is_predicted_from_the_boxes_of_its_kernel_path():
     assert old.generation_for("conv", point_for(alex)[1], path="im2col") is \
         old.generation_for("conv", point_for(alex)[1]) is not None
     assert "im2col" not in old._predict_units([alex])[0].how
+
+
+def test_a_fitted_stepwise_model_predicts_from_the_anchored_functions_and_an_older_file_from_its_trees(tmp_path):
+    """A fit records its anchoring (``meta`` ``anchor_log2``, ``anchor_prior``) and its units are predicted from
+    ``Generation.anchored``; a file written before (no such fields) keeps its trees, on which its network
+    calibration was fitted; the fields survive the file."""
+    def t(p):   # a bend along the pixels the tree's straight line misses
+        f, c, hw, b = p
+        return 2e-5 + 2e-11 * f * c * hw * b * (1 + 3 / (1 + math.exp(-(hw - 300) / 60)))
+
+    g = generate(SPECS["conv1x1"].dims, t, tol=0.02, max_points=8)
+    unit = describe(nn.Conv2d(256, 256, 1).eval(), torch.randn(1, 256, 16, 16))[0][0]
+    (u,) = units_of(unit)
+    point = point_for(u)[1]
+    old = LatencyModel("stepwise", META, 5e10, 1e10, stepwise={"conv1x1": g})
+    new = LatencyModel("stepwise", {**META, "anchor_log2": 1.0, "anchor_prior": 0.3}, 5e10, 1e10,
+                       stepwise={"conv1x1": g})
+    assert old.anchor is None and new.anchor == (1.0, 0.3)
+    assert old._predict_units([u])[0].time_s == pytest.approx(g(point))
+    assert new._predict_units([u])[0].time_s == pytest.approx(g.anchored(point, 1.0, 0.3))
+    assert g.anchored(point, 1.0, 0.3) != pytest.approx(g(point), rel=0.01)    # the anchoring does something here
+    assert "anchored" in new.describe() and "anchored" not in old.describe()
+    back = LatencyModel.load(new.save(tmp_path / "m.json"))
+    assert back.anchor == (1.0, 0.3) and back._predict_units([u])[0].time_s == pytest.approx(
+        new._predict_units([u])[0].time_s)
 
 
 def test_a_strided_convolution_through_onednn_is_predicted_from_the_stride_2_boxes():

@@ -111,3 +111,38 @@ def test_bad_dimensions_and_measurements_are_refused():
         Dim("x", (1, 2, 3), ref=5)
     with pytest.raises(ValueError, match="not a finite number"):
         generate([Dim.range("x", 1, 8)], lambda p: float("nan"))
+
+
+def test_an_anchored_function_follows_the_points_its_generation_measured_where_the_tree_cannot():
+    """A cost that bends along a dimension (the time per weight rises fourfold as the weights outgrow a cache, as a
+    linear layer's on one row did from 8 to 32 MB) is a straight line between the dimension's ends in the tree: the
+    points phase 1 measured inside it only chose the width. Anchored on those points the function follows them
+    (left out one at a time: predicted from the others), and far from every measured point it is the tree."""
+    import dataclasses
+
+    def t(p):
+        n = p[0] * p[1]
+        return 1e-5 + 1e-10 * n * (1 + 3 / (1 + math.exp(-(n - 3e6) / 1e6)))
+
+    dims = [Dim.range("f", 8, 4096, 1024), Dim.range("c", 8, 4096, 1024)]
+    g = generate(dims, t, tol=0.02, max_points=8)
+    inner = [(p, y) for p, y in g.points if p[1] == 1024 and 8 < p[0] < 4096]
+    assert len(inner) >= 3
+    tree_err, anch_err = [], []
+    for p, y in inner:
+        others = dataclasses.replace(g, points=[q for q in g.points if q[0] != p])
+        tree_err.append(abs(g(p) / y - 1))
+        anch_err.append(abs(others.anchored(p) / y - 1))
+    assert max(tree_err) > 0.5                                   # the tree's line misses the bend
+    assert sum(anch_err) < 0.5 * sum(tree_err), (anch_err, tree_err)
+    # at a measured point the anchored value is near the measurement; the tree is untouched
+    assert all(abs(g.anchored(p) / y - 1) < 0.5 * abs(g(p) / y - 1) + 0.02 for p, y in inner)
+    far = (1 << 20, 1 << 20)                                     # 8 octaves beyond the box in each dimension
+    assert g.anchored(far) == pytest.approx(g(far), rel=1e-9)
+    assert g.anchored(far, log2=0.0) == g(far) and g.anchored((2048, 1024), prior=1e9) == pytest.approx(g((2048, 1024)))
+    # a tree that is not positive at a point is returned as it is (a ratio cannot correct it)
+    neg = dataclasses.replace(g, tree=-1.0)
+    assert neg.anchored((64, 64)) == -1.0
+    # recomputed for a generation read back from its dict
+    back = Generation.from_dict(g.to_dict())
+    assert back.anchored((2048, 1024)) == pytest.approx(g.anchored((2048, 1024)))
