@@ -1261,7 +1261,8 @@ def unit_path(unit: LayerDesc) -> str:
     (``LayerDesc.backend`` ``slow2d`` at batch 1: a small input; the ``-im2col`` boxes hold batch 1 only, and a
     torch without oneDNN runs every batch so, as its other boxes measured); ``"s2"``, a strided convolution
     PyTorch runs through oneDNN: a 1x1 one at any batch (a stride-1 one is a GEMM), a 3x3 one at batch 1 (the
-    stride-1 oneDNN boxes stop where a stride-1 input gets small enough for im2col); ``"ragged"``, a depthwise
+    stride-1 oneDNN boxes stop where a stride-1 input gets small enough for im2col; kernels up to 3x3; the stride
+    is the first dimension's, ``LayerDesc.stride``); ``"ragged"``, a depthwise
     convolution whose channels are not a multiple of 16 (oneDNN's fast kernel works on blocks of 16); else
     ``""``."""
     stem = unit.c <= 4 and unit.kh * unit.kw >= 9
@@ -1269,8 +1270,8 @@ def unit_path(unit: LayerDesc) -> str:
     if unit.cls == "conv" and unit.backend == "slow2d" and b1 and not stem:
         return "im2col"
     if (unit.stride > 1 and unit.backend == "mkldnn" and not stem
-            and (unit.cls == "conv1x1" or (unit.cls == "conv" and b1))):
-        return "s2"
+            and (unit.cls == "conv1x1" or (unit.cls == "conv" and b1 and unit.kh * unit.kw <= 9))):
+        return "s2"   # (a larger kernel runs through oneDNN at any size: the stride-1 boxes, c scaled, as before)
     if unit.cls == "dwconv" and unit.c % 16:
         return "ragged"
     return ""

@@ -947,8 +947,11 @@ class StepwiseLatencyModel(UnitLatencyModel):
         per_call = max(self._value(gen, point), 0.0)
         cold = self.generation_for(cls, unit_point, dram=True, path=path) if u.cold > 0 else None
         cold_point = _point_in(cold, cls, unit_point, u) if cold is not None else point
-        cold_used = cold is not None and cold is not gen and _holds(cold, cold_point)
-        if cold_used:  # a cold box far from the point (one a fit past its deadline left out) is not used
+        # a cold box far from the point, or of another kernel path (the fit past its deadline left the path's cold
+        # boxes out: cold boxes go last), is not used
+        cold_used = (cold is not None and cold is not gen and _holds(cold, cold_point)
+                     and _box_path(self._box_name(cold)) == _box_path(self._box_name(gen)))
+        if cold_used:
             per_call = (1 - u.cold) * per_call + u.cold * max(self._value(cold, cold_point), 0.0)
         per_call *= mult
         dims = ", ".join(f"{dim.name}={p}" for dim, p in zip(gen.dims, point))
@@ -965,8 +968,9 @@ class StepwiseLatencyModel(UnitLatencyModel):
     @property
     def anchor(self) -> tuple[float, float] | None:
         """``(log2, prior)`` of ``Generation.anchored`` where the fit calibrated this model on anchored functions
-        (``meta`` ``anchor_log2``, ``anchor_prior``); None for a file fitted before (its network calibration was
-        fitted on the trees alone, which it keeps)."""
+        (``meta`` ``anchor_log2``, ``anchor_prior``, which ``fit`` records); None for a file fitted before (its
+        network calibration was fitted on the trees alone, which it keeps) and for a model built from generations
+        without them."""
         a, p = self.meta.get("anchor_log2"), self.meta.get("anchor_prior")
         return (float(a), float(p)) if a is not None and p is not None else None
 
@@ -1310,6 +1314,14 @@ def _box_path(key: str) -> str:
     return next((p for p in parts if p in PATHS), "")
 
 
+def _paths_apply(device: str) -> bool:
+    """Whether units on ``device`` can take the kernel paths of ``measure.PATHS`` (im2col against oneDNN, oneDNN's
+    strided and ragged depthwise kernels): the CPU of a torch with oneDNN."""
+    import torch
+
+    return device == "cpu" and bool(torch.backends.mkldnn.is_available())
+
+
 def _holds(gen: Generation, point: Sequence[int]) -> bool:
     return all(dim.lo <= p <= dim.hi for p, dim in zip(point, gen.dims))
 
@@ -1437,7 +1449,7 @@ class _ModelFile:
                 self.num(v, f"meta.disturbance_factor[{i}]", 0.5, 20.0, "a factor between 0.5 and 20")
         if meta.get("anchor_log2") is not None or meta.get("anchor_prior") is not None:
             self.num(meta.get("anchor_log2"), "meta.anchor_log2", 0.05, 16.0, "a length in log2 units")
-            self.num(meta.get("anchor_prior"), "meta.anchor_prior", 0.0, 1000.0, "a weight")
+            self.num(meta.get("anchor_prior"), "meta.anchor_prior", 1e-6, 1000.0, "a weight")
         if meta.get("network_factor") is not None:
             lo, hi = NETWORK_FACTOR_RANGE
             self.num(meta["network_factor"], "meta.network_factor", lo, hi, "a factor")
@@ -1642,6 +1654,8 @@ def _fit_stepwise(device: str, deadline: float, classes: Iterable[str] | None, r
         spec = SPECS[key]
         return (spec.cold, math.prod(d.hi for d in spec.dims), key)
 
+    # a kernel path's boxes only where its units can take it (``unit_path``: PyTorch's CPU kernels with oneDNN)
+    todo = [k for k in todo if not SPECS[k].path or _paths_apply(device)]
     todo.sort(key=rank)
     gens = {}
     for i, c in enumerate(todo):

@@ -52,18 +52,22 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["WIDTHS", "ANCHOR_LOG2", "ANCHOR_PRIOR", "Dim", "StepFn", "Node", "Fit1D", "Generation", "fit_step",
+__all__ = ["WIDTHS", "ANCHOR_LOG2", "ANCHOR_PRIOR", "ANCHOR_MAX_RATIO", "Dim", "StepFn", "Node", "Fit1D", "Generation", "fit_step",
            "generate", "generate_1d", "evaluate_tree", "tree_from_dict"]
 
 #: a step width is tried only if it leaves at least this many levels over the dimension's domain
 MIN_LEVELS = 8
 
 #: step widths tried: powers of two (SIMD lanes, warps, tiles) and three times powers of two (CPU GEMM micro-kernels)
+WIDTHS: tuple[int, ...] = tuple(sorted({2 ** k for k in range(0, 12)} | {3 * 2 ** k for k in range(0, 11)}))
+
 #: anchoring (``Generation.anchored``): the length of the weights, in log2 units per dimension (a measured point
 #: twice or half the value in one dimension weighs exp(-1)), and the weight of the tree alone (no correction)
 ANCHOR_LOG2 = 1.0
 ANCHOR_PRIOR = 0.3
-WIDTHS: tuple[int, ...] = tuple(sorted({2 ** k for k in range(0, 12)} | {3 * 2 ** k for k in range(0, 11)}))
+#: the most a measured point's ratio to the tree counts for (its log, either way): a tree nearly zero at a point
+#: it was generated through would otherwise spread a ratio of thousands to its neighbours
+ANCHOR_MAX_RATIO = 8.0
 
 
 @dataclass(frozen=True)
@@ -376,23 +380,31 @@ class Generation:
         (a ratio cannot correct it)."""
         base = evaluate_tree(self.tree, point)
         lq, r = self._anchors()
-        if base <= 0 or not r.size or not log2 > 0:
+        if not (base > 0 and math.isfinite(base)) or not r.size or not log2 > 0 or len(point) != lq.shape[1]:
             return base
         lp = np.log2(np.maximum(np.asarray(point, dtype=float), 1.0))
         w = np.exp(-np.sum((lq - lp) ** 2, axis=1) / (log2 * log2))
-        return base * math.exp(float(np.dot(w, r)) / (float(np.sum(w)) + max(0.0, prior)))
+        total = float(np.sum(w)) + max(0.0, prior)
+        return base * math.exp(float(np.dot(w, r)) / total) if total > 0 else base
 
     def _anchors(self) -> tuple[np.ndarray, np.ndarray]:
-        """(log2 of the measured points, log of measured / tree there), for the points where both are positive;
-        computed once."""
+        """(log2 of the measured points, log of measured / tree there, within ``ANCHOR_MAX_RATIO`` either way), for
+        the points of the generation's dimensions where both are positive and finite; computed once for this tree
+        and these points."""
+        key = (id(self.tree), id(self.points), len(self.points))
         got = self.__dict__.get("_anchor_cache")
-        if got is None:
-            keep = [(p, y, t) for p, y in self.points if y > 0 and (t := evaluate_tree(self.tree, p)) > 0]
-            pts = np.array([p for p, _y, _t in keep], dtype=float).reshape(len(keep), len(self.dims))
-            lq = np.log2(np.maximum(pts, 1.0))
-            r = np.array([math.log(y / t) for _p, y, t in keep], dtype=float)
-            got = self.__dict__["_anchor_cache"] = (lq, r)
-        return got
+        if got is None or got[0] != key:
+            nd, cap = len(self.dims), math.log(ANCHOR_MAX_RATIO)
+            pts, r = [], []
+            for p, y in self.points:
+                t = evaluate_tree(self.tree, p) if len(p) == nd else 0.0
+                if y > 0 and t > 0 and math.isfinite(y) and math.isfinite(t):
+                    pts.append(p)
+                    r.append(min(cap, max(-cap, math.log(y) - math.log(t))))
+            lq = np.log2(np.maximum(np.array(pts, dtype=float).reshape(len(pts), nd), 1.0))
+            got = (key, lq, np.array(r, dtype=float))
+            self.__dict__["_anchor_cache"] = got
+        return got[1], got[2]
 
     @property
     def n_points(self) -> int:

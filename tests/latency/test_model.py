@@ -543,6 +543,10 @@ def test_a_fit_asked_for_a_class_generates_its_boxes_measuring_the_class_unit(mo
                             lambda _m: None, 0.05, 5)
     assert {(c, cold, p) for c, cold, p in calls} == {("conv", False, "im2col"), ("conv", True, "im2col"),
                                                       ("dwconv", False, "ragged")}
+    # a device whose units take no such path (a GPU) does not spend its budget on them
+    calls.clear()
+    g = model_mod._fit_stepwise("cuda", time.monotonic() + 60, ["conv1x1"], 3, lambda _m: None, 0.05, 5)
+    assert {p for _c, _cold, p in calls} == {""} and not any("s2" in k for k in g)
 
 
 def test_a_unit_is_predicted_from_the_boxes_of_its_kernel_path():
@@ -656,6 +660,20 @@ def test_a_strided_convolution_through_onednn_is_predicted_from_the_stride_2_box
                       "plain1x1": "conv1x1"}
     est = lm._predict_units([units["allconv"]])[0]
     assert " s2" in est.how and est.time_s == pytest.approx(gens["conv/s2-b1"](point_for(units["allconv"])[1]))
+    # a 5x5 strided convolution runs through oneDNN at any size: the stride-1 boxes, its channels scaled, as before
+    big_k = unit(nn.Conv2d(64, 64, 5, 2, 2), (1, 64, 16, 16))
+    assert measure.unit_path(big_k) == ""
+    # with the weights from memory: the cold box of the unit's own path; where the fit left those out (cold boxes
+    # go last), the warm one alone, not the stride-1 GEMM's cold box
+    u = dataclasses.replace(units["down8"], cold=1.0)
+    cold_gens = dict(gens, **{"conv1x1/dram": generate(SPECS["conv1x1/dram"].dims, lambda p: 1.0, tol=0.02,
+                                                        max_points=3)})
+    lm2 = LatencyModel("stepwise", META, 5e10, 1e10, stepwise=cold_gens)
+    est = lm2._predict_units([u])[0]
+    assert est.time_s == pytest.approx(gens["conv1x1/s2"](point_for(u)[1])) and "from memory" not in est.how
+    cold_gens["conv1x1/s2-dram"] = generate(SPECS["conv1x1/s2-dram"].dims, lambda p: 2e-3, tol=0.02, max_points=3)
+    lm3 = LatencyModel("stepwise", META, 5e10, 1e10, stepwise=cold_gens)
+    assert lm3._predict_units([u])[0].time_s == pytest.approx(2e-3) and "from memory" in lm3._predict_units([u])[0].how
     # a file fitted before the stride-2 boxes (version 3): the usual path's boxes, never the im2col ones
     old = LatencyModel("stepwise", META, 5e10, 1e10,
                        stepwise={k: gens[k] for k in ("conv", "conv/b1", "conv/im2col", "conv1x1")})

@@ -122,6 +122,9 @@ HOSTILE = [
      "meta.disturbance_pass_s"),
     ("anchor-negative", roofline_doc(meta={**META, "anchor_log2": -1.0, "anchor_prior": 0.3}), "meta.anchor_log2"),
     ("anchor-without-prior", roofline_doc(meta={**META, "anchor_log2": 1.0}), "meta.anchor_prior"),
+    # a prior of 0 divided 0 by 0 at a unit far from every measured point
+    ("anchor-prior-zero", roofline_doc(meta={**META, "anchor_log2": 0.05, "anchor_prior": 0.0}), "meta.anchor_prior"),
+    ("anchor-a-bool", roofline_doc(meta={**META, "anchor_log2": True, "anchor_prior": 0.3}), "meta.anchor_log2"),
     ("anchor-prior-a-string", roofline_doc(meta={**META, "anchor_log2": 1.0, "anchor_prior": "x"}),
      "meta.anchor_prior"),
     ("kind-a-list", roofline_doc(kind=["roofline"]), "kind"),

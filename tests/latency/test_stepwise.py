@@ -146,3 +146,27 @@ def test_an_anchored_function_follows_the_points_its_generation_measured_where_t
     # recomputed for a generation read back from its dict
     back = Generation.from_dict(g.to_dict())
     assert back.anchored((2048, 1024)) == pytest.approx(g.anchored((2048, 1024)))
+
+
+def test_anchoring_survives_extreme_points_and_follows_a_changed_tree():
+    """A file's points and trees are numbers from 1e-300 to 1e6 seconds: a ratio of nearly nothing (or of
+    thousands, on a tree nearly zero) counts at most ``ANCHOR_MAX_RATIO`` either way and never raises; the weights
+    all vanishing far from every point leave the tree; a point of another length is skipped; and the anchors
+    follow the tree and points a generation holds now, not those it had when first asked."""
+    from lightning_edge.latency.stepwise import ANCHOR_MAX_RATIO
+
+    dims = [Dim.range("n", 1, 1024, 64)]
+    tiny = Generation(dims, 2.0, [((1,), 5e-324), ((1024,), 1e6), ((8, 8), 1.0)], [], 0.0)
+    for x in (1, 2, 1024, 1 << 40):
+        v = tiny.anchored((x,), 0.05, 1e-6)
+        assert math.isfinite(v) and 2.0 / ANCHOR_MAX_RATIO <= v <= 2.0 * ANCHOR_MAX_RATIO, (x, v)
+    assert tiny.anchored((1 << 40,), 0.05, 1e-300) == 2.0          # every weight underflows to 0
+    near_zero = Generation(dims, 1e-320, [((4,), 1e6)], [], 0.0)
+    assert math.isfinite(near_zero.anchored((4,))) and near_zero.anchored((4,)) <= 1e-320 * ANCHOR_MAX_RATIO
+    g = Generation(dims, 2.0, [((64,), 4.0)], [], 0.0)
+    first = g.anchored((64,))
+    assert first > 2.0
+    g.tree = 8.0                                                  # a tree measured again: ratio 4 / 8 now
+    assert g.anchored((64,)) < 8.0                                # a stale cache would give 8 x 2^(1/1.3)
+    g.points = [((64,), 8.0)]
+    assert g.anchored((64,)) == pytest.approx(8.0)
