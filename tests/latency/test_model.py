@@ -549,23 +549,34 @@ def test_a_fit_asked_for_a_class_generates_its_boxes_measuring_the_class_unit(mo
     assert {p for _c, _cold, p in calls} == {""} and not any("s2" in k for k in g)
 
 
+def _path_model(keys: list[str]) -> tuple[dict, LatencyModel]:
+    """Boxes ``keys`` generated on a synthetic device whose kernel paths differ by a constant per call (``im2col``
+    3e-4 s, ``ragged`` 2e-4, ``s2`` 5e-4, PyTorch's usual 1e-4, plus 1e-12 s per unit of the point's product),
+    and the step-wise model of them: which box predicted a unit shows in its time."""
+    extra = {"": 1e-4, "im2col": 3e-4, "ragged": 2e-4, "s2": 5e-4}
+
+    def t(path):
+        return lambda p: extra[path] + 1e-12 * math.prod(p)
+
+    gens = {k: generate(SPECS[k].dims, t(SPECS[k].path), tol=0.02, max_points=4) for k in keys}
+    return gens, LatencyModel("stepwise", META, 5e10, 1e10, stepwise=gens)
+
+
+def _only_unit(mod: nn.Module, shape: tuple) -> LayerDesc:
+    """The one unit of a one-layer module on an input of ``shape``."""
+    d = describe(mod.eval(), torch.randn(shape))[0][0]
+    (u,) = units_of(d)
+    return u
+
+
 def test_a_unit_is_predicted_from_the_boxes_of_its_kernel_path():
     """A 3x3 convolution PyTorch runs as im2col (batch 1, a small input) is predicted from the boxes measured on
     that path, one it runs through oneDNN at batch 1 from the oneDNN batch-1 boxes, the nearest when none holds it
     (not a batch 2..8 box extrapolated to one image); a depthwise convolution of 72 channels from the ragged boxes;
     a file fitted before the paths from the boxes it has."""
-    def t(path):
-        return lambda p: (3e-4 if path == "im2col" else 2e-4 if path == "ragged" else 1e-4) + 1e-12 * math.prod(p)
-
-    keys = ["conv", "conv/b1", "conv/map-b1", "conv/im2col", "conv/small-im2col", "dwconv", "dwconv/ragged"]
-    gens = {k: generate(SPECS[k].dims, t(SPECS[k].path), tol=0.02, max_points=4) for k in keys}
-    lm = LatencyModel("stepwise", META, 5e10, 1e10, stepwise=gens)
-
-    def unit(mod, shape):
-        d = describe(mod.eval(), torch.randn(shape))[0][0]
-        (u,) = units_of(d)
-        return u
-
+    gens, lm = _path_model(["conv", "conv/b1", "conv/map-b1", "conv/im2col", "conv/small-im2col", "dwconv",
+                            "dwconv/ragged"])
+    unit = _only_unit
     alex = unit(nn.Conv2d(192, 192, 3, padding=1), (1, 192, 7, 7))      # 9408 input elements: im2col
     big = unit(nn.Conv2d(128, 128, 3, padding=1), (1, 128, 24, 24))     # oneDNN at batch 1
     gap = unit(nn.Conv2d(64, 64, 3, padding=1), (1, 64, 24, 24))        # oneDNN, in no batch-1 box
@@ -627,19 +638,9 @@ def test_a_strided_convolution_through_onednn_is_predicted_from_the_stride_2_box
     if not torch.backends.mkldnn.is_available():
         pytest.skip("this torch has no oneDNN: a strided convolution takes the usual path")
 
-    def t(path):
-        return lambda p: (3e-4 if path == "im2col" else 5e-4 if path == "s2" else 1e-4) + 1e-12 * math.prod(p)
-
-    keys = ["conv", "conv/b1", "conv/im2col", "conv/s2-b1", "conv/deep-s2-b1", "conv1x1", "conv1x1/s2",
-            "conv1x1/s2-b1", "conv1x1/deep-s2-b1"]
-    gens = {k: generate(SPECS[k].dims, t(SPECS[k].path), tol=0.02, max_points=4) for k in keys}
-    lm = LatencyModel("stepwise", META, 5e10, 1e10, stepwise=gens)
-
-    def unit(mod, shape):
-        d = describe(mod.eval(), torch.randn(shape))[0][0]
-        (u,) = units_of(d)
-        return u
-
+    gens, lm = _path_model(["conv", "conv/b1", "conv/im2col", "conv/s2-b1", "conv/deep-s2-b1", "conv1x1",
+                            "conv1x1/s2", "conv1x1/s2-b1", "conv1x1/deep-s2-b1"])
+    unit = _only_unit
     units = {
         "allconv": unit(nn.Conv2d(192, 192, 3, 2, 1), (1, 192, 16, 16)),     # 49152 input elements: oneDNN
         "deep": unit(nn.Conv2d(448, 448, 3, 2, 1), (1, 448, 12, 12)),
