@@ -1262,9 +1262,8 @@ def unit_path(unit: LayerDesc) -> str:
     torch without oneDNN runs every batch so, as its other boxes measured); ``"s2"``, a strided convolution
     PyTorch runs through oneDNN: a 1x1 one at any batch (a stride-1 one is a GEMM), a 3x3 one at batch 1 (the
     stride-1 oneDNN boxes stop where a stride-1 input gets small enough for im2col; kernels up to 3x3; the stride
-    is the first dimension's, ``LayerDesc.stride``); ``"ragged"``, a depthwise
-    convolution whose channels are not a multiple of 16 (oneDNN's fast kernel works on blocks of 16); else
-    ``""``."""
+    is the first dimension's, ``LayerDesc.stride``); ``"ragged"``, a depthwise convolution whose channels are not a
+    multiple of 16 (oneDNN's fast kernel works on blocks of 16); else ``""``."""
     stem = unit.c <= 4 and unit.kh * unit.kw >= 9
     b1 = max(1, unit.batch) == 1
     if unit.cls == "conv" and unit.backend == "slow2d" and b1 and not stem:

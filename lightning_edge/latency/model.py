@@ -807,9 +807,9 @@ class UnitLatencyModel(LatencyModel):
         notes = self._own_notes()
         if self.meta.get("network_factor") is None:
             return notes
-        return notes + [f"every layer x {self.network_factor:.3f} + {self.network_call_s * 1e6:.1f} us per call: the network "
-                "calibration (the zoo's networks timed whole by the fit; leave-one-network-out error "
-                f"{self.meta.get('network_error_pct')} %)"]
+        return notes + [f"every layer x {self.network_factor:.3f} + {self.network_call_s * 1e6:.1f} us per call: the "
+                        "network calibration (the zoo's networks timed whole by the fit; leave-one-network-out error "
+                        f"{self.meta.get('network_error_pct')} %)"]
 
     @property
     def network_factor(self) -> float:
@@ -936,26 +936,28 @@ class StepwiseLatencyModel(UnitLatencyModel):
     def _unit(self, u: LayerDesc) -> UnitEstimate:
         pf = point_for(u)
         path = unit_path(u)
-        gen = self.generation_for(pf[0], pf[1], path=path) if pf is not None else None
-        if pf is None or gen is None:
+        key = self._box_key(pf[0], pf[1], path=path) if pf is not None else None
+        if pf is None or key is None:
             what = u.op or u.cls
             return UnitEstimate(self.t_ref(u), f"{what}: refined roofline (no step-wise function)", True)
+        gen = self.stepwise[key]
         cls, unit_point, mult = pf
         point = _point_in(gen, cls, unit_point, u)
         out = any(p < dim.lo or p > dim.hi for p, dim in zip(point, gen.dims))
         calls = max(1, u.calls)
         per_call = max(self._value(gen, point), 0.0)
-        cold = self.generation_for(cls, unit_point, dram=True, path=path) if u.cold > 0 else None
+        cold_key = self._box_key(cls, unit_point, dram=True, path=path) if u.cold > 0 else None
+        cold = self.stepwise[cold_key] if cold_key is not None else None
         cold_point = _point_in(cold, cls, unit_point, u) if cold is not None else point
         # a cold box far from the point, or of another kernel path (the fit past its deadline left the path's cold
         # boxes out: cold boxes go last), is not used
         cold_used = (cold is not None and cold is not gen and _holds(cold, cold_point)
-                     and _box_path(self._box_name(cold)) == _box_path(self._box_name(gen)))
+                     and _box_path(cold_key) == _box_path(key))
         if cold_used:
             per_call = (1 - u.cold) * per_call + u.cold * max(self._value(cold, cold_point), 0.0)
         per_call *= mult
         dims = ", ".join(f"{dim.name}={p}" for dim, p in zip(gen.dims, point))
-        how = f"step-wise {cls}({dims})" + (f" {path}" if path and _box_path(self._box_name(gen)) == path else "") + \
+        how = f"step-wise {cls}({dims})" + (f" {path}" if path and _box_path(key) == path else "") + \
             (f" x {mult:g}" if mult != 1 else "") + \
             (f" x {calls} calls" if calls > 1 else "") + (f", {u.cold:.0%} weights from memory" if cold_used else "")
         return UnitEstimate(per_call * calls, how, out)
@@ -986,13 +988,17 @@ class StepwiseLatencyModel(UnitLatencyModel):
         leaves in the fewest dimensions, of those one that holds its images (``b``: a batch-1 unit is not
         extrapolated from batches 2-8, which put batch 1 18 % short to 37 % long), the nearest (by the ratio of each
         value to the box's range), then the largest of them (extrapolated), else None."""
+        key = self._box_key(cls, point, dram, path)
+        return self.stepwise[key] if key is not None else None
+
+    def _box_key(self, cls: str, point: Sequence[int], dram: bool = False, path: str = "") -> str | None:
+        """The name of the box ``generation_for`` chooses (what a prediction labels and compares paths by)."""
         keys = [k for k in self.stepwise if k.split("/", 1)[0] == cls]
         cold = [k for k in keys if k.endswith("dram")]
         keys = cold if (dram and cold) else [k for k in keys if not k.endswith("dram")] or keys
         # a file fitted before a path had none of its boxes: PyTorch's usual path's (not another path's)
         keys = [k for k in keys if _box_path(k) == path] or [k for k in keys if not _box_path(k)] or keys
-        boxes = [self.stepwise[k] for k in keys]
-        if not boxes:
+        if not keys:
             return None
 
         def outside(g: Generation) -> tuple[int, bool, float]:
@@ -1003,7 +1009,7 @@ class StepwiseLatencyModel(UnitLatencyModel):
             off = outside(g)   # the smallest box that holds the point; else the nearest of those it leaves in
             return off, g.full_sweep_points if off[0] == 0 else -g.full_sweep_points   # the fewest, the largest
 
-        return min(boxes, key=rank)
+        return min(keys, key=lambda k: rank(self.stepwise[k]))
 
     def _box_name(self, gen: Generation) -> str:
         return next((k for k, g in self.stepwise.items() if g is gen), "")
