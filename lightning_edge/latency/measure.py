@@ -1232,13 +1232,13 @@ def build_unit(cls: str, point: Sequence[int], device: str = "cpu", dtype: Any =
 
 
 def measure_point(cls: str, point: Sequence[int], device: str = "cpu", repeats: int = 5, dtype: Any = None,
-                  cold: bool = False, path: str = "") -> float:
-    """Median seconds of one call of the representative ``cls`` unit at ``point``, in a network's context
-    (``cold``: its weights in memory; ``path`` ``"im2col"``: a convolution with oneDNN switched off, so that
-    PyTorch runs it as im2col and GEMM whatever its shape; ``"s2"``: a convolution at stride 2; see
-    ``unit_path``)."""
+                  cold: bool = False, path: str = "", warmup: int = 2) -> float:
+    """Seconds of one call of the representative ``cls`` unit at ``point``, in a network's context, as
+    ``time_unit`` times it (``repeats`` calls after ``warmup``; ``cold``: its weights in memory; ``path``
+    ``"im2col"``: a convolution with oneDNN switched off, so that PyTorch runs it as im2col and GEMM whatever its
+    shape; ``"s2"``: a convolution at stride 2; see ``unit_path``)."""
     fn, args = build_unit(cls, point, device, dtype, path=path)
-    return time_unit(fn, args, device, repeats, cold=cold, path=path)
+    return time_unit(fn, args, device, repeats, warmup=warmup, cold=cold, path=path)
 
 
 @contextlib.contextmanager

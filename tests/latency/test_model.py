@@ -526,7 +526,7 @@ def test_a_fit_asked_for_a_class_generates_its_boxes_measuring_the_class_unit(mo
 
     calls = []
 
-    def fake_measure(cls, point, device, repeats, cold=False, path=""):
+    def fake_measure(cls, point, device, repeats, cold=False, path="", warmup=2):
         calls.append((cls, cold, path))
         return 20e-6 + 2e-11 * math.prod(point) * (2 if cold else 1)
 
@@ -547,6 +547,62 @@ def test_a_fit_asked_for_a_class_generates_its_boxes_measuring_the_class_unit(mo
     calls.clear()
     g = model_mod._fit_stepwise("cuda", time.monotonic() + 60, ["conv1x1"], 3, lambda _m: None, 0.05, 5)
     assert {p for _c, _cold, p in calls} == {""} and not any("s2" in k for k in g)
+
+
+def test_a_step_wise_fit_revisits_its_boxes_and_keeps_each_points_lesser_time(monkeypatch):
+    """A burst of other work slows the first visit of some points (1.6 times); the second visit, after every box's
+    first, finds the machine at its speed: the function is generated through the lesser times, every box is
+    revisited while time is left, each visit times ``visit_calls(repeats)`` calls, the second without warm-up."""
+    import time
+
+    from lightning_edge.latency import model as model_mod
+
+    def truth(point):
+        return 20e-6 + 2e-11 * math.prod(point)
+
+    visits = []
+
+    def fake_measure(cls, point, device, repeats, cold=False, path="", warmup=2):
+        visits.append((tuple(point), repeats, warmup))
+        slow = warmup > 0 and sum(point) % 3 == 0      # the burst: during the first visit only
+        return truth(point) * (1.6 if slow else 1.0)
+
+    monkeypatch.setattr(measure, "measure_point", fake_measure)
+    revisited: list[str] = []
+    g = model_mod._fit_stepwise("cpu", time.monotonic() + 60, ["conv1x1/small"], 5, lambda _m: None, 0.05, 5,
+                                revisited=revisited)
+    assert revisited == ["conv1x1/small"]
+    pts = g["conv1x1/small"].points
+    assert pts and all(v == pytest.approx(truth(p)) for p, v in pts)
+    assert {r for _p, r, _w in visits} == {model_mod.visit_calls(5)} == {3}
+    again = [p for p, _r, w in visits if w == model_mod.REVISIT_WARMUP]
+    assert set(again) <= {p for p, _r, w in visits if w == 2} and again
+    # the burst's points alone would have bent the function: one visit (no time left for a second) keeps them
+    visits.clear()
+    revisited.clear()
+    one = model_mod._fit_stepwise("cpu", time.monotonic() - 1, ["conv1x1/small"], 5, lambda _m: None, 0.05, 5,
+                                  revisited=revisited)
+    assert not revisited and all(w == 2 for _p, _r, w in visits)
+    assert any(v > 1.5 * truth(p) for p, v in one["conv1x1/small"].points)
+
+
+def test_a_revisit_the_deadline_cuts_short_keeps_the_first_visit(monkeypatch):
+    import time
+
+    from lightning_edge.latency import model as model_mod
+
+    clock = {"t": 0.0}
+    monkeypatch.setattr(time, "monotonic", lambda: clock["t"])   # the fit's and the generation's clock
+
+    def fake_measure(cls, point, device, repeats, cold=False, path="", warmup=2):
+        clock["t"] += 0.01 if warmup else 1.0     # the second visit overruns the deadline at its first points
+        return 20e-6 + 2e-11 * math.prod(point)
+
+    monkeypatch.setattr(measure, "measure_point", fake_measure)
+    revisited: list[str] = []
+    g = model_mod._fit_stepwise("cpu", 5.0, ["conv1x1/small"], 5, lambda _m: None, 0.05, 5, revisited=revisited)
+    assert not revisited
+    assert g["conv1x1/small"].n_points > 3 * len(g["conv1x1/small"].dims)
 
 
 def _path_model(keys: list[str]) -> tuple[dict, LatencyModel]:
