@@ -1718,6 +1718,7 @@ def _fit_stepwise(device: str, deadline: float, classes: Iterable[str] | None, r
         g2 = generate(spec.dims, again, tol=tol, max_points=max_points, min_points=3, deadline=deadline)
         if time.monotonic() > deadline:   # cut short: its phases may have fewer points than the first visit's
             log(f"  step-wise {c}: revisit cut by the deadline, first visit kept")
+            gens[c] = replace(g1, elapsed_s=g1.elapsed_s + g2.elapsed_s)   # its time spent all the same
             continue
         gens[c] = replace(g2, elapsed_s=g1.elapsed_s + g2.elapsed_s)
         if revisited is not None:
