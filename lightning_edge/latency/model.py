@@ -1013,9 +1013,6 @@ class StepwiseLatencyModel(UnitLatencyModel):
 
         return min(keys, key=lambda k: rank(self.stepwise[k]))
 
-    def _box_name(self, gen: Generation) -> str:
-        return next((k for k, g in self.stepwise.items() if g is gen), "")
-
 
 class ForestLatencyModel(UnitLatencyModel):
     """A statistical kind: T = T_base / u_stat, u_stat predicted by a random forest from features that carry across
@@ -1688,8 +1685,8 @@ def _fit_stepwise(device: str, deadline: float, classes: Iterable[str] | None, r
     todo.sort(key=rank)
     calls = visit_calls(repeats)
 
-    def first(spec: ClassSpec) -> Callable[[tuple[int, ...]], float]:
-        return lambda p: measure_point(spec.cls, p, device, calls, cold=spec.cold, path=spec.path)
+    def timed(spec: ClassSpec, **kw: int) -> Callable[[tuple[int, ...]], float]:
+        return lambda p: measure_point(spec.cls, p, device, calls, cold=spec.cold, path=spec.path, **kw)
 
     gens = {}
     for i, c in enumerate(todo):
@@ -1699,23 +1696,20 @@ def _fit_stepwise(device: str, deadline: float, classes: Iterable[str] | None, r
             continue
         share = max(0.0, deadline - time.monotonic()) / (len(todo) - i)
         spec = SPECS[c]
-        g = generate(spec.dims, first(spec), tol=tol, max_points=max_points, min_points=3,
+        g = generate(spec.dims, timed(spec), tol=tol, max_points=max_points, min_points=3,
                      deadline=time.monotonic() + share)
         log(f"  step-wise {c}: {g.formula()}  ({g.n_points} points, {g.elapsed_s:.1f} s)")
         gens[c] = g
-    for c in [k for k in todo if k in gens]:
+    for c in list(gens):   # in the first visits' order
         g1 = gens[c]
         if deadline - time.monotonic() < g1.elapsed_s:
             continue
-        spec, was = SPECS[c], dict(g1.points)
+        was, once, twice = dict(g1.points), timed(SPECS[c]), timed(SPECS[c], warmup=REVISIT_WARMUP)
 
-        def again(p: tuple[int, ...], spec: ClassSpec = spec, was: dict = was) -> float:
-            if p not in was:
-                return first(spec)(p)
-            return min(was[p], measure_point(spec.cls, p, device, calls, cold=spec.cold, path=spec.path,
-                                             warmup=REVISIT_WARMUP))
+        def again(p: tuple[int, ...], was: dict = was, once: Callable = once, twice: Callable = twice) -> float:
+            return min(was[p], twice(p)) if p in was else once(p)
 
-        g2 = generate(spec.dims, again, tol=tol, max_points=max_points, min_points=3, deadline=deadline)
+        g2 = generate(SPECS[c].dims, again, tol=tol, max_points=max_points, min_points=3, deadline=deadline)
         if time.monotonic() > deadline:   # cut short: its phases may have fewer points than the first visit's
             log(f"  step-wise {c}: revisit cut by the deadline, first visit kept")
             gens[c] = replace(g1, elapsed_s=g1.elapsed_s + g2.elapsed_s)   # its time spent all the same
